@@ -1,0 +1,53 @@
+"""journal: the vocabulary of loopruntime (content, events, records) and its storage.
+
+This layer knows rows and bytes, not loop semantics; it imports nothing from
+``loopruntime`` or ``session``.
+"""
+
+from . import content as content
+from . import events as events
+from .codec import SCHEMA_VERSION as SCHEMA_VERSION
+from .codec import decode_event as decode_event
+from .codec import encode_event as encode_event
+from .errors import ConflictError as ConflictError
+from .errors import DuplicateEventError as DuplicateEventError
+from .errors import FencedError as FencedError
+from .errors import JournalClosedError as JournalClosedError
+from .errors import JournalCorruptError as JournalCorruptError
+from .errors import JournalError as JournalError
+from .errors import JournalSchemaError as JournalSchemaError
+from .errors import JournalUnavailableError as JournalUnavailableError
+from .errors import NotAJournalError as NotAJournalError
+from .errors import SessionNotFoundError as SessionNotFoundError
+from .events import Event as Event
+from .record import Draft as Draft
+from .record import Record as Record
+from .store import Journal as Journal
+from .store import SessionInfo as SessionInfo
+from .store import SessionLease as SessionLease
+from .store import open_journal as open_journal
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ConflictError",
+    "Draft",
+    "DuplicateEventError",
+    "Event",
+    "FencedError",
+    "Journal",
+    "JournalClosedError",
+    "JournalCorruptError",
+    "JournalError",
+    "JournalSchemaError",
+    "JournalUnavailableError",
+    "NotAJournalError",
+    "Record",
+    "SessionInfo",
+    "SessionLease",
+    "SessionNotFoundError",
+    "content",
+    "decode_event",
+    "encode_event",
+    "events",
+    "open_journal",
+]

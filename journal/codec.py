@@ -1,0 +1,75 @@
+"""msgpack encoding of events, the schema version and the digest chain.
+
+One encoder and one decoder for the whole process, never re-created per
+call.  Decoding failures are translated here, at the one place that decodes:
+an unknown tag or a newer schema is a ``JournalSchemaError``; bytes that are
+not an event at all are a ``JournalCorruptError`` naming the seq.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import msgspec
+
+from .errors import JournalCorruptError, JournalSchemaError
+from .events import EVENT_TYPES, Event
+
+__all__ = [
+    "GENESIS",
+    "SCHEMA_VERSION",
+    "chain",
+    "check_schema_version",
+    "decode_event",
+    "encode_event",
+]
+
+SCHEMA_VERSION = 1
+"""Version of the record format this code writes and reads."""
+
+GENESIS = bytes(16)
+"""The digest that the first record of every session chains from."""
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Event)
+_KNOWN_TAGS = frozenset(t.__struct_config__.tag for t in EVENT_TYPES)
+
+encode_event = _encoder.encode
+
+
+def chain(previous: bytes, body: bytes) -> bytes:
+    """blake2b-128 of the previous record's digest followed by this event's bytes."""
+    return hashlib.blake2b(previous + body, digest_size=16).digest()
+
+
+def decode_event(body: bytes, *, session: str = "?", seq: int = 0) -> Event:
+    """Decode one stored event, translating every failure to a journal error."""
+    try:
+        return _decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise _explain(body, session, seq, exc) from exc
+
+
+def _explain(body: bytes, session: str, seq: int, exc: Exception) -> Exception:
+    try:
+        raw = msgspec.msgpack.decode(body)
+    except msgspec.DecodeError:
+        return JournalCorruptError(session, seq, f"undecodable bytes ({exc})")
+    tag = raw.get("type") if isinstance(raw, dict) else None
+    if isinstance(tag, str) and tag not in _KNOWN_TAGS:
+        return JournalSchemaError(
+            f"session {session} seq {seq} holds an event of unknown kind {tag!r}; "
+            "it was written by a newer loopruntime: upgrade to read this journal"
+        )
+    return JournalCorruptError(session, seq, f"not a valid event ({exc})")
+
+
+def check_schema_version(found: int, *, where: str) -> None:
+    """Fail clearly when a journal was written by a newer (or unknown) schema."""
+    if found > SCHEMA_VERSION:
+        raise JournalSchemaError(
+            f"{where} uses journal schema {found}, newer than {SCHEMA_VERSION} which this "
+            "loopruntime reads; upgrade loopruntime to open it"
+        )
+    if found < 1:
+        raise JournalSchemaError(f"{where} has an invalid journal schema version {found}")

@@ -1,0 +1,85 @@
+"""Journal errors: one base, named by cause, carrying structured fields."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConflictError",
+    "DuplicateEventError",
+    "FencedError",
+    "JournalClosedError",
+    "JournalCorruptError",
+    "JournalError",
+    "JournalSchemaError",
+    "JournalUnavailableError",
+    "NotAJournalError",
+    "SessionNotFoundError",
+]
+
+
+class JournalError(Exception):
+    """Base of every error the journal raises."""
+
+
+class ConflictError(JournalError):
+    """An append's ``expected_seq`` is not the session's head: someone else wrote."""
+
+    def __init__(self, session: str, expected: int, actual: int) -> None:
+        self.session, self.expected, self.actual = session, expected, actual
+        super().__init__(
+            f"session {session}: append expected head seq {expected} but the head is "
+            f"{actual}; re-read the session before appending again"
+        )
+
+
+class FencedError(JournalError):
+    """A newer writer opened the session; this writer must stop."""
+
+    def __init__(self, session: str, incarnation: int, current: int) -> None:
+        self.session, self.incarnation, self.current = session, incarnation, current
+        super().__init__(
+            f"session {session} was opened by a newer writer (incarnation {current} > "
+            f"{incarnation}); this writer must stop"
+        )
+
+
+class DuplicateEventError(JournalError):
+    """An event id is already stored with different content."""
+
+    def __init__(self, session: str, event_id: str) -> None:
+        self.session, self.event_id = session, event_id
+        super().__init__(
+            f"session {session}: event id {event_id} is already stored with other "
+            "content; event ids must be unique"
+        )
+
+
+class SessionNotFoundError(JournalError):
+    def __init__(self, session: str) -> None:
+        self.session = session
+        super().__init__(f"session {session} does not exist in this journal")
+
+
+class JournalSchemaError(JournalError):
+    """The journal (or a record) was written by a schema this code cannot read."""
+
+
+class NotAJournalError(JournalError):
+    """The file or database is not a loopruntime journal."""
+
+
+class JournalCorruptError(JournalError):
+    """A stored record is damaged: undecodable, truncated, or off the digest chain."""
+
+    def __init__(self, session: str, seq: int, reason: str) -> None:
+        self.session, self.seq, self.reason = session, seq, reason
+        super().__init__(
+            f"session {session} record seq {seq} is corrupt: {reason}; records before it are intact"
+        )
+
+
+class JournalClosedError(JournalError):
+    """The journal was closed; nothing more can be read or written through it."""
+
+
+class JournalUnavailableError(JournalError):
+    """The storage could not be reached (connection refused, lost, ...)."""

@@ -1,0 +1,397 @@
+"""The event catalog: everything that can happen to a loop, as data.
+
+Every event is a frozen, keyword-only msgspec Struct whose tag is its dotted
+kind (``"turn.started"``).  They are gathered in the one ``Event`` union that
+the codec encodes and decodes.  Events carry data only; what they *mean* for
+loop state is decided by ``loopruntime.state.fold``.
+
+Schema rules: new fields get defaults; a field never changes its type; a tag
+is never reused or renamed.  Bump ``codec.SCHEMA_VERSION`` only when an old
+reader could misread a new record.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from .content import Message, Piece, ResultBlock, Usage
+
+__all__ = [
+    "EVENT_TYPES",
+    "ChildFinished",
+    "ChildStarted",
+    "CompactionCommitted",
+    "CompactionRejected",
+    "CompactionStarted",
+    "ContextMeasured",
+    "Event",
+    "GateCancelled",
+    "GateOpened",
+    "GateResolved",
+    "InputCancelled",
+    "InputQueued",
+    "LoopModeChanged",
+    "LoopStarted",
+    "LoopStopped",
+    "ModelCallFailed",
+    "ModelCallStarted",
+    "ModelMessageCommitted",
+    "ModelOutput",
+    "Notice",
+    "Provenance",
+    "SteerApplied",
+    "SteerQueued",
+    "ToolAbandoned",
+    "ToolCompleted",
+    "ToolResolved",
+    "ToolStarted",
+    "TurnEnded",
+    "TurnStarted",
+]
+
+_opts: dict[str, Any] = {"frozen": True, "kw_only": True}
+
+
+class Provenance(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a child loop came from: the parent's loop, turn, step and tool call."""
+
+    parent_loop: str
+    turn: int
+    step: int
+    execution_id: str
+
+
+# -- loop -------------------------------------------------------------------
+
+
+class LoopStarted(msgspec.Struct, tag="loop.started", **_opts):
+    """A loop came into being in this session (once per loop, ever)."""
+
+    definition: str
+    """Name of the ``LoopDefinition``; restore resolves it by this name."""
+    model: str
+    """Description of the model runtime in use when the loop started."""
+    mode: str | None = None
+    parent: Provenance | None = None
+
+
+class LoopModeChanged(msgspec.Struct, tag="loop.mode_changed", **_opts):
+    """The loop switched to another named mode of its definition."""
+
+    mode: str | None
+
+
+class LoopStopped(msgspec.Struct, tag="loop.stopped", **_opts):
+    """The loop was shut down; it takes no more input."""
+
+    reason: str = "shutdown"
+
+
+# -- input ------------------------------------------------------------------
+
+Trigger = Literal["external", "notification", "subagent"]
+
+
+class InputQueued(msgspec.Struct, tag="input.queued", **_opts):
+    """Input waits to start a turn.
+
+    ``trigger`` says who made it: a person (``external``), the runtime
+    reporting something (``notification``), or a child loop (``subagent``).
+    """
+
+    input_id: str
+    messages: tuple[Message, ...]
+    trigger: Trigger = "external"
+
+
+class InputCancelled(msgspec.Struct, tag="input.cancelled", **_opts):
+    """Queued input was withdrawn before a turn took it."""
+
+    input_id: str
+    reason: Literal["requested", "turn_failed", "turn_interrupted", "shutdown"] = "requested"
+
+
+class SteerQueued(msgspec.Struct, tag="steer.queued", **_opts):
+    """Guidance for the running turn, applied before its next model call."""
+
+    steer_id: str
+    text: str
+
+
+class SteerApplied(msgspec.Struct, tag="steer.applied", **_opts):
+    """Queued steering entered the model context (in this order)."""
+
+    steer_ids: tuple[str, ...]
+
+
+# -- turn -------------------------------------------------------------------
+
+Outcome = Literal["completed", "interrupted", "failed", "crashed", "limit"]
+
+
+class TurnStarted(msgspec.Struct, tag="turn.started", **_opts):
+    """A turn began, consuming the named queued inputs (and steering)."""
+
+    turn: int
+    input_ids: tuple[str, ...] = ()
+    steer_ids: tuple[str, ...] = ()
+
+
+class TurnEnded(msgspec.Struct, tag="turn.ended", **_opts):
+    """A turn is over.  ``kind``/``code`` explain any outcome but completed."""
+
+    turn: int
+    outcome: Outcome
+    kind: str | None = None
+    code: str | None = None
+    detail: str = ""
+
+
+# -- model ------------------------------------------------------------------
+
+
+class ModelCallStarted(msgspec.Struct, tag="model.call_started", **_opts):
+    """A model request is about to be sent (an effect with an id)."""
+
+    effect_id: str
+    turn: int
+    step: int
+    model: str
+    fingerprint: str = ""
+    """blake2b of the encoded request, to spot what changed between calls."""
+
+
+class ModelOutput(msgspec.Struct, tag="model.output", **_opts):
+    """A coalesced run of stream pieces of a model call in progress."""
+
+    effect_id: str
+    pieces: tuple[Piece, ...]
+
+
+NoticeKind = Literal["truncated", "interrupted"]
+
+
+class ModelMessageCommitted(msgspec.Struct, tag="model.message_committed", **_opts):
+    """The assistant message of a model call, as the model will see it next.
+
+    ``notice`` is set when the reply did not complete; the notice text is
+    then the last text block of ``message``.
+    """
+
+    effect_id: str
+    turn: int
+    step: int
+    message: Message
+    stop_reason: str | None = None
+    usage: Usage | None = None
+    notice: NoticeKind | None = None
+
+
+class ModelCallFailed(msgspec.Struct, tag="model.call_failed", **_opts):
+    """A model call failed before producing any output."""
+
+    effect_id: str
+    kind: str
+    code: str
+    detail: str = ""
+    retryable: bool = False
+
+
+# -- tools ------------------------------------------------------------------
+
+
+class ToolStarted(msgspec.Struct, tag="tool.started", **_opts):
+    """A tool call was admitted and is about to run (an effect)."""
+
+    execution_id: str
+    tool_use_id: str
+    name: str
+    input: dict[str, Any]
+    turn: int = 0
+    step: int = 0
+    attempt: int = 1
+
+
+Disposition = Literal["succeeded", "failed", "rejected"]
+
+
+class ToolCompleted(msgspec.Struct, tag="tool.completed", **_opts):
+    """The result of a tool call, as the model will see it.
+
+    ``rejected`` calls never ran (denied, unknown tool, invalid input, limit);
+    they may have no ``tool.started``.
+    """
+
+    execution_id: str
+    tool_use_id: str
+    content: tuple[ResultBlock, ...]
+    disposition: Disposition
+    truncated_bytes: int = 0
+    duration_ns: int = 0
+
+
+class ToolAbandoned(msgspec.Struct, tag="tool.abandoned", **_opts):
+    """A started call whose outcome is unknown (it may or may not have acted).
+
+    After ``interrupted`` the model is told so at once; after ``crashed`` /
+    ``restore_unavailable`` the loop waits for the host to resolve it.
+    """
+
+    execution_id: str
+    tool_use_id: str
+    reason: Literal["interrupted", "crashed", "restore_unavailable"]
+
+
+class ToolResolved(msgspec.Struct, tag="tool.resolved", **_opts):
+    """The host (or an automatic re-run of a replay-safe tool) settled an
+    unknown outcome."""
+
+    execution_id: str
+    tool_use_id: str
+    content: tuple[ResultBlock, ...]
+    is_error: bool = False
+    by: Literal["host", "replay"] = "host"
+
+
+# -- gates ------------------------------------------------------------------
+
+
+class GateOpened(msgspec.Struct, tag="gate.opened", **_opts):
+    """The loop waits for a person: a question, or approval of a tool call."""
+
+    gate_id: str
+    kind: Literal["user_input", "permission"]
+    execution_id: str
+    tool_use_id: str = ""
+    tool_name: str = ""
+    prompt: str = ""
+    choices: tuple[str, ...] | None = None
+    preview: dict[str, Any] | None = None
+
+
+class GateResolved(msgspec.Struct, tag="gate.resolved", **_opts):
+    """A gate was answered (user input) or decided (permission)."""
+
+    gate_id: str
+    kind: Literal["user_input", "permission"]
+    answer: str | None = None
+    allow: bool | None = None
+    scope: Literal["once", "session"] | None = None
+
+
+class GateCancelled(msgspec.Struct, tag="gate.cancelled", **_opts):
+    """A gate closed without an answer."""
+
+    gate_id: str
+    reason: Literal["interrupted", "restore_unavailable", "shutdown"] = "interrupted"
+
+
+# -- context ----------------------------------------------------------------
+
+
+class ContextMeasured(msgspec.Struct, tag="context.measured", **_opts):
+    """How full the model context was at the last model call."""
+
+    input_tokens: int
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    window: int = 0
+
+
+class CompactionStarted(msgspec.Struct, tag="compaction.started", **_opts):
+    """A compaction attempt summarising history up to seq ``basis``."""
+
+    attempt_id: str
+    basis: int
+    trigger: Literal["manual", "auto"] = "manual"
+
+
+class CompactionCommitted(msgspec.Struct, tag="compaction.committed", **_opts):
+    """The model context is now ``summary`` + the last ``retained`` messages.
+
+    ``replaced`` counts the history messages the summary stands for; the
+    original records stay in the journal.
+    """
+
+    attempt_id: str
+    basis: int
+    summary: Message
+    replaced: int
+    retained: int
+    obligations: tuple[str, ...] = ()
+
+
+class CompactionRejected(msgspec.Struct, tag="compaction.rejected", **_opts):
+    """A compaction attempt ended without changing the context."""
+
+    attempt_id: str
+    reason: Literal["stale", "invalid_summary", "failed"]
+    detail: str = ""
+
+
+# -- children ---------------------------------------------------------------
+
+
+class ChildStarted(msgspec.Struct, tag="child.started", **_opts):
+    """This loop started a child loop (delegation)."""
+
+    child_loop: str
+    definition: str
+    provenance: Provenance
+    background: bool = False
+
+
+class ChildFinished(msgspec.Struct, tag="child.finished", **_opts):
+    """A child loop finished; ``output`` went back to this loop."""
+
+    child_loop: str
+    status: Literal["completed", "failed", "interrupted", "crashed"]
+    output: str = ""
+
+
+# -- notices ----------------------------------------------------------------
+
+
+class Notice(msgspec.Struct, tag="notice", **_opts):
+    """The runtime tells the reader something (restored after a crash,
+    unknown effects pending, ...).  Never agent output."""
+
+    code: str
+    text: str
+    refs: tuple[str, ...] = ()
+
+
+Event = (
+    LoopStarted
+    | LoopModeChanged
+    | LoopStopped
+    | InputQueued
+    | InputCancelled
+    | SteerQueued
+    | SteerApplied
+    | TurnStarted
+    | TurnEnded
+    | ModelCallStarted
+    | ModelOutput
+    | ModelMessageCommitted
+    | ModelCallFailed
+    | ToolStarted
+    | ToolCompleted
+    | ToolAbandoned
+    | ToolResolved
+    | GateOpened
+    | GateResolved
+    | GateCancelled
+    | ContextMeasured
+    | CompactionStarted
+    | CompactionCommitted
+    | CompactionRejected
+    | ChildStarted
+    | ChildFinished
+    | Notice
+)
+
+EVENT_TYPES: tuple[type[Event], ...] = Event.__args__  # type: ignore[attr-defined]

@@ -1,0 +1,101 @@
+"""The Journal protocol every backend implements, and ``open_journal``.
+
+The contract (proven for each backend by ``journal.testing``):
+
+* ``open_session`` bumps the session's *incarnation*; appends made through an
+  older lease fail with ``FencedError``.
+* ``append`` is atomic (all drafts or none), assigns gap-free ``seq`` from
+  ``expected_seq + 1``, and returns only once the records are durable.  A stale
+  ``expected_seq`` is a ``ConflictError``.  Re-appending drafts whose ids are
+  all stored with identical content returns the stored records (idempotent);
+  the same id with other content is a ``DuplicateEventError``.
+* ``read`` yields records in seq order, verifying the digest chain; a damaged
+  record is a ``JournalCorruptError`` with its seq, after every good record
+  before it has been yielded.
+* ``tail`` is ``read`` that then follows appends made later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Protocol, runtime_checkable
+
+import msgspec
+
+from .record import Draft, Record
+
+__all__ = ["Journal", "SessionInfo", "SessionLease", "open_journal"]
+
+
+class SessionLease(msgspec.Struct, frozen=True, kw_only=True):
+    """The right to append to one session, until a newer lease is taken."""
+
+    session: str
+    incarnation: int
+    head: int
+    """The session's last seq when the lease was taken."""
+
+
+class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    session: str
+    head: int
+    incarnation: int
+    created_at: int
+    updated_at: int
+    """unix ns of the last append (or creation)."""
+
+
+@runtime_checkable
+class Journal(Protocol):
+    url: str
+
+    async def open_session(self, session: str, *, create: bool = True) -> SessionLease: ...
+
+    async def append(
+        self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
+    ) -> list[Record]: ...
+
+    def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]: ...
+
+    def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]: ...
+
+    async def head(self, session: str) -> int: ...
+
+    async def sessions(self) -> list[SessionInfo]: ...
+
+    async def aclose(self) -> None: ...
+
+
+async def _open(url: str) -> Journal:
+    if url == "memory:" or url.startswith("memory:"):
+        from .memory import MemoryJournal
+
+        return MemoryJournal(url)
+    if url.startswith("sqlite:"):
+        from .sqlite import SQLiteJournal
+
+        return await SQLiteJournal.open(url)
+    if url.startswith(("postgresql:", "postgres:")):
+        from .postgres import PostgresJournal
+
+        return await PostgresJournal.open(url)
+    raise ValueError(
+        f"unknown journal URL {url!r}: use 'memory:', 'sqlite:///path/to/file.db' or "
+        "'postgresql://user@host/db'"
+    )
+
+
+@asynccontextmanager
+async def open_journal(url: str) -> AsyncIterator[Journal]:
+    """Open the journal at ``url`` and close it on exit.
+
+    A plain filesystem path is taken as a SQLite file.
+    """
+    if "://" not in url and not url.startswith("memory:"):
+        url = "sqlite:///" + url
+    journal = await _open(url)
+    try:
+        yield journal
+    finally:
+        await journal.aclose()

@@ -1,0 +1,132 @@
+"""Loop errors: one base, named by cause, each with a ``kind`` and ``code``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = [
+    "CommandError",
+    "GateMismatchError",
+    "InvalidAnswerError",
+    "LoopClosedError",
+    "LoopError",
+    "ModeNotFoundError",
+    "ModelError",
+    "NotQueuedError",
+    "NotUnknownEffectError",
+    "OutsideToolCallError",
+    "ScriptExhaustedError",
+    "UnknownCommandError",
+]
+
+
+class LoopError(Exception):
+    """Base of every error a loop raises to its caller."""
+
+    kind: str = "loop"
+    code: str = "loop.error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class CommandError(LoopError):
+    """A command was refused; nothing was committed."""
+
+    kind = "command"
+    code = "command.refused"
+
+
+class UnknownCommandError(CommandError):
+    code = "command.unknown"
+
+
+class NotQueuedError(CommandError):
+    """``CancelQueuedInput`` named input that is not (or no longer) queued."""
+
+    code = "input.not_queued"
+
+
+class LoopClosedError(CommandError):
+    """The loop (or its session) was shut down; it takes no more commands."""
+
+    code = "loop.closed"
+
+
+class GateMismatchError(CommandError):
+    """An answer named a gate that is not open, or is open with another kind."""
+
+    code = "gate.mismatch"
+
+
+class InvalidAnswerError(CommandError):
+    """An answer is not acceptable for its gate; the gate stays open."""
+
+    code = "gate.invalid_answer"
+
+
+class NotUnknownEffectError(CommandError):
+    """``ResolveToolCall`` named an execution whose outcome is not unknown."""
+
+    code = "tool.not_unknown"
+
+
+class ModeNotFoundError(CommandError):
+    code = "mode.unknown"
+
+
+class OutsideToolCallError(LoopError):
+    """A gate was asked for outside a running tool call (fails secure)."""
+
+    kind = "gate"
+    code = "gate.outside_tool_call"
+
+
+ModelErrorKind = Literal[
+    "overloaded",
+    "rate_limited",
+    "authentication",
+    "permission",
+    "invalid_request",
+    "not_found",
+    "connection",
+    "server",
+    "protocol",
+    "script",
+]
+
+
+class ModelError(LoopError):
+    """A model call failed.  ``retryable`` only ever applies before any output."""
+
+    kind = "model"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: ModelErrorKind,
+        code: str | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message, code=code or f"model.{kind}")
+        self.error_kind: ModelErrorKind = kind
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.status = status
+
+
+class ScriptExhaustedError(ModelError):
+    """A ``ScriptedModel`` was asked for more replies than it holds."""
+
+    def __init__(self, asked: int, held: int) -> None:
+        super().__init__(
+            f"scripted model was asked for reply {asked} but holds only {held}; "
+            "add more Reply entries to the script",
+            kind="script",
+            code="model.script_exhausted",
+        )
