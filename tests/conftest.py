@@ -1,0 +1,3 @@
+"""Shared pytest configuration.  Fixture plugins live in tests/support/."""
+
+pytest_plugins: list[str] = []
