@@ -1,3 +1,3 @@
 """Shared pytest configuration.  Fixture plugins live in tests/support/."""
 
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = ["tests.support.postgres"]

@@ -1,0 +1,223 @@
+"""A throwaway PostgreSQL server for the tests and the benchmarks.
+
+``temporary_server()`` runs ``initdb`` + ``pg_ctl`` in a fresh temporary
+directory, on a free loopback port, and removes everything on exit.  The
+binaries are found by ``scripts/ensure-postgres --find`` (the one place that
+knows where distributions put them).  PostgreSQL refuses to run as root, so
+when this process is root (CI containers) the server runs as the ``postgres``
+system user (created by the distribution package), or ``nobody`` when that
+user is absent, and owns its directory.
+
+``isolated_schema()`` gives one test (or one benchmark run) its own Postgres
+schema on any server, including a shared one named by
+``LOOPRUNTIME_TEST_PG_DSN``: the journal's tables are created in the first
+schema of ``search_path``, which the returned URL sets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import psycopg
+
+__all__ = [
+    "ENSURE_SCRIPT",
+    "ServerUnavailable",
+    "find_bindir",
+    "isolated_schema",
+    "temporary_server",
+    "with_search_path",
+]
+
+ENSURE_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ensure-postgres"
+
+_SUPERUSER = "loopruntime"
+
+
+class ServerUnavailable(Exception):
+    """No PostgreSQL server binaries here, or the server would not start."""
+
+
+def find_bindir() -> Path | None:
+    """The directory holding initdb, pg_ctl and postgres, or None (never installs)."""
+    try:
+        done = subprocess.run(
+            [str(ENSURE_SCRIPT), "--find"], capture_output=True, text=True, check=False
+        )
+    except OSError:
+        return None
+    if done.returncode != 0 or not done.stdout.strip():
+        return None
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def _free_port() -> int:
+    # The port may be taken again before postgres binds it; start() retries.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _server_user() -> pwd.struct_passwd | None:
+    """Who the server runs as: None means 'this process's user'."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "nobody"):
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            continue
+    raise ServerUnavailable(
+        "running as root, and PostgreSQL refuses to run as root, but there is no "
+        "'postgres' or 'nobody' user to run it as; create one (useradd postgres)"
+    )
+
+
+class _Cluster:
+    def __init__(self, bindir: Path, root: Path, settings: dict[str, str]) -> None:
+        self.bindir, self.root, self.settings = bindir, root, settings
+        self.data = root / "data"
+        self.log = root / "server.log"
+        self.user = _server_user()
+        self.port = 0
+
+    def _run(self, *args: str) -> None:
+        kwargs: dict[str, object] = {}
+        if self.user is not None:
+            kwargs = {
+                "user": self.user.pw_uid,
+                "group": self.user.pw_gid,
+                "extra_groups": [],
+            }
+        env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+        if self.user is not None:
+            env["HOME"] = str(self.root)
+        done = subprocess.run(
+            args,
+            cwd=self.root,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            **kwargs,  # type: ignore[arg-type]
+        )
+        if done.returncode != 0:
+            log = self.log.read_text(errors="replace") if self.log.exists() else ""
+            raise ServerUnavailable(
+                f"{' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}{log}"
+            )
+
+    def init(self) -> None:
+        if self.user is not None:
+            os.chown(self.root, self.user.pw_uid, self.user.pw_gid)
+        self._run(
+            str(self.bindir / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            _SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-sync",
+        )
+
+    def start(self) -> None:
+        options = [
+            "-c listen_addresses=127.0.0.1",
+            f"-c unix_socket_directories={self.root}",
+            *(f"-c {k}={v}" for k, v in self.settings.items()),
+        ]
+        last: ServerUnavailable | None = None
+        for _ in range(5):
+            self.port = _free_port()
+            try:
+                self._run(
+                    str(self.bindir / "pg_ctl"),
+                    "-D",
+                    str(self.data),
+                    "-l",
+                    str(self.log),
+                    "-w",
+                    "-o",
+                    " ".join([f"-p {self.port}", *options]),
+                    "start",
+                )
+                return
+            except ServerUnavailable as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    def stop(self) -> None:
+        # immediate: the cluster is thrown away, so there is nothing to flush.
+        with contextlib.suppress(ServerUnavailable):
+            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://{_SUPERUSER}@127.0.0.1:{self.port}/postgres"
+
+
+@contextlib.contextmanager
+def temporary_server(*, durable: bool = False) -> Iterator[str]:
+    """Run a throwaway PostgreSQL server; yield its URL; stop and delete it on exit.
+
+    ``durable=False`` turns fsync off (tests only need a server that stays
+    up, not one that survives power loss); benchmarks pass ``durable=True``
+    so the journal and the raw psycopg peer pay the same real commit costs.
+    Raises ``ServerUnavailable`` when the binaries are missing or the server
+    does not start (the message includes the server log).
+    """
+    bindir = find_bindir()
+    if bindir is None:
+        raise ServerUnavailable(
+            "PostgreSQL server binaries (initdb, pg_ctl, postgres) are not installed; run "
+            "scripts/ensure-postgres (as root it installs them), install the 'postgresql' "
+            "package, or set LOOPRUNTIME_TEST_PG_DSN=postgresql://user@host:port/db"
+        )
+    settings = {"max_connections": "200"}
+    if not durable:
+        settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+    root = Path(tempfile.mkdtemp(prefix="loopruntime-pg-"))
+    cluster = _Cluster(bindir, root, settings)
+    try:
+        cluster.init()
+        cluster.start()
+        try:
+            yield cluster.dsn
+        finally:
+            cluster.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def with_search_path(url: str, schema: str) -> str:
+    """``url`` with libpq ``options`` setting ``search_path`` to ``schema``."""
+    parts = urlsplit(url)
+    option = "options=" + quote(f"-csearch_path={schema}", safe="")
+    query = f"{parts.query}&{option}" if parts.query else option
+    return urlunsplit(parts._replace(query=query))
+
+
+@contextlib.contextmanager
+def isolated_schema(dsn: str, *, prefix: str = "t") -> Iterator[str]:
+    """Create a fresh schema on the server at ``dsn``; yield a URL that uses it; drop it."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield with_search_path(dsn, schema)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
