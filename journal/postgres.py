@@ -1,0 +1,882 @@
+"""PostgreSQL journal backend (``postgresql://user@host:port/db``), on psycopg 3.
+
+Tables, created on first use (or by ``init_schema``) in the first schema of
+the connection's ``search_path`` -- so ``?options=-csearch_path%3Dmy_schema``
+in the URL puts a journal in a schema of its own:
+
+``loopruntime_meta``
+    ``schema_version`` (``codec.SCHEMA_VERSION``).  A database written by a
+    newer version is refused with ``JournalSchemaError``.
+``loopruntime_sessions``
+    one row per session: ``incarnation`` (writer fencing), ``head`` (last
+    seq), ``digest`` (the head record's chain digest), timestamps.
+``loopruntime_records``
+    one row per record, primary key ``(session, seq)``, unique
+    ``(session, id)``; the event is stored as the codec's msgpack bytes.
+
+Writing.  ``open_session`` increments the session row's incarnation in one
+statement; the row lock it takes waits for any append in flight, so the new
+lease's ``head`` includes everything committed before it.  Appends from all
+sessions that are waiting at the same moment are committed together (group
+commit) by one writer connection in one transaction: lock the sessions rows
+(``SELECT ... FOR UPDATE``, in session order so two processes cannot
+deadlock) and look up the drafts' event ids, then check every append against
+that locked state -- incarnation (``FencedError``), stored ids (idempotent
+re-append or ``DuplicateEventError``), ``expected_seq`` (``ConflictError``) --
+and insert the rows of the appends that passed.  A failed check fails only
+its own append.  Pipeline mode makes that two round trips per batch,
+whatever its size.  Because every append re-checks its event ids under the
+lock, a batch interrupted by a lost connection is simply retried once on a
+new connection: an append that had committed is found by its ids and
+returned, never written twice.  When the retry fails too, the append raises
+``JournalUnavailableError``; its outcome is then unknown to this process
+and the caller learns it the same way, by appending the same drafts again.
+
+Reading pages through the records by seq on a small pool of connections and
+verifies the digest chain.  ``tail`` follows appends through LISTEN/NOTIFY:
+every append transaction notifies a per-session channel on commit, and each
+tail holds its own listening connection, so a follower in another process
+wakes on commit without polling.
+
+psycopg's blocking calls run in trio worker threads (one connection is only
+ever used by one thread at a time).  Its exceptions are translated here and
+nowhere else: connection failures are ``JournalUnavailableError``, others a
+``JournalError`` naming what was being done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
+from typing import Any, TypeVar
+
+import psycopg
+import structlog
+import trio
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from .codec import GENESIS, SCHEMA_VERSION, chain, check_schema_version, decode_event, encode_event
+from .errors import (
+    ConflictError,
+    DuplicateEventError,
+    FencedError,
+    JournalClosedError,
+    JournalCorruptError,
+    JournalError,
+    JournalUnavailableError,
+    NotAJournalError,
+    SessionNotFoundError,
+)
+from .record import Draft, Record
+from .store import SessionInfo, SessionLease
+
+__all__ = ["PostgresJournal", "init_schema"]
+
+log = structlog.get_logger(__name__)
+
+_T = TypeVar("_T")
+
+_READ_PAGE = 5000
+"""Records fetched per round trip when reading: big enough that the round
+trip is noise, small enough that a page of large events stays modest."""
+
+_POOL_SIZE = 4
+"""Connections for reads, heads and leases (the writer has its own)."""
+
+_CONNECT_TIMEOUT = "10"
+"""Seconds to wait for a connection unless the URL says otherwise."""
+
+_SCHEMA_LOCK = "loopruntime.schema"
+
+_CREATE = """
+CREATE TABLE loopruntime_meta (
+    key text PRIMARY KEY,
+    value text NOT NULL
+);
+CREATE TABLE loopruntime_sessions (
+    session text PRIMARY KEY,
+    incarnation bigint NOT NULL,
+    head bigint NOT NULL,
+    digest bytea NOT NULL,
+    created_at bigint NOT NULL,
+    updated_at bigint NOT NULL
+);
+-- No foreign key to loopruntime_sessions: only the writer inserts, and only
+-- for a session row it holds locked, so the key check would be pure cost.
+CREATE TABLE loopruntime_records (
+    session text NOT NULL,
+    seq bigint NOT NULL,
+    id text NOT NULL,
+    loop text NOT NULL,
+    at bigint NOT NULL,
+    cause text,
+    digest bytea NOT NULL,
+    body bytea NOT NULL,
+    PRIMARY KEY (session, seq),
+    UNIQUE (session, id)
+);
+"""
+
+_LOCK_SESSIONS = """
+SELECT session, incarnation, head, digest FROM loopruntime_sessions
+WHERE session = ANY(%s) ORDER BY session FOR UPDATE
+"""
+
+_FIND_IDS = """
+SELECT r.session, r.id, r.seq, r.loop, r.at, r.cause, r.digest, r.body
+FROM loopruntime_records r
+JOIN unnest(%s::text[], %s::text[]) AS w(session, id) ON r.session = w.session AND r.id = w.id
+"""
+
+_INSERT = """
+INSERT INTO loopruntime_records (session, seq, id, loop, at, cause, digest, body)
+SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::bigint[],
+                     %s::text[], %s::bytea[], %s::bytea[])
+"""
+
+_ADVANCE = """
+UPDATE loopruntime_sessions s SET head = u.head, digest = u.digest, updated_at = %s
+FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) AS u(session, head, digest)
+WHERE s.session = u.session
+"""
+
+_NOTIFY = "SELECT pg_notify(c, '') FROM unnest(%s::text[]) AS c"
+
+_PAGE = """
+SELECT seq, id, loop, at, cause, digest, body FROM loopruntime_records
+WHERE session = %s AND seq > %s ORDER BY seq LIMIT %s
+"""
+
+
+# -- connections and errors -----------------------------------------------------
+
+
+def _describe(url: str) -> str:
+    """``url`` without its password, for messages."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error:
+        return "the PostgreSQL server (unparsable URL)"
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    port = params.get("port") or "5432"
+    user = str(params.get("user") or "")
+    db = params.get("dbname") or user or "?"
+    return f"postgresql://{user + '@' if user else ''}{host}:{port}/{db}"
+
+
+def _connect(url: str, *, autocommit: bool) -> psycopg.Connection[Any]:
+    """Blocking: open one connection (run it in a worker thread)."""
+    params = conninfo_to_dict(url)
+    extra: dict[str, Any] = {}
+    if "connect_timeout" not in params:
+        # libpq waits forever for an unroutable host by default.
+        extra["connect_timeout"] = _CONNECT_TIMEOUT
+    if "application_name" not in params:
+        extra["application_name"] = "loopruntime"
+    return psycopg.connect(url, autocommit=autocommit, **extra)
+
+
+def _unavailable(where: str, doing: str, exc: psycopg.Error) -> JournalUnavailableError:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    err = JournalUnavailableError(
+        f"{doing} failed: cannot reach PostgreSQL at {where} ({reason}); check that the "
+        "server is running and the URL is right"
+    )
+    err.__cause__ = exc
+    return err
+
+
+def _translate(where: str, doing: str, exc: psycopg.Error) -> JournalError:
+    """The one place psycopg errors become journal errors."""
+    if isinstance(exc, psycopg.OperationalError):
+        return _unavailable(where, doing, exc)
+    err = JournalError(f"{doing} failed on PostgreSQL at {where}: {exc}")
+    err.__cause__ = exc
+    return err
+
+
+def _discard(conn: psycopg.Connection[Any] | None) -> None:
+    """Blocking: close a connection that may already be broken."""
+    if conn is not None:
+        try:
+            conn.close()
+        except psycopg.Error:
+            # Closing a broken connection can fail; it is gone either way.
+            pass
+
+
+def _check_text(what: str, value: str | None) -> None:
+    if value is not None and "\x00" in value:
+        raise ValueError(
+            f"{what} {value!r} contains a NUL character, which PostgreSQL text cannot "
+            "store; remove it"
+        )
+
+
+def _channel(schema: str, session: str) -> str:
+    """The NOTIFY channel of one session (an identifier, so at most 63 bytes)."""
+    key = hashlib.blake2b(f"{schema}\x00{session}".encode(), digest_size=12).hexdigest()
+    return f"loopruntime_{key}"
+
+
+# -- schema -----------------------------------------------------------------------
+
+
+def _prepare_schema(conn: psycopg.Connection[Any], where: str) -> str:
+    """Blocking: create the tables when absent, check the version; return the schema.
+
+    Runs in one transaction under an advisory lock, so processes opening a
+    fresh database at the same time create the tables once.
+    """
+    with conn.transaction():
+        row = conn.execute("SELECT current_schema()").fetchone()
+        schema = row[0] if row else None
+        if schema is None:
+            raise JournalError(
+                f"{where}: no schema of the search_path exists, so there is nowhere to put "
+                "the journal tables; create the schema or fix search_path in the URL"
+            )
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s || %s))", (_SCHEMA_LOCK, schema))
+        found = conn.execute(
+            "SELECT to_regclass('loopruntime_meta'), to_regclass('loopruntime_sessions'), "
+            "to_regclass('loopruntime_records')"
+        ).fetchone()
+        assert found is not None
+        meta, sessions, records = found
+        if meta is None:
+            if sessions is not None or records is not None:
+                raise NotAJournalError(
+                    f"{where} schema {schema} has loopruntime tables but no loopruntime_meta "
+                    "table; it is not a journal this code wrote: use another schema"
+                )
+            conn.execute(_CREATE)
+            conn.execute(
+                "INSERT INTO loopruntime_meta (key, value) VALUES ('schema_version', %s)",
+                (str(SCHEMA_VERSION),),
+            )
+            log.info("postgres_journal_created", where=where, schema=schema)
+        version = conn.execute(
+            "SELECT value FROM loopruntime_meta WHERE key = 'schema_version'"
+        ).fetchone()
+        if version is None or not version[0].isdigit():
+            raise NotAJournalError(
+                f"{where} schema {schema}: loopruntime_meta has no valid schema_version; "
+                "it is not a journal this code wrote"
+            )
+        check_schema_version(int(version[0]), where=f"{where} (schema {schema})")
+        return str(schema)
+
+
+async def init_schema(url: str) -> None:
+    """Create the journal tables at ``url`` if absent and check their version.
+
+    Idempotent.  Raises ``JournalUnavailableError`` when the server cannot be
+    reached and ``JournalSchemaError`` when the database holds a newer schema.
+    """
+    where = _describe(url)
+
+    def work() -> None:
+        try:
+            conn = _connect(url, autocommit=True)
+        except psycopg.Error as exc:
+            raise _translate(where, "connecting", exc) from exc
+        try:
+            _prepare_schema(conn, where)
+        except psycopg.Error as exc:
+            raise _translate(where, "creating the journal tables", exc) from exc
+        finally:
+            _discard(conn)
+
+    await trio.to_thread.run_sync(work)
+
+
+# -- the reader pool ------------------------------------------------------------------
+
+
+class _Pool:
+    """Autocommit connections for everything but appends, lent to one thread at a time."""
+
+    def __init__(self, url: str, where: str) -> None:
+        self._url, self._where = url, where
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._limit = trio.Semaphore(_POOL_SIZE)
+        self.closed = False
+
+    def give(self, conn: psycopg.Connection[Any]) -> None:
+        self._idle.append(conn)
+
+    async def run(
+        self, doing: str, fn: Callable[[psycopg.Connection[Any]], _T], *, retry: bool = True
+    ) -> _T:
+        """Run blocking ``fn(conn)`` in a worker thread on a pooled connection.
+
+        A connection that fails is thrown away; with ``retry`` (for work that
+        is safe to repeat) ``fn`` runs once more on a new connection before
+        ``JournalUnavailableError`` is raised.
+        """
+        async with self._limit:
+            for attempt in (1, 2):
+                if self.closed:
+                    raise JournalClosedError(f"journal {self._where} is closed")
+                conn = self._idle.pop() if self._idle else None
+                try:
+                    if conn is None:
+                        conn = await trio.to_thread.run_sync(
+                            partial(_connect, autocommit=True), self._url
+                        )
+                    result = await trio.to_thread.run_sync(fn, conn)
+                except psycopg.OperationalError as exc:
+                    # Shielded: closing is quick and must happen even when the
+                    # caller is being cancelled, or the connection leaks.
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(_discard, conn)
+                    if attempt == 2 or not retry:
+                        raise _translate(self._where, doing, exc) from exc
+                    log.warning("postgres_retry", where=self._where, doing=doing, error=str(exc))
+                    continue
+                except psycopg.Error as exc:
+                    self._return(conn)
+                    raise _translate(self._where, doing, exc) from exc
+                except BaseException:
+                    self._return(conn)
+                    raise
+                self._return(conn)
+                return result
+        raise AssertionError("unreachable")
+
+    def _return(self, conn: psycopg.Connection[Any] | None) -> None:
+        if conn is None:
+            return
+        if self.closed or conn.closed:
+            _discard(conn)
+        else:
+            self._idle.append(conn)
+
+    def close(self) -> None:
+        """Blocking: close the idle connections; busy ones close when returned."""
+        self.closed = True
+        while self._idle:
+            _discard(self._idle.pop())
+
+
+# -- the writer ---------------------------------------------------------------------
+
+
+class _Append:
+    """One append waiting for the group commit."""
+
+    __slots__ = ("bodies", "drafts", "expected_seq", "lease", "result")
+
+    def __init__(
+        self, lease: SessionLease, drafts: Sequence[Draft], expected_seq: int, bodies: list[bytes]
+    ) -> None:
+        self.lease, self.drafts, self.expected_seq, self.bodies = (
+            lease,
+            drafts,
+            expected_seq,
+            bodies,
+        )
+        self.result: list[Record] | BaseException | None = None
+
+
+class _Head:
+    """A session's locked state while a batch is being checked."""
+
+    __slots__ = ("digest", "head", "incarnation", "written")
+
+    def __init__(self, incarnation: int, head: int, digest: bytes) -> None:
+        self.incarnation, self.head, self.digest = incarnation, head, digest
+        self.written = False
+
+
+_Stored = tuple[int, str, int, str | None, bytes, bytes]
+"""A stored row found by event id: seq, loop, at, cause, digest, body."""
+
+
+class _Writer:
+    """The group-commit writer: one connection, used by one thread at a time."""
+
+    def __init__(self, url: str, where: str, schema: str) -> None:
+        self._url, self._where, self._schema = url, where, schema
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def commit(self, batch: list[_Append]) -> None:
+        """Blocking: commit ``batch``, setting every item's ``result``.
+
+        A lost connection is retried once on a new one (safe: see the module
+        docstring).  Any other database error makes each append run in a
+        transaction of its own, so it fails only the append that caused it.
+        """
+        for attempt in (1, 2):
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = _connect(self._url, autocommit=False)
+                results = self._commit_once(self._conn, batch)
+            except psycopg.OperationalError as exc:
+                _discard(self._conn)
+                self._conn = None
+                if attempt == 2:
+                    err = _unavailable(self._where, "append", exc)
+                    err.args = (
+                        f"{err}; the append's outcome is unknown: append the same drafts "
+                        "(same event ids) again once the server is reachable; if it had "
+                        "committed, its records are returned and nothing is written twice",
+                    )
+                    for item in batch:
+                        item.result = err
+                    return
+                log.warning("postgres_append_retry", where=self._where, error=str(exc))
+            except psycopg.Error as exc:
+                self._rollback()
+                if len(batch) > 1:
+                    for item in batch:
+                        self.commit([item])
+                else:
+                    batch[0].result = _translate(self._where, "append", exc)
+                return
+            else:
+                for item, result in zip(batch, results, strict=True):
+                    item.result = result
+                return
+
+    def _rollback(self) -> None:
+        try:
+            if self._conn is not None:
+                self._conn.rollback()
+        except psycopg.Error:
+            _discard(self._conn)
+            self._conn = None
+
+    def close(self) -> None:
+        _discard(self._conn)
+        self._conn = None
+
+    def _commit_once(
+        self, conn: psycopg.Connection[Any], batch: list[_Append]
+    ) -> list[list[Record] | BaseException]:
+        sessions = sorted({item.lease.session for item in batch})
+        want_sessions = [item.lease.session for item in batch for _ in item.drafts]
+        want_ids = [d.id for item in batch for d in item.drafts]
+        with conn.pipeline():
+            locked = conn.execute(_LOCK_SESSIONS, (sessions,))
+            found = conn.execute(_FIND_IDS, (want_sessions, want_ids))
+            heads = {s: _Head(inc, head, digest) for s, inc, head, digest in locked.fetchall()}
+            stored: dict[tuple[str, str], _Stored] = {
+                (s, i): (seq, loop, at, cause, digest, body)
+                for s, i, seq, loop, at, cause, digest, body in found.fetchall()
+            }
+            now = time.time_ns()
+            rows: list[tuple[Any, ...]] = []
+            results = [self._check(item, heads, stored, rows, now) for item in batch]
+            written = {s: h for s, h in heads.items() if h.written}
+            if written:
+                if rows:
+                    conn.execute(_INSERT, [list(column) for column in zip(*rows, strict=True)])
+                conn.execute(
+                    _ADVANCE,
+                    (
+                        now,
+                        list(written),
+                        [h.head for h in written.values()],
+                        [h.digest for h in written.values()],
+                    ),
+                )
+                conn.execute(_NOTIFY, ([_channel(self._schema, s) for s in written],))
+            conn.commit()
+        return results
+
+    def _check(
+        self,
+        item: _Append,
+        heads: dict[str, _Head],
+        stored: dict[tuple[str, str], _Stored],
+        rows: list[tuple[Any, ...]],
+        now: int,
+    ) -> list[Record] | BaseException:
+        """Decide one append against the locked state; queue its rows when it passes."""
+        session, drafts = item.lease.session, item.drafts
+        h = heads.get(session)
+        if h is None:
+            return SessionNotFoundError(session)
+        if item.lease.incarnation != h.incarnation:
+            return FencedError(session, item.lease.incarnation, h.incarnation)
+        hits = [stored.get((session, d.id)) for d in drafts]
+        if any(hit is not None for hit in hits):
+            records = []
+            for d, body, hit in zip(drafts, item.bodies, hits, strict=True):
+                if hit is None or hit[5] != body or hit[1] != d.loop:
+                    return DuplicateEventError(session, d.id)
+                seq, loop, at, cause, digest, _ = hit
+                records.append(
+                    Record(
+                        seq=seq,
+                        id=d.id,
+                        session=session,
+                        loop=loop,
+                        at=at,
+                        cause=cause,
+                        digest=digest,
+                        event=d.event,
+                    )
+                )
+            return records
+        if item.expected_seq != h.head:
+            return ConflictError(session, item.expected_seq, h.head)
+        records = []
+        for d, body in zip(drafts, item.bodies, strict=True):
+            h.head += 1
+            h.digest = chain(h.digest, body)
+            rows.append((session, h.head, d.id, d.loop, now, d.cause, h.digest, body))
+            # A later append of this batch re-sending these ids finds them here.
+            stored[(session, d.id)] = (h.head, d.loop, now, d.cause, h.digest, body)
+            records.append(
+                Record(
+                    seq=h.head,
+                    id=d.id,
+                    session=session,
+                    loop=d.loop,
+                    at=now,
+                    cause=d.cause,
+                    digest=h.digest,
+                    event=d.event,
+                )
+            )
+        h.written = True
+        return records
+
+
+# -- the journal ----------------------------------------------------------------------
+
+
+class PostgresJournal:
+    """Journal in a PostgreSQL database (``postgresql://...``); see the module docstring.
+
+    Open it with ``await PostgresJournal.open(url)`` (or ``open_journal``);
+    close it with ``aclose()``.  Any number of processes may open the same
+    database: fencing and the row locks keep each session single-writer.
+    """
+
+    def __init__(self, url: str, where: str, schema: str, pool: _Pool) -> None:
+        self.url = url
+        self._where, self._schema, self._pool = where, schema, pool
+        self._writer = _Writer(url, where, schema)
+        self._pending: list[_Append] = []
+        self._writing = False
+        self._written = trio.Event()
+        self._tail_waits: set[trio.CancelScope] = set()
+        self._closed = False
+
+    @classmethod
+    async def open(cls, url: str) -> PostgresJournal:
+        """Connect, create the tables when absent, and check the schema version.
+
+        Raises ``JournalUnavailableError`` when the server cannot be reached,
+        ``JournalSchemaError`` when the database holds a newer schema.
+        """
+        where = _describe(url)
+
+        def work() -> tuple[psycopg.Connection[Any], str]:
+            try:
+                conn = _connect(url, autocommit=True)
+            except psycopg.Error as exc:
+                raise _translate(where, "opening the journal", exc) from exc
+            try:
+                return conn, _prepare_schema(conn, where)
+            except psycopg.Error as exc:
+                _discard(conn)
+                raise _translate(where, "preparing the journal tables", exc) from exc
+            except BaseException:
+                _discard(conn)
+                raise
+
+        conn, schema = await trio.to_thread.run_sync(work)
+        pool = _Pool(url, where)
+        pool.give(conn)
+        return cls(url, where, schema, pool)
+
+    # -- writing --------------------------------------------------------------------
+
+    async def open_session(self, session: str, *, create: bool = True) -> SessionLease:
+        """Take the write lease of ``session``, fencing every older lease.
+
+        Waits for an append in flight on the session to finish, so the
+        lease's ``head`` counts every record committed before it.
+        """
+        self._check_open()
+        _check_text("session id", session)
+        now = time.time_ns()
+
+        def work(conn: psycopg.Connection[Any]) -> tuple[int, int] | None:
+            if create:
+                cur = conn.execute(
+                    "INSERT INTO loopruntime_sessions AS s "
+                    "(session, incarnation, head, digest, created_at, updated_at) "
+                    "VALUES (%s, 1, 0, %s, %s, %s) ON CONFLICT (session) "
+                    "DO UPDATE SET incarnation = s.incarnation + 1 RETURNING incarnation, head",
+                    (session, GENESIS, now, now),
+                )
+            else:
+                cur = conn.execute(
+                    "UPDATE loopruntime_sessions SET incarnation = incarnation + 1 "
+                    "WHERE session = %s RETURNING incarnation, head",
+                    (session,),
+                )
+            row = cur.fetchone()
+            return (int(row[0]), int(row[1])) if row else None
+
+        # Not retried: a lost connection may have bumped the incarnation, and
+        # a second bump would be harmless but surprising; the caller decides.
+        got = await self._pool.run(f"opening session {session}", work, retry=False)
+        if got is None:
+            raise SessionNotFoundError(session)
+        return SessionLease(session=session, incarnation=got[0], head=got[1])
+
+    async def append(
+        self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
+    ) -> list[Record]:
+        """Append ``drafts`` atomically after ``expected_seq``; return them as records.
+
+        Durable on return (the transaction committed).  Idempotent by event
+        id.  If the caller is cancelled before the batch carrying this append
+        is sent, nothing is written; once it is sent, the append commits or
+        not regardless, and the caller learns which by appending the same
+        drafts again.
+        """
+        self._check_open()
+        for d in drafts:
+            _check_text("event id", d.id)
+            _check_text("loop id", d.loop)
+            _check_text("cause", d.cause)
+        item = _Append(lease, drafts, expected_seq, [encode_event(d.event) for d in drafts])
+        self._pending.append(item)
+        try:
+            while item.result is None:
+                if self._writing:
+                    await self._written.wait()
+                    continue
+                self._check_open()
+                # This task leads the next group commit: it takes every append
+                # waiting now, its own included.
+                batch, self._pending = self._pending, []
+                self._writing = True
+                try:
+                    # Not abandoned on cancel: the thread's outcome must be recorded.
+                    await trio.to_thread.run_sync(self._writer.commit, batch)
+                finally:
+                    for taken in batch:
+                        if taken.result is None:
+                            # Only an error escaping the writer gets here; without
+                            # a result the appends would wait for ever.
+                            taken.result = JournalError(
+                                f"journal {self._where}: the group commit stopped before "
+                                "deciding this append; its outcome is unknown: append the "
+                                "same drafts again to learn it"
+                            )
+                    self._writing = False
+                    written, self._written = self._written, trio.Event()
+                    written.set()
+        finally:
+            if item.result is None and item in self._pending:
+                self._pending.remove(item)
+        if isinstance(item.result, BaseException):
+            raise item.result
+        return item.result
+
+    # -- reading --------------------------------------------------------------------
+
+    async def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+        """Yield the session's records after seq ``after``, verifying the chain.
+
+        A damaged record raises ``JournalCorruptError`` after every good
+        record before it was yielded.  Each page is its own query, so no
+        connection or transaction is held while the consumer works.
+        """
+        self._check_open()
+
+        def start(conn: psycopg.Connection[Any]) -> tuple[bytes, list[tuple[Any, ...]]] | None:
+            row = conn.execute(
+                "SELECT (SELECT digest FROM loopruntime_records WHERE session = %s AND seq = %s)"
+                " FROM loopruntime_sessions WHERE session = %s",
+                (session, after, session),
+            ).fetchone()
+            if row is None:
+                return None
+            return row[0] or GENESIS, _page(conn, session, after)
+
+        first = await self._pool.run(f"reading session {session}", start)
+        if first is None:
+            raise SessionNotFoundError(session)
+        previous, page = first
+        seq = after
+        while page:
+            for count, (row_seq, id_, loop, at, cause, digest, body) in enumerate(page, 1):
+                seq += 1
+                if row_seq != seq:
+                    raise JournalCorruptError(session, seq, f"record missing (found {row_seq})")
+                if chain(previous, body) != digest:
+                    raise JournalCorruptError(session, seq, "digest chain broken")
+                previous = digest
+                yield Record(
+                    seq=seq,
+                    id=id_,
+                    session=session,
+                    loop=loop,
+                    at=at,
+                    cause=cause,
+                    digest=digest,
+                    event=decode_event(body, session=session, seq=seq),
+                )
+                if count % 512 == 0:
+                    await trio.lowlevel.checkpoint()
+            if len(page) < _READ_PAGE:
+                return
+            self._check_open()
+            page = await self._pool.run(
+                f"reading session {session}", partial(_page, session=session, after=seq)
+            )
+
+    async def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+        """``read``, then follow appends (from any process) until the journal closes.
+
+        Holds one listening connection while it runs; wakes on commit
+        notifications, never on a timer.
+        """
+        self._check_open()
+        channel = _channel(self._schema, session)
+        listener = await self._listen(channel)
+        try:
+            seq = after
+            while not self._closed:
+                try:
+                    async for record in self.read(session, after=seq):
+                        seq = record.seq
+                        yield record
+                except JournalClosedError:
+                    # Closed while the consumer held a record: the tail just ends.
+                    return
+                if await self._wait_notified(listener):
+                    return
+                if not _drain(listener):
+                    # Lost the listening connection: listen again, then re-read,
+                    # which catches anything committed while it was down.
+                    _close_listener(listener)
+                    listener = await self._listen(channel)
+        finally:
+            _close_listener(listener)
+
+    async def _listen(self, channel: str) -> psycopg.Connection[Any]:
+        def work() -> psycopg.Connection[Any]:
+            conn = _connect(self.url, autocommit=True)
+            try:
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            except BaseException:
+                _discard(conn)
+                raise
+            return conn
+
+        try:
+            return await trio.to_thread.run_sync(work)
+        except psycopg.Error as exc:
+            raise _translate(self._where, "following a session", exc) from exc
+
+    async def _wait_notified(self, listener: psycopg.Connection[Any]) -> bool:
+        """Wait until the listening socket is readable; True when the journal closed."""
+        if self._closed:
+            return True
+        with trio.CancelScope() as scope:
+            self._tail_waits.add(scope)
+            try:
+                await trio.lowlevel.wait_readable(listener.fileno())
+            finally:
+                self._tail_waits.discard(scope)
+        return self._closed
+
+    async def head(self, session: str) -> int:
+        self._check_open()
+
+        def work(conn: psycopg.Connection[Any]) -> int | None:
+            row = conn.execute(
+                "SELECT head FROM loopruntime_sessions WHERE session = %s", (session,)
+            ).fetchone()
+            return int(row[0]) if row else None
+
+        got = await self._pool.run(f"reading the head of session {session}", work)
+        if got is None:
+            raise SessionNotFoundError(session)
+        return got
+
+    async def sessions(self) -> list[SessionInfo]:
+        """Every session, oldest first."""
+        self._check_open()
+
+        def work(conn: psycopg.Connection[Any]) -> list[SessionInfo]:
+            rows = conn.execute(
+                "SELECT session, head, incarnation, created_at, updated_at "
+                "FROM loopruntime_sessions ORDER BY created_at, session"
+            ).fetchall()
+            return [
+                SessionInfo(session=s, head=h, incarnation=i, created_at=c, updated_at=u)
+                for s, h, i, c, u in rows
+            ]
+
+        return await self._pool.run("listing sessions", work)
+
+    async def aclose(self) -> None:
+        """Close the journal: wait for a commit in flight, then close every connection.
+
+        Appends still waiting for a group commit fail with
+        ``JournalClosedError``; tails end.  Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for scope in self._tail_waits:
+            scope.cancel()
+        with trio.CancelScope(shield=True):
+            # The commit in flight decides its appends' outcomes; let it finish.
+            while self._writing:
+                await self._written.wait()
+            self._written.set()
+            await trio.to_thread.run_sync(self._writer.close)
+            await trio.to_thread.run_sync(self._pool.close)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalClosedError(f"journal {self._where} is closed")
+
+
+def _page(conn: psycopg.Connection[Any], session: str, after: int) -> list[tuple[Any, ...]]:
+    """Blocking: the next page of records after ``after``."""
+    # Binary results: bytea arrives as raw bytes instead of hex to decode.
+    with conn.cursor(binary=True) as cur:
+        return cur.execute(_PAGE, (session, after, _READ_PAGE)).fetchall()
+
+
+def _close_listener(listener: psycopg.Connection[Any]) -> None:
+    """Close a listening connection, telling trio first that its socket goes away.
+
+    PQfinish only writes a short terminate message and closes the socket, so
+    this runs on the trio thread, even while a tail is being cancelled.
+    """
+    if not listener.closed:
+        trio.lowlevel.notify_closing(listener.fileno())
+    _discard(listener)
+
+
+def _drain(listener: psycopg.Connection[Any]) -> bool:
+    """Consume what the listening socket holds; False when the connection is lost.
+
+    Never blocks: it only reads what already arrived.  The notifications
+    themselves carry nothing the tail needs -- it re-reads from its seq.
+    """
+    pgconn = listener.pgconn
+    try:
+        pgconn.consume_input()
+    except psycopg.OperationalError:
+        return False
+    while pgconn.notifies() is not None:
+        pass
+    return True
