@@ -179,21 +179,30 @@ def _connect(url: str, *, autocommit: bool) -> psycopg.Connection[Any]:
     return psycopg.connect(url, autocommit=autocommit, **extra)
 
 
-def _unavailable(where: str, doing: str, exc: psycopg.Error) -> JournalUnavailableError:
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    err = JournalUnavailableError(
-        f"{doing} failed: cannot reach PostgreSQL at {where} ({reason}); check that the "
-        "server is running and the URL is right"
-    )
-    err.__cause__ = exc
-    return err
+def _lost(conn: psycopg.Connection[Any] | None) -> bool:
+    """Whether an error left ``conn`` unusable (or there never was one)."""
+    return conn is None or conn.closed or conn.broken
 
 
-def _translate(where: str, doing: str, exc: psycopg.Error) -> JournalError:
-    """The one place psycopg errors become journal errors."""
-    if isinstance(exc, psycopg.OperationalError):
-        return _unavailable(where, doing, exc)
-    err = JournalError(f"{doing} failed on PostgreSQL at {where}: {exc}")
+def _translate(
+    where: str, doing: str, exc: psycopg.Error, *, lost: bool, hint: str = ""
+) -> JournalError:
+    """The one place psycopg errors become journal errors.
+
+    ``lost``: the connection could not be opened or broke, which makes the
+    server unavailable.  Otherwise the server refused a statement (a limit,
+    a permission, ...), which is a plain ``JournalError``.
+    """
+    text = str(exc).strip()
+    reason = text.splitlines()[0] if text else type(exc).__name__
+    err: JournalError
+    if lost:
+        err = JournalUnavailableError(
+            f"{doing} failed: cannot reach PostgreSQL at {where} ({reason}); check that the "
+            f"server is running and the URL is right{hint}"
+        )
+    else:
+        err = JournalError(f"{doing} failed on PostgreSQL at {where}: {reason}{hint}")
     err.__cause__ = exc
     return err
 
@@ -270,27 +279,31 @@ def _prepare_schema(conn: psycopg.Connection[Any], where: str) -> str:
         return str(schema)
 
 
+def _open_prepared(url: str, where: str) -> tuple[psycopg.Connection[Any], str]:
+    """Blocking: connect and prepare the schema; return the connection and the schema."""
+    try:
+        conn = _connect(url, autocommit=True)
+    except psycopg.Error as exc:
+        raise _translate(where, "connecting", exc, lost=True) from exc
+    try:
+        return conn, _prepare_schema(conn, where)
+    except psycopg.Error as exc:
+        lost = _lost(conn)
+        _discard(conn)
+        raise _translate(where, "preparing the journal tables", exc, lost=lost) from exc
+    except BaseException:
+        _discard(conn)
+        raise
+
+
 async def init_schema(url: str) -> None:
     """Create the journal tables at ``url`` if absent and check their version.
 
     Idempotent.  Raises ``JournalUnavailableError`` when the server cannot be
     reached and ``JournalSchemaError`` when the database holds a newer schema.
     """
-    where = _describe(url)
-
-    def work() -> None:
-        try:
-            conn = _connect(url, autocommit=True)
-        except psycopg.Error as exc:
-            raise _translate(where, "connecting", exc) from exc
-        try:
-            _prepare_schema(conn, where)
-        except psycopg.Error as exc:
-            raise _translate(where, "creating the journal tables", exc) from exc
-        finally:
-            _discard(conn)
-
-    await trio.to_thread.run_sync(work)
+    conn, _ = await trio.to_thread.run_sync(_open_prepared, url, _describe(url))
+    await trio.to_thread.run_sync(_discard, conn)
 
 
 # -- the reader pool ------------------------------------------------------------------
@@ -328,18 +341,18 @@ class _Pool:
                             partial(_connect, autocommit=True), self._url
                         )
                     result = await trio.to_thread.run_sync(fn, conn)
-                except psycopg.OperationalError as exc:
+                except psycopg.Error as exc:
+                    if not _lost(conn):
+                        self._return(conn)
+                        raise _translate(self._where, doing, exc, lost=False) from exc
                     # Shielded: closing is quick and must happen even when the
                     # caller is being cancelled, or the connection leaks.
                     with trio.CancelScope(shield=True):
                         await trio.to_thread.run_sync(_discard, conn)
                     if attempt == 2 or not retry:
-                        raise _translate(self._where, doing, exc) from exc
+                        raise _translate(self._where, doing, exc, lost=True) from exc
                     log.warning("postgres_retry", where=self._where, doing=doing, error=str(exc))
                     continue
-                except psycopg.Error as exc:
-                    self._return(conn)
-                    raise _translate(self._where, doing, exc) from exc
                 except BaseException:
                     self._return(conn)
                     raise
@@ -415,28 +428,33 @@ class _Writer:
                 if self._conn is None or self._conn.closed:
                     self._conn = _connect(self._url, autocommit=False)
                 results = self._commit_once(self._conn, batch)
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:
+                if not _lost(self._conn):
+                    # The server refused a statement; find the append that
+                    # caused it by committing each alone.
+                    self._rollback()
+                    if len(batch) > 1:
+                        for item in batch:
+                            self.commit([item])
+                    else:
+                        batch[0].result = _translate(self._where, "append", exc, lost=False)
+                    return
                 _discard(self._conn)
                 self._conn = None
                 if attempt == 2:
-                    err = _unavailable(self._where, "append", exc)
-                    err.args = (
-                        f"{err}; the append's outcome is unknown: append the same drafts "
-                        "(same event ids) again once the server is reachable; if it had "
+                    err = _translate(
+                        self._where,
+                        "append",
+                        exc,
+                        lost=True,
+                        hint="; the append's outcome is unknown: append the same drafts "
+                        "(same event ids) again once the server is reachable -- if it had "
                         "committed, its records are returned and nothing is written twice",
                     )
                     for item in batch:
                         item.result = err
                     return
                 log.warning("postgres_append_retry", where=self._where, error=str(exc))
-            except psycopg.Error as exc:
-                self._rollback()
-                if len(batch) > 1:
-                    for item in batch:
-                        self.commit([item])
-                else:
-                    batch[0].result = _translate(self._where, "append", exc)
-                return
             else:
                 for item, result in zip(batch, results, strict=True):
                     item.result = result
@@ -577,22 +595,7 @@ class PostgresJournal:
         ``JournalSchemaError`` when the database holds a newer schema.
         """
         where = _describe(url)
-
-        def work() -> tuple[psycopg.Connection[Any], str]:
-            try:
-                conn = _connect(url, autocommit=True)
-            except psycopg.Error as exc:
-                raise _translate(where, "opening the journal", exc) from exc
-            try:
-                return conn, _prepare_schema(conn, where)
-            except psycopg.Error as exc:
-                _discard(conn)
-                raise _translate(where, "preparing the journal tables", exc) from exc
-            except BaseException:
-                _discard(conn)
-                raise
-
-        conn, schema = await trio.to_thread.run_sync(work)
+        conn, schema = await trio.to_thread.run_sync(_open_prepared, url, where)
         pool = _Pool(url, where)
         pool.give(conn)
         return cls(url, where, schema, pool)
@@ -780,7 +783,7 @@ class PostgresJournal:
         try:
             return await trio.to_thread.run_sync(work)
         except psycopg.Error as exc:
-            raise _translate(self._where, "following a session", exc) from exc
+            raise _translate(self._where, "following a session", exc, lost=True) from exc
 
     async def _wait_notified(self, listener: psycopg.Connection[Any]) -> bool:
         """Wait until the listening socket is readable; True when the journal closed."""
