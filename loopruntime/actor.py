@@ -1,0 +1,500 @@
+"""The Loop actor: one trio task owning one agent loop.
+
+It takes commands from a bounded lane and a priority lane (Interrupt,
+Shutdown; always served first).  A turn runs in a child task with its own
+cancel scope, so the actor keeps taking commands while a turn runs.
+
+State changes only through ``LoopHost.commit``: the host appends the events,
+folds each durable record into ``Loop.state`` (``Loop.apply``) in seq order,
+publishes them, and only then returns to the caller.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import structlog
+import trio
+
+from journal.content import Message, Text
+from journal.events import (
+    Event,
+    GateResolved,
+    InputCancelled,
+    InputQueued,
+    LoopModeChanged,
+    LoopStarted,
+    SteerQueued,
+    ToolResolved,
+    TurnStarted,
+)
+from journal.record import Record
+
+from .commands import (
+    PRIORITY,
+    AnswerGate,
+    CancelQueuedInput,
+    ChangeMode,
+    Command,
+    Compact,
+    DecideGate,
+    Interrupt,
+    Reply,
+    ResolveToolCall,
+    Shutdown,
+    Snapshot,
+    Steer,
+    SubagentResult,
+    UserInput,
+    closed_error,
+)
+from .definition import LoopDefinition, ResolvedDefinition
+from .errors import (
+    GateMismatchError,
+    InvalidAnswerError,
+    LoopClosedError,
+    NotQueuedError,
+    NotUnknownEffectError,
+    UnknownCommandError,
+)
+from .model import Delta
+from .state import LoopState, copy_state, fold
+
+__all__ = ["Loop", "LoopHost", "new_id"]
+
+log = structlog.get_logger(__name__)
+
+
+def new_id(prefix: str) -> str:
+    """A fresh random id (``prefix`` + 16 hex digits)."""
+    return prefix + os.urandom(8).hex()
+
+
+class LoopHost(Protocol):
+    """What a loop needs from the session that hosts it."""
+
+    async def commit(
+        self, loop: Loop, events: Sequence[Event], *, cause: str | None = None
+    ) -> list[Record]:
+        """Append durably, fold into ``loop.state`` in seq order, publish, return.
+
+        Enqueued before the first checkpoint, so commits keep call order; atomic
+        under cancellation (the caller always learns what became durable)."""
+        ...
+
+    def publish_delta(self, loop: str, effect_id: str, delta: Delta) -> None:
+        """Show a live stream delta to subscribers (ephemeral, may be dropped)."""
+        ...
+
+
+class _Mailbox:
+    """A bounded command lane plus an unbounded priority lane."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._normal: deque[Any] = deque()
+        self._priority: deque[Any] = deque()
+        self._readable = trio.lowlevel.ParkingLot()
+        self._writable = trio.lowlevel.ParkingLot()
+        self.closed = False
+
+    def __len__(self) -> int:
+        return len(self._normal) + len(self._priority)
+
+    async def send(self, item: Any) -> None:
+        while len(self._normal) >= self._capacity and not self.closed:
+            await self._writable.park()
+        if self.closed:
+            raise LoopClosedError("the loop is shut down; it takes no more commands")
+        self._normal.append(item)
+        self._readable.unpark()
+        await trio.lowlevel.checkpoint()
+
+    def send_priority(self, item: Any) -> None:
+        if self.closed:
+            raise LoopClosedError("the loop is shut down; it takes no more commands")
+        self._priority.append(item)
+        self._readable.unpark()
+
+    async def receive(self) -> Any:
+        while not self._priority and not self._normal:
+            await self._readable.park()
+        if self._priority:
+            return self._priority.popleft()
+        item = self._normal.popleft()
+        self._writable.unpark()
+        return item
+
+    def close(self) -> list[Any]:
+        """Refuse new items; return those still waiting."""
+        self.closed = True
+        self._writable.unpark_all()
+        left = [*self._priority, *self._normal]
+        self._priority.clear()
+        self._normal.clear()
+        return left
+
+
+class _TurnDone:
+    """Internal: the turn task finished."""
+
+
+class Loop:
+    """One agent loop.  Create it, then ``await nursery.start(loop.run)``."""
+
+    def __init__(
+        self,
+        *,
+        loop_id: str,
+        definition: LoopDefinition,
+        host: LoopHost,
+        state: LoopState | None = None,
+        mailbox_capacity: int = 64,
+    ) -> None:
+        self.id = loop_id
+        self.definition = definition
+        self.host = host
+        self.state = state if state is not None else LoopState()
+        self._mailbox = _Mailbox(mailbox_capacity)
+        self._turn_task_running = False
+        self._turn_scope: trio.CancelScope | None = None
+        self._turn_finished = trio.Event()
+        self._gate_waiters: dict[str, Reply[GateResolved]] = {}
+        self._active = 0
+        """Tasks of this loop doing work (not waiting on a person)."""
+        self._quiet = trio.lowlevel.ParkingLot()
+        self._stopping = False
+        self._stopped = trio.Event()
+        self.log = log.bind(loop=loop_id, definition=definition.name)
+        from .context import RequestBuilder
+
+        self.requests = RequestBuilder()
+
+    # -- plumbing used by the host and the turn ----------------------------------
+
+    def apply(self, record: Record) -> None:
+        """Fold one durable record (called by the host, in seq order)."""
+        fold(self.state, record)
+
+    async def commit(self, events: Sequence[Event], *, cause: str | None = None) -> list[Record]:
+        return await self.host.commit(self, events, cause=cause)
+
+    def resolved(self) -> ResolvedDefinition:
+        return self.definition.resolved(self.state.mode)
+
+    def gate_waiter(self, gate_id: str) -> Reply[GateResolved]:
+        waiter = self._gate_waiters.get(gate_id)
+        if waiter is None:
+            waiter = self._gate_waiters[gate_id] = Reply()
+        return waiter
+
+    def forget_gate(self, gate_id: str) -> None:
+        self._gate_waiters.pop(gate_id, None)
+
+    def busy(self, delta: int) -> None:
+        self._active += delta
+        if self._active == 0:
+            self._quiet.unpark_all()
+
+    @property
+    def quiescent(self) -> bool:
+        """Nothing to do until someone sends a command (idle, or waiting on a
+        person: an open gate or an unknown effect)."""
+        return self._active == 0 and len(self._mailbox) == 0
+
+    async def wait_quiescent(self) -> None:
+        while not self.quiescent and not self._stopped.is_set():
+            await self._quiet.park()
+
+    # -- the public side -------------------------------------------------------
+
+    async def send(self, command: Command) -> Any:
+        """Deliver a command and wait for its acceptance (or its error)."""
+        if self._mailbox.closed:
+            raise closed_error(self.id)
+        if isinstance(command, PRIORITY):
+            self._mailbox.send_priority(command)
+        else:
+            await self._mailbox.send(command)
+        self._quiet_changed()
+        return await command.reply.wait()
+
+    def _quiet_changed(self) -> None:
+        self._quiet.unpark_all()
+
+    # -- the actor -------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[Loop] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                if not self.state.loop:
+                    resolved = self.resolved()
+                    await self.commit(
+                        [LoopStarted(definition=self.definition.name, model=resolved.model.name)]
+                    )
+                task_status.started(self)
+                self.busy(+1)
+                try:
+                    await self._resume()
+                finally:
+                    self.busy(-1)
+                while True:
+                    command = await self._mailbox.receive()
+                    self.busy(+1)
+                    try:
+                        if isinstance(command, _TurnDone):
+                            await self._after_turn()
+                            continue
+                        try:
+                            await self._handle(command)
+                        except (LoopClosedError, NotQueuedError, GateMismatchError) as exc:
+                            command.reply.fail(exc)
+                        except (InvalidAnswerError, NotUnknownEffectError, UnknownCommandError) as exc:
+                            command.reply.fail(exc)
+                        except Exception as exc:
+                            command.reply.fail(exc)
+                            raise
+                        if isinstance(command, Shutdown):
+                            break
+                    finally:
+                        self.busy(-1)
+                nursery.cancel_scope.cancel()
+        finally:
+            for item in self._mailbox.close():
+                if not isinstance(item, _TurnDone):
+                    item.reply.fail(closed_error(self.id))
+            for waiter in self._gate_waiters.values():
+                waiter.fail(closed_error(self.id))
+            self._stopped.set()
+            self._quiet.unpark_all()
+
+    async def _handle(self, command: Command) -> None:
+        state = self.state
+        match command:
+            case UserInput():
+                await self.commit(
+                    [
+                        InputQueued(
+                            input_id=command.input_id,
+                            messages=command.messages,
+                            trigger=command.trigger,
+                        )
+                    ],
+                    cause=command.cause,
+                )
+                command.reply.set(command.input_id)
+                await self._maybe_start_turn()
+            case SubagentResult():
+                trigger = "notification" if command.background else "subagent"
+                text = f"[result of child loop {command.child_loop}]\n{command.text}"
+                await self.commit(
+                    [
+                        InputQueued(
+                            input_id=command.input_id,
+                            messages=(Message(role="user", blocks=(Text(text=text),)),),
+                            trigger=trigger,
+                        )
+                    ],
+                    cause=command.cause,
+                )
+                command.reply.set(command.input_id)
+                await self._maybe_start_turn()
+            case CancelQueuedInput():
+                if not any(q.input_id == command.input_id for q in state.queued):
+                    raise NotQueuedError(
+                        f"input {command.input_id} is not queued in loop {self.id} "
+                        "(it already started a turn, was cancelled, or never existed)"
+                    )
+                await self.commit([InputCancelled(input_id=command.input_id)], cause=command.cause)
+                command.reply.set(True)
+            case Steer():
+                await self.commit(
+                    [SteerQueued(steer_id=command.steer_id, text=command.text)],
+                    cause=command.cause,
+                )
+                command.reply.set(command.steer_id)
+                await self._maybe_start_turn()
+            case AnswerGate():
+                gate = state.gates.get(command.gate_id)
+                if gate is None or gate.kind != "user_input":
+                    raise _gate_mismatch(command.gate_id, "user_input", gate)
+                if gate.choices is not None and command.answer not in gate.choices:
+                    raise InvalidAnswerError(
+                        f"answer {command.answer!r} is not one of the choices "
+                        f"{list(gate.choices)} of gate {command.gate_id}; the gate stays open"
+                    )
+                await self._resolve_gate(
+                    GateResolved(gate_id=gate.gate_id, kind="user_input", answer=command.answer),
+                    command,
+                )
+            case DecideGate():
+                gate = state.gates.get(command.gate_id)
+                if gate is None or gate.kind != "permission":
+                    raise _gate_mismatch(command.gate_id, "permission", gate)
+                await self._resolve_gate(
+                    GateResolved(
+                        gate_id=gate.gate_id,
+                        kind="permission",
+                        allow=command.allow,
+                        scope=command.scope,
+                    ),
+                    command,
+                )
+            case ResolveToolCall():
+                if command.execution_id not in state.unknown:
+                    raise NotUnknownEffectError(
+                        f"execution {command.execution_id} in loop {self.id} has no unknown "
+                        "outcome to resolve (it completed, was resolved, or never started)"
+                    )
+                started = state.unknown[command.execution_id]
+                await self.commit(
+                    [
+                        ToolResolved(
+                            execution_id=command.execution_id,
+                            tool_use_id=started.tool_use_id,
+                            content=command.content,
+                            is_error=command.is_error,
+                        )
+                    ],
+                    cause=command.cause,
+                )
+                command.reply.set(True)
+                await self._resume()
+            case ChangeMode():
+                self.definition.mode(command.mode)  # raises ModeNotFoundError
+                await self.commit([LoopModeChanged(mode=command.mode)], cause=command.cause)
+                command.reply.set(True)
+            case Compact():
+                from .compaction import compact
+
+                command.reply.set(command.attempt_id)
+                await compact(self, command.attempt_id, trigger="manual", cause=command.cause)
+                await self._maybe_start_turn()
+            case Interrupt():
+                command.reply.set(await self._stop_turn(reason="interrupted"))
+            case Shutdown():
+                await self._stop_turn(reason="shutdown")
+                self._stopping = True
+                command.reply.set(True)
+            case Snapshot():
+                command.reply.set(copy_state(state))
+            case _:
+                raise UnknownCommandError(
+                    f"loop {self.id} does not understand {type(command).__name__}"
+                )
+
+    async def _resolve_gate(self, event: GateResolved, command: AnswerGate | DecideGate) -> None:
+        await self.commit([event], cause=command.cause)
+        # The turn may not be waiting yet (just resumed): the waiter keeps the
+        # answer until it does.
+        self.gate_waiter(event.gate_id).set(event)
+        command.reply.set(True)
+
+    # -- turns -----------------------------------------------------------------
+
+    async def _maybe_start_turn(self) -> None:
+        state = self.state
+        if (
+            self._turn_task_running
+            or self._stopping
+            or state.turn_open
+            or state.stopped
+            or state.gates
+            or state.unknown
+            or not (state.queued or state.steering)
+        ):
+            return
+        if await self._maybe_auto_compact():
+            return
+        await self.commit(
+            [
+                TurnStarted(
+                    turn=state.turn_index + 1,
+                    input_ids=tuple(q.input_id for q in state.queued),
+                    steer_ids=tuple(s.steer_id for s in state.steering),
+                )
+            ]
+        )
+        self._spawn_turn()
+
+    async def _maybe_auto_compact(self) -> bool:
+        """Compact before starting a turn when the context passed its threshold.
+        Returns True when it ran (the caller starts the turn afterwards)."""
+        from .compaction import needs_compaction
+
+        if not needs_compaction(self):
+            return False
+        from .compaction import compact
+
+        await compact(self, new_id("cmp_"), trigger="auto")
+        await self._maybe_start_turn()
+        return True
+
+    def _spawn_turn(self) -> None:
+        from .turn import TurnRunner
+
+        self._turn_task_running = True
+        self._turn_finished = trio.Event()
+        self.busy(+1)
+        self._nursery.start_soon(self._turn_task, TurnRunner(self))
+
+    async def _turn_task(self, runner: Any) -> None:
+        try:
+            await runner.run()
+        finally:
+            self._turn_task_running = False
+            self._turn_scope = None
+            self._turn_finished.set()
+            if not self._mailbox.closed:
+                self._mailbox.send_priority(_TurnDone())
+            self.busy(-1)
+
+    async def _resume(self) -> None:
+        """Continue after start or restore: an open turn with nothing unknown
+        resumes where its records left it; otherwise queued input may start."""
+        state = self.state
+        if self._turn_task_running or self._stopping:
+            return
+        if state.turn_open:
+            if not state.unknown:
+                self._spawn_turn()
+            return
+        await self._maybe_start_turn()
+
+    async def _after_turn(self) -> None:
+        if self.state.last_outcome in ("completed", "limit", "crashed"):
+            await self._maybe_start_turn()
+
+    async def _stop_turn(self, *, reason: str) -> bool:
+        """Cancel the running turn and wait until it has settled its records."""
+        if not self._turn_task_running:
+            return False
+        self._stop_reason = reason
+        if self._turn_scope is not None:
+            self._turn_scope.cancel()
+        else:
+            self._cancel_on_start = True
+        await self._turn_finished.wait()
+        return True
+
+    _stop_reason = "interrupted"
+    _cancel_on_start = False
+
+    def enter_turn_scope(self, scope: trio.CancelScope) -> None:
+        self._turn_scope = scope
+        if self._cancel_on_start:
+            self._cancel_on_start = False
+            scope.cancel()
+
+
+def _gate_mismatch(gate_id: str, kind: str, gate: Any) -> GateMismatchError:
+    if gate is None:
+        return GateMismatchError(f"gate {gate_id} is not open (never opened, or already closed)")
+    return GateMismatchError(
+        f"gate {gate_id} is a {gate.kind} gate, not {kind}; answer it with "
+        + ("Session.answer" if gate.kind == "user_input" else "Session.decide")
+    )

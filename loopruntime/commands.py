@@ -1,0 +1,172 @@
+"""Commands a loop actor accepts.
+
+Every command may carry a ``Reply`` the actor settles once it has accepted
+(or refused) the command: acceptance means the resulting event is durable.
+What happens *afterwards* (a turn running, a gate opening) is told by events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+import trio
+
+from journal.content import Message, ResultBlock
+
+from .errors import LoopClosedError
+
+__all__ = [
+    "AnswerGate",
+    "CancelQueuedInput",
+    "ChangeMode",
+    "Command",
+    "Compact",
+    "DecideGate",
+    "Interrupt",
+    "Reply",
+    "ResolveToolCall",
+    "Shutdown",
+    "Snapshot",
+    "Steer",
+    "SubagentResult",
+    "UserInput",
+]
+
+T = TypeVar("T")
+
+
+class Reply(Generic[T]):
+    """A one-shot answer from the actor.  ``wait()`` raises what the actor failed
+    it with; an actor that dies fails every pending reply (nothing waits forever)."""
+
+    __slots__ = ("_done", "_error", "_value")
+
+    def __init__(self) -> None:
+        self._done = trio.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+
+    def set(self, value: T) -> None:
+        if not self._done.is_set():
+            self._value = value
+            self._done.set()
+
+    def fail(self, error: BaseException) -> None:
+        if not self._done.is_set():
+            self._error = error
+            self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    async def wait(self) -> T:
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+
+@dataclass(eq=False, kw_only=True)
+class _Command:
+    reply: Reply[Any] = field(default_factory=Reply)
+    cause: str | None = None
+    """Id of whatever asked for this (recorded as each resulting record's cause)."""
+
+
+@dataclass(eq=False, kw_only=True)
+class UserInput(_Command):
+    """Queue input; it starts a turn now or when the running one ends."""
+
+    input_id: str
+    messages: tuple[Message, ...]
+    trigger: Literal["external", "notification", "subagent"] = "external"
+
+
+@dataclass(eq=False, kw_only=True)
+class SubagentResult(_Command):
+    """A child loop's result, delivered to its parent as input."""
+
+    input_id: str
+    child_loop: str
+    text: str
+    background: bool = False
+
+
+@dataclass(eq=False, kw_only=True)
+class CancelQueuedInput(_Command):
+    input_id: str
+
+
+@dataclass(eq=False, kw_only=True)
+class Steer(_Command):
+    steer_id: str
+    text: str
+
+
+@dataclass(eq=False, kw_only=True)
+class AnswerGate(_Command):
+    gate_id: str
+    answer: str
+
+
+@dataclass(eq=False, kw_only=True)
+class DecideGate(_Command):
+    gate_id: str
+    allow: bool
+    scope: Literal["once", "session"] = "once"
+
+
+@dataclass(eq=False, kw_only=True)
+class ChangeMode(_Command):
+    mode: str | None
+
+
+@dataclass(eq=False, kw_only=True)
+class Compact(_Command):
+    attempt_id: str
+
+
+@dataclass(eq=False, kw_only=True)
+class ResolveToolCall(_Command):
+    execution_id: str
+    content: tuple[ResultBlock, ...]
+    is_error: bool = False
+
+
+@dataclass(eq=False, kw_only=True)
+class Interrupt(_Command):
+    """Stop the running turn.  Reply: whether a turn was stopped."""
+
+
+@dataclass(eq=False, kw_only=True)
+class Shutdown(_Command):
+    """Stop the running turn (if any) and the loop."""
+
+
+@dataclass(eq=False, kw_only=True)
+class Snapshot(_Command):
+    """Reply: a consistent deep copy of the loop state."""
+
+
+Command = (
+    UserInput
+    | SubagentResult
+    | CancelQueuedInput
+    | Steer
+    | AnswerGate
+    | DecideGate
+    | ChangeMode
+    | Compact
+    | ResolveToolCall
+    | Interrupt
+    | Shutdown
+    | Snapshot
+)
+
+PRIORITY = (Interrupt, Shutdown)
+
+
+def closed_error(loop: str) -> LoopClosedError:
+    return LoopClosedError(f"loop {loop} is shut down; it takes no more commands")

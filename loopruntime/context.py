@@ -1,0 +1,112 @@
+"""Building the model request from loop state (pure).
+
+The request is always valid for the provider: consecutive messages of one
+role are merged, and a context that still holds an unanswered ``tool_use``
+is refused loudly rather than sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import msgspec
+
+from journal.content import Block, Message, ToolResult, ToolUse
+
+from .model import ModelRequest, ToolSchema
+
+__all__ = ["RequestBuilder", "merged", "unanswered_tool_uses"]
+
+
+def merged(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """Consecutive same-role messages joined into one (providers require
+    alternation); tool results are placed first in a merged user message."""
+    out: list[Message] = []
+    for m in messages:
+        if out and out[-1].role == m.role:
+            prev = out[-1]
+            blocks: list[Block] = [*prev.blocks, *m.blocks]
+            if m.role == "user":
+                blocks.sort(key=lambda b: not isinstance(b, ToolResult))
+            out[-1] = Message(
+                role=m.role,
+                blocks=tuple(blocks),
+                synthetic=prev.synthetic and m.synthetic,
+                derived=prev.derived and m.derived,
+            )
+        else:
+            out.append(m)
+    return tuple(out)
+
+
+def unanswered_tool_uses(messages: Sequence[Message]) -> list[str]:
+    """tool_use ids not answered by a tool_result in the following message."""
+    missing: list[str] = []
+    for i, m in enumerate(messages):
+        if m.role != "assistant":
+            continue
+        uses = [b.id for b in m.blocks if isinstance(b, ToolUse)]
+        if not uses:
+            continue
+        nxt = messages[i + 1] if i + 1 < len(messages) else None
+        answered = (
+            {b.tool_use_id for b in nxt.blocks if isinstance(b, ToolResult)} if nxt else set()
+        )
+        missing.extend(u for u in uses if u not in answered)
+    return missing
+
+
+class RequestBuilder:
+    """Builds requests incrementally: history only grows between compactions,
+    so each call merges and digests just the new messages.  This keeps the
+    cost of a step flat however long the conversation is."""
+
+    def __init__(self) -> None:
+        self._merged: list[Message] = []
+        self._source: list[Message] = []
+        self._digests: list[bytes] = []
+        self._seen = 0
+
+    def _sync(self, messages: Sequence[Message]) -> None:
+        n = self._seen
+        if n > len(messages) or (n and messages[n - 1] is not self._source[n - 1]):
+            # History was replaced (compaction): start over.
+            self._merged, self._source, self._digests, n = [], [], [], 0
+        for m in messages[n:]:
+            self._source.append(m)
+            previous = self._digests[-1] if self._digests else b""
+            self._digests.append(
+                hashlib.blake2b(previous + _encoder.encode(m), digest_size=8).digest()
+            )
+            if self._merged and self._merged[-1].role == m.role:
+                self._merged[-1] = merged((self._merged[-1], m))[0]
+            else:
+                self._merged.append(m)
+        self._seen = len(messages)
+
+    def build(
+        self,
+        *,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema],
+        max_tokens: int,
+    ) -> tuple[ModelRequest, str]:
+        """The request and its fingerprint (a digest of system, tools and
+        the history chain)."""
+        self._sync(messages)
+        request = ModelRequest(
+            system=system,
+            messages=tuple(self._merged),
+            tools=tuple(tools),
+            max_tokens=max_tokens,
+        )
+        head = self._digests[-1] if self._digests else b""
+        fp = hashlib.blake2b(
+            head + _encoder.encode((system, request.tools, max_tokens)), digest_size=8
+        ).hexdigest()
+        return request, fp
+
+
+_encoder = msgspec.msgpack.Encoder()

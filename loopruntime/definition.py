@@ -1,0 +1,117 @@
+"""What a loop is: its model, instructions, tools, limits and modes.
+
+A definition is configuration, not state: it is never journaled whole.  The
+journal records the definition's *name* (and the mode's name); restore
+resolves both by name against the definition the host passes in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from .errors import ModeNotFoundError
+from .model import Model
+
+if TYPE_CHECKING:
+    from .compaction import Compactor
+    from .tools import Tool
+
+__all__ = ["Delegate", "Limits", "LoopDefinition", "Mode", "PermissionPolicy"]
+
+Permission = Literal["allow", "ask", "deny"]
+PermissionPolicy = Permission | Callable[[str, Mapping[str, Any]], Permission]
+"""A fixed answer, or a function of (tool name, input) giving one."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """Per-turn budgets.  Hitting one ends the turn with outcome ``limit`` (or
+    gives the model visible feedback, where that is the better behaviour)."""
+
+    max_model_calls_per_turn: int = 50
+    max_tool_iterations: int = 25
+    """Tool batches (model replies asking for tools) per turn."""
+    max_tool_calls_per_turn: int = 200
+    max_parallel_tool_calls: int = 8
+    max_tool_result_bytes: int = 100_000
+    max_tokens: int = 4096
+    """Output token budget of each model call."""
+    compact_at: float | None = 0.85
+    """Compact between turns once the measured context passes this fraction
+    of the model's window (None: never automatically)."""
+    retained_exchanges: int = 2
+    """Newest complete user-led exchanges kept verbatim after a compaction."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mode:
+    """A named variant of a definition: another model, instructions, tool
+    subset or limits.  Unset fields fall back to the definition's."""
+
+    name: str
+    model: Model | None = None
+    system: str | None = None
+    tools: Sequence[str] | None = None
+    limits: Limits | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Delegate:
+    """A child loop the model can start, shown to it as a tool."""
+
+    name: str
+    description: str
+    definition: LoopDefinition
+    background: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopDefinition:
+    name: str
+    model: Model
+    system: str = ""
+    tools: Sequence[Tool] = ()
+    permissions: Mapping[str, PermissionPolicy] = field(default_factory=dict)
+    """Per-tool policy, overriding the tool's own.  A tool with neither is
+    denied: the runtime fails closed."""
+    limits: Limits = field(default_factory=Limits)
+    modes: Sequence[Mode] = ()
+    delegates: Sequence[Delegate] = ()
+    compactor: Compactor | None = None
+
+    def mode(self, name: str | None) -> Mode | None:
+        """The mode called ``name`` (None: the definition itself)."""
+        if name is None:
+            return None
+        for m in self.modes:
+            if m.name == name:
+                return m
+        known = ", ".join(m.name for m in self.modes) or "none"
+        raise ModeNotFoundError(
+            f"loop definition {self.name!r} has no mode {name!r} (modes: {known})"
+        )
+
+    def resolved(self, mode_name: str | None) -> ResolvedDefinition:
+        mode = self.mode(mode_name)
+        tools = list(self.tools)
+        if mode is not None and mode.tools is not None:
+            wanted = set(mode.tools)
+            tools = [t for t in tools if t.name in wanted]
+        return ResolvedDefinition(
+            model=(mode.model if mode and mode.model else self.model),
+            system=(mode.system if mode and mode.system is not None else self.system),
+            tools=tuple(tools),
+            limits=(mode.limits if mode and mode.limits else self.limits),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedDefinition:
+    """A definition with its current mode applied."""
+
+    model: Model
+    system: str
+    tools: tuple[Tool, ...]
+    limits: Limits

@@ -1,0 +1,180 @@
+"""ScriptedModel: a deterministic, local model for the demo and for tests.
+
+It plays back scripted ``Reply`` values (or asks a function of the request
+for one), streaming text in chunks, tool calls as partial JSON, a stop reason
+and usage.  ``chunk_delay`` paces the stream (use it with trio's
+``autojump_clock`` to interrupt mid-reply); ``fail_after_chunks`` breaks the
+stream part-way, like a dropped connection.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import trio
+
+from journal.content import (
+    BlockStarted,
+    BlockStopped,
+    InputJsonDelta,
+    SignatureDelta,
+    Text,
+    TextDelta,
+    ThinkingDelta,
+    ToolResult,
+    Usage,
+)
+
+from ..errors import ModelError, ScriptExhaustedError
+from ..model import Delta, ModelRequest, StopDelta, UsageDelta
+
+__all__ = ["Reply", "ScriptedModel", "ToolCall"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall:
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+    raw_json: str | None = None
+    """Send this text as the streamed input instead of ``input`` (to script
+    malformed JSON)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reply:
+    text: str = ""
+    tool_calls: Sequence[ToolCall] = ()
+    thinking: str = ""
+    stop_reason: str | None = None
+    """Defaults to ``tool_use`` when there are tool calls, else ``end_turn``."""
+    usage: Usage | None = None
+    """Defaults to a rough count of the request and reply characters / 4."""
+    chunk_size: int = 16
+    chunk_delay: float = 0.0
+    """Seconds between chunks (trio time)."""
+    fail_after_chunks: int | None = None
+    """Break the stream (a connection error) after this many chunks."""
+    error: ModelError | None = None
+    """Fail the call before any output."""
+
+
+Script = Sequence[Reply] | Callable[[ModelRequest], Reply]
+
+
+class ScriptedModel:
+    """A model that answers from a script.  ``requests`` records what it was sent."""
+
+    def __init__(
+        self,
+        script: Script = (),
+        *,
+        name: str = "scripted",
+        context_window: int = 200_000,
+    ) -> None:
+        self._script = script
+        self.name = name
+        self.context_window = context_window
+        self.requests: list[ModelRequest] = []
+
+    @classmethod
+    def echo(cls) -> ScriptedModel:
+        """The "echo" brain of the interactive chat when no API key is set."""
+
+        def answer(request: ModelRequest) -> Reply:
+            last = _last_user_text(request)
+            return Reply(text=f"(echo) {last}" if last else "(echo)", chunk_size=4, chunk_delay=0.02)
+
+        return cls(answer, name="scripted:echo")
+
+    def _next(self, request: ModelRequest) -> Reply:
+        if callable(self._script):
+            return self._script(request)
+        asked = len(self.requests)
+        if asked > len(self._script):
+            raise ScriptExhaustedError(asked, len(self._script))
+        return self._script[asked - 1]
+
+    @asynccontextmanager
+    async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[Delta]]:
+        self.requests.append(request)
+        reply = self._next(request)
+        if reply.error is not None:
+            raise reply.error
+        yield _play(reply, request)
+
+
+def _last_user_text(request: ModelRequest) -> str:
+    for message in reversed(request.messages):
+        if message.role == "user":
+            texts = [b.text for b in message.blocks if isinstance(b, Text)]
+            if texts:
+                return " ".join(texts)
+            if any(isinstance(b, ToolResult) for b in message.blocks):
+                return ""
+    return ""
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    size = max(1, size)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+async def _play(reply: Reply, request: ModelRequest) -> AsyncIterator[Delta]:
+    sent = 0
+
+    async def pace() -> None:
+        nonlocal sent
+        if reply.fail_after_chunks is not None and sent >= reply.fail_after_chunks:
+            raise ModelError(
+                f"scripted stream broke after {sent} chunks",
+                kind="connection",
+                code="model.connection_lost",
+            )
+        if reply.chunk_delay:
+            await trio.sleep(reply.chunk_delay)
+        else:
+            await trio.lowlevel.checkpoint()
+        sent += 1
+
+    # A rough, O(1) estimate: the scripted model must not make a step's cost
+    # grow with the history (benchmarks rely on it).
+    usage = reply.usage or Usage(input_tokens=20 * len(request.messages) + len(request.system) // 4)
+    yield UsageDelta(usage=Usage(input_tokens=usage.input_tokens,
+                                 cache_read_tokens=usage.cache_read_tokens,
+                                 cache_creation_tokens=usage.cache_creation_tokens))
+    index = 0
+    if reply.thinking:
+        yield BlockStarted(index=index, kind="thinking")
+        for part in _chunks(reply.thinking, reply.chunk_size):
+            await pace()
+            yield ThinkingDelta(index=index, thinking=part)
+        yield SignatureDelta(index=index, signature="scripted")
+        yield BlockStopped(index=index)
+        index += 1
+    if reply.text:
+        yield BlockStarted(index=index, kind="text")
+        for part in _chunks(reply.text, reply.chunk_size):
+            await pace()
+            yield TextDelta(index=index, text=part)
+        yield BlockStopped(index=index)
+        index += 1
+    for call in reply.tool_calls:
+        call_id = call.id or "toolu_" + os.urandom(8).hex()
+        yield BlockStarted(index=index, kind="tool_use", id=call_id, name=call.name)
+        raw = call.raw_json if call.raw_json is not None else msgspec.json.encode(call.input).decode()
+        for part in _chunks(raw, max(reply.chunk_size, 64)):
+            await pace()
+            yield InputJsonDelta(index=index, partial_json=part)
+        yield BlockStopped(index=index)
+        index += 1
+    out_tokens = usage.output_tokens or max(1, (len(reply.text) + len(reply.thinking)) // 4)
+    yield UsageDelta(usage=Usage(output_tokens=out_tokens))
+    yield StopDelta(
+        stop_reason=reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
+    )

@@ -1,0 +1,41 @@
+"""The runtime's own words in the transcript.
+
+Notices are appended as the last text block of a stored message (or stand as
+a synthetic tool result), so a reader and the model can always tell where the
+runtime, not the model, is speaking.  They never say who stopped a reply.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DENIED_RESULT",
+    "INTERRUPTED_NOTICE",
+    "INTERRUPTED_TOOL_RESULT",
+    "NOT_RUN_RESULT",
+    "TRUNCATED_NOTICE",
+    "TRUNCATED_TOOL_CALL_RESULT",
+    "tool_output_cut",
+]
+
+TRUNCATED_NOTICE = (
+    "[truncated: the stream failed before this reply completed; "
+    "the content above may be incomplete]"
+)
+INTERRUPTED_NOTICE = (
+    "[interrupted: this reply was stopped before it completed; "
+    "the content above is what had arrived]"
+)
+INTERRUPTED_TOOL_RESULT = (
+    "[interrupted: this tool call was stopped before it completed; its outcome is unknown]"
+)
+NOT_RUN_RESULT = "[not run: the turn was stopped before this tool call started]"
+DENIED_RESULT = "[denied: this tool call was denied by the user]"
+TRUNCATED_TOOL_CALL_RESULT = (
+    "[cut off: this tool call was cut off by the output token limit and was not run; "
+    "emit the call again, with shorter input if you can]"
+)
+
+
+def tool_output_cut(limit: int) -> str:
+    """The in-band marker ending a tool result that was cut to ``limit`` bytes."""
+    return f"[truncated: tool output exceeded {limit} bytes]"

@@ -1,0 +1,372 @@
+"""Loop state and the fold: the only way a loop's state ever changes.
+
+``fold(state, record)`` is deterministic and does no I/O: no clock, no
+randomness.  The live actor folds every record it commits, and restore folds
+the records it reads back, with this same function, so the two cannot drift.
+
+For speed the fold updates ``state`` in place and returns it: a step costs
+O(1) however long the history is.  Whoever needs an unchanging copy takes one
+(``copy_state``); ``Snapshot`` replies with such a copy.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, assert_never
+
+import msgspec
+
+from journal.content import Message, Piece, ResultBlock, Text, ToolResult, ToolUse
+from journal.events import (
+    ChildFinished,
+    ChildStarted,
+    CompactionCommitted,
+    CompactionRejected,
+    CompactionStarted,
+    ContextMeasured,
+    GateCancelled,
+    GateOpened,
+    GateResolved,
+    InputCancelled,
+    InputQueued,
+    LoopModeChanged,
+    LoopStarted,
+    LoopStopped,
+    ModelCallFailed,
+    ModelCallStarted,
+    ModelMessageCommitted,
+    ModelOutput,
+    Notice,
+    Provenance,
+    SteerApplied,
+    SteerQueued,
+    ToolAbandoned,
+    ToolCompleted,
+    ToolResolved,
+    ToolStarted,
+    TurnEnded,
+    TurnStarted,
+)
+from journal.record import Record
+
+from .notices import INTERRUPTED_TOOL_RESULT
+
+__all__ = [
+    "ChildState",
+    "FoldError",
+    "LoopState",
+    "LoopStatus",
+    "QueuedInput",
+    "QueuedSteer",
+    "copy_state",
+    "fold",
+    "fold_all",
+]
+
+
+class LoopStatus(enum.Enum):
+    IDLE = "idle"
+    RUNNING = "running"
+    AWAITING_GATE = "awaiting_gate"
+    AWAITING_RESOLUTION = "awaiting_resolution"
+    STOPPED = "stopped"
+
+
+class FoldError(Exception):
+    """A record cannot follow the state it is folded into (journal out of order)."""
+
+    def __init__(self, seq: int, reason: str) -> None:
+        self.seq = seq
+        super().__init__(f"record seq {seq} does not fit the loop state: {reason}")
+
+
+class QueuedInput(msgspec.Struct, kw_only=True):
+    input_id: str
+    messages: tuple[Message, ...]
+    trigger: str = "external"
+
+
+class QueuedSteer(msgspec.Struct, kw_only=True):
+    steer_id: str
+    text: str
+
+
+class ChildState(msgspec.Struct, kw_only=True):
+    child_loop: str
+    definition: str
+    provenance: Provenance
+    background: bool
+    status: str = "running"
+    output: str = ""
+
+
+class LoopState(msgspec.Struct, kw_only=True):
+    """Everything a loop knows, derived from its records alone."""
+
+    loop: str = ""
+    definition: str = ""
+    model: str = ""
+    mode: str | None = None
+    parent: Provenance | None = None
+    stopped: bool = False
+    last_seq: int = 0
+    """seq of the last record folded (of this loop)."""
+    history_seq: int = 0
+    """seq of the last record that changed the model context (compaction basis)."""
+
+    messages: list[Message] = []
+    """The model context: what the next model call is built from."""
+    queued: list[QueuedInput] = []
+    steering: list[QueuedSteer] = []
+
+    turn_index: int = 0
+    """Number of turns started so far."""
+    turn_open: bool = False
+    step: int = -1
+    """Step of the last model call in the open turn (-1 before the first)."""
+    turn_model_calls: int = 0
+    turn_tool_batches: int = 0
+    turn_tool_calls: int = 0
+    last_outcome: str | None = None
+    last_stop_reason: str | None = None
+    """Stop reason of the last committed model message."""
+
+    open_call: str | None = None
+    """effect id of a model call started and not yet committed."""
+    open_output: list[Piece] = []
+    """Journaled stream pieces of ``open_call``."""
+
+    awaiting: list[str] = []
+    """tool_use ids of the last assistant message still without a result, in order."""
+    tool_uses: dict[str, ToolUse] = {}
+    results: dict[str, ToolResult] = {}
+    """Results gathered for ``awaiting`` (keyed by tool_use id)."""
+    running: dict[str, ToolStarted] = {}
+    """Started calls without an outcome yet, by execution id."""
+    unknown: dict[str, ToolStarted] = {}
+    """Started calls whose outcome is unknown until the host resolves them."""
+    executions: dict[str, str] = {}
+    """tool_use id -> execution id of calls started in the open batch."""
+    gates: dict[str, GateOpened] = {}
+    decided: dict[str, bool] = {}
+    """tool_use id -> the person's permission decision, for the open batch."""
+    grants: list[str] = []
+    """Tool names the user allowed for the rest of the session."""
+
+    context: ContextMeasured | None = None
+    compacting: str | None = None
+    compactions: int = 0
+    children: dict[str, ChildState] = {}
+
+    @property
+    def status(self) -> LoopStatus:
+        if self.stopped:
+            return LoopStatus.STOPPED
+        if self.gates:
+            return LoopStatus.AWAITING_GATE
+        if self.unknown:
+            return LoopStatus.AWAITING_RESOLUTION
+        if self.turn_open:
+            return LoopStatus.RUNNING
+        return LoopStatus.IDLE
+
+    @property
+    def open_gates(self) -> list[GateOpened]:
+        return list(self.gates.values())
+
+    @property
+    def unknown_effects(self) -> list[ToolStarted]:
+        return list(self.unknown.values())
+
+
+_state_encoder = msgspec.msgpack.Encoder()
+_state_decoder = msgspec.msgpack.Decoder(LoopState)
+
+
+def copy_state(state: LoopState) -> LoopState:
+    """A deep copy that shares nothing mutable with ``state``."""
+    return _state_decoder.decode(_state_encoder.encode(state))
+
+
+def fold_all(records: Any, state: LoopState | None = None) -> LoopState:
+    state = state if state is not None else LoopState()
+    for record in records:
+        fold(state, record)
+    return state
+
+
+def _answer(state: LoopState, result: ToolResult) -> None:
+    """Record one tool result; once every awaited call has one, the results
+    enter the context as one user message, in the order of the calls."""
+    if result.tool_use_id not in state.tool_uses:
+        return
+    state.results[result.tool_use_id] = result
+    if all(i in state.results for i in state.awaiting):
+        state.messages.append(
+            Message(role="user", blocks=tuple(state.results[i] for i in state.awaiting))
+        )
+        state.awaiting = []
+        state.results = {}
+        state.tool_uses = {}
+        state.executions = {}
+        state.decided = {}
+
+
+def _result(tool_use_id: str, content: tuple[ResultBlock, ...], is_error: bool) -> ToolResult:
+    return ToolResult(tool_use_id=tool_use_id, content=content, is_error=is_error)
+
+
+def fold(state: LoopState, record: Record) -> LoopState:
+    """Apply one record to ``state`` (in place) and return it."""
+    event = record.event
+    state.last_seq = record.seq
+    match event:
+        case LoopStarted():
+            state.loop = record.loop
+            state.definition = event.definition
+            state.model = event.model
+            state.mode = event.mode
+            state.parent = event.parent
+        case LoopModeChanged():
+            state.mode = event.mode
+        case LoopStopped():
+            state.stopped = True
+        case InputQueued():
+            state.queued.append(
+                QueuedInput(
+                    input_id=event.input_id, messages=event.messages, trigger=event.trigger
+                )
+            )
+        case InputCancelled():
+            state.queued = [q for q in state.queued if q.input_id != event.input_id]
+        case SteerQueued():
+            state.steering.append(QueuedSteer(steer_id=event.steer_id, text=event.text))
+        case SteerApplied():
+            _apply_steering(state, event.steer_ids)
+            state.history_seq = record.seq
+        case TurnStarted():
+            if state.turn_open:
+                raise FoldError(record.seq, "a turn started while another was open")
+            taken = set(event.input_ids)
+            for q in state.queued:
+                if q.input_id in taken:
+                    state.messages.extend(q.messages)
+            state.queued = [q for q in state.queued if q.input_id not in taken]
+            _apply_steering(state, event.steer_ids)
+            state.turn_index = event.turn
+            state.turn_open = True
+            state.step = -1
+            state.turn_model_calls = state.turn_tool_batches = state.turn_tool_calls = 0
+            state.history_seq = record.seq
+        case TurnEnded():
+            state.turn_open = False
+            state.last_outcome = event.outcome
+        case ModelCallStarted():
+            state.open_call = event.effect_id
+            state.open_output = []
+            state.step = event.step
+            state.turn_model_calls += 1
+        case ModelOutput():
+            if event.effect_id == state.open_call:
+                state.open_output.extend(event.pieces)
+        case ModelCallFailed():
+            pass
+        case ModelMessageCommitted():
+            if event.effect_id == state.open_call:
+                state.open_call = None
+                state.open_output = []
+            state.messages.append(event.message)
+            state.last_stop_reason = event.stop_reason
+            state.history_seq = record.seq
+            uses = [b for b in event.message.blocks if isinstance(b, ToolUse)]
+            if uses:
+                state.awaiting = [u.id for u in uses]
+                state.tool_uses = {u.id: u for u in uses}
+                state.results = {}
+                state.executions = {}
+                state.decided = {}
+                state.turn_tool_batches += 1
+        case ToolStarted():
+            state.running[event.execution_id] = event
+            state.executions[event.tool_use_id] = event.execution_id
+            state.turn_tool_calls += 1
+        case ToolCompleted():
+            state.running.pop(event.execution_id, None)
+            state.unknown.pop(event.execution_id, None)
+            _answer(
+                state,
+                _result(event.tool_use_id, event.content, event.disposition != "succeeded"),
+            )
+            state.history_seq = record.seq
+        case ToolAbandoned():
+            started = state.running.pop(event.execution_id, None)
+            if event.reason == "interrupted":
+                _answer(
+                    state,
+                    _result(event.tool_use_id, (Text(text=INTERRUPTED_TOOL_RESULT),), True),
+                )
+                state.history_seq = record.seq
+            elif started is not None:
+                state.unknown[event.execution_id] = started
+        case ToolResolved():
+            state.unknown.pop(event.execution_id, None)
+            state.running.pop(event.execution_id, None)
+            _answer(state, _result(event.tool_use_id, event.content, event.is_error))
+            state.history_seq = record.seq
+        case GateOpened():
+            state.gates[event.gate_id] = event
+        case GateResolved():
+            gate = state.gates.pop(event.gate_id, None)
+            if gate is not None and event.kind == "permission" and gate.tool_use_id:
+                state.decided[gate.tool_use_id] = bool(event.allow)
+            if (
+                gate is not None
+                and event.kind == "permission"
+                and event.allow
+                and event.scope == "session"
+                and gate.tool_name not in state.grants
+            ):
+                state.grants.append(gate.tool_name)
+        case GateCancelled():
+            state.gates.pop(event.gate_id, None)
+        case ContextMeasured():
+            state.context = event
+        case CompactionStarted():
+            state.compacting = event.attempt_id
+        case CompactionCommitted():
+            retained = state.messages[len(state.messages) - event.retained :] if event.retained else []
+            state.messages = [event.summary, *retained]
+            state.compacting = None
+            state.compactions += 1
+            state.history_seq = record.seq
+        case CompactionRejected():
+            state.compacting = None
+        case ChildStarted():
+            state.children[event.child_loop] = ChildState(
+                child_loop=event.child_loop,
+                definition=event.definition,
+                provenance=event.provenance,
+                background=event.background,
+            )
+        case ChildFinished():
+            child = state.children.get(event.child_loop)
+            if child is not None:
+                child.status = event.status
+                child.output = event.output
+        case Notice():
+            pass
+        case _:
+            assert_never(event)
+    return state
+
+
+def _apply_steering(state: LoopState, steer_ids: tuple[str, ...]) -> None:
+    if not steer_ids:
+        return
+    wanted = set(steer_ids)
+    texts = [s.text for s in state.steering if s.steer_id in wanted]
+    state.steering = [s for s in state.steering if s.steer_id not in wanted]
+    if texts:
+        state.messages.append(
+            Message(role="user", blocks=tuple(Text(text=t) for t in texts))
+        )

@@ -1,0 +1,339 @@
+"""Tools: ``@tool``, the tool context, input validation and result shaping.
+
+A tool is an async function whose first parameter is a ``ToolContext`` and
+whose other parameters are typed keyword parameters (or one msgspec Struct).
+``@tool`` builds a msgspec Struct type for its input, so the JSON schema the
+model sees and the validation of what the model sends come from one place.
+
+Everything a tool can get wrong (bad input from the model, an exception, a
+result that cannot be shown) becomes a model-visible error result, never an
+exception that ends the turn.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, get_type_hints, overload
+
+import msgspec
+
+from journal.content import Image, ResultBlock, Text, ToolUse
+
+from .definition import Permission, PermissionPolicy
+from .errors import OutsideToolCallError
+from .model import ToolSchema
+from .notices import tool_output_cut
+
+__all__ = [
+    "Tool",
+    "ToolContext",
+    "ToolInputError",
+    "ask_user",
+    "current_tool_context",
+    "shape_result",
+    "tool",
+]
+
+Concurrency = Literal["exclusive", "parallel"]
+
+
+class ToolInputError(Exception):
+    """The model's input does not fit the tool's schema (shown to the model)."""
+
+
+class ToolContext:
+    """What a running tool call can see and do.
+
+    ``continuation`` holds the answer to a question the tool asked before a
+    restart (resumable tools only); ``ask_user`` returns it instead of asking
+    again.  The context is only valid while its call runs: asking afterwards
+    raises ``OutsideToolCallError``.
+    """
+
+    def __init__(
+        self,
+        *,
+        loop: str,
+        execution_id: str,
+        tool_use_id: str,
+        tool_name: str,
+        ask: Callable[[str, tuple[str, ...] | None], Awaitable[str]],
+        continuation: str | None = None,
+    ) -> None:
+        self.loop = loop
+        self.execution_id = execution_id
+        """Stable across a re-run after restore: use it as an idempotency key."""
+        self.tool_use_id = tool_use_id
+        self.tool_name = tool_name
+        self.continuation = continuation
+        self._ask = ask
+        self._active = True
+
+    async def ask_user(self, question: str, choices: Sequence[str] | None = None) -> str:
+        """Ask the person a question and wait for the answer.
+
+        The gate is durable before anyone can answer it; the answer must be one
+        of ``choices`` when they are given.
+        """
+        if not self._active:
+            raise OutsideToolCallError(
+                f"ask_user called after tool call {self.execution_id} ({self.tool_name}) "
+                "finished; questions can only be asked while the call runs"
+            )
+        if self.continuation is not None:
+            answer, self.continuation = self.continuation, None
+            return answer
+        return await self._ask(question, tuple(choices) if choices is not None else None)
+
+    def _close(self) -> None:
+        self._active = False
+
+
+_current: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
+    "loopruntime_tool_context", default=None
+)
+
+
+def current_tool_context() -> ToolContext:
+    """The context of the tool call running in this task, or a typed error."""
+    ctx = _current.get()
+    if ctx is None or not ctx._active:
+        raise OutsideToolCallError(
+            "no tool call is running here; ask_user only works inside a running tool call"
+        )
+    return ctx
+
+
+async def ask_user(question: str, choices: Sequence[str] | None = None) -> str:
+    """Ask the person a question from inside a running tool call."""
+    return await current_tool_context().ask_user(question, choices)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Tool:
+    """A callable the model can ask for, with its schema and execution options."""
+
+    name: str
+    description: str
+    input_type: type[msgspec.Struct]
+    fn: Callable[..., Awaitable[Any]]
+    unpack: bool
+    """Call ``fn(ctx, **fields)`` (True) or ``fn(ctx, struct)`` (False)."""
+    concurrency: Concurrency = "exclusive"
+    write_target: Callable[[Mapping[str, Any]], str | None] | None = None
+    permission: PermissionPolicy | None = None
+    replay_safe: bool = False
+    """Idempotent: restore may re-run a call whose outcome is unknown."""
+    resumable: bool = False
+    """May be re-entered after restore with the answer to its open question."""
+
+    @functools.cached_property
+    def schema(self) -> ToolSchema:
+        """What the model is told about this tool (computed once)."""
+        return ToolSchema(
+            name=self.name, description=self.description, input_schema=_json_schema(self.input_type)
+        )
+
+    def parse(self, raw: Mapping[str, Any]) -> msgspec.Struct:
+        try:
+            return msgspec.convert(dict(raw), type=self.input_type)
+        except msgspec.ValidationError as exc:
+            raise ToolInputError(f"invalid input for tool {self.name}: {exc}") from exc
+
+    def target(self, raw: Mapping[str, Any]) -> str | None:
+        return self.write_target(raw) if self.write_target is not None else None
+
+    async def invoke(self, ctx: ToolContext, parsed: msgspec.Struct) -> Any:
+        token = _current.set(ctx)
+        try:
+            if self.unpack:
+                kwargs = {f: getattr(parsed, f) for f in parsed.__struct_fields__}
+                return await self.fn(ctx, **kwargs)
+            return await self.fn(ctx, parsed)
+        finally:
+            ctx._close()
+            _current.reset(token)
+
+
+def decide(policy: PermissionPolicy | None, name: str, raw: Mapping[str, Any]) -> Permission:
+    """Apply a permission policy; no policy denies (fail closed)."""
+    if policy is None:
+        return "deny"
+    if callable(policy):
+        answer = policy(name, raw)
+        return answer if answer in ("allow", "ask", "deny") else "deny"
+    return policy
+
+
+def _json_schema(t: type[msgspec.Struct]) -> dict[str, Any]:
+    """The input schema, inlined at the top (models want an object schema,
+    not a ``$ref``); nested types stay in ``$defs``."""
+    schema = msgspec.json.schema(t)
+    defs: dict[str, Any] = dict(schema.get("$defs", {}))
+    ref = schema.get("$ref", "")
+    top = defs.pop(ref.rsplit("/", 1)[-1], schema) if ref else schema
+    top = {k: v for k, v in top.items() if k != "title"}
+    if defs:
+        top["$defs"] = defs
+    return top
+
+
+def _input_type(fn: Callable[..., Any], name: str) -> tuple[type[msgspec.Struct], bool]:
+    params = list(inspect.signature(fn).parameters.values())
+    if not params:
+        raise TypeError(f"tool {name}: the first parameter must be the ToolContext")
+    hints = get_type_hints(fn)
+    rest = params[1:]
+    if len(rest) == 1 and rest[0].kind is not inspect.Parameter.KEYWORD_ONLY:
+        hinted = hints.get(rest[0].name)
+        if isinstance(hinted, type) and issubclass(hinted, msgspec.Struct):
+            return hinted, False
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    for p in rest:
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            raise TypeError(f"tool {name}: *args/**kwargs cannot be described to a model")
+        annotation = hints.get(p.name, Any)
+        if p.default is inspect.Parameter.empty:
+            fields.append((p.name, annotation))
+        else:
+            fields.append((p.name, annotation, p.default))
+    struct = msgspec.defstruct(
+        _camel(name) + "Input", fields, kw_only=True, forbid_unknown_fields=True
+    )
+    return struct, True
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.replace("-", "_").split("_")) or "Tool"
+
+
+@overload
+def tool(fn: Callable[..., Awaitable[Any]], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    concurrency: Concurrency = "exclusive",
+    write_target: Callable[[Mapping[str, Any]], str | None] | None = None,
+    permission: PermissionPolicy | None = None,
+    replay_safe: bool = False,
+    resumable: bool = False,
+) -> Callable[[Callable[..., Awaitable[Any]]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Awaitable[Any]] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    concurrency: Concurrency = "exclusive",
+    write_target: Callable[[Mapping[str, Any]], str | None] | None = None,
+    permission: PermissionPolicy | None = None,
+    replay_safe: bool = False,
+    resumable: bool = False,
+) -> Tool | Callable[[Callable[..., Awaitable[Any]]], Tool]:
+    """Make an async function a tool; bare (``@tool``) or with options.
+
+    The docstring is the description the model reads.  Without a
+    ``permission`` here or in the definition's ``permissions``, the tool is
+    denied when called (fail closed).
+    """
+
+    def build(f: Callable[..., Awaitable[Any]]) -> Tool:
+        if not inspect.iscoroutinefunction(f):
+            raise TypeError(f"tool {f.__name__}: must be an async function")
+        tool_name = name or f.__name__
+        input_type, unpack = _input_type(f, tool_name)
+        return Tool(
+            name=tool_name,
+            description=description or inspect.cleandoc(f.__doc__ or tool_name),
+            input_type=input_type,
+            fn=f,
+            unpack=unpack,
+            concurrency=concurrency,
+            write_target=write_target,
+            permission=permission,
+            replay_safe=replay_safe,
+            resumable=resumable,
+        )
+
+    return build(fn) if fn is not None else build
+
+
+def shape_result(value: Any, limit: int) -> tuple[tuple[ResultBlock, ...], int]:
+    """Turn what a tool returned into result blocks, cut to ``limit`` bytes of
+    text.  Returns the blocks and how many bytes were cut."""
+    blocks: tuple[ResultBlock, ...]
+    if isinstance(value, str):
+        blocks = (Text(text=value),)
+    elif isinstance(value, Text | Image):
+        blocks = (value,)
+    elif isinstance(value, list | tuple) and all(isinstance(b, Text | Image) for b in value):
+        blocks = tuple(value)
+    elif value is None:
+        blocks = (Text(text=""),)
+    else:
+        try:
+            blocks = (Text(text=msgspec.json.encode(value).decode()),)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise TypeError(
+                f"the tool returned a {type(value).__name__}, which cannot be shown to the "
+                "model; return str, Text/Image blocks, or JSON-encodable data"
+            ) from exc
+    return _cut(blocks, limit)
+
+
+def _cut(blocks: tuple[ResultBlock, ...], limit: int) -> tuple[tuple[ResultBlock, ...], int]:
+    total = sum(len(b.text.encode()) for b in blocks if isinstance(b, Text))
+    if total <= limit:
+        return blocks, 0
+    out: list[ResultBlock] = []
+    budget = limit
+    for b in blocks:
+        if not isinstance(b, Text):
+            out.append(b)
+            continue
+        data = b.text.encode()
+        if len(data) <= budget:
+            out.append(b)
+            budget -= len(data)
+            continue
+        # Cut on a character boundary so the text stays valid UTF-8.
+        kept = data[:budget].decode("utf-8", errors="ignore")
+        out.append(Text(text=kept + "\n" + tool_output_cut(limit)))
+        budget = 0
+        break
+    return tuple(out), total - limit
+
+
+def error_result(text: str) -> tuple[ResultBlock, ...]:
+    return (Text(text=text),)
+
+
+def ask_user_tool() -> Tool:
+    """The built-in tool a model uses to ask the person a question."""
+
+    async def ask_user(
+        ctx: ToolContext, *, question: str, choices: list[str] | None = None
+    ) -> str:
+        """Ask the user a question and wait for their answer. Give `choices` when
+        the answer must be one of a few options."""
+        return await ctx.ask_user(question, choices)
+
+    return tool(permission="allow", resumable=True)(ask_user)
+
+
+def by_name(tools: Sequence[Tool]) -> dict[str, Tool]:
+    return {t.name: t for t in tools}
+
+
+def tool_uses(blocks: Sequence[object]) -> list[ToolUse]:
+    return [b for b in blocks if isinstance(b, ToolUse)]

@@ -1,0 +1,381 @@
+"""The turn machine: model call -> tool batch -> model call -> ... -> turn.ended.
+
+A turn is driven from loop state alone, so the same code starts a fresh turn
+and resumes one after restore: if the last assistant message still has
+unanswered tool calls, run the batch; if the context ends with an assistant
+message, decide how the turn goes on; otherwise call the model.
+
+Interruption cancels the turn's scope; the settlement afterwards runs outside
+it and commits what had happened: the partial reply with its notice, the
+abandoned tool calls, the cancelled gates, and ``turn.ended(interrupted)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+from journal.content import BlockStopped, Message, Piece, Text, ToolUse
+from journal.events import (
+    ContextMeasured,
+    Event,
+    GateCancelled,
+    InputCancelled,
+    ModelCallFailed,
+    ModelCallStarted,
+    ModelMessageCommitted,
+    ModelOutput,
+    SteerApplied,
+    ToolAbandoned,
+    ToolCompleted,
+    TurnEnded,
+)
+
+from .batch import run_batch
+from .errors import ModelError
+from .model import Accumulator, coalesce
+from .notices import (
+    INTERRUPTED_NOTICE,
+    NOT_RUN_RESULT,
+    TRUNCATED_NOTICE,
+    TRUNCATED_TOOL_CALL_RESULT,
+)
+from .state import LoopState
+
+if TYPE_CHECKING:
+    from .actor import Loop
+
+__all__ = ["FLUSH_INTERVAL", "TurnRunner", "settle_turn_events"]
+
+FLUSH_INTERVAL = 0.25
+"""Streamed output reaches the journal at least this often (seconds)."""
+
+
+class _End(Exception):
+    """Internal: the turn has ended (its turn.ended is committed)."""
+
+
+class TurnRunner:
+    def __init__(self, loop: Loop) -> None:
+        self.loop = loop
+        self.resolved = loop.resolved()
+        self.acc: Accumulator | None = None
+        self.log = loop.log.bind(turn=loop.state.turn_index)
+
+    @property
+    def state(self) -> LoopState:
+        return self.loop.state
+
+    async def run(self) -> None:
+        with trio.CancelScope() as scope:
+            self.loop.enter_turn_scope(scope)
+            try:
+                await self._steps()
+            except _End:
+                pass
+        if self.state.turn_open:
+            # Cancelled (interrupt or shutdown): settle outside the cancelled scope.
+            reason = self.loop._stop_reason
+            await self.loop.commit(self._settle_interrupted(reason))
+        self.log.debug("turn_finished", outcome=self.state.last_outcome)
+
+    # -- the steps --------------------------------------------------------------
+
+    async def _steps(self) -> None:
+        limits = self.resolved.limits
+        while True:
+            state = self.state
+            if state.awaiting:
+                fresh = not state.results and not state.executions
+                if fresh and state.turn_tool_batches > limits.max_tool_iterations:
+                    uses = [state.tool_uses[i] for i in state.awaiting]
+                    await self.end(
+                        "limit",
+                        kind="limit",
+                        code="limit.tool_iterations",
+                        settle=self._reject_all(
+                            uses, "[not run: the turn's tool iteration limit was reached]"
+                        ),
+                    )
+                await run_batch(self)
+                continue
+            last = state.messages[-1] if state.messages else None
+            if last is not None and last.role == "assistant":
+                await self._after_reply(last, state.last_stop_reason)
+                continue
+            if state.steering:
+                await self.loop.commit(
+                    [SteerApplied(steer_ids=tuple(s.steer_id for s in state.steering))]
+                )
+            if state.turn_model_calls >= limits.max_model_calls_per_turn:
+                await self.end("limit", kind="limit", code="limit.model_calls")
+            await self._model_call()
+
+    async def _after_reply(self, message: Message, stop_reason: str | None) -> None:
+        """Decide how the turn goes on after a committed assistant message."""
+        state = self.state
+        uses = [b for b in message.blocks if isinstance(b, ToolUse)]
+        if uses and stop_reason == "tool_use":
+            return  # the batch runs on the next step (state.awaiting is set)
+        if uses and stop_reason == "max_tokens":
+            # The reply was cut off while writing tool calls: tell the model,
+            # run nothing, and let it try again.
+            await self.loop.commit(self._reject_all(uses, TRUNCATED_TOOL_CALL_RESULT))
+            return
+        if uses:
+            await self.end(
+                "failed",
+                kind="model",
+                code="model.tool_use_without_tool_use_stop",
+                detail=f"the model asked for tools but stopped with {stop_reason!r}",
+                settle=self._reject_all(uses, f"[not run: the reply stopped with {stop_reason}]"),
+            )
+        if stop_reason == "pause_turn" or state.steering:
+            # pause_turn: the provider asks us to continue the same turn.
+            # Steering that arrived during the reply gets its model call.
+            await self._continue_marker()
+            return
+        if stop_reason == "refusal":
+            await self.end("failed", kind="model", code="model.refusal")
+        await self.end("completed")
+
+    async def _continue_marker(self) -> None:
+        """Continue with another model call after an assistant message."""
+        state = self.state
+        if state.steering:
+            await self.loop.commit(
+                [SteerApplied(steer_ids=tuple(s.steer_id for s in state.steering))]
+            )
+        else:
+            # Nothing new to say: a model call on a context ending with the
+            # assistant's own message continues that message.
+            await self._model_call()
+
+    def _reject_all(self, uses: list[ToolUse], text: str) -> list[Event]:
+        return [
+            ToolCompleted(
+                execution_id="",
+                tool_use_id=u.id,
+                content=(Text(text=text),),
+                disposition="rejected",
+            )
+            for u in uses
+            if u.id not in self.state.results
+        ]
+
+    async def end(
+        self,
+        outcome: str,
+        *,
+        kind: str | None = None,
+        code: str | None = None,
+        detail: str = "",
+        settle: list[Event] | None = None,
+    ) -> None:
+        """Commit ``turn.ended`` (with the queue consequences) and stop the turn."""
+        events: list[Event] = list(settle or [])
+        events.append(
+            TurnEnded(
+                turn=self.state.turn_index,
+                outcome=outcome,  # type: ignore[arg-type]
+                kind=kind,
+                code=code,
+                detail=detail,
+            )
+        )
+        events.extend(_queue_consequences(self.state, outcome))
+        await self.loop.commit(events)
+        raise _End
+
+    # -- the model call -----------------------------------------------------------
+
+    async def _model_call(self) -> None:
+        loop, state, resolved = self.loop, self.state, self.resolved
+        step = state.step + 1
+        schemas = [t.schema for t in resolved.tools]
+        request, fp = loop.requests.build(
+            system=resolved.system,
+            messages=state.messages,
+            tools=schemas,
+            max_tokens=resolved.limits.max_tokens,
+        )
+        effect_id = "call_" + fp + "_" + str(state.last_seq)
+        await loop.commit(
+            [
+                ModelCallStarted(
+                    effect_id=effect_id,
+                    turn=state.turn_index,
+                    step=step,
+                    model=resolved.model.name,
+                    fingerprint=fp,
+                )
+            ]
+        )
+        acc = self.acc = Accumulator()
+        buffer: list[Piece] = []
+        error: ModelError | None = None
+
+        async def flush() -> None:
+            nonlocal buffer
+            if buffer:
+                pieces, buffer = coalesce(buffer), []
+                await loop.commit([ModelOutput(effect_id=effect_id, pieces=pieces)])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._flusher, flush, lambda: bool(buffer))
+            try:
+                async with resolved.model.stream(request) as stream:
+                    async for delta in stream:
+                        acc.feed(delta)
+                        loop.host.publish_delta(loop.id, effect_id, delta)
+                        if isinstance(delta, Piece):  # type: ignore[misc,arg-type]
+                            buffer.append(delta)
+                            if isinstance(delta, BlockStopped):
+                                await flush()
+            except ModelError as exc:
+                error = exc
+            except Exception as exc:
+                # An adapter bug must not take the loop down: the turn fails
+                # with a code saying so, and the partial reply is kept.
+                error = ModelError(f"model adapter failed: {exc!r}", kind="protocol")
+            finally:
+                nursery.cancel_scope.cancel()
+        if error is not None:
+            self.log.warning("model_call_failed", code=error.code, error=str(error))
+            await self.end(
+                "failed",
+                kind="model",
+                code=error.code,
+                detail=str(error),
+                settle=[
+                    ModelCallFailed(
+                        effect_id=effect_id,
+                        kind=error.error_kind,
+                        code=error.code,
+                        detail=str(error),
+                        retryable=error.retryable,
+                    ),
+                    self._message(effect_id, step, notice="truncated"),
+                ],
+            )
+        events: list[Event] = [self._message(effect_id, step, notice=None)]
+        events.append(
+            ContextMeasured(
+                input_tokens=acc.usage.input_tokens,
+                output_tokens=acc.usage.output_tokens,
+                cache_read_tokens=acc.usage.cache_read_tokens,
+                cache_creation_tokens=acc.usage.cache_creation_tokens,
+                window=resolved.model.context_window,
+            )
+        )
+        await loop.commit(events)
+        self.acc = None
+
+    async def _flusher(self, flush: object, pending: object) -> None:
+        """Flush buffered stream pieces at least every FLUSH_INTERVAL."""
+        assert callable(flush) and callable(pending)
+        while True:
+            await trio.sleep(FLUSH_INTERVAL)
+            if pending():
+                await flush()
+
+    def _message(
+        self, effect_id: str, step: int, *, notice: str | None
+    ) -> ModelMessageCommitted:
+        acc = self.acc or Accumulator()
+        text = {"truncated": TRUNCATED_NOTICE, "interrupted": INTERRUPTED_NOTICE}.get(
+            notice or ""
+        )
+        return ModelMessageCommitted(
+            effect_id=effect_id,
+            turn=self.state.turn_index,
+            step=step,
+            message=acc.message(notice=text),
+            stop_reason=acc.stop_reason,
+            usage=acc.usage,
+            notice=notice,  # type: ignore[arg-type]
+        )
+
+    # -- interruption ----------------------------------------------------------------
+
+    def _settle_interrupted(self, reason: str) -> list[Event]:
+        state = self.state
+        if state.open_call is not None and self.acc is None:
+            # The call started but streamed nothing we hold: rebuild from the journal.
+            self.acc = Accumulator()
+            self.acc.feed_all(tuple(state.open_output))
+        events = settle_turn_events(
+            state,
+            outcome="interrupted",
+            notice_message=(
+                self._message(state.open_call, state.step, notice="interrupted")
+                if state.open_call is not None
+                else None
+            ),
+            gate_reason="shutdown" if reason == "shutdown" else "interrupted",
+        )
+        return events
+
+
+def settle_turn_events(
+    state: LoopState,
+    *,
+    outcome: str,
+    notice_message: ModelMessageCommitted | None,
+    gate_reason: str,
+    code: str | None = None,
+) -> list[Event]:
+    """Events that close an open turn so the context stays valid: every open
+    gate cancelled, the open reply committed with its notice, every unanswered
+    tool call answered (abandoned if it had started, not-run otherwise), then
+    ``turn.ended`` and the queue consequences."""
+    events: list[Event] = [
+        GateCancelled(gate_id=g, reason=gate_reason)  # type: ignore[arg-type]
+        for g in state.gates
+    ]
+    if notice_message is not None:
+        events.append(notice_message)
+    for tool_use_id in state.awaiting:
+        if tool_use_id in state.results:
+            continue
+        execution = state.executions.get(tool_use_id)
+        if execution is not None and (execution in state.running or execution in state.unknown):
+            events.append(
+                ToolAbandoned(
+                    execution_id=execution, tool_use_id=tool_use_id, reason="interrupted"
+                )
+            )
+        else:
+            events.append(
+                ToolCompleted(
+                    execution_id="",
+                    tool_use_id=tool_use_id,
+                    content=(Text(text=NOT_RUN_RESULT),),
+                    disposition="rejected",
+                )
+            )
+    events.append(
+        TurnEnded(
+            turn=state.turn_index,
+            outcome=outcome,  # type: ignore[arg-type]
+            kind=None if outcome == "interrupted" else "runtime",
+            code=code,
+        )
+    )
+    events.extend(_queue_consequences(state, outcome))
+    return events
+
+
+def _queue_consequences(state: LoopState, outcome: str) -> list[Event]:
+    """After failed, every queued input is cancelled; after interrupted, the
+    machine-made ones are (what a person typed stays queued)."""
+    if outcome == "failed":
+        return [InputCancelled(input_id=q.input_id, reason="turn_failed") for q in state.queued]
+    if outcome == "interrupted":
+        return [
+            InputCancelled(input_id=q.input_id, reason="turn_interrupted")
+            for q in state.queued
+            if q.trigger != "external"
+        ]
+    return []

@@ -1,0 +1,19 @@
+"""session: many loops on one journal — the runtime, restore, replay, the CLI."""
+
+from .errors import SessionExistsError as SessionExistsError
+from .errors import SessionLagError as SessionLagError
+from .errors import UnknownSessionError as UnknownSessionError
+from .errors import VerifyError as VerifyError
+from .runtime import ROOT_LOOP as ROOT_LOOP
+from .runtime import Session as Session
+from .runtime import StreamDelta as StreamDelta
+
+__all__ = [
+    "ROOT_LOOP",
+    "Session",
+    "SessionExistsError",
+    "SessionLagError",
+    "StreamDelta",
+    "UnknownSessionError",
+    "VerifyError",
+]

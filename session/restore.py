@@ -1,0 +1,128 @@
+"""Restore: fold a session's journal and settle what a crash left open.
+
+Settling never replays anything silently:
+
+* a model call with no committed message becomes a message built from its
+  journaled ``model.output`` pieces plus ``TRUNCATED_NOTICE``; its turn ends
+  ``crashed`` (queued input survives and starts afterwards);
+* a started tool call with no outcome is an *unknown effect*
+  (``tool.abandoned(crashed)``): the loop waits for the host to resolve it,
+  unless the tool is ``replay_safe`` (re-run under the same execution id) or
+  is ``resumable`` and waits at an open question (re-entered once answered);
+* a question asked by a non-resumable tool is cancelled
+  (``restore_unavailable``) and its call becomes an unknown effect;
+* open permission gates stay open: their tool never started.
+"""
+
+from __future__ import annotations
+
+from journal import Journal
+from journal.events import Event, GateCancelled, ModelMessageCommitted, Notice, ToolAbandoned
+from loopruntime.definition import LoopDefinition
+from loopruntime.model import Accumulator
+from loopruntime.notices import TRUNCATED_NOTICE
+from loopruntime.state import LoopState, fold
+from loopruntime.turn import settle_turn_events
+
+__all__ = ["read_states", "settle_restored"]
+
+
+async def read_states(journal: Journal, session_id: str) -> dict[str, LoopState]:
+    """Fold every loop of a session from one read of its journal."""
+    states: dict[str, LoopState] = {}
+    async for record in journal.read(session_id):
+        state = states.get(record.loop)
+        if state is None:
+            state = states[record.loop] = LoopState()
+        fold(state, record)
+    return states
+
+
+def settle_restored(state: LoopState, definition: LoopDefinition) -> list[Event]:
+    """The events that settle a restored loop (empty when nothing was open)."""
+    if state.stopped or not state.turn_open:
+        return []
+    events: list[Event] = []
+    unknown: list[str] = []
+    if state.open_call is not None:
+        acc = Accumulator()
+        acc.feed_all(tuple(state.open_output))
+        message = ModelMessageCommitted(
+            effect_id=state.open_call,
+            turn=state.turn_index,
+            step=state.step,
+            message=acc.message(notice=TRUNCATED_NOTICE),
+            stop_reason=acc.stop_reason,
+            usage=acc.usage,
+            notice="truncated",
+        )
+        events += settle_turn_events(
+            state,
+            outcome="crashed",
+            notice_message=message,
+            gate_reason="restore_unavailable",
+            code="runtime.crashed",
+        )
+    else:
+        tools = {t.name: t for t in definition.tools}
+        for mode in definition.modes:
+            tools.update({t.name: t for t in definition.resolved(mode.name).tools})
+        for execution_id, started in state.running.items():
+            tool = tools.get(started.name)
+            question = next(
+                (
+                    g
+                    for g in state.gates.values()
+                    if g.kind == "user_input" and g.execution_id == execution_id
+                ),
+                None,
+            )
+            if question is not None:
+                if tool is not None and tool.resumable:
+                    continue  # re-entered with the answer as its continuation
+                events.append(
+                    GateCancelled(gate_id=question.gate_id, reason="restore_unavailable")
+                )
+                events.append(
+                    ToolAbandoned(
+                        execution_id=execution_id,
+                        tool_use_id=started.tool_use_id,
+                        reason="restore_unavailable",
+                    )
+                )
+                unknown.append(execution_id)
+            elif tool is not None and tool.replay_safe:
+                continue  # re-run under the same execution id
+            else:
+                events.append(
+                    ToolAbandoned(
+                        execution_id=execution_id,
+                        tool_use_id=started.tool_use_id,
+                        reason="crashed",
+                    )
+                )
+                unknown.append(execution_id)
+    if not events:
+        return []
+    notices: list[Event] = [
+        Notice(
+            code="restored_after_crash",
+            text=(
+                f"loop {state.loop} was restored after its process stopped during turn "
+                f"{state.turn_index}; what was in flight has been settled"
+            ),
+        )
+    ]
+    if unknown:
+        notices.append(
+            Notice(
+                code="unknown_effects",
+                text=(
+                    "these tool calls started but their outcome is unknown; they will not be "
+                    "re-run: resolve each with `loopruntime resolve` or Session.resolve "
+                    "before the turn can go on: " + ", ".join(unknown)
+                ),
+                refs=tuple(unknown),
+            )
+        )
+    return notices + events

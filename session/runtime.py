@@ -1,0 +1,417 @@
+"""Session: one journal lease, one writer, a nursery of loops, fan-out.
+
+The writer is the single place a session's records are appended.  Commits
+that arrive at the same moment (from any loop of the session) go into one
+atomic append; the records are then folded into their loops in seq order,
+published to subscribers, and only then are the committers released.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+import structlog
+import trio
+
+from journal import Draft, Journal, Record, SessionNotFoundError
+from journal.content import Block, Message, ResultBlock, Text
+from journal.events import Event
+from loopruntime import Loop, LoopDefinition, LoopState
+from loopruntime.commands import (
+    AnswerGate,
+    CancelQueuedInput,
+    ChangeMode,
+    Compact,
+    DecideGate,
+    Interrupt,
+    Reply,
+    ResolveToolCall,
+    Shutdown,
+    Snapshot,
+    Steer,
+    UserInput,
+)
+from loopruntime.errors import (
+    GateMismatchError,
+    LoopClosedError,
+    LoopError,
+    NotUnknownEffectError,
+)
+from loopruntime.model import Delta
+from loopruntime.state import fold
+
+from .errors import SessionExistsError, SessionLagError, UnknownSessionError, VerifyError
+
+__all__ = ["ROOT_LOOP", "Session", "StreamDelta"]
+
+log = structlog.get_logger(__name__)
+
+ROOT_LOOP = "main"
+"""Loop id of a session's first loop."""
+
+
+def _new_id(prefix: str) -> str:
+    return prefix + os.urandom(8).hex()
+
+
+class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
+    """A live stream delta (ephemeral: not durable, may be dropped)."""
+
+    loop: str
+    effect_id: str
+    delta: Any
+
+
+class _Pending:
+    __slots__ = ("drafts", "loop", "reply")
+
+    def __init__(self, loop: Loop, drafts: list[Draft]) -> None:
+        self.loop = loop
+        self.drafts = drafts
+        self.reply: Reply[list[Record]] = Reply()
+
+
+class _Subscriber:
+    __slots__ = ("buffer", "capacity", "deltas", "dropped", "lagged", "lot")
+
+    def __init__(self, capacity: int, deltas: bool) -> None:
+        self.buffer: deque[Record | StreamDelta] = deque()
+        self.capacity = capacity
+        self.deltas = deltas
+        self.lagged = False
+        self.dropped = 0
+        self.lot = trio.lowlevel.ParkingLot()
+
+    def push(self, item: Record | StreamDelta) -> None:
+        if len(self.buffer) >= self.capacity:
+            if isinstance(item, StreamDelta):
+                self.dropped += 1  # ephemeral: dropping is allowed
+                return
+            # A durable record never silently goes missing: the subscription
+            # ends with an error saying where to resume from.
+            self.lagged = True
+            self.lot.unpark_all()
+            return
+        self.buffer.append(item)
+        self.lot.unpark_all()
+
+
+class Session:
+    """Many loops, one journal.  Use ``Session.create`` or ``Session.restore``."""
+
+    def __init__(self, journal: Journal, session_id: str, definition: LoopDefinition) -> None:
+        self.journal = journal
+        self.id = session_id
+        self.definition = definition
+        self.loops: dict[str, Loop] = {}
+        self._queue: list[_Pending] = []
+        self._wake = trio.Event()
+        self._head = 0
+        self._failed: BaseException | None = None
+        self._subscribers: set[_Subscriber] = set()
+        self._closed = False
+        self._closed_event = trio.Event()
+        self.log = log.bind(session=session_id)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @classmethod
+    @asynccontextmanager
+    async def create(
+        cls, journal: Journal, definition: LoopDefinition, *, session_id: str | None = None
+    ) -> AsyncIterator[Session]:
+        """A new session with one loop running ``definition``.  On exit the
+        session shuts down (a running turn is interrupted and settled)."""
+        session_id = session_id or _new_id("ses_")
+        lease = await journal.open_session(session_id, create=True)
+        if lease.head:
+            raise SessionExistsError(
+                f"session {session_id} already has {lease.head} records; use "
+                "Session.restore to continue it"
+            )
+        session = cls(journal, session_id, definition)
+        async with session._running(lease, {ROOT_LOOP: LoopState()}):
+            yield session
+
+    @classmethod
+    @asynccontextmanager
+    async def restore(
+        cls, journal: Journal, session_id: str, definition: LoopDefinition
+    ) -> AsyncIterator[Session]:
+        """Continue a session from its journal: read once, fold every loop,
+        settle what a crash left open, and start the loops."""
+        from .restore import read_states
+
+        try:
+            lease = await journal.open_session(session_id, create=False)
+        except SessionNotFoundError as exc:
+            raise UnknownSessionError(
+                f"there is no session {session_id} in journal {journal.url}; "
+                "`loopruntime sessions` lists the ones there are"
+            ) from exc
+        states = await read_states(journal, session_id)
+        if ROOT_LOOP not in states:
+            raise UnknownSessionError(f"session {session_id} has no loop records to restore")
+        session = cls(journal, session_id, definition)
+        async with session._running(lease, states, restoring=True):
+            yield session
+
+    @asynccontextmanager
+    async def _running(
+        self, lease: Any, states: dict[str, LoopState], *, restoring: bool = False
+    ) -> AsyncIterator[None]:
+        self._lease = lease
+        self._head = lease.head
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._write)
+            if restoring:
+                from .restore import settle_restored
+
+                for loop_id, state in states.items():
+                    loop = self._make_loop(loop_id, state)
+                    await self.commit(loop, settle_restored(state, loop.definition))
+            for loop_id, state in states.items():
+                loop = self.loops.get(loop_id) or self._make_loop(loop_id, state)
+                if state.stopped:
+                    continue
+                await nursery.start(loop.run)
+            try:
+                yield
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self.shutdown()
+                nursery.cancel_scope.cancel()
+
+    def _make_loop(self, loop_id: str, state: LoopState) -> Loop:
+        definition = self.definition
+        loop = Loop(loop_id=loop_id, definition=definition, host=self, state=state)
+        self.loops[loop_id] = loop
+        return loop
+
+    async def shutdown(self) -> None:
+        """Stop every loop (running turns are interrupted and settled).
+        Queued input stays in the journal for a later restore."""
+        if self._closed:
+            return
+        self._closed = True
+        for loop in list(self.loops.values()):
+            try:
+                await loop.send(Shutdown())
+            except LoopClosedError:
+                pass
+        self._closed_event.set()
+        for sub in self._subscribers:
+            sub.lot.unpark_all()
+
+    # -- the writer (LoopHost) --------------------------------------------------------
+
+    async def commit(
+        self, loop: Loop, events: Sequence[Event], *, cause: str | None = None
+    ) -> list[Record]:
+        if not events:
+            return []
+        if self._failed is not None:
+            raise self._failed
+        pending = _Pending(
+            loop, [Draft(id=_new_id("ev_"), loop=loop.id, event=e, cause=cause) for e in events]
+        )
+        self._queue.append(pending)
+        self._wake.set()
+        # Shielded: once asked for, a commit runs to its end, so the caller
+        # always learns exactly what became durable (and state is folded).
+        with trio.CancelScope(shield=True):
+            return await pending.reply.wait()
+
+    async def _write(self) -> None:
+        while True:
+            if not self._queue:
+                self._wake = trio.Event()
+                await self._wake.wait()
+            batch, self._queue = self._queue, []
+            drafts = [d for p in batch for d in p.drafts]
+            try:
+                with trio.CancelScope(shield=True):
+                    records = await self.journal.append(
+                        self._lease, drafts, expected_seq=self._head
+                    )
+            except BaseException as exc:
+                # A journal failure stops the session: nobody may go on
+                # believing something is durable that is not.
+                self._failed = exc
+                for p in [*batch, *self._queue]:
+                    p.reply.fail(exc)
+                self.log.error("journal_append_failed", error=repr(exc))
+                raise
+            self._head = records[-1].seq
+            at = 0
+            for p in batch:
+                mine = records[at : at + len(p.drafts)]
+                at += len(p.drafts)
+                for record in mine:
+                    p.loop.apply(record)
+                    for sub in self._subscribers:
+                        sub.push(record)
+                p.reply.set(mine)
+
+    def publish_delta(self, loop: str, effect_id: str, delta: Delta) -> None:
+        if not self._subscribers:
+            return
+        item = StreamDelta(loop=loop, effect_id=effect_id, delta=delta)
+        for sub in self._subscribers:
+            if sub.deltas:
+                sub.push(item)
+
+    # -- commands -----------------------------------------------------------------
+
+    def _loop(self, loop: str | None) -> Loop:
+        if self._closed:
+            raise LoopClosedError(f"session {self.id} is shut down; it takes no more commands")
+        found = self.loops.get(loop or ROOT_LOOP)
+        if found is None:
+            raise LoopError(f"session {self.id} has no loop {loop!r}")
+        return found
+
+    async def submit(
+        self, content: str | Message | Sequence[Block], *, loop: str | None = None
+    ) -> str:
+        """Queue input; returns its id once it is durable."""
+        if isinstance(content, str):
+            message = Message(role="user", blocks=(Text(text=content),))
+        elif isinstance(content, Message):
+            message = content
+        else:
+            message = Message(role="user", blocks=tuple(content))
+        input_id = _new_id("in_")
+        await self._loop(loop).send(UserInput(input_id=input_id, messages=(message,)))
+        return input_id
+
+    async def steer(self, text: str, *, loop: str | None = None) -> str:
+        steer_id = _new_id("st_")
+        await self._loop(loop).send(Steer(steer_id=steer_id, text=text))
+        return steer_id
+
+    async def cancel_queued(self, input_id: str, *, loop: str | None = None) -> None:
+        await self._loop(loop).send(CancelQueuedInput(input_id=input_id))
+
+    async def interrupt(self, *, loop: str | None = None) -> bool:
+        """Stop the running turn; True when one was stopped."""
+        return bool(await self._loop(loop).send(Interrupt()))
+
+    def _gate_loop(self, gate_id: str) -> Loop:
+        for loop in self.loops.values():
+            if gate_id in loop.state.gates:
+                return loop
+        self._loop(None)  # raises when closed
+        raise GateMismatchError(f"gate {gate_id} is not open in session {self.id}")
+
+    async def answer(self, gate_id: str, text: str) -> None:
+        if not isinstance(text, str):
+            raise GateMismatchError(
+                f"the answer to gate {gate_id} must be text, not {type(text).__name__}"
+            )
+        await self._gate_loop(gate_id).send(AnswerGate(gate_id=gate_id, answer=text))
+
+    async def decide(self, gate_id: str, allow: bool, scope: str = "once") -> None:
+        if scope not in ("once", "session"):
+            raise GateMismatchError(f"scope must be 'once' or 'session', not {scope!r}")
+        await self._gate_loop(gate_id).send(
+            DecideGate(gate_id=gate_id, allow=bool(allow), scope=scope)  # type: ignore[arg-type]
+        )
+
+    async def resolve(
+        self, execution_id: str, result: str | Sequence[ResultBlock], is_error: bool = False
+    ) -> None:
+        """Settle a tool call whose outcome is unknown (after a crash)."""
+        content = (Text(text=result),) if isinstance(result, str) else tuple(result)
+        for loop in self.loops.values():
+            if execution_id in loop.state.unknown:
+                await loop.send(
+                    ResolveToolCall(execution_id=execution_id, content=content, is_error=is_error)
+                )
+                return
+        self._loop(None)
+        raise NotUnknownEffectError(
+            f"execution {execution_id} has no unknown outcome in session {self.id}"
+        )
+
+    async def compact(self, *, loop: str | None = None) -> str:
+        """Ask for a compaction; its outcome is a compaction.committed or
+        compaction.rejected record.  Returns the attempt id."""
+        attempt_id = _new_id("cmp_")
+        await self._loop(loop).send(Compact(attempt_id=attempt_id))
+        return attempt_id
+
+    async def change_mode(self, mode: str | None, *, loop: str | None = None) -> None:
+        await self._loop(loop).send(ChangeMode(mode=mode))
+
+    async def snapshot(self, *, loop: str | None = None) -> LoopState:
+        """A consistent copy of a loop's state."""
+        state: LoopState = await self._loop(loop).send(Snapshot())
+        return state
+
+    async def wait_idle(self) -> None:
+        """Wait until no loop has work it can do without a person (idle, or
+        waiting at a gate or on an unknown effect)."""
+        while True:
+            for loop in list(self.loops.values()):
+                await loop.wait_quiescent()
+            await trio.lowlevel.checkpoint()
+            if all(loop.quiescent for loop in self.loops.values()) or self._closed:
+                return
+
+    async def verify(self) -> None:
+        """Prove each live loop's state equals the fold of its journal records."""
+        for loop_id in list(self.loops):
+            snap = await self.snapshot(loop=loop_id)
+            fresh = LoopState()
+            async for record in self.journal.read(self.id):
+                if record.seq > snap.last_seq:
+                    break
+                if record.loop == loop_id:
+                    fold(fresh, record)
+            if fresh != snap:
+                diff = [
+                    f
+                    for f in LoopState.__struct_fields__
+                    if getattr(fresh, f) != getattr(snap, f)
+                ]
+                raise VerifyError(
+                    f"loop {loop_id} of session {self.id}: live state differs from the fold "
+                    f"of its journal in {', '.join(diff)}"
+                )
+
+    async def subscribe(
+        self, after: int = 0, *, deltas: bool = False, capacity: int = 10_000
+    ) -> AsyncIterator[Record | StreamDelta]:
+        """Every durable record after ``after`` (history first, then live), and
+        with ``deltas`` the live stream deltas too.  Ends when the session
+        closes; a subscriber too slow to keep ``capacity`` records buffered
+        gets ``SessionLagError`` with the seq to resume from."""
+        sub = _Subscriber(capacity, deltas)
+        self._subscribers.add(sub)
+        last = after
+        try:
+            async for record in self.journal.read(self.id, after=after):
+                yield record
+                last = record.seq
+            while True:
+                while sub.buffer:
+                    item = sub.buffer.popleft()
+                    if isinstance(item, Record):
+                        if item.seq <= last:
+                            continue
+                        last = item.seq
+                    yield item
+                if sub.lagged:
+                    raise SessionLagError(self.id, last)
+                if self._closed:
+                    return
+                await sub.lot.park()
+        finally:
+            self._subscribers.discard(sub)
