@@ -61,6 +61,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
+import msgspec
 import outcome
 import trio
 
@@ -118,6 +119,9 @@ _SELECT_BATCH = (
 _READ_BATCH = 4096
 """Rows per reader round trip: large enough that the thread hop is noise."""
 
+_FIRST_BATCH = 512
+"""Rows in a read's first round trip: small, so the first record comes soon."""
+
 _MAX_GROUP = 4096
 """Upper bound on requests per transaction, so one commit never grows unbounded."""
 
@@ -130,6 +134,9 @@ _BUSY_TIMEOUT_MS = 10_000
 _DEFAULT_POLL = 0.25
 
 _blake2b = hashlib.blake2b
+# A decoder of our own so the read loop calls it directly; failures go through
+# codec.decode_event, which names the seq and tells a schema error from damage.
+_decoder = msgspec.msgpack.Decoder(Event)
 
 
 # -- URL ----------------------------------------------------------------------
@@ -304,16 +311,20 @@ def _check_or_create_schema(conn: sqlite3.Connection, path: str) -> None:
 class _Request:
     """One write waiting for the writer thread.
 
-    ``task`` is parked in ``wait_task_rescheduled``; the writer hands back an
-    ``outcome`` through the trio thread.
+    The writer sets ``result``; ``SQLiteJournal._deliver`` (on the trio thread)
+    then marks it ``delivered`` and wakes ``task`` if it is ``parked``.
     """
 
-    __slots__ = ("result", "session", "task")
+    __slots__ = ("delivered", "parked", "result", "session", "task")
 
     def __init__(self, session: str) -> None:
         self.session = session
         self.task = trio.lowlevel.current_task()
+        # Written by the writer thread before the group is handed back.
         self.result: outcome.Outcome[Any] | None = None
+        # Both only touched on the trio thread.
+        self.delivered = False
+        self.parked = False
 
 
 class _OpenRequest(_Request):
@@ -365,9 +376,6 @@ class _Retry(Exception):
     """The optimistic group insert tripped a constraint: replay the group slowly."""
 
 
-_STOP = object()
-
-
 class _Writer:
     """The one writer thread and its connection.  Everything here runs in that thread."""
 
@@ -380,7 +388,8 @@ class _Writer:
     ) -> None:
         self.conn = conn
         self.path = path
-        self.queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.queue: queue.SimpleQueue[list[_Request] | None] = queue.SimpleQueue()
+        """Lists of requests; ``None`` asks the thread to stop after what precedes it."""
         self._deliver = deliver
         self._token = token
         self._cache: dict[str, _State] = {}
@@ -395,19 +404,19 @@ class _Writer:
         stop = False
         try:
             while not stop:
-                first = self.queue.get()
-                if first is _STOP:
+                group = self.queue.get()
+                if group is None:
                     break
-                group: list[_Request] = [first]  # type: ignore[list-item]
+                # Everything else already waiting joins this transaction.
                 while len(group) < _MAX_GROUP:
                     try:
-                        item = self.queue.get_nowait()
+                        more = self.queue.get_nowait()
                     except queue.Empty:
                         break
-                    if item is _STOP:
+                    if more is None:
                         stop = True
                         break
-                    group.append(item)  # type: ignore[arg-type]
+                    group = group + more
                 changed = self._commit_group(group)
                 self._hand_back(group, changed)
         finally:
@@ -691,15 +700,6 @@ class _Writer:
 # -- reading --------------------------------------------------------------------
 
 
-class _Batch:
-    __slots__ = ("digest", "error", "records")
-
-    def __init__(
-        self, records: list[Record], digest: bytes | None, error: JournalError | None
-    ) -> None:
-        self.records, self.digest, self.error = records, digest, error
-
-
 class _Readers:
     """A pool of reader connections, each lent to one worker thread at a time."""
 
@@ -733,38 +733,39 @@ class _Readers:
             conn.close()
 
 
-def _decode_rows(session: str, rows: list[tuple[Any, ...]], after: int, previous: bytes) -> _Batch:
-    """Verify the chain and decode; stop at the first damaged row."""
-    records: list[Record] = []
-    expected = after + 1
-    for seq, id, loop, at, cause, digest, body in rows:
-        if seq != expected:
-            return _Batch(
-                records, previous, JournalCorruptError(session, expected, "it is missing")
-            )
-        if _blake2b(previous + body, digest_size=16).digest() != digest:
-            return _Batch(
-                records, previous, JournalCorruptError(session, seq, "digest chain broken")
-            )
-        try:
-            event: Event = decode_event(body, session=session, seq=seq)
-        except JournalError as exc:
-            return _Batch(records, previous, exc)
-        records.append(
-            Record(
-                seq=seq,
-                id=id,
-                session=session,
-                loop=loop,
-                at=at,
-                cause=cause,
-                digest=digest,
-                event=event,
-            )
-        )
-        previous = digest
-        expected += 1
-    return _Batch(records, previous, None)
+class _Fetch:
+    """One batch of rows being fetched in a worker thread, awaitable from trio.
+
+    Started with ``trio.lowlevel.start_thread_soon`` rather than
+    ``trio.to_thread`` so that a reader can fetch the next batch while it
+    decodes this one, without a nursery inside its async generator.  If the
+    reader goes away first, the thread finishes, returns its connection to the
+    pool and the rows are dropped.
+    """
+
+    __slots__ = ("_done", "_result", "limit")
+
+    def __init__(
+        self,
+        work: Callable[[], list[tuple[Any, ...]]],
+        limit: int,
+        token: trio.lowlevel.TrioToken,
+    ) -> None:
+        self.limit = limit
+        self._done = trio.Event()
+        self._result: outcome.Outcome[list[tuple[Any, ...]]] | None = None
+
+        def deliver(result: outcome.Outcome[list[tuple[Any, ...]]]) -> None:
+            self._result = result
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(self._done.set)
+
+        trio.lowlevel.start_thread_soon(work, deliver, name="loopruntime-journal-reader")
+
+    async def rows(self) -> list[tuple[Any, ...]]:
+        await self._done.wait()
+        assert self._result is not None
+        return self._result.unwrap()
 
 
 # -- the journal ------------------------------------------------------------------
@@ -785,10 +786,10 @@ class SQLiteJournal:
         self.poll = options.poll
         self._closed = False
         self._changed: dict[str, trio.Event] = {}
+        self._outbox: list[_Request] = []
         self._readers = _Readers(options.path, options.synchronous)
-        self._writer = _Writer(
-            writer_conn, options.path, self._deliver, trio.lowlevel.current_trio_token()
-        )
+        self._token = trio.lowlevel.current_trio_token()
+        self._writer = _Writer(writer_conn, options.path, self._deliver, self._token)
         self._writer.thread.start()
 
     @classmethod
@@ -837,22 +838,35 @@ class SQLiteJournal:
 
     async def _submit(self, request: _Request) -> Any:
         await trio.lowlevel.checkpoint_if_cancelled()
-        # No await between this check and the put: aclose() queues the writer's
-        # stop after setting _closed, so nothing is queued behind the stop.
         self._check_open()
-        if not self._writer.thread.is_alive():
-            raise JournalUnavailableError(f"journal {self.url}: the writer thread has stopped")
-        self._writer.queue.put(request)
-        # Not abortable: the writer always answers (aclose drains the queue
-        # first), and an answer must not be lost to a cancellation.
-        result = await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
-        return result.unwrap()
+        self._outbox.append(request)
+        # One scheduling round of grace: every task made runnable at the same
+        # moment (typically all the appenders the last commit released) adds
+        # its request before the first of them hands the lot to the writer.
+        # Without it the writer would take the first request alone and the
+        # rest one commit later, costing an extra commit (an fsync at FULL).
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        self._flush_outbox()
+        if not request.delivered:
+            request.parked = True
+            # Not abortable: the writer always answers (aclose drains the
+            # queue first), and a committed append must not be reported as
+            # cancelled.  Cancellation takes effect at the next checkpoint.
+            await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+        assert request.result is not None
+        return request.result.unwrap()
+
+    def _flush_outbox(self) -> None:
+        if self._outbox:
+            group, self._outbox = self._outbox, []
+            self._writer.queue.put(group)
 
     def _deliver(self, group: list[_Request], changed: set[str]) -> None:
         """Runs on the trio thread: wake each waiting caller, then the tails."""
         for request in group:
-            assert request.result is not None
-            trio.lowlevel.reschedule(request.task, outcome.Value(request.result))
+            request.delivered = True
+            if request.parked:
+                trio.lowlevel.reschedule(request.task)
         for session in changed:
             event = self._changed.pop(session, None)
             if event is not None:
@@ -881,29 +895,65 @@ class SQLiteJournal:
         return self._follow(session, after, follow=True)
 
     async def _follow(self, session: str, after: int, *, follow: bool) -> AsyncIterator[Record]:
-        digest: bytes | None = None
-        first = True
+        # The digest of the record at ``after``: what the next record chains
+        # from.  None until that record has been fetched.
+        previous: bytes | None = GENESIS if after <= 0 else None
+        after = max(after, 0)
+        check = True
+        decode = _decoder.decode
+        blake2b = _blake2b
         while True:
+            if self._closed:
+                if follow:
+                    return
+                raise JournalClosedError(f"journal {self.url} was closed during a read")
             # Take the wakeup event before reading, so an append that commits
             # between the read and the wait is not missed.
             changed = self._changed_event(session) if follow else None
-            while True:
-                if self._closed:
-                    if follow:
-                        return
-                    raise JournalClosedError(f"journal {self.url} was closed during a read")
-                batch = await trio.to_thread.run_sync(self._fetch, session, after, digest, first)
-                first = False
-                for record in batch.records:
-                    yield record
-                if batch.records:
-                    after = batch.records[-1].seq
-                    digest = batch.digest
-                if batch.error is not None:
-                    raise batch.error
-                if len(batch.records) < _READ_BATCH:
-                    break
+            fetch: _Fetch | None = self._start_fetch(
+                session, after, previous is None, check, _FIRST_BATCH
+            )
+            check = False
+            while fetch is not None:
+                rows = await fetch.rows()
+                if len(rows) == fetch.limit and not self._closed:
+                    # Fetch the next batch while this one is verified and decoded.
+                    fetch = self._start_fetch(session, rows[-1][0], False, False, _READ_BATCH)
+                else:
+                    fetch = None
+                if previous is None and rows:
+                    # The first row should be the stored record at ``after`` itself.
+                    if rows[0][0] != after:
+                        raise JournalCorruptError(session, after, "it is missing")
+                    previous = rows[0][5]
+                    rows = rows[1:]
+                expected = after + 1
+                for seq, id, loop, at, cause, digest, body in rows:
+                    if seq != expected:
+                        raise JournalCorruptError(session, expected, "it is missing")
+                    if blake2b(previous + body, digest_size=16).digest() != digest:
+                        raise JournalCorruptError(session, seq, "digest chain broken")
+                    try:
+                        event: Event = decode(body)
+                    except msgspec.DecodeError:
+                        # decode_event raises the translated error for these bytes.
+                        event = decode_event(body, session=session, seq=seq)
+                    yield Record(
+                        seq=seq,
+                        id=id,
+                        session=session,
+                        loop=loop,
+                        at=at,
+                        cause=cause,
+                        digest=digest,
+                        event=event,
+                    )
+                    previous = digest
+                    after = expected
+                    expected += 1
             if changed is None:
+                if self._closed:
+                    raise JournalClosedError(f"journal {self.url} was closed during a read")
                 return
             with trio.move_on_after(self.poll):
                 await changed.wait()
@@ -914,8 +964,20 @@ class SQLiteJournal:
             event = self._changed[session] = trio.Event()
         return event
 
-    def _fetch(self, session: str, after: int, digest: bytes | None, check: bool) -> _Batch:
-        """Worker thread: fetch, verify and decode up to ``_READ_BATCH`` records."""
+    def _start_fetch(
+        self, session: str, after: int, with_previous: bool, check: bool, limit: int
+    ) -> _Fetch:
+        # The limit counts the row at ``after`` too when it is fetched.
+        limit += with_previous
+        return _Fetch(
+            lambda: self._fetch(session, after, with_previous, check, limit), limit, self._token
+        )
+
+    def _fetch(
+        self, session: str, after: int, with_previous: bool, check: bool, limit: int
+    ) -> list[tuple[Any, ...]]:
+        """Worker thread: the rows after seq ``after`` (from ``after`` itself when
+        ``with_previous``, to learn the digest the next row chains from)."""
         try:
             with self._readers.connection() as conn:
                 if (
@@ -925,22 +987,12 @@ class SQLiteJournal:
                     ).fetchone()
                 ):
                     raise SessionNotFoundError(session)
-                if digest is None:
-                    if after <= 0:
-                        after, digest = 0, GENESIS
-                    else:
-                        row = conn.execute(
-                            "SELECT digest FROM records WHERE session = ? AND seq = ?",
-                            (session, after),
-                        ).fetchone()
-                        if row is None:
-                            # Seqs are gap-free: nothing is stored after ``after`` yet.
-                            return _Batch([], None, None)
-                        digest = row[0]
-                rows = conn.execute(_SELECT_BATCH, (session, after, _READ_BATCH)).fetchall()
+                if self._readers.closed:
+                    raise JournalClosedError(f"journal {self.url} was closed during a read")
+                start = after - 1 if with_previous else after
+                return conn.execute(_SELECT_BATCH, (session, start, limit)).fetchall()
         except sqlite3.Error as exc:
             raise _unavailable(exc, self.path, f"reading session {session}") from exc
-        return _decode_rows(session, rows, after, digest)
 
     async def head(self, session: str) -> int:
         """The session's last seq (0 if it has no records); ``SessionNotFoundError``."""
@@ -999,7 +1051,8 @@ class SQLiteJournal:
         if self._closed:
             return
         self._closed = True
-        self._writer.queue.put(_STOP)
+        self._flush_outbox()
+        self._writer.queue.put(None)
         # Shielded: the writer must be joined (and its connection closed) even
         # when the closer is being cancelled, or the file stays locked.
         with trio.CancelScope(shield=True):
