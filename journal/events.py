@@ -394,4 +394,4 @@ Event = (
     | Notice
 )
 
-EVENT_TYPES: tuple[type[Event], ...] = Event.__args__  # type: ignore[attr-defined]
+EVENT_TYPES: tuple[type[Event], ...] = Event.__args__

@@ -16,8 +16,8 @@ from .errors import GateMismatchError as GateMismatchError
 from .errors import InvalidAnswerError as InvalidAnswerError
 from .errors import LoopClosedError as LoopClosedError
 from .errors import LoopError as LoopError
-from .errors import ModeNotFoundError as ModeNotFoundError
 from .errors import ModelError as ModelError
+from .errors import ModeNotFoundError as ModeNotFoundError
 from .errors import NotQueuedError as NotQueuedError
 from .errors import NotUnknownEffectError as NotUnknownEffectError
 from .errors import OutsideToolCallError as OutsideToolCallError

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import structlog
 import trio
@@ -253,7 +253,11 @@ class Loop:
                             await self._handle(command)
                         except (LoopClosedError, NotQueuedError, GateMismatchError) as exc:
                             command.reply.fail(exc)
-                        except (InvalidAnswerError, NotUnknownEffectError, UnknownCommandError) as exc:
+                        except (
+                            InvalidAnswerError,
+                            NotUnknownEffectError,
+                            UnknownCommandError,
+                        ) as exc:
                             command.reply.fail(exc)
                         except Exception as exc:
                             command.reply.fail(exc)
@@ -289,7 +293,9 @@ class Loop:
                 command.reply.set(command.input_id)
                 await self._maybe_start_turn()
             case SubagentResult():
-                trigger = "notification" if command.background else "subagent"
+                trigger: Literal["notification", "subagent"] = (
+                    "notification" if command.background else "subagent"
+                )
                 text = f"[result of child loop {command.child_loop}]\n{command.text}"
                 await self.commit(
                     [

@@ -21,7 +21,6 @@ question) are re-entered under their original execution id.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -65,7 +64,6 @@ async def run_batch(turn: TurnRunner) -> None:
     state = loop.state
     limits = turn.resolved.limits
     tools: dict[str, Tool] = {t.name: t for t in turn.resolved.tools}
-    invalid = turn.acc.invalid_tool_inputs if turn.acc is not None else {}
     admitted: list[_Call] = []
     budget = limits.max_tool_calls_per_turn - state.turn_tool_calls
 
@@ -78,18 +76,28 @@ async def run_batch(turn: TurnRunner) -> None:
         if execution is not None:
             if execution in state.running and tool is not None:
                 admitted.append(
-                    _Call(use=use, tool=tool, parsed=tool.parse(use.input),
-                          execution_id=execution, new=False)
+                    _Call(
+                        use=use,
+                        tool=tool,
+                        parsed=tool.parse(use.input),
+                        execution_id=execution,
+                        new=False,
+                    )
                 )
             continue
-        rejection = await _admit(turn, use, tool, invalid, budget - len(admitted))
+        rejection = await _admit(turn, use, tool, budget - len(admitted))
         if rejection is not None:
             await loop.commit([_rejected(use, rejection)])
             continue
         assert tool is not None
         admitted.append(
-            _Call(use=use, tool=tool, parsed=tool.parse(use.input),
-                  execution_id=new_id("exe_"), new=True)
+            _Call(
+                use=use,
+                tool=tool,
+                parsed=tool.parse(use.input),
+                execution_id=new_id("exe_"),
+                new=True,
+            )
         )
 
     starts: list[Event] = [
@@ -113,13 +121,10 @@ async def _admit(
     turn: TurnRunner,
     use: ToolUse,
     tool: Tool | None,
-    invalid: Mapping[str, str],
     budget: int,
 ) -> str | None:
     """None when the call may run; otherwise the model-visible reason it won't."""
     state = turn.loop.state
-    if use.id in invalid:
-        return f"[error: {invalid[use.id]}; emit the call again with a JSON object]"
     if tool is None:
         known = ", ".join(sorted(t.name for t in turn.resolved.tools)) or "none"
         return f"[error: there is no tool named {use.name!r}; available tools: {known}]"
@@ -151,7 +156,11 @@ async def _admit(
 async def _ask_permission(turn: TurnRunner, use: ToolUse, tool: Tool) -> bool:
     loop = turn.loop
     gate = next(
-        (g for g in loop.state.gates.values() if g.kind == "permission" and g.tool_use_id == use.id),
+        (
+            g
+            for g in loop.state.gates.values()
+            if g.kind == "permission" and g.tool_use_id == use.id
+        ),
         None,
     )
     if gate is None:
@@ -250,6 +259,7 @@ async def _run_one(turn: TurnRunner, call: _Call) -> None:
         continuation=continuation,
     )
     started = time.perf_counter_ns()
+    turn.entered.add(call.execution_id)
     try:
         value = await call.tool.invoke(ctx, call.parsed)
         blocks, cut = shape_result(value, limit)

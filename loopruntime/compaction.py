@@ -145,9 +145,7 @@ def parse_summary(text: str) -> Summary:
 
 def render_summary(summary: Summary) -> str:
     """The summary in its grammar (inverse of ``parse_summary``)."""
-    parts = "".join(
-        f"<{s}>{_escape(getattr(summary, s))}</{s}>\n" for s in SECTIONS
-    )
+    parts = "".join(f"<{s}>{_escape(getattr(summary, s))}</{s}>\n" for s in SECTIONS)
     return f"<conversation_summary>\n{parts}</conversation_summary>"
 
 

@@ -233,9 +233,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
             state.stopped = True
         case InputQueued():
             state.queued.append(
-                QueuedInput(
-                    input_id=event.input_id, messages=event.messages, trigger=event.trigger
-                )
+                QueuedInput(input_id=event.input_id, messages=event.messages, trigger=event.trigger)
             )
         case InputCancelled():
             state.queued = [q for q in state.queued if q.input_id != event.input_id]
@@ -334,7 +332,9 @@ def fold(state: LoopState, record: Record) -> LoopState:
         case CompactionStarted():
             state.compacting = event.attempt_id
         case CompactionCommitted():
-            retained = state.messages[len(state.messages) - event.retained :] if event.retained else []
+            retained = (
+                state.messages[len(state.messages) - event.retained :] if event.retained else []
+            )
             state.messages = [event.summary, *retained]
             state.compacting = None
             state.compactions += 1
@@ -367,6 +367,4 @@ def _apply_steering(state: LoopState, steer_ids: tuple[str, ...]) -> None:
     texts = [s.text for s in state.steering if s.steer_id in wanted]
     state.steering = [s for s in state.steering if s.steer_id not in wanted]
     if texts:
-        state.messages.append(
-            Message(role="user", blocks=tuple(Text(text=t) for t in texts))
-        )
+        state.messages.append(Message(role="user", blocks=tuple(Text(text=t) for t in texts)))

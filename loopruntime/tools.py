@@ -321,9 +321,7 @@ def error_result(text: str) -> tuple[ResultBlock, ...]:
 def ask_user_tool() -> Tool:
     """The built-in tool a model uses to ask the person a question."""
 
-    async def ask_user(
-        ctx: ToolContext, *, question: str, choices: list[str] | None = None
-    ) -> str:
+    async def ask_user(ctx: ToolContext, *, question: str, choices: list[str] | None = None) -> str:
         """Ask the user a question and wait for their answer. Give `choices` when
         the answer must be one of a few options."""
         return await ctx.ask_user(question, choices)

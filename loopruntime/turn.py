@@ -61,6 +61,8 @@ class TurnRunner:
         self.loop = loop
         self.resolved = loop.resolved()
         self.acc: Accumulator | None = None
+        self.entered: set[str] = set()
+        """Execution ids whose tool function this turn actually called."""
         self.log = loop.log.bind(turn=loop.state.turn_index)
 
     @property
@@ -229,7 +231,7 @@ class TurnRunner:
                     async for delta in stream:
                         acc.feed(delta)
                         loop.host.publish_delta(loop.id, effect_id, delta)
-                        if isinstance(delta, Piece):  # type: ignore[misc,arg-type]
+                        if isinstance(delta, Piece):
                             buffer.append(delta)
                             if isinstance(delta, BlockStopped):
                                 await flush()
@@ -260,6 +262,23 @@ class TurnRunner:
                 ],
             )
         events: list[Event] = [self._message(effect_id, step, notice=None)]
+        # Tool calls whose streamed input is not a JSON object are answered in
+        # the same commit as the message, so the fold (live or restored)
+        # never waits on a call that cannot run.
+        for tool_use_id, why in acc.invalid_tool_inputs.items():
+            text = (
+                TRUNCATED_TOOL_CALL_RESULT
+                if acc.stop_reason == "max_tokens"
+                else f"[error: {why}; emit the call again with a JSON object]"
+            )
+            events.append(
+                ToolCompleted(
+                    execution_id="",
+                    tool_use_id=tool_use_id,
+                    content=(Text(text=text),),
+                    disposition="rejected",
+                )
+            )
         events.append(
             ContextMeasured(
                 input_tokens=acc.usage.input_tokens,
@@ -280,13 +299,9 @@ class TurnRunner:
             if pending():
                 await flush()
 
-    def _message(
-        self, effect_id: str, step: int, *, notice: str | None
-    ) -> ModelMessageCommitted:
+    def _message(self, effect_id: str, step: int, *, notice: str | None) -> ModelMessageCommitted:
         acc = self.acc or Accumulator()
-        text = {"truncated": TRUNCATED_NOTICE, "interrupted": INTERRUPTED_NOTICE}.get(
-            notice or ""
-        )
+        text = {"truncated": TRUNCATED_NOTICE, "interrupted": INTERRUPTED_NOTICE}.get(notice or "")
         return ModelMessageCommitted(
             effect_id=effect_id,
             turn=self.state.turn_index,
@@ -314,6 +329,7 @@ class TurnRunner:
                 else None
             ),
             gate_reason="shutdown" if reason == "shutdown" else "interrupted",
+            entered=self.entered,
         )
         return events
 
@@ -325,11 +341,13 @@ def settle_turn_events(
     notice_message: ModelMessageCommitted | None,
     gate_reason: str,
     code: str | None = None,
+    entered: set[str] | None = None,
 ) -> list[Event]:
     """Events that close an open turn so the context stays valid: every open
     gate cancelled, the open reply committed with its notice, every unanswered
     tool call answered (abandoned if it had started, not-run otherwise), then
-    ``turn.ended`` and the queue consequences."""
+    ``turn.ended`` and the queue consequences.  ``entered`` names the calls
+    whose tool function really ran (None: assume every started call did)."""
     events: list[Event] = [
         GateCancelled(gate_id=g, reason=gate_reason)  # type: ignore[arg-type]
         for g in state.gates
@@ -340,16 +358,19 @@ def settle_turn_events(
         if tool_use_id in state.results:
             continue
         execution = state.executions.get(tool_use_id)
-        if execution is not None and (execution in state.running or execution in state.unknown):
+        ran = execution is not None and (entered is None or execution in entered)
+        if (
+            execution is not None
+            and ran
+            and (execution in state.running or execution in state.unknown)
+        ):
             events.append(
-                ToolAbandoned(
-                    execution_id=execution, tool_use_id=tool_use_id, reason="interrupted"
-                )
+                ToolAbandoned(execution_id=execution, tool_use_id=tool_use_id, reason="interrupted")
             )
         else:
             events.append(
                 ToolCompleted(
-                    execution_id="",
+                    execution_id=execution or "",
                     tool_use_id=tool_use_id,
                     content=(Text(text=NOT_RUN_RESULT),),
                     disposition="rejected",

@@ -80,9 +80,7 @@ def settle_restored(state: LoopState, definition: LoopDefinition) -> list[Event]
             if question is not None:
                 if tool is not None and tool.resumable:
                     continue  # re-entered with the answer as its continuation
-                events.append(
-                    GateCancelled(gate_id=question.gate_id, reason="restore_unavailable")
-                )
+                events.append(GateCancelled(gate_id=question.gate_id, reason="restore_unavailable"))
                 events.append(
                     ToolAbandoned(
                         execution_id=execution_id,

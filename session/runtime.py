@@ -226,7 +226,8 @@ class Session:
         # Shielded: once asked for, a commit runs to its end, so the caller
         # always learns exactly what became durable (and state is folded).
         with trio.CancelScope(shield=True):
-            return await pending.reply.wait()
+            records = await pending.reply.wait()
+        return records
 
     async def _write(self) -> None:
         while True:
@@ -377,9 +378,7 @@ class Session:
                     fold(fresh, record)
             if fresh != snap:
                 diff = [
-                    f
-                    for f in LoopState.__struct_fields__
-                    if getattr(fresh, f) != getattr(snap, f)
+                    f for f in LoopState.__struct_fields__ if getattr(fresh, f) != getattr(snap, f)
                 ]
                 raise VerifyError(
                     f"loop {loop_id} of session {self.id}: live state differs from the fold "

@@ -88,7 +88,9 @@ class ScriptedModel:
 
         def answer(request: ModelRequest) -> Reply:
             last = _last_user_text(request)
-            return Reply(text=f"(echo) {last}" if last else "(echo)", chunk_size=4, chunk_delay=0.02)
+            return Reply(
+                text=f"(echo) {last}" if last else "(echo)", chunk_size=4, chunk_delay=0.02
+            )
 
         return cls(answer, name="scripted:echo")
 
@@ -145,9 +147,13 @@ async def _play(reply: Reply, request: ModelRequest) -> AsyncIterator[Delta]:
     # A rough, O(1) estimate: the scripted model must not make a step's cost
     # grow with the history (benchmarks rely on it).
     usage = reply.usage or Usage(input_tokens=20 * len(request.messages) + len(request.system) // 4)
-    yield UsageDelta(usage=Usage(input_tokens=usage.input_tokens,
-                                 cache_read_tokens=usage.cache_read_tokens,
-                                 cache_creation_tokens=usage.cache_creation_tokens))
+    yield UsageDelta(
+        usage=Usage(
+            input_tokens=usage.input_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_creation_tokens=usage.cache_creation_tokens,
+        )
+    )
     index = 0
     if reply.thinking:
         yield BlockStarted(index=index, kind="thinking")
@@ -167,7 +173,9 @@ async def _play(reply: Reply, request: ModelRequest) -> AsyncIterator[Delta]:
     for call in reply.tool_calls:
         call_id = call.id or "toolu_" + os.urandom(8).hex()
         yield BlockStarted(index=index, kind="tool_use", id=call_id, name=call.name)
-        raw = call.raw_json if call.raw_json is not None else msgspec.json.encode(call.input).decode()
+        raw = (
+            call.raw_json if call.raw_json is not None else msgspec.json.encode(call.input).decode()
+        )
         for part in _chunks(raw, max(reply.chunk_size, 64)):
             await pace()
             yield InputJsonDelta(index=index, partial_json=part)
