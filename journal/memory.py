@@ -84,6 +84,10 @@ class MemoryJournal:
             raise SessionNotFoundError(lease.session)
         if lease.incarnation != s.incarnation:
             raise FencedError(lease.session, lease.incarnation, s.incarnation)
+        ids = [d.id for d in drafts]
+        if len(set(ids)) != len(ids):
+            # Two records with one id would make later idempotency checks ambiguous.
+            raise DuplicateEventError(lease.session, next(i for i in ids if ids.count(i) > 1))
         bodies = [encode_event(d.event) for d in drafts]
         stored = self._already_stored(lease.session, s, drafts, bodies)
         if stored is not None:
