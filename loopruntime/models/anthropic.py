@@ -418,6 +418,11 @@ def request_params(
 ) -> dict[str, Any]:
     """The keyword arguments for ``messages.create`` (everything but ``stream``).
 
+    ``max_tokens``, when given, replaces ``request.max_tokens``.  When it is
+    not given and thinking has a token budget, the budget is added to
+    ``request.max_tokens``: the API counts thinking against ``max_tokens`` and
+    wants the budget below it, so thinking must not eat the reply's allowance.
+
     Pure; the returned dict and everything in it is new and owned by the caller.
     Raises ``ModelError(kind="invalid_request")`` for an ``options`` key the
     adapter sets itself.
@@ -432,7 +437,7 @@ def request_params(
         )
     params: dict[str, Any] = {
         "model": model,
-        "max_tokens": max_tokens if max_tokens is not None else request.max_tokens,
+        "max_tokens": request.max_tokens if max_tokens is None else max_tokens,
         "messages": api_messages(request.messages, prompt_cache=prompt_cache),
     }
     if request.system.strip():
@@ -455,6 +460,10 @@ def request_params(
         params["thinking"] = extra.pop("thinking")
     if extra:
         params["extra_body"] = extra
+    chosen = params.get("thinking")
+    budget = chosen.get("budget_tokens") if isinstance(chosen, Mapping) else None
+    if max_tokens is None and isinstance(budget, int):
+        params["max_tokens"] += budget
     return params
 
 

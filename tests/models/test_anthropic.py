@@ -45,7 +45,7 @@ from loopruntime.model import (
     ToolSchema,
     UsageDelta,
 )
-from loopruntime.models.anthropic import AnthropicModel, api_messages
+from loopruntime.models.anthropic import AnthropicModel, api_messages, request_params
 from tests.support.sse_server import (
     Drop,
     Event,
@@ -604,6 +604,28 @@ def test_cache_breakpoints_follow_the_conversation() -> None:
     assert marked(api_messages([user, reply, user])) == [(0, 0), (2, 0)]
     assert marked(api_messages([user, reply, user, reply, user])) == [(2, 0), (4, 0)]
     assert marked(api_messages([user, reply, user], prompt_cache=False)) == []
+
+
+def test_thinking_budget_and_max_tokens() -> None:
+    request = ModelRequest(system="", messages=HELLO.messages, max_tokens=1000)
+    budget = {"type": "enabled", "budget_tokens": 2048}
+    # No max_tokens configured: the budget comes on top of the reply's allowance.
+    params = request_params(request, model=MODEL, thinking=budget)
+    assert (params["max_tokens"], params["thinking"]) == (3048, budget)
+    # A configured max_tokens is taken as given.
+    assert (
+        request_params(request, model=MODEL, max_tokens=9000, thinking=budget)["max_tokens"] == 9000
+    )
+    # options["thinking"] overrides the configured thinking for one call.
+    adaptive = ModelRequest(
+        system="",
+        messages=HELLO.messages,
+        max_tokens=1000,
+        options={"thinking": {"type": "adaptive"}},
+    )
+    params = request_params(adaptive, model=MODEL, thinking=budget)
+    assert (params["max_tokens"], params["thinking"]) == (1000, {"type": "adaptive"})
+    assert "extra_body" not in params
 
 
 async def test_option_the_adapter_owns_is_refused() -> None:
