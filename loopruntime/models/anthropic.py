@@ -12,8 +12,8 @@ transport (``httpcore2``) picks its network backend per call with ``sniffio``:
 under trio it uses its trio backend (trio sockets, and trio locks and events
 for the connection pool), so no asyncio loop and no worker thread is
 involved.  The tests prove it against a local server (and the SDK reports it
-in the ``X-Stainless-Async: async:trio`` header it sends).  Three asyncio
-habits of the SDK remain, and this module works around each:
+in the ``X-Stainless-Async: async:trio`` header it sends).  Two asyncio
+habits of the SDK remain, and this module works around both:
 
 * The SDK's client wrapper closes an abandoned client from ``__del__`` by
   scheduling a task on the running *asyncio* loop.  Under trio that silently
@@ -25,9 +25,6 @@ habits of the SDK remain, and this module works around each:
   under ``autojump_clock`` run instantly).  **A client you pass in should be
   made with ``max_retries=0`` too**, or a failed request may be resent twice
   over.
-* Pooled connections belong to the trio run that opened them.  The adapter
-  creates its client lazily, inside the run, and makes a fresh one if it is
-  used from a later ``trio.run`` (tests, or a CLI that runs twice).
 
 Errors and retries
 ------------------
@@ -85,7 +82,7 @@ tool-input JSON is passed on unchanged, valid or not: the ``Accumulator``
 judges it and the runtime tells the model.
 
 Secrets: the API key is read from the argument or ``ANTHROPIC_API_KEY``,
-kept only by the SDK client and a redacting holder, and never logged; the
+handed to the SDK client and kept nowhere else, and never logged; the
 journaled ``name`` is ``"anthropic:<model>"``.
 """
 
@@ -215,10 +212,12 @@ class AnthropicModel:
         self.max_retries = max_retries
         self.max_retry_wait = max_retry_wait
         self.prompt_cache = prompt_cache
-        self._base_url = base_url
-        self._timeout = timeout
-        self._user_client = client
-        self._key: _Secret | None = None
+        if client is not None and (api_key, base_url, timeout) != (None, None, None):
+            raise ValueError(
+                "pass either client= or api_key/base_url/timeout: a client passed in "
+                "brings its own configuration"
+            )
+        self._owns_client = client is None
         if client is None:
             key = (api_key or os.environ.get("ANTHROPIC_API_KEY") or "").strip()
             if not key:
@@ -226,9 +225,15 @@ class AnthropicModel:
                     "no Anthropic API key: set ANTHROPIC_API_KEY, pass api_key=..., "
                     "or pass a configured client=anthropic.AsyncAnthropic(..., max_retries=0)"
                 )
-            self._key = _Secret(key)
-        self._client: anthropic.AsyncAnthropic | None = None
-        self._client_run: trio.lowlevel.TrioToken | None = None
+            extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+            # Building the client does no I/O; it connects on the first request.
+            client = anthropic.AsyncAnthropic(
+                api_key=key,
+                base_url=base_url,
+                max_retries=0,  # retries are decided in _deltas, before any output
+                **extra,
+            )
+        self._client = client
 
     @classmethod
     def from_env(cls, model: str | None = None) -> AnthropicModel | None:
@@ -255,11 +260,8 @@ class AnthropicModel:
     async def aclose(self) -> None:
         """Close the SDK client this model created (idempotent).  A client
         passed in is left open: its owner closes it."""
-        client, self._client = self._client, None
-        if client is not None and self._client_run is trio.lowlevel.current_trio_token():
-            await client.close()
-        # A client from an earlier trio run cannot be closed from this one;
-        # its pooled sockets are released when it is garbage collected.
+        if self._owns_client:
+            await self._client.close()
 
     @asynccontextmanager
     async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[Delta]]:
@@ -277,27 +279,11 @@ class AnthropicModel:
             thinking=self.thinking,
             prompt_cache=self.prompt_cache,
         )
-        deltas = self._deltas(self._client_for_this_run(), params)
+        deltas = self._deltas(self._client, params)
         try:
             yield deltas
         finally:
             await deltas.aclose()
-
-    def _client_for_this_run(self) -> anthropic.AsyncAnthropic:
-        if self._user_client is not None:
-            return self._user_client
-        run = trio.lowlevel.current_trio_token()
-        if self._client is None or self._client_run is not run:
-            assert self._key is not None  # set whenever no client was passed in
-            extra: dict[str, Any] = {} if self._timeout is None else {"timeout": self._timeout}
-            self._client = anthropic.AsyncAnthropic(
-                api_key=self._key.value,
-                base_url=self._base_url,
-                max_retries=0,  # retries are decided in _deltas, before any output
-                **extra,
-            )
-            self._client_run = run
-        return self._client
 
     async def _deltas(
         self, client: anthropic.AsyncAnthropic, params: dict[str, Any]
@@ -391,18 +377,6 @@ class _Attempt:
     def __init__(self) -> None:
         self.number = 0
         self.output_started = False
-
-
-class _Secret:
-    """Holds the API key; its repr never shows it."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: str) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return "_Secret('***')"
 
 
 # -- request mapping (pure) ---------------------------------------------------

@@ -947,6 +947,9 @@ def test_constructor_checks(monkeypatch: pytest.MonkeyPatch) -> None:
         AnthropicModel(MODEL, api_key=KEY, max_tokens=2000, thinking=4000)
     assert AnthropicModel(MODEL, api_key=KEY, context_window=1_000_000).context_window == 1_000_000
     assert AnthropicModel(MODEL, api_key=KEY, thinking="adaptive").thinking == {"type": "adaptive"}
+    client = anthropic.AsyncAnthropic(api_key=KEY, max_retries=0)
+    with pytest.raises(ValueError, match="either client= or api_key"):
+        AnthropicModel(MODEL, client=client, base_url="http://127.0.0.1:9")
 
 
 async def test_a_client_passed_in_is_used_and_left_open() -> None:
