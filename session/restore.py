@@ -16,15 +16,28 @@ Settling never replays anything silently:
 
 from __future__ import annotations
 
-from journal import Journal
-from journal.events import Event, GateCancelled, ModelMessageCommitted, Notice, ToolAbandoned
+import os
+
+from journal import Draft, Journal, SessionNotFoundError
+from journal.content import Text
+from journal.events import (
+    Event,
+    GateCancelled,
+    ModelMessageCommitted,
+    Notice,
+    ToolAbandoned,
+    ToolResolved,
+)
 from loopruntime.definition import LoopDefinition
+from loopruntime.errors import NotUnknownEffectError
 from loopruntime.model import Accumulator
 from loopruntime.notices import TRUNCATED_NOTICE
 from loopruntime.state import LoopState, fold
 from loopruntime.turn import settle_turn_events
 
-__all__ = ["read_states", "settle_restored"]
+from .errors import UnknownSessionError
+
+__all__ = ["read_states", "resolve_offline", "settle_restored"]
 
 
 async def read_states(journal: Journal, session_id: str) -> dict[str, LoopState]:
@@ -124,3 +137,33 @@ def settle_restored(state: LoopState, definition: LoopDefinition) -> list[Event]
             )
         )
     return notices + events
+
+
+async def resolve_offline(
+    journal: Journal, session_id: str, execution_id: str, result: str, *, is_error: bool = False
+) -> None:
+    """Settle an unknown effect without running the session (the CLI's
+    ``resolve``).  It takes the session's lease, so a host still running the
+    session is fenced and must restore it; the turn continues on restore."""
+    try:
+        lease = await journal.open_session(session_id, create=False)
+    except SessionNotFoundError as exc:
+        raise UnknownSessionError(f"there is no session {session_id} in {journal.url}") from exc
+    states = await read_states(journal, session_id)
+    for loop_id, state in states.items():
+        started = state.unknown.get(execution_id)
+        if started is None:
+            continue
+        event = ToolResolved(
+            execution_id=execution_id,
+            tool_use_id=started.tool_use_id,
+            content=(Text(text=result),),
+            is_error=is_error,
+        )
+        draft = Draft(id="ev_" + os.urandom(8).hex(), loop=loop_id, event=event)
+        await journal.append(lease, [draft], expected_seq=lease.head)
+        return
+    raise NotUnknownEffectError(
+        f"execution {execution_id} has no unknown outcome in session {session_id}; "
+        "`loopruntime replay SESSION` shows the unknown effects (✗ lines)"
+    )
