@@ -23,8 +23,8 @@ habits of the SDK remain, and this module works around both:
   created here has ``max_retries=0``: retrying is decided once, in this
   module, before any output, and backoff waits with ``trio.sleep`` (so tests
   under ``autojump_clock`` run instantly).  **A client you pass in should be
-  made with ``max_retries=0`` too**, or a failed request may be resent twice
-  over.
+  made with ``max_retries=0`` too**, or the SDK retries again inside each of
+  this adapter's attempts, multiplying requests and waits.
 
 Errors and retries
 ------------------
@@ -315,6 +315,8 @@ class AnthropicModel:
 
     def _retry_delay(self, err: ModelError, attempt: _Attempt) -> float | None:
         """Seconds to wait before the next attempt, or None to give up."""
+        # An error after output already says retryable=False; checking
+        # output_started here too keeps the rule in the one place that decides.
         if attempt.output_started or not err.retryable or attempt.number > self.max_retries:
             return None
         if err.retry_after is not None:
@@ -355,8 +357,8 @@ class AnthropicModel:
                     yield delta
             if not translator.finished:
                 raise ModelError(
-                    "the Anthropic API stream ended before message_stop"
-                    f"{_after_output(attempt)}; {_ADVICE['connection']}",
+                    "the Anthropic API stream ended before message_stop "
+                    f"(attempt {attempt.number}){_after_output(attempt)}; {_ADVICE['connection']}",
                     kind="connection",
                     code="model.connection.incomplete_stream",
                     retryable=not attempt.output_started,
