@@ -1,0 +1,189 @@
+"""Restore after a real crash: a child process is killed with SIGKILL.
+
+Each test runs a scenario in a child process on a SQLite journal file, waits
+for the child to say it reached its kill point, kills it, and restores the
+session in this process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from journal import Journal, Record, open_journal
+from journal.content import Text, ToolResult
+from journal.events import GateOpened, ModelMessageCommitted, Notice, TurnEnded
+from loopruntime import TRUNCATED_NOTICE, LoopStatus
+from loopruntime.context import unanswered_tool_uses
+from loopruntime.models import Reply
+from session import Session
+from tests.support.crash_child import SCRIPTS, definition, effects
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def crash_child(scenario: str, url: str, session_id: str, side: Path) -> None:
+    """Run the scenario in a child process and SIGKILL it at its kill point."""
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "tests.support.crash_child", scenario, url, session_id, str(side)],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    said = b""
+    with trio.fail_after(120):  # a hung child must not hang CI; not a timing assertion
+        while b"READY" not in said:
+            chunk = await proc.stdout.receive_some()
+            if not chunk:
+                break
+            said += chunk
+    os.kill(proc.pid, signal.SIGKILL)
+    await proc.wait()
+    assert b"READY" in said, f"child never reached its kill point: {said!r}"
+    assert proc.returncode == -signal.SIGKILL
+
+
+async def read_all(journal: Journal, session_id: str) -> list[Record]:
+    return [r async for r in journal.read(session_id)]
+
+
+def assert_prefix(before: list[Record], after: list[Record]) -> None:
+    """No committed record was lost or rewritten."""
+    assert len(after) >= len(before)
+    for old, new in zip(before, after, strict=False):
+        assert (old.seq, old.id, old.digest) == (new.seq, new.id, new.digest)
+
+
+async def test_restore_after_sigkill_mid_stream(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    side = tmp_path / "side.jsonl"
+    await crash_child("stream", url, "ses_stream", side)
+    async with open_journal(url) as journal:
+        before = await read_all(journal, "ses_stream")
+        assert any(r.event.__struct_config__.tag == "model.output" for r in before)
+        d = definition("stream", side, [Reply(text="fresh reply")])
+        async with Session.restore(journal, "ses_stream", d) as s:
+            await s.submit("again")
+            await s.wait_idle()
+            state = await s.snapshot()
+            await s.verify()
+        after = await read_all(journal, "ses_stream")
+    assert_prefix(before, after)
+    committed = [r.event for r in after if isinstance(r.event, ModelMessageCommitted)]
+    assert committed[0].notice == "truncated"
+    blocks = committed[0].message.blocks
+    assert blocks[-1] == Text(text=TRUNCATED_NOTICE)
+    assert isinstance(blocks[0], Text) and blocks[0].text.startswith("a long")
+    ended = [r.event for r in after if isinstance(r.event, TurnEnded)]
+    assert [e.outcome for e in ended] == ["crashed", "completed"]
+    assert state.messages[-1].blocks == (Text(text="fresh reply"),)
+    assert state.status is LoopStatus.IDLE
+
+
+async def test_permission_gate_survives_sigkill(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    side = tmp_path / "side.jsonl"
+    await crash_child("permission", url, "ses_perm", side)
+    async with open_journal(url) as journal:
+        before = await read_all(journal, "ses_perm")
+        d = definition("permission", side, [Reply(text="deployed, done")])
+        async with Session.restore(journal, "ses_perm", d) as s:
+            await s.wait_idle()
+            state = await s.snapshot()
+            assert state.status is LoopStatus.AWAITING_GATE
+            [gate] = state.open_gates
+            assert gate.kind == "permission" and gate.tool_name == "deploy"
+            await s.decide(gate.gate_id, allow=True)
+            await s.wait_idle()
+            state = await s.snapshot()
+            await s.verify()
+        after = await read_all(journal, "ses_perm")
+        model = d.model
+    assert_prefix(before, after)
+    assert [e["tool"] for e in effects(side)] == ["deploy"]  # ran exactly once
+    assert state.last_outcome == "completed"
+    request = model.requests[0]  # type: ignore[attr-defined]
+    assert unanswered_tool_uses(request.messages) == []
+    result = request.messages[-1].blocks[0]
+    assert isinstance(result, ToolResult) and result.content == (Text(text="deployed prod"),)
+    assert len([r for r in after if isinstance(r.event, GateOpened)]) == 1
+
+
+async def test_resumable_question_survives_sigkill(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    side = tmp_path / "side.jsonl"
+    await crash_child("question", url, "ses_q", side)
+    async with open_journal(url) as journal:
+        d = definition("question", side, [Reply(text="ok")])
+        async with Session.restore(journal, "ses_q", d) as s:
+            await s.wait_idle()
+            [gate] = (await s.snapshot()).open_gates
+            assert gate.kind == "user_input" and gate.prompt == "go?"
+            await s.answer(gate.gate_id, "yes")
+            await s.wait_idle()
+            state = await s.snapshot()
+            await s.verify()
+    acted = [e for e in effects(side) if e["phase"] == "acted"]
+    assert len(acted) == 1  # re-entered with the answer; acted once
+    request = d.model.requests[0]  # type: ignore[attr-defined]
+    assert unanswered_tool_uses(request.messages) == []
+    result = request.messages[-1].blocks[0]
+    assert isinstance(result, ToolResult) and result.content == (Text(text="user said yes"),)
+    assert state.last_outcome == "completed"
+
+
+async def test_unknown_effect_after_sigkill_is_never_rerun(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    side = tmp_path / "side.jsonl"
+    await crash_child("effect", url, "ses_fx", side)
+    [charged] = effects(side)
+    async with open_journal(url) as journal:
+        before = await read_all(journal, "ses_fx")
+        d = definition("effect", side, [Reply(text="charged, thanks")])
+        async with Session.restore(journal, "ses_fx", d) as s:
+            await s.wait_idle()
+            state = await s.snapshot()
+            assert state.status is LoopStatus.AWAITING_RESOLUTION
+            [unknown] = state.unknown_effects
+            assert unknown.execution_id == charged["execution"]
+            await s.resolve(unknown.execution_id, "the payment provider shows the charge")
+            await s.wait_idle()
+            state = await s.snapshot()
+            await s.verify()
+        after = await read_all(journal, "ses_fx")
+    assert_prefix(before, after)
+    assert effects(side) == [charged]  # never executed again
+    notices = [r.event for r in after if isinstance(r.event, Notice)]
+    assert any(n.code == "unknown_effects" and charged["execution"] in n.refs for n in notices)
+    request = d.model.requests[0]  # type: ignore[attr-defined]
+    assert unanswered_tool_uses(request.messages) == []
+    assert state.last_outcome == "completed"
+
+
+async def test_restored_journal_passes_the_checker(tmp_path: Path) -> None:
+    from session.replay import check
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    side = tmp_path / "side.jsonl"
+    await crash_child("effect", url, "ses_chk", side)
+    async with open_journal(url) as journal:
+        d = definition("effect", side, [Reply(text="done")])
+        async with Session.restore(journal, "ses_chk", d) as s:
+            await s.wait_idle()
+            [unknown] = (await s.snapshot()).unknown_effects
+            await s.resolve(unknown.execution_id, "refunded", is_error=True)
+            await s.wait_idle()
+        report = await check(journal, "ses_chk")
+    assert report.ok, report.summary()
+
+
+def test_scripts_cover_the_scenarios() -> None:
+    assert set(SCRIPTS) == {"stream", "permission", "question", "effect"}
