@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
 import structlog
@@ -77,7 +77,12 @@ class LoopHost(Protocol):
     """What a loop needs from the session that hosts it."""
 
     async def commit(
-        self, loop: Loop, events: Sequence[Event], *, cause: str | None = None
+        self,
+        loop: Loop,
+        events: Sequence[Event],
+        *,
+        cause: str | None = None,
+        guard: Callable[[], bool] | None = None,
     ) -> list[Record]:
         """Append durably, fold into ``loop.state`` in seq order, publish, return.
 
@@ -142,6 +147,10 @@ class _TurnDone:
     """Internal: the turn task finished."""
 
 
+class _CompactionDone:
+    """Internal: a compaction attempt finished."""
+
+
 class Loop:
     """One agent loop.  Create it, then ``await nursery.start(loop.run)``."""
 
@@ -168,6 +177,9 @@ class Loop:
         self._quiet = trio.lowlevel.ParkingLot()
         self._stopping = False
         self._stopped = trio.Event()
+        self._compacting = False
+        self._pending_compactions: list[tuple[str, str | None]] = []
+        self._auto_tried_at = -1
         self.log = log.bind(loop=loop_id, definition=definition.name)
         from .context import RequestBuilder
 
@@ -179,8 +191,17 @@ class Loop:
         """Fold one durable record (called by the host, in seq order)."""
         fold(self.state, record)
 
-    async def commit(self, events: Sequence[Event], *, cause: str | None = None) -> list[Record]:
-        return await self.host.commit(self, events, cause=cause)
+    async def commit(
+        self,
+        events: Sequence[Event],
+        *,
+        cause: str | None = None,
+        guard: Callable[[], bool] | None = None,
+    ) -> list[Record]:
+        """Commit through the host.  With ``guard``, the host appends only if
+        ``guard()`` holds once everything committed before is folded; else it
+        raises ``GuardFailedError`` and appends nothing (compare-and-swap)."""
+        return await self.host.commit(self, events, cause=cause, guard=guard)
 
     def resolved(self) -> ResolvedDefinition:
         return self.definition.resolved(self.state.mode)
@@ -190,6 +211,10 @@ class Loop:
         if waiter is None:
             waiter = self._gate_waiters[gate_id] = Reply()
         return waiter
+
+    def parked(self) -> None:
+        """The turn waits on a person: a requested compaction may run now."""
+        self._maybe_compact()
 
     def forget_gate(self, gate_id: str) -> None:
         self._gate_waiters.pop(gate_id, None)
@@ -249,6 +274,11 @@ class Loop:
                         if isinstance(command, _TurnDone):
                             await self._after_turn()
                             continue
+                        if isinstance(command, _CompactionDone):
+                            self._maybe_compact()
+                            if not self._compacting:
+                                await self._resume()
+                            continue
                         try:
                             await self._handle(command)
                         except (LoopClosedError, NotQueuedError, GateMismatchError) as exc:
@@ -269,7 +299,7 @@ class Loop:
                 nursery.cancel_scope.cancel()
         finally:
             for item in self._mailbox.close():
-                if not isinstance(item, _TurnDone):
+                if not isinstance(item, _TurnDone | _CompactionDone):
                     item.reply.fail(closed_error(self.id))
             for waiter in self._gate_waiters.values():
                 waiter.fail(closed_error(self.id))
@@ -375,11 +405,11 @@ class Loop:
                 await self.commit([LoopModeChanged(mode=command.mode)], cause=command.cause)
                 command.reply.set(True)
             case Compact():
-                from .compaction import compact
-
+                # Runs when no turn is working: now, or once the running turn
+                # ends or parks at a person's gate.  Never an error.
+                self._pending_compactions.append((command.attempt_id, command.cause))
                 command.reply.set(command.attempt_id)
-                await compact(self, command.attempt_id, trigger="manual", cause=command.cause)
-                await self._maybe_start_turn()
+                self._maybe_compact()
             case Interrupt():
                 command.reply.set(await self._stop_turn(reason="interrupted"))
             case Shutdown():
@@ -414,7 +444,9 @@ class Loop:
             or not (state.queued or state.steering)
         ):
             return
-        if await self._maybe_auto_compact():
+        if self._compacting:
+            return
+        if self._maybe_auto_compact():
             return
         await self.commit(
             [
@@ -427,18 +459,42 @@ class Loop:
         )
         self._spawn_turn()
 
-    async def _maybe_auto_compact(self) -> bool:
-        """Compact before starting a turn when the context passed its threshold.
-        Returns True when it ran (the caller starts the turn afterwards)."""
+    def _maybe_auto_compact(self) -> bool:
+        """Compact before starting a turn when the context passed its
+        threshold (once per history state, so a rejection cannot loop)."""
         from .compaction import needs_compaction
 
-        if not needs_compaction(self):
+        if self._auto_tried_at == self.state.history_seq or not needs_compaction(self):
             return False
+        self._auto_tried_at = self.state.history_seq
+        self._start_compaction(new_id("cmp_"), "auto", None)
+        return True
+
+    def _maybe_compact(self) -> None:
+        """Start the next requested compaction if nothing works on the context."""
+        if self._compacting or not self._pending_compactions:
+            return
+        parked = bool(self.state.gates)  # the turn waits on a person
+        if self._turn_task_running and not parked:
+            return
+        attempt_id, cause = self._pending_compactions.pop(0)
+        self._start_compaction(attempt_id, "manual", cause)
+
+    def _start_compaction(self, attempt_id: str, trigger: str, cause: str | None) -> None:
         from .compaction import compact
 
-        await compact(self, new_id("cmp_"), trigger="auto")
-        await self._maybe_start_turn()
-        return True
+        async def run() -> None:
+            try:
+                await compact(self, attempt_id, trigger=trigger, cause=cause)
+            finally:
+                self._compacting = False
+                if not self._mailbox.closed:
+                    self._mailbox.send_priority(_CompactionDone())
+                self.busy(-1)
+
+        self._compacting = True
+        self.busy(+1)
+        self._nursery.start_soon(run)
 
     def _spawn_turn(self) -> None:
         from .turn import TurnRunner
@@ -463,7 +519,7 @@ class Loop:
         """Continue after start or restore: an open turn with nothing unknown
         resumes where its records left it; otherwise queued input may start."""
         state = self.state
-        if self._turn_task_running or self._stopping:
+        if self._turn_task_running or self._stopping or self._compacting:
             return
         if state.turn_open:
             if not state.unknown:
@@ -472,6 +528,7 @@ class Loop:
         await self._maybe_start_turn()
 
     async def _after_turn(self) -> None:
+        self._maybe_compact()
         if self.state.last_outcome in ("completed", "limit", "crashed"):
             await self._maybe_start_turn()
 

@@ -289,6 +289,7 @@ async def _wait_gate(turn: TurnRunner, gate_id: str) -> GateResolved:
     """Wait for a person to close a gate; the loop counts as quiet meanwhile."""
     loop = turn.loop
     waiter = loop.gate_waiter(gate_id)
+    loop.parked()
     loop.busy(-1)
     try:
         return await waiter.wait()

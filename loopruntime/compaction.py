@@ -38,7 +38,7 @@ from journal.events import (
     CompactionStarted,
 )
 
-from .errors import ModelError
+from .errors import GuardFailedError, ModelError
 from .model import Accumulator, ModelRequest
 
 if TYPE_CHECKING:
@@ -282,14 +282,6 @@ async def compact(loop: Loop, attempt_id: str, *, trigger: str, cause: str | Non
     except SummaryError as exc:
         await _reject(loop, attempt_id, "invalid_summary", str(exc))
         return
-    if loop.state.history_seq != basis:
-        await _reject(
-            loop,
-            attempt_id,
-            "stale",
-            f"history changed at seq {loop.state.history_seq} after basis {basis}",
-        )
-        return
     body = render_summary(summary)
     if obligations:
         body += "\nOpen obligations:\n" + "\n".join(f"- {o}" for o in obligations)
@@ -298,18 +290,26 @@ async def compact(loop: Loop, attempt_id: str, *, trigger: str, cause: str | Non
         blocks=(Text(text="[summary of the earlier conversation]\n" + body),),
         derived=True,
     )
-    await loop.commit(
-        [
-            CompactionCommitted(
-                attempt_id=attempt_id,
-                basis=basis,
-                summary=message,
-                replaced=len(replaced),
-                retained=len(state.messages) - cut,
-                obligations=tuple(obligations),
-            )
-        ]
+    committed = CompactionCommitted(
+        attempt_id=attempt_id,
+        basis=basis,
+        summary=message,
+        replaced=len(replaced),
+        retained=len(state.messages) - cut,
+        obligations=tuple(obligations),
     )
+    try:
+        # Compare-and-swap: appended only if no history-changing record was
+        # folded since the basis (checked by the writer, after everything
+        # committed before this has been folded).
+        await loop.commit([committed], guard=lambda: loop.state.history_seq == basis)
+    except GuardFailedError:
+        await _reject(
+            loop,
+            attempt_id,
+            "stale",
+            f"history changed at seq {loop.state.history_seq} after basis {basis}",
+        )
 
 
 async def _reject(loop: Loop, attempt_id: str, reason: str, detail: str) -> None:

@@ -7,6 +7,7 @@ from typing import Literal
 __all__ = [
     "CommandError",
     "GateMismatchError",
+    "GuardFailedError",
     "InvalidAnswerError",
     "LoopClosedError",
     "LoopError",
@@ -75,6 +76,12 @@ class NotUnknownEffectError(CommandError):
 
 class ModeNotFoundError(CommandError):
     code = "mode.unknown"
+
+
+class GuardFailedError(LoopError):
+    """A guarded commit was not appended: its precondition no longer held."""
+
+    code = "commit.guard_failed"
 
 
 class OutsideToolCallError(LoopError):

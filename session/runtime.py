@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -38,6 +38,7 @@ from loopruntime.commands import (
 )
 from loopruntime.errors import (
     GateMismatchError,
+    GuardFailedError,
     LoopClosedError,
     LoopError,
     NotUnknownEffectError,
@@ -68,11 +69,12 @@ class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Pending:
-    __slots__ = ("drafts", "loop", "reply")
+    __slots__ = ("drafts", "guard", "loop", "reply")
 
-    def __init__(self, loop: Loop, drafts: list[Draft]) -> None:
+    def __init__(self, loop: Loop, drafts: list[Draft], guard: Callable[[], bool] | None) -> None:
         self.loop = loop
         self.drafts = drafts
+        self.guard = guard
         self.reply: Reply[list[Record]] = Reply()
 
 
@@ -212,14 +214,21 @@ class Session:
     # -- the writer (LoopHost) --------------------------------------------------------
 
     async def commit(
-        self, loop: Loop, events: Sequence[Event], *, cause: str | None = None
+        self,
+        loop: Loop,
+        events: Sequence[Event],
+        *,
+        cause: str | None = None,
+        guard: Callable[[], bool] | None = None,
     ) -> list[Record]:
         if not events:
             return []
         if self._failed is not None:
             raise self._failed
         pending = _Pending(
-            loop, [Draft(id=_new_id("ev_"), loop=loop.id, event=e, cause=cause) for e in events]
+            loop,
+            [Draft(id=_new_id("ev_"), loop=loop.id, event=e, cause=cause) for e in events],
+            guard,
         )
         self._queue.append(pending)
         self._wake.set()
@@ -235,30 +244,47 @@ class Session:
                 self._wake = trio.Event()
                 await self._wake.wait()
             batch, self._queue = self._queue, []
-            drafts = [d for p in batch for d in p.drafts]
             try:
-                with trio.CancelScope(shield=True):
-                    records = await self.journal.append(
-                        self._lease, drafts, expected_seq=self._head
-                    )
+                group: list[_Pending] = []
+                for pending in batch:
+                    if pending.guard is not None:
+                        # A guard sees everything committed before it folded.
+                        await self._append(group)
+                        group = []
+                        if not pending.guard():
+                            pending.reply.fail(
+                                GuardFailedError("the guarded commit's precondition no longer holds")
+                            )
+                            continue
+                    group.append(pending)
+                await self._append(group)
             except BaseException as exc:
                 # A journal failure stops the session: nobody may go on
-                # believing something is durable that is not.
+                # believing something is durable that is not, and nobody
+                # waits forever on a commit that will never happen.
                 self._failed = exc
                 for p in [*batch, *self._queue]:
                     p.reply.fail(exc)
                 self.log.error("journal_append_failed", error=repr(exc))
                 raise
-            self._head = records[-1].seq
-            at = 0
-            for p in batch:
-                mine = records[at : at + len(p.drafts)]
-                at += len(p.drafts)
-                for record in mine:
-                    p.loop.apply(record)
-                    for sub in self._subscribers:
-                        sub.push(record)
-                p.reply.set(mine)
+
+    async def _append(self, group: list[_Pending]) -> None:
+        """Append a group in one atomic append, fold, publish, release."""
+        if not group:
+            return
+        drafts = [d for p in group for d in p.drafts]
+        with trio.CancelScope(shield=True):
+            records = await self.journal.append(self._lease, drafts, expected_seq=self._head)
+        self._head = records[-1].seq
+        at = 0
+        for p in group:
+            mine = records[at : at + len(p.drafts)]
+            at += len(p.drafts)
+            for record in mine:
+                p.loop.apply(record)
+                for sub in self._subscribers:
+                    sub.push(record)
+            p.reply.set(mine)
 
     def publish_delta(self, loop: str, effect_id: str, delta: Delta) -> None:
         if not self._subscribers:
