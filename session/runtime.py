@@ -253,7 +253,7 @@ class Session:
                         group = []
                         if not pending.guard():
                             pending.reply.fail(
-                                GuardFailedError("the guarded commit's precondition no longer holds")
+                                GuardFailedError("the guarded commit's precondition failed")
                             )
                             continue
                     group.append(pending)
