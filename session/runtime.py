@@ -41,6 +41,7 @@ from loopruntime.errors import (
     GuardFailedError,
     LoopClosedError,
     LoopError,
+    ModeNotFoundError,
     NotUnknownEffectError,
 )
 from loopruntime.model import Delta
@@ -159,6 +160,16 @@ class Session:
         states = await read_states(journal, session_id)
         if ROOT_LOOP not in states:
             raise UnknownSessionError(f"session {session_id} has no loop records to restore")
+        for loop_id, state in states.items():
+            if state.mode is not None and not state.stopped:
+                try:
+                    definition.mode(state.mode)
+                except ModeNotFoundError as exc:
+                    raise ModeNotFoundError(
+                        f"cannot restore loop {loop_id} of session {session_id}: its journal "
+                        f"says it runs in mode {state.mode!r}, which the definition no longer "
+                        f"has ({exc})"
+                    ) from exc
         session = cls(journal, session_id, definition)
         async with session._running(lease, states, restoring=True):
             yield session
