@@ -21,12 +21,15 @@ import trio
 
 from journal.content import Message, Text
 from journal.events import (
+    ChildFinished,
     Event,
     GateResolved,
     InputCancelled,
     InputQueued,
     LoopModeChanged,
     LoopStarted,
+    LoopStopped,
+    Provenance,
     SteerQueued,
     ToolResolved,
     TurnStarted,
@@ -92,6 +95,20 @@ class LoopHost(Protocol):
 
     def publish_delta(self, loop: str, effect_id: str, delta: Delta) -> None:
         """Show a live stream delta to subscribers (ephemeral, may be dropped)."""
+        ...
+
+    async def start_child(
+        self, parent: Loop, child_id: str, definition: LoopDefinition, provenance: Provenance
+    ) -> Loop:
+        """Create and start a child loop in the same session."""
+        ...
+
+    def child(self, child_id: str) -> Loop | None:
+        """A loop of this session by id (None when it is not running here)."""
+        ...
+
+    def watch_background(self, parent: Loop, child_id: str) -> None:
+        """Deliver a background child's result to ``parent`` once it settles."""
         ...
 
 
@@ -161,9 +178,11 @@ class Loop:
         definition: LoopDefinition,
         host: LoopHost,
         state: LoopState | None = None,
+        parent: Provenance | None = None,
         mailbox_capacity: int = 64,
     ) -> None:
         self.id = loop_id
+        self.parent = parent
         self.definition = definition
         self.host = host
         self.state = state if state is not None else LoopState()
@@ -230,6 +249,25 @@ class Loop:
         person: an open gate or an unknown effect)."""
         return self._active == 0 and len(self._mailbox) == 0
 
+    async def wait_settled(self) -> None:
+        """Wait until the loop has run its input and has no turn open (or has
+        stopped): what a parent waits for on a foreground child."""
+        while not self._stopped.is_set() and not self.settled:
+            await self._quiet.park()
+
+    @property
+    def settled(self) -> bool:
+        """Ran at least one turn, none is open, nothing queued, nothing to do."""
+        state = self.state
+        return state.turn_index > 0 and not state.turn_open and not state.queued and self.quiescent
+
+    async def finish(self) -> None:
+        """Stop the loop for good (``loop.stopped``); a no-op when stopped."""
+        try:
+            await self.send(Shutdown(final=True))
+        except LoopClosedError:
+            pass
+
     async def wait_quiescent(self) -> None:
         while not self.quiescent and not self._stopped.is_set():
             await self._quiet.park()
@@ -259,7 +297,13 @@ class Loop:
                 if not self.state.loop:
                     resolved = self.resolved()
                     await self.commit(
-                        [LoopStarted(definition=self.definition.name, model=resolved.model.name)]
+                        [
+                            LoopStarted(
+                                definition=self.definition.name,
+                                model=resolved.model.name,
+                                parent=self.parent,
+                            )
+                        ]
                     )
                 task_status.started(self)
                 self.busy(+1)
@@ -326,14 +370,24 @@ class Loop:
                 trigger: Literal["notification", "subagent"] = (
                     "notification" if command.background else "subagent"
                 )
-                text = f"[result of child loop {command.child_loop}]\n{command.text}"
+                text = (
+                    f"[result of child loop {command.child_loop} ({command.status})]\n"
+                    f"{command.text}"
+                )
+                # The child's end and its delivery are one commit: after a
+                # crash the result is delivered exactly once.
                 await self.commit(
                     [
+                        ChildFinished(
+                            child_loop=command.child_loop,
+                            status=command.status,
+                            output=command.text,
+                        ),
                         InputQueued(
                             input_id=command.input_id,
                             messages=(Message(role="user", blocks=(Text(text=text),)),),
                             trigger=trigger,
-                        )
+                        ),
                     ],
                     cause=command.cause,
                 )
@@ -413,8 +467,10 @@ class Loop:
             case Interrupt():
                 command.reply.set(await self._stop_turn(reason="interrupted"))
             case Shutdown():
-                await self._stop_turn(reason="shutdown")
                 self._stopping = True
+                await self._stop_turn(reason="shutdown")
+                if command.final and not state.stopped:
+                    await self.commit([LoopStopped(reason="finished")], cause=command.cause)
                 command.reply.set(True)
             case Snapshot():
                 command.reply.set(copy_state(state))

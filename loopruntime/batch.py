@@ -257,6 +257,7 @@ async def _run_one(turn: TurnRunner, call: _Call) -> None:
         tool_name=call.tool.name,
         ask=ask,
         continuation=continuation,
+        runtime=loop,
     )
     started = time.perf_counter_ns()
     turn.entered.add(call.execution_id)

@@ -91,6 +91,7 @@ class SubagentResult(_Command):
     input_id: str
     child_loop: str
     text: str
+    status: Literal["completed", "failed", "interrupted", "crashed"] = "completed"
     background: bool = False
 
 
@@ -142,7 +143,10 @@ class Interrupt(_Command):
 
 @dataclass(eq=False, kw_only=True)
 class Shutdown(_Command):
-    """Stop the running turn (if any) and the loop."""
+    """Stop the running turn (if any) and the loop.  ``final`` also records
+    ``loop.stopped``: the loop is done for good (a finished child)."""
+
+    final: bool = False
 
 
 @dataclass(eq=False, kw_only=True)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .compaction import Compactor
     from .tools import Tool
 
-__all__ = ["Delegate", "Limits", "LoopDefinition", "Mode", "PermissionPolicy"]
+__all__ = ["Delegate", "Limits", "LoopDefinition", "Mode", "PermissionPolicy", "find_definition"]
 
 Permission = Literal["allow", "ask", "deny"]
 PermissionPolicy = Permission | Callable[[str, Mapping[str, Any]], Permission]
@@ -95,7 +95,7 @@ class LoopDefinition:
 
     def resolved(self, mode_name: str | None) -> ResolvedDefinition:
         mode = self.mode(mode_name)
-        tools = list(self.tools)
+        tools = [*self.tools, *(_delegate_tool(d) for d in self.delegates)]
         if mode is not None and mode.tools is not None:
             wanted = set(mode.tools)
             tools = [t for t in tools if t.name in wanted]
@@ -115,3 +115,27 @@ class ResolvedDefinition:
     system: str
     tools: tuple[Tool, ...]
     limits: Limits
+
+
+_delegate_tools: dict[int, tuple[Delegate, Tool]] = {}
+
+
+def _delegate_tool(delegate: Delegate) -> Tool:
+    """The delegate's tool, built once per Delegate (its schema is cached)."""
+    cached = _delegate_tools.get(id(delegate))
+    if cached is None or cached[0] is not delegate:
+        from .delegation import delegate_tool
+
+        cached = _delegate_tools[id(delegate)] = (delegate, delegate_tool(delegate))
+    return cached[1]
+
+
+def find_definition(root: LoopDefinition, name: str) -> LoopDefinition | None:
+    """The definition called ``name``: ``root`` or one of its delegates, at any depth."""
+    if root.name == name:
+        return root
+    for delegate in root.delegates:
+        found = find_definition(delegate.definition, name)
+        if found is not None:
+            return found
+    return None

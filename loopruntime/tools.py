@@ -63,8 +63,12 @@ class ToolContext:
         tool_name: str,
         ask: Callable[[str, tuple[str, ...] | None], Awaitable[str]],
         continuation: str | None = None,
+        runtime: Any = None,
     ) -> None:
         self.loop = loop
+        self.runtime = runtime
+        """The ``Loop`` running this call (for the runtime's own tools, such as
+        delegation); ordinary tools have no need of it."""
         self.execution_id = execution_id
         """Stable across a re-run after restore: use it as an idempotency key."""
         self.tool_use_id = tool_use_id

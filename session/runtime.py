@@ -20,7 +20,7 @@ import trio
 
 from journal import Draft, Journal, Record, SessionNotFoundError
 from journal.content import Block, Message, ResultBlock, Text
-from journal.events import Event
+from journal.events import Event, Provenance
 from loopruntime import Loop, LoopDefinition, LoopState
 from loopruntime.commands import (
     AnswerGate,
@@ -34,8 +34,11 @@ from loopruntime.commands import (
     Shutdown,
     Snapshot,
     Steer,
+    SubagentResult,
     UserInput,
 )
+from loopruntime.definition import find_definition
+from loopruntime.delegation import child_outcome
 from loopruntime.errors import (
     GateMismatchError,
     GuardFailedError,
@@ -45,7 +48,7 @@ from loopruntime.errors import (
     NotUnknownEffectError,
 )
 from loopruntime.model import Delta
-from loopruntime.state import fold
+from loopruntime.state import copy_state, fold
 
 from .errors import SessionExistsError, SessionLagError, UnknownSessionError, VerifyError
 
@@ -119,6 +122,8 @@ class Session:
         self._subscribers: set[_Subscriber] = set()
         self._closed = False
         self._closed_event = trio.Event()
+        self._watching: set[str] = set()
+        self._delivered = trio.lowlevel.ParkingLot()
         self.log = log.bind(session=session_id)
 
     # -- lifecycle ---------------------------------------------------------------
@@ -194,6 +199,12 @@ class Session:
                 if state.stopped:
                     continue
                 await nursery.start(loop.run)
+            for loop in list(self.loops.values()):
+                for child in loop.state.children.values():
+                    # A background child whose result the parent never got.
+                    if child.background and child.status == "running":
+                        if child.child_loop in self.loops:
+                            self.watch_background(loop, child.child_loop)
             try:
                 yield
             finally:
@@ -203,9 +214,57 @@ class Session:
 
     def _make_loop(self, loop_id: str, state: LoopState) -> Loop:
         definition = self.definition
+        if state.definition and state.definition != definition.name:
+            found = find_definition(definition, state.definition)
+            if found is None:
+                raise UnknownSessionError(
+                    f"loop {loop_id} of session {self.id} runs definition "
+                    f"{state.definition!r}, which {definition.name!r} does not delegate to"
+                )
+            definition = found
         loop = Loop(loop_id=loop_id, definition=definition, host=self, state=state)
         self.loops[loop_id] = loop
         return loop
+
+    # -- children (LoopHost) -------------------------------------------------------
+
+    async def start_child(
+        self, parent: Loop, child_id: str, definition: LoopDefinition, provenance: Provenance
+    ) -> Loop:
+        loop = Loop(loop_id=child_id, definition=definition, host=self, parent=provenance)
+        self.loops[child_id] = loop
+        await self._nursery.start(loop.run)
+        return loop
+
+    def child(self, child_id: str) -> Loop | None:
+        return self.loops.get(child_id)
+
+    def watch_background(self, parent: Loop, child_id: str) -> None:
+        if child_id in self._watching:
+            return
+        self._watching.add(child_id)
+        self._nursery.start_soon(self._deliver, parent, child_id)
+
+    async def _deliver(self, parent: Loop, child_id: str) -> None:
+        child = self.loops[child_id]
+        await child.wait_settled()
+        status, output = child_outcome(child)
+        try:
+            await parent.send(
+                SubagentResult(
+                    input_id=_new_id("in_"),
+                    child_loop=child_id,
+                    text=output,
+                    status=status,
+                    background=True,
+                )
+            )
+        except LoopClosedError:
+            return  # the parent stopped; a restore delivers it (exactly once)
+        finally:
+            self._watching.discard(child_id)
+            self._delivered.unpark_all()
+        await child.finish()
 
     async def shutdown(self) -> None:
         """Stop every loop (running turns are interrupted and settled).
@@ -400,13 +459,22 @@ class Session:
             for loop in list(self.loops.values()):
                 await loop.wait_quiescent()
             await trio.lowlevel.checkpoint()
-            if all(loop.quiescent for loop in self.loops.values()) or self._closed:
+            if self._closed:
                 return
+            due = any(self.loops[c].settled for c in self._watching)
+            if not due and all(loop.quiescent for loop in self.loops.values()):
+                return
+            if due:
+                # A settled background child is about to report to its parent.
+                await self._delivered.park()
 
     async def verify(self) -> None:
         """Prove each live loop's state equals the fold of its journal records."""
-        for loop_id in list(self.loops):
-            snap = await self.snapshot(loop=loop_id)
+        for loop_id, loop in list(self.loops.items()):
+            # A stopped loop's actor is gone; its state is final.
+            snap = (
+                copy_state(loop.state) if loop.state.stopped else await self.snapshot(loop=loop_id)
+            )
             fresh = LoopState()
             async for record in self.journal.read(self.id):
                 if record.seq > snap.last_seq:

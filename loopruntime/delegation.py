@@ -1,0 +1,160 @@
+"""Delegation: a loop starts child loops, each shown to the model as a tool.
+
+A child is its own actor in the same session and journal.  Its provenance
+(parent loop, turn, step, tool call) is recorded in ``child.started``; its
+budget and tools come from its definition, never from the model.
+
+* Foreground: the delegate tool waits for the child's turn to settle and
+  returns the child's final text as its result; ``child.finished`` is
+  committed by the parent.  If the parent's call is cancelled (interrupt,
+  shutdown), the child is interrupted first: cancellation cascades down the
+  tree, and each child commits its own interrupted notice.
+* Background: the tool returns at once; when the child settles, its result
+  reaches the parent as a notification input (``child.finished`` and the
+  ``input.queued`` are one commit, so it is delivered exactly once).
+
+The delegate tool is re-entered after a restore (like a replay-safe tool, under
+the same execution id); it then finds its child in the parent's state and
+re-attaches to it instead of starting another.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Literal
+
+import trio
+
+from journal.content import Message, Text
+from journal.events import ChildFinished, ChildStarted, Provenance
+
+from .commands import Interrupt, UserInput
+from .errors import LoopClosedError
+from .tools import Tool, ToolContext
+
+if TYPE_CHECKING:
+    from .actor import Loop
+    from .definition import Delegate
+
+__all__ = ["ChildStatus", "child_outcome", "delegate_tool"]
+
+ChildStatus = Literal["completed", "failed", "interrupted", "crashed"]
+
+
+def child_outcome(child: Loop) -> tuple[ChildStatus, str]:
+    """How a settled child ended, and its final assistant text."""
+    state = child.state
+    status: ChildStatus
+    match state.last_outcome:
+        case "completed":
+            status = "completed"
+        case "interrupted":
+            status = "interrupted"
+        case "crashed":
+            status = "crashed"
+        case _:
+            status = "failed"
+    text = ""
+    for message in reversed(state.messages):
+        if message.role == "assistant":
+            text = "\n".join(b.text for b in message.blocks if isinstance(b, Text))
+            break
+    return status, text
+
+
+def delegate_tool(delegate: Delegate) -> Tool:
+    """The tool through which the model starts ``delegate``'s child loop."""
+
+    async def run(ctx: ToolContext, *, task: str) -> str:
+        loop = ctx.runtime
+        if loop is None:
+            raise LoopClosedError("delegation needs a running loop")
+        child_id = f"{loop.id}/{delegate.name}@{ctx.execution_id.removeprefix('exe_')[:8]}"
+        known = loop.state.children.get(child_id)
+        if known is not None and known.status != "running":
+            return known.output  # settled before a restart: report it again
+        child = loop.host.child(child_id) if known is not None else None
+        if child is None:
+            provenance = Provenance(
+                parent_loop=loop.id,
+                turn=loop.state.turn_index,
+                step=loop.state.step,
+                execution_id=ctx.execution_id,
+            )
+            await loop.commit(
+                [
+                    ChildStarted(
+                        child_loop=child_id,
+                        definition=delegate.definition.name,
+                        provenance=provenance,
+                        background=delegate.background,
+                    )
+                ]
+            )
+            child = await loop.host.start_child(loop, child_id, delegate.definition, provenance)
+            await child.send(
+                UserInput(
+                    input_id="in_" + os.urandom(8).hex(),
+                    messages=(Message(role="user", blocks=(Text(text=task),)),),
+                )
+            )
+        if delegate.background:
+            loop.host.watch_background(loop, child_id)
+            return (
+                f"started {delegate.name} in the background as child loop {child_id}; "
+                "its result will arrive as a notification"
+            )
+        return await _foreground(loop, child, child_id)
+
+    run.__name__ = delegate.name
+    from .tools import tool
+
+    return tool(
+        name=delegate.name,
+        description=delegate.description,
+        permission="allow",
+        concurrency="parallel",
+        # Re-entered after restore: it re-attaches to its child (above).
+        replay_safe=True,
+    )(run)
+
+
+async def _foreground(loop: Loop, child: Loop, child_id: str) -> str:
+    settled = False
+    try:
+        # The parent waits on its child: it counts as parked meanwhile, so
+        # the session is quiet while the child waits on a person.
+        loop.busy(-1)
+        try:
+            await child.wait_settled()
+        finally:
+            loop.busy(+1)
+        settled = True
+    finally:
+        if not settled:
+            # The parent's call is being cancelled: stop the child first, so
+            # it commits its own interrupted notice; then record how it ended.
+            with trio.CancelScope(shield=True):
+                try:
+                    await child.send(Interrupt())
+                except LoopClosedError:
+                    pass
+                await _finish(loop, child, child_id)
+    status, output = await _finish(loop, child, child_id)
+    if status != "completed":
+        raise ChildFailedError(f"child loop {child_id} {status}: {output or '(no output)'}")
+    return output
+
+
+async def _finish(loop: Loop, child: Loop, child_id: str) -> tuple[ChildStatus, str]:
+    """Record the child's end in the parent (once) and stop the child."""
+    status, output = child_outcome(child)
+    known = loop.state.children.get(child_id)
+    if known is not None and known.status == "running":
+        await loop.commit([ChildFinished(child_loop=child_id, status=status, output=output)])
+        await child.finish()
+    return status, output
+
+
+class ChildFailedError(Exception):
+    """A foreground child did not complete; its parent's tool call fails."""
