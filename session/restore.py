@@ -77,7 +77,7 @@ def settle_restored(state: LoopState, definition: LoopDefinition) -> list[Event]
             code="runtime.crashed",
         )
     else:
-        tools = {t.name: t for t in definition.tools}
+        tools = {t.name: t for t in definition.resolved(None).tools}
         for mode in definition.modes:
             tools.update({t.name: t for t in definition.resolved(mode.name).tools})
         for execution_id, started in state.running.items():

@@ -1,0 +1,238 @@
+"""Child loops: foreground and background delegates, cascading cancellation,
+restore of a tree after SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from journal import open_journal
+from journal.content import Text, ToolResult
+from journal.events import (
+    ChildFinished,
+    ChildStarted,
+    InputQueued,
+    LoopStarted,
+    ModelMessageCommitted,
+    TurnEnded,
+)
+from loopruntime import INTERRUPTED_NOTICE, TRUNCATED_NOTICE, Delegate, LoopDefinition
+from loopruntime.context import unanswered_tool_uses
+from loopruntime.models import Reply, ScriptedModel, ToolCall
+from session import Session
+from session.replay import check
+from tests.children.crash_child import team
+from tests.support.loops import records, squash, tags
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD_RUN = [
+    "loop.started",
+    "input.queued",
+    "turn.started",
+    "model.call_started",
+    "model.output",
+    "model.message_committed",
+    "context.measured",
+    "turn.ended",
+]
+
+
+async def test_foreground_delegate_golden_sequence() -> None:
+    lead_model = ScriptedModel(
+        [
+            Reply(tool_calls=[ToolCall(name="research", input={"task": "find X"})]),
+            Reply(text="X is 42"),
+        ]
+    )
+    researcher = LoopDefinition(name="researcher", model=ScriptedModel([Reply(text="X=42")]))
+    lead = LoopDefinition(
+        name="lead",
+        model=lead_model,
+        delegates=[Delegate(name="research", description="Research", definition=researcher)],
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, lead) as s:
+            await s.submit("what is X?")
+            await s.wait_idle()
+            await s.verify()
+        recs = await records(journal, s.id)
+        [started] = [r.event for r in recs if isinstance(r.event, ChildStarted)]
+        child_loop = started.child_loop
+        main_tags = squash(await tags(journal, s.id, loop="main"))
+        child_tags = squash(await tags(journal, s.id, loop=child_loop))
+        report = await check(journal, s.id)
+    assert report.ok, report.summary()
+    schema = lead_model.requests[0].tools[0]
+    assert schema.name == "research"
+    assert schema.input_schema["properties"] == {"task": {"type": "string"}}
+    assert main_tags[7:11] == ["tool.started", "child.started", "child.finished", "tool.completed"]
+    assert child_tags == [*CHILD_RUN, "loop.stopped"]
+    [child_started] = [
+        r.event for r in recs if r.loop == child_loop and isinstance(r.event, LoopStarted)
+    ]
+    assert child_started.parent is not None
+    assert child_started.parent.parent_loop == "main"
+    assert child_started.parent.execution_id == started.provenance.execution_id
+    [queued] = [r.event for r in recs if r.loop == child_loop and isinstance(r.event, InputQueued)]
+    assert queued.messages[0].blocks == (Text(text="find X"),)
+    last = lead_model.requests[1].messages[-1].blocks[0]
+    assert isinstance(last, ToolResult) and last.content == (Text(text="X=42"),)
+
+
+async def test_background_delegate_reports_by_notification(autojump_clock: trio.abc.Clock) -> None:
+    lead_model = ScriptedModel(
+        [
+            Reply(tool_calls=[ToolCall(name="watch", input={"task": "watch the build"})]),
+            Reply(text="started the watcher"),
+            Reply(text="the build passed"),
+        ]
+    )
+    watcher = LoopDefinition(
+        name="watcher", model=ScriptedModel([Reply(text="build passed", chunk_delay=5.0)])
+    )
+    lead = LoopDefinition(
+        name="lead",
+        model=lead_model,
+        delegates=[
+            Delegate(name="watch", description="Watch", definition=watcher, background=True)
+        ],
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, lead) as s:
+            await s.submit("watch the build")
+            await s.wait_idle()
+            state = await s.snapshot()
+            await s.verify()
+        recs = await records(journal, s.id)
+    ended = [r.event for r in recs if r.loop == "main" and isinstance(r.event, TurnEnded)]
+    assert [e.outcome for e in ended] == ["completed", "completed"]
+    [note] = [
+        r.event
+        for r in recs
+        if r.loop == "main"
+        and isinstance(r.event, InputQueued)
+        and r.event.trigger == "notification"
+    ]
+    assert "build passed" in note.messages[0].blocks[0].text  # type: ignore[union-attr]
+    finished = [r.event for r in recs if isinstance(r.event, ChildFinished)]
+    assert [(f.status, f.output) for f in finished] == [("completed", "build passed")]
+    first_result = lead_model.requests[1].messages[-1].blocks[0]
+    assert isinstance(first_result, ToolResult)
+    assert "in the background" in first_result.content[0].text  # type: ignore[union-attr]
+    assert state.turn_index == 2
+
+
+async def test_interrupting_the_parent_cancels_two_levels_of_children(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    slow = Reply(text="digging " * 50, chunk_size=4, chunk_delay=1.0)
+    grandchild = LoopDefinition(name="digger", model=ScriptedModel([slow]))
+    child = LoopDefinition(
+        name="researcher",
+        model=ScriptedModel([Reply(tool_calls=[ToolCall(name="dig", input={"task": "dig"})])]),
+        delegates=[Delegate(name="dig", description="Dig", definition=grandchild)],
+    )
+    lead = LoopDefinition(
+        name="lead",
+        model=ScriptedModel(
+            [Reply(tool_calls=[ToolCall(name="research", input={"task": "research"})])]
+        ),
+        delegates=[Delegate(name="research", description="Research", definition=child)],
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, lead) as s:
+            await s.submit("go deep")
+            await trio.sleep(10)
+            assert len(s.loops) == 3
+            assert await s.interrupt()
+            await s.wait_idle()
+            await s.verify()
+            state = await s.snapshot()
+        recs = await records(journal, s.id)
+        report = await check(journal, s.id)
+    assert report.ok, report.summary()
+    outcomes = {r.loop: r.event.outcome for r in recs if isinstance(r.event, TurnEnded)}
+    assert set(outcomes.values()) == {"interrupted"} and len(outcomes) == 3
+    digger = next(loop for loop in outcomes if loop.count("/") == 2)
+    [reply] = [
+        r.event for r in recs if r.loop == digger and isinstance(r.event, ModelMessageCommitted)
+    ]
+    assert reply.message.blocks[-1] == Text(text=INTERRUPTED_NOTICE)
+    stopped = {r.loop for r in recs if r.event.__struct_config__.tag == "loop.stopped"}
+    assert stopped == set(outcomes) - {"main"}
+    assert unanswered_tool_uses(state.messages) == []
+
+
+async def test_shutdown_stops_background_children(autojump_clock: trio.abc.Clock) -> None:
+    watcher = LoopDefinition(
+        name="watcher", model=ScriptedModel([Reply(text="z" * 100, chunk_size=1, chunk_delay=1.0)])
+    )
+    lead = LoopDefinition(
+        name="lead",
+        model=ScriptedModel(
+            [Reply(tool_calls=[ToolCall(name="watch", input={"task": "w"})]), Reply(text="ok")]
+        ),
+        delegates=[Delegate(name="watch", description="W", definition=watcher, background=True)],
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, lead) as s:
+            await s.submit("go")
+            await trio.sleep(5)
+            await s.shutdown()
+        recs = await records(journal, s.id)
+    child_ends = [r.event for r in recs if "/" in r.loop and isinstance(r.event, TurnEnded)]
+    assert [e.outcome for e in child_ends] == ["interrupted"]
+
+
+@pytest.mark.slow
+async def test_sigkill_with_three_running_children_then_restore(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "tests.children.crash_child", url, "ses_tree"],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    said = b""
+    with trio.fail_after(120):  # a hung child must not hang CI; not a timing assertion
+        while b"READY" not in said:
+            chunk = await proc.stdout.receive_some()
+            if not chunk:
+                break
+            said += chunk
+    os.kill(proc.pid, signal.SIGKILL)
+    await proc.wait()
+    assert b"READY" in said
+
+    lead = team([Reply(text="summarised what the researchers had")], Reply(text="unused"))
+    async with open_journal(url) as journal:
+        before = await records(journal, "ses_tree")
+        async with Session.restore(journal, "ses_tree", lead) as s:
+            await s.wait_idle()
+            state = await s.snapshot()
+            await s.verify()
+        after = await records(journal, "ses_tree")
+        report = await check(journal, "ses_tree")
+    assert report.ok, report.summary()
+    assert [(r.seq, r.digest) for r in before] == [(r.seq, r.digest) for r in after[: len(before)]]
+    children = {r.event.child_loop for r in after if isinstance(r.event, ChildStarted)}
+    assert len(children) == 3
+    for child in children:
+        ends = [r.event for r in after if r.loop == child and isinstance(r.event, TurnEnded)]
+        assert [e.outcome for e in ends] == ["crashed"]
+        [reply] = [
+            r.event for r in after if r.loop == child and isinstance(r.event, ModelMessageCommitted)
+        ]
+        assert reply.message.blocks[-1] == Text(text=TRUNCATED_NOTICE)
+    finished = [r.event for r in after if isinstance(r.event, ChildFinished)]
+    assert sorted(f.status for f in finished) == ["crashed"] * 3
+    assert state.last_outcome == "completed"
+    assert state.messages[-1].blocks == (Text(text="summarised what the researchers had"),)
+    assert unanswered_tool_uses(state.messages) == []
