@@ -171,22 +171,36 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 
 async def _replay(args: argparse.Namespace) -> int:
-    from .replay import check, render_transcript
+    from .replay import replay_command
 
-    async with open_journal(journal_url(args.journal)) as journal:
-        if args.check:
-            report = await check(journal, args.session)
-            for problem in report.problems:
-                print(problem, file=sys.stderr)
-            print(report.summary())
-            return 0 if report.ok else 1
-        records = [r async for r in journal.read(args.session)]
-        print(render_transcript(records, color=sys.stdout.isatty()))
-    return 0
+    # Not journal_url(): replay only reads, so it must not create directories.
+    url = args.journal or os.environ.get("LOOPRUNTIME_JOURNAL") or DEFAULT_JOURNAL
+
+    def out(text: str) -> None:
+        print(text, flush=True)
+
+    def err(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    return await replay_command(
+        url,
+        args.session,
+        fmt=args.format,
+        check_only=args.check,
+        follow=args.follow,
+        at=args.at,
+        color=sys.stdout.isatty(),
+        out=out,
+        err=err,
+    )
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    return trio.run(_replay, args)
+    try:
+        return trio.run(_replay, args)
+    except KeyboardInterrupt:
+        # Ctrl-C ends --follow; it is how a person stops watching.
+        return 130
 
 
 # -- resolve ------------------------------------------------------------------------
@@ -251,7 +265,15 @@ def parser() -> argparse.ArgumentParser:
     command("sessions", "list the sessions in the journal").set_defaults(run=cmd_sessions)
     replay = command("replay", "show a session's journal, or check it")
     replay.add_argument("session")
+    replay.add_argument(
+        "--format",
+        choices=("transcript", "tree", "json"),
+        default="transcript",
+        help="transcript (default), the conversation tree, or the tree as JSON",
+    )
     replay.add_argument("--check", action="store_true", help="check every journal invariant")
+    replay.add_argument("--follow", action="store_true", help="keep printing new records")
+    replay.add_argument("--at", type=int, metavar="SEQ", help="show each loop's state at SEQ")
     replay.set_defaults(run=cmd_replay)
     resolve = command("resolve", "settle a tool call whose outcome is unknown")
     resolve.add_argument("session")
