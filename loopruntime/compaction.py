@@ -82,7 +82,7 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
 
 _ENTITIES = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'"}
 _ENTITY = re.compile(r"&(?:amp|lt|gt|quot|apos);")
-_TAG = re.compile(r"<\s*/?\s*([A-Za-z_][\w.:-]*)")
+_TAG = re.compile(r"</?([A-Za-z_][\w.:-]*)")
 _OPEN = re.compile(r"\s*<([A-Za-z_][\w.:-]*)(\s[^>]*)?>")
 _ROOT_OPEN, _ROOT_CLOSE = "<conversation_summary>", "</conversation_summary>"
 
@@ -346,8 +346,11 @@ async def compact(
     The basis is ``history_seq`` when the attempt starts; the summarised
     messages are the context at that basis.  ``compaction.committed`` is a
     guarded commit: the session writer appends it only if, once everything
-    committed before it is folded, ``history_seq`` still equals the basis;
-    otherwise the attempt is ``rejected(stale)``.  A summary the parser
+    committed before it is folded, ``history_seq`` still equals the basis
+    (and the open obligations it lists are still the open ones); otherwise
+    the attempt is ``rejected(stale)``.  The compactor is told the
+    obligations open when it starts; the summary message lists those open
+    when it commits.  A summary the parser
     refuses is ``rejected(invalid_summary)`` with the parser's reason; a
     compactor that raises is ``rejected(failed)``.  Journal errors propagate
     (they stop the loop): they are never reported as a rejection.  Cancelled
@@ -365,13 +368,14 @@ async def compact(
     await loop.commit(
         [CompactionStarted(attempt_id=attempt_id, basis=basis, trigger=kind)], cause=cause
     )
-    if not replaced:
+    if all(m.derived for m in replaced):
+        # Empty, or only an earlier summary: summarising it again gains nothing.
         await _reject(
             loop,
             attempt_id,
             "failed",
             f"nothing to replace: the context holds no more than the "
-            f"{limits.retained_exchanges} exchanges it keeps",
+            f"{limits.retained_exchanges} exchanges it keeps (and any earlier summary)",
         )
         return
     obligations = obligations_of(state)
@@ -399,9 +403,13 @@ async def compact(
     except SummaryError as exc:
         await _reject(loop, attempt_id, "invalid_summary", str(exc))
         return
+    # The obligations the summary carries are those open when it commits
+    # (steering may have been queued, a gate answered, while the compactor
+    # worked); the guard below makes sure they are still exactly these.
+    now_open = obligations_of(state)
     body = render_summary(summary)
-    if obligations:
-        body += "\nOpen obligations:\n" + "\n".join(f"- {o}" for o in obligations)
+    if now_open:
+        body += "\nOpen obligations:\n" + "\n".join(f"- {o}" for o in now_open)
     message = Message(role="user", blocks=(Text(text=f"{SUMMARY_HEADER}\n{body}"),), derived=True)
     committed = CompactionCommitted(
         attempt_id=attempt_id,
@@ -409,20 +417,24 @@ async def compact(
         summary=message,
         replaced=len(replaced),
         retained=retained,
-        obligations=tuple(obligations),
+        obligations=tuple(now_open),
     )
+
+    def still_current() -> bool:
+        return loop.state.history_seq == basis and obligations_of(loop.state) == now_open
+
     try:
         # Compare-and-swap: appended only if no history-changing record was
-        # folded since the basis (checked by the writer, after everything
-        # committed before this has been folded).
-        await loop.commit([committed], guard=lambda: loop.state.history_seq == basis)
+        # folded since the basis and the obligations are still those above
+        # (checked by the writer, after everything committed before this has
+        # been folded).
+        await loop.commit([committed], guard=still_current)
     except GuardFailedError:
-        await _reject(
-            loop,
-            attempt_id,
-            "stale",
-            f"history changed at seq {loop.state.history_seq} after basis {basis}",
-        )
+        if loop.state.history_seq != basis:
+            detail = f"history changed at seq {loop.state.history_seq} after basis {basis}"
+        else:
+            detail = "the open obligations changed while the summary was being committed"
+        await _reject(loop, attempt_id, "stale", detail)
 
 
 async def _reject(
