@@ -58,7 +58,7 @@ class TestCompactor:
             await trio.sleep(self.delay)
         if self.error is not None:
             raise self.error
-        return self.text  # type: ignore[no-any-return]
+        return self.text
 
 
 def overloaded() -> ModelError:
@@ -80,7 +80,7 @@ async def outcome(journal: Journal, session_id: str) -> CompactionCommitted | Co
         *await events_of(journal, session_id, CompactionRejected),
     ]
     assert len(ends) == 1, ends
-    return ends[0]  # type: ignore[no-any-return]
+    return ends[0]
 
 
 def texts(message: Message) -> list[str]:

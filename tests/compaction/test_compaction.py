@@ -363,6 +363,8 @@ async def test_stale_compaction_when_a_tool_result_commits_meanwhile(
             [gate] = parked.open_gates
             attempt = await s.compact()
             started = await wait_for(s, CompactionStarted)
+            assert isinstance(started.event, CompactionStarted)
+            basis = started.event.basis
             assert (await s.snapshot()).compacting == attempt
             # The person decides while the compactor still works: the tool
             # runs, its result commits, and the turn goes on to its end.
@@ -376,8 +378,8 @@ async def test_stale_compaction_when_a_tool_result_commits_meanwhile(
         end = await outcome(journal, s.id)
     assert isinstance(end, CompactionRejected)
     assert end.reason == "stale" and end.attempt_id == attempt
-    assert f"after basis {started.event.basis}" in end.detail  # type: ignore[attr-defined]
-    assert started.event.basis == parked.history_seq  # type: ignore[attr-defined]
+    assert f"after basis {basis}" in end.detail
+    assert basis == parked.history_seq
     assert seq[seq.index("gate.opened") :] == [
         "gate.opened",
         "compaction.started",
