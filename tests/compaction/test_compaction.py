@@ -3,16 +3,20 @@ restore, and what the model sees afterwards (issue 5, DESIGN.md §7)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 
-from journal import open_journal
+from journal import Journal, Record, open_journal
 from journal.content import ToolResult, ToolUse, Usage
+from journal.errors import JournalUnavailableError
 from journal.events import (
     CompactionCommitted,
     CompactionRejected,
     CompactionStarted,
     ContextMeasured,
+    Event,
     ModelMessageCommitted,
     ToolCompleted,
 )
@@ -661,3 +665,43 @@ async def test_manual_compactions_requested_together_run_one_after_another() -> 
     assert "nothing to replace" in rejected.detail
     assert len(compactor.calls) == 1
     assert state.compactions == 1
+
+
+# -- a journal failure is an error, never a rejection ---------------------------------
+
+
+class FailingJournal:
+    """A real journal whose append fails when it holds a ``fail_on`` event."""
+
+    def __init__(self, inner: Journal, fail_on: type[Event]) -> None:
+        self.inner = inner
+        self.fail_on = fail_on
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def append(self, lease: Any, drafts: Any, *, expected_seq: int) -> list[Record]:
+        if any(isinstance(d.event, self.fail_on) for d in drafts):
+            raise JournalUnavailableError("the journal's disk went away")
+        return await self.inner.append(lease, drafts, expected_seq=expected_seq)
+
+
+def leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for e in error.exceptions for leaf in leaves(e)]
+    return [error]
+
+
+async def test_a_journal_failure_while_committing_stops_the_loop_not_a_rejection() -> None:
+    d = three_exchanges(TestCompactor(summary()))
+    async with open_journal("memory:") as journal:
+        failing = FailingJournal(journal, CompactionCommitted)
+        with pytest.raises(BaseExceptionGroup) as info:
+            async with Session.create(failing, d) as s:
+                await talk(s, "u1", "u2", "u3")
+                await s.compact()
+                await s.wait_idle()
+        seq = await tags(journal, s.id)
+    assert any(isinstance(e, JournalUnavailableError) for e in leaves(info.value))
+    assert seq[-1] == "compaction.started"
+    assert "compaction.rejected" not in seq and "compaction.committed" not in seq
