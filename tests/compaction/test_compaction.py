@@ -705,3 +705,24 @@ async def test_a_journal_failure_while_committing_stops_the_loop_not_a_rejection
     assert any(isinstance(e, JournalUnavailableError) for e in leaves(info.value))
     assert seq[-1] == "compaction.started"
     assert "compaction.rejected" not in seq and "compaction.committed" not in seq
+
+
+async def test_interrupt_leaves_a_compaction_alone_and_shutdown_abandons_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    compactor = TestCompactor(summary(), delay=60.0)
+    d = three_exchanges(compactor)
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, d) as s:
+            await talk(s, "u1", "u2", "u3")
+            before = await s.snapshot()
+            await s.compact()
+            await compactor.entered.wait()
+            assert await s.interrupt() is False  # no turn runs; the compaction goes on
+            assert (await s.snapshot()).compacting is not None
+        # Leaving the session shuts it down mid-compaction: the attempt is
+        # abandoned with only its start recorded, the history untouched.
+        seq = await tags(journal, s.id)
+        state = (await read_states(journal, s.id))["main"]
+    assert seq[-1] == "compaction.started"
+    assert state.messages == before.messages
