@@ -1,0 +1,224 @@
+"""The journal checker: each rule, broken once in a hand-built journal,
+is reported at exactly the first bad seq (and a good journal passes)."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from journal.content import Text
+from journal.events import (
+    CompactionCommitted,
+    CompactionStarted,
+    Event,
+    GateCancelled,
+    GateOpened,
+    GateResolved,
+    InputQueued,
+    ModelCallStarted,
+    ToolAbandoned,
+    ToolCompleted,
+    ToolResolved,
+    ToolStarted,
+    TurnEnded,
+    TurnStarted,
+)
+from session.replay import RULES, CheckReport, check, check_records
+from tests.replay.bad import SESSION, assistant, good_turn, journal_of, opening, records_of, user
+
+
+async def report_of(events: list[Event]) -> CheckReport:
+    return await check(await journal_of(events), SESSION)
+
+
+def rejected(tool_use_id: str) -> ToolCompleted:
+    return ToolCompleted(
+        execution_id="",
+        tool_use_id=tool_use_id,
+        content=(Text(text="no"),),
+        disposition="rejected",
+    )
+
+
+def done(execution_id: str, tool_use_id: str) -> ToolCompleted:
+    return ToolCompleted(
+        execution_id=execution_id,
+        tool_use_id=tool_use_id,
+        content=(Text(text="1"),),
+        disposition="succeeded",
+    )
+
+
+def started(execution_id: str, tool_use_id: str = "tu1") -> ToolStarted:
+    return ToolStarted(execution_id=execution_id, tool_use_id=tool_use_id, name="add", input={})
+
+
+def gate(gate_id: str = "g1", kind: str = "permission") -> GateOpened:
+    return GateOpened(gate_id=gate_id, kind=kind, execution_id="", tool_use_id="tu1")  # type: ignore[arg-type]
+
+
+def allow(gate_id: str = "g1") -> GateResolved:
+    return GateResolved(gate_id=gate_id, kind="permission", allow=True, scope="once")
+
+
+async def test_a_good_journal_passes() -> None:
+    report = await report_of(good_turn())
+    assert report.ok, report.summary()
+    assert report.records == 10
+    assert report.first_bad_seq is None
+    assert report.summary().startswith("ok: 10 records")
+
+
+# (rule, events): the first bad record is always the last one.
+CASES: list[tuple[str, list[Event]]] = [
+    ("tool started once", [*opening(), started("x1"), started("x1")]),
+    ("settlement follows its start", [*opening(), done("x9", "tu1")]),
+    ("settlement names its call", [*opening(), started("x1"), done("x1", "tu2")]),
+    ("tool settled at most once", [*good_turn()[:7], done("x1", "tu1")]),
+    (
+        "tool settled at most once",
+        [*good_turn()[:7], ToolAbandoned(execution_id="x1", tool_use_id="tu1", reason="crashed")],
+    ),
+    (
+        "settlement follows its start",
+        [
+            *opening(),
+            started("x1"),
+            ToolResolved(execution_id="x1", tool_use_id="tu1", content=(Text(text="?"),)),
+        ],
+    ),
+    ("result answers an open tool_use", [*opening(), rejected("tu_nobody_asked_for")]),
+    (
+        "every tool_use answered exactly once",
+        [
+            *opening()[:4],
+            opening()[4].__class__(
+                effect_id="e1",
+                turn=1,
+                step=0,
+                message=assistant("two", "tu1", "tu2"),
+                stop_reason="tool_use",
+            ),
+            rejected("tu1"),
+            rejected("tu1"),
+        ],
+    ),
+    (
+        "every tool_use answered before the next call",
+        [*opening(), ModelCallStarted(effect_id="e2", turn=1, step=1, model="m")],
+    ),
+    ("turn ends with every tool_use answered", [*opening(), TurnEnded(turn=1, outcome="failed")]),
+    ("gate opened once", [*opening(), gate(), gate()]),
+    ("gate closed after it opened", [*opening(), allow("g_never")]),
+    (
+        "gate closed at most once",
+        [*opening(), gate(), allow(), GateCancelled(gate_id="g1", reason="interrupted")],
+    ),
+    (
+        "gate resolved with its kind",
+        [*opening(), gate(), GateResolved(gate_id="g1", kind="user_input", answer="x")],
+    ),
+    ("turns numbered in order", [*opening()[:2], TurnStarted(turn=3, input_ids=("in1",))]),
+    ("turn ended at most once", [*good_turn(), TurnEnded(turn=1, outcome="completed")]),
+    ("turn.ended names the open turn", [*good_turn()[:9], TurnEnded(turn=2, outcome="completed")]),
+    (
+        "compaction has a matching start",
+        [
+            *good_turn(),
+            CompactionCommitted(
+                attempt_id="c1", basis=9, summary=user("s"), replaced=3, retained=1
+            ),
+        ],
+    ),
+    (
+        "compaction basis matches its start",
+        [
+            *good_turn(),
+            CompactionStarted(attempt_id="c1", basis=9),
+            CompactionCommitted(
+                attempt_id="c1", basis=8, summary=user("s"), replaced=3, retained=1
+            ),
+        ],
+    ),
+    (
+        "compaction basis is current",
+        [
+            *good_turn(),
+            CompactionStarted(attempt_id="c1", basis=9),
+            InputQueued(input_id="in2", messages=(user("more"),)),
+            TurnStarted(turn=2, input_ids=("in2",)),
+            TurnEnded(turn=2, outcome="interrupted"),
+            CompactionCommitted(
+                attempt_id="c1", basis=9, summary=user("s"), replaced=4, retained=1
+            ),
+        ],
+    ),
+    (
+        "compaction range valid",
+        [
+            *good_turn(),
+            CompactionStarted(attempt_id="c1", basis=9),
+            CompactionCommitted(
+                attempt_id="c1", basis=9, summary=user("s"), replaced=1, retained=1
+            ),
+        ],
+    ),
+    ("fold succeeds", [*opening(), TurnStarted(turn=2)]),
+]
+
+
+@pytest.mark.parametrize(
+    ("rule", "events"), CASES, ids=[f"{i}-{c[0]}" for i, c in enumerate(CASES)]
+)
+async def test_each_rule_names_the_first_bad_seq(rule: str, events: list[Event]) -> None:
+    assert rule in RULES
+    # Everything before the last record is a valid journal on its own...
+    assert (await report_of(events[:-1])).ok, (await report_of(events[:-1])).summary()
+    report = await report_of(events)
+    assert not report.ok
+    assert report.first_bad_seq == len(events), report.summary()
+    assert rule in {p.rule for p in report.problems if p.seq == len(events)}, report.problems
+    assert f"FAILED at seq {len(events)}" in report.summary()
+
+
+def test_every_rule_has_a_case() -> None:
+    covered = {rule for rule, _ in CASES} | {
+        "journal readable",
+        "record belongs to the session",
+        "seq gap-free",
+        "digest chain intact",
+    }
+    assert covered == set(RULES)
+
+
+async def test_seq_gap() -> None:
+    records = await records_of(good_turn())
+    del records[4]  # seq 5 goes missing
+    report = check_records(SESSION, records)
+    assert report.first_bad_seq == 6
+    assert report.problems[0].rule == "seq gap-free"
+
+
+async def test_digest_chain() -> None:
+    records = await records_of(good_turn())
+    records[6] = msgspec.structs.replace(records[6], digest=bytes(16))
+    report = check_records(SESSION, records)
+    assert report.first_bad_seq == 7
+    assert report.problems[0].rule == "digest chain intact"
+
+
+async def test_record_of_another_session() -> None:
+    records = await records_of(good_turn())
+    records[2] = msgspec.structs.replace(records[2], session="ses_other")
+    report = check_records(SESSION, records)
+    assert report.first_bad_seq == 3
+    assert "record belongs to the session" in {p.rule for p in report.problems}
+
+
+async def test_damaged_record_in_the_middle() -> None:
+    journal = await journal_of(good_turn())
+    journal.corrupt_for_tests(SESSION, 6, b"\xc1 not msgpack")
+    report = await check(journal, SESSION)
+    assert report.first_bad_seq == 6
+    assert report.problems[0].rule == "journal readable"
+    assert report.records == 5  # every good record before it was checked
