@@ -1,0 +1,248 @@
+"""Restore: how long a session of N records takes to come back, beside the bare floor.
+
+Run ``python -m benchmarks.restore`` (``--quick`` for a short run).  For N of 1k, 10k and
+100k records, a real session is built by running an agent loop (turns of ten tool steps
+and an answer, zero-latency ``ScriptedModel``) on the memory journal, then copied record
+for record into a SQLite journal file; sizes are cut at the last ``turn.ended`` at or
+below N, so every history is a finished one and restore has nothing to settle.
+
+Timed, each on a fresh copy of the file (restore may append, e.g. ``loop.stopped`` on
+exit) and a fresh journal connection; the OS page cache is warm, as it is for any
+recently used session; best of a few:
+
+* **restore**: ``Session.restore(journal, id, definition)`` until the context is entered,
+  i.e. read, decode, verify the digest chain, fold every record, start the loop actor.
+* **fold**: ``session.restore.read_states``, the same minus starting the actor.
+* **bare floor**: one thread doing ``SELECT`` of the record columns in seq order with
+  ``fetchmany`` and ``msgspec.msgpack.Decoder(Event)`` on every body: what any reader of
+  these rows must do at least.  ``floor_ratio`` = floor seconds / restore seconds (1.0 =
+  restore costs no more than the floor).
+
+Peers (LangGraph ``get_state`` on a thread of the same number of messages, eventsourcing
+replaying an aggregate of the same number of events) come from ``benchmarks.peers`` and
+are joined to these rows by ``python -m benchmarks``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import trio
+
+from journal import Draft, Journal, Record, open_journal
+from journal.content import ToolResult
+from journal.events import Event, TurnEnded
+from loopruntime import Limits, LoopDefinition, ModelRequest
+from loopruntime.models import Reply, ScriptedModel, ToolCall
+from session import Session
+from session.restore import read_states
+
+from .loops import Progress, lookup, quiet_logs, sqlite_bytes, stderr_progress
+
+__all__ = ["DEFAULT_SIZES", "QUICK_SIZES", "build_session", "format_table", "main", "run"]
+
+DEFAULT_SIZES: tuple[int, ...] = (1_000, 10_000, 100_000)
+QUICK_SIZES: tuple[int, ...] = (1_000, 10_000)
+_STEPS_PER_TURN = 10
+_COPY_BATCH = 2_000
+
+
+def _history_script(request: ModelRequest) -> Reply:
+    """Ten tool calls, then an answer, every turn: O(1), it looks at the turn so far only.
+
+    The turn's progress is the number of messages since the last user text message,
+    which the request carries at its end; counting back stops at that message.
+    """
+    calls = 0
+    for message in reversed(request.messages):
+        if message.role == "assistant":
+            calls += 1
+        elif not any(isinstance(block, ToolResult) for block in message.blocks):
+            break
+        if calls >= _STEPS_PER_TURN:
+            return Reply(text="done")
+    return Reply(tool_calls=[ToolCall(name="lookup", input={"query": f"step {calls}"})])
+
+
+def definition() -> LoopDefinition:
+    return LoopDefinition(
+        name="bench-restore",
+        model=ScriptedModel(_history_script),
+        tools=[lookup],
+        limits=Limits(compact_at=None),
+    )
+
+
+async def build_session(journal: Journal, n_records: int) -> tuple[str, list[Record]]:
+    """Run turns on a memory journal until it holds ``n_records``; return the id and the
+    records up to the last ``turn.ended`` at or below ``n_records``."""
+    async with open_journal("memory:") as memory:
+        async with Session.create(memory, definition()) as session:
+            while True:
+                await session.submit("go on")
+                await session.wait_idle()
+                if await memory.head(session.id) >= n_records:
+                    break
+        records = [r async for r in memory.read(session.id)]
+    ends = [i + 1 for i, r in enumerate(records[:n_records]) if isinstance(r.event, TurnEnded)]
+    if not ends:
+        raise ValueError(f"{n_records} records do not hold one whole turn; ask for more")
+    records = records[: ends[-1]]
+    lease = await journal.open_session(session.id)
+    for i in range(0, len(records), _COPY_BATCH):
+        drafts = [
+            Draft(id=r.id, loop=r.loop, event=r.event, cause=r.cause)
+            for r in records[i : i + _COPY_BATCH]
+        ]
+        await journal.append(lease, drafts, expected_seq=i)
+    return session.id, records
+
+
+def _bare_read(path: str, session_id: str) -> tuple[float, int]:
+    """Seconds for the floor: select every record column in seq order, decode each body."""
+    decode = msgspec.msgpack.Decoder(Event).decode
+    conn = sqlite3.connect(path)
+    try:
+        start = time.perf_counter()
+        cursor = conn.execute(
+            "SELECT seq, id, loop, at, cause, digest, body FROM records"
+            " WHERE session = ? ORDER BY seq",
+            (session_id,),
+        )
+        n = 0
+        while rows := cursor.fetchmany(4096):
+            for row in rows:
+                decode(row[6])
+            n += len(rows)
+        return time.perf_counter() - start, n
+    finally:
+        conn.close()
+
+
+async def _restore_once(path: str, session_id: str, expect: int) -> tuple[float, int]:
+    async with open_journal(f"sqlite:///{path}") as journal:
+        start = time.perf_counter()
+        async with Session.restore(journal, session_id, definition()) as session:
+            seconds = time.perf_counter() - start
+            state = await session.snapshot()
+    if state.last_seq != expect:
+        raise RuntimeError(f"restore folded up to seq {state.last_seq}, expected {expect}")
+    return seconds, len(state.messages)
+
+
+async def _fold_once(path: str, session_id: str) -> float:
+    async with open_journal(f"sqlite:///{path}") as journal:
+        start = time.perf_counter()
+        await read_states(journal, session_id)
+        return time.perf_counter() - start
+
+
+def _fresh_copy(source: str, target: str) -> None:
+    # Restore may append (loop.stopped on exit, settlement notices): every timed restore
+    # starts from the same untouched history.
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(target + suffix):
+            os.remove(target + suffix)
+    shutil.copyfile(source, target)
+
+
+async def _measure(directory: str, n: int, repeats: int, progress: Progress) -> dict[str, Any]:
+    source = os.path.join(directory, f"restore-{n}.db")
+    progress(f"restore: building a session of ~{n} records")
+    async with open_journal(f"sqlite:///{source}") as journal:
+        session_id, records = await build_session(journal, n)
+    # Closing checkpointed the WAL into the file, so copying the file copies everything.
+    size = sqlite_bytes(source)
+    count = len(records)
+    del records
+    target = os.path.join(directory, f"restore-{n}-copy.db")
+    restore_s, fold_s, floor_s = [], [], []
+    messages = 0
+    progress(f"restore: {count} records, {repeats} repetition(s)")
+    for _ in range(repeats):
+        _fresh_copy(source, target)
+        seconds, messages = await _restore_once(target, session_id, count)
+        restore_s.append(seconds)
+        fold_s.append(await _fold_once(source, session_id))
+        floor, read = await trio.to_thread.run_sync(_bare_read, source, session_id)
+        if read != count:
+            raise RuntimeError(f"the bare read found {read} records, expected {count}")
+        floor_s.append(floor)
+    restore, fold, floor = min(restore_s), min(fold_s), min(floor_s)
+    progress(f"restore: {count} records in {restore:.3f} s (floor {floor:.3f} s)")
+    return {
+        "scenario": "restore",
+        "system": "loopruntime sqlite",
+        "records": count,
+        "messages": messages,
+        "bytes": size,
+        "seconds": restore,
+        "records_per_second": count / restore,
+        "fold_seconds": fold,
+        "floor_seconds": floor,
+        "floor_ratio": floor / restore,
+    }
+
+
+async def _run(
+    directory: str, sizes: Sequence[int], repeats: int, progress: Progress
+) -> list[dict[str, Any]]:
+    return [await _measure(directory, n, repeats, progress) for n in sizes]
+
+
+def run(
+    quick: bool = False,
+    *,
+    sizes: Sequence[int] | None = None,
+    progress: Progress = stderr_progress,
+) -> list[dict[str, Any]]:
+    """Restore figures per size; one dict per row (see the module docstring for keys).
+
+    Uses a temporary directory, removed afterwards.
+    """
+    directory = tempfile.mkdtemp(prefix="loopruntime-bench-restore-")
+    try:
+        return trio.run(
+            _run,
+            directory,
+            sizes or (QUICK_SIZES if quick else DEFAULT_SIZES),
+            1 if quick else 3,
+            progress,
+        )
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    header = (
+        f"{'records':>8} {'messages':>9} {'restore s':>10} {'fold s':>8} "
+        f"{'floor s':>8} {'floor/restore':>14}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(
+            f"{r['records']:>8} {r['messages']:>9} {r['seconds']:>10.4f} "
+            f"{r['fold_seconds']:>8.4f} {r['floor_seconds']:>8.4f} {r['floor_ratio']:>14.2f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.restore", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="short run (smaller sizes)")
+    args = parser.parse_args(argv)
+    quiet_logs()
+    print(format_table(run(quick=args.quick)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

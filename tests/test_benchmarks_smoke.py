@@ -1,0 +1,95 @@
+"""The loop benchmark runs end to end at tiny sizes and returns well-formed rows.
+
+A smoke test only: benchmarks print figures and never gate anything on wall time, so
+nothing here compares a number with a bound other than "was measured".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import loops
+
+STEP_KEYS = {
+    "scenario",
+    "system",
+    "synchronous",
+    "steps",
+    "runs",
+    "seconds",
+    "per_step_seconds",
+    "bytes",
+    "bytes_open",
+}
+LOOP_KEYS = {
+    "scenario",
+    "system",
+    "synchronous",
+    "loops",
+    "turns_per_loop",
+    "turns",
+    "records",
+    "seconds",
+    "turns_per_second",
+    "records_per_second",
+    "appends",
+    "commit_p50_seconds",
+    "commit_p99_seconds",
+    "gc_seconds",
+    "bare_records",
+    "bare_records_per_second",
+    "ratio",
+}
+IDLE_KEYS = {
+    "scenario",
+    "system",
+    "loops",
+    "rss_before_bytes",
+    "rss_after_bytes",
+    "bytes_per_loop",
+    "setup_seconds",
+    "gc_seconds",
+}
+
+
+def _positive(row: dict[str, Any], keys: set[str]) -> None:
+    for key in keys:
+        value = row[key]
+        # The collector may not run at all; the RSS growth of two loops can round to 0.
+        if isinstance(value, int | float) and key not in ("gc_seconds", "bytes_per_loop"):
+            assert value > 0, (key, row)
+
+
+def test_loop_benchmark_rows() -> None:
+    # Synchronous on purpose: run() owns its own trio.run, as the benchmark command does.
+    rows = loops.run(
+        quick=True,
+        step_sizes=(10,),
+        loop_counts=(2,),
+        idle_counts=(2,),
+        total_turns=6,
+        progress=lambda line: None,
+    )
+    by_scenario: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_scenario.setdefault(row["scenario"], []).append(row)
+    assert sorted(by_scenario) == ["idle", "loops", "steps"]
+
+    steps = by_scenario["steps"]
+    assert {r["synchronous"] for r in steps} == {"FULL", "NORMAL"}
+    for row in steps:
+        assert set(row) == STEP_KEYS
+        assert row["steps"] == 10
+        _positive(row, STEP_KEYS)
+
+    (many,) = by_scenario["loops"]
+    assert set(many) == LOOP_KEYS
+    assert many["loops"] == 2 and many["turns"] == 2 * many["turns_per_loop"]
+    # Every turn writes at least turn.started, a model call and turn.ended.
+    assert many["records"] >= 3 * many["turns"]
+    _positive(many, LOOP_KEYS)
+
+    (idle,) = by_scenario["idle"]
+    assert set(idle) == IDLE_KEYS
+    assert idle["loops"] == 2
+    assert idle["rss_after_bytes"] > 0 and idle["setup_seconds"] > 0
