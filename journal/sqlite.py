@@ -81,7 +81,7 @@ from .events import Event
 from .record import Draft, Record
 from .store import SessionInfo, SessionLease
 
-__all__ = ["SQLiteJournal"]
+__all__ = ["SQLiteJournal", "SQLiteStatistics"]
 
 _FORMAT = "loopruntime-journal"
 
@@ -305,6 +305,17 @@ def _check_or_create_schema(conn: sqlite3.Connection, path: str) -> None:
     check_schema_version(version, where=f"journal {path}")
 
 
+class SQLiteStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """What the writer thread has done since the journal was opened."""
+
+    transactions: int
+    """Group transactions attempted (each one commit; at ``FULL`` one fsync)."""
+    requests: int
+    """Writes (``open_session`` and ``append`` calls) they carried."""
+    largest_group: int
+    """The most requests one transaction carried."""
+
+
 # -- requests to the writer ----------------------------------------------------
 
 
@@ -394,6 +405,8 @@ class _Writer:
         self._token = token
         self._cache: dict[str, _State] = {}
         self._data_version = -1
+        # Counters for statistics(); written by this thread only.
+        self.transactions = self.requests = self.largest_group = 0
         self.thread = threading.Thread(
             target=self._run, name=f"loopruntime-journal-writer {path}", daemon=True
         )
@@ -417,6 +430,9 @@ class _Writer:
                         stop = True
                         break
                     group = group + more
+                self.transactions += 1
+                self.requests += len(group)
+                self.largest_group = max(self.largest_group, len(group))
                 changed = self._commit_group(group)
                 self._hand_back(group, changed)
         finally:
@@ -915,7 +931,12 @@ class SQLiteJournal:
             )
             check = False
             while fetch is not None:
-                rows = await fetch.rows()
+                try:
+                    rows = await fetch.rows()
+                except JournalClosedError:
+                    if follow:
+                        return
+                    raise
                 if len(rows) == fetch.limit and not self._closed:
                     # Fetch the next batch while this one is verified and decoded.
                     fetch = self._start_fetch(session, rows[-1][0], False, False, _READ_BATCH)
@@ -1040,6 +1061,15 @@ class SQLiteJournal:
             )
             for session, incarnation, created_at, head, at in rows
         ]
+
+    def statistics(self) -> SQLiteStatistics:
+        """How many transactions the writer ran and how many writes they carried."""
+        writer = self._writer
+        return SQLiteStatistics(
+            transactions=writer.transactions,
+            requests=writer.requests,
+            largest_group=writer.largest_group,
+        )
 
     # -- lifecycle --------------------------------------------------------------
 

@@ -1,0 +1,733 @@
+"""The journal conformance suite: every backend runs these tests.
+
+A backend is proven by subclassing ``JournalContract`` in
+``tests/journal/test_contract_<backend>.py`` and providing one fixture.
+
+The ``backend`` fixture contract
+--------------------------------
+``backend`` is a *synchronous* pytest fixture (hypothesis runs each example in
+its own trio run, so nothing it returns may be bound to one) returning an
+object with:
+
+``persistent: bool``
+    True when a journal opened again by ``open()`` sees what an earlier one
+    wrote and committed.  False skips ``test_durable_across_reopen``.
+
+``open() -> AbstractAsyncContextManager[Journal]``
+    Open the backend's store, closing it on exit (``open_journal(url)`` is the
+    usual answer).  Called inside the test's trio run, possibly several times in
+    one test, and once per hypothesis example; every call opens the *same*
+    store.  Tests use fresh session ids, so a store shared between examples is
+    fine.
+
+``async corrupt(journal, session, seq, body) -> None``
+    Overwrite the stored event bytes of record ``seq`` of ``session``, leaving
+    its digest and every other column alone (``journal`` is the one open in
+    the test).
+
+Example (PostgreSQL)::
+
+    class PostgresBackend:
+        persistent = True
+
+        def __init__(self, url: str) -> None:
+            self.url = url
+
+        def open(self) -> AbstractAsyncContextManager[Journal]:
+            return open_journal(self.url)
+
+        async def corrupt(self, journal, session, seq, body) -> None:
+            await journal.corrupt_for_tests(session, seq, body)
+
+    class TestPostgres(JournalContract):
+        @pytest.fixture
+        def backend(self, postgres_url: str) -> PostgresBackend:
+            return PostgresBackend(postgres_url)
+
+Time: tests that follow a tail use ``autojump_clock`` (polling backends then
+poll in virtual time) or ``mock_clock`` (frozen: only in-process wakeups can
+deliver), never real sleeps.  ``real_time_guard`` is a hang guard for the
+frozen clock, not a timing assertion.
+
+The module also holds the hypothesis strategies for every event
+(``EVENT_STRATEGIES``), derived from the msgspec type information so that a new
+event type is covered without touching this file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+import msgspec.inspect as mi
+import pytest
+import trio
+import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from journal import (
+    ConflictError,
+    Draft,
+    DuplicateEventError,
+    FencedError,
+    Journal,
+    JournalClosedError,
+    JournalCorruptError,
+    Record,
+    SessionLease,
+    SessionNotFoundError,
+)
+from journal.codec import GENESIS, chain, encode_event
+from journal.events import EVENT_TYPES, Event, Notice
+
+__all__ = [
+    "EVENT_STRATEGIES",
+    "Backend",
+    "JournalContract",
+    "any_event",
+    "real_time_guard",
+    "strategy_for",
+]
+
+
+class Backend(Protocol):
+    persistent: bool
+
+    def open(self) -> AbstractAsyncContextManager[Journal]: ...
+
+    async def corrupt(self, journal: Journal, session: str, seq: int, body: bytes) -> None: ...
+
+
+# -- strategies -------------------------------------------------------------------
+
+_INT = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+_TEXT = st.text(max_size=24)
+
+# ``Any`` fields (tool inputs, previews) hold JSON-like data.  Lists, not
+# tuples: that is what a decoder gives back for an untyped array.
+_JSON: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | _INT | st.floats(allow_nan=False) | _TEXT,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(_TEXT, children, max_size=3),
+    max_leaves=8,
+)
+
+
+def strategy_for(t: mi.Type) -> st.SearchStrategy[Any]:
+    """A strategy for values of the msgspec type ``t`` that survive a msgpack round trip.
+
+    Every field is drawn, defaulted ones included, so defaults are exercised
+    with other values too.
+    """
+    match t:
+        case mi.StructType(cls=cls, fields=fields):
+            return st.builds(cls, **{f.name: strategy_for(f.type) for f in fields})
+        case mi.UnionType(types=types):
+            return st.one_of(*[strategy_for(member) for member in types])
+        case mi.LiteralType(values=values):
+            return st.sampled_from(values)
+        case mi.StrType():
+            return _TEXT
+        case mi.IntType():
+            return _INT
+        case mi.BoolType():
+            return st.booleans()
+        case mi.NoneType():
+            return st.none()
+        case mi.FloatType():
+            return st.floats(allow_nan=False)
+        case mi.BytesType():
+            return st.binary(max_size=24)
+        case mi.VarTupleType(item_type=item):
+            return st.lists(strategy_for(item), max_size=3).map(tuple)
+        case mi.ListType(item_type=item):
+            return st.lists(strategy_for(item), max_size=3)
+        case mi.DictType(key_type=key, value_type=value):
+            return st.dictionaries(strategy_for(key), strategy_for(value), max_size=3)
+        case mi.AnyType():
+            return _JSON
+    raise TypeError(f"no strategy for {t!r}: teach tests/journal/contract.strategy_for this type")
+
+
+EVENT_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
+    t: strategy_for(mi.type_info(t)) for t in EVENT_TYPES
+}
+"""One strategy per event type in ``journal.events.EVENT_TYPES``."""
+
+any_event: st.SearchStrategy[Any] = st.one_of(*EVENT_STRATEGIES.values())
+
+DESIGN_TAGS = frozenset(
+    {
+        "loop.started",
+        "loop.mode_changed",
+        "loop.stopped",
+        "input.queued",
+        "input.cancelled",
+        "steer.queued",
+        "steer.applied",
+        "turn.started",
+        "turn.ended",
+        "model.call_started",
+        "model.output",
+        "model.message_committed",
+        "model.call_failed",
+        "tool.started",
+        "tool.completed",
+        "tool.abandoned",
+        "tool.resolved",
+        "gate.opened",
+        "gate.resolved",
+        "gate.cancelled",
+        "context.measured",
+        "compaction.started",
+        "compaction.committed",
+        "compaction.rejected",
+        "child.started",
+        "child.finished",
+        "notice",
+    }
+)
+"""The 27 event kinds of DESIGN.md section 3; kinds may be refined, never dropped."""
+
+
+def tag_of(t: type[Any]) -> str:
+    tag = t.__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
+# -- helpers --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def real_time_guard(seconds: float) -> Iterator[None]:
+    """Fail the test if the block runs longer than ``seconds`` of real time.
+
+    For tests under a frozen ``mock_clock``, where trio timeouts never fire: a
+    guard against a hang, never an assertion about speed.
+    """
+    token = trio.lowlevel.current_trio_token()
+    with trio.CancelScope() as scope:
+        timer = threading.Timer(seconds, token.run_sync_soon, (scope.cancel,))
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+    if scope.cancelled_caught:
+        pytest.fail(f"still waiting after {seconds} s of real time")
+
+
+def new_session() -> str:
+    return f"s-{uuid.uuid4().hex[:12]}"
+
+
+def notice(i: int, text: str = "") -> Notice:
+    return Notice(code="test", text=text or f"event {i}")
+
+
+def drafts(prefix: str, n: int, *, start: int = 0, loop: str = "main") -> list[Draft]:
+    return [
+        Draft(id=f"{prefix}-{i}", loop=loop, event=notice(i), cause=f"cmd-{i}")
+        for i in range(start, start + n)
+    ]
+
+
+async def read_all(journal: Journal, session: str, after: int = 0) -> list[Record]:
+    return [record async for record in journal.read(session, after=after)]
+
+
+async def read_until_error(
+    journal: Journal, session: str, after: int = 0
+) -> tuple[list[Record], Exception | None]:
+    got: list[Record] = []
+    try:
+        async for record in journal.read(session, after=after):
+            got.append(record)
+    except Exception as exc:
+        return got, exc
+    return got, None
+
+
+async def _collect(
+    journal: Journal, session: str, after: int, send: trio.MemorySendChannel[Record]
+) -> None:
+    async with send:
+        async for record in journal.tail(session, after=after):
+            await send.send(record)
+
+
+async def receive(channel: trio.MemoryReceiveChannel[Record], n: int) -> list[Record]:
+    return [await channel.receive() for _ in range(n)]
+
+
+# -- the suite ----------------------------------------------------------------------------
+
+
+class JournalContract:
+    """Every test a journal backend must pass.  Subclasses provide ``backend``."""
+
+    # -- vocabulary coverage --------------------------------------------------------
+
+    def test_strategies_cover_the_whole_catalog(self) -> None:
+        tags = {tag_of(t) for t in EVENT_STRATEGIES}
+        assert set(EVENT_STRATEGIES) == set(EVENT_TYPES)
+        assert tags >= DESIGN_TAGS, f"event kinds missing: {sorted(DESIGN_TAGS - tags)}"
+        assert len(DESIGN_TAGS) == 27
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(data=st.data())
+    async def test_every_event_type_round_trips(
+        self, backend: Backend, data: st.DataObject
+    ) -> None:
+        # One event of every type in every example, plus a random tail of more.
+        events: list[Event] = [data.draw(EVENT_STRATEGIES[t], label=tag_of(t)) for t in EVENT_TYPES]
+        events += data.draw(st.lists(any_event, max_size=10), label="more")
+        order = data.draw(st.permutations(range(len(events))), label="order")
+        cut = data.draw(st.integers(min_value=1, max_value=len(events)), label="first append")
+        session = new_session()
+        batch = [
+            Draft(id=f"e{i}", loop=f"loop-{i % 3}", event=events[k], cause=None if i % 2 else "c")
+            for i, k in enumerate(order)
+        ]
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            written = await journal.append(lease, batch[:cut], expected_seq=0)
+            written += await journal.append(lease, batch[cut:], expected_seq=cut)
+            read = await read_all(journal, session)
+        assert read == written
+        assert [r.event for r in read] == [d.event for d in batch]
+        assert [(r.id, r.loop, r.cause) for r in read] == [(d.id, d.loop, d.cause) for d in batch]
+        assert {type(r.event) for r in read} == set(EVENT_TYPES)
+
+    # -- appending --------------------------------------------------------------------
+
+    async def test_seq_is_gap_free_from_one(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            assert lease.head == 0
+            assert await journal.head(session) == 0
+            head = 0
+            for size in (1, 3, 1, 5, 2):
+                records = await journal.append(lease, drafts(f"a{head}", size), expected_seq=head)
+                assert [r.seq for r in records] == list(range(head + 1, head + size + 1))
+                assert {r.session for r in records} == {session}
+                head += size
+                assert await journal.head(session) == head
+            assert [r.seq for r in await read_all(journal, session)] == list(range(1, head + 1))
+            assert (await journal.open_session(session)).head == head
+
+    async def test_append_returns_what_read_yields(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            written = await journal.append(lease, drafts("x", 4), expected_seq=0)
+            assert await read_all(journal, session) == written
+            assert await read_all(journal, session, after=2) == written[2:]
+            assert await read_all(journal, session, after=4) == []
+            assert await read_all(journal, session, after=9) == []
+
+    async def test_empty_append_writes_nothing(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(lease, drafts("x", 2), expected_seq=0)
+            assert await journal.append(lease, [], expected_seq=2) == []
+            assert await journal.head(session) == 2
+
+    async def test_multi_record_append_is_all_or_nothing(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(lease, drafts("x", 2), expected_seq=0)
+            # The last draft reuses a stored id with other content: the whole
+            # append fails, the two good drafts before it included.
+            bad = [*drafts("y", 2), Draft(id="x-0", loop="main", event=notice(0, "other"))]
+            with pytest.raises(DuplicateEventError):
+                await journal.append(lease, bad, expected_seq=2)
+            assert await journal.head(session) == 2
+            assert [r.id for r in await read_all(journal, session)] == ["x-0", "x-1"]
+            # Nothing of the failed append was kept: its good drafts append cleanly.
+            records = await journal.append(lease, drafts("y", 2), expected_seq=2)
+            assert [(r.seq, r.id) for r in records] == [(3, "y-0"), (4, "y-1")]
+
+    async def test_stale_expected_seq_conflicts_and_writes_nothing(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(lease, drafts("x", 3), expected_seq=0)
+            for stale in (0, 2, 4):
+                with pytest.raises(ConflictError) as caught:
+                    await journal.append(lease, drafts(f"y{stale}", 2), expected_seq=stale)
+                assert (caught.value.session, caught.value.expected, caught.value.actual) == (
+                    session,
+                    stale,
+                    3,
+                )
+            assert [r.id for r in await read_all(journal, session)] == ["x-0", "x-1", "x-2"]
+
+    async def test_older_incarnation_is_fenced(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            old = await journal.open_session(session)
+            committed = await journal.append(old, drafts("old", 2), expected_seq=0)
+            new = await journal.open_session(session)
+            assert new.incarnation > old.incarnation
+            assert new.head == 2
+            with pytest.raises(FencedError) as caught:
+                await journal.append(old, drafts("late", 1), expected_seq=2)
+            assert caught.value.session == session
+            assert (caught.value.incarnation, caught.value.current) == (
+                old.incarnation,
+                new.incarnation,
+            )
+            # Fencing wins over idempotency: the old writer learns it must stop.
+            with pytest.raises(FencedError):
+                await journal.append(old, drafts("old", 2), expected_seq=0)
+            assert await read_all(journal, session) == committed
+            records = await journal.append(new, drafts("new", 1), expected_seq=2)
+            assert records[0].seq == 3
+
+    async def test_open_session_without_create(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            with pytest.raises(SessionNotFoundError) as caught:
+                await journal.open_session(session, create=False)
+            assert caught.value.session == session
+            first = await journal.open_session(session)
+            again = await journal.open_session(session, create=False)
+            assert again.incarnation == first.incarnation + 1
+
+    async def test_reappending_the_same_drafts_returns_the_stored_records(
+        self, backend: Backend
+    ) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            original = await journal.append(lease, drafts("x", 3), expected_seq=0)
+            await journal.append(lease, drafts("later", 1), expected_seq=3)
+            # A retry after a lost reply: its expected_seq is stale by now.
+            assert await journal.append(lease, drafts("x", 3), expected_seq=0) == original
+            # ... or current: still nothing new is written.
+            assert await journal.append(lease, drafts("x", 3), expected_seq=4) == original
+            assert await journal.append(lease, drafts("x", 1, start=1), expected_seq=4) == [
+                original[1]
+            ]
+            assert await journal.head(session) == 4
+
+    async def test_same_id_with_other_content_is_refused(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(lease, drafts("x", 2), expected_seq=0)
+            other_event = Draft(id="x-0", loop="main", event=notice(0, "something else"))
+            other_loop = Draft(id="x-0", loop="elsewhere", event=notice(0))
+            for draft in (other_event, other_loop):
+                for expected in (0, 2):
+                    with pytest.raises(DuplicateEventError) as caught:
+                        await journal.append(lease, [draft], expected_seq=expected)
+                    assert caught.value.session == session
+                    assert caught.value.event_id == "x-0"
+            # Part stored, part new: not a retry of one append.
+            with pytest.raises(DuplicateEventError):
+                await journal.append(lease, [*drafts("x", 1), *drafts("fresh", 1)], expected_seq=2)
+            # One id twice in the same append.
+            twice = [*drafts("dup", 1), *drafts("dup", 1)]
+            with pytest.raises(DuplicateEventError):
+                await journal.append(lease, twice, expected_seq=2)
+            assert [r.id for r in await read_all(journal, session)] == ["x-0", "x-1"]
+
+    async def test_ids_are_unique_per_session(self, backend: Backend) -> None:
+        a, b = new_session(), new_session()
+        async with backend.open() as journal:
+            lease_a = await journal.open_session(a)
+            lease_b = await journal.open_session(b)
+            ra = await journal.append(lease_a, drafts("x", 1), expected_seq=0)
+            rb = await journal.append(lease_b, drafts("x", 1), expected_seq=0)
+            assert (ra[0].session, rb[0].session) == (a, b)
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def test_digest_chain_links_every_record(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(lease, drafts("x", 3), expected_seq=0)
+            await journal.append(lease, drafts("y", 2), expected_seq=3)
+            previous = GENESIS
+            for record in await read_all(journal, session):
+                assert record.digest == chain(previous, encode_event(record.event))
+                previous = record.digest
+
+    async def test_missing_session(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            with pytest.raises(SessionNotFoundError):
+                await journal.head(session)
+            with pytest.raises(SessionNotFoundError):
+                await read_all(journal, session)
+            with pytest.raises(SessionNotFoundError):
+                async for _ in journal.tail(session):
+                    pass
+            lease = SessionLease(session=session, incarnation=1, head=0)
+            with pytest.raises(SessionNotFoundError):
+                await journal.append(lease, drafts("x", 1), expected_seq=0)
+            assert session not in {info.session for info in await journal.sessions()}
+
+    @pytest.mark.parametrize("damage", ["other event", "garbage"])
+    async def test_corrupt_record_fails_after_the_good_ones(
+        self, backend: Backend, damage: str
+    ) -> None:
+        session = new_session()
+        body = encode_event(notice(99, "forged")) if damage == "other event" else b"\xc1\x00garbage"
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            written = await journal.append(lease, drafts("x", 5), expected_seq=0)
+            await backend.corrupt(journal, session, 3, body)
+            got, error = await read_until_error(journal, session)
+            assert got == written[:2]
+            assert isinstance(error, JournalCorruptError)
+            assert (error.session, error.seq) == (session, 3)
+            # Reading from just after the damage chains from the stored digest.
+            assert await read_all(journal, session, after=3) == written[3:]
+            got, error = await read_until_error(journal, session, after=1)
+            assert got == written[1:2]
+            assert isinstance(error, JournalCorruptError)
+            assert error.seq == 3
+
+    # -- following -----------------------------------------------------------------------
+
+    async def test_tail_follows_later_appends(
+        self, backend: Backend, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(lease, drafts("x", 2), expected_seq=0)
+            send, receive_channel = trio.open_memory_channel[Record](100)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_collect, journal, session, 1, send)
+                first = await receive(receive_channel, 1)
+                assert [r.seq for r in first] == [2]
+                await journal.append(lease, drafts("y", 2), expected_seq=2)
+                await journal.append(lease, drafts("z", 1), expected_seq=4)
+                later = await receive(receive_channel, 3)
+                assert [(r.seq, r.id) for r in later] == [(3, "y-0"), (4, "y-1"), (5, "z-0")]
+                assert later == (await read_all(journal, session))[2:]
+                nursery.cancel_scope.cancel()
+
+    async def test_tail_is_woken_by_appends_without_waiting_for_time(
+        self, backend: Backend, mock_clock: trio.testing.MockClock
+    ) -> None:
+        # The clock is frozen: a backend that only polled would never deliver.
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            send, receive_channel = trio.open_memory_channel[Record](100)
+            with real_time_guard(30):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_collect, journal, session, 0, send)
+                    await trio.testing.wait_all_tasks_blocked()
+                    for i in range(3):
+                        await journal.append(lease, drafts(f"w{i}", 1), expected_seq=i)
+                        (record,) = await receive(receive_channel, 1)
+                        assert record.seq == i + 1
+                    nursery.cancel_scope.cancel()
+
+    async def test_tail_of_an_empty_session_waits_for_the_first_record(
+        self, backend: Backend, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            send, receive_channel = trio.open_memory_channel[Record](100)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_collect, journal, session, 0, send)
+                await trio.sleep(5)
+                assert receive_channel.statistics().current_buffer_used == 0
+                written = await journal.append(lease, drafts("x", 2), expected_seq=0)
+                assert await receive(receive_channel, 2) == written
+                nursery.cancel_scope.cancel()
+
+    async def test_closing_ends_tails(
+        self, backend: Backend, mock_clock: trio.testing.MockClock
+    ) -> None:
+        session = new_session()
+        ended = trio.Event()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(lease, drafts("x", 1), expected_seq=0)
+            seen: list[Record] = []
+
+            async def follow() -> None:
+                async for record in journal.tail(session):
+                    seen.append(record)
+                ended.set()
+
+            with real_time_guard(30):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(follow)
+                    await trio.testing.wait_all_tasks_blocked()
+                    await journal.aclose()
+                    await ended.wait()
+            assert [r.seq for r in seen] in ([], [1])
+
+    # -- concurrency -------------------------------------------------------------------
+
+    async def test_concurrent_appenders_on_many_sessions(self, backend: Backend) -> None:
+        sessions = [new_session() for _ in range(6)]
+        writers_per_session, records_per_writer = 5, 4
+        async with backend.open() as journal:
+            leases = {s: await journal.open_session(s) for s in sessions}
+
+            async def writer(session: str, w: int) -> None:
+                for i in range(records_per_writer):
+                    draft = Draft(id=f"w{w}-{i}", loop=f"loop-{w}", event=notice(i))
+                    while True:
+                        head = await journal.head(session)
+                        try:
+                            await journal.append(leases[session], [draft], expected_seq=head)
+                            break
+                        except ConflictError:
+                            continue
+
+            async with trio.open_nursery() as nursery:
+                for s in sessions:
+                    for w in range(writers_per_session):
+                        nursery.start_soon(writer, s, w)
+            total = writers_per_session * records_per_writer
+            for s in sessions:
+                records = await read_all(journal, s)
+                assert [r.seq for r in records] == list(range(1, total + 1))
+                assert sorted(r.id for r in records) == sorted(
+                    f"w{w}-{i}"
+                    for w in range(writers_per_session)
+                    for i in range(records_per_writer)
+                )
+                for w in range(writers_per_session):
+                    mine = [r.event for r in records if r.loop == f"loop-{w}"]
+                    assert mine == [notice(i) for i in range(records_per_writer)]
+
+    async def test_a_failing_append_does_not_fail_the_others(self, backend: Backend) -> None:
+        # Started together, so a grouping backend commits them together.
+        good = [new_session() for _ in range(5)]
+        stale, fenced, duplicate = new_session(), new_session(), new_session()
+        async with backend.open() as journal:
+            leases = {s: await journal.open_session(s) for s in [*good, stale, fenced, duplicate]}
+            await journal.append(leases[stale], drafts("s", 1), expected_seq=0)
+            old_lease = leases[fenced]
+            await journal.open_session(fenced)
+            await journal.append(leases[duplicate], drafts("d", 1), expected_seq=0)
+            outcomes: dict[str, list[Record] | Exception] = {}
+
+            async def attempt(session: str, lease: SessionLease, batch: Sequence[Draft]) -> None:
+                try:
+                    outcomes[session] = await journal.append(lease, batch, expected_seq=0)
+                except Exception as exc:
+                    outcomes[session] = exc
+
+            async with trio.open_nursery() as nursery:
+                for s in good:
+                    nursery.start_soon(attempt, s, leases[s], drafts("g", 2))
+                nursery.start_soon(attempt, stale, leases[stale], drafts("late", 1))
+                nursery.start_soon(attempt, fenced, old_lease, drafts("f", 1))
+                other = [Draft(id="d-0", loop="main", event=notice(0, "other"))]
+                nursery.start_soon(attempt, duplicate, leases[duplicate], other)
+            assert isinstance(outcomes[stale], ConflictError)
+            assert isinstance(outcomes[fenced], FencedError)
+            assert isinstance(outcomes[duplicate], DuplicateEventError)
+            for s in good:
+                result = outcomes[s]
+                assert isinstance(result, list)
+                assert await read_all(journal, s) == result
+            assert await journal.head(stale) == 1
+            assert await journal.head(fenced) == 0
+            assert await journal.head(duplicate) == 1
+
+    async def test_racing_identical_appends_store_once(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            results: list[list[Record]] = []
+
+            async def attempt() -> None:
+                results.append(await journal.append(lease, drafts("x", 3), expected_seq=0))
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(attempt)
+            assert len(results) == 4
+            assert all(r == results[0] for r in results)
+            assert await read_all(journal, session) == results[0]
+
+    # -- listing, lifecycle, durability -------------------------------------------------
+
+    async def test_sessions_lists_heads_and_incarnations(self, backend: Backend) -> None:
+        a, b, c = new_session(), new_session(), new_session()
+        async with backend.open() as journal:
+            lease_a = await journal.open_session(a)
+            await journal.open_session(b)
+            lease_b = await journal.open_session(b)
+            await journal.open_session(c)
+            await journal.append(lease_a, drafts("x", 3), expected_seq=0)
+            await journal.append(lease_b, drafts("y", 1), expected_seq=0)
+            infos = {info.session: info for info in await journal.sessions()}
+            assert {a, b, c} <= set(infos)
+            assert (infos[a].head, infos[a].incarnation) == (3, 1)
+            assert (infos[b].head, infos[b].incarnation) == (1, 2)
+            assert (infos[c].head, infos[c].incarnation) == (0, 1)
+            for s in (a, b, c):
+                assert infos[s].updated_at >= infos[s].created_at > 0
+
+    async def test_closed_journal_refuses_everything(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(lease, drafts("x", 1), expected_seq=0)
+            await journal.aclose()
+            await journal.aclose()  # idempotent
+            with pytest.raises(JournalClosedError):
+                await journal.open_session(session)
+            with pytest.raises(JournalClosedError):
+                await journal.append(lease, drafts("y", 1), expected_seq=1)
+            with pytest.raises(JournalClosedError):
+                await journal.head(session)
+            with pytest.raises(JournalClosedError):
+                await journal.sessions()
+            with pytest.raises(JournalClosedError):
+                await read_all(journal, session)
+            with pytest.raises(JournalClosedError):
+                async for _ in journal.tail(session):
+                    pass
+
+    async def test_durable_across_reopen(self, backend: Backend) -> None:
+        if not backend.persistent:
+            pytest.skip("this backend keeps nothing after it is closed")
+        session = new_session()
+        async with backend.open() as journal:
+            old = await journal.open_session(session)
+            written = await journal.append(old, drafts("x", 3), expected_seq=0)
+        async with backend.open() as journal:
+            assert await read_all(journal, session) == written
+            assert await journal.head(session) == 3
+            info = {i.session: i for i in await journal.sessions()}[session]
+            assert (info.head, info.incarnation) == (3, old.incarnation)
+            # Retrying the last append after a restart is still idempotent ...
+            assert await journal.append(old, drafts("x", 3), expected_seq=0) == written
+            new = await journal.open_session(session)
+            assert (new.incarnation, new.head) == (old.incarnation + 1, 3)
+            # ... and the incarnation survived: the old writer is fenced.
+            with pytest.raises(FencedError):
+                await journal.append(old, drafts("y", 1), expected_seq=3)
+            more = await journal.append(new, drafts("y", 1), expected_seq=3)
+        async with backend.open() as journal:
+            assert await read_all(journal, session) == written + more

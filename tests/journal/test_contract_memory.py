@@ -1,0 +1,31 @@
+"""The conformance suite against the in-memory backend."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+
+import pytest
+
+from journal import Journal, open_journal
+from journal.memory import MemoryJournal
+
+from .contract import JournalContract
+
+
+class MemoryBackend:
+    """``open()`` gives a new, empty journal each time: nothing persists."""
+
+    persistent = False
+
+    def open(self) -> AbstractAsyncContextManager[Journal]:
+        return open_journal("memory:")
+
+    async def corrupt(self, journal: Journal, session: str, seq: int, body: bytes) -> None:
+        assert isinstance(journal, MemoryJournal)
+        journal.corrupt_for_tests(session, seq, body)
+
+
+class TestMemory(JournalContract):
+    @pytest.fixture
+    def backend(self) -> MemoryBackend:
+        return MemoryBackend()

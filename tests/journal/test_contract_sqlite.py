@@ -1,0 +1,43 @@
+"""The conformance suite against the SQLite backend (one file per test)."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import pytest
+
+from journal import Journal, open_journal
+from journal.sqlite import SQLiteJournal
+
+from .contract import JournalContract
+
+
+class SQLiteBackend:
+    """Every ``open()`` opens the same file."""
+
+    persistent = True
+
+    def __init__(self, path: Path, synchronous: str) -> None:
+        self.url = f"sqlite:///{path}?synchronous={synchronous}"
+
+    def open(self) -> AbstractAsyncContextManager[Journal]:
+        return open_journal(self.url)
+
+    async def corrupt(self, journal: Journal, session: str, seq: int, body: bytes) -> None:
+        assert isinstance(journal, SQLiteJournal)
+        journal.corrupt_for_tests(session, seq, body)
+
+
+class TestSQLite(JournalContract):
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> SQLiteBackend:
+        return SQLiteBackend(tmp_path / "journal.db", "NORMAL")
+
+
+class TestSQLiteFull(JournalContract):
+    """The same contract with ``synchronous=FULL`` (an fsync per group commit)."""
+
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> SQLiteBackend:
+        return SQLiteBackend(tmp_path / "journal.db", "FULL")
