@@ -557,6 +557,8 @@ class _StreamBuilder:
         self.epoch = Epoch(id=f"epoch:{loop}:0", index=0, first_seq=seq, last_seq=seq)
         self.stream.epochs.append(self.epoch)
         self.talk: Talk | None = None
+        self.carried: Talk | None = None
+        """A talk cut by a compaction, continued by the next non-external run."""
         self.talks = 0
         self.run: Run | None = None
         self.prev_run: Run | None = None
@@ -769,7 +771,10 @@ class _StreamBuilder:
     def start_run(self, r: Record, e: TurnStarted) -> None:
         taken = [self.inputs[i] for i in e.input_ids if i in self.inputs]
         external = any(i.trigger == "external" and not i.synthetic for i in taken)
+        if not external and self.talk is None and self.carried is not None:
+            self.continue_talk(r)
         if external or self.talk is None:
+            self.carried = None
             self.talks += 1
             opened: Literal["external", "first_input", "epoch"] = (
                 "external" if external else "first_input"
@@ -882,17 +887,9 @@ class _StreamBuilder:
         quality: Quality = "exact" if e.attempt_id in self.compactions else "inferred"
         self.relate("summarizes", self.epoch.id, previous.id, quality, e.attempt_id)
         if self.talk is not None:
-            # The talk goes on in the new epoch; so does a run that was open.
-            before = self.talk
-            self.talks += 1
-            self.talk = Talk(
-                id=f"talk:{self.loop}:{self.talks}",
-                index=self.talks,
-                first_seq=r.seq,
-                opened_by="epoch",
-            )
-            self.epoch.talks.append(self.talk)
-            self.relate("follows", self.talk.id, before.id, "inferred", "compaction cut")
+            # The talk goes on in the new epoch, with its next run (or with
+            # the run that is open now).
+            self.carried, self.talk = self.talk, None
             if self.run is not None:
                 old = self.run
                 self.run = Run(
@@ -902,8 +899,23 @@ class _StreamBuilder:
                     last_seq=r.seq,
                     segment=old.segment + 1,
                 )
-                self.talk.runs.append(self.run)
+                self.continue_talk(r).runs.append(self.run)
                 self.relate("follows", self.run.id, old.id, "exact", f"turn {old.turn}")
+
+    def continue_talk(self, r: Record) -> Talk:
+        """The talk carried over a compaction, opened in the current epoch."""
+        assert self.carried is not None
+        self.talks += 1
+        self.talk = Talk(
+            id=f"talk:{self.loop}:{self.talks}",
+            index=self.talks,
+            first_seq=r.seq,
+            opened_by="epoch",
+        )
+        self.epoch.talks.append(self.talk)
+        self.relate("follows", self.talk.id, self.carried.id, "inferred", "compaction cut")
+        self.carried = None
+        return self.talk
 
 
 class _TreeBuilder:
