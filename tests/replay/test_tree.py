@@ -14,6 +14,7 @@ from journal.events import (
     ChildStarted,
     Event,
     GateOpened,
+    InputCancelled,
     InputQueued,
     LoopStarted,
     ModelCallStarted,
@@ -272,3 +273,32 @@ async def test_time_travel(tmp_path: Path) -> None:
                 lease, [Draft(id=r.id, loop=r.loop, event=r.event)], expected_seq=r.seq - 1
             )
         assert states_at(records, records[-1].seq) == await read_states(journal, "copy")
+
+
+async def test_cancels_and_retries() -> None:
+    events: list[Event] = [
+        *opening()[:4],  # seq 1-4: the turn's model call is in flight...
+        ModelMessageCommitted(
+            effect_id="e1",
+            turn=1,
+            step=0,
+            message=Message(role="assistant", blocks=(Text(text="[truncated]"),), synthetic=True),
+            notice="truncated",
+        ),
+        TurnEnded(turn=1, outcome="crashed", kind="runtime", code="runtime.crashed"),
+        InputQueued(input_id="in2", messages=(user("add"),)),  # ...the host asks again
+        InputQueued(input_id="in3", messages=(user("never mind"),)),
+        InputCancelled(input_id="in3"),
+        TurnStarted(turn=2, input_ids=("in2",)),
+        TurnEnded(turn=2, outcome="completed"),
+    ]
+    tree = build_tree(SESSION, await records_of(events))
+    rels = {(r.kind, r.source, r.target, r.quality) for r in tree.relations}
+    assert ("retries", "run:main:2", "run:main:1", "inferred") in rels
+    assert ("cancels", "stream:main", "input:main:in3", "exact") in rels
+    inputs = {i.input_id: (i.status, i.run) for i in tree.streams[0].inputs}
+    assert inputs == {
+        "in1": ("consumed", "run:main:1"),
+        "in2": ("consumed", "run:main:2"),
+        "in3": ("cancelled", None),
+    }
