@@ -1,0 +1,298 @@
+"""What only the SQLite backend promises: the file, its format, its options,
+group commit, and readers in other processes."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from journal import (
+    SCHEMA_VERSION,
+    ConflictError,
+    Draft,
+    JournalSchemaError,
+    NotAJournalError,
+    Record,
+    SessionLease,
+    open_journal,
+)
+from journal.codec import encode_event
+from journal.sqlite import SQLiteJournal
+
+from .contract import drafts, notice, read_all
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def url(path: Path, query: str = "") -> str:
+    return f"sqlite:///{path}" + (f"?{query}" if query else "")
+
+
+async def test_files_are_private_to_their_owner(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    old = os.umask(0o022)  # the usual umask, which would leave 0644
+    try:
+        async with open_journal(url(path)) as journal:
+            lease = await journal.open_session("s")
+            await journal.append(lease, drafts("x", 2), expected_seq=0)
+            files = [tmp_path / n for n in os.listdir(tmp_path) if n.startswith("journal.db")]
+            assert {p.name for p in files} >= {"journal.db", "journal.db-wal"}
+            for p in files:
+                assert stat.S_IMODE(p.stat().st_mode) == 0o600, p.name
+    finally:
+        os.umask(old)
+
+
+async def test_a_plain_path_is_a_sqlite_file(tmp_path: Path) -> None:
+    path = tmp_path / "plain.db"
+    async with open_journal(str(path)) as journal:
+        assert isinstance(journal, SQLiteJournal)
+        assert journal.path == str(path)
+    assert path.exists()
+
+
+async def test_an_existing_empty_file_becomes_a_journal(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    async with open_journal(url(path)) as journal:
+        await journal.open_session("s")
+        assert [i.session for i in await journal.sessions()] == ["s"]
+
+
+async def test_random_bytes_are_not_a_journal(tmp_path: Path) -> None:
+    path = tmp_path / "noise.db"
+    noise = bytes(range(256)) * 16
+    path.write_bytes(noise)
+    with pytest.raises(NotAJournalError, match="not a SQLite database"):
+        async with open_journal(url(path)):
+            pass
+    assert path.read_bytes() == noise
+
+
+async def test_another_applications_database_is_not_a_journal(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(NotAJournalError, match="invoices"):
+        async with open_journal(url(path)):
+            pass
+    # Refused without being touched: no tables added, not switched to WAL.
+    conn = sqlite3.connect(path)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert tables == {"invoices"}
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    conn.close()
+
+
+async def test_a_meta_table_of_another_format_is_not_a_journal(tmp_path: Path) -> None:
+    path = tmp_path / "meta.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE journal_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("INSERT INTO journal_meta VALUES ('format', 'someone-elses')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(NotAJournalError, match="someone-elses"):
+        async with open_journal(url(path)):
+            pass
+
+
+async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    async with open_journal(url(path)) as journal:
+        await journal.open_session("s")
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "UPDATE journal_meta SET value = ? WHERE key = 'schema_version'",
+        (str(SCHEMA_VERSION + 1),),
+    )
+    conn.commit()
+    conn.close()
+    with pytest.raises(JournalSchemaError, match=f"schema {SCHEMA_VERSION + 1}"):
+        async with open_journal(url(path)):
+            pass
+
+
+def _writer_synchronous(journal: SQLiteJournal) -> int:
+    # The writer thread is idle between appends, so its connection may be asked.
+    value = journal._writer.conn.execute("PRAGMA synchronous").fetchone()[0]
+    assert isinstance(value, int)
+    return value
+
+
+@pytest.mark.parametrize(("query", "expected"), [("", 1), ("synchronous=FULL", 2)])
+async def test_synchronous_is_normal_unless_full_is_asked(
+    tmp_path: Path, query: str, expected: int
+) -> None:
+    async with open_journal(url(tmp_path / "j.db", query)) as journal:
+        assert isinstance(journal, SQLiteJournal)
+        lease = await journal.open_session("s")
+        await journal.append(lease, drafts("x", 1), expected_seq=0)
+        assert journal.synchronous == {1: "NORMAL", 2: "FULL"}[expected]
+        assert _writer_synchronous(journal) == expected
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("sqlite:///{dir}/j.db?synchronous=OFF", "synchronous must be NORMAL or FULL"),
+        ("sqlite:///{dir}/j.db?fast=yes", "unknown option 'fast'"),
+        ("sqlite:///{dir}/j.db?poll=0", "poll must be a positive number"),
+        ("sqlite:///:memory:", "does not name a database file"),
+        ("sqlite://host/j.db", "names a host"),
+    ],
+)
+async def test_malformed_urls_say_what_is_wrong(tmp_path: Path, bad: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        async with open_journal(bad.format(dir=tmp_path)):
+            pass
+
+
+async def test_appends_waiting_together_share_one_transaction(tmp_path: Path) -> None:
+    async with open_journal(url(tmp_path / "j.db")) as journal:
+        assert isinstance(journal, SQLiteJournal)
+        leases = [await journal.open_session(f"s{i}") for i in range(50)]
+        before = journal.statistics()
+
+        async def append(lease: SessionLease) -> None:
+            await journal.append(lease, drafts("x", 2), expected_seq=0)
+
+        async with trio.open_nursery() as nursery:
+            for lease in leases:
+                nursery.start_soon(append, lease)
+        after = journal.statistics()
+        assert after.requests - before.requests == 50
+        # Started in the same scheduling round, they are one group.
+        assert after.transactions - before.transactions == 1
+        assert after.largest_group == 50
+        for lease in leases:
+            assert await journal.head(lease.session) == 2
+
+
+async def test_a_constraint_in_a_group_is_replayed_without_failing_the_rest(
+    tmp_path: Path,
+) -> None:
+    # The fast path inserts a whole group at once; an id that is already
+    # stored trips the unique index and the group is replayed request by
+    # request.  The good appends in it must still commit, once.
+    async with open_journal(url(tmp_path / "j.db")) as journal:
+        assert isinstance(journal, SQLiteJournal)
+        bad = await journal.open_session("bad")
+        stored = await journal.append(bad, drafts("x", 1), expected_seq=0)
+        leases = [await journal.open_session(f"s{i}") for i in range(5)]
+        results: dict[str, object] = {}
+
+        async def attempt(lease: SessionLease, batch: list[Draft], expected: int, key: str) -> None:
+            try:
+                results[key] = await journal.append(lease, batch, expected_seq=expected)
+            except Exception as exc:
+                results[key] = exc
+
+        async with trio.open_nursery() as nursery:
+            for lease in leases:
+                nursery.start_soon(attempt, lease, drafts("g", 3), 0, lease.session)
+            # Same id, same content, current head: an idempotent re-append.
+            nursery.start_soon(attempt, bad, drafts("x", 1), 1, "retry")
+        assert results["retry"] == stored
+        for lease in leases:
+            records = results[lease.session]
+            assert isinstance(records, list)
+            assert await read_all(journal, lease.session) == records
+        assert await journal.head("bad") == 1
+
+
+async def test_a_lost_race_with_another_connection_is_a_conflict(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    async with open_journal(url(path)) as journal:
+        lease = await journal.open_session("s")
+        await journal.append(lease, drafts("x", 1), expected_seq=0)
+        # Another writer (same incarnation, as after a lease was copied) commits
+        # seq 2 behind this journal's back.
+        async with open_journal(url(path)) as other:
+            await other.append(lease, drafts("y", 1), expected_seq=1)
+        with pytest.raises(ConflictError) as caught:
+            await journal.append(lease, drafts("z", 1), expected_seq=1)
+        assert (caught.value.expected, caught.value.actual) == (1, 2)
+        assert [r.id for r in await read_all(journal, "s")] == ["x-0", "y-0"]
+
+
+async def test_reads_span_many_batches(tmp_path: Path) -> None:
+    async with open_journal(url(tmp_path / "j.db")) as journal:
+        lease = await journal.open_session("s")
+        n = 10_000  # more than two read batches
+        for start in range(0, n, 2_500):
+            await journal.append(lease, drafts("x", 2_500, start=start), expected_seq=start)
+        records = await read_all(journal, "s")
+        assert [r.seq for r in records] == list(range(1, n + 1))
+        assert [r.seq for r in await read_all(journal, "s", after=4_999)] == list(
+            range(5_000, n + 1)
+        )
+
+
+async def test_damage_deep_in_a_long_session_is_found(tmp_path: Path) -> None:
+    async with open_journal(url(tmp_path / "j.db")) as journal:
+        assert isinstance(journal, SQLiteJournal)
+        lease = await journal.open_session("s")
+        await journal.append(lease, drafts("x", 6_000), expected_seq=0)
+        journal.corrupt_for_tests("s", 5_000, encode_event(notice(1, "forged")))
+        seen = 0
+        with pytest.raises(Exception) as caught:
+            async for record in journal.read("s"):
+                seen = record.seq
+        assert seen == 4_999
+        assert getattr(caught.value, "seq", None) == 5_000
+
+
+_CHILD = """
+import sys, trio
+from journal import Draft, open_journal
+from journal.events import Notice
+
+async def main(url, session, n):
+    async with open_journal(url) as journal:
+        lease = await journal.open_session(session)
+        for i in range(n):
+            draft = Draft(id=f"child-{i}", loop="child", event=Notice(code="child", text=str(i)))
+            await journal.append(lease, [draft], expected_seq=lease.head + i)
+
+trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
+"""
+
+
+@pytest.mark.slow
+async def test_a_tail_sees_appends_from_another_process(tmp_path: Path) -> None:
+    journal_url = url(tmp_path / "j.db", "poll=0.05")
+    async with open_journal(journal_url) as journal:
+        lease = await journal.open_session("shared")
+        await journal.append(lease, drafts("x", 1), expected_seq=0)
+        send, receive = trio.open_memory_channel[Record](100)
+
+        async def follow() -> None:
+            async with send:
+                async for record in journal.tail("shared"):
+                    await send.send(record)
+
+        # A hang guard only (a child Python process takes real time to start).
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(follow)
+                assert (await receive.receive()).id == "x-0"
+                env = {**os.environ, "PYTHONPATH": str(REPO)}
+                await trio.run_process(
+                    [sys.executable, "-c", _CHILD, journal_url, "shared", "3"], env=env
+                )
+                got = [await receive.receive() for _ in range(3)]
+                nursery.cancel_scope.cancel()
+        assert [(r.seq, r.id, r.loop) for r in got] == [
+            (2, "child-0", "child"),
+            (3, "child-1", "child"),
+            (4, "child-2", "child"),
+        ]
+        assert got == (await read_all(journal, "shared"))[1:]
