@@ -317,9 +317,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     for r in rows:
         bare = f"{r['bare_rate']:>11,.0f}" if r["bare_rate"] else f"{'-':>11}"
         ratio = f"{r['ratio']:>6.2f}" if r["ratio"] else f"{'-':>6}"
-        lines.append(
-            f"{r['benchmark']:<34} {r['backend']:<14} {r['n']:>7} {r['rate']:>11,.0f} {bare} {ratio}"
-        )
+        name, backend = r["benchmark"], r["backend"]
+        lines.append(f"{name:<34} {backend:<14} {r['n']:>7} {r['rate']:>11,.0f} {bare} {ratio}")
     return "\n".join(lines)
 
 

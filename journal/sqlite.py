@@ -323,19 +323,17 @@ class _Request:
     """One write waiting for the writer thread.
 
     The writer sets ``result``; ``SQLiteJournal._deliver`` (on the trio thread)
-    then marks it ``delivered`` and wakes ``task`` if it is ``parked``.
+    then wakes ``task``, which parked in ``_submit`` right after queueing the
+    request (with no checkpoint between, so it is parked before any delivery).
     """
 
-    __slots__ = ("delivered", "parked", "result", "session", "task")
+    __slots__ = ("result", "session", "task")
 
     def __init__(self, session: str) -> None:
         self.session = session
         self.task = trio.lowlevel.current_task()
         # Written by the writer thread before the group is handed back.
         self.result: outcome.Outcome[Any] | None = None
-        # Both only touched on the trio thread.
-        self.delivered = False
-        self.parked = False
 
 
 class _OpenRequest(_Request):
@@ -803,6 +801,9 @@ class SQLiteJournal:
         self._closed = False
         self._changed: dict[str, trio.Event] = {}
         self._outbox: list[_Request] = []
+        # Trio-thread bookkeeping for the flush policy in _submit.
+        self._in_flight = 0
+        self._last_group = 0
         self._readers = _Readers(options.path, options.synchronous)
         self._token = trio.lowlevel.current_trio_token()
         self._writer = _Writer(writer_conn, options.path, self._deliver, self._token)
@@ -856,33 +857,37 @@ class SQLiteJournal:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         self._outbox.append(request)
-        # One scheduling round of grace: every task made runnable at the same
-        # moment (typically all the appenders the last commit released) adds
-        # its request before the first of them hands the lot to the writer.
-        # Without it the writer would take the first request alone and the
-        # rest one commit later, costing an extra commit (an fsync at FULL).
-        await trio.lowlevel.cancel_shielded_checkpoint()
-        self._flush_outbox()
-        if not request.delivered:
-            request.parked = True
-            # Not abortable: the writer always answers (aclose drains the
-            # queue first), and a committed append must not be reported as
-            # cancelled.  Cancellation takes effect at the next checkpoint.
-            await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+        if len(self._outbox) == 1:
+            if self._in_flight == 0 and self._last_group <= 1:
+                # A lone writer (the last group was just one request and
+                # nothing is in flight): send at once, for the lowest latency.
+                self._flush_outbox()
+            else:
+                # Hand the outbox over once this scheduling round is over:
+                # every task made runnable at the same moment (typically all
+                # the appenders the last commit released) adds its request
+                # first, so they share one transaction instead of the first
+                # going alone and the rest one commit (one fsync) later.
+                self._token.run_sync_soon(self._flush_outbox)
+        # Not abortable: the writer always answers (aclose drains the queue
+        # first), and a committed append must not be reported as cancelled.
+        # Cancellation takes effect at the caller's next checkpoint.
+        await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
         assert request.result is not None
         return request.result.unwrap()
 
     def _flush_outbox(self) -> None:
         if self._outbox:
             group, self._outbox = self._outbox, []
+            self._in_flight += len(group)
             self._writer.queue.put(group)
 
     def _deliver(self, group: list[_Request], changed: set[str]) -> None:
         """Runs on the trio thread: wake each waiting caller, then the tails."""
+        self._in_flight -= len(group)
+        self._last_group = len(group)
         for request in group:
-            request.delivered = True
-            if request.parked:
-                trio.lowlevel.reschedule(request.task)
+            trio.lowlevel.reschedule(request.task)
         for session in changed:
             event = self._changed.pop(session, None)
             if event is not None:

@@ -169,9 +169,10 @@ async def test_appends_waiting_together_share_one_transaction(tmp_path: Path) ->
                 nursery.start_soon(append, lease)
         after = journal.statistics()
         assert after.requests - before.requests == 50
-        # Started in the same scheduling round, they are one group.
-        assert after.transactions - before.transactions == 1
-        assert after.largest_group == 50
+        # Started in the same scheduling round: after a quiet spell the first
+        # goes alone (lowest latency), every other one joins a single group.
+        assert after.transactions - before.transactions <= 2
+        assert after.largest_group >= 49
         for lease in leases:
             assert await journal.head(lease.session) == 2
 
