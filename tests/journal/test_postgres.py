@@ -1,0 +1,560 @@
+"""What only the PostgreSQL backend has to prove, against a real server.
+
+Fencing and following across real OS processes, a connection cut in the
+middle of an append (by a TCP proxy and by ``pg_terminate_backend``), group
+commits that isolate a failing append, and the named errors for a server
+that cannot be reached or a database written by a newer version.  The
+shared semantics are in ``test_contract_postgres.py``.
+
+The cross-process tests wrap their waits in ``trio.fail_after(HANG_GUARD)``:
+a guard so a broken build fails instead of hanging CI, not a timing
+assertion -- nothing here measures how long anything took.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+import trio.testing
+
+from journal import (
+    SCHEMA_VERSION,
+    ConflictError,
+    Draft,
+    DuplicateEventError,
+    FencedError,
+    JournalError,
+    JournalSchemaError,
+    JournalUnavailableError,
+    NotAJournalError,
+    open_journal,
+)
+from journal.events import Notice
+from journal.postgres import PostgresJournal, init_schema
+
+pytestmark = pytest.mark.slow
+
+HANG_GUARD = 120
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _draft(id: str, text: str = "x") -> Draft:
+    return Draft(id=id, loop="main", event=Notice(code="test", text=text))
+
+
+def _sql(url: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Blocking: run one statement on a connection of its own (autocommit)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+async def _stored_ids(url: str, session: str) -> list[str]:
+    """The event ids of ``session`` as the server holds them, in seq order."""
+    rows = await trio.to_thread.run_sync(
+        _sql, url, "SELECT id FROM loopruntime_records WHERE session = %s ORDER BY seq", (session,)
+    )
+    return [r[0] for r in rows]
+
+
+class _Lines:
+    """Lines from a child process's stdout."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self._stream, self._buffer = stream, b""
+
+    async def next(self) -> str | None:
+        """The next line, or None at end of stream."""
+        while b"\n" not in self._buffer:
+            chunk = await self._stream.receive_some()
+            if not chunk:
+                rest, self._buffer = self._buffer, b""
+                return rest.decode() if rest else None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+
+def _python(script: str, *args: str) -> list[str]:
+    return [sys.executable, "-c", script, *args]
+
+
+async def _run(
+    command: list[str], *, task_status: trio.TaskStatus[trio.Process] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run a child with its stdout piped; hand back the process; wait for it to exit."""
+    await trio.run_process(
+        command, stdout=subprocess.PIPE, check=False, cwd=REPO, task_status=task_status
+    )
+
+
+# -- fencing across processes -------------------------------------------------------
+
+WRITER_A = """
+import sys, trio
+from journal import Draft, FencedError, open_journal
+from journal.events import Notice
+
+async def main(url, session):
+    async with open_journal(url) as journal:
+        lease = await journal.open_session(session)
+        seq = lease.head
+        # Bounded so a broken fence ends the test instead of running for ever.
+        while seq < 50_000:
+            draft = Draft(id=f"a-{seq + 1}", loop="a", event=Notice(code="a", text=str(seq)))
+            try:
+                await journal.append(lease, [draft], expected_seq=seq)
+            except FencedError as exc:
+                print("fenced", exc, flush=True)
+                sys.exit(3)
+            seq += 1
+            print("committed", draft.id, flush=True)
+
+trio.run(main, *sys.argv[1:])
+"""
+
+WRITER_B = """
+import json, sys, trio
+from journal import Draft, open_journal
+from journal.events import Notice
+
+async def main(url, session):
+    async with open_journal(url) as journal:
+        lease = await journal.open_session(session, create=False)
+        seen = [record.id async for record in journal.read(session)]
+        print(json.dumps({"incarnation": lease.incarnation, "head": lease.head, "seen": seen}))
+        drafts = [Draft(id=f"b-{n}", loop="b", event=Notice(code="b", text="")) for n in (1, 2)]
+        await journal.append(lease, drafts, expected_seq=lease.head)
+
+trio.run(main, *sys.argv[1:])
+"""
+
+
+async def test_a_newer_writer_in_another_process_fences_the_older(postgres_url: str) -> None:
+    session = "fenced-across-processes"
+    committed: list[str] = []
+    output: list[str] = []
+    enough = trio.Event()
+
+    with trio.fail_after(HANG_GUARD):
+        async with trio.open_nursery() as nursery:
+            writer_a: trio.Process = await nursery.start(
+                _run, _python(WRITER_A, postgres_url, session)
+            )
+            assert writer_a.stdout is not None
+            lines = _Lines(writer_a.stdout)
+
+            async def drain_a() -> None:
+                # Keeps A's pipe empty so A appends at full speed while B takes over.
+                while (line := await lines.next()) is not None:
+                    output.append(line)
+                    if line.startswith("committed "):
+                        committed.append(line.split()[1])
+                        if len(committed) == 20:
+                            enough.set()
+                enough.set()
+
+            nursery.start_soon(drain_a)
+            await enough.wait()
+            writer_b = await trio.run_process(
+                _python(WRITER_B, postgres_url, session), capture_stdout=True, cwd=REPO
+            )
+
+    assert writer_a.returncode == 3, output[-5:]
+    assert output[-1].startswith("fenced "), output[-5:]
+    assert "opened by a newer writer (incarnation 2 > 1); this writer must stop" in output[-1]
+    view = json.loads(writer_b.stdout)
+    assert view["incarnation"] == 2
+    # B saw everything A committed, and A committed nothing after B took over.
+    assert view["seen"] == committed
+    assert view["head"] == len(committed)
+    assert await _stored_ids(postgres_url, session) == [*committed, "b-1", "b-2"]
+
+
+# -- following from another process ---------------------------------------------------
+
+FOLLOWER = """
+import sys, trio
+from journal import open_journal
+
+async def main(url, session, count):
+    async with open_journal(url) as journal:
+        seen = 0
+        async for record in journal.tail(session):
+            print(record.id, record.seq, flush=True)
+            seen += 1
+            if seen == int(count):
+                return
+
+trio.run(main, *sys.argv[1:])
+"""
+
+
+async def test_a_follower_in_another_process_sees_each_append(postgres_url: str) -> None:
+    session = "followed"
+    async with open_journal(postgres_url) as journal:
+        lease = await journal.open_session(session)
+        await journal.append(lease, [_draft("t-1")], expected_seq=0)
+        with trio.fail_after(HANG_GUARD):
+            async with trio.open_nursery() as nursery:
+                follower: trio.Process = await nursery.start(
+                    _run, _python(FOLLOWER, postgres_url, session, "5")
+                )
+                assert follower.stdout is not None
+                lines = _Lines(follower.stdout)
+                seen = []
+                for n in range(1, 6):
+                    # The follower is waiting on NOTIFY with no timer: each line
+                    # below arrives only because the commit woke it.
+                    seen.append(await lines.next())
+                    if n < 5:
+                        await journal.append(lease, [_draft(f"t-{n + 1}")], expected_seq=n)
+    assert seen == [f"t-{n} {n}" for n in range(1, 6)]
+    assert follower.returncode == 0
+
+
+async def test_a_tail_survives_losing_its_listening_connection(postgres_url: str) -> None:
+    async with open_journal(postgres_url) as journal:
+        lease = await journal.open_session("relisten")
+        await journal.append(lease, [_draft("r-1")], expected_seq=0)
+        got: list[str] = []
+        tail = journal.tail("relisten")
+        got.append((await anext(tail)).id)
+
+        async def next_id() -> None:
+            got.append((await anext(tail)).id)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(next_id)
+            await trio.testing.wait_all_tasks_blocked()
+            killed = await trio.to_thread.run_sync(
+                _sql,
+                postgres_url,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE query LIKE 'LISTEN %%' AND datname = current_database()",
+            )
+            assert killed == [(True,)]
+            await journal.append(lease, [_draft("r-2")], expected_seq=1)
+        await tail.aclose()
+    assert got == ["r-1", "r-2"]
+
+
+# -- cut connections ------------------------------------------------------------------
+
+
+class _CuttingProxy:
+    """A loopback TCP proxy in front of the server that can cut a connection mid-append.
+
+    ``arm("before")``: the next client bytes holding a COMMIT are dropped and
+    the connection cut, so the server never commits.  ``arm("after")``: they
+    are forwarded, the server's reply is swallowed until it confirms the
+    COMMIT, then the connection is cut: committed, but the client never
+    hears it.  While ``refuse`` is set, new connections are closed at once.
+    """
+
+    def __init__(self, port: int) -> None:
+        self.server_port, self.port = port, 0
+        self.armed: str | None = None
+        self.refuse = False
+        self.cuts = 0
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started()
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, client: trio.SocketStream) -> None:
+        if self.refuse:
+            await client.aclose()
+            return
+        server = await trio.open_tcp_stream("127.0.0.1", self.server_port)
+        swallow = False
+        async with client, server, trio.open_nursery() as nursery:
+
+            async def up() -> None:
+                nonlocal swallow
+                async for data in client:
+                    if self.armed and b"COMMIT" in data:
+                        mode, self.armed = self.armed, None
+                        self.cuts += 1
+                        if mode == "before":
+                            break
+                        swallow = True
+                    await server.send_all(data)
+                nursery.cancel_scope.cancel()
+
+            async def down() -> None:
+                replies = b""
+                async for data in server:
+                    if swallow:
+                        replies += data
+                        if b"COMMIT" in replies:
+                            break
+                        continue
+                    await client.send_all(data)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(up)
+            nursery.start_soon(down)
+
+
+@pytest.fixture
+async def proxy(postgres_url: str) -> AsyncIterator[tuple[_CuttingProxy, str]]:
+    """A cutting proxy in front of the test server, and a journal URL through it."""
+    params = psycopg.conninfo.conninfo_to_dict(postgres_url)
+    cutter = _CuttingProxy(int(params.get("port") or 5432))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(cutter.serve)
+        host = params.get("host") or "127.0.0.1"
+        yield (
+            cutter,
+            postgres_url.replace(f"{host}:{params.get('port')}", f"127.0.0.1:{cutter.port}"),
+        )
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("cut", ["before", "after"])
+async def test_a_cut_append_is_retried_on_a_new_connection_exactly_once(
+    proxy: tuple[_CuttingProxy, str], postgres_url: str, cut: str
+) -> None:
+    cutter, url = proxy
+    async with open_journal(url) as journal:
+        lease = await journal.open_session("cut")
+        await journal.append(lease, [_draft("c-1")], expected_seq=0)
+        cutter.armed = cut
+        records = await journal.append(lease, [_draft("c-2"), _draft("c-3")], expected_seq=1)
+        assert cutter.cuts == 1
+        assert [(r.id, r.seq) for r in records] == [("c-2", 2), ("c-3", 3)]
+        assert [r.id async for r in journal.read("cut")] == ["c-1", "c-2", "c-3"]
+    assert await _stored_ids(postgres_url, "cut") == ["c-1", "c-2", "c-3"]
+
+
+@pytest.mark.parametrize("cut", ["before", "after"])
+async def test_a_cut_append_with_the_server_gone_is_unavailable_and_safe_to_repeat(
+    proxy: tuple[_CuttingProxy, str], postgres_url: str, cut: str
+) -> None:
+    cutter, url = proxy
+    async with open_journal(url) as journal:
+        lease = await journal.open_session("gone")
+        await journal.append(lease, [_draft("g-1")], expected_seq=0)
+        cutter.armed, cutter.refuse = cut, True
+        with pytest.raises(JournalUnavailableError, match="outcome is unknown") as caught:
+            await journal.append(lease, [_draft("g-2")], expected_seq=1)
+        assert isinstance(caught.value.__cause__, psycopg.Error)
+        # What the server holds, asked directly: the cut decided it.
+        expected = ["g-1", "g-2"] if cut == "after" else ["g-1"]
+        assert await _stored_ids(postgres_url, "gone") == expected
+        cutter.refuse = False
+        # The writer learns the outcome by appending the same event again.
+        (record,) = await journal.append(lease, [_draft("g-2")], expected_seq=1)
+        assert (record.id, record.seq) == ("g-2", 2)
+    assert await _stored_ids(postgres_url, "gone") == ["g-1", "g-2"]
+
+
+@asynccontextmanager
+async def _row_locked(url: str, session: str) -> AsyncIterator[int]:
+    """Hold ``session``'s row lock from another connection; yield that backend's pid.
+
+    Use it inside the nursery running the appends it blocks: leaving it
+    releases the lock, so those appends can finish and the nursery exit even
+    when the test body fails.
+    """
+    blocker = await trio.to_thread.run_sync(psycopg.connect, url)
+    try:
+        await trio.to_thread.run_sync(
+            blocker.execute,
+            "SELECT 1 FROM loopruntime_sessions WHERE session = %s FOR UPDATE",
+            (session,),
+        )
+        yield blocker.info.backend_pid
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(blocker.close)
+
+
+async def _wait_blocked_by(url: str, blocker_pid: int, *, not_pid: int = 0) -> int:
+    """The pid of a backend waiting for a lock ``blocker_pid`` holds (other than ``not_pid``)."""
+    while True:
+        rows = await trio.to_thread.run_sync(
+            _sql,
+            url,
+            "SELECT pid FROM pg_stat_activity WHERE pg_blocking_pids(pid) @> ARRAY[%s::int] "
+            "AND pid <> %s::int",
+            (blocker_pid, not_pid),
+        )
+        if rows:
+            return int(rows[0][0])
+
+
+async def test_a_terminated_writer_backend_loses_nothing_and_writes_nothing_twice(
+    postgres_url: str,
+) -> None:
+    async with open_journal(postgres_url) as journal:
+        lease = await journal.open_session("terminated")
+        await journal.append(lease, [_draft("k-1")], expected_seq=0)
+        outcome: list[BaseException] = []
+
+        async def append() -> None:
+            try:
+                await journal.append(lease, [_draft("k-2")], expected_seq=1)
+            except JournalError as exc:
+                outcome.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            # Another connection holds the session row, so the writer's append
+            # stops mid-transaction, where it can be terminated.
+            async with _row_locked(postgres_url, "terminated") as blocker:
+                nursery.start_soon(append)
+                first = await _wait_blocked_by(postgres_url, blocker)
+                await trio.to_thread.run_sync(
+                    _sql, postgres_url, "SELECT pg_terminate_backend(%s::int)", (first,)
+                )
+                # The writer retries once on a new connection; terminate that too.
+                second = await _wait_blocked_by(postgres_url, blocker, not_pid=first)
+                await trio.to_thread.run_sync(
+                    _sql, postgres_url, "SELECT pg_terminate_backend(%s::int)", (second,)
+                )
+        assert len(outcome) == 1
+        assert isinstance(outcome[0], JournalUnavailableError)
+        assert "outcome is unknown" in str(outcome[0])
+        assert await _stored_ids(postgres_url, "terminated") == ["k-1"]
+        (record,) = await journal.append(lease, [_draft("k-2")], expected_seq=1)
+        assert record.seq == 2
+        # Repeating it once more is still idempotent.
+        (again,) = await journal.append(lease, [_draft("k-2")], expected_seq=1)
+        assert again == record
+    assert await _stored_ids(postgres_url, "terminated") == ["k-1", "k-2"]
+
+
+# -- group commit -----------------------------------------------------------------------
+
+
+async def test_a_failing_append_does_not_fail_its_group_commit(postgres_url: str) -> None:
+    async with open_journal(postgres_url) as journal:
+        leases = {s: await journal.open_session(s) for s in ("hold", "ok", "stale", "dup", "big")}
+        await journal.append(leases["stale"], [_draft("s-1")], expected_seq=0)
+        await journal.append(leases["dup"], [_draft("d-1", "one")], expected_seq=0)
+        fenced = await journal.open_session("fenced")
+        await journal.open_session("fenced")
+        # An id this long overflows the (session, id) index: the server
+        # refuses the statement, which is not a lost connection.
+        huge = base64.b64encode(os.urandom(9000)).decode()
+        results: dict[str, object] = {}
+
+        async def append(name: str, lease_name: str, draft: Draft, expected: int) -> None:
+            try:
+                lease = fenced if lease_name == "fenced" else leases[lease_name]
+                results[name] = await journal.append(lease, [draft], expected_seq=expected)
+            except JournalError as exc:
+                results[name] = exc
+
+        async with trio.open_nursery() as nursery:
+            async with _row_locked(postgres_url, "hold") as blocker:
+                # The first append holds the writer on the locked row, so the
+                # next five wait together and go in one group commit.
+                nursery.start_soon(append, "hold", "hold", _draft("h-1"), 0)
+                await _wait_blocked_by(postgres_url, blocker)
+                nursery.start_soon(append, "ok", "ok", _draft("o-1"), 0)
+                nursery.start_soon(append, "stale", "stale", _draft("s-2"), 0)
+                nursery.start_soon(append, "dup", "dup", _draft("d-1", "two"), 1)
+                nursery.start_soon(append, "fenced", "fenced", _draft("f-1"), 0)
+                nursery.start_soon(append, "big", "big", _draft(huge), 0)
+                await trio.testing.wait_all_tasks_blocked()
+
+    assert [r.id for r in results["hold"]] == ["h-1"]  # type: ignore[attr-defined]
+    assert [r.id for r in results["ok"]] == ["o-1"]  # type: ignore[attr-defined]
+    assert isinstance(results["stale"], ConflictError)
+    assert isinstance(results["dup"], DuplicateEventError)
+    assert isinstance(results["fenced"], FencedError)
+    assert type(results["big"]) is JournalError
+    assert "index row" in str(results["big"])
+    assert await _stored_ids(postgres_url, "ok") == ["o-1"]
+    assert await _stored_ids(postgres_url, "big") == []
+
+
+# -- opening --------------------------------------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize("opener", [PostgresJournal.open, init_schema])
+async def test_an_unreachable_server_is_unavailable_with_a_clear_message(
+    opener: Callable[[str], Any],
+) -> None:
+    port = _closed_port()
+    url = f"postgresql://someone:sekrit@127.0.0.1:{port}/journal"
+    with pytest.raises(JournalUnavailableError) as caught:
+        await opener(url)
+    message = str(caught.value)
+    assert f"cannot reach PostgreSQL at postgresql://someone@127.0.0.1:{port}/journal" in message
+    assert "check that the server is running" in message
+    assert "sekrit" not in message
+    assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+
+
+async def test_a_database_with_a_newer_schema_is_refused(postgres_url: str) -> None:
+    await init_schema(postgres_url)
+    await trio.to_thread.run_sync(
+        _sql,
+        postgres_url,
+        "UPDATE loopruntime_meta SET value = %s WHERE key = 'schema_version'",
+        (str(SCHEMA_VERSION + 1),),
+    )
+    with pytest.raises(JournalSchemaError, match=f"schema {SCHEMA_VERSION + 1}, newer than"):
+        await PostgresJournal.open(postgres_url)
+    with pytest.raises(JournalSchemaError):
+        await init_schema(postgres_url)
+
+
+async def test_foreign_tables_are_not_a_journal(postgres_url: str) -> None:
+    await trio.to_thread.run_sync(_sql, postgres_url, "CREATE TABLE loopruntime_records (x int)")
+    with pytest.raises(NotAJournalError, match="not a journal"):
+        await PostgresJournal.open(postgres_url)
+
+
+async def test_init_schema_is_idempotent_and_concurrent_opens_create_once(
+    postgres_url: str,
+) -> None:
+    journals: list[PostgresJournal] = []
+
+    async def open_one() -> None:
+        journals.append(await PostgresJournal.open(postgres_url))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(4):
+            nursery.start_soon(open_one)
+    for journal in journals:
+        await journal.aclose()
+    await init_schema(postgres_url)
+    rows = await trio.to_thread.run_sync(
+        _sql, postgres_url, "SELECT key, value FROM loopruntime_meta"
+    )
+    assert rows == [("schema_version", str(SCHEMA_VERSION))]
+
+
+async def test_text_postgres_cannot_store_is_refused_before_writing(postgres_url: str) -> None:
+    async with open_journal(postgres_url) as journal:
+        lease = await journal.open_session("nul")
+        with pytest.raises(ValueError, match="NUL character"):
+            await journal.append(lease, [_draft("bad\x00id")], expected_seq=0)
+        with pytest.raises(ValueError, match="NUL character"):
+            await journal.open_session("bad\x00session")
+        assert await journal.head("nul") == 0
