@@ -32,8 +32,10 @@ Writing: one writer thread, group commit
 
 Reading
     Readers use their own connections, in worker threads, fetching a few
-    thousand rows per batch and verifying the digest chain and decoding in the
-    thread, so the trio thread never waits on the disk.  ``tail`` is woken at
+    thousand rows per batch; the next batch is fetched while this one's digest
+    chain is verified and its events decoded on the trio side (records are
+    built as they are consumed, so they die young instead of piling up for the
+    garbage collector).  The trio thread never waits on the disk.  ``tail`` is woken at
     once by appends made through this journal object and polls (one indexed
     query) for appends made by other processes.
 
@@ -123,7 +125,8 @@ _FIRST_BATCH = 512
 """Rows in a read's first round trip: small, so the first record comes soon."""
 
 _MAX_GROUP = 4096
-"""Upper bound on requests per transaction, so one commit never grows unbounded."""
+"""Requests per transaction (roughly: a hand-over is never split), so one commit
+never grows without bound."""
 
 _ID_CHUNK = 500
 """Ids per ``IN (...)`` lookup, well under SQLite's bound-parameter limit."""
