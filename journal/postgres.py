@@ -543,6 +543,11 @@ class _Writer:
             return records
         if item.expected_seq != h.head:
             return ConflictError(session, item.expected_seq, h.head)
+        seen: set[str] = set()
+        for d in drafts:
+            if d.id in seen:
+                return DuplicateEventError(session, d.id)
+            seen.add(d.id)
         records = []
         for d, body in zip(drafts, item.bodies, strict=True):
             h.head += 1

@@ -1,0 +1,50 @@
+"""The conformance suite against the PostgreSQL backend, on a real server.
+
+Each test gets a schema of its own (``postgres_url``); every ``open()`` of a
+test opens that same schema, so the journal persists between them.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+
+import psycopg
+import pytest
+import trio
+
+from journal import Journal, open_journal
+from journal.postgres import PostgresJournal
+
+from .contract import JournalContract
+
+
+def _overwrite_body(url: str, session: str, seq: int, body: bytes) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        updated = conn.execute(
+            "UPDATE loopruntime_records SET body = %s WHERE session = %s AND seq = %s",
+            (body, session, seq),
+        ).rowcount
+    assert updated == 1, f"no record {session}/{seq} to corrupt"
+
+
+class PostgresBackend:
+    """Every ``open()`` opens the same schema of the test server."""
+
+    persistent = True
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def open(self) -> AbstractAsyncContextManager[Journal]:
+        return open_journal(self.url)
+
+    async def corrupt(self, journal: Journal, session: str, seq: int, body: bytes) -> None:
+        # Straight to the table, as damage would be: the backend has no hook for it.
+        assert isinstance(journal, PostgresJournal)
+        await trio.to_thread.run_sync(_overwrite_body, self.url, session, seq, body)
+
+
+class TestPostgres(JournalContract):
+    @pytest.fixture
+    def backend(self, postgres_url: str) -> PostgresBackend:
+        return PostgresBackend(postgres_url)
