@@ -19,10 +19,10 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -39,6 +39,7 @@ from journal import (
     JournalSchemaError,
     JournalUnavailableError,
     NotAJournalError,
+    Record,
     open_journal,
 )
 from journal.events import Notice
@@ -59,6 +60,10 @@ def _sql(url: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, 
     with psycopg.connect(url, autocommit=True) as conn:
         cur = conn.execute(query, params)
         return cur.fetchall() if cur.description else []
+
+
+def _connect(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url)
 
 
 async def _stored_ids(url: str, session: str) -> list[str]:
@@ -230,7 +235,7 @@ async def test_a_tail_survives_losing_its_listening_connection(postgres_url: str
         lease = await journal.open_session("relisten")
         await journal.append(lease, [_draft("r-1")], expected_seq=0)
         got: list[str] = []
-        tail = journal.tail("relisten")
+        tail = cast(AsyncGenerator[Record, None], journal.tail("relisten"))
         got.append((await anext(tail)).id)
 
         async def next_id() -> None:
@@ -372,7 +377,7 @@ async def _row_locked(url: str, session: str) -> AsyncIterator[int]:
     releases the lock, so those appends can finish and the nursery exit even
     when the test body fails.
     """
-    blocker = await trio.to_thread.run_sync(psycopg.connect, url)
+    blocker = await trio.to_thread.run_sync(_connect, url)
     try:
         await trio.to_thread.run_sync(
             blocker.execute,

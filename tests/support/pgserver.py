@@ -1,7 +1,8 @@
 """A throwaway PostgreSQL server for the tests and the benchmarks.
 
-``temporary_server()`` runs ``initdb`` + ``pg_ctl`` in a fresh temporary
-directory, on a free loopback port, and removes everything on exit.  The
+``temporary_server()`` runs ``initdb`` and then ``postgres`` itself (as a
+child process, so it cannot outlive this one) in a fresh temporary directory,
+on a free loopback port, and removes everything on exit.  The
 binaries are found by ``scripts/ensure-postgres --find`` (the one place that
 knows where distributions put them).  PostgreSQL refuses to run as root, so
 when this process is root (CI containers) the server runs as the ``postgres``
@@ -20,9 +21,11 @@ import contextlib
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,26 +94,32 @@ class _Cluster:
         self.log = root / "server.log"
         self.user = _server_user()
         self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
 
-    def _run(self, *args: str) -> None:
-        kwargs: dict[str, object] = {}
-        if self.user is not None:
-            kwargs = {
-                "user": self.user.pw_uid,
-                "group": self.user.pw_gid,
-                "extra_groups": [],
-            }
+    def _env(self) -> dict[str, str]:
         env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
         if self.user is not None:
             env["HOME"] = str(self.root)
+        return env
+
+    def _identity(self) -> tuple[int | None, int | None, list[int] | None]:
+        """uid, gid and supplementary groups to switch to (Nones: stay who we are)."""
+        if self.user is None:
+            return None, None, None
+        return self.user.pw_uid, self.user.pw_gid, []
+
+    def _run(self, *args: str) -> None:
+        uid, gid, groups = self._identity()
         done = subprocess.run(
             args,
             cwd=self.root,
-            env=env,
+            env=self._env(),
             capture_output=True,
             text=True,
             check=False,
-            **kwargs,  # type: ignore[arg-type]
+            user=uid,
+            group=gid,
+            extra_groups=groups,
         )
         if done.returncode != 0:
             log = self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -132,37 +141,83 @@ class _Cluster:
             "--no-sync",
         )
 
-    def start(self) -> None:
-        options = [
-            "-c listen_addresses=127.0.0.1",
-            f"-c unix_socket_directories={self.root}",
-            *(f"-c {k}={v}" for k, v in self.settings.items()),
+    def _server_command(self) -> tuple[list[str], bool]:
+        """The command that runs ``postgres`` as our child; True when it switches user itself.
+
+        With util-linux ``setpriv`` the server gets ``--pdeathsig QUIT``: if
+        this process dies without cleaning up (killed by a CI timeout, say),
+        the kernel sends the postmaster SIGQUIT -- an immediate shutdown --
+        instead of leaving a stray server behind.  The parent-death signal
+        follows the thread that started the server, so start it from the
+        main thread.
+        """
+        command = [str(self.bindir / "postgres"), "-D", str(self.data), "-p", str(self.port)]
+        command += [
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            f"unix_socket_directories={self.root}",
         ]
-        last: ServerUnavailable | None = None
+        for key, value in self.settings.items():
+            command += ["-c", f"{key}={value}"]
+        setpriv = shutil.which("setpriv")
+        if setpriv is not None:
+            prefix = [setpriv, "--pdeathsig", "QUIT"]
+            if self.user is not None:
+                prefix += [f"--reuid={self.user.pw_uid}", f"--regid={self.user.pw_gid}"]
+                prefix += ["--clear-groups"]
+            return prefix + command, True
+        return command, False
+
+    def start(self) -> None:
+        last = ""
         for _ in range(5):
             self.port = _free_port()
-            try:
-                self._run(
-                    str(self.bindir / "pg_ctl"),
-                    "-D",
-                    str(self.data),
-                    "-l",
-                    str(self.log),
-                    "-w",
-                    "-o",
-                    " ".join([f"-p {self.port}", *options]),
-                    "start",
+            command, switches_user = self._server_command()
+            uid, gid, groups = (None, None, None) if switches_user else self._identity()
+            with open(self.log, "ab") as log:
+                self.process = subprocess.Popen(
+                    command,
+                    cwd=self.root,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self._env(),
+                    user=uid,
+                    group=gid,
+                    extra_groups=groups,
                 )
+            if self._wait_ready():
                 return
-            except ServerUnavailable as exc:
-                last = exc
-        assert last is not None
-        raise last
+            # Most likely another process took the port first: try another.
+            last = self.log.read_text(errors="replace")
+        raise ServerUnavailable(f"postgres did not start:\n{last}")
+
+    def _wait_ready(self) -> bool:
+        """True once the server accepts connections; False if it exited."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                return False
+            try:
+                psycopg.connect(self.dsn, connect_timeout=2).close()
+                return True
+            except psycopg.OperationalError:
+                time.sleep(0.05)
+        self.stop()
+        return False
 
     def stop(self) -> None:
-        # immediate: the cluster is thrown away, so there is nothing to flush.
-        with contextlib.suppress(ServerUnavailable):
-            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
+        if self.process is None:
+            return
+        # Fast shutdown; the cluster is thrown away, so there is nothing to keep.
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
 
     @property
     def dsn(self) -> str:
