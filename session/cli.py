@@ -33,13 +33,16 @@ __all__ = ["main"]
 DEFAULT_JOURNAL = "./.loopruntime/journal.db"
 
 
-def journal_url(value: str | None) -> str:
-    """A journal URL from ``--journal``, the environment, or the default path."""
+def journal_url(value: str | None, *, create: bool = False) -> str:
+    """A journal URL from ``--journal``, the environment, or the default path.
+    Only commands that start sessions (``create``) make the directory; the
+    others must not conjure an empty journal out of a mistyped path."""
     raw = value or os.environ.get("LOOPRUNTIME_JOURNAL") or DEFAULT_JOURNAL
     if "://" in raw or raw.startswith("memory:"):
         return raw
     path = Path(raw)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
     return "sqlite:///" + str(path)
 
 
@@ -67,7 +70,7 @@ def _configure_logging(json_logs: bool, verbose: bool) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    url = journal_url(args.journal)
+    url = journal_url(args.journal, create=True)
     with tempfile.TemporaryDirectory(prefix="loopruntime-demo-") as work:
         return trio.run(run_demo, url, Path(work))
 
@@ -91,7 +94,7 @@ def chat_definition(model_name: str | None) -> tuple[LoopDefinition, str]:
 async def _chat(args: argparse.Namespace) -> int:
     definition, said = chat_definition(args.model)
     print(f"loopruntime chat — {said}. Ctrl-C stops a reply, Ctrl-D quits.", flush=True)
-    async with open_journal(journal_url(args.journal)) as journal:
+    async with open_journal(journal_url(args.journal, create=True)) as journal:
         opener = (
             Session.restore(journal, args.session, definition)
             if args.session
@@ -147,9 +150,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 async def _sessions(args: argparse.Namespace) -> int:
+    from .replay import open_for_replay
     from .restore import read_states
 
-    async with open_journal(journal_url(args.journal)) as journal:
+    # Opened like replay: a missing or foreign file is refused, never created.
+    async with open_for_replay(journal_url(args.journal)) as journal:
         infos = await journal.sessions()
         if not infos:
             print("no sessions")
@@ -207,9 +212,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 async def _resolve(args: argparse.Namespace) -> int:
+    from .replay import open_for_replay
     from .restore import resolve_offline
 
-    async with open_journal(journal_url(args.journal)) as journal:
+    # A missing or foreign file is refused before anything could create it.
+    async with open_for_replay(journal_url(args.journal)) as journal:
         await resolve_offline(
             journal, args.session, args.execution_id, args.result, is_error=args.error
         )
@@ -225,7 +232,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 
 async def _journal_init(args: argparse.Namespace) -> int:
-    url = journal_url(args.url)
+    url = journal_url(args.url, create=True)
     if url.startswith(("postgresql:", "postgres:")):
         from journal.postgres import init_schema
 

@@ -21,6 +21,7 @@ import os
 from journal import Draft, Journal, SessionNotFoundError
 from journal.content import Text
 from journal.events import (
+    CompactionRejected,
     Event,
     GateCancelled,
     ModelMessageCommitted,
@@ -53,10 +54,23 @@ async def read_states(journal: Journal, session_id: str) -> dict[str, LoopState]
 
 def settle_restored(state: LoopState, definition: LoopDefinition) -> list[Event]:
     """The events that settle a restored loop (empty when nothing was open)."""
-    if state.stopped or not state.turn_open:
+    if state.stopped:
         return []
     events: list[Event] = []
     unknown: list[str] = []
+    replayed: list[str] = []
+    if state.compacting is not None:
+        # The process stopped while compacting: the attempt ended without
+        # changing the context (every original record is still there).
+        events.append(
+            CompactionRejected(
+                attempt_id=state.compacting,
+                reason="failed",
+                detail="the process stopped before the compaction finished",
+            )
+        )
+    if not state.turn_open:
+        return _with_notices(state, events, unknown, replayed)
     if state.open_call is not None:
         acc = Accumulator()
         acc.feed_all(tuple(state.open_output))
@@ -103,7 +117,7 @@ def settle_restored(state: LoopState, definition: LoopDefinition) -> list[Event]
                 )
                 unknown.append(execution_id)
             elif tool is not None and tool.replay_safe:
-                continue  # re-run under the same execution id
+                replayed.append(execution_id)  # re-run under the same execution id
             else:
                 events.append(
                     ToolAbandoned(
@@ -113,17 +127,36 @@ def settle_restored(state: LoopState, definition: LoopDefinition) -> list[Event]
                     )
                 )
                 unknown.append(execution_id)
-    if not events:
+    return _with_notices(state, events, unknown, replayed)
+
+
+def _with_notices(
+    state: LoopState, events: list[Event], unknown: list[str], replayed: list[str]
+) -> list[Event]:
+    """Prefix the settlement with notices saying what restore found."""
+    if not events and not replayed:
         return []
     notices: list[Event] = [
         Notice(
             code="restored_after_crash",
             text=(
-                f"loop {state.loop} was restored after its process stopped during turn "
-                f"{state.turn_index}; what was in flight has been settled"
+                f"loop {state.loop} was restored after its process stopped"
+                + (f" during turn {state.turn_index}" if state.turn_open else "")
+                + "; what was in flight has been settled"
             ),
         )
     ]
+    if replayed:
+        notices.append(
+            Notice(
+                code="replaying",
+                text=(
+                    "these calls of replay-safe tools had started but not completed; they "
+                    "run again under the same execution id: " + ", ".join(replayed)
+                ),
+                refs=tuple(replayed),
+            )
+        )
     if unknown:
         notices.append(
             Notice(
