@@ -56,6 +56,7 @@ from .commands import (
 )
 from .definition import LoopDefinition, ResolvedDefinition
 from .errors import (
+    CommandError,
     GateMismatchError,
     InvalidAnswerError,
     LoopClosedError,
@@ -325,13 +326,9 @@ class Loop:
                             continue
                         try:
                             await self._handle(command)
-                        except (LoopClosedError, NotQueuedError, GateMismatchError) as exc:
-                            command.reply.fail(exc)
-                        except (
-                            InvalidAnswerError,
-                            NotUnknownEffectError,
-                            UnknownCommandError,
-                        ) as exc:
+                        except CommandError as exc:
+                            # Refused before anything was committed: the caller
+                            # hears why, and the loop goes on.
                             command.reply.fail(exc)
                         except Exception as exc:
                             command.reply.fail(exc)

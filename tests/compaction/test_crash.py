@@ -94,13 +94,6 @@ async def test_crash_while_compacting_keeps_the_history_and_the_loop_usable(
     assert [m.role for m in compactor.calls[0].messages] == ["user", "assistant"] * 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "loopruntime/state.py fold leaves LoopState.compacting set by a compaction.started "
-        "whose end never came, and session/restore.py settle_restored does not settle it"
-    ),
-)
 async def test_restored_loop_does_not_think_it_is_compacting(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'j.db'}"
     await crash_while_compacting(url, "ses_cmp2")

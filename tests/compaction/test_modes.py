@@ -109,13 +109,6 @@ async def test_mode_fields_fall_back_to_the_definition_and_none_returns_to_it() 
     assert state.mode is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "loopruntime/actor.py Loop.run re-raises ModeNotFoundError from _handle "
-        "(it is not among the command errors it answers), so the loop dies"
-    ),
-)
 async def test_unknown_mode_is_a_named_error_and_commits_nothing() -> None:
     default = ScriptedModel([Reply(text="still here")])
     d = definition(default, ScriptedModel())
