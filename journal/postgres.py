@@ -91,6 +91,11 @@ trip is noise, small enough that a page of large events stays modest."""
 _POOL_SIZE = 4
 """Connections for reads, heads and leases (the writer has its own)."""
 
+_WRITERS = 2
+"""Group commits in flight at once, each on its own connection: while one
+waits for its commit to be durable, the next batch is already being checked
+and written, and the server flushes both with one WAL write when it can."""
+
 _GATHER_ROUNDS = 4
 """Scheduler rounds a group-commit leader waits for the last batch's appenders."""
 
@@ -128,30 +133,32 @@ CREATE TABLE loopruntime_records (
 );
 """
 
+# Arrays go in binary (%b): psycopg's text format escapes every element
+# with a regular expression, which costs more than the rest of a small batch.
 _LOCK_SESSIONS = """
 SELECT session, incarnation, head, digest FROM loopruntime_sessions
-WHERE session = ANY(%s) ORDER BY session FOR UPDATE
+WHERE session = ANY(%b::text[]) ORDER BY session FOR UPDATE
 """
 
 _FIND_IDS = """
 SELECT r.session, r.id, r.seq, r.loop, r.at, r.cause, r.digest, r.body
 FROM loopruntime_records r
-JOIN unnest(%s::text[], %s::text[]) AS w(session, id) ON r.session = w.session AND r.id = w.id
+JOIN unnest(%b::text[], %b::text[]) AS w(session, id) ON r.session = w.session AND r.id = w.id
 """
 
-_INSERT = """
-INSERT INTO loopruntime_records (session, seq, id, loop, at, cause, digest, body)
-SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::bigint[],
-                     %s::text[], %s::bytea[], %s::bytea[])
+# One statement writes a batch: data-modifying CTEs always run to completion.
+_WRITE = """
+WITH inserted AS (
+    INSERT INTO loopruntime_records (session, seq, id, loop, at, cause, digest, body)
+    SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::bigint[],
+                         %b::text[], %b::bytea[], %b::bytea[])
+), advanced AS (
+    UPDATE loopruntime_sessions s SET head = u.head, digest = u.digest, updated_at = %b::bigint
+    FROM unnest(%b::text[], %b::bigint[], %b::bytea[]) AS u(session, head, digest)
+    WHERE s.session = u.session
+)
+SELECT pg_notify(c, '') FROM unnest(%b::text[]) AS c
 """
-
-_ADVANCE = """
-UPDATE loopruntime_sessions s SET head = u.head, digest = u.digest, updated_at = %s
-FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) AS u(session, head, digest)
-WHERE s.session = u.session
-"""
-
-_NOTIFY = "SELECT pg_notify(c, '') FROM unnest(%s::text[]) AS c"
 
 # A seq range rather than ``seq > n LIMIT k``: seqs are gap-free, so the range
 # is the page, and the server reads only those rows even when its statistics
@@ -538,18 +545,18 @@ class _Writer:
             results = [self._check(item, heads, stored, rows, now) for item in batch]
             written = {s: h for s, h in heads.items() if h.written}
             if written:
-                if rows:
-                    conn.execute(_INSERT, [list(column) for column in zip(*rows, strict=True)])
+                columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[]] * 8
                 conn.execute(
-                    _ADVANCE,
+                    _WRITE,
                     (
+                        *columns,
                         now,
                         list(written),
                         [h.head for h in written.values()],
                         [h.digest for h in written.values()],
+                        [_channel(self._schema, s) for s in written],
                     ),
                 )
-                conn.execute(_NOTIFY, ([_channel(self._schema, s) for s in written],))
             conn.commit()
         return results
 
@@ -632,9 +639,8 @@ class PostgresJournal:
     def __init__(self, url: str, where: str, schema: str, pool: _Pool) -> None:
         self.url = url
         self._where, self._schema, self._pool = where, schema, pool
-        self._writer = _Writer(url, where, schema)
+        self._idle_writers = [_Writer(url, where, schema) for _ in range(_WRITERS)]
         self._pending: list[_Append] = []
-        self._writing = False
         self._written = trio.Event()
         self._last_batch = 1
         self._tail_waits: set[trio.CancelScope] = set()
@@ -710,19 +716,20 @@ class PostgresJournal:
         self._pending.append(item)
         try:
             while item.result is None:
-                if self._writing:
+                if not self._idle_writers:
                     await self._written.wait()
                     continue
                 self._check_open()
                 # This task leads the next group commit: it takes every append
                 # waiting now, its own included.
-                self._writing = True
+                writer = self._idle_writers.pop()
                 batch: list[_Append] = []
                 try:
                     await self._gather()
                     batch, self._pending = self._pending, []
-                    # Not abandoned on cancel: the thread's outcome must be recorded.
-                    await trio.to_thread.run_sync(self._writer.commit, batch)
+                    if batch:
+                        # Not abandoned on cancel: the outcome must be recorded.
+                        await trio.to_thread.run_sync(writer.commit, batch)
                 finally:
                     for taken in batch:
                         if taken.result is None:
@@ -735,7 +742,7 @@ class PostgresJournal:
                             )
                     if batch:
                         self._last_batch = len(batch)
-                    self._writing = False
+                    self._idle_writers.append(writer)
                     written, self._written = self._written, trio.Event()
                     written.set()
         finally:
@@ -925,10 +932,11 @@ class PostgresJournal:
             scope.cancel()
         with trio.CancelScope(shield=True):
             # The commit in flight decides its appends' outcomes; let it finish.
-            while self._writing:
+            while len(self._idle_writers) < _WRITERS:
                 await self._written.wait()
             self._written.set()
-            await trio.to_thread.run_sync(self._writer.close)
+            for writer in self._idle_writers:
+                await trio.to_thread.run_sync(writer.close)
             await trio.to_thread.run_sync(self._pool.close)
 
     def _check_open(self) -> None:
