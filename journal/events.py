@@ -22,6 +22,14 @@ __all__ = [
     "EVENT_TYPES",
     "ChildFinished",
     "ChildStarted",
+    "CollabControlled",
+    "CollabEnded",
+    "CollabStarted",
+    "CollabTaskFinished",
+    "CollabTaskStarted",
+    "CollabTurn",
+    "Control",
+    "Decision",
     "CompactionCommitted",
     "CompactionRejected",
     "CompactionStarted",
@@ -43,6 +51,7 @@ __all__ = [
     "Provenance",
     "SteerApplied",
     "SteerQueued",
+    "TaskSpec",
     "ToolAbandoned",
     "ToolCompleted",
     "ToolResolved",
@@ -352,6 +361,94 @@ class ChildFinished(msgspec.Struct, tag="child.finished", **_opts):
     output: str = ""
 
 
+# -- collaboration --------------------------------------------------------------
+#
+# A coordinator directs workers.  Every step of the strategy is one of these
+# events, recorded on the collaboration's own stream (loop id ``collab:<id>``),
+# so a collaboration restores and replays like anything else.
+
+
+class TaskSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A task the coordinator asks for: run ``worker`` on ``input`` under ``key``."""
+
+    key: str
+    worker: str
+    input: str
+
+
+class Control(msgspec.Struct, frozen=True, kw_only=True):
+    """A signal to a running task: steer it with ``text``, or cancel it."""
+
+    key: str
+    kind: Literal["steer", "cancel"]
+    text: str = ""
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
+    """What the coordinator decided on one turn."""
+
+    mode: Literal["continue", "wait", "complete"]
+    state: str = ""
+    """The coordinator's own notes, handed back to it on its next turn."""
+    tasks: tuple[TaskSpec, ...] = ()
+    controls: tuple[Control, ...] = ()
+    output: str = ""
+
+
+class CollabStarted(msgspec.Struct, tag="collab.started", **_opts):
+    collab_id: str
+    coordinator: str
+    workers: tuple[str, ...]
+    input: str
+    max_turns: int
+    max_tasks: int
+    max_concurrent_tasks: int
+    max_controls_per_turn: int
+
+
+class CollabTurn(msgspec.Struct, tag="collab.turn", **_opts):
+    """The coordinator's decision on turn ``number`` (already validated)."""
+
+    collab_id: str
+    number: int
+    decision: Decision
+
+
+class CollabTaskStarted(msgspec.Struct, tag="collab.task_started", **_opts):
+    collab_id: str
+    key: str
+    worker: str
+    child_loop: str
+    input: str
+    turn: int
+
+
+class CollabTaskFinished(msgspec.Struct, tag="collab.task_finished", **_opts):
+    collab_id: str
+    key: str
+    status: Literal["completed", "failed", "interrupted", "crashed", "cancelled"]
+    output: str = ""
+
+
+class CollabControlled(msgspec.Struct, tag="collab.controlled", **_opts):
+    """A control was applied (``receipt`` says how it landed)."""
+
+    collab_id: str
+    key: str
+    kind: Literal["steer", "cancel"]
+    text: str = ""
+    receipt: Literal["applied", "already_finished"] = "applied"
+    turn: int = 0
+
+
+class CollabEnded(msgspec.Struct, tag="collab.ended", **_opts):
+    collab_id: str
+    status: Literal["completed", "failed"]
+    output: str = ""
+    code: str | None = None
+    detail: str = ""
+
+
 # -- notices ----------------------------------------------------------------
 
 
@@ -391,6 +488,12 @@ Event = (
     | CompactionRejected
     | ChildStarted
     | ChildFinished
+    | CollabStarted
+    | CollabTurn
+    | CollabTaskStarted
+    | CollabTaskFinished
+    | CollabControlled
+    | CollabEnded
     | Notice
 )
 

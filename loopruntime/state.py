@@ -20,6 +20,12 @@ from journal.content import Message, Piece, ResultBlock, Text, ToolResult, ToolU
 from journal.events import (
     ChildFinished,
     ChildStarted,
+    CollabControlled,
+    CollabEnded,
+    CollabStarted,
+    CollabTaskFinished,
+    CollabTaskStarted,
+    CollabTurn,
     CompactionCommitted,
     CompactionRejected,
     CompactionStarted,
@@ -355,6 +361,15 @@ def fold(state: LoopState, record: Record) -> LoopState:
                 child.output = event.output
         case Notice():
             pass
+        case (
+            CollabStarted()
+            | CollabTurn()
+            | CollabTaskStarted()
+            | CollabTaskFinished()
+            | CollabControlled()
+            | CollabEnded()
+        ):
+            pass  # a collaboration's own stream; folded by session.collaboration
         case _:
             assert_never(event)
     return state

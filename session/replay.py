@@ -48,6 +48,12 @@ from journal.content import (
 from journal.events import (
     ChildFinished,
     ChildStarted,
+    CollabControlled,
+    CollabEnded,
+    CollabStarted,
+    CollabTaskFinished,
+    CollabTaskStarted,
+    CollabTurn,
     CompactionCommitted,
     CompactionRejected,
     CompactionStarted,
@@ -286,6 +292,33 @@ class TranscriptRenderer:
                 lines.append(prefix + paint("dim", f"(mode: {e.mode})"))
             case ModelCallStarted() | ModelOutput() | ContextMeasured():
                 pass  # the committed message is what the transcript shows
+            case CollabStarted():
+                lines.append(
+                    prefix
+                    + paint("dim", f"◆ collaboration {e.collab_id}: ")
+                    + f"coordinator {e.coordinator}, workers {', '.join(e.workers)}"
+                )
+            case CollabTurn():
+                d = e.decision
+                what = f"turn {e.number}: {d.mode}"
+                if d.tasks:
+                    what += "; start " + ", ".join(f"{t.key}→{t.worker}" for t in d.tasks)
+                if d.controls:
+                    what += "; " + ", ".join(f"{c.kind} {c.key}" for c in d.controls)
+                lines.append(prefix + paint("dim", "◆ ") + what)
+            case CollabTaskStarted():
+                lines.append(prefix + paint("tool", f"◆ task {e.key} started on {e.child_loop}"))
+            case CollabTaskFinished():
+                lines.append(
+                    prefix + paint("tool", f"◆ task {e.key} {e.status}: ") + _short(e.output)
+                )
+            case CollabControlled():
+                lines.append(prefix + paint("dim", f"◆ {e.kind} {e.key}: {e.receipt}"))
+            case CollabEnded():
+                why = f" ({e.code})" if e.code else ""
+                lines.append(
+                    prefix + paint("dim", f"◆ collaboration {e.status}{why}: ") + _short(e.output)
+                )
             case _:
                 assert_never(e)
         return lines
@@ -761,6 +794,15 @@ class _StreamBuilder:
                 self.tree.child_finished(self, r, e)
             case Notice():
                 self.notice(r, e)
+            case (
+                CollabStarted()
+                | CollabTurn()
+                | CollabTaskStarted()
+                | CollabTaskFinished()
+                | CollabControlled()
+                | CollabEnded()
+            ):
+                pass  # the collaboration's own stream carries no turns or steps
             case _:
                 assert_never(e)
         try:
@@ -1528,6 +1570,12 @@ class _Checker:
                 | ChildStarted()
                 | ChildFinished()
                 | Notice()
+                | CollabStarted()
+                | CollabTurn()
+                | CollabTaskStarted()
+                | CollabTaskFinished()
+                | CollabControlled()
+                | CollabEnded()
             ):
                 pass
             case _:

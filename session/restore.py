@@ -49,7 +49,8 @@ async def read_states(journal: Journal, session_id: str) -> dict[str, LoopState]
         if state is None:
             state = states[record.loop] = LoopState()
         fold(state, record)
-    return states
+    # Streams without loop.started (a collaboration's) are not loops.
+    return {loop_id: state for loop_id, state in states.items() if state.loop}
 
 
 def settle_restored(state: LoopState, definition: LoopDefinition) -> list[Event]:

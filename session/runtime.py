@@ -12,7 +12,7 @@ import os
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import structlog
@@ -50,6 +50,7 @@ from loopruntime.errors import (
 from loopruntime.model import Delta
 from loopruntime.state import copy_state, fold
 
+from .collaboration import Collaboration
 from .errors import SessionExistsError, SessionLagError, UnknownSessionError, VerifyError
 
 __all__ = ["ROOT_LOOP", "Session", "StreamDelta"]
@@ -72,10 +73,18 @@ class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
     delta: Any
 
 
+class Stream(Protocol):
+    """What records are committed for: a loop, or a collaboration's stream."""
+
+    id: str
+
+    def apply(self, record: Record) -> None: ...
+
+
 class _Pending:
     __slots__ = ("drafts", "guard", "loop", "reply")
 
-    def __init__(self, loop: Loop, drafts: list[Draft], guard: Callable[[], bool] | None) -> None:
+    def __init__(self, loop: Stream, drafts: list[Draft], guard: Callable[[], bool] | None) -> None:
         self.loop = loop
         self.drafts = drafts
         self.guard = guard
@@ -123,6 +132,7 @@ class Session:
         self._closed = False
         self._closed_event = trio.Event()
         self._watching: set[str] = set()
+        self._also: list[LoopDefinition] = []
         self._delivered = trio.lowlevel.ParkingLot()
         self.log = log.bind(session=session_id)
 
@@ -149,10 +159,17 @@ class Session:
     @classmethod
     @asynccontextmanager
     async def restore(
-        cls, journal: Journal, session_id: str, definition: LoopDefinition
+        cls,
+        journal: Journal,
+        session_id: str,
+        definition: LoopDefinition,
+        *,
+        also: Sequence[LoopDefinition] | Collaboration = (),
     ) -> AsyncIterator[Session]:
         """Continue a session from its journal: read once, fold every loop,
-        settle what a crash left open, and start the loops."""
+        settle what a crash left open, and start the loops.  ``also`` names
+        definitions of loops that are not delegates of ``definition`` (the
+        workers of a collaboration, or the collaboration itself)."""
         from .restore import read_states
 
         try:
@@ -176,6 +193,7 @@ class Session:
                         f"has ({exc})"
                     ) from exc
         session = cls(journal, session_id, definition)
+        session._also.extend(also.definitions() if isinstance(also, Collaboration) else also)
         async with session._running(lease, states, restoring=True):
             yield session
 
@@ -185,6 +203,7 @@ class Session:
     ) -> AsyncIterator[None]:
         self._lease = lease
         self._head = lease.head
+        raised: Exception | None = None
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._write)
@@ -207,19 +226,33 @@ class Session:
                             self.watch_background(loop, child.child_loop)
             try:
                 yield
+            except Exception as exc:
+                # The caller's own error: raised as itself after the session
+                # closes, not wrapped in the nursery's exception group.
+                raised = exc
             finally:
                 with trio.CancelScope(shield=True):
                     await self.shutdown()
                 nursery.cancel_scope.cancel()
+        if raised is not None:
+            raise raised
 
     def _make_loop(self, loop_id: str, state: LoopState) -> Loop:
         definition = self.definition
         if state.definition and state.definition != definition.name:
-            found = find_definition(definition, state.definition)
+            found = next(
+                (
+                    f
+                    for root in (definition, *self._also)
+                    if (f := find_definition(root, state.definition)) is not None
+                ),
+                None,
+            )
             if found is None:
                 raise UnknownSessionError(
                     f"loop {loop_id} of session {self.id} runs definition "
-                    f"{state.definition!r}, which {definition.name!r} does not delegate to"
+                    f"{state.definition!r}, which {definition.name!r} does not delegate to; "
+                    "pass the definitions of collaboration workers as Session.restore(also=...)"
                 )
             definition = found
         loop = Loop(loop_id=loop_id, definition=definition, host=self, state=state)
@@ -231,13 +264,37 @@ class Session:
     async def start_child(
         self, parent: Loop, child_id: str, definition: LoopDefinition, provenance: Provenance
     ) -> Loop:
-        loop = Loop(loop_id=child_id, definition=definition, host=self, parent=provenance)
-        self.loops[child_id] = loop
-        await self._nursery.start(loop.run)
-        return loop
+        return await self.start_worker(child_id, definition, provenance)
 
     def child(self, child_id: str) -> Loop | None:
         return self.loops.get(child_id)
+
+    async def start_worker(
+        self, loop_id: str, definition: LoopDefinition, provenance: Provenance
+    ) -> Loop:
+        """Start a loop that is not a delegate of another (collaboration workers)."""
+        loop = Loop(loop_id=loop_id, definition=definition, host=self, parent=provenance)
+        self.loops[loop_id] = loop
+        await self._nursery.start(loop.run)
+        return loop
+
+    async def collaborate(
+        self, collaboration: Collaboration, input: str, *, collab_id: str | None = None
+    ) -> str:
+        """Run a coordinator/worker collaboration; returns its output, or raises
+        ``CollaborationError`` with the failure code."""
+        from .collaboration import collaborate
+
+        self._loop(None)  # refuse when closed
+        self._also.extend(collaboration.definitions())
+        return await collaborate(self, collaboration, input, collab_id=collab_id)
+
+    async def resume_collaboration(self, collaboration: Collaboration, collab_id: str) -> str:
+        """Continue a collaboration recorded in this session's journal."""
+        from .collaboration import resume
+
+        self._loop(None)
+        return await resume(self, collaboration, collab_id)
 
     def watch_background(self, parent: Loop, child_id: str) -> None:
         if child_id in self._watching:
@@ -285,7 +342,7 @@ class Session:
 
     async def commit(
         self,
-        loop: Loop,
+        loop: Stream,
         events: Sequence[Event],
         *,
         cause: str | None = None,

@@ -1,0 +1,569 @@
+"""Coordinator/worker collaboration on one session.
+
+A coordinator (a plain Python policy, or any loop definition answering in
+JSON) is shown a ``Turn`` -- its number, its own notes, the workers, every
+task so far with how it started and ended, and the receipts of its last
+controls -- and returns a ``Decision``:
+
+* ``tasks`` start worker loops under unique keys (child loops of the session);
+* ``controls`` steer or cancel running tasks;
+* ``mode``: ``continue`` runs the next coordinator turn at once, ``wait`` runs
+  it once at least one outstanding task has finished, ``complete`` returns
+  ``output`` and cancels what still runs.
+
+Bounds (``max_turns``, ``max_tasks``, ``max_concurrent_tasks``,
+``max_controls_per_turn``) and invalid decisions end the collaboration
+``failed`` with an explicit code (``collaboration.limit.turns``,
+``collaboration.decision.invalid``, ...).
+
+Every step is an event on the collaboration's own stream (loop id
+``collab:<id>``), folded by the pure ``fold_collaboration``; so a collaboration
+restores (``Session.resume_collaboration``) and replays like anything else.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from journal.content import Message, Text
+from journal.events import (
+    CollabControlled,
+    CollabEnded,
+    CollabStarted,
+    CollabTaskFinished,
+    CollabTaskStarted,
+    CollabTurn,
+    Control,
+    Decision,
+    Event,
+    Provenance,
+    TaskSpec,
+)
+from journal.record import Record
+from loopruntime import LoopDefinition, LoopError
+from loopruntime.commands import Interrupt, Steer, UserInput
+from loopruntime.delegation import child_outcome
+from loopruntime.errors import LoopClosedError
+
+if TYPE_CHECKING:
+    from loopruntime import Loop
+
+    from .runtime import Session
+
+__all__ = [
+    "CollabState",
+    "Collaboration",
+    "CollaborationError",
+    "Control",
+    "Decision",
+    "TaskSpec",
+    "TaskView",
+    "Turn",
+    "Worker",
+    "WorkerInfo",
+    "fold_collaboration",
+    "parse_decision",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Worker:
+    name: str
+    definition: LoopDefinition
+    description: str = ""
+
+
+Policy = Callable[["Turn"], "Decision | Awaitable[Decision]"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Collaboration:
+    coordinator: LoopDefinition | Policy
+    workers: Sequence[Worker]
+    max_turns: int = 20
+    max_tasks: int = 20
+    max_concurrent_tasks: int = 4
+    max_controls_per_turn: int = 4
+
+    @property
+    def coordinator_name(self) -> str:
+        if isinstance(self.coordinator, LoopDefinition):
+            return self.coordinator.name
+        return getattr(self.coordinator, "__name__", "policy")
+
+    def definitions(self) -> list[LoopDefinition]:
+        """Every loop definition this collaboration may run (for restore)."""
+        out = [w.definition for w in self.workers]
+        if isinstance(self.coordinator, LoopDefinition):
+            out.append(self.coordinator)
+        return out
+
+
+class CollaborationError(LoopError):
+    """A collaboration ended ``failed``; ``code`` says why."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message, code=code)
+
+
+# -- what the coordinator sees ------------------------------------------------------------
+
+
+class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    description: str = ""
+
+
+class TaskView(msgspec.Struct, kw_only=True):
+    key: str
+    worker: str
+    input: str
+    started_turn: int
+    status: str = "running"
+    output: str = ""
+    child_loop: str = ""
+
+
+class Receipt(msgspec.Struct, frozen=True, kw_only=True):
+    key: str
+    kind: str
+    receipt: str
+
+
+class Turn(msgspec.Struct, frozen=True, kw_only=True):
+    number: int
+    input: str
+    state: str
+    workers: tuple[WorkerInfo, ...]
+    tasks: tuple[TaskView, ...]
+    controls: tuple[Receipt, ...]
+
+
+class CollabState(msgspec.Struct, kw_only=True):
+    """A collaboration, folded from its stream."""
+
+    collab_id: str = ""
+    input: str = ""
+    turns: int = 0
+    notes: str = ""
+    last: Decision | None = None
+    tasks: dict[str, TaskView] = {}
+    receipts: list[Receipt] = []
+    finished_since_turn: int = 0
+    """Tasks that finished since the last decision (what ``wait`` waits for)."""
+    ended: bool = False
+    status: str = ""
+    output: str = ""
+    code: str | None = None
+
+    @property
+    def running(self) -> list[TaskView]:
+        return [t for t in self.tasks.values() if t.status == "running"]
+
+
+def fold_collaboration(state: CollabState, record: Record) -> CollabState:
+    """Apply one collaboration record (pure; in place, like loop fold)."""
+    e = record.event
+    match e:
+        case CollabStarted():
+            state.collab_id, state.input = e.collab_id, e.input
+        case CollabTurn():
+            state.turns = e.number
+            state.notes = e.decision.state
+            state.last = e.decision
+            state.receipts = []
+            state.finished_since_turn = 0
+        case CollabTaskStarted():
+            state.tasks[e.key] = TaskView(
+                key=e.key,
+                worker=e.worker,
+                input=e.input,
+                started_turn=e.turn,
+                child_loop=e.child_loop,
+            )
+        case CollabTaskFinished():
+            task = state.tasks.get(e.key)
+            if task is not None and task.status == "running":
+                task.status, task.output = e.status, e.output
+                state.finished_since_turn += 1
+        case CollabControlled():
+            state.receipts.append(Receipt(key=e.key, kind=e.kind, receipt=e.receipt))
+        case CollabEnded():
+            state.ended, state.status, state.output, state.code = True, e.status, e.output, e.code
+        case _:
+            pass
+    return state
+
+
+_decision_decoder = msgspec.json.Decoder(Decision)
+
+
+def parse_decision(text: str) -> Decision:
+    """A decision from a model's reply: the outermost JSON object in it."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        raise CollaborationError(
+            "the coordinator's reply holds no JSON decision object",
+            code="collaboration.decision.invalid",
+        )
+    try:
+        return _decision_decoder.decode(text[start : end + 1])
+    except msgspec.DecodeError as exc:
+        raise CollaborationError(
+            f"the coordinator's decision is not valid: {exc}",
+            code="collaboration.decision.invalid",
+        ) from exc
+
+
+# -- the driver -------------------------------------------------------------------------
+
+
+class _Stream:
+    """The collaboration's own journal stream (commit target of the session)."""
+
+    def __init__(self, collab_id: str) -> None:
+        self.id = f"collab:{collab_id}"
+        self.state = CollabState()
+
+    def apply(self, record: Record) -> None:
+        fold_collaboration(self.state, record)
+
+
+class Driver:
+    def __init__(self, session: Session, collab: Collaboration, stream: _Stream) -> None:
+        self.session = session
+        self.collab = collab
+        self.stream = stream
+        self.workers = {w.name: w for w in collab.workers}
+        self.changed = trio.Event()
+        self.cancelling: set[str] = set()
+
+    @property
+    def state(self) -> CollabState:
+        return self.stream.state
+
+    async def commit(self, *events: Event) -> None:
+        await self.session.commit(self.stream, list(events))
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def run(self, nursery: trio.Nursery) -> str:
+        self.nursery = nursery
+        state = self.state
+        for task in state.running:
+            self._watch(task.key)
+        await self._apply_unfinished_decision()
+        while not state.ended:
+            last = state.last
+            if last is not None and last.mode == "complete":
+                await self._complete(last.output)
+                break
+            if last is not None and last.mode == "wait" and state.finished_since_turn == 0:
+                if not state.running:
+                    await self._fail("collaboration.decision.invalid", "wait with no running task")
+                    break
+                await self.changed.wait()
+                continue
+            if state.turns >= self.collab.max_turns:
+                await self._fail(
+                    "collaboration.limit.turns",
+                    f"the coordinator used its {self.collab.max_turns} turns without completing",
+                )
+                break
+            try:
+                decision = await self._decide()
+                self._validate(decision)
+            except CollaborationError as exc:
+                await self._fail(exc.code, str(exc))
+                break
+            await self.commit(
+                CollabTurn(collab_id=state.collab_id, number=state.turns + 1, decision=decision)
+            )
+            await self._apply_unfinished_decision()
+        if state.status != "completed":
+            raise CollaborationError(
+                f"collaboration {state.collab_id} failed: {state.code}", code=state.code or ""
+            )
+        return state.output
+
+    # -- one turn --------------------------------------------------------------------
+
+    def _turn(self) -> Turn:
+        state = self.state
+        return Turn(
+            number=state.turns + 1,
+            input=state.input,
+            state=state.notes,
+            workers=tuple(
+                WorkerInfo(name=w.name, description=w.description) for w in self.collab.workers
+            ),
+            tasks=tuple(msgspec.structs.replace(t) for t in state.tasks.values()),
+            controls=tuple(state.receipts),
+        )
+
+    async def _decide(self) -> Decision:
+        turn = self._turn()
+        coordinator = self.collab.coordinator
+        if not isinstance(coordinator, LoopDefinition):
+            answer = coordinator(turn)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            if not isinstance(answer, Decision):
+                raise CollaborationError(
+                    f"the coordinator returned {type(answer).__name__}, not a Decision",
+                    code="collaboration.decision.invalid",
+                )
+            return answer
+        loop = await self._coordinator_loop(coordinator)
+        ask = _COORDINATOR_ASK + msgspec.json.encode(turn).decode()
+        await loop.send(
+            UserInput(
+                input_id="in_" + os.urandom(8).hex(),
+                messages=(Message(role="user", blocks=(Text(text=ask),)),),
+            )
+        )
+        await loop.wait_settled()
+        status, text = child_outcome(loop)
+        if status != "completed":
+            raise CollaborationError(
+                f"the coordinator's turn {status}", code="collaboration.coordinator.failed"
+            )
+        return parse_decision(text)
+
+    async def _coordinator_loop(self, definition: LoopDefinition) -> Loop:
+        loop_id = f"{self.stream.id}/coordinator"
+        existing = self.session.child(loop_id)
+        if existing is not None:
+            return existing
+        return await self.session.start_worker(
+            loop_id,
+            definition,
+            Provenance(parent_loop=self.stream.id, turn=0, step=0, execution_id="coordinator"),
+        )
+
+    def _validate(self, d: Decision) -> None:
+        state, c = self.state, self.collab
+        invalid = "collaboration.decision.invalid"
+        keys = [t.key for t in d.tasks]
+        for t in d.tasks:
+            if t.worker not in self.workers:
+                raise CollaborationError(f"unknown worker {t.worker!r}", code=invalid)
+            if not t.key or t.key in state.tasks or keys.count(t.key) > 1:
+                raise CollaborationError(f"duplicate task key {t.key!r}", code=invalid)
+        for ctl in d.controls:
+            if ctl.key not in state.tasks:
+                raise CollaborationError(f"control names unknown task {ctl.key!r}", code=invalid)
+        if len(d.controls) > c.max_controls_per_turn:
+            raise CollaborationError(
+                f"{len(d.controls)} controls in one turn (at most {c.max_controls_per_turn})",
+                code="collaboration.limit.controls",
+            )
+        if len(state.tasks) + len(d.tasks) > c.max_tasks:
+            raise CollaborationError(
+                f"more than {c.max_tasks} tasks in all", code="collaboration.limit.tasks"
+            )
+        cancelled = {ctl.key for ctl in d.controls if ctl.kind == "cancel"}
+        running = len([t for t in state.running if t.key not in cancelled])
+        if d.mode != "complete" and running + len(d.tasks) > c.max_concurrent_tasks:
+            raise CollaborationError(
+                f"{running + len(d.tasks)} tasks at once (at most {c.max_concurrent_tasks})",
+                code="collaboration.limit.concurrent_tasks",
+            )
+        if d.mode == "wait" and not running and not d.tasks:
+            raise CollaborationError("wait with no task running", code=invalid)
+
+    async def _apply_unfinished_decision(self) -> None:
+        """Carry out what the last decision asked that is not yet recorded
+        (all of it, or what a crash cut short)."""
+        d = self.state.last
+        if d is None:
+            return
+        applied = {(r.key, r.kind) for r in self.state.receipts}
+        for ctl in d.controls:
+            if (ctl.key, ctl.kind) not in applied:
+                await self._control(ctl)
+        for spec in d.tasks:
+            if spec.key not in self.state.tasks:
+                await self._start(spec)
+
+    async def _control(self, ctl: Control) -> None:
+        task = self.state.tasks[ctl.key]
+        loop = self.session.child(task.child_loop)
+        if task.status != "running" or loop is None:
+            await self.commit(
+                CollabControlled(
+                    collab_id=self.state.collab_id,
+                    key=ctl.key,
+                    kind=ctl.kind,
+                    text=ctl.text,
+                    receipt="already_finished",
+                    turn=self.state.turns,
+                )
+            )
+            return
+        if ctl.kind == "steer":
+            await _quietly(loop.send(Steer(steer_id="st_" + os.urandom(8).hex(), text=ctl.text)))
+            await self.commit(
+                CollabControlled(
+                    collab_id=self.state.collab_id,
+                    key=ctl.key,
+                    kind="steer",
+                    text=ctl.text,
+                    turn=self.state.turns,
+                )
+            )
+            return
+        # The watcher must not report this task: its end is the cancellation.
+        self.cancelling.add(ctl.key)
+        await _quietly(loop.send(Interrupt()))
+        _, output = child_outcome(loop)
+        await self.commit(
+            CollabControlled(
+                collab_id=self.state.collab_id, key=ctl.key, kind="cancel", turn=self.state.turns
+            ),
+            CollabTaskFinished(
+                collab_id=self.state.collab_id, key=ctl.key, status="cancelled", output=output
+            ),
+        )
+        await loop.finish()
+
+    async def _start(self, spec: TaskSpec) -> None:
+        child_id = f"{self.stream.id}/{spec.key}"
+        await self.commit(
+            CollabTaskStarted(
+                collab_id=self.state.collab_id,
+                key=spec.key,
+                worker=spec.worker,
+                child_loop=child_id,
+                input=spec.input,
+                turn=self.state.turns,
+            )
+        )
+        loop = await self.session.start_worker(
+            child_id,
+            self.workers[spec.worker].definition,
+            Provenance(
+                parent_loop=self.stream.id,
+                turn=self.state.turns,
+                step=0,
+                execution_id=spec.key,
+            ),
+        )
+        await loop.send(
+            UserInput(
+                input_id="in_" + os.urandom(8).hex(),
+                messages=(Message(role="user", blocks=(Text(text=spec.input),)),),
+            )
+        )
+        self._watch(spec.key)
+
+    def _watch(self, key: str) -> None:
+        self.nursery.start_soon(self._finish_when_settled, key)
+
+    async def _finish_when_settled(self, key: str) -> None:
+        task = self.state.tasks[key]
+        loop = self.session.child(task.child_loop)
+        if loop is None:
+            return
+        await loop.wait_settled()
+        if key in self.cancelling or self.state.tasks[key].status != "running":
+            return  # cancelled meanwhile
+        status, output = child_outcome(loop)
+        await self.commit(
+            CollabTaskFinished(
+                collab_id=self.state.collab_id,
+                key=key,
+                status=status,
+                output=output,
+            )
+        )
+        await loop.finish()
+
+    async def _complete(self, output: str) -> None:
+        for task in self.state.running:
+            await self._control(Control(key=task.key, kind="cancel"))
+        await self.commit(
+            CollabEnded(collab_id=self.state.collab_id, status="completed", output=output)
+        )
+
+    async def _fail(self, code: str, detail: str) -> None:
+        for task in self.state.running:
+            await self._control(Control(key=task.key, kind="cancel"))
+        await self.commit(
+            CollabEnded(collab_id=self.state.collab_id, status="failed", code=code, detail=detail)
+        )
+
+
+async def _quietly(call: Awaitable[Any]) -> None:
+    try:
+        await call
+    except LoopClosedError:
+        pass  # the task's loop already stopped: the receipt says so
+
+
+_COORDINATOR_ASK = (
+    "You coordinate workers. Reply with ONLY a JSON object "
+    '{"mode": "continue"|"wait"|"complete", "state": "<your notes>", '
+    '"tasks": [{"key": "<unique>", "worker": "<worker name>", "input": "<task>"}], '
+    '"controls": [{"key": "<task key>", "kind": "steer"|"cancel", "text": "..."}], '
+    '"output": "<final answer when complete>"}.\nThis turn:\n'
+)
+
+
+async def collaborate(
+    session: Session, collab: Collaboration, input: str, *, collab_id: str | None = None
+) -> str:
+    """Run a new collaboration to its end; return its output (or raise
+    ``CollaborationError`` with the failure code)."""
+    stream = _Stream(collab_id or os.urandom(6).hex())
+    driver = Driver(session, collab, stream)
+    await driver.commit(
+        CollabStarted(
+            collab_id=stream.id.removeprefix("collab:"),
+            coordinator=collab.coordinator_name,
+            workers=tuple(w.name for w in collab.workers),
+            input=input,
+            max_turns=collab.max_turns,
+            max_tasks=collab.max_tasks,
+            max_concurrent_tasks=collab.max_concurrent_tasks,
+            max_controls_per_turn=collab.max_controls_per_turn,
+        )
+    )
+    return await _drive(driver)
+
+
+async def _drive(driver: Driver) -> str:
+    # The driver's outcome is taken inside the nursery, so a failure reaches
+    # the caller as the CollaborationError it is, not wrapped in a group.
+    outcome: str | CollaborationError = ""
+    async with trio.open_nursery() as nursery:
+        try:
+            outcome = await driver.run(nursery)
+        except CollaborationError as exc:
+            outcome = exc
+        nursery.cancel_scope.cancel()
+    if isinstance(outcome, CollaborationError):
+        raise outcome
+    return outcome
+
+
+async def resume(session: Session, collab: Collaboration, collab_id: str) -> str:
+    """Continue a collaboration from its journal stream (after a restore)."""
+    stream = _Stream(collab_id)
+    async for record in session.journal.read(session.id):
+        if record.loop == stream.id:
+            stream.apply(record)
+    if not stream.state.collab_id:
+        raise CollaborationError(
+            f"session {session.id} has no collaboration {collab_id}",
+            code="collaboration.unknown",
+        )
+    driver = Driver(session, collab, stream)
+    return await _drive(driver)

@@ -1,0 +1,220 @@
+"""Coordinator/worker collaboration."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+import trio
+
+from journal import open_journal
+from journal.events import CollabEnded, CollabTaskFinished, CollabTurn
+from loopruntime import LoopDefinition
+from loopruntime.models import Reply, ScriptedModel
+from session import Session
+from session.collaboration import (
+    Collaboration,
+    CollaborationError,
+    Control,
+    Decision,
+    TaskSpec,
+    Turn,
+    Worker,
+)
+from session.replay import check
+from tests.support.loops import records, tags
+
+FAST = Worker(
+    name="fast",
+    description="answers at once",
+    definition=LoopDefinition(
+        name="fast", model=ScriptedModel(lambda _r: Reply(text="fast result"))
+    ),
+)
+SLOW = Worker(
+    name="slow",
+    description="takes its time",
+    definition=LoopDefinition(
+        name="slow",
+        model=ScriptedModel(lambda _r: Reply(text="slow " * 40, chunk_size=2, chunk_delay=1.0)),
+    ),
+)
+
+
+async def test_start_wait_cancel_complete(autojump_clock: trio.abc.Clock) -> None:
+    seen: list[Turn] = []
+
+    def coordinator(turn: Turn) -> Decision:
+        seen.append(turn)
+        if turn.number == 1:
+            return Decision(
+                mode="wait",
+                state="started two",
+                tasks=(
+                    TaskSpec(key="a", worker="fast", input="do a"),
+                    TaskSpec(key="b", worker="slow", input="do b"),
+                ),
+            )
+        if turn.number == 2:
+            return Decision(
+                mode="continue",
+                state="a is done; b is too slow",
+                controls=(Control(key="b", kind="cancel"),),
+            )
+        done = {t.key: t.output for t in turn.tasks if t.status == "completed"}
+        return Decision(mode="complete", output=f"a said: {done['a']}")
+
+    collab = Collaboration(coordinator=coordinator, workers=[FAST, SLOW])
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, LoopDefinition(name="host", model=ScriptedModel())) as s:
+            output = await s.collaborate(collab, "do a and b", collab_id="c1")
+            await s.verify()
+        recs = await records(journal, s.id)
+        report = await check(journal, s.id)
+        stream = await tags(journal, s.id, loop="collab:c1")
+    assert report.ok, report.summary()
+    assert output == "a said: fast result"
+    assert stream == [
+        "collab.started",
+        "collab.turn",
+        "collab.task_started",
+        "collab.task_started",
+        "collab.task_finished",
+        "collab.turn",
+        "collab.controlled",
+        "collab.task_finished",
+        "collab.turn",
+        "collab.ended",
+    ]
+    assert [t.number for t in seen] == [1, 2, 3]
+    assert seen[1].state == "started two"
+    assert {t.key: t.status for t in seen[1].tasks} == {"a": "completed", "b": "running"}
+    assert [(c.key, c.kind, c.receipt) for c in seen[2].controls] == [("b", "cancel", "applied")]
+    finished = {
+        r.event.key: r.event.status for r in recs if isinstance(r.event, CollabTaskFinished)
+    }
+    assert finished == {"a": "completed", "b": "cancelled"}
+    # the cancelled worker committed its own interrupted notice
+    b_ends = [
+        r.event
+        for r in recs
+        if r.loop == "collab:c1/b" and r.event.__struct_config__.tag == "turn.ended"
+    ]
+    assert [e.outcome for e in b_ends] == ["interrupted"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("decision", "code"),
+    [
+        (
+            Decision(mode="continue", tasks=(TaskSpec(key="x", worker="nobody", input="?"),)),
+            "collaboration.decision.invalid",
+        ),
+        (
+            Decision(
+                mode="continue",
+                tasks=(
+                    TaskSpec(key="x", worker="fast", input="1"),
+                    TaskSpec(key="x", worker="fast", input="2"),
+                ),
+            ),
+            "collaboration.decision.invalid",
+        ),
+        (
+            Decision(
+                mode="continue", controls=tuple(Control(key="a", kind="steer") for _ in range(5))
+            ),
+            "collaboration.decision.invalid",
+        ),
+        (Decision(mode="wait"), "collaboration.decision.invalid"),
+    ],
+)
+async def test_invalid_decisions_end_with_their_codes(decision: Decision, code: str) -> None:
+    collab = Collaboration(coordinator=lambda turn: decision, workers=[FAST])
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, LoopDefinition(name="host", model=ScriptedModel())) as s:
+            with pytest.raises(CollaborationError) as info:
+                await s.collaborate(collab, "go", collab_id="bad")
+        recs = await records(journal, s.id)
+    assert info.value.code == code
+    [ended] = [r.event for r in recs if isinstance(r.event, CollabEnded)]
+    assert ended.status == "failed" and ended.code == code
+    assert not [r for r in recs if isinstance(r.event, CollabTurn)]  # refused, never recorded
+
+
+async def test_too_many_controls_and_turn_limit() -> None:
+    turns = 0
+
+    def chatty(turn: Turn) -> Decision:
+        nonlocal turns
+        turns += 1
+        if turn.number == 1:
+            return Decision(mode="continue", tasks=(TaskSpec(key="a", worker="fast", input="a"),))
+        return Decision(
+            mode="continue", controls=(Control(key="a", kind="steer", text="more"),) * 3
+        )
+
+    collab = Collaboration(coordinator=chatty, workers=[FAST], max_controls_per_turn=2)
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, LoopDefinition(name="host", model=ScriptedModel())) as s:
+            with pytest.raises(CollaborationError) as info:
+                await s.collaborate(collab, "go")
+    assert info.value.code == "collaboration.limit.controls"
+
+    loops = Collaboration(
+        coordinator=lambda turn: Decision(mode="continue"), workers=[FAST], max_turns=3
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, LoopDefinition(name="host", model=ScriptedModel())) as s:
+            with pytest.raises(CollaborationError) as info:
+                await s.collaborate(loops, "go")
+    assert info.value.code == "collaboration.limit.turns"
+
+
+async def test_a_model_driven_coordinator() -> None:
+    """The coordinator is a loop answering in JSON (here the scripted model)."""
+    plan = [
+        Decision(mode="wait", tasks=(TaskSpec(key="q", worker="fast", input="question"),)),
+        Decision(mode="complete", output="the team says: fast result"),
+    ]
+    coordinator = LoopDefinition(
+        name="coordinator",
+        model=ScriptedModel([Reply(text="Plan: " + msgspec.json.encode(d).decode()) for d in plan]),
+    )
+    collab = Collaboration(coordinator=coordinator, workers=[FAST])
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, LoopDefinition(name="host", model=ScriptedModel())) as s:
+            output = await s.collaborate(collab, "ask the team", collab_id="m")
+            await s.verify()
+        report = await check(journal, s.id)
+    assert report.ok, report.summary()
+    assert output == "the team says: fast result"
+    asked = coordinator.model.requests[1].messages[-1].blocks[0].text  # type: ignore[attr-defined]
+    assert '"status":"completed"' in asked and '"output":"fast result"' in asked
+
+
+async def test_resume_after_restore_finishes_the_collaboration(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    def coordinator(turn: Turn) -> Decision:
+        if turn.number == 1:
+            return Decision(mode="wait", tasks=(TaskSpec(key="s", worker="slow", input="s"),))
+        return Decision(mode="complete", output=f"got {len(turn.tasks[0].output)} chars")
+
+    collab = Collaboration(coordinator=coordinator, workers=[SLOW])
+    host = LoopDefinition(name="host", model=ScriptedModel())
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, host) as s:
+            with trio.move_on_after(5):  # stop mid-way: the session shuts down under it
+                await s.collaborate(collab, "go", collab_id="r")
+        async with Session.restore(journal, s.id, host, also=collab) as s2:
+            # The worker was interrupted by the shutdown; after restore the
+            # driver sees the task ended, and the coordinator completes.
+            output = await s2.resume_collaboration(collab, "r")
+            await s2.verify()
+        report = await check(journal, s.id)
+        finished = [
+            r.event for r in await records(journal, s.id) if isinstance(r.event, CollabTaskFinished)
+        ]
+    assert report.ok, report.summary()
+    assert [(f.key, f.status) for f in finished] == [("s", "interrupted")]
+    assert output.startswith("got ") and output != "got 0 chars"
