@@ -185,17 +185,35 @@ async def resolve_offline(
         raise UnknownSessionError(f"there is no session {session_id} in {journal.url}") from exc
     states = await read_states(journal, session_id)
     for loop_id, state in states.items():
-        started = state.unknown.get(execution_id)
+        started = state.unknown.get(execution_id) or state.running.get(execution_id)
         if started is None:
             continue
-        event = ToolResolved(
-            execution_id=execution_id,
-            tool_use_id=started.tool_use_id,
-            content=(Text(text=result),),
-            is_error=is_error,
+        events: list[Event] = []
+        if execution_id in state.running:
+            # Started and never completed (the process died and no restore
+            # settled it yet): the host declares its outcome now.
+            events += [
+                GateCancelled(gate_id=g.gate_id, reason="restore_unavailable")
+                for g in state.gates.values()
+                if g.execution_id == execution_id
+            ]
+            events.append(
+                ToolAbandoned(
+                    execution_id=execution_id, tool_use_id=started.tool_use_id, reason="crashed"
+                )
+            )
+        events.append(
+            ToolResolved(
+                execution_id=execution_id,
+                tool_use_id=started.tool_use_id,
+                content=(Text(text=result),),
+                is_error=is_error,
+            )
         )
-        draft = Draft(id="ev_" + os.urandom(8).hex(), loop=loop_id, event=event)
-        await journal.append(lease, [draft], expected_seq=lease.head)
+        drafts = [
+            Draft(id="ev_" + os.urandom(8).hex(), loop=loop_id, event=event) for event in events
+        ]
+        await journal.append(lease, drafts, expected_seq=lease.head)
         return
     raise NotUnknownEffectError(
         f"execution {execution_id} has no unknown outcome in session {session_id}; "

@@ -185,5 +185,117 @@ async def test_restored_journal_passes_the_checker(tmp_path: Path) -> None:
     assert report.ok, report.summary()
 
 
+async def test_replay_safe_call_is_rerun_once_with_the_same_execution_id(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    side = tmp_path / "side.jsonl"
+    await crash_child("replay", url, "ses_rs", side)
+    async with open_journal(url) as journal:
+        d = definition("replay", side, [Reply(text="read it")])
+        async with Session.restore(journal, "ses_rs", d) as s:
+            await s.wait_idle()
+            state = await s.snapshot()
+            await s.verify()
+        after = await read_all(journal, "ses_rs")
+    first, again = effects(side)
+    assert first["execution"] == again["execution"]  # the idempotency key held
+    notices = [r.event for r in after if isinstance(r.event, Notice)]
+    assert any(n.code == "replaying" and first["execution"] in n.refs for n in notices)
+    assert not any(n.code == "unknown_effects" for n in notices)
+    assert state.last_outcome == "completed" and state.unknown == {}
+
+
+async def test_question_of_a_non_resumable_tool_becomes_an_unknown_effect(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    side = tmp_path / "side.jsonl"
+    await crash_child("survey", url, "ses_sv", side)
+    async with open_journal(url) as journal:
+        d = definition("survey", side, [Reply(text="noted")])
+        async with Session.restore(journal, "ses_sv", d) as s:
+            await s.wait_idle()
+            state = await s.snapshot()
+            assert state.open_gates == []
+            [unknown] = state.unknown_effects
+            assert unknown.name == "survey"
+            await s.resolve(unknown.execution_id, "the user never answered", is_error=True)
+            await s.wait_idle()
+            state = await s.snapshot()
+        after = await read_all(journal, "ses_sv")
+    cancelled = [r.event for r in after if r.event.__struct_config__.tag == "gate.cancelled"]
+    assert [c.reason for c in cancelled] == ["restore_unavailable"]  # type: ignore[attr-defined]
+    assert len(effects(side)) == 1
+    assert state.last_outcome == "completed"
+
+
+async def test_queued_steering_survives_a_crash_and_is_applied_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    side = tmp_path / "side.jsonl"
+    await crash_child("steer", url, "ses_st", side)
+    async with open_journal(url) as journal:
+        d = definition("steer", side, [Reply(text="deployed carefully")])
+        async with Session.restore(journal, "ses_st", d) as s:
+            await s.wait_idle()
+            assert [q.text for q in (await s.snapshot()).steering] == ["deploy carefully"]
+            [gate] = (await s.snapshot()).open_gates
+            await s.decide(gate.gate_id, allow=True)
+            await s.wait_idle()
+            state = await s.snapshot()
+            await s.verify()
+        after = await read_all(journal, "ses_st")
+    applied = [r.event for r in after if r.event.__struct_config__.tag == "steer.applied"]
+    assert len(applied) == 1
+    request = d.model.requests[0]  # type: ignore[attr-defined]
+    last = request.messages[-1]
+    assert isinstance(last.blocks[0], ToolResult)
+    assert last.blocks[-1] == Text(text="deploy carefully")
+    assert state.steering == [] and state.last_outcome == "completed"
+
+
+async def test_cli_resolve_settles_an_unknown_effect(tmp_path: Path) -> None:
+    db = tmp_path / "j.db"
+    url = f"sqlite:///{db}"
+    side = tmp_path / "side.jsonl"
+    await crash_child("effect", url, "ses_cli", side)
+    [charged] = effects(side)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "session.cli", *args, "--journal", str(db)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=False,
+        )
+
+    listed = await trio.to_thread.run_sync(cli, "sessions")
+    assert "ses_cli" in listed.stdout
+    wrong = await trio.to_thread.run_sync(
+        lambda: cli("resolve", "ses_cli", "exe_nope", "--result", "x")
+    )
+    assert wrong.returncode == 2 and "no unknown outcome" in wrong.stderr
+    done = await trio.to_thread.run_sync(
+        lambda: cli("resolve", "ses_cli", charged["execution"], "--result", "charged 7")
+    )
+    assert done.returncode == 0, done.stderr
+    async with open_journal(url) as journal:
+        d = definition("effect", side, [Reply(text="all settled")])
+        async with Session.restore(journal, "ses_cli", d) as s:
+            await s.wait_idle()
+            state = await s.snapshot()
+    assert state.last_outcome == "completed"
+    assert effects(side) == [charged]
+    result = d.model.requests[0].messages[-1].blocks[0]  # type: ignore[attr-defined]
+    assert isinstance(result, ToolResult) and result.content == (Text(text="charged 7"),)
+
+
 def test_scripts_cover_the_scenarios() -> None:
-    assert set(SCRIPTS) == {"stream", "permission", "question", "effect"}
+    assert set(SCRIPTS) == {
+        "stream",
+        "permission",
+        "question",
+        "effect",
+        "replay",
+        "survey",
+        "steer",
+    }

@@ -15,7 +15,7 @@ from pathlib import Path
 import trio
 
 from journal import open_journal
-from journal.events import GateOpened, ModelOutput
+from journal.events import GateOpened, ModelOutput, SteerQueued
 from loopruntime import LoopDefinition, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
@@ -56,10 +56,26 @@ def definition(scenario: str, side: Path, replies: list[Reply]) -> LoopDefinitio
         await trio.sleep(3600)
         return f"charged {amount}"
 
+    @tool(permission="allow", replay_safe=True)
+    async def fetch(ctx: ToolContext, *, url: str) -> str:
+        """Read a page (idempotent: safe to run again)."""
+        record_effect(side, tool="fetch", execution=ctx.execution_id)
+        if len(effects(side)) == 1:
+            print("READY", flush=True)
+            await trio.sleep(3600)
+        return f"contents of {url}"
+
+    @tool(permission="allow")
+    async def survey(ctx: ToolContext, *, question: str) -> str:
+        """Ask, then act (NOT resumable)."""
+        record_effect(side, tool="survey", execution=ctx.execution_id)
+        answer = await ctx.ask_user(question)
+        return f"survey says {answer}"
+
     return LoopDefinition(
         name=f"crash-{scenario}",
         model=ScriptedModel(replies),
-        tools=[deploy, confirm, charge],
+        tools=[deploy, confirm, charge, fetch, survey],
     )
 
 
@@ -68,6 +84,9 @@ SCRIPTS: dict[str, list[Reply]] = {
     "permission": [Reply(tool_calls=[ToolCall(name="deploy", input={"target": "prod"})])],
     "question": [Reply(tool_calls=[ToolCall(name="confirm", input={"question": "go?"})])],
     "effect": [Reply(tool_calls=[ToolCall(name="charge", input={"amount": 7})])],
+    "replay": [Reply(tool_calls=[ToolCall(name="fetch", input={"url": "https://example.org"})])],
+    "survey": [Reply(tool_calls=[ToolCall(name="survey", input={"question": "why?"})])],
+    "steer": [Reply(tool_calls=[ToolCall(name="deploy", input={"target": "staging"})])],
 }
 
 
@@ -79,8 +98,14 @@ async def main(scenario: str, url: str, session_id: str, side: Path) -> None:
             async for record in s.subscribe():
                 event = getattr(record, "event", None)
                 if (scenario == "stream" and isinstance(event, ModelOutput)) or (
-                    scenario in ("permission", "question") and isinstance(event, GateOpened)
+                    scenario in ("permission", "question", "survey")
+                    and isinstance(event, GateOpened)
                 ):
+                    print("READY", flush=True)
+                if scenario == "steer" and isinstance(event, GateOpened):
+                    # Steering sent while the turn waits at the gate.
+                    await s.steer("deploy carefully")
+                if scenario == "steer" and isinstance(event, SteerQueued):
                     print("READY", flush=True)
             await trio.sleep_forever()
 
