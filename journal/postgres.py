@@ -91,10 +91,13 @@ trip is noise, small enough that a page of large events stays modest."""
 _POOL_SIZE = 4
 """Connections for reads, heads and leases (the writer has its own)."""
 
-_WRITERS = 2
-"""Group commits in flight at once, each on its own connection: while one
-waits for its commit to be durable, the next batch is already being checked
-and written, and the server flushes both with one WAL write when it can."""
+_WRITERS = 1
+"""Group commits in flight at once, each on its own connection.  Measured
+(benchmarks/postgres.py, 16 sessions, fsync on): with two, each leader takes
+whatever waits while the other commits, batches halve and the commits
+double; with one, batches hold every waiting appender (16 of 16) and the
+server flushes as often as the raw batched peer.  Kept as a knob for
+servers where commit latency, not flushes, is the limit."""
 
 _GATHER_ROUNDS = 4
 """Scheduler rounds a group-commit leader waits for the last batch's appenders."""
@@ -158,6 +161,31 @@ WITH inserted AS (
     WHERE s.session = u.session
 )
 SELECT pg_notify(c, '') FROM unnest(%b::text[]) AS c
+"""
+
+# The fast path: the writer already knows each session's state from its own
+# last commit, so it writes at once, guarded by that state.  A session whose
+# row no longer matches (another writer, a stale expected_seq, ...) is simply
+# not advanced, its rows not inserted; the writer then decides those appends
+# on the checked path.  Stored ids make the INSERT fail, which rolls the
+# whole statement back to the checked path too.
+_WRITE_GUARDED = """
+WITH advanced AS (
+    UPDATE loopruntime_sessions s SET head = u.head, digest = u.digest, updated_at = %b::bigint
+    FROM unnest(%b::text[], %b::bigint[], %b::bigint[], %b::bytea[], %b::bigint[], %b::bytea[])
+        AS u(session, incarnation, old_head, old_digest, head, digest)
+    WHERE s.session = u.session AND s.incarnation = u.incarnation
+      AND s.head = u.old_head AND s.digest = u.old_digest
+    RETURNING s.session
+), inserted AS (
+    INSERT INTO loopruntime_records (session, seq, id, loop, at, cause, digest, body)
+    SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::bigint[],
+                         %b::text[], %b::bytea[], %b::bytea[])
+        AS r(session, seq, id, loop, at, cause, digest, body)
+    WHERE r.session IN (SELECT session FROM advanced)
+)
+SELECT a.session, pg_notify(c.channel, '')
+FROM advanced a JOIN unnest(%b::text[], %b::text[]) AS c(session, channel) USING (session)
 """
 
 # A seq range rather than ``seq > n LIMIT k``: seqs are gap-free, so the range
@@ -459,6 +487,10 @@ class _Head:
         self.written = False
 
 
+_Known = tuple[int, int, bytes]
+"""A session's incarnation, head and head digest as a writer of this journal
+last committed them: a guess that the fast path checks, never trusted."""
+
 _Stored = tuple[int, str, int, str | None, bytes, bytes]
 """A stored row found by event id: seq, loop, at, cause, digest, body."""
 
@@ -466,9 +498,10 @@ _Stored = tuple[int, str, int, str | None, bytes, bytes]
 class _Writer:
     """The group-commit writer: one connection, used by one thread at a time."""
 
-    def __init__(self, url: str, where: str, schema: str) -> None:
+    def __init__(self, url: str, where: str, schema: str, known: dict[str, _Known]) -> None:
         self._url, self._where, self._schema = url, where, schema
         self._conn: psycopg.Connection[Any] | None = None
+        self._known = known
 
     def commit(self, batch: list[_Append]) -> None:
         """Blocking: commit ``batch``, setting every item's ``result``.
@@ -529,6 +562,120 @@ class _Writer:
     def _commit_once(
         self, conn: psycopg.Connection[Any], batch: list[_Append]
     ) -> list[list[Record] | BaseException]:
+        """Commit ``batch``: the fast path when it applies, the checked path for the rest."""
+        results: list[list[Record] | BaseException | None] = [None] * len(batch)
+        rest = list(range(len(batch)))
+        planned = self._plan_fast(batch)
+        if planned is not None:
+            done = self._commit_fast(conn, batch, planned)
+            for index, records in done.items():
+                results[index] = records
+            rest = [i for i in rest if i not in done]
+        if rest:
+            checked = self._commit_checked(conn, [batch[i] for i in rest])
+            for index, result in zip(rest, checked, strict=True):
+                results[index] = result
+        return [r for r in results if r is not None]
+
+    def _plan_fast(self, batch: list[_Append]) -> tuple[int, list[list[Record]]] | None:
+        """Records for every append of ``batch`` from the known states, or None.
+
+        None when the fast path does not apply: a session not known (or known
+        at another head), a session appended twice in the batch, one id twice
+        in an append.  The plan is a guess until ``_commit_fast`` confirms it.
+        """
+        sessions = [item.lease.session for item in batch]
+        if len(set(sessions)) != len(sessions):
+            return None
+        now = time.time_ns()
+        plans = []
+        for item in batch:
+            known = self._known.get(item.lease.session)
+            if known is None or known[0] != item.lease.incarnation or known[1] != item.expected_seq:
+                return None
+            if len({d.id for d in item.drafts}) != len(item.drafts):
+                return None
+            head, digest = known[1], known[2]
+            records = []
+            for d, body in zip(item.drafts, item.bodies, strict=True):
+                head += 1
+                digest = chain(digest, body)
+                records.append(
+                    Record(
+                        seq=head,
+                        id=d.id,
+                        session=item.lease.session,
+                        loop=d.loop,
+                        at=now,
+                        cause=d.cause,
+                        digest=digest,
+                        event=d.event,
+                    )
+                )
+            plans.append(records)
+        return now, plans
+
+    def _commit_fast(
+        self,
+        conn: psycopg.Connection[Any],
+        batch: list[_Append],
+        planned: tuple[int, list[list[Record]]],
+    ) -> dict[int, list[Record]]:
+        """Write the planned appends in one round trip; the indexes of those that committed."""
+        now, plans = planned
+        sessions = [item.lease.session for item in batch]
+        known = [self._known[s] for s in sessions]
+        rows = [
+            (r.session, r.seq, r.id, r.loop, r.at, r.cause, r.digest, body)
+            for item, records in zip(batch, plans, strict=True)
+            for r, body in zip(records, item.bodies, strict=True)
+        ]
+        columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[]] * 8
+        try:
+            with conn.pipeline():
+                # Rows locked in session order, like the checked path, so two
+                # writers (of this process or another) cannot deadlock.
+                conn.execute(_LOCK_SESSIONS, (sorted(sessions),))
+                advanced = conn.execute(
+                    _WRITE_GUARDED,
+                    (
+                        now,
+                        sessions,
+                        [k[0] for k in known],
+                        [k[1] for k in known],
+                        [k[2] for k in known],
+                        [k[1] + len(item.drafts) for k, item in zip(known, batch, strict=True)],
+                        [
+                            records[-1].digest if records else k[2]
+                            for k, records in zip(known, plans, strict=True)
+                        ],
+                        *columns,
+                        sessions,
+                        [_channel(self._schema, s) for s in sessions],
+                    ),
+                )
+                conn.commit()
+                committed = {row[0] for row in advanced.fetchall()}
+        except psycopg.errors.UniqueViolation:
+            # A stored id: a retry or a duplicate, which the checked path tells apart.
+            conn.rollback()
+            return {}
+        done = {}
+        for index, (item, records) in enumerate(zip(batch, plans, strict=True)):
+            session = item.lease.session
+            if session in committed:
+                head = records[-1].seq if records else self._known[session][1]
+                digest = records[-1].digest if records else self._known[session][2]
+                self._known[session] = (item.lease.incarnation, head, digest)
+                done[index] = records
+            else:
+                self._known.pop(session, None)
+        return done
+
+    def _commit_checked(
+        self, conn: psycopg.Connection[Any], batch: list[_Append]
+    ) -> list[list[Record] | BaseException]:
+        """Lock, look up, check each append, write those that pass: two round trips."""
         sessions = sorted({item.lease.session for item in batch})
         want_sessions = [item.lease.session for item in batch for _ in item.drafts]
         want_ids = [d.id for item in batch for d in item.drafts]
@@ -558,6 +705,8 @@ class _Writer:
                     ),
                 )
             conn.commit()
+        for s, h in heads.items():
+            self._known[s] = (h.incarnation, h.head, h.digest)
         return results
 
     def _check(
@@ -639,7 +788,8 @@ class PostgresJournal:
     def __init__(self, url: str, where: str, schema: str, pool: _Pool) -> None:
         self.url = url
         self._where, self._schema, self._pool = where, schema, pool
-        self._idle_writers = [_Writer(url, where, schema) for _ in range(_WRITERS)]
+        known: dict[str, _Known] = {}
+        self._idle_writers = [_Writer(url, where, schema, known) for _ in range(_WRITERS)]
         self._pending: list[_Append] = []
         self._written = trio.Event()
         self._last_batch = 1
