@@ -18,19 +18,28 @@ Writing.  ``open_session`` increments the session row's incarnation in one
 statement; the row lock it takes waits for any append in flight, so the new
 lease's ``head`` includes everything committed before it.  Appends from all
 sessions that are waiting at the same moment are committed together (group
-commit) by one writer connection in one transaction: lock the sessions rows
-(``SELECT ... FOR UPDATE``, in session order so two processes cannot
-deadlock) and look up the drafts' event ids, then check every append against
-that locked state -- incarnation (``FencedError``), stored ids (idempotent
-re-append or ``DuplicateEventError``), ``expected_seq`` (``ConflictError``) --
-and insert the rows of the appends that passed.  A failed check fails only
-its own append.  Pipeline mode makes that two round trips per batch,
-whatever its size.  Because every append re-checks its event ids under the
-lock, a batch interrupted by a lost connection is simply retried once on a
-new connection: an append that had committed is found by its ids and
-returned, never written twice.  When the retry fails too, the append raises
-``JournalUnavailableError``; its outcome is then unknown to this process
-and the caller learns it the same way, by appending the same drafts again.
+commit) by one writer connection, in one transaction that first locks the
+sessions rows (``SELECT ... FOR UPDATE``, in session order, so two writers
+cannot deadlock).  Then one of two paths:
+
+* checked (two round trips): look up the drafts' event ids, check every
+  append against the locked rows -- incarnation (``FencedError``), stored ids
+  (idempotent re-append or ``DuplicateEventError``), ``expected_seq``
+  (``ConflictError``) -- and write the appends that passed.  A failed check
+  fails only its own append.
+* fast (one round trip), when the writer already knows each session's
+  incarnation, head and digest from its own last commit and each append
+  continues from there: write at once, every session's update guarded by
+  that known state.  A session whose row does not match is left untouched
+  and its appends go down the checked path; a stored id aborts the fast
+  statement and the whole batch goes down the checked path.
+
+Because every append is re-checked under the lock, a batch interrupted by a
+lost connection is simply retried once on a new connection: an append that
+had committed is found by its ids and returned, never written twice.  When
+the retry fails too, the append raises ``JournalUnavailableError``; its
+outcome is then unknown to this process and the caller learns it the same
+way, by appending the same drafts again.
 
 Reading pages through the records by seq on a small pool of connections and
 verifies the digest chain.  ``tail`` follows appends through LISTEN/NOTIFY:
@@ -38,10 +47,13 @@ every append transaction notifies a per-session channel on commit, and each
 tail holds its own listening connection, so a follower in another process
 wakes on commit without polling.
 
-psycopg's blocking calls run in trio worker threads (one connection is only
-ever used by one thread at a time).  Its exceptions are translated here and
-nowhere else: connection failures are ``JournalUnavailableError``, others a
-``JournalError`` naming what was being done.
+psycopg's async API is asyncio-only, so its blocking calls run in trio
+worker threads, one connection per thread at a time: the writer's through
+``trio.to_thread`` (a hop costs ~60 us, small beside a commit), readers'
+from a small pool.  Its exceptions are translated here and nowhere else: a
+connection that cannot be opened or broke is ``JournalUnavailableError``, a
+statement the server refused is a ``JournalError`` naming what was being
+done.
 """
 
 from __future__ import annotations
