@@ -177,24 +177,30 @@ SELECT pg_notify(c, '') FROM unnest(%b::text[]) AS c
 
 # The fast path: the writer already knows each session's state from its own
 # last commit, so it writes at once, guarded by that state.  A session whose
-# row no longer matches (another writer, a stale expected_seq, ...) is simply
-# not advanced, its rows not inserted; the writer then decides those appends
-# on the checked path.  Stored ids make the INSERT fail, which rolls the
-# whole statement back to the checked path too.
+# row no longer matches (another writer, a stale expected_seq, ...) or that
+# already holds one of the event ids (a retry, a duplicate) is simply not
+# advanced and its rows not inserted; the writer then decides those appends
+# on the checked path.  It runs after the rows are locked, so its snapshot
+# sees every committed record of those sessions.
 _WRITE_GUARDED = """
-WITH advanced AS (
+WITH new AS (
+    SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::bigint[],
+                         %b::text[], %b::bytea[], %b::bytea[])
+        AS r(session, seq, id, loop, at, cause, digest, body)
+), clash AS (
+    SELECT DISTINCT r.session FROM loopruntime_records r
+    JOIN new n ON r.session = n.session AND r.id = n.id
+), advanced AS (
     UPDATE loopruntime_sessions s SET head = u.head, digest = u.digest, updated_at = %b::bigint
     FROM unnest(%b::text[], %b::bigint[], %b::bigint[], %b::bytea[], %b::bigint[], %b::bytea[])
         AS u(session, incarnation, old_head, old_digest, head, digest)
     WHERE s.session = u.session AND s.incarnation = u.incarnation
       AND s.head = u.old_head AND s.digest = u.old_digest
+      AND u.session NOT IN (SELECT session FROM clash)
     RETURNING s.session
 ), inserted AS (
     INSERT INTO loopruntime_records (session, seq, id, loop, at, cause, digest, body)
-    SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::bigint[],
-                         %b::text[], %b::bytea[], %b::bytea[])
-        AS r(session, seq, id, loop, at, cause, digest, body)
-    WHERE r.session IN (SELECT session FROM advanced)
+    SELECT * FROM new WHERE new.session IN (SELECT session FROM advanced)
 )
 SELECT a.session, pg_notify(c.channel, '')
 FROM advanced a JOIN unnest(%b::text[], %b::text[]) AS c(session, channel) USING (session)
@@ -643,35 +649,30 @@ class _Writer:
             for r, body in zip(records, item.bodies, strict=True)
         ]
         columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[]] * 8
-        try:
-            with conn.pipeline():
-                # Rows locked in session order, like the checked path, so two
-                # writers (of this process or another) cannot deadlock.
-                conn.execute(_LOCK_SESSIONS, (sorted(sessions),))
-                advanced = conn.execute(
-                    _WRITE_GUARDED,
-                    (
-                        now,
-                        sessions,
-                        [k[0] for k in known],
-                        [k[1] for k in known],
-                        [k[2] for k in known],
-                        [k[1] + len(item.drafts) for k, item in zip(known, batch, strict=True)],
-                        [
-                            records[-1].digest if records else k[2]
-                            for k, records in zip(known, plans, strict=True)
-                        ],
-                        *columns,
-                        sessions,
-                        [_channel(self._schema, s) for s in sessions],
-                    ),
-                )
-                conn.commit()
-                committed = {row[0] for row in advanced.fetchall()}
-        except psycopg.errors.UniqueViolation:
-            # A stored id: a retry or a duplicate, which the checked path tells apart.
-            conn.rollback()
-            return {}
+        with conn.pipeline():
+            # Rows locked in session order, like the checked path, so two
+            # writers (of this process or another) cannot deadlock.
+            conn.execute(_LOCK_SESSIONS, (sorted(sessions),))
+            advanced = conn.execute(
+                _WRITE_GUARDED,
+                (
+                    *columns,
+                    now,
+                    sessions,
+                    [k[0] for k in known],
+                    [k[1] for k in known],
+                    [k[2] for k in known],
+                    [k[1] + len(item.drafts) for k, item in zip(known, batch, strict=True)],
+                    [
+                        records[-1].digest if records else k[2]
+                        for k, records in zip(known, plans, strict=True)
+                    ],
+                    sessions,
+                    [_channel(self._schema, s) for s in sessions],
+                ),
+            )
+            conn.commit()
+            committed = {row[0] for row in advanced.fetchall()}
         done = {}
         for index, (item, records) in enumerate(zip(batch, plans, strict=True)):
             session = item.lease.session
