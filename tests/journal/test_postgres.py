@@ -43,7 +43,7 @@ from journal import (
     open_journal,
 )
 from journal.events import Notice
-from journal.postgres import PostgresJournal, init_schema
+from journal.postgres import PostgresJournal, _channel, init_schema
 
 pytestmark = pytest.mark.slow
 
@@ -244,11 +244,16 @@ async def test_a_tail_survives_losing_its_listening_connection(postgres_url: str
         async with trio.open_nursery() as nursery:
             nursery.start_soon(next_id)
             await trio.testing.wait_all_tasks_blocked()
+            # Only this tail's listener, even on a server other runs share.
+            ((schema,),) = await trio.to_thread.run_sync(
+                _sql, postgres_url, "SELECT current_schema()"
+            )
+            listen = f'LISTEN "{_channel(schema, "relisten")}"'
             killed = await trio.to_thread.run_sync(
                 _sql,
                 postgres_url,
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE query LIKE 'LISTEN %%' AND datname = current_database()",
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s",
+                (listen,),
             )
             assert killed == [(True,)]
             await journal.append(lease, [_draft("r-2")], expected_seq=1)
