@@ -241,14 +241,30 @@ def step_definition(script: Callable[[ModelRequest], Reply], n: int) -> LoopDefi
         compact_at=None,
     )
     return LoopDefinition(
-        name="bench-steps", model=ScriptedModel(script), tools=[lookup], limits=limits
+        name="bench-steps", model=forgetful_model(script), tools=[lookup], limits=limits
     )
+
+
+def forgetful_model(script: Callable[[ModelRequest], Reply]) -> ScriptedModel:
+    """A ``ScriptedModel`` that does not keep the requests it was sent.
+
+    ``ScriptedModel.requests`` keeps every request for tests to inspect; a real model
+    keeps none.  Here that list would grow with every step of every loop and be counted
+    as the runtime's memory (and its per-request history tuples as its cost).
+    """
+
+    def answer(request: ModelRequest) -> Reply:
+        model.requests.clear()
+        return script(request)
+
+    model = ScriptedModel(answer)
+    return model
 
 
 def turn_definition() -> LoopDefinition:
     return LoopDefinition(
         name="bench-turns",
-        model=ScriptedModel(_turn_script),
+        model=forgetful_model(_turn_script),
         tools=[lookup],
         limits=Limits(compact_at=None),
     )

@@ -41,11 +41,11 @@ from journal import Draft, Journal, Record, open_journal
 from journal.content import ToolResult
 from journal.events import Event, TurnEnded
 from loopruntime import Limits, LoopDefinition, ModelRequest
-from loopruntime.models import Reply, ScriptedModel, ToolCall
+from loopruntime.models import Reply, ToolCall
 from session import Session
 from session.restore import read_states
 
-from .loops import Progress, lookup, quiet_logs, sqlite_bytes, stderr_progress
+from .loops import Progress, forgetful_model, lookup, quiet_logs, sqlite_bytes, stderr_progress
 
 __all__ = ["DEFAULT_SIZES", "QUICK_SIZES", "build_session", "format_table", "main", "run"]
 
@@ -75,7 +75,7 @@ def _history_script(request: ModelRequest) -> Reply:
 def definition() -> LoopDefinition:
     return LoopDefinition(
         name="bench-restore",
-        model=ScriptedModel(_history_script),
+        model=forgetful_model(_history_script),
         tools=[lookup],
         limits=Limits(compact_at=None),
     )
