@@ -1,0 +1,105 @@
+"""A Session driving Claude through the real SDK against the local SSE server:
+tools, the exact requests on the wire, and a stream dying after output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from journal import open_journal
+from journal.content import Text
+from journal.events import ModelMessageCommitted, TurnEnded
+from loopruntime import TRUNCATED_NOTICE, LoopDefinition, ToolContext, tool
+from loopruntime.models.anthropic import AnthropicModel
+from session import Session
+from session.replay import check
+from tests.models.test_anthropic import (
+    KEY,
+    MODEL,
+    block_delta,
+    block_start,
+    block_stop,
+    message_delta,
+    message_start,
+    message_stop,
+    text,
+    text_reply,
+)
+from tests.support.sse_server import Drop, Stream, open_sse_server
+
+
+@tool(permission="allow")
+async def weather(ctx: ToolContext, *, city: str) -> str:
+    """Today's weather in a city."""
+    return f"{city}: sunny"
+
+
+def tool_reply() -> Stream:
+    return Stream(
+        [
+            message_start(),
+            block_start(0, {"type": "text", "text": ""}),
+            text(0, "Checking."),
+            block_stop(0),
+            block_start(1, {"type": "tool_use", "id": "toolu_01", "name": "weather", "input": {}}),
+            block_delta(1, {"type": "input_json_delta", "partial_json": '{"city": '}),
+            block_delta(1, {"type": "input_json_delta", "partial_json": '"Oslo"}'}),
+            block_stop(1),
+            message_delta("tool_use"),
+            message_stop(),
+        ]
+    )
+
+
+async def test_a_tool_turn_over_the_real_sdk() -> None:
+    async with open_sse_server([tool_reply(), text_reply("Oslo is sunny.")]) as server:
+        async with AnthropicModel(MODEL, api_key=KEY, base_url=server.url) as model:
+            d = LoopDefinition(name="claude", model=model, system="Be brief.", tools=[weather])
+            async with open_journal("memory:") as journal:
+                async with Session.create(journal, d) as s:
+                    await s.submit("Weather in Oslo?")
+                    await s.wait_idle()
+                    state = await s.snapshot()
+                    await s.verify()
+                report = await check(journal, s.id)
+                serialized = b"".join(
+                    [r.id.encode() + repr(r.event).encode() async for r in journal.read(s.id)]
+                )
+    assert report.ok, report.summary()
+    assert state.messages[-1].blocks == (Text(text="Oslo is sunny."),)
+    first, second = (r.body for r in server.requests)
+    assert first["tools"][0]["name"] == "weather"
+    assert first["tools"][0]["input_schema"]["properties"] == {"city": {"type": "string"}}
+    assert first["system"][-1]["cache_control"] == {"type": "ephemeral"}
+    # The second request answers the tool_use, in the next user message.
+    assistant, results = second["messages"][-2], second["messages"][-1]
+    assert assistant["role"] == "assistant"
+    assert [b["type"] for b in assistant["content"]] == ["text", "tool_use"]
+    result: dict[str, Any] = results["content"][0]
+    assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_01"
+    assert "Oslo: sunny" in str(result["content"])
+    assert KEY.encode() not in serialized  # the key never reaches the journal
+
+
+async def test_a_stream_dying_after_output_leaves_the_truncated_notice() -> None:
+    dying = Stream(
+        [
+            message_start(),
+            block_start(0, {"type": "text", "text": ""}),
+            text(0, "The answer is"),
+            Drop(),
+        ]
+    )
+    async with open_sse_server([dying]) as server:
+        async with AnthropicModel(MODEL, api_key=KEY, base_url=server.url) as model:
+            d = LoopDefinition(name="claude", model=model)
+            async with open_journal("memory:") as journal:
+                async with Session.create(journal, d) as s:
+                    await s.submit("What is the answer?")
+                    await s.wait_idle()
+                records = [r.event async for r in journal.read(s.id)]
+    assert len(server.requests) == 1  # never resent after output began
+    [message] = [e for e in records if isinstance(e, ModelMessageCommitted)]
+    assert message.notice == "truncated"
+    assert message.message.blocks == (Text(text="The answer is"), Text(text=TRUNCATED_NOTICE))
+    [ended] = [e for e in records if isinstance(e, TurnEnded)]
+    assert ended.outcome == "failed" and ended.kind == "model"
