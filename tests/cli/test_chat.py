@@ -75,3 +75,17 @@ def test_chat_resumes_a_session(tmp_path: Path) -> None:
     again.expect(pexpect.EOF)
     again.close()
     assert again.exitstatus == 0
+
+
+def test_chat_uses_claude_when_the_key_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from session.cli import chat_definition
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
+    definition, said = chat_definition("claude-test-model")
+    assert said == "using anthropic:claude-test-model"
+    assert definition.model.name == "anthropic:claude-test-model"
+    assert "sk-ant" not in said
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    definition, said = chat_definition(None)
+    assert "no ANTHROPIC_API_KEY" in said and definition.model.name == "scripted:echo"
