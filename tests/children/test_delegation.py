@@ -3,10 +3,6 @@ restore of a tree after SIGKILL."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,8 +25,7 @@ from session import Session
 from session.replay import check
 from tests.children.crash_child import team
 from tests.support.loops import records, squash, tags
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.processes import kill_when_ready
 
 CHILD_RUN = [
     "loop.started",
@@ -194,22 +189,7 @@ async def test_shutdown_stops_background_children(autojump_clock: trio.abc.Clock
 @pytest.mark.slow
 async def test_sigkill_with_three_running_children_then_restore(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'j.db'}"
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "tests.children.crash_child", url, "ses_tree"],
-        stdout=subprocess.PIPE,
-        cwd=ROOT,
-    )
-    assert proc.stdout is not None
-    said = b""
-    with trio.fail_after(120):  # a hung child must not hang CI; not a timing assertion
-        while b"READY" not in said:
-            chunk = await proc.stdout.receive_some()
-            if not chunk:
-                break
-            said += chunk
-    os.kill(proc.pid, signal.SIGKILL)
-    await proc.wait()
-    assert b"READY" in said
+    await kill_when_ready("tests.children.crash_child", url, "ses_tree")
 
     lead = team([Reply(text="summarised what the researchers had")], Reply(text="unused"))
     async with open_journal(url) as journal:

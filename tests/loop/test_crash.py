@@ -7,8 +7,6 @@ session in this process.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,31 +22,14 @@ from loopruntime.context import unanswered_tool_uses
 from loopruntime.models import Reply
 from session import Session
 from tests.support.crash_child import SCRIPTS, definition, effects
+from tests.support.processes import ROOT, kill_when_ready
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 async def crash_child(scenario: str, url: str, session_id: str, side: Path) -> None:
     """Run the scenario in a child process and SIGKILL it at its kill point."""
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "tests.support.crash_child", scenario, url, session_id, str(side)],
-        stdout=subprocess.PIPE,
-        cwd=ROOT,
-    )
-    assert proc.stdout is not None
-    said = b""
-    with trio.fail_after(120):  # a hung child must not hang CI; not a timing assertion
-        while b"READY" not in said:
-            chunk = await proc.stdout.receive_some()
-            if not chunk:
-                break
-            said += chunk
-    os.kill(proc.pid, signal.SIGKILL)
-    await proc.wait()
-    assert b"READY" in said, f"child never reached its kill point: {said!r}"
-    assert proc.returncode == -signal.SIGKILL
+    await kill_when_ready("tests.support.crash_child", scenario, url, session_id, str(side))
 
 
 async def read_all(journal: Journal, session_id: str) -> list[Record]:
