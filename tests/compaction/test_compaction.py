@@ -716,13 +716,18 @@ async def test_interrupt_leaves_a_compaction_alone_and_shutdown_abandons_it(
         async with Session.create(journal, d) as s:
             await talk(s, "u1", "u2", "u3")
             before = await s.snapshot()
-            await s.compact()
+            attempt = await s.compact()
             await compactor.entered.wait()
             assert await s.interrupt() is False  # no turn runs; the compaction goes on
-            assert (await s.snapshot()).compacting is not None
+            assert (await s.snapshot()).compacting == attempt
         # Leaving the session shuts it down mid-compaction: the attempt is
         # abandoned with only its start recorded, the history untouched.
-        seq = await tags(journal, s.id)
-        state = (await read_states(journal, s.id))["main"]
-    assert seq[-1] == "compaction.started"
-    assert state.messages == before.messages
+        assert (await tags(journal, s.id))[-1] == "compaction.started"
+        assert (await read_states(journal, s.id))["main"].messages == before.messages
+        # Restore settles the abandoned attempt as failed.
+        async with Session.restore(journal, s.id, three_exchanges(compactor)) as r:
+            restored = await r.snapshot()
+            await r.verify()
+        [rejected] = await events_of(journal, s.id, CompactionRejected)
+    assert (rejected.attempt_id, rejected.reason) == (attempt, "failed")
+    assert restored.compacting is None and restored.messages == before.messages

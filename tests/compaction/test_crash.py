@@ -3,17 +3,12 @@ original history intact and the loop usable."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import trio
 
 from journal import Journal, Record, open_journal
-from journal.events import CompactionCommitted, CompactionStarted
+from journal.events import CompactionCommitted, CompactionRejected, CompactionStarted
 from loopruntime import LoopStatus
 from loopruntime.models import Reply, ScriptedModel
 from session import Session
@@ -21,31 +16,14 @@ from session.replay import check
 from session.restore import read_states
 from tests.compaction.crash_child import definition
 from tests.compaction.support import TestCompactor, summary, texts
+from tests.support.processes import kill_when_ready
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 async def crash_while_compacting(url: str, session_id: str) -> None:
     """Run the child until its compactor works, then SIGKILL it."""
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "tests.compaction.crash_child", url, session_id],
-        stdout=subprocess.PIPE,
-        cwd=ROOT,
-    )
-    assert proc.stdout is not None
-    said = b""
-    with trio.fail_after(120):  # a hung child must not hang CI; not a timing assertion
-        while b"READY" not in said:
-            chunk = await proc.stdout.receive_some()
-            if not chunk:
-                break
-            said += chunk
-    os.kill(proc.pid, signal.SIGKILL)
-    await proc.wait()
-    assert b"READY" in said, f"child never reached its kill point: {said!r}"
-    assert proc.returncode == -signal.SIGKILL
+    await kill_when_ready("tests.compaction.crash_child", url, session_id)
 
 
 async def read_all(journal: Journal, session_id: str) -> list[Record]:
@@ -87,6 +65,10 @@ async def test_crash_while_compacting_keeps_the_history_and_the_loop_usable(
     for old, new in zip(before, after, strict=False):
         assert (old.seq, old.id, old.digest) == (new.seq, new.id, new.digest)
     assert report.ok, report.summary()
+    # Restore settled the abandoned attempt; the new one committed.
+    [abandoned] = [r.event for r in after if isinstance(r.event, CompactionRejected)]
+    assert abandoned.attempt_id == before[-1].event.attempt_id
+    assert abandoned.reason == "failed" and "process stopped" in abandoned.detail
     [committed] = [r.event for r in after if isinstance(r.event, CompactionCommitted)]
     assert committed.attempt_id == attempt
     assert state.compactions == 1 and state.compacting is None
