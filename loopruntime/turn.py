@@ -12,6 +12,7 @@ abandoned tool calls, the cancelled gates, and ``turn.ended(interrupted)``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -136,14 +137,16 @@ class TurnRunner:
         if stop_reason == "pause_turn" or state.steering:
             # pause_turn: the provider asks us to continue the same turn.
             # Steering that arrived during the reply gets its model call.
-            await self._continue_marker()
+            await self._continue_after_reply()
             return
         if stop_reason == "refusal":
             await self.end("failed", kind="model", code="model.refusal")
         await self.end("completed")
 
-    async def _continue_marker(self) -> None:
-        """Continue with another model call after an assistant message."""
+    async def _continue_after_reply(self) -> None:
+        """Go on within the turn after an assistant message: apply steering
+        that arrived meanwhile (the next step calls the model with it), or
+        call the model again at once (``pause_turn``)."""
         state = self.state
         if state.steering:
             await self.loop.commit(
@@ -291,9 +294,10 @@ class TurnRunner:
         await loop.commit(events)
         self.acc = None
 
-    async def _flusher(self, flush: object, pending: object) -> None:
+    async def _flusher(
+        self, flush: Callable[[], Awaitable[None]], pending: Callable[[], bool]
+    ) -> None:
         """Flush buffered stream pieces at least every FLUSH_INTERVAL."""
-        assert callable(flush) and callable(pending)
         while True:
             await trio.sleep(FLUSH_INTERVAL)
             if pending():
