@@ -1,0 +1,62 @@
+"""The public surface: tests outside this repository import these names."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PUBLIC = {
+    "journal": {
+        "open_journal", "Journal", "Record", "Draft", "Event", "SessionLease", "SessionInfo",
+        "JournalError", "ConflictError", "FencedError", "DuplicateEventError",
+        "SessionNotFoundError", "JournalSchemaError", "JournalCorruptError",
+        "JournalClosedError", "JournalUnavailableError", "NotAJournalError",
+        "SCHEMA_VERSION", "content", "events", "encode_event", "decode_event",
+    },
+    "loopruntime": {
+        "LoopDefinition", "Limits", "Mode", "Delegate", "tool", "Tool", "ToolContext",
+        "ask_user", "ask_user_tool", "Loop", "LoopHost", "LoopState", "LoopStatus", "fold",
+        "Model", "ModelRequest", "Compactor", "ModelCompactor", "TRUNCATED_NOTICE",
+        "INTERRUPTED_NOTICE", "LoopError", "CommandError", "GateMismatchError",
+        "InvalidAnswerError", "LoopClosedError", "ModeNotFoundError", "ModelError",
+        "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError",
+    },
+    "loopruntime.models": {"ScriptedModel", "Reply", "ToolCall", "AnthropicModel"},
+    "session": {
+        "Session", "ROOT_LOOP", "StreamDelta", "SessionExistsError", "SessionLagError",
+        "UnknownSessionError", "VerifyError",
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_public_names_are_exported(module: str) -> None:
+    mod = importlib.import_module(module)
+    assert set(mod.__all__) == PUBLIC[module]
+    for name in mod.__all__:
+        assert getattr(mod, name) is not None
+
+
+def test_session_methods_of_the_design() -> None:
+    from session import Session
+
+    for method in (
+        "create", "restore", "submit", "steer", "cancel_queued", "interrupt", "answer",
+        "decide", "resolve", "compact", "change_mode", "snapshot", "verify", "subscribe",
+        "wait_idle", "shutdown", "collaborate", "resume_collaboration",
+    ):  # fmt: skip
+        assert callable(getattr(Session, method))
+
+
+def test_layers_only_look_down() -> None:
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    upward = {"journal": ("loopruntime", "session"), "loopruntime": ("session",)}
+    for package, forbidden in upward.items():
+        for path in (root / package).rglob("*.py"):
+            for line in path.read_text().splitlines():
+                match = re.match(r"\s*(?:from|import)\s+(\w+)", line)
+                assert not (match and match.group(1) in forbidden), f"{path}: {line.strip()}"
