@@ -440,26 +440,22 @@ def _loops_section(results: dict[str, Any], targets: Targets) -> list[str]:
     return lines
 
 
-def _journal_section(results: dict[str, Any]) -> list[str]:
-    rows = [
+def _rate_rows(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Rows in the shape ``benchmarks.journal`` and ``benchmarks.postgres`` return."""
+    return _table(
+        ["benchmark", "backend", "n", "rate/s", "bare/s", "ours / bare"],
         [
-            r["benchmark"],
-            r["backend"],
-            f"{r['n']:,}",
-            f"{r['rate']:,.0f}",
-            "-" if r["bare_rate"] is None else f"{r['bare_rate']:,.0f}",
-            _ratio(r["ratio"]),
-        ]
-        for r in results["journal"]["rows"]
-    ]
-    return [
-        "### Journal",
-        "",
-        "Journal operations beside a bare loop doing the same storage work "
-        "(see `benchmarks/journal.py`).",
-        "",
-        *_table(["benchmark", "backend", "n", "rate/s", "bare/s", "ours / bare"], rows),
-    ]
+            [
+                r["benchmark"],
+                r["backend"],
+                f"{r['n']:,}",
+                f"{r['rate']:,.0f}",
+                "-" if r["bare_rate"] is None else f"{r['bare_rate']:,.0f}",
+                _ratio(r["ratio"]),
+            ]
+            for r in rows
+        ],
+    )
 
 
 def report(results: dict[str, Any]) -> str:
@@ -485,12 +481,24 @@ def report(results: dict[str, Any]) -> str:
     if loops_ok:
         lines += ["", *_loops_section(results, targets)]
     if results.get("journal", {}).get("status") == "ok":
-        lines += ["", *_journal_section(results)]
+        lines += [
+            "",
+            "### Journal",
+            "",
+            "Journal operations beside a bare loop doing the same storage work "
+            "(`benchmarks/journal.py`).",
+            "",
+            *_rate_rows(results["journal"]["rows"]),
+        ]
     pg = results.get("postgres")
     if pg is not None:
         lines += ["", "### PostgreSQL journal", ""]
         if pg["status"] == "ok":
-            lines += [f"- {msgspec.json.encode(r).decode()}" for r in pg["rows"]]
+            lines += [
+                "Beside raw psycopg doing the same storage work (`benchmarks/postgres.py`).",
+                "",
+                *_rate_rows(pg["rows"]),
+            ]
         else:
             lines.append(f"{pg['status']}: {pg.get('reason', '')}")
     for name in SECTIONS:
@@ -524,8 +532,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"time budget of each LangGraph step run (default {peers.DEFAULT_MAX_SECONDS:g}, "
         "quick 10); a run over it is reported as skipped with how far it got",
     )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="PATH",
+        help="run nothing: print the report of a results file written earlier",
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="results JSON path")
     args = parser.parse_args(argv)
+    if args.from_json is not None:
+        print(report(msgspec.json.decode(args.from_json.read_bytes())))
+        return 0
     loops.quiet_logs()
     chosen = args.only or list(SECTIONS)
     results: dict[str, Any] = {
