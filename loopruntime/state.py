@@ -227,27 +227,48 @@ def fold(state: LoopState, record: Record) -> LoopState:
     event = record.event
     state.last_seq = record.seq
     match event:
-        case LoopStarted():
-            state.loop = record.loop
-            state.definition = event.definition
-            state.model = event.model
-            state.mode = event.mode
-            state.parent = event.parent
-        case LoopModeChanged():
-            state.mode = event.mode
-        case LoopStopped():
-            state.stopped = True
+        # The most frequent kinds first: match tries the cases in order.
+        case ModelOutput():
+            if event.effect_id == state.open_call:
+                state.open_output.extend(event.pieces)
+        case ModelCallStarted():
+            state.open_call = event.effect_id
+            state.open_output = []
+            state.step = event.step
+            state.turn_model_calls += 1
+        case ModelMessageCommitted():
+            if event.effect_id == state.open_call:
+                state.open_call = None
+                state.open_output = []
+            state.messages.append(event.message)
+            state.last_stop_reason = event.stop_reason
+            state.history_seq = record.seq
+            uses = [b for b in event.message.blocks if isinstance(b, ToolUse)]
+            if uses:
+                state.awaiting = [u.id for u in uses]
+                state.tool_uses = {u.id: u for u in uses}
+                state.results = {}
+                state.executions = {}
+                state.decided = {}
+                state.turn_tool_batches += 1
+        case ContextMeasured():
+            state.context = event
+        case ToolStarted():
+            state.running[event.execution_id] = event
+            state.executions[event.tool_use_id] = event.execution_id
+            state.turn_tool_calls += 1
+        case ToolCompleted():
+            state.running.pop(event.execution_id, None)
+            state.unknown.pop(event.execution_id, None)
+            _answer(
+                state,
+                _result(event.tool_use_id, event.content, event.disposition != "succeeded"),
+            )
+            state.history_seq = record.seq
         case InputQueued():
             state.queued.append(
                 QueuedInput(input_id=event.input_id, messages=event.messages, trigger=event.trigger)
             )
-        case InputCancelled():
-            state.queued = [q for q in state.queued if q.input_id != event.input_id]
-        case SteerQueued():
-            state.steering.append(QueuedSteer(steer_id=event.steer_id, text=event.text))
-        case SteerApplied():
-            _apply_steering(state, event.steer_ids)
-            state.history_seq = record.seq
         case TurnStarted():
             if state.turn_open:
                 raise FoldError(record.seq, "a turn started while another was open")
@@ -265,43 +286,25 @@ def fold(state: LoopState, record: Record) -> LoopState:
         case TurnEnded():
             state.turn_open = False
             state.last_outcome = event.outcome
-        case ModelCallStarted():
-            state.open_call = event.effect_id
-            state.open_output = []
-            state.step = event.step
-            state.turn_model_calls += 1
-        case ModelOutput():
-            if event.effect_id == state.open_call:
-                state.open_output.extend(event.pieces)
+        case LoopStarted():
+            state.loop = record.loop
+            state.definition = event.definition
+            state.model = event.model
+            state.mode = event.mode
+            state.parent = event.parent
+        case LoopModeChanged():
+            state.mode = event.mode
+        case LoopStopped():
+            state.stopped = True
+        case InputCancelled():
+            state.queued = [q for q in state.queued if q.input_id != event.input_id]
+        case SteerQueued():
+            state.steering.append(QueuedSteer(steer_id=event.steer_id, text=event.text))
+        case SteerApplied():
+            _apply_steering(state, event.steer_ids)
+            state.history_seq = record.seq
         case ModelCallFailed():
             pass
-        case ModelMessageCommitted():
-            if event.effect_id == state.open_call:
-                state.open_call = None
-                state.open_output = []
-            state.messages.append(event.message)
-            state.last_stop_reason = event.stop_reason
-            state.history_seq = record.seq
-            uses = [b for b in event.message.blocks if isinstance(b, ToolUse)]
-            if uses:
-                state.awaiting = [u.id for u in uses]
-                state.tool_uses = {u.id: u for u in uses}
-                state.results = {}
-                state.executions = {}
-                state.decided = {}
-                state.turn_tool_batches += 1
-        case ToolStarted():
-            state.running[event.execution_id] = event
-            state.executions[event.tool_use_id] = event.execution_id
-            state.turn_tool_calls += 1
-        case ToolCompleted():
-            state.running.pop(event.execution_id, None)
-            state.unknown.pop(event.execution_id, None)
-            _answer(
-                state,
-                _result(event.tool_use_id, event.content, event.disposition != "succeeded"),
-            )
-            state.history_seq = record.seq
         case ToolAbandoned():
             started = state.running.pop(event.execution_id, None)
             if event.reason == "interrupted":
@@ -333,8 +336,6 @@ def fold(state: LoopState, record: Record) -> LoopState:
                 state.grants.append(gate.tool_name)
         case GateCancelled():
             state.gates.pop(event.gate_id, None)
-        case ContextMeasured():
-            state.context = event
         case CompactionStarted():
             state.compacting = event.attempt_id
         case CompactionCommitted():

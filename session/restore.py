@@ -16,6 +16,7 @@ Settling never replays anything silently:
 
 from __future__ import annotations
 
+import gc
 import os
 
 from journal import Draft, Journal, SessionNotFoundError
@@ -44,11 +45,19 @@ __all__ = ["read_states", "resolve_offline", "settle_restored"]
 async def read_states(journal: Journal, session_id: str) -> dict[str, LoopState]:
     """Fold every loop of a session from one read of its journal."""
     states: dict[str, LoopState] = {}
-    async for record in journal.read(session_id):
-        state = states.get(record.loop)
-        if state is None:
-            state = states[record.loop] = LoopState()
-        fold(state, record)
+    # Folding allocates many long-lived objects and makes no cycles: the
+    # cyclic collector would only rescan them again and again.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        async for record in journal.read(session_id):
+            state = states.get(record.loop)
+            if state is None:
+                state = states[record.loop] = LoopState()
+            fold(state, record)
+    finally:
+        if collecting:
+            gc.enable()
     # Streams without loop.started (a collaboration's) are not loops.
     return {loop_id: state for loop_id, state in states.items() if state.loop}
 
