@@ -351,16 +351,17 @@ class Loop:
         state = self.state
         match command:
             case UserInput():
-                await self.commit(
-                    [
-                        InputQueued(
-                            input_id=command.input_id,
-                            messages=command.messages,
-                            trigger=command.trigger,
-                        )
-                    ],
-                    cause=command.cause,
+                queued = InputQueued(
+                    input_id=command.input_id,
+                    messages=command.messages,
+                    trigger=command.trigger,
                 )
+                if self._may_start_turn(extra=True) and not self._wants_compaction():
+                    # Idle: the input and the turn it starts are one commit.
+                    await self._start_turn([queued], cause=command.cause)
+                    command.reply.set(command.input_id)
+                    return
+                await self.commit([queued], cause=command.cause)
                 command.reply.set(command.input_id)
                 await self._maybe_start_turn()
             case SubagentResult():
@@ -485,39 +486,51 @@ class Loop:
 
     # -- turns -----------------------------------------------------------------
 
-    async def _maybe_start_turn(self) -> None:
+    def _may_start_turn(self, *, extra: bool = False) -> bool:
+        """Nothing stands in the way of a new turn (``extra``: input about to
+        be queued counts as queued)."""
         state = self.state
-        if (
+        return not (
             self._turn_task_running
             or self._stopping
+            or self._compacting
             or state.turn_open
             or state.stopped
             or state.gates
             or state.unknown
-            or not (state.queued or state.steering)
-        ):
-            return
-        if self._compacting:
+            or not (extra or state.queued or state.steering)
+        )
+
+    async def _maybe_start_turn(self) -> None:
+        if not self._may_start_turn():
             return
         if self._maybe_auto_compact():
             return
-        await self.commit(
-            [
-                TurnStarted(
-                    turn=state.turn_index + 1,
-                    input_ids=tuple(q.input_id for q in state.queued),
-                    steer_ids=tuple(s.steer_id for s in state.steering),
-                )
-            ]
+        await self._start_turn([])
+
+    async def _start_turn(self, first: list[Event], *, cause: str | None = None) -> None:
+        """Commit ``first`` and ``turn.started`` (taking every queued input and
+        steering) in one commit, then run the turn."""
+        state = self.state
+        inputs = [q.input_id for q in state.queued]
+        inputs += [e.input_id for e in first if isinstance(e, InputQueued)]
+        started = TurnStarted(
+            turn=state.turn_index + 1,
+            input_ids=tuple(inputs),
+            steer_ids=tuple(s.steer_id for s in state.steering),
         )
+        await self.commit([*first, started], cause=cause)
         self._spawn_turn()
+
+    def _wants_compaction(self) -> bool:
+        from .compaction import needs_compaction
+
+        return self._auto_tried_at != self.state.history_seq and needs_compaction(self)
 
     def _maybe_auto_compact(self) -> bool:
         """Compact before starting a turn when the context passed its
         threshold (once per history state, so a rejection cannot loop)."""
-        from .compaction import needs_compaction
-
-        if self._auto_tried_at == self.state.history_seq or not needs_compaction(self):
+        if not self._wants_compaction():
             return False
         self._auto_tried_at = self.state.history_seq
         self._start_compaction(new_id("cmp_"), "auto", None)

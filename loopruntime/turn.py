@@ -230,14 +230,19 @@ class TurnRunner:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._flusher, flush, lambda: bool(buffer))
             try:
+                boundary = False
                 async with resolved.model.stream(request) as stream:
                     async for delta in stream:
                         acc.feed(delta)
                         loop.host.publish_delta(loop.id, effect_id, delta)
                         if isinstance(delta, Piece):
-                            buffer.append(delta)
-                            if isinstance(delta, BlockStopped):
+                            if boundary:
+                                # A block ended: its pieces reach the journal
+                                # as the next begins.  The last block's go in
+                                # the commit of the message itself.
                                 await flush()
+                            buffer.append(delta)
+                            boundary = isinstance(delta, BlockStopped)
             except ModelError as exc:
                 error = exc
             except Exception as exc:
@@ -254,6 +259,7 @@ class TurnRunner:
                 code=error.code,
                 detail=str(error),
                 settle=[
+                    *self._rest(effect_id, buffer),
                     ModelCallFailed(
                         effect_id=effect_id,
                         kind=error.error_kind,
@@ -264,7 +270,8 @@ class TurnRunner:
                     self._message(effect_id, step, notice="truncated"),
                 ],
             )
-        events: list[Event] = [self._message(effect_id, step, notice=None)]
+        events: list[Event] = [*self._rest(effect_id, buffer)]
+        events.append(self._message(effect_id, step, notice=None))
         # Tool calls whose streamed input is not a JSON object are answered in
         # the same commit as the message, so the fold (live or restored)
         # never waits on a call that cannot run.
@@ -291,8 +298,26 @@ class TurnRunner:
                 window=resolved.model.context_window,
             )
         )
+        if self._ends_the_turn(acc):
+            # The common last step: message and turn end in one commit.
+            await self.end("completed", settle=events)
         await loop.commit(events)
         self.acc = None
+
+    def _ends_the_turn(self, acc: Accumulator) -> bool:
+        """A reply after which the turn simply completes (what _after_reply
+        would decide for it, decided before the commit)."""
+        return (
+            not acc.tool_uses()
+            and not acc.invalid_tool_inputs
+            and acc.stop_reason not in ("pause_turn", "refusal", "max_tokens")
+            and not self.state.steering
+        )
+
+    @staticmethod
+    def _rest(effect_id: str, buffer: list[Piece]) -> list[Event]:
+        """The stream pieces not yet journaled, to commit with what ends the call."""
+        return [ModelOutput(effect_id=effect_id, pieces=coalesce(buffer))] if buffer else []
 
     async def _flusher(
         self, flush: Callable[[], Awaitable[None]], pending: Callable[[], bool]

@@ -197,6 +197,7 @@ async def test_stream_failure_mid_reply(autojump_clock: trio.abc.Clock) -> None:
         "model.call_started",
         "model.output",
         "input.queued",
+        "model.output",  # what had arrived, committed with the failure
         "model.call_failed",
         "model.message_committed",
         "turn.ended",
