@@ -61,6 +61,14 @@ class Reply(Generic[T]):
     def done(self) -> bool:
         return self._done.is_set()
 
+    def result(self) -> T:
+        """The value of a settled reply (raises what it was failed with)."""
+        if not self._done.is_set():
+            raise RuntimeError("the reply is not settled yet")
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
     async def wait(self) -> T:
         await self._done.wait()
         if self._error is not None:

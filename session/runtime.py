@@ -126,6 +126,7 @@ class Session:
         self.loops: dict[str, Loop] = {}
         self._queue: list[_Pending] = []
         self._wake = trio.Event()
+        self._writing = False
         self._head = 0
         self._failed: BaseException | None = None
         self._subscribers: set[_Subscriber] = set()
@@ -357,6 +358,20 @@ class Session:
             [Draft(id=_new_id("ev_"), loop=loop.id, event=e, cause=cause) for e in events],
             guard,
         )
+        if not self._writing and not self._queue and guard is None:
+            # Nothing in flight: append from this task, sparing the hop to the
+            # writer.  Commits arriving meanwhile queue up and go together next.
+            self._writing = True
+            try:
+                await self._append([pending])
+            except BaseException as exc:
+                self._fail(exc, [pending])
+                raise
+            finally:
+                self._writing = False
+                if self._queue:
+                    self._wake.set()
+            return pending.reply.result()
         self._queue.append(pending)
         self._wake.set()
         # Shielded: once asked for, a commit runs to its end, so the caller
@@ -365,12 +380,24 @@ class Session:
             records = await pending.reply.wait()
         return records
 
+    def _fail(self, exc: BaseException, batch: list[_Pending]) -> None:
+        """A journal failure stops the session: nobody may go on believing
+        something is durable that is not, and nobody waits forever on a
+        commit that will never happen."""
+        self._failed = exc
+        for p in [*batch, *self._queue]:
+            p.reply.fail(exc)
+        self._queue = []
+        self.log.error("journal_append_failed", error=repr(exc))
+
     async def _write(self) -> None:
         while True:
-            if not self._queue:
+            if not self._queue or self._writing:
                 self._wake = trio.Event()
                 await self._wake.wait()
+                continue
             batch, self._queue = self._queue, []
+            self._writing = True
             try:
                 group: list[_Pending] = []
                 for pending in batch:
@@ -386,14 +413,10 @@ class Session:
                     group.append(pending)
                 await self._append(group)
             except BaseException as exc:
-                # A journal failure stops the session: nobody may go on
-                # believing something is durable that is not, and nobody
-                # waits forever on a commit that will never happen.
-                self._failed = exc
-                for p in [*batch, *self._queue]:
-                    p.reply.fail(exc)
-                self.log.error("journal_append_failed", error=repr(exc))
+                self._fail(exc, batch)
                 raise
+            finally:
+                self._writing = False
 
     async def _append(self, group: list[_Pending]) -> None:
         """Append a group in one atomic append, fold, publish, release."""
