@@ -280,7 +280,8 @@ class Loop:
 
     async def send(self, command: Command) -> Any:
         """Deliver a command and wait for its acceptance (or its error)."""
-        if self._mailbox.closed:
+        if self._mailbox.closed or self.state.stopped:
+            # A stopped loop (finished for good) has no actor to answer.
             raise closed_error(self.id)
         if isinstance(command, PRIORITY):
             self._mailbox.send_priority(command)

@@ -18,7 +18,7 @@ import msgspec
 import structlog
 import trio
 
-from journal import Draft, Journal, Record, SessionNotFoundError
+from journal import Draft, Journal, JournalError, Record, SessionNotFoundError
 from journal.content import Block, Message, ResultBlock, Text
 from journal.events import Event, Provenance
 from loopruntime import Loop, LoopDefinition, LoopState
@@ -205,36 +205,44 @@ class Session:
         self._lease = lease
         self._head = lease.head
         raised: Exception | None = None
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self._write)
-            if restoring:
-                from .restore import settle_restored
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._write)
+                if restoring:
+                    from .restore import settle_restored
 
+                    for loop_id, state in states.items():
+                        loop = self._make_loop(loop_id, state)
+                        await self.commit(loop, settle_restored(state, loop.definition))
                 for loop_id, state in states.items():
-                    loop = self._make_loop(loop_id, state)
-                    await self.commit(loop, settle_restored(state, loop.definition))
-            for loop_id, state in states.items():
-                loop = self.loops.get(loop_id) or self._make_loop(loop_id, state)
-                if state.stopped:
-                    continue
-                await nursery.start(loop.run)
-            for loop in list(self.loops.values()):
-                for child in loop.state.children.values():
-                    # A background child whose result the parent never got.
-                    if child.background and child.status == "running":
-                        if child.child_loop in self.loops:
-                            self.watch_background(loop, child.child_loop)
-            try:
-                yield
-            except Exception as exc:
-                # The caller's own error: raised as itself after the session
-                # closes, not wrapped in the nursery's exception group.
-                raised = exc
-            finally:
-                with trio.CancelScope(shield=True):
-                    await self.shutdown()
-                nursery.cancel_scope.cancel()
+                    loop = self.loops.get(loop_id) or self._make_loop(loop_id, state)
+                    if state.stopped:
+                        continue
+                    await nursery.start(loop.run)
+                for loop in list(self.loops.values()):
+                    for child in loop.state.children.values():
+                        # A background child whose result the parent never got.
+                        if child.background and child.status == "running":
+                            if child.child_loop in self.loops:
+                                self.watch_background(loop, child.child_loop)
+                try:
+                    yield
+                except Exception as exc:
+                    # The caller's own error: raised as itself after the session
+                    # closes, not wrapped in the nursery's exception group.
+                    raised = exc
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await self.shutdown()
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # A journal failure stops every task of the session; the caller
+            # gets the journal's own error, not a tree of task groups.
+            failure = _journal_failure(group)
+            if failure is None:
+                raise
+            raise failure from None
         if raised is not None:
             raise raised
 
@@ -599,3 +607,21 @@ class Session:
                 await sub.lot.park()
         finally:
             self._subscribers.discard(sub)
+
+
+def _journal_failure(group: BaseExceptionGroup[BaseException]) -> JournalError | None:
+    """The journal error behind a group made only of it (and cancellations)."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    found = [e for e in leaves if isinstance(e, JournalError)]
+    if found and all(isinstance(e, JournalError | trio.Cancelled) for e in leaves):
+        return found[0]
+    return None

@@ -4,11 +4,12 @@ restore of a tree after SIGKILL."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
-from journal import open_journal
+from journal import JournalUnavailableError, open_journal
 from journal.content import Text, ToolResult
 from journal.events import (
     ChildFinished,
@@ -216,3 +217,70 @@ async def test_sigkill_with_three_running_children_then_restore(tmp_path: Path) 
     assert state.last_outcome == "completed"
     assert state.messages[-1].blocks == (Text(text="summarised what the researchers had"),)
     assert unanswered_tool_uses(state.messages) == []
+
+
+class _DiesBeforeDelivery:
+    """A journal that fails (like a crash) on the append delivering a child's
+    result to its parent; everything before it is durable in ``inner``."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.url = inner.url
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def append(self, lease: Any, drafts: Any, *, expected_seq: int) -> Any:
+        if any(isinstance(d.event, ChildFinished) for d in drafts):
+            raise JournalUnavailableError("the process died here")
+        return await self.inner.append(lease, drafts, expected_seq=expected_seq)
+
+
+async def test_background_result_is_delivered_exactly_once_after_a_crash() -> None:
+    watcher = LoopDefinition(name="watcher", model=ScriptedModel([Reply(text="all green")]))
+
+    def lead(replies: list[Reply]) -> LoopDefinition:
+        return LoopDefinition(
+            name="lead",
+            model=ScriptedModel(replies),
+            delegates=[
+                Delegate(name="watch", description="W", definition=watcher, background=True)
+            ],
+        )
+
+    async with open_journal("memory:") as inner:
+        dying = _DiesBeforeDelivery(inner)
+        with pytest.raises(JournalUnavailableError):
+            async with Session.create(
+                dying,
+                lead(
+                    [
+                        Reply(tool_calls=[ToolCall(name="watch", input={"task": "w"})]),
+                        Reply(text="watching"),
+                    ]
+                ),
+                session_id="ses_bg",
+            ) as s:
+                await s.submit("watch")
+                await s.wait_idle()
+        before = await records(inner, "ses_bg")
+        assert not any(isinstance(r.event, ChildFinished) for r in before)
+        assert any(
+            r.event.__struct_config__.tag == "turn.ended" and "/" in r.loop for r in before
+        )  # the child had finished; its result never reached the parent
+        d = lead([Reply(text="the watcher reported: all green")])
+        async with Session.restore(inner, "ses_bg", d) as s2:
+            await s2.wait_idle()
+            state = await s2.snapshot()
+            await s2.verify()
+        async with Session.restore(inner, "ses_bg", d) as s3:  # and once more
+            await s3.wait_idle()
+        after = await records(inner, "ses_bg")
+    finished = [r.event for r in after if isinstance(r.event, ChildFinished)]
+    notes = [
+        r.event
+        for r in after
+        if isinstance(r.event, InputQueued) and r.event.trigger == "notification"
+    ]
+    assert len(finished) == 1 and len(notes) == 1
+    assert state.messages[-1].blocks == (Text(text="the watcher reported: all green"),)
