@@ -686,23 +686,17 @@ class FailingJournal:
         return await self.inner.append(lease, drafts, expected_seq=expected_seq)
 
 
-def leaves(error: BaseException) -> list[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for e in error.exceptions for leaf in leaves(e)]
-    return [error]
-
-
 async def test_a_journal_failure_while_committing_stops_the_loop_not_a_rejection() -> None:
     d = three_exchanges(TestCompactor(summary()))
     async with open_journal("memory:") as journal:
         failing = FailingJournal(journal, CompactionCommitted)
-        with pytest.raises(BaseExceptionGroup) as info:
+        # The session stops with the journal's own error, not a rejection.
+        with pytest.raises(JournalUnavailableError):
             async with Session.create(failing, d) as s:
                 await talk(s, "u1", "u2", "u3")
                 await s.compact()
                 await s.wait_idle()
         seq = await tags(journal, s.id)
-    assert any(isinstance(e, JournalUnavailableError) for e in leaves(info.value))
     assert seq[-1] == "compaction.started"
     assert "compaction.rejected" not in seq and "compaction.committed" not in seq
 
