@@ -166,7 +166,9 @@ class TurnRunner:
                 disposition="rejected",
             )
             for u in uses
-            if u.id not in self.state.results
+            # Only calls still waiting for a result: a call answered already
+            # (e.g. its input was not JSON) is never answered twice.
+            if u.id in self.state.awaiting and u.id not in self.state.results
         ]
 
     async def end(

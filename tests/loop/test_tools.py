@@ -28,6 +28,7 @@ from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from loopruntime.notices import INTERRUPTED_TOOL_RESULT, TRUNCATED_TOOL_CALL_RESULT
 from session import Session
+from session.replay import check
 from tests.support.loops import events_of, squash, tags
 
 
@@ -56,6 +57,8 @@ async def run(definition: LoopDefinition, text: str = "go") -> tuple[Any, str, l
             await s.wait_idle()
             state = await s.snapshot()
             await s.verify()
+        report = await check(journal, s.id)
+        assert report.ok, report.summary()
         return state, s.id, squash(await tags(journal, s.id))
 
 
