@@ -481,7 +481,7 @@ class _Ahead:
 class _Append:
     """One append waiting for the group commit."""
 
-    __slots__ = ("bodies", "drafts", "expected_seq", "lease", "result")
+    __slots__ = ("bodies", "drafts", "expected_seq", "lease", "result", "taken")
 
     def __init__(
         self, lease: SessionLease, drafts: Sequence[Draft], expected_seq: int, bodies: list[bytes]
@@ -493,6 +493,8 @@ class _Append:
             bodies,
         )
         self.result: list[Record] | BaseException | None = None
+        self.taken = False
+        """A leader took it into a batch: its outcome is no longer ours to drop."""
 
 
 class _Head:
@@ -865,10 +867,9 @@ class PostgresJournal:
         """Append ``drafts`` atomically after ``expected_seq``; return them as records.
 
         Durable on return (the transaction committed).  Idempotent by event
-        id.  If the caller is cancelled before the batch carrying this append
-        is sent, nothing is written; once it is sent, the append commits or
-        not regardless, and the caller learns which by appending the same
-        drafts again.
+        id.  Atomic under cancellation: cancelled before the batch carrying
+        this append is sent, it raises ``Cancelled`` and nothing is written;
+        once sent, the call waits for the batch's outcome and reports it.
         """
         self._check_open()
         for d in drafts:
@@ -880,7 +881,14 @@ class PostgresJournal:
         try:
             while item.result is None:
                 if not self._idle_writers:
-                    await self._written.wait()
+                    if item.taken:
+                        # Sent in another task's batch: wait for its outcome
+                        # even if cancelled, so a cancelled append never
+                        # leaves the caller unsure whether it was written.
+                        with trio.CancelScope(shield=True):
+                            await self._written.wait()
+                    else:
+                        await self._written.wait()
                     continue
                 self._check_open()
                 # This task leads the next group commit: it takes every append
@@ -890,6 +898,8 @@ class PostgresJournal:
                 try:
                     await self._gather()
                     batch, self._pending = self._pending, []
+                    for taken in batch:
+                        taken.taken = True
                     if batch:
                         # Not abandoned on cancel: the outcome must be recorded.
                         await trio.to_thread.run_sync(writer.commit, batch)

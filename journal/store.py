@@ -5,7 +5,9 @@ The contract (proven for each backend by ``journal.testing``):
 * ``open_session`` bumps the session's *incarnation*; appends made through an
   older lease fail with ``FencedError``.
 * ``append`` is atomic (all drafts or none), assigns gap-free ``seq`` from
-  ``expected_seq + 1``, and returns only once the records are durable.  A stale
+  ``expected_seq + 1``, and returns only once the records are durable.  It is
+  atomic under cancellation too: if it raises ``trio.Cancelled``, nothing was
+  appended; once the drafts are on their way it finishes and returns.  A stale
   ``expected_seq`` is a ``ConflictError``.  Re-appending drafts whose ids are
   all stored with identical content returns the stored records (idempotent);
   the same id with other content is a ``DuplicateEventError``.

@@ -372,6 +372,8 @@ class Session:
             self._writing = True
             try:
                 await self._append([pending])
+            except trio.Cancelled:
+                raise  # nothing was appended (the journal's contract): nothing to undo
             except BaseException as exc:
                 self._fail(exc, [pending])
                 raise
@@ -431,8 +433,10 @@ class Session:
         if not group:
             return
         drafts = [d for p in group for d in p.drafts]
-        with trio.CancelScope(shield=True):
-            records = await self.journal.append(self._lease, drafts, expected_seq=self._head)
+        # No shield needed: the journal's append is atomic under cancellation
+        # (a Cancelled append wrote nothing; one under way finishes), and all
+        # that follows is synchronous.
+        records = await self.journal.append(self._lease, drafts, expected_seq=self._head)
         self._head = records[-1].seq
         at = 0
         for p in group:

@@ -583,6 +583,38 @@ class JournalContract:
 
     # -- concurrency -------------------------------------------------------------------
 
+    @pytest.mark.parametrize("rounds", [1, 2, 3, 6])
+    async def test_append_is_atomic_under_cancellation(self, backend: Backend, rounds: int) -> None:
+        """A cancelled append either wrote nothing (it raised Cancelled) or
+        finished and returned; it never wrote without telling its caller."""
+        sessions = [new_session() for _ in range(12)]
+        async with backend.open() as journal:
+            leases = {s: await journal.open_session(s) for s in sessions}
+            returned: dict[str, bool] = {}
+            scopes: list[trio.CancelScope] = []
+
+            async def appender(session: str) -> None:
+                with trio.CancelScope() as scope:
+                    scopes.append(scope)
+                    await journal.append(
+                        leases[session],
+                        [Draft(id=f"{session}-a", loop="main", event=notice(1))],
+                        expected_seq=0,
+                    )
+                    returned[session] = True
+                returned.setdefault(session, False)
+
+            async with trio.open_nursery() as nursery:
+                for s in sessions:
+                    nursery.start_soon(appender, s)
+                for _ in range(rounds):
+                    await trio.lowlevel.checkpoint()
+                for scope in scopes[::2]:  # cancel every other appender, mid-flight
+                    scope.cancel()
+            for s in sessions:
+                stored = [r.id async for r in journal.read(s)]
+                assert stored == ([f"{s}-a"] if returned[s] else []), (s, returned[s])
+
     async def test_concurrent_appenders_on_many_sessions(self, backend: Backend) -> None:
         sessions = [new_session() for _ in range(6)]
         writers_per_session, records_per_writer = 5, 4
