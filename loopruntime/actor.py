@@ -12,7 +12,7 @@ publishes them, and only then returns to the caller.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol
 
 import structlog
@@ -200,6 +200,10 @@ class Loop:
         self._quiet = trio.lowlevel.ParkingLot()
         self._stopping = False
         self._stopped = trio.Event()
+        self._flush_deadline: float | None = None
+        self._flush: Callable[[], Awaitable[None]] | None = None
+        self._flusher_started = False
+        self._flush_lot = trio.lowlevel.ParkingLot()
         self._compacting = False
         self._pending_compactions: list[tuple[str, str | None]] = []
         self._auto_tried_at = -1
@@ -234,6 +238,36 @@ class Loop:
         if waiter is None:
             waiter = self._gate_waiters[gate_id] = Reply()
         return waiter
+
+    def flush_at(self, deadline: float, flush: Callable[[], Awaitable[None]]) -> None:
+        """Have ``flush`` run at ``deadline`` (trio time) unless cancelled first.
+        One flusher task serves every model call of a turn (cheaper than a task
+        per call); it retires when the loop has no turn running."""
+        self._flush_deadline, self._flush = deadline, flush
+        if not self._flusher_started:
+            self._flusher_started = True
+            self._nursery.start_soon(self._flusher)
+        else:
+            self._flush_lot.unpark_all()
+
+    def cancel_flush(self) -> None:
+        self._flush_deadline, self._flush = None, None
+
+    async def _flusher(self) -> None:
+        while True:
+            deadline = self._flush_deadline
+            if deadline is None:
+                if not self._turn_task_running:
+                    # An idle loop keeps no flusher task (memory per idle loop).
+                    self._flusher_started = False
+                    return
+                await self._flush_lot.park()
+                continue
+            await trio.sleep_until(deadline)
+            flush = self._flush
+            if flush is not None and self._flush_deadline == deadline:
+                self.cancel_flush()
+                await flush()
 
     def parked(self) -> None:
         """The turn waits on a person: a requested compaction may run now."""
@@ -581,6 +615,7 @@ class Loop:
             self._turn_task_running = False
             self._turn_scope = None
             self._turn_finished.set()
+            self._flush_lot.unpark_all()  # the flusher may retire
             if not self._mailbox.closed:
                 self._mailbox.send_priority(_TurnDone())
             self.busy(-1)

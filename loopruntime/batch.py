@@ -178,6 +178,11 @@ async def _ask_permission(turn: TurnRunner, use: ToolUse, tool: Tool) -> bool:
 
 
 async def _execute(turn: TurnRunner, calls: list[_Call]) -> None:
+    if all(c.tool.concurrency == "exclusive" for c in calls):
+        # Nothing may overlap: run them in order, no task group needed.
+        for call in calls:
+            await _run_one(turn, call)
+        return
     limiter = trio.CapacityLimiter(max(1, turn.resolved.limits.max_parallel_tool_calls))
     async with trio.open_nursery() as nursery:
         running: list[trio.Event] = []

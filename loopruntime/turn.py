@@ -12,7 +12,6 @@ abandoned tool calls, the cancelled gates, and ``turn.ended(interrupted)``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -225,34 +224,37 @@ class TurnRunner:
 
         async def flush() -> None:
             nonlocal buffer
+            loop.cancel_flush()
             if buffer:
                 pieces, buffer = coalesce(buffer), []
                 await loop.commit([ModelOutput(effect_id=effect_id, pieces=pieces)])
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._flusher, flush, lambda: bool(buffer))
-            try:
-                boundary = False
-                async with resolved.model.stream(request) as stream:
-                    async for delta in stream:
-                        acc.feed(delta)
-                        loop.host.publish_delta(loop.id, effect_id, delta)
-                        if isinstance(delta, Piece):
-                            if boundary:
-                                # A block ended: its pieces reach the journal
-                                # as the next begins.  The last block's go in
-                                # the commit of the message itself.
-                                await flush()
-                            buffer.append(delta)
-                            boundary = isinstance(delta, BlockStopped)
-            except ModelError as exc:
-                error = exc
-            except Exception as exc:
-                # An adapter bug must not take the loop down: the turn fails
-                # with a code saying so, and the partial reply is kept.
-                error = ModelError(f"model adapter failed: {exc!r}", kind="protocol")
-            finally:
-                nursery.cancel_scope.cancel()
+        try:
+            boundary = False
+            async with resolved.model.stream(request) as stream:
+                async for delta in stream:
+                    acc.feed(delta)
+                    loop.host.publish_delta(loop.id, effect_id, delta)
+                    if isinstance(delta, Piece):
+                        if boundary:
+                            # A block ended: its pieces reach the journal as
+                            # the next begins.  The last block's go in the
+                            # commit of the message itself.
+                            await flush()
+                        if not buffer:
+                            # Whatever happens to the stream, these pieces
+                            # reach the journal within FLUSH_INTERVAL.
+                            loop.flush_at(trio.current_time() + FLUSH_INTERVAL, flush)
+                        buffer.append(delta)
+                        boundary = isinstance(delta, BlockStopped)
+        except ModelError as exc:
+            error = exc
+        except Exception as exc:
+            # An adapter bug must not take the loop down: the turn fails with a
+            # code saying so, and the partial reply is kept.
+            error = ModelError(f"model adapter failed: {exc!r}", kind="protocol")
+        finally:
+            loop.cancel_flush()
         if error is not None:
             self.log.warning("model_call_failed", code=error.code, error=str(error))
             await self.end(
@@ -320,15 +322,6 @@ class TurnRunner:
     def _rest(effect_id: str, buffer: list[Piece]) -> list[Event]:
         """The stream pieces not yet journaled, to commit with what ends the call."""
         return [ModelOutput(effect_id=effect_id, pieces=coalesce(buffer))] if buffer else []
-
-    async def _flusher(
-        self, flush: Callable[[], Awaitable[None]], pending: Callable[[], bool]
-    ) -> None:
-        """Flush buffered stream pieces at least every FLUSH_INTERVAL."""
-        while True:
-            await trio.sleep(FLUSH_INTERVAL)
-            if pending():
-                await flush()
 
     def _message(self, effect_id: str, step: int, *, notice: str | None) -> ModelMessageCommitted:
         acc = self.acc or Accumulator()
