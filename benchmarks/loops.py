@@ -35,15 +35,16 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
 import trio
 
-from journal import Draft, Journal, Record, SessionInfo, SessionLease, open_journal
+from journal import Draft, Journal, Record, SessionLease, open_journal
 from journal.content import ToolResult
 from journal.events import Event
+from journal.forwarding import ForwardingJournal
 from loopruntime import Limits, LoopDefinition, ModelRequest, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
@@ -144,7 +145,7 @@ class GcClock:
         gc.callbacks.remove(self._callback)
 
 
-class TimedJournal:
+class TimedJournal(ForwardingJournal):
     """A ``Journal`` that forwards every call and times each ``append``.
 
     The session's writer calls ``append`` once per group of commits, so these are the
@@ -152,13 +153,9 @@ class TimedJournal:
     """
 
     def __init__(self, inner: Journal) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.latencies: list[float] = []
         self.records = 0
-
-    async def open_session(self, session: str, *, create: bool = True) -> SessionLease:
-        return await self.inner.open_session(session, create=create)
 
     async def append(
         self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
@@ -168,21 +165,6 @@ class TimedJournal:
         self.latencies.append(time.perf_counter() - start)
         self.records += len(records)
         return records
-
-    def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
-        return self.inner.read(session, after=after)
-
-    def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
-        return self.inner.tail(session, after=after)
-
-    async def head(self, session: str) -> int:
-        return await self.inner.head(session)
-
-    async def sessions(self) -> list[SessionInfo]:
-        return await self.inner.sessions()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
     def reset(self) -> None:
         self.latencies = []

@@ -20,6 +20,7 @@ from .errors import JournalUnavailableError as JournalUnavailableError
 from .errors import NotAJournalError as NotAJournalError
 from .errors import SessionNotFoundError as SessionNotFoundError
 from .events import Event as Event
+from .forwarding import ForwardingJournal as ForwardingJournal
 from .record import Draft as Draft
 from .record import Record as Record
 from .store import Journal as Journal
@@ -34,6 +35,7 @@ __all__ = [
     "DuplicateEventError",
     "Event",
     "FencedError",
+    "ForwardingJournal",
     "Journal",
     "JournalClosedError",
     "JournalCorruptError",

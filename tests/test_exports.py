@@ -13,6 +13,7 @@ PUBLIC = {
         "SessionNotFoundError", "JournalSchemaError", "JournalCorruptError",
         "JournalClosedError", "JournalUnavailableError", "NotAJournalError",
         "SCHEMA_VERSION", "content", "events", "encode_event", "decode_event",
+        "ForwardingJournal",
     },
     "loopruntime": {
         "LoopDefinition", "Limits", "Mode", "Delegate", "tool", "Tool", "ToolContext",

@@ -19,6 +19,7 @@ from journal.events import (
     ModelMessageCommitted,
     TurnEnded,
 )
+from journal.forwarding import ForwardingJournal
 from loopruntime import INTERRUPTED_NOTICE, TRUNCATED_NOTICE, Delegate, LoopDefinition
 from loopruntime.context import unanswered_tool_uses
 from loopruntime.models import Reply, ScriptedModel, ToolCall
@@ -219,16 +220,9 @@ async def test_sigkill_with_three_running_children_then_restore(tmp_path: Path) 
     assert unanswered_tool_uses(state.messages) == []
 
 
-class _DiesBeforeDelivery:
+class _DiesBeforeDelivery(ForwardingJournal):
     """A journal that fails (like a crash) on the append delivering a child's
     result to its parent; everything before it is durable in ``inner``."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.url = inner.url
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     async def append(self, lease: Any, drafts: Any, *, expected_seq: int) -> Any:
         if any(isinstance(d.event, ChildFinished) for d in drafts):

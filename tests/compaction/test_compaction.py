@@ -20,6 +20,7 @@ from journal.events import (
     ModelMessageCommitted,
     ToolCompleted,
 )
+from journal.forwarding import ForwardingJournal
 from loopruntime import Limits, LoopDefinition, LoopStatus, ModelCompactor, ToolContext, tool
 from loopruntime.compaction import SUMMARY_HEADER, measured_fraction
 from loopruntime.context import unanswered_tool_uses
@@ -670,15 +671,12 @@ async def test_manual_compactions_requested_together_run_one_after_another() -> 
 # -- a journal failure is an error, never a rejection ---------------------------------
 
 
-class FailingJournal:
+class FailingJournal(ForwardingJournal):
     """A real journal whose append fails when it holds a ``fail_on`` event."""
 
     def __init__(self, inner: Journal, fail_on: type[Event]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.fail_on = fail_on
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     async def append(self, lease: Any, drafts: Any, *, expected_seq: int) -> list[Record]:
         if any(isinstance(d.event, self.fail_on) for d in drafts):

@@ -31,14 +31,14 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import structlog
 import trio
 
-from journal import Draft, Journal, Record, SessionInfo, SessionLease, open_journal
+from journal import Draft, Journal, Record, SessionLease, open_journal
 from journal.content import Message, Text, ToolResult
 from journal.events import (
     CompactionCommitted,
@@ -48,6 +48,7 @@ from journal.events import (
     TurnEnded,
     TurnStarted,
 )
+from journal.forwarding import ForwardingJournal
 from loopruntime import LoopDefinition, ToolContext, tool
 from loopruntime.compaction import Summary, render_summary
 from loopruntime.model import Model, ModelRequest
@@ -215,19 +216,15 @@ def brain(request: ModelRequest) -> Reply:
 # -- the journal wrapper that picks the moment of death -----------------------------------
 
 
-class KillingJournal:
+class KillingJournal(ForwardingJournal):
     """The real journal, recording every record an append returned, and
     SIGKILLing this process right after the ``kill_after``-th append."""
 
     def __init__(self, inner: Journal, workdir: Path, kill_after: int | None) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.seen = workdir / "seen"
         self.kill_after = kill_after
         self.appends = 0
-
-    async def open_session(self, session: str, *, create: bool = True) -> SessionLease:
-        return await self.inner.open_session(session, create=create)
 
     async def append(
         self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
@@ -238,21 +235,6 @@ class KillingJournal:
         if self.appends == self.kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
         return records
-
-    def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
-        return self.inner.read(session, after=after)
-
-    def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
-        return self.inner.tail(session, after=after)
-
-    async def head(self, session: str) -> int:
-        return await self.inner.head(session)
-
-    async def sessions(self) -> list[SessionInfo]:
-        return await self.inner.sessions()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 # -- the host: drives the scenario from whatever state the journal is in -------------------

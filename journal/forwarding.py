@@ -1,0 +1,46 @@
+"""ForwardingJournal: a journal that passes every call to another one.
+
+Subclass it to observe or intercept appends without re-implementing the
+protocol: time them (benchmarks), fail one (tests of a journal failure), or
+stop the process at a chosen commit (crash-point tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+from .record import Draft, Record
+from .store import Journal, SessionInfo, SessionLease
+
+__all__ = ["ForwardingJournal"]
+
+
+class ForwardingJournal:
+    """Every call goes to ``inner``; override what you need."""
+
+    def __init__(self, inner: Journal) -> None:
+        self.inner = inner
+        self.url = inner.url
+
+    async def open_session(self, session: str, *, create: bool = True) -> SessionLease:
+        return await self.inner.open_session(session, create=create)
+
+    async def append(
+        self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
+    ) -> list[Record]:
+        return await self.inner.append(lease, drafts, expected_seq=expected_seq)
+
+    def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+        return self.inner.read(session, after=after)
+
+    def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+        return self.inner.tail(session, after=after)
+
+    async def head(self, session: str) -> int:
+        return await self.inner.head(session)
+
+    async def sessions(self) -> list[SessionInfo]:
+        return await self.inner.sessions()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
