@@ -42,6 +42,7 @@ from loopruntime.delegation import child_outcome
 from loopruntime.errors import (
     GateMismatchError,
     GuardFailedError,
+    InvalidAnswerError,
     LoopClosedError,
     LoopError,
     ModeNotFoundError,
@@ -501,8 +502,9 @@ class Session:
 
     async def answer(self, gate_id: str, text: str) -> None:
         if not isinstance(text, str):
-            raise GateMismatchError(
-                f"the answer to gate {gate_id} must be text, not {type(text).__name__}"
+            raise InvalidAnswerError(
+                f"the answer to gate {gate_id} must be text, not {type(text).__name__}; "
+                "the gate stays open"
             )
         await self._gate_loop(gate_id).send(AnswerGate(gate_id=gate_id, answer=text))
 

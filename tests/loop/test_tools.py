@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -311,7 +312,7 @@ async def test_user_input_gate() -> None:
             before = await tags(journal, s.id)
             with pytest.raises(InvalidAnswerError):
                 await s.answer(gate.gate_id, "green")
-            with pytest.raises(GateMismatchError):
+            with pytest.raises(InvalidAnswerError):
                 await s.answer(gate.gate_id, 42)  # type: ignore[arg-type]
             with pytest.raises(GateMismatchError):
                 await s.decide(gate.gate_id, allow=True)
@@ -499,3 +500,19 @@ async def test_steering_while_idle_starts_a_turn() -> None:
     assert seq[:3] == ["loop.started", "steer.queued", "turn.started"]
     assert state.turn_index == 1 and state.steering == []
     assert model.requests[0].messages[-1].blocks == (Text(text="be terse"),)
+
+
+async def test_a_callable_permission_policy_decides_per_call() -> None:
+    def only_tmp(name: str, raw: Mapping[str, Any]) -> str:
+        return "allow" if str(raw.get("path", "")).startswith("/tmp/") else "deny"
+
+    calls = [
+        ToolCall(name="rm", input={"path": "/tmp/x"}),
+        ToolCall(name="rm", input={"path": "/etc"}),
+    ]
+    model = ScriptedModel([Reply(tool_calls=calls), Reply(text="ok")])
+    d = LoopDefinition(name="t", model=model, tools=[rm], permissions={"rm": only_tmp})
+    _, _, seq = await run(d)
+    assert "gate.opened" not in seq  # the policy, not a person, decided
+    assert result_texts(model.requests[1])[0] == "removed /tmp/x"
+    assert "denied" in result_texts(model.requests[1])[1]
