@@ -200,6 +200,9 @@ class Loop:
         self._quiet = trio.lowlevel.ParkingLot()
         self._stopping = False
         self._stopped = trio.Event()
+        self.stop_reason = "interrupted"
+        """Why the running turn is being stopped (read by its settlement)."""
+        self._cancel_on_start = False
         self._flush_deadline: float | None = None
         self._flush: Callable[[], Awaitable[None]] | None = None
         self._flusher_started = False
@@ -641,16 +644,13 @@ class Loop:
         """Cancel the running turn and wait until it has settled its records."""
         if not self._turn_task_running:
             return False
-        self._stop_reason = reason
+        self.stop_reason = reason
         if self._turn_scope is not None:
             self._turn_scope.cancel()
         else:
             self._cancel_on_start = True
         await self._turn_finished.wait()
         return True
-
-    _stop_reason = "interrupted"
-    _cancel_on_start = False
 
     def enter_turn_scope(self, scope: trio.CancelScope) -> None:
         self._turn_scope = scope

@@ -78,7 +78,7 @@ class TurnRunner:
                 pass
         if self.state.turn_open:
             # Cancelled (interrupt or shutdown): settle outside the cancelled scope.
-            reason = self.loop._stop_reason
+            reason = self.loop.stop_reason
             await self.loop.commit(self._settle_interrupted(reason))
         self.log.debug("turn_finished", outcome=self.state.last_outcome)
 
