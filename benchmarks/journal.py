@@ -85,18 +85,19 @@ def _event(i: int) -> ModelOutput:
     return ModelOutput(effect_id=f"effect-{i // 50}", pieces=(TextDelta(index=0, text=text),))
 
 
-def _draft(session: str, i: int) -> Draft:
+def make_draft(session: str, i: int) -> Draft:
+    """The i-th draft of a session in these benchmarks (shared with the Postgres one)."""
     return Draft(id=f"{session}-{i}", loop="main", event=_event(i), cause=f"cmd-{i}")
 
 
-def _rows(sessions: Sequence[str], per_session: int) -> list[tuple[Any, ...]]:
+def stored_rows(sessions: Sequence[str], per_session: int) -> list[tuple[Any, ...]]:
     """The rows the journal would store, in the order concurrent appenders produce them."""
     now = time.time_ns()
     digests = dict.fromkeys(sessions, GENESIS)
     rows = []
     for i in range(per_session):
         for session in sessions:
-            d = _draft(session, i)
+            d = make_draft(session, i)
             body = encode_event(d.event)
             digests[session] = chain(digests[session], body)
             rows.append((session, i + 1, d.id, d.loop, now, d.cause, digests[session], body))
@@ -180,7 +181,7 @@ def _bare_read(path: str, session: str, columns: str, verify: bool = False) -> t
 
 async def _sequential(journal: Journal, n: int) -> float:
     lease = await journal.open_session("seq")
-    drafts = [_draft("seq", i) for i in range(n)]
+    drafts = [make_draft("seq", i) for i in range(n)]
     start = time.perf_counter()
     for i, draft in enumerate(drafts):
         await journal.append(lease, [draft], expected_seq=i)
@@ -190,7 +191,7 @@ async def _sequential(journal: Journal, n: int) -> float:
 async def _concurrent(journal: Journal, tasks: int, per_task: int) -> float:
     sessions = [f"c{t}" for t in range(tasks)]
     leases = [await journal.open_session(s) for s in sessions]
-    drafts = {s: [_draft(s, i) for i in range(per_task)] for s in sessions}
+    drafts = {s: [make_draft(s, i) for i in range(per_task)] for s in sessions}
 
     async def appender(lease: Any) -> None:
         for i, draft in enumerate(drafts[lease.session]):
@@ -262,7 +263,7 @@ async def _run(quick: bool, directory: str, repeat: int) -> list[dict[str, Any]]
     for sync in ("NORMAL", "FULL"):
         n = seq_n if sync == "NORMAL" else seq_full_n
         _progress(f"sqlite {sync}, sequential appends ({n})")
-        rows = _rows(["seq"], n)
+        rows = stored_rows(["seq"], n)
 
         async def journal_seq(sync: str = sync, n: int = n) -> float:
             path = os.path.join(directory, fresh())
@@ -277,7 +278,7 @@ async def _run(quick: bool, directory: str, repeat: int) -> list[dict[str, Any]]
         results.append(_row("append 1/call, sequential", f"sqlite {sync}", n, t, bare, "records/s"))
 
         _progress(f"sqlite {sync}, {tasks} concurrent appenders x {per_task}")
-        rows = _rows([f"c{t}" for t in range(tasks)], per_task)
+        rows = stored_rows([f"c{t}" for t in range(tasks)], per_task)
 
         async def journal_conc(sync: str = sync) -> float:
             path = os.path.join(directory, fresh())
@@ -305,7 +306,7 @@ async def _run(quick: bool, directory: str, repeat: int) -> list[dict[str, Any]]
     async with open_journal(f"sqlite:///{path}") as j:
         lease = await j.open_session("big")
         for i in range(0, read_n, 1000):
-            drafts = [_draft("big", k) for k in range(i, min(i + 1000, read_n))]
+            drafts = [make_draft("big", k) for k in range(i, min(i + 1000, read_n))]
             await j.append(lease, drafts, expected_seq=i)
         _progress(f"sqlite, read+decode {read_n} records")
         timings = []
@@ -336,7 +337,7 @@ async def _run(quick: bool, directory: str, repeat: int) -> list[dict[str, Any]]
     async with open_journal("memory:") as mem:
         lease = await mem.open_session("big")
         for i in range(0, read_n, 1000):
-            drafts = [_draft("big", k) for k in range(i, min(i + 1000, read_n))]
+            drafts = [make_draft("big", k) for k in range(i, min(i + 1000, read_n))]
             await mem.append(lease, drafts, expected_seq=i)
         t = min([(await _read(mem, "big"))[0] for _ in range(repeat)])
     results.append(_row("read+decode", "memory", read_n, t, None, "records/s"))

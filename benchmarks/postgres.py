@@ -37,10 +37,10 @@ import msgspec
 import psycopg
 import trio
 
-from journal import Draft, Journal, open_journal
-from journal.codec import GENESIS, chain, encode_event
-from journal.content import TextDelta
-from journal.events import Event, ModelOutput
+from benchmarks import journal as journal_bench
+from journal import Journal, open_journal
+from journal.codec import GENESIS, chain
+from journal.events import Event
 from journal.postgres import init_schema
 from tests.support.pgserver import isolated_schema, temporary_server
 
@@ -63,30 +63,9 @@ def _say(text: str) -> None:
     print(f"  .. {text}", file=sys.stderr, flush=True)
 
 
-def _event(i: int) -> ModelOutput:
-    """A coalesced stream chunk, about 190 bytes once encoded."""
-    words = "a model streams its reply in chunks like this one, " * 3
-    return ModelOutput(
-        effect_id=f"call-{i // 40}", pieces=(TextDelta(index=0, text=f"{i} {words}"),)
-    )
-
-
-def _draft(session: str, i: int) -> Draft:
-    return Draft(id=f"{session}/{i}", loop="main", event=_event(i), cause=f"cmd-{i}")
-
-
-def _rows(sessions: Sequence[str], per_session: int) -> list[tuple[Any, ...]]:
-    """The rows the journal stores for these appends, round-robin over the sessions."""
-    now = time.time_ns()
-    digest = dict.fromkeys(sessions, GENESIS)
-    rows = []
-    for i in range(per_session):
-        for session in sessions:
-            d = _draft(session, i)
-            body = encode_event(d.event)
-            digest[session] = chain(digest[session], body)
-            rows.append((session, i + 1, d.id, d.loop, now, d.cause, digest[session], body))
-    return rows
+# The same records as the SQLite journal benchmark, so the two read alike.
+_draft = journal_bench.make_draft
+_rows = journal_bench.stored_rows
 
 
 @contextlib.contextmanager
