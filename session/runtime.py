@@ -148,6 +148,16 @@ class Session:
         """A new session with one loop running ``definition``.  On exit the
         session shuts down (a running turn is interrupted and settled)."""
         session_id = session_id or _new_id("ses_")
+        try:
+            existing = await journal.head(session_id)
+        except SessionNotFoundError:
+            existing = 0
+        if existing:
+            # Refused before taking a lease, so a live writer is not fenced.
+            raise SessionExistsError(
+                f"session {session_id} already has {existing} records; use "
+                "Session.restore to continue it"
+            )
         lease = await journal.open_session(session_id, create=True)
         if lease.head:
             raise SessionExistsError(

@@ -100,3 +100,20 @@ async def test_unknown_command_is_refused_and_commits_nothing() -> None:
             await s.submit("still works")
             await s.wait_idle()
             assert (await s.snapshot()).last_outcome == "completed"
+
+
+async def test_create_refuses_a_session_id_that_has_records() -> None:
+    from session import SessionExistsError
+
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, chatty(), session_id="ses_taken") as s:
+            await s.submit("hello")
+            await s.wait_idle()
+        before = await tags(journal, "ses_taken")
+        incarnation = [i.incarnation for i in await journal.sessions()]
+        with pytest.raises(SessionExistsError, match=r"Session\.restore"):
+            async with Session.create(journal, chatty(), session_id="ses_taken"):
+                pass
+        assert await tags(journal, "ses_taken") == before
+        # refused before taking a lease: a live writer would not have been fenced
+        assert [i.incarnation for i in await journal.sessions()] == incarnation
