@@ -20,7 +20,6 @@ re-attaches to it instead of starting another.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Literal
 
 import trio
@@ -28,6 +27,7 @@ import trio
 from journal.content import Message, Text
 from journal.events import ChildFinished, ChildStarted, Provenance
 
+from .actor import new_id
 from .commands import Interrupt, UserInput
 from .errors import LoopClosedError
 from .tools import Tool, ToolContext
@@ -94,7 +94,7 @@ def delegate_tool(delegate: Delegate) -> Tool:
             child = await loop.host.start_child(loop, child_id, delegate.definition, provenance)
             await child.send(
                 UserInput(
-                    input_id="in_" + os.urandom(8).hex(),
+                    input_id=new_id("in_"),
                     messages=(Message(role="user", blocks=(Text(text=task),)),),
                 )
             )

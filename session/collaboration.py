@@ -48,6 +48,7 @@ from journal.events import (
 )
 from journal.record import Record
 from loopruntime import LoopDefinition, LoopError
+from loopruntime.actor import new_id
 from loopruntime.commands import Interrupt, Steer, UserInput
 from loopruntime.delegation import child_outcome
 from loopruntime.errors import LoopClosedError
@@ -325,7 +326,7 @@ class Driver:
         ask = _COORDINATOR_ASK + msgspec.json.encode(turn).decode()
         await loop.send(
             UserInput(
-                input_id="in_" + os.urandom(8).hex(),
+                input_id=new_id("in_"),
                 messages=(Message(role="user", blocks=(Text(text=ask),)),),
             )
         )
@@ -409,7 +410,7 @@ class Driver:
             )
             return
         if ctl.kind == "steer":
-            await _quietly(loop.send(Steer(steer_id="st_" + os.urandom(8).hex(), text=ctl.text)))
+            await _quietly(loop.send(Steer(steer_id=new_id("st_"), text=ctl.text)))
             await self.commit(
                 CollabControlled(
                     collab_id=self.state.collab_id,
@@ -458,7 +459,7 @@ class Driver:
         )
         await loop.send(
             UserInput(
-                input_id="in_" + os.urandom(8).hex(),
+                input_id=new_id("in_"),
                 messages=(Message(role="user", blocks=(Text(text=spec.input),)),),
             )
         )

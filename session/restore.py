@@ -17,7 +17,6 @@ Settling never replays anything silently:
 from __future__ import annotations
 
 import gc
-import os
 
 from journal import Draft, Journal, SessionNotFoundError
 from journal.content import Text
@@ -30,6 +29,7 @@ from journal.events import (
     ToolAbandoned,
     ToolResolved,
 )
+from loopruntime.actor import new_id
 from loopruntime.definition import LoopDefinition
 from loopruntime.errors import NotUnknownEffectError
 from loopruntime.model import Accumulator
@@ -219,9 +219,7 @@ async def resolve_offline(
                 is_error=is_error,
             )
         )
-        drafts = [
-            Draft(id="ev_" + os.urandom(8).hex(), loop=loop_id, event=event) for event in events
-        ]
+        drafts = [Draft(id=new_id("ev_"), loop=loop_id, event=event) for event in events]
         await journal.append(lease, drafts, expected_seq=lease.head)
         return
     raise NotUnknownEffectError(

@@ -8,7 +8,6 @@ published to subscribers, and only then are the committers released.
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -22,6 +21,7 @@ from journal import Draft, Journal, JournalError, Record, SessionNotFoundError
 from journal.content import Block, Message, ResultBlock, Text
 from journal.events import Event, Provenance
 from loopruntime import Loop, LoopDefinition, LoopState
+from loopruntime.actor import new_id
 from loopruntime.commands import (
     AnswerGate,
     CancelQueuedInput,
@@ -60,10 +60,6 @@ log = structlog.get_logger(__name__)
 
 ROOT_LOOP = "main"
 """Loop id of a session's first loop."""
-
-
-def _new_id(prefix: str) -> str:
-    return prefix + os.urandom(8).hex()
 
 
 class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
@@ -147,7 +143,7 @@ class Session:
     ) -> AsyncIterator[Session]:
         """A new session with one loop running ``definition``.  On exit the
         session shuts down (a running turn is interrupted and settled)."""
-        session_id = session_id or _new_id("ses_")
+        session_id = session_id or new_id("ses_")
         try:
             existing = await journal.head(session_id)
         except SessionNotFoundError:
@@ -329,7 +325,7 @@ class Session:
         try:
             await parent.send(
                 SubagentResult(
-                    input_id=_new_id("in_"),
+                    input_id=new_id("in_"),
                     child_loop=child_id,
                     text=output,
                     status=status,
@@ -374,7 +370,7 @@ class Session:
             raise self._failed
         pending = _Pending(
             loop,
-            [Draft(id=_new_id("ev_"), loop=loop.id, event=e, cause=cause) for e in events],
+            [Draft(id=new_id("ev_"), loop=loop.id, event=e, cause=cause) for e in events],
             guard,
         )
         if not self._writing and not self._queue and guard is None:
@@ -487,12 +483,12 @@ class Session:
             message = content
         else:
             message = Message(role="user", blocks=tuple(content))
-        input_id = _new_id("in_")
+        input_id = new_id("in_")
         await self._loop(loop).send(UserInput(input_id=input_id, messages=(message,)))
         return input_id
 
     async def steer(self, text: str, *, loop: str | None = None) -> str:
-        steer_id = _new_id("st_")
+        steer_id = new_id("st_")
         await self._loop(loop).send(Steer(steer_id=steer_id, text=text))
         return steer_id
 
@@ -544,7 +540,7 @@ class Session:
     async def compact(self, *, loop: str | None = None) -> str:
         """Ask for a compaction; its outcome is a compaction.committed or
         compaction.rejected record.  Returns the attempt id."""
-        attempt_id = _new_id("cmp_")
+        attempt_id = new_id("cmp_")
         await self._loop(loop).send(Compact(attempt_id=attempt_id))
         return attempt_id
 
