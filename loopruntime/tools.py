@@ -21,7 +21,7 @@ from typing import Any, Literal, get_type_hints, overload
 
 import msgspec
 
-from journal.content import Image, ResultBlock, Text, ToolUse
+from journal.content import Image, ResultBlock, Text
 
 from .definition import Permission, PermissionPolicy
 from .errors import OutsideToolCallError
@@ -318,10 +318,6 @@ def _cut(blocks: tuple[ResultBlock, ...], limit: int) -> tuple[tuple[ResultBlock
     return tuple(out), total - limit
 
 
-def error_result(text: str) -> tuple[ResultBlock, ...]:
-    return (Text(text=text),)
-
-
 def ask_user_tool() -> Tool:
     """The built-in tool a model uses to ask the person a question."""
 
@@ -331,11 +327,3 @@ def ask_user_tool() -> Tool:
         return await ctx.ask_user(question, choices)
 
     return tool(permission="allow", resumable=True)(ask_user)
-
-
-def by_name(tools: Sequence[Tool]) -> dict[str, Tool]:
-    return {t.name: t for t in tools}
-
-
-def tool_uses(blocks: Sequence[object]) -> list[ToolUse]:
-    return [b for b in blocks if isinstance(b, ToolUse)]
