@@ -24,8 +24,12 @@ __all__ = [
     "encode_event",
 ]
 
-SCHEMA_VERSION = 1
-"""Version of the record format this code writes and reads."""
+SCHEMA_VERSION = 2
+"""Version of the record format this code writes and reads.
+
+2 added ``session.checkpoint`` records and each backend's index of them; a
+version-1 journal is upgraded in place when opened (it holds no checkpoints,
+so the upgrade only creates the empty index)."""
 
 GENESIS = bytes(16)
 """The digest that the first record of every session chains from."""

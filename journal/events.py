@@ -19,6 +19,7 @@ import msgspec
 from .content import Message, Piece, ResultBlock, Usage
 
 __all__ = [
+    "CHECKPOINT_STREAM",
     "EVENT_TYPES",
     "ChildFinished",
     "ChildStarted",
@@ -40,6 +41,7 @@ __all__ = [
     "GateResolved",
     "InputCancelled",
     "InputQueued",
+    "LoopImage",
     "LoopModeChanged",
     "LoopStarted",
     "LoopStopped",
@@ -49,6 +51,7 @@ __all__ = [
     "ModelOutput",
     "Notice",
     "Provenance",
+    "SessionCheckpoint",
     "SteerApplied",
     "SteerQueued",
     "TaskSpec",
@@ -461,6 +464,44 @@ class Notice(msgspec.Struct, tag="notice", **_opts):
     refs: tuple[str, ...] = ()
 
 
+# -- checkpoints ------------------------------------------------------------
+
+
+class LoopImage(msgspec.Struct, frozen=True, kw_only=True):
+    """One loop's folded state in a ``session.checkpoint``.
+
+    The model context is stored as a delta, so a chain of checkpoints holds
+    each message about once, however long the history: the loop's messages
+    are the first ``kept`` messages of its image in the session's previous
+    checkpoint, followed by ``messages``.  ``state`` is everything else the
+    fold knows about the loop, encoded by ``loopruntime.state`` (this layer
+    keeps it opaque)."""
+
+    loop: str
+    state: bytes
+    kept: int = 0
+    messages: tuple[Message, ...] = ()
+
+
+class SessionCheckpoint(msgspec.Struct, tag="session.checkpoint", **_opts):
+    """The fold of every record before this one, so that restore can start
+    here instead of at seq 1.  Derived data: the records it summarises stay
+    in the journal, and ``replay --check`` proves it equals their fold.
+
+    ``loops`` holds the loops that changed since ``previous`` (the seq of the
+    session's previous checkpoint, 0 for the first); a loop left out is as
+    the previous checkpoint has it.  Written by the session writer, under the
+    reserved stream id ``CHECKPOINT_STREAM``; no loop folds it."""
+
+    previous: int = 0
+    loops: tuple[LoopImage, ...] = ()
+
+
+CHECKPOINT_STREAM = "~checkpoint"
+"""The ``loop`` field of every ``session.checkpoint`` record: a stream id no
+loop or collaboration can have (their ids are minted with letter prefixes)."""
+
+
 Event = (
     LoopStarted
     | LoopModeChanged
@@ -495,6 +536,7 @@ Event = (
     | CollabControlled
     | CollabEnded
     | Notice
+    | SessionCheckpoint
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = Event.__args__

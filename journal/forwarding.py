@@ -39,6 +39,9 @@ class ForwardingJournal:
     async def head(self, session: str) -> int:
         return await self.inner.head(session)
 
+    async def checkpoints(self, session: str) -> list[Record]:
+        return await self.inner.checkpoints(session)
+
     async def sessions(self) -> list[SessionInfo]:
         return await self.inner.sessions()
 

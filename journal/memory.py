@@ -20,6 +20,7 @@ from .errors import (
     JournalCorruptError,
     SessionNotFoundError,
 )
+from .events import SessionCheckpoint
 from .record import Draft, Record
 from .store import SessionInfo, SessionLease
 
@@ -43,11 +44,21 @@ class _Row:
 
 
 class _Session:
-    __slots__ = ("by_id", "changed", "created_at", "incarnation", "rows", "updated_at")
+    __slots__ = (
+        "by_id",
+        "changed",
+        "checkpoints",
+        "created_at",
+        "incarnation",
+        "rows",
+        "updated_at",
+    )
 
     def __init__(self, now: int) -> None:
         self.rows: list[_Row] = []
         self.by_id: dict[str, int] = {}
+        self.checkpoints: list[int] = []
+        """seqs of the session's ``session.checkpoint`` records."""
         self.incarnation = 0
         self.created_at = self.updated_at = now
         self.changed = trio.Event()
@@ -101,6 +112,8 @@ class MemoryJournal:
             previous = chain(previous, body)
             s.rows.append(_Row(d.id, d.loop, now, d.cause, previous, body))
             s.by_id[d.id] = len(s.rows)
+            if isinstance(d.event, SessionCheckpoint):
+                s.checkpoints.append(len(s.rows))
             records.append(
                 Record(
                     seq=len(s.rows),
@@ -189,6 +202,21 @@ class MemoryJournal:
         if s is None:
             raise SessionNotFoundError(session)
         return len(s.rows)
+
+    async def checkpoints(self, session: str) -> list[Record]:
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+        s = self._sessions.get(session)
+        if s is None:
+            raise SessionNotFoundError(session)
+        found = []
+        for seq in s.checkpoints:
+            row = s.rows[seq - 1]
+            previous = s.rows[seq - 2].digest if seq > 1 else GENESIS
+            if chain(previous, row.body) != row.digest:
+                raise JournalCorruptError(session, seq, "digest chain broken")
+            found.append(self._record(session, seq, row))
+        return found
 
     async def sessions(self) -> list[SessionInfo]:
         self._check_open()

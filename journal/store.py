@@ -15,6 +15,11 @@ The contract (proven for each backend by ``journal.testing``):
   record is a ``JournalCorruptError`` with its seq, after every good record
   before it has been yielded.
 * ``tail`` is ``read`` that then follows appends made later.
+* ``checkpoints`` returns the session's ``session.checkpoint`` records in seq
+  order, found through an index the backend keeps as it appends (never by
+  scanning the records); each is verified against the stored digest of the
+  record before it, so a damaged checkpoint is a ``JournalCorruptError``.
+  Restore starts from them and reads only what follows the last one.
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ class Journal(Protocol):
     def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]: ...
 
     async def head(self, session: str) -> int: ...
+
+    async def checkpoints(self, session: str) -> list[Record]: ...
 
     async def sessions(self) -> list[SessionInfo]: ...
 

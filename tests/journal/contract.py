@@ -83,7 +83,14 @@ from journal import (
     SessionNotFoundError,
 )
 from journal.codec import GENESIS, chain, encode_event
-from journal.events import EVENT_TYPES, Event, Notice
+from journal.events import (
+    CHECKPOINT_STREAM,
+    EVENT_TYPES,
+    Event,
+    LoopImage,
+    Notice,
+    SessionCheckpoint,
+)
 
 __all__ = [
     "EVENT_STRATEGIES",
@@ -235,6 +242,15 @@ def drafts(prefix: str, n: int, *, start: int = 0, loop: str = "main") -> list[D
         Draft(id=f"{prefix}-{i}", loop=loop, event=notice(i), cause=f"cmd-{i}")
         for i in range(start, start + n)
     ]
+
+
+def checkpoint(i: int, previous: int = 0) -> Draft:
+    image = LoopImage(loop="main", state=f"state {i}".encode(), kept=i)
+    return Draft(
+        id=f"cp-{i}",
+        loop=CHECKPOINT_STREAM,
+        event=SessionCheckpoint(previous=previous, loops=(image,)),
+    )
 
 
 async def read_all(journal: Journal, session: str, after: int = 0) -> list[Record]:
@@ -504,6 +520,65 @@ class JournalContract:
             assert isinstance(error, JournalCorruptError)
             assert error.seq == 3
 
+    # -- checkpoints ---------------------------------------------------------------------
+
+    async def test_checkpoints_are_indexed_as_they_are_appended(self, backend: Backend) -> None:
+        session, other = new_session(), new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            assert await journal.checkpoints(session) == []
+            # Alone, first in an append, last in an append, between others.
+            await journal.append(lease, [checkpoint(0)], expected_seq=0)
+            await journal.append(lease, [checkpoint(1, 1), *drafts("x", 2)], expected_seq=1)
+            await journal.append(lease, [*drafts("y", 2), checkpoint(2, 2)], expected_seq=4)
+            await journal.append(
+                lease, [*drafts("z", 1), checkpoint(3, 7), *drafts("w", 1)], expected_seq=7
+            )
+            other_lease = await journal.open_session(other)
+            await journal.append(other_lease, [checkpoint(9)], expected_seq=0)
+            found = await journal.checkpoints(session)
+            records = await read_all(journal, session)
+            assert [r.seq for r in found] == [1, 2, 7, 9]
+            assert found == [records[seq - 1] for seq in (1, 2, 7, 9)]
+            assert [r.seq for r in await journal.checkpoints(other)] == [1]
+
+    async def test_checkpoints_survive_idempotent_reappends(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            batch = [*drafts("x", 2), checkpoint(0)]
+            first = await journal.append(lease, batch, expected_seq=0)
+            assert await journal.append(lease, batch, expected_seq=0) == first
+            assert await journal.checkpoints(session) == [first[2]]
+
+    async def test_a_refused_append_indexes_no_checkpoint(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(lease, drafts("x", 1), expected_seq=0)
+            with pytest.raises(ConflictError):
+                await journal.append(lease, [checkpoint(0)], expected_seq=0)
+            await journal.open_session(session)
+            with pytest.raises(FencedError):
+                await journal.append(lease, [checkpoint(1)], expected_seq=1)
+            assert await journal.checkpoints(session) == []
+
+    async def test_a_damaged_checkpoint_is_reported_with_its_seq(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(lease, [*drafts("x", 2), checkpoint(0)], expected_seq=0)
+            forged = SessionCheckpoint(previous=0, loops=())
+            await backend.corrupt(journal, session, 3, encode_event(forged))
+            with pytest.raises(JournalCorruptError) as caught:
+                await journal.checkpoints(session)
+            assert (caught.value.session, caught.value.seq) == (session, 3)
+
+    async def test_checkpoints_of_a_missing_session(self, backend: Backend) -> None:
+        async with backend.open() as journal:
+            with pytest.raises(SessionNotFoundError):
+                await journal.checkpoints(new_session())
+
     # -- following -----------------------------------------------------------------------
 
     async def test_tail_follows_later_appends(
@@ -736,6 +811,8 @@ class JournalContract:
             with pytest.raises(JournalClosedError):
                 await journal.sessions()
             with pytest.raises(JournalClosedError):
+                await journal.checkpoints(session)
+            with pytest.raises(JournalClosedError):
                 await read_all(journal, session)
             with pytest.raises(JournalClosedError):
                 async for _ in journal.tail(session):
@@ -760,6 +837,7 @@ class JournalContract:
             # ... and the incarnation survived: the old writer is fenced.
             with pytest.raises(FencedError):
                 await journal.append(old, drafts("y", 1), expected_seq=3)
-            more = await journal.append(new, drafts("y", 1), expected_seq=3)
+            more = await journal.append(new, [checkpoint(0, 0), *drafts("y", 1)], expected_seq=3)
         async with backend.open() as journal:
             assert await read_all(journal, session) == written + more
+            assert await journal.checkpoints(session) == more[:1]
