@@ -37,7 +37,9 @@ Reading
     built as they are consumed, so they die young instead of piling up for the
     garbage collector).  The trio thread never waits on the disk.  ``tail`` is woken at
     once by appends made through this journal object and polls (one indexed
-    query) for appends made by other processes.
+    query) for appends made by other processes.  ``checkpoints`` is one query
+    over the checkpoint index joined with the records it names and the record
+    before each (whose digest each checkpoint is verified against).
 
 Layout (schema version ``codec.SCHEMA_VERSION``)
     ``journal_meta(key, value)`` holds ``format = loopruntime-journal`` and
@@ -45,7 +47,15 @@ Layout (schema version ``codec.SCHEMA_VERSION``)
     ``records(session, seq, id, loop, at, cause, digest, body)`` with primary
     key ``(session, seq)`` and a unique index on ``(session, id)``.  ``body`` is
     ``codec.encode_event`` bytes.  A session's head is its largest seq, so an
-    append writes only its record rows.
+    append writes only its record rows (and, for each ``session.checkpoint``
+    among them, a row of the index below, in the same transaction).
+    ``checkpoints(session, seq)``, primary key ``(session, seq)``, lists the
+    seqs of the ``session.checkpoint`` records.
+
+    Version 1 had no ``checkpoints`` table.  Opening a version-1 file upgrades
+    it in place, in one transaction: the table is created (empty: version 1
+    had no checkpoint records) and ``schema_version`` is set to 2.  A file of
+    a newer version is refused with ``JournalSchemaError``.
 
 Every ``sqlite3`` exception is translated to a ``JournalError`` in this module.
 """
@@ -67,7 +77,14 @@ import msgspec
 import outcome
 import trio
 
-from .codec import GENESIS, SCHEMA_VERSION, check_schema_version, decode_event, encode_event
+from .codec import (
+    GENESIS,
+    SCHEMA_VERSION,
+    chain,
+    check_schema_version,
+    decode_event,
+    encode_event,
+)
 from .errors import (
     ConflictError,
     DuplicateEventError,
@@ -79,13 +96,22 @@ from .errors import (
     NotAJournalError,
     SessionNotFoundError,
 )
-from .events import Event
+from .events import Event, SessionCheckpoint
 from .record import Draft, Record
 from .store import SessionInfo, SessionLease
 
 __all__ = ["SQLiteJournal", "SQLiteStatistics"]
 
 _FORMAT = "loopruntime-journal"
+
+# The index of session.checkpoint records (schema version 2).  WITHOUT ROWID:
+# the primary key is the whole row.
+_CHECKPOINTS_TABLE = (
+    "CREATE TABLE checkpoints ("
+    " session TEXT NOT NULL,"
+    " seq INTEGER NOT NULL,"
+    " PRIMARY KEY (session, seq)) WITHOUT ROWID"
+)
 
 _SCHEMA = (
     "CREATE TABLE journal_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -107,11 +133,25 @@ _SCHEMA = (
     " body BLOB NOT NULL,"
     " PRIMARY KEY (session, seq))",
     "CREATE UNIQUE INDEX records_by_id ON records (session, id)",
+    _CHECKPOINTS_TABLE,
 )
+
+_UPGRADES: dict[int, tuple[str, ...]] = {1: (_CHECKPOINTS_TABLE,)}
+"""The statements that take a file from schema version ``key`` to ``key + 1``."""
 
 _INSERT = (
     "INSERT INTO records (session, seq, id, loop, at, cause, digest, body)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_CHECKPOINT = "INSERT INTO checkpoints (session, seq) VALUES (?, ?)"
+# The checkpoint's record and the digest of the record before it (NULL for
+# seq 1, which chains from GENESIS, or when that record is missing).
+_SELECT_CHECKPOINTS = (
+    "SELECT c.seq, r.id, r.loop, r.at, r.cause, r.digest, r.body, p.digest"
+    " FROM checkpoints AS c"
+    " LEFT JOIN records AS r ON r.session = c.session AND r.seq = c.seq"
+    " LEFT JOIN records AS p ON p.session = c.session AND p.seq = c.seq - 1"
+    " WHERE c.session = ? ORDER BY c.seq"
 )
 _SELECT_BATCH = (
     "SELECT seq, id, loop, at, cause, digest, body FROM records"
@@ -304,11 +344,41 @@ def _check_or_create_schema(conn: sqlite3.Connection, path: str) -> None:
             f"{path} has a journal_meta table but is not a loopruntime journal "
             f"(format {meta.get('format')!r}); choose another file"
         )
-    try:
-        version = int(meta.get("schema_version", "0"))
-    except ValueError:
-        version = 0
+    version = _schema_version(meta)
     check_schema_version(version, where=f"journal {path}")
+    if version < SCHEMA_VERSION:
+        _upgrade(conn)
+
+
+def _schema_version(meta: dict[str, str]) -> int:
+    try:
+        return int(meta.get("schema_version", "0"))
+    except ValueError:
+        return 0
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """Bring an older journal to ``SCHEMA_VERSION`` in one transaction.
+
+    Atomic: a crash or a failure leaves the file at its old version.  Safe
+    against another process upgrading the same file at the same moment (the
+    version is read again under the write lock).
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        meta = dict(conn.execute("SELECT key, value FROM journal_meta").fetchall())
+        version = _schema_version(meta)
+        while version < SCHEMA_VERSION:
+            for statement in _UPGRADES[version]:
+                conn.execute(statement)
+            version += 1
+        conn.execute(
+            "UPDATE journal_meta SET value = ? WHERE key = 'schema_version'", (str(version),)
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 class SQLiteStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -525,6 +595,7 @@ class _Writer:
         """
         cache = self._cache
         rows: list[tuple[Any, ...]] = []
+        marks: list[tuple[str, int]] = []
         changed: set[str] = set()
         now = time.time_ns()
         plan, value = self._plan, outcome.Value
@@ -540,27 +611,31 @@ class _Writer:
                 if request.expected_seq != state.head:
                     # The ids may already be stored (an idempotent retry); the
                     # lookup must also see rows this group has not flushed yet.
-                    self._flush_fast(rows)
+                    self._flush_fast(rows, marks)
                     request.result = value(self._stored_or_conflict(request, state))
                     continue
-                records = plan(request, state, now, rows)
+                records = plan(request, state, now, rows, marks)
             except JournalError as exc:
                 request.result = outcome.Error(exc)
                 continue
             if records:
                 changed.add(request.session)
             request.result = value(records)
-        self._flush_fast(rows)
+        self._flush_fast(rows, marks)
         return changed
 
-    def _flush_fast(self, rows: list[tuple[Any, ...]]) -> None:
+    def _flush_fast(self, rows: list[tuple[Any, ...]], marks: list[tuple[str, int]]) -> None:
+        """Insert the planned record rows, then their checkpoint index rows."""
         if not rows:
             return
         try:
             self.conn.executemany(_INSERT, rows)
+            if marks:
+                self.conn.executemany(_INSERT_CHECKPOINT, marks)
         except sqlite3.IntegrityError as exc:
             raise _Retry from exc
         rows.clear()
+        marks.clear()
 
     def _apply_slow(self, group: list[_Request]) -> tuple[dict[str, _State], set[str]]:
         """Each request under its own savepoint, with every check made explicitly."""
@@ -602,9 +677,12 @@ class _Writer:
         if request.expected_seq != state.head:
             raise ConflictError(request.session, request.expected_seq, state.head)
         rows: list[tuple[Any, ...]] = []
-        records = self._plan(request, state, now, rows)
+        marks: list[tuple[str, int]] = []
+        records = self._plan(request, state, now, rows, marks)
         try:
             self.conn.executemany(_INSERT, rows)
+            if marks:
+                self.conn.executemany(_INSERT_CHECKPOINT, marks)
         except sqlite3.IntegrityError as exc:
             raise self._integrity(request, exc) from exc
         return records, bool(records)
@@ -650,9 +728,15 @@ class _Writer:
         return state
 
     def _plan(
-        self, request: _AppendRequest, state: _State, now: int, rows: list[tuple[Any, ...]]
+        self,
+        request: _AppendRequest,
+        state: _State,
+        now: int,
+        rows: list[tuple[Any, ...]],
+        marks: list[tuple[str, int]],
     ) -> list[Record]:
-        """Assign seqs and digests, add the rows to ``rows``, advance ``state``."""
+        """Assign seqs and digests, add the rows to ``rows`` and the checkpoint
+        index rows to ``marks``, advance ``state``."""
         session = request.session
         seq, digest = state.head, state.digest
         records: list[Record] = []
@@ -664,6 +748,8 @@ class _Writer:
             h.update(body)
             digest = h.digest()
             add_row((session, seq, id, loop, now, cause, digest, body))
+            if isinstance(event, SessionCheckpoint):
+                marks.append((session, seq))
             add_record(
                 Record(
                     seq=seq,
@@ -1070,6 +1156,61 @@ class SQLiteJournal:
         if not exists:
             raise SessionNotFoundError(session)
         return int(head or 0)
+
+    async def checkpoints(self, session: str) -> list[Record]:
+        """The session's ``session.checkpoint`` records in seq order, from the index.
+
+        Each is verified against the stored digest of the record before it: a
+        damaged one is a ``JournalCorruptError`` with its seq.
+        ``SessionNotFoundError`` if the session does not exist.  Sees what was
+        committed when it was called; the caller owns the returned list.
+        """
+        self._check_open()
+        return await trio.to_thread.run_sync(self._checkpoints, session)
+
+    def _checkpoints(self, session: str) -> list[Record]:
+        """Worker thread: one query, then verify and decode each checkpoint."""
+        try:
+            with self._readers.connection() as conn:
+                if self._readers.closed:
+                    raise JournalClosedError(f"journal {self.url} was closed during a read")
+                if not conn.execute(
+                    "SELECT 1 FROM sessions WHERE session = ?", (session,)
+                ).fetchone():
+                    raise SessionNotFoundError(session)
+                rows = conn.execute(_SELECT_CHECKPOINTS, (session,)).fetchall()
+        except sqlite3.Error as exc:
+            raise _unavailable(
+                exc, self.path, f"reading the checkpoints of session {session}"
+            ) from exc
+        found = []
+        for seq, id, loop, at, cause, digest, body, previous in rows:
+            if body is None:
+                raise JournalCorruptError(session, seq, "it is indexed as a checkpoint but missing")
+            if previous is None:
+                if seq != 1:
+                    raise JournalCorruptError(session, seq - 1, "it is missing")
+                previous = GENESIS
+            if chain(previous, body) != digest:
+                raise JournalCorruptError(session, seq, "digest chain broken")
+            event = decode_event(body, session=session, seq=seq)
+            if not isinstance(event, SessionCheckpoint):
+                raise JournalCorruptError(
+                    session, seq, f"it is indexed as a checkpoint but holds {type(event).__name__}"
+                )
+            found.append(
+                Record(
+                    seq=seq,
+                    id=id,
+                    session=session,
+                    loop=loop,
+                    at=at,
+                    cause=cause,
+                    digest=digest,
+                    event=event,
+                )
+            )
+        return found
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session, in creation order."""

@@ -8,6 +8,7 @@ import sqlite3
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -16,6 +17,8 @@ from journal import (
     SCHEMA_VERSION,
     ConflictError,
     Draft,
+    JournalCorruptError,
+    JournalError,
     JournalSchemaError,
     NotAJournalError,
     Record,
@@ -23,9 +26,9 @@ from journal import (
     open_journal,
 )
 from journal.codec import encode_event
-from journal.sqlite import SQLiteJournal
+from journal.sqlite import SQLiteJournal, _Writer
 
-from .contract import drafts, notice, read_all
+from .contract import checkpoint, drafts, notice, read_all
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -118,6 +121,144 @@ async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     with pytest.raises(JournalSchemaError, match=f"schema {SCHEMA_VERSION + 1}"):
         async with open_journal(url(path)):
             pass
+    # Refused without being "upgraded" or downgraded.
+    assert _raw_schema_version(path) == str(SCHEMA_VERSION + 1)
+
+
+def _raw_schema_version(path: Path) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        row = conn.execute("SELECT value FROM journal_meta WHERE key = 'schema_version'").fetchone()
+    finally:
+        conn.close()
+    assert isinstance(row[0], str)
+    return row[0]
+
+
+def _raw_checkpoint_index(path: Path) -> list[tuple[str, int]]:
+    conn = sqlite3.connect(path)
+    try:
+        return [
+            (row[0], row[1])
+            for row in conn.execute("SELECT session, seq FROM checkpoints ORDER BY session, seq")
+        ]
+    finally:
+        conn.close()
+
+
+def _make_version_1(path: Path) -> None:
+    """Turn a closed journal file into what schema version 1 wrote."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        assert conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0] == 0
+        conn.execute("DROP TABLE checkpoints")
+        conn.execute("UPDATE journal_meta SET value = '1' WHERE key = 'schema_version'")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+async def test_a_new_file_is_written_at_the_current_schema(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    async with open_journal(url(path)):
+        pass
+    assert SCHEMA_VERSION == 2
+    assert _raw_schema_version(path) == "2"
+    assert _raw_checkpoint_index(path) == []
+
+
+async def test_a_version_1_file_is_upgraded_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    async with open_journal(url(path)) as journal:
+        lease = await journal.open_session("s")
+        written = await journal.append(lease, drafts("x", 3), expected_seq=0)
+    _make_version_1(path)
+    assert _raw_schema_version(path) == "1"
+    async with open_journal(url(path)) as journal:
+        assert await read_all(journal, "s") == written
+        assert await journal.checkpoints("s") == []
+        lease = await journal.open_session("s", create=False)
+        more = await journal.append(lease, [checkpoint(0), *drafts("y", 1)], expected_seq=3)
+        assert await journal.checkpoints("s") == more[:1]
+    assert _raw_schema_version(path) == "2"
+    assert _raw_checkpoint_index(path) == [("s", 4)]
+    # Once upgraded, opening again changes nothing.
+    async with open_journal(url(path)) as journal:
+        assert await journal.checkpoints("s") == more[:1]
+        assert await read_all(journal, "s") == written + more
+    assert _raw_schema_version(path) == "2"
+
+
+async def test_a_failed_upgrade_leaves_the_file_at_version_1(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    async with open_journal(url(path)) as journal:
+        lease = await journal.open_session("s")
+        await journal.append(lease, drafts("x", 2), expected_seq=0)
+    _make_version_1(path)
+    # Something in the way of the upgrade's CREATE TABLE makes it fail halfway.
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE VIEW checkpoints AS SELECT 1")
+    conn.commit()
+    conn.close()
+    with pytest.raises(JournalError, match="already exists"):
+        async with open_journal(url(path)):
+            pass
+    assert _raw_schema_version(path) == "1"
+
+
+async def test_checkpoints_in_a_replayed_group_are_indexed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As test_a_constraint_in_a_group_is_replayed_without_failing_the_rest: the
+    # group's fast insert (records and index) is rolled back and replayed
+    # request by request; each checkpoint must end up indexed exactly once.
+    replayed = []
+    apply_slow = _Writer._apply_slow
+
+    def counting(writer: _Writer, group: list[Any]) -> Any:
+        replayed.append(len(group))
+        return apply_slow(writer, group)
+
+    monkeypatch.setattr(_Writer, "_apply_slow", counting)
+    path = tmp_path / "j.db"
+    async with open_journal(url(path)) as journal:
+        bad = await journal.open_session("bad")
+        stored = await journal.append(bad, [checkpoint(0)], expected_seq=0)
+        leases = [await journal.open_session(f"s{i}") for i in range(5)]
+        results: dict[str, object] = {}
+
+        async def attempt(lease: SessionLease, batch: list[Draft], expected: int, key: str) -> None:
+            results[key] = await journal.append(lease, batch, expected_seq=expected)
+
+        async with trio.open_nursery() as nursery:
+            for lease in leases:
+                batch = [*drafts("g", 1), checkpoint(1), *drafts("h", 1)]
+                nursery.start_soon(attempt, lease, batch, 0, lease.session)
+            # An idempotent re-append of a checkpoint at the current head.
+            nursery.start_soon(attempt, bad, [checkpoint(0)], 1, "retry")
+        assert replayed, "the group was not replayed on the slow path"
+        assert results["retry"] == stored
+        assert await journal.checkpoints("bad") == stored
+        for lease in leases:
+            records = results[lease.session]
+            assert isinstance(records, list)
+            assert await journal.checkpoints(lease.session) == records[1:2]
+    assert _raw_checkpoint_index(path) == [("bad", 1)] + [(f"s{i}", 2) for i in range(5)]
+
+
+async def test_an_index_entry_that_is_not_a_checkpoint_is_corruption(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    async with open_journal(url(path)) as journal:
+        lease = await journal.open_session("s")
+        await journal.append(lease, [*drafts("x", 2), checkpoint(0)], expected_seq=0)
+        conn = sqlite3.connect(path)
+        conn.execute("INSERT INTO checkpoints (session, seq) VALUES ('s', 2)")
+        conn.commit()
+        conn.close()
+        with pytest.raises(JournalCorruptError) as caught:
+            await journal.checkpoints("s")
+        assert (caught.value.session, caught.value.seq) == ("s", 2)
 
 
 def _writer_synchronous(journal: SQLiteJournal) -> int:
