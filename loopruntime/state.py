@@ -44,6 +44,7 @@ from journal.events import (
     ModelOutput,
     Notice,
     Provenance,
+    SessionCheckpoint,
     SteerApplied,
     SteerQueued,
     ToolAbandoned,
@@ -67,6 +68,8 @@ __all__ = [
     "copy_state",
     "fold",
     "fold_all",
+    "image_bytes",
+    "image_state",
 ]
 
 
@@ -192,6 +195,18 @@ _state_decoder = msgspec.msgpack.Decoder(LoopState)
 def copy_state(state: LoopState) -> LoopState:
     """A deep copy that shares nothing mutable with ``state``."""
     return _state_decoder.decode(_state_encoder.encode(state))
+
+
+def image_bytes(state: LoopState) -> bytes:
+    """Everything in ``state`` but its messages, encoded: a checkpoint's loop
+    image (which stores the messages as a delta beside it)."""
+    return _state_encoder.encode(msgspec.structs.replace(state, messages=[]))
+
+
+def image_state(data: bytes) -> LoopState:
+    """The state ``image_bytes`` encoded (with no messages); ``msgspec.DecodeError``
+    when ``data`` is not one."""
+    return _state_decoder.decode(data)
 
 
 def fold_all(records: Any, state: LoopState | None = None) -> LoopState:
@@ -360,8 +375,8 @@ def fold(state: LoopState, record: Record) -> LoopState:
             if child is not None:
                 child.status = event.status
                 child.output = event.output
-        case Notice():
-            pass
+        case Notice() | SessionCheckpoint():
+            pass  # a checkpoint is derived from the records before it: it changes nothing
         case (
             CollabStarted()
             | CollabTurn()

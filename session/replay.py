@@ -46,6 +46,7 @@ from journal.content import (
     ToolUse,
 )
 from journal.events import (
+    CHECKPOINT_STREAM,
     ChildFinished,
     ChildStarted,
     CollabControlled,
@@ -71,6 +72,7 @@ from journal.events import (
     ModelMessageCommitted,
     ModelOutput,
     Notice,
+    SessionCheckpoint,
     SteerApplied,
     SteerQueued,
     ToolAbandoned,
@@ -81,7 +83,7 @@ from journal.events import (
     TurnStarted,
 )
 from loopruntime.context import merged, unanswered_tool_uses
-from loopruntime.state import FoldError, LoopState, fold
+from loopruntime.state import FoldError, LoopState, fold, image_state
 
 __all__ = [
     "RULES",
@@ -271,6 +273,8 @@ class TranscriptRenderer:
                 lines.append(prefix + paint("gate", f"! gate {e.gate_id} cancelled ({e.reason})"))
             case Notice():
                 lines.append(prefix + paint("notice", f"notice [{e.code}]: {e.text}"))
+            case SessionCheckpoint():
+                pass  # derived from the records before it; the tree lists them
             case CompactionStarted():
                 pass
             case CompactionCommitted():
@@ -578,6 +582,8 @@ class Tree(msgspec.Struct, **_S):
     head: int
     streams: list[Stream] = []
     relations: list[Relation] = []
+    checkpoints: list[int] = []
+    """seqs of the session's checkpoints (restore starts after the last)."""
 
 
 class _StreamBuilder:
@@ -794,6 +800,8 @@ class _StreamBuilder:
                 self.tree.child_finished(self, r, e)
             case Notice():
                 self.notice(r, e)
+            case SessionCheckpoint():
+                pass  # _TreeBuilder keeps checkpoints out of the streams
             case (
                 CollabStarted()
                 | CollabTurn()
@@ -967,8 +975,13 @@ class _TreeBuilder:
         self.relations: list[Relation] = []
         self.children: dict[str, tuple[str, str]] = {}
         """child loop -> (parent stream builder loop, node id that started it)."""
+        self.checkpoints: list[int] = []
 
     def feed(self, r: Record) -> None:
+        if r.loop == CHECKPOINT_STREAM:
+            # Derived from the records before it: no stream, no node.
+            self.checkpoints.append(r.seq)
+            return
         builder = self.streams.get(r.loop)
         if builder is None:
             builder = self.streams[r.loop] = _StreamBuilder(self, r.loop, r.seq)
@@ -1035,6 +1048,7 @@ class _TreeBuilder:
             head=head,
             streams=streams,
             relations=self.relations,
+            checkpoints=self.checkpoints,
         )
 
 
@@ -1314,6 +1328,8 @@ RULES = (
     "compaction basis is current",
     "compaction range valid",
     "fold succeeds",
+    "checkpoint chain linked",
+    "checkpoint equals the fold before it",
 )
 """Every rule the checker enforces, by the name a ``Problem`` carries."""
 
@@ -1402,6 +1418,8 @@ class _Checker:
         self.gates_closed: set[str] = set()
         self.turns_open: dict[str, int] = {}
         self.compactions: dict[str, int] = {}
+        self.checkpoint_seq = 0
+        self.checkpoint_messages: dict[str, list[Message]] = {}
 
     def bad(self, seq: int, rule: str, detail: str) -> None:
         assert rule in RULES, rule
@@ -1555,6 +1573,8 @@ class _Checker:
                     )
             case CompactionRejected():
                 self.compactions.pop(e.attempt_id, None)
+            case SessionCheckpoint():
+                self.checkpoint(seq, e)
             case (
                 LoopStarted()
                 | LoopModeChanged()
@@ -1580,6 +1600,58 @@ class _Checker:
                 pass
             case _:
                 assert_never(e)
+
+    def checkpoint(self, seq: int, e: SessionCheckpoint) -> None:
+        """A checkpoint must be exactly the fold of every record before it,
+        or a restore that starts from it would start from a lie."""
+        if e.previous != self.checkpoint_seq:
+            self.bad(
+                seq,
+                "checkpoint chain linked",
+                f"previous {e.previous}, but the last checkpoint is at seq {self.checkpoint_seq}",
+            )
+        imaged = set()
+        for image in e.loops:
+            imaged.add(image.loop)
+            held = self.checkpoint_messages.setdefault(image.loop, [])
+            if image.kept > len(held):
+                self.bad(
+                    seq,
+                    "checkpoint chain linked",
+                    f"loop {image.loop} keeps {image.kept} of {len(held)} messages",
+                )
+            del held[image.kept :]
+            held.extend(image.messages)
+            folded = self.states.get(image.loop)
+            try:
+                pictured = image_state(image.state)
+            except msgspec.DecodeError as exc:
+                self.bad(seq, "checkpoint equals the fold before it", f"loop {image.loop}: {exc}")
+                continue
+            pictured.messages = list(held)
+            if folded is None or pictured != folded:
+                differ = (
+                    ["the whole loop (it has no records)"]
+                    if folded is None
+                    else [
+                        f
+                        for f in LoopState.__struct_fields__
+                        if getattr(pictured, f) != getattr(folded, f)
+                    ]
+                )
+                self.bad(
+                    seq,
+                    "checkpoint equals the fold before it",
+                    f"loop {image.loop} differs in {', '.join(differ)}",
+                )
+        for loop_id, state in self.states.items():
+            if state.loop and loop_id not in imaged and state.last_seq > self.checkpoint_seq:
+                self.bad(
+                    seq,
+                    "checkpoint equals the fold before it",
+                    f"loop {loop_id} changed since the previous checkpoint but is left out",
+                )
+        self.checkpoint_seq = seq
 
     def after_fold(self, r: Record, state: LoopState) -> None:
         if isinstance(r.event, TurnEnded) and state.awaiting:

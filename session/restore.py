@@ -16,8 +16,6 @@ Settling never replays anything silently:
 
 from __future__ import annotations
 
-import gc
-
 from journal import Draft, Journal, SessionNotFoundError
 from journal.content import Text
 from journal.events import (
@@ -34,32 +32,18 @@ from loopruntime.definition import LoopDefinition
 from loopruntime.errors import NotUnknownEffectError
 from loopruntime.model import Accumulator
 from loopruntime.notices import TRUNCATED_NOTICE
-from loopruntime.state import LoopState, fold
+from loopruntime.state import LoopState
 from loopruntime.turn import settle_turn_events
 
+from .checkpoints import read_restored
 from .errors import UnknownSessionError
 
 __all__ = ["read_states", "resolve_offline", "settle_restored"]
 
 
 async def read_states(journal: Journal, session_id: str) -> dict[str, LoopState]:
-    """Fold every loop of a session from one read of its journal."""
-    states: dict[str, LoopState] = {}
-    # Folding allocates many long-lived objects and makes no cycles: the
-    # cyclic collector would only rescan them again and again.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        async for record in journal.read(session_id):
-            state = states.get(record.loop)
-            if state is None:
-                state = states[record.loop] = LoopState()
-            fold(state, record)
-    finally:
-        if collecting:
-            gc.enable()
-    # Streams without loop.started (a collaboration's) are not loops.
-    return {loop_id: state for loop_id, state in states.items() if state.loop}
+    """Fold every loop of a session (from its last checkpoint on, when it has one)."""
+    return (await read_restored(journal, session_id)).states
 
 
 def settle_restored(state: LoopState, definition: LoopDefinition) -> list[Event]:

@@ -51,6 +51,7 @@ from loopruntime.errors import (
 from loopruntime.model import Delta
 from loopruntime.state import copy_state, fold
 
+from .checkpoints import DEFAULT_EVERY, Checkpointer, read_restored
 from .collaboration import Collaboration
 from .errors import SessionExistsError, SessionLagError, UnknownSessionError, VerifyError
 
@@ -116,7 +117,14 @@ class _Subscriber:
 class Session:
     """Many loops, one journal.  Use ``Session.create`` or ``Session.restore``."""
 
-    def __init__(self, journal: Journal, session_id: str, definition: LoopDefinition) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        session_id: str,
+        definition: LoopDefinition,
+        *,
+        checkpoint_every: int | None = DEFAULT_EVERY,
+    ) -> None:
         self.journal = journal
         self.id = session_id
         self.definition = definition
@@ -125,6 +133,7 @@ class Session:
         self._wake = trio.Event()
         self._writing = False
         self._head = 0
+        self._checkpoints = Checkpointer(checkpoint_every)
         self._failed: BaseException | None = None
         self._subscribers: set[_Subscriber] = set()
         self._closed = False
@@ -139,11 +148,20 @@ class Session:
     @classmethod
     @asynccontextmanager
     async def create(
-        cls, journal: Journal, definition: LoopDefinition, *, session_id: str | None = None
+        cls,
+        journal: Journal,
+        definition: LoopDefinition,
+        *,
+        session_id: str | None = None,
+        checkpoint_every: int | None = DEFAULT_EVERY,
     ) -> AsyncIterator[Session]:
         """A new session with one loop running ``definition``.  On exit the
-        session shuts down (a running turn is interrupted and settled)."""
+        session shuts down (a running turn is interrupted and settled).
+
+        Every ``checkpoint_every`` records the writer adds a checkpoint, so a
+        restore folds only what follows the last one (None: never)."""
         session_id = session_id or new_id("ses_")
+        session = cls(journal, session_id, definition, checkpoint_every=checkpoint_every)
         try:
             existing = await journal.head(session_id)
         except SessionNotFoundError:
@@ -160,7 +178,6 @@ class Session:
                 f"session {session_id} already has {lease.head} records; use "
                 "Session.restore to continue it"
             )
-        session = cls(journal, session_id, definition)
         async with session._running(lease, {ROOT_LOOP: LoopState()}):
             yield session
 
@@ -173,13 +190,15 @@ class Session:
         definition: LoopDefinition,
         *,
         also: Sequence[LoopDefinition] | Collaboration = (),
+        checkpoint_every: int | None = DEFAULT_EVERY,
+        use_checkpoints: bool = True,
     ) -> AsyncIterator[Session]:
-        """Continue a session from its journal: read once, fold every loop,
-        settle what a crash left open, and start the loops.  ``also`` names
-        definitions of loops that are not delegates of ``definition`` (the
-        workers of a collaboration, or the collaboration itself)."""
-        from .restore import read_states
-
+        """Continue a session from its journal: fold every loop (from the last
+        checkpoint on, unless ``use_checkpoints`` is False), settle what a
+        crash left open, and start the loops.  ``also`` names definitions of
+        loops that are not delegates of ``definition`` (the workers of a
+        collaboration, or the collaboration itself)."""
+        checkpointer = Checkpointer(checkpoint_every)  # refuses a bad value before any I/O
         try:
             lease = await journal.open_session(session_id, create=False)
         except SessionNotFoundError as exc:
@@ -187,7 +206,8 @@ class Session:
                 f"there is no session {session_id} in journal {journal.url}; "
                 "`loopruntime sessions` lists the ones there are"
             ) from exc
-        states = await read_states(journal, session_id)
+        restored = await read_restored(journal, session_id, use_checkpoints=use_checkpoints)
+        states = restored.states
         if ROOT_LOOP not in states:
             raise UnknownSessionError(f"session {session_id} has no loop records to restore")
         for loop_id, state in states.items():
@@ -201,6 +221,8 @@ class Session:
                         f"has ({exc})"
                     ) from exc
         session = cls(journal, session_id, definition)
+        checkpointer.resume(restored)
+        session._checkpoints = checkpointer
         session._also.extend(also.definitions() if isinstance(also, Collaboration) else also)
         async with session._running(lease, states, restoring=True):
             yield session
@@ -440,12 +462,26 @@ class Session:
         if not group:
             return
         drafts = [d for p in group for d in p.drafts]
+        # Every loop has folded up to the head: a checkpoint taken now, put
+        # first, is exactly the fold of the records before it.
+        checkpoint = self._checkpoints.draft(self._head, self.loops)
+        if checkpoint is not None:
+            drafts.insert(0, checkpoint)
         # No shield needed: the journal's append is atomic under cancellation
         # (a Cancelled append wrote nothing; one under way finishes), and all
         # that follows is synchronous.
-        records = await self.journal.append(self._lease, drafts, expected_seq=self._head)
+        try:
+            records = await self.journal.append(self._lease, drafts, expected_seq=self._head)
+        except BaseException:
+            self._checkpoints.dropped()
+            raise
         self._head = records[-1].seq
         at = 0
+        if checkpoint is not None:
+            self._checkpoints.written(records[0])
+            for sub in self._subscribers:
+                sub.push(records[0])
+            at = 1
         for p in group:
             mine = records[at : at + len(p.drafts)]
             at += len(p.drafts)

@@ -15,8 +15,8 @@ from loopruntime import LoopDefinition, LoopError, ToolContext, tool
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
+from session.checkpoints import read_restored
 from session.replay import check
-from session.restore import read_states
 
 
 @tool(permission="allow", concurrency="parallel")
@@ -54,7 +54,9 @@ op = st.one_of(
 async def scenario(ops: list[tuple[str, object]]) -> None:
     d = LoopDefinition(name="prop", model=ScriptedModel(brain), tools=[nap])
     async with open_journal("memory:") as journal:
-        async with Session.create(journal, d) as s:
+        # Checkpoints every few records, so that they land everywhere: inside
+        # turns, at open gates, in the middle of a stream.
+        async with Session.create(journal, d, checkpoint_every=7) as s:
             inputs: list[str] = []
             for name, arg in ops:
                 if name == "submit":
@@ -77,8 +79,13 @@ async def scenario(ops: list[tuple[str, object]]) -> None:
             await s.wait_idle()
             live = await s.snapshot()
             await s.verify()
-        folded = (await read_states(journal, s.id))["main"]
-        assert folded == live
+        folded = await read_restored(journal, s.id, use_checkpoints=False)
+        assert folded.checkpoint_seq == 0
+        assert folded.states["main"] == live
+        restored = await read_restored(journal, s.id)
+        assert restored.states == folded.states
+        chain = await journal.checkpoints(s.id)
+        assert restored.checkpoint_seq == (chain[-1].seq if chain else 0)
         report = await check(journal, s.id)
         assert report.ok, report.summary()
 

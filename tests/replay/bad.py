@@ -5,17 +5,21 @@ from __future__ import annotations
 from journal import Draft, Record
 from journal.content import Message, Text, ToolUse
 from journal.events import (
+    CHECKPOINT_STREAM,
     Event,
+    LoopImage,
     InputQueued,
     LoopStarted,
     ModelCallStarted,
     ModelMessageCommitted,
+    SessionCheckpoint,
     ToolCompleted,
     ToolStarted,
     TurnEnded,
     TurnStarted,
 )
 from journal.memory import MemoryJournal
+from loopruntime.state import fold_all, image_bytes
 
 SESSION = "ses_bad"
 
@@ -62,12 +66,40 @@ def good_turn() -> list[Event]:
     ]
 
 
+def checkpoint_of(events: list[Event], *, previous: int = 0, kept: int = 0) -> SessionCheckpoint:
+    """A checkpoint of loop main after ``events`` (records 1..n of SESSION,
+    earlier checkpoints among them)."""
+    state = fold_all(
+        Record(
+            seq=i + 1,
+            id=f"ev{i}",
+            session=SESSION,
+            loop="main",
+            at=0,
+            cause=None,
+            digest=b"",
+            event=e,
+        )
+        for i, e in enumerate(events)
+        if not isinstance(e, SessionCheckpoint)
+    )
+    image = LoopImage(
+        loop="main",
+        state=image_bytes(state),
+        kept=kept,
+        messages=tuple(state.messages[kept:]),
+    )
+    return SessionCheckpoint(previous=previous, loops=(image,))
+
+
 async def journal_of(events: list[Event], *, loop: str = "main") -> MemoryJournal:
-    """A memory journal holding ``events`` as records 1..n of SESSION."""
+    """A memory journal holding ``events`` as records 1..n of SESSION
+    (checkpoints on their own stream, as the session writer puts them)."""
     journal = MemoryJournal()
     lease = await journal.open_session(SESSION)
     for i, event in enumerate(events):
-        await journal.append(lease, [Draft(id=f"ev{i}", loop=loop, event=event)], expected_seq=i)
+        stream = CHECKPOINT_STREAM if isinstance(event, SessionCheckpoint) else loop
+        await journal.append(lease, [Draft(id=f"ev{i}", loop=stream, event=event)], expected_seq=i)
     return journal
 
 

@@ -24,7 +24,16 @@ from journal.events import (
     TurnStarted,
 )
 from session.replay import RULES, CheckReport, check, check_records
-from tests.replay.bad import SESSION, assistant, good_turn, journal_of, opening, records_of, user
+from tests.replay.bad import (
+    SESSION,
+    assistant,
+    checkpoint_of,
+    good_turn,
+    journal_of,
+    opening,
+    records_of,
+    user,
+)
 
 
 async def report_of(events: list[Event]) -> CheckReport:
@@ -164,7 +173,27 @@ CASES: list[tuple[str, list[Event]]] = [
         ],
     ),
     ("fold succeeds", [*opening(), TurnStarted(turn=2)]),
+    (
+        "checkpoint chain linked",
+        [*opening(), checkpoint_of(opening()), *good_turn()[5:], checkpoint_of(good_turn())],
+    ),
+    (
+        "checkpoint equals the fold before it",
+        # A checkpoint that forgot the last two records.
+        [*good_turn(), checkpoint_of(good_turn()[:-2])],
+    ),
 ]
+
+
+async def test_checkpoints_that_are_the_fold_pass() -> None:
+    first = checkpoint_of(opening())
+    events: list[Event] = [*opening(), first, *good_turn()[5:]]
+    # The next image keeps the chain's messages and adds only the new ones.
+    kept = len(first.loops[0].messages)
+    events.append(checkpoint_of(events, previous=6, kept=kept))
+    assert kept and len(events[-1].loops[0].messages) < len(checkpoint_of(events).loops[0].messages)
+    report = await report_of(events)
+    assert report.ok, report.summary()
 
 
 @pytest.mark.parametrize(

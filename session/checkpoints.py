@@ -1,0 +1,222 @@
+"""Session checkpoints: restore that reads the tail, not the whole history.
+
+Every ``every`` records the session writer puts one ``session.checkpoint``
+in front of the next append.  It holds each loop's folded state as it stands
+after every record before it (the writer has folded them all: it folds each
+append before it takes the next), so it is exactly ``fold`` of those records,
+which ``replay --check`` proves for every checkpoint of a journal.
+
+The model context goes in as a delta: a loop's image keeps the first ``kept``
+messages of its image in the previous checkpoint and adds the ones appended
+since.  A chain of checkpoints therefore stores each message about twice in
+the journal (once in its own record, once in a checkpoint) however long the
+history, never once per checkpoint: that is what keeps checkpoints from
+growing with the square of the history.  A compaction replaces the context
+with a short one; the next image of that loop starts afresh (``kept=0``).
+
+Restore takes the checkpoint records from the journal's index
+(``Journal.checkpoints``), rebuilds the states from them alone, and folds
+only the records after the last one.  A checkpoint that cannot be used (a
+loop image that does not decode, a ``kept`` beyond what the chain holds) is
+logged and restore folds the whole history instead: checkpoints are derived
+data, never the only copy of anything.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+import msgspec
+import structlog
+
+from journal import Draft, Journal, Record
+from journal.content import Message
+from journal.events import CHECKPOINT_STREAM, LoopImage, SessionCheckpoint
+from loopruntime import Loop, LoopState
+from loopruntime.actor import new_id
+from loopruntime.state import fold, image_bytes, image_state
+
+__all__ = ["DEFAULT_EVERY", "Checkpointer", "InvalidCheckpointError", "Restored", "read_restored"]
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_EVERY = 1_000
+"""Records between checkpoints: restore folds at most about this many records
+after reading the checkpoints; a checkpoint costs about what these records
+added to the model context."""
+
+
+class InvalidCheckpointError(Exception):
+    """A checkpoint does not describe a state (restore then folds everything)."""
+
+    def __init__(self, seq: int, reason: str) -> None:
+        self.seq = seq
+        super().__init__(f"checkpoint at seq {seq} is unusable: {reason}")
+
+
+class Restored(msgspec.Struct, kw_only=True):
+    """What restore read: every loop's state, and where checkpointing stands."""
+
+    states: dict[str, LoopState]
+    checkpoint_seq: int = 0
+    """seq of the last checkpoint restore started from (0: none, or not used)."""
+    imaged: dict[str, int] = {}
+    """Per loop, how many messages of its context the checkpoint chain holds."""
+
+
+class Checkpointer:
+    """Decides when the session writer adds a checkpoint, and builds it."""
+
+    __slots__ = ("_imaged", "_pending", "every", "last_seq")
+
+    def __init__(self, every: int | None) -> None:
+        if every is not None and (not isinstance(every, int) or every < 1):
+            raise ValueError(
+                f"checkpoint_every must be a positive number of records, not {every!r}"
+            )
+        self.every = every
+        self.last_seq = 0
+        # Per loop, the message list its last image was cut from and how many
+        # of its messages the chain holds: while the loop's state still has
+        # that very list, only the messages appended since need storing.
+        self._imaged: dict[str, tuple[list[Message], int]] = {}
+        self._pending: dict[str, tuple[list[Message], int]] | None = None
+
+    def resume(self, restored: Restored) -> None:
+        """Continue the chain restore started from."""
+        self.last_seq = restored.checkpoint_seq
+        for loop_id, count in restored.imaged.items():
+            state = restored.states.get(loop_id)
+            if state is not None:
+                self._imaged[loop_id] = (state.messages, count)
+
+    def draft(self, head: int, loops: Mapping[str, Loop]) -> Draft | None:
+        """The checkpoint to append in front of the next records, or None.
+
+        ``head`` is the session's last seq; every loop has folded up to it.
+        Call ``written`` once the append succeeded (or ``dropped``)."""
+        if self.every is None or head - self.last_seq < self.every:
+            return None
+        images = []
+        pending: dict[str, tuple[list[Message], int]] = {}
+        for loop_id, loop in loops.items():
+            state = loop.state
+            if not state.loop or (state.last_seq <= self.last_seq and loop_id in self._imaged):
+                continue  # not started yet, or unchanged since the last checkpoint
+            messages = state.messages
+            before = self._imaged.get(loop_id)
+            kept = before[1] if before is not None and before[0] is messages else 0
+            if kept > len(messages):
+                kept = 0
+            images.append(
+                LoopImage(
+                    loop=loop_id,
+                    state=image_bytes(state),
+                    kept=kept,
+                    messages=tuple(messages[kept:]),
+                )
+            )
+            pending[loop_id] = (messages, len(messages))
+        self._pending = pending
+        event = SessionCheckpoint(previous=self.last_seq, loops=tuple(images))
+        return Draft(id=new_id("cp_"), loop=CHECKPOINT_STREAM, event=event)
+
+    def written(self, record: Record) -> None:
+        self.last_seq = record.seq
+        if self._pending is not None:
+            self._imaged.update(self._pending)
+            self._pending = None
+
+    def dropped(self) -> None:
+        self._pending = None
+
+
+def states_from(checkpoints: Sequence[Record]) -> tuple[dict[str, LoopState], dict[str, int]]:
+    """Every loop's state at the last of ``checkpoints`` (a session's chain, in
+    seq order), and how many messages each got from the chain."""
+    messages: dict[str, list[Message]] = {}
+    newest: dict[str, tuple[int, LoopImage]] = {}
+    expected_previous = 0
+    for record in checkpoints:
+        event = record.event
+        if not isinstance(event, SessionCheckpoint):
+            raise InvalidCheckpointError(record.seq, f"it is a {type(event).__name__}")
+        if event.previous != expected_previous:
+            raise InvalidCheckpointError(
+                record.seq,
+                f"it follows the checkpoint at seq {event.previous}, "
+                f"but the one before it is at seq {expected_previous}",
+            )
+        expected_previous = record.seq
+        for image in event.loops:
+            held = messages.setdefault(image.loop, [])
+            if image.kept > len(held):
+                raise InvalidCheckpointError(
+                    record.seq,
+                    f"loop {image.loop} keeps {image.kept} messages of the "
+                    f"{len(held)} its previous image holds",
+                )
+            del held[image.kept :]
+            held.extend(image.messages)
+            newest[image.loop] = (record.seq, image)
+    states = {}
+    for loop_id, (seq, image) in newest.items():
+        try:
+            state = image_state(image.state)
+        except msgspec.DecodeError as exc:
+            raise InvalidCheckpointError(seq, f"loop {loop_id}'s state: {exc}") from exc
+        state.messages = messages[loop_id]
+        states[loop_id] = state
+    return states, {loop_id: len(held) for loop_id, held in messages.items()}
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    # Folding allocates many long-lived objects and makes no cycles: the
+    # cyclic collector would only rescan them again and again.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+async def read_restored(
+    journal: Journal, session_id: str, *, use_checkpoints: bool = True
+) -> Restored:
+    """Every loop of a session folded from its journal: from the last
+    checkpoint on when there is one (and ``use_checkpoints``), else from seq 1."""
+    with _collector_paused():
+        if use_checkpoints:
+            chain = await journal.checkpoints(session_id)
+            if chain:
+                try:
+                    states, imaged = states_from(chain)
+                except InvalidCheckpointError as exc:
+                    log.warning("checkpoint_unusable", session=session_id, error=str(exc))
+                else:
+                    after = chain[-1].seq
+                    await _fold_into(states, journal.read(session_id, after=after))
+                    return Restored(states=_loops(states), checkpoint_seq=after, imaged=imaged)
+        states = {}
+        await _fold_into(states, journal.read(session_id))
+        return Restored(states=_loops(states))
+
+
+async def _fold_into(states: dict[str, LoopState], records: AsyncIterator[Record]) -> None:
+    async for record in records:
+        if record.loop == CHECKPOINT_STREAM:
+            continue  # derived data: it changes no state
+        state = states.get(record.loop)
+        if state is None:
+            state = states[record.loop] = LoopState()
+        fold(state, record)
+
+
+def _loops(states: dict[str, LoopState]) -> dict[str, LoopState]:
+    # Streams without loop.started (a collaboration's) are not loops.
+    return {loop_id: state for loop_id, state in states.items() if state.loop}
