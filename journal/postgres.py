@@ -6,13 +6,22 @@ in the URL puts a journal in a schema of its own:
 
 ``loopruntime_meta``
     ``schema_version`` (``codec.SCHEMA_VERSION``).  A database written by a
-    newer version is refused with ``JournalSchemaError``.
+    newer version is refused with ``JournalSchemaError``.  A version-1
+    database (which had no ``loopruntime_checkpoints``) is upgraded when
+    opened, in one transaction under the same advisory lock that guards
+    creating the tables: the empty index is created (version 1 wrote no
+    checkpoints) and ``schema_version`` set to 2.  Processes still running
+    version-1 code keep working on it; a new one of them is refused.
 ``loopruntime_sessions``
     one row per session: ``incarnation`` (writer fencing), ``head`` (last
     seq), ``digest`` (the head record's chain digest), timestamps.
 ``loopruntime_records``
     one row per record, primary key ``(session, seq)``, unique
     ``(session, id)``; the event is stored as the codec's msgpack bytes.
+``loopruntime_checkpoints``
+    the index of ``session.checkpoint`` records: ``(session, seq)``, the
+    primary key.  Appends fill it in the statement that inserts the records,
+    so it holds exactly the committed checkpoints.
 
 Writing.  ``open_session`` increments the session row's incarnation in one
 statement; the row lock it takes waits for any append in flight, so the new
@@ -42,10 +51,12 @@ outcome is then unknown to this process and the caller learns it the same
 way, by appending the same drafts again.
 
 Reading pages through the records by seq on a small pool of connections and
-verifies the digest chain.  ``tail`` follows appends through LISTEN/NOTIFY:
-every append transaction notifies a per-session channel on commit, and each
-tail holds its own listening connection, so a follower in another process
-wakes on commit without polling.
+verifies the digest chain.  ``checkpoints`` is one query: the index joined
+with the records it names and the record before each, whose digest each
+checkpoint is verified against.  ``tail`` follows appends through
+LISTEN/NOTIFY: every append transaction notifies a per-session channel on
+commit, and each tail holds its own listening connection, so a follower in
+another process wakes on commit without polling.
 
 psycopg's async API is asyncio-only, so its blocking calls run in trio
 worker threads, one connection per thread at a time: the writer's through
@@ -83,7 +94,7 @@ from .errors import (
     NotAJournalError,
     SessionNotFoundError,
 )
-from .events import Event
+from .events import Event, SessionCheckpoint
 from .record import Draft, Record
 from .store import SessionInfo, SessionLease
 
@@ -119,7 +130,17 @@ _CONNECT_TIMEOUT = "10"
 
 _SCHEMA_LOCK = "loopruntime.schema"
 
-_CREATE = """
+# The index of session.checkpoint records (schema version 2).  Like the
+# records, no foreign key: only the writer inserts, in the records' statement.
+_CREATE_CHECKPOINTS = """
+CREATE TABLE loopruntime_checkpoints (
+    session text NOT NULL,
+    seq bigint NOT NULL,
+    PRIMARY KEY (session, seq)
+);
+"""
+
+_CREATE = f"""
 CREATE TABLE loopruntime_meta (
     key text PRIMARY KEY,
     value text NOT NULL
@@ -146,7 +167,12 @@ CREATE TABLE loopruntime_records (
     PRIMARY KEY (session, seq),
     UNIQUE (session, id)
 );
-"""
+{_CREATE_CHECKPOINTS}"""
+
+_UPGRADES = {1: _CREATE_CHECKPOINTS}
+"""The statements that take a schema from version ``key`` to ``key + 1``.
+Version 1 could not write ``session.checkpoint`` records, so the index it
+lacks starts empty and no record is read."""
 
 # Arrays go in binary (%b): psycopg's text format escapes every element
 # with a regular expression, which costs more than the rest of a small batch.
@@ -171,6 +197,9 @@ WITH inserted AS (
     UPDATE loopruntime_sessions s SET head = u.head, digest = u.digest, updated_at = %b::bigint
     FROM unnest(%b::text[], %b::bigint[], %b::bytea[]) AS u(session, head, digest)
     WHERE s.session = u.session
+), indexed AS (
+    INSERT INTO loopruntime_checkpoints (session, seq)
+    SELECT * FROM unnest(%b::text[], %b::bigint[])
 )
 SELECT pg_notify(c, '') FROM unnest(%b::text[]) AS c
 """
@@ -181,7 +210,9 @@ SELECT pg_notify(c, '') FROM unnest(%b::text[]) AS c
 # already holds one of the event ids (a retry, a duplicate) is simply not
 # advanced and its rows not inserted; the writer then decides those appends
 # on the checked path.  It runs after the rows are locked, so its snapshot
-# sees every committed record of those sessions.
+# sees every committed record of those sessions.  The checkpoints among the
+# rows come as their own (session, seq) arrays, indexed only for the sessions
+# advanced: without checkpoints they are empty and the insert writes nothing.
 _WRITE_GUARDED = """
 WITH new AS (
     SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::bigint[],
@@ -201,6 +232,10 @@ WITH new AS (
 ), inserted AS (
     INSERT INTO loopruntime_records (session, seq, id, loop, at, cause, digest, body)
     SELECT * FROM new WHERE new.session IN (SELECT session FROM advanced)
+), indexed AS (
+    INSERT INTO loopruntime_checkpoints (session, seq)
+    SELECT k.session, k.seq FROM unnest(%b::text[], %b::bigint[]) AS k(session, seq)
+    WHERE k.session IN (SELECT session FROM advanced)
 )
 SELECT a.session, pg_notify(c.channel, '')
 FROM advanced a JOIN unnest(%b::text[], %b::text[]) AS c(session, channel) USING (session)
@@ -212,6 +247,19 @@ FROM advanced a JOIN unnest(%b::text[], %b::text[]) AS c(session, channel) USING
 _PAGE = """
 SELECT seq, id, loop, at, cause, digest, body FROM loopruntime_records
 WHERE session = %s AND seq > %s AND seq <= %s ORDER BY seq
+"""
+
+# One row per checkpoint of the session: its record, and the digest of the
+# record before it (NULL for seq 1, which chains from GENESIS).  Outer joins
+# all the way, so a session without checkpoints is one row of NULLs, a
+# missing session no row, and an index entry without its record is seen.
+_CHECKPOINTS = """
+SELECT c.seq, r.id, r.loop, r.at, r.cause, r.digest, r.body, p.digest
+FROM loopruntime_sessions s
+LEFT JOIN loopruntime_checkpoints c ON c.session = s.session
+LEFT JOIN loopruntime_records r ON r.session = c.session AND r.seq = c.seq
+LEFT JOIN loopruntime_records p ON p.session = c.session AND p.seq = c.seq - 1
+WHERE s.session = %s ORDER BY c.seq
 """
 
 
@@ -301,8 +349,10 @@ def _channel(schema: str, session: str) -> str:
 def _prepare_schema(conn: psycopg.Connection[Any], where: str) -> str:
     """Blocking: create the tables when absent, check the version; return the schema.
 
-    Runs in one transaction under an advisory lock, so processes opening a
-    fresh database at the same time create the tables once.
+    Upgrades a version-1 schema to the current one.  Runs in one transaction
+    under an advisory lock, so processes opening a fresh (or version-1)
+    database at the same time create (or upgrade) the tables once, and a
+    failed upgrade leaves the database as it was.
     """
     with conn.transaction():
         row = conn.execute("SELECT current_schema()").fetchone()
@@ -313,14 +363,14 @@ def _prepare_schema(conn: psycopg.Connection[Any], where: str) -> str:
                 "the journal tables; create the schema or fix search_path in the URL"
             )
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s || %s))", (_SCHEMA_LOCK, schema))
-        found = conn.execute(
+        tables = conn.execute(
             "SELECT to_regclass('loopruntime_meta'), to_regclass('loopruntime_sessions'), "
-            "to_regclass('loopruntime_records')"
+            "to_regclass('loopruntime_records'), to_regclass('loopruntime_checkpoints')"
         ).fetchone()
-        assert found is not None
-        meta, sessions, records = found
+        assert tables is not None
+        meta, sessions, records, checkpoints = tables
         if meta is None:
-            if sessions is not None or records is not None:
+            if sessions is not None or records is not None or checkpoints is not None:
                 raise NotAJournalError(
                     f"{where} schema {schema} has loopruntime tables but no loopruntime_meta "
                     "table; it is not a journal this code wrote: use another schema"
@@ -331,6 +381,7 @@ def _prepare_schema(conn: psycopg.Connection[Any], where: str) -> str:
                 (str(SCHEMA_VERSION),),
             )
             log.info("postgres_journal_created", where=where, schema=schema)
+            return str(schema)
         version = conn.execute(
             "SELECT value FROM loopruntime_meta WHERE key = 'schema_version'"
         ).fetchone()
@@ -339,7 +390,28 @@ def _prepare_schema(conn: psycopg.Connection[Any], where: str) -> str:
                 f"{where} schema {schema}: loopruntime_meta has no valid schema_version; "
                 "it is not a journal this code wrote"
             )
-        check_schema_version(int(version[0]), where=f"{where} (schema {schema})")
+        found = int(version[0])
+        check_schema_version(found, where=f"{where} (schema {schema})")
+        if found < SCHEMA_VERSION:
+            for step in range(found, SCHEMA_VERSION):
+                conn.execute(_UPGRADES[step])
+            conn.execute(
+                "UPDATE loopruntime_meta SET value = %s WHERE key = 'schema_version'",
+                (str(SCHEMA_VERSION),),
+            )
+            log.info(
+                "postgres_journal_upgraded",
+                where=where,
+                schema=schema,
+                version=SCHEMA_VERSION,
+                was=found,
+            )
+        elif checkpoints is None:
+            raise NotAJournalError(
+                f"{where} schema {schema}: journal schema {found} but no "
+                "loopruntime_checkpoints table; its tables were changed by hand: restore "
+                "them or use another schema"
+            )
         return str(schema)
 
 
@@ -651,6 +723,12 @@ class _Writer:
             for r, body in zip(records, item.bodies, strict=True)
         ]
         columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[]] * 8
+        marks = [
+            (r.session, r.seq)
+            for records in plans
+            for r in records
+            if isinstance(r.event, SessionCheckpoint)
+        ]
         with conn.pipeline():
             # Rows locked in session order, like the checked path, so two
             # writers (of this process or another) cannot deadlock.
@@ -669,6 +747,8 @@ class _Writer:
                         records[-1].digest if records else k[2]
                         for k, records in zip(known, plans, strict=True)
                     ],
+                    [m[0] for m in marks],
+                    [m[1] for m in marks],
                     sessions,
                     [_channel(self._schema, s) for s in sessions],
                 ),
@@ -704,7 +784,8 @@ class _Writer:
             }
             now = time.time_ns()
             rows: list[tuple[Any, ...]] = []
-            results = [self._check(item, heads, stored, rows, now) for item in batch]
+            marks: list[tuple[str, int]] = []
+            results = [self._check(item, heads, stored, rows, marks, now) for item in batch]
             written = {s: h for s, h in heads.items() if h.written}
             if written:
                 columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[]] * 8
@@ -716,6 +797,8 @@ class _Writer:
                         list(written),
                         [h.head for h in written.values()],
                         [h.digest for h in written.values()],
+                        [m[0] for m in marks],
+                        [m[1] for m in marks],
                         [_channel(self._schema, s) for s in written],
                     ),
                 )
@@ -730,9 +813,13 @@ class _Writer:
         heads: dict[str, _Head],
         stored: dict[tuple[str, str], _Stored],
         rows: list[tuple[Any, ...]],
+        marks: list[tuple[str, int]],
         now: int,
     ) -> list[Record] | BaseException:
-        """Decide one append against the locked state; queue its rows when it passes."""
+        """Decide one append against the locked state; queue its rows when it passes.
+
+        The seqs of its ``session.checkpoint`` records go to ``marks``, for the index.
+        """
         session, drafts = item.lease.session, item.drafts
         h = heads.get(session)
         if h is None:
@@ -771,6 +858,8 @@ class _Writer:
             h.head += 1
             h.digest = chain(h.digest, body)
             rows.append((session, h.head, d.id, d.loop, now, d.cause, h.digest, body))
+            if isinstance(d.event, SessionCheckpoint):
+                marks.append((session, h.head))
             # A later append of this batch re-sending these ids finds them here.
             stored[(session, d.id)] = (h.head, d.loop, now, d.cause, h.digest, body)
             records.append(
@@ -1076,6 +1165,27 @@ class PostgresJournal:
             raise SessionNotFoundError(session)
         return got
 
+    async def checkpoints(self, session: str) -> list[Record]:
+        """The session's ``session.checkpoint`` records, in seq order, from the index.
+
+        One query, whatever the session's length.  Each checkpoint is
+        verified against the stored digest of the record before it; a broken
+        one raises ``JournalCorruptError`` with its seq.  Verified and decoded
+        in the worker thread: a chain of checkpoints holds about the whole
+        message history, too much to decode between two trio checkpoints.
+        """
+        self._check_open()
+
+        def work(conn: psycopg.Connection[Any]) -> list[Record] | None:
+            with conn.cursor(binary=True) as cur:
+                rows = cur.execute(_CHECKPOINTS, (session,)).fetchall()
+            return _checkpoint_records(session, rows) if rows else None
+
+        found = await self._pool.run(f"reading the checkpoints of session {session}", work)
+        if found is None:
+            raise SessionNotFoundError(session)
+        return found
+
     async def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first."""
         self._check_open()
@@ -1122,6 +1232,39 @@ def _page(conn: psycopg.Connection[Any], session: str, after: int) -> list[tuple
     # Binary results: bytea arrives as raw bytes instead of hex to decode.
     with conn.cursor(binary=True) as cur:
         return cur.execute(_PAGE, (session, after, after + _READ_PAGE)).fetchall()
+
+
+def _checkpoint_records(session: str, rows: list[tuple[Any, ...]]) -> list[Record]:
+    """The records of ``_CHECKPOINTS`` rows, each verified against the record before it."""
+    found = []
+    for seq, id_, loop, at, cause, digest, body, previous in rows:
+        if seq is None:
+            # The session's one row when it has no checkpoint.
+            continue
+        if id_ is None:
+            raise JournalCorruptError(session, seq, "indexed as a checkpoint but missing")
+        if previous is None and seq > 1:
+            raise JournalCorruptError(session, seq - 1, "record missing")
+        if chain(previous or GENESIS, body) != digest:
+            raise JournalCorruptError(session, seq, "digest chain broken")
+        event = decode_event(body, session=session, seq=seq)
+        if not isinstance(event, SessionCheckpoint):
+            raise JournalCorruptError(
+                session, seq, f"indexed as a checkpoint but holds {type(event).__name__}"
+            )
+        found.append(
+            Record(
+                seq=seq,
+                id=id_,
+                session=session,
+                loop=loop,
+                at=at,
+                cause=cause,
+                digest=digest,
+                event=event,
+            )
+        )
+    return found
 
 
 def _close_listener(listener: psycopg.Connection[Any]) -> None:

@@ -2,9 +2,10 @@
 
 Fencing and following across real OS processes, a connection cut in the
 middle of an append (by a TCP proxy and by ``pg_terminate_backend``), group
-commits that isolate a failing append, and the named errors for a server
-that cannot be reached or a database written by a newer version.  The
-shared semantics are in ``test_contract_postgres.py``.
+commits that isolate a failing append and index only the checkpoints that
+committed, a version-1 database upgraded when opened, and the named errors
+for a server that cannot be reached or a database written by a newer
+version.  The shared semantics are in ``test_contract_postgres.py``.
 
 The cross-process tests wrap their waits in ``trio.fail_after(HANG_GUARD)``:
 a guard so a broken build fails instead of hanging CI, not a timing
@@ -42,7 +43,7 @@ from journal import (
     Record,
     open_journal,
 )
-from journal.events import Notice
+from journal.events import CHECKPOINT_STREAM, LoopImage, Notice, SessionCheckpoint
 from journal.postgres import PostgresJournal, _channel, init_schema
 
 pytestmark = pytest.mark.slow
@@ -53,6 +54,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _draft(id: str, text: str = "x") -> Draft:
     return Draft(id=id, loop="main", event=Notice(code="test", text=text))
+
+
+def _checkpoint(id: str, previous: int = 0) -> Draft:
+    image = LoopImage(loop="main", state=id.encode())
+    return Draft(
+        id=id, loop=CHECKPOINT_STREAM, event=SessionCheckpoint(previous=previous, loops=(image,))
+    )
 
 
 def _sql(url: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -495,6 +503,43 @@ async def test_a_failing_append_does_not_fail_its_group_commit(postgres_url: str
     assert await _stored_ids(postgres_url, "big") == []
 
 
+async def test_a_group_commit_indexes_only_the_checkpoints_that_committed(
+    postgres_url: str,
+) -> None:
+    async with open_journal(postgres_url) as journal:
+        leases = {s: await journal.open_session(s) for s in ("hold", "a", "b", "fenced")}
+        for name, lease in leases.items():
+            # The writer now knows each session, so the batch below takes the
+            # fast path, where the fenced session's guard fails.
+            await journal.append(lease, [_draft(f"{name}-1")], expected_seq=0)
+        await journal.open_session("fenced")
+        results: dict[str, object] = {}
+
+        async def append(name: str, drafts: list[Draft]) -> None:
+            try:
+                results[name] = await journal.append(leases[name], drafts, expected_seq=1)
+            except JournalError as exc:
+                results[name] = exc
+
+        async with trio.open_nursery() as nursery:
+            async with _row_locked(postgres_url, "hold") as blocker:
+                nursery.start_soon(append, "hold", [_draft("hold-2")])
+                await _wait_blocked_by(postgres_url, blocker)
+                nursery.start_soon(append, "a", [_draft("a-2"), _checkpoint("a-cp", 1)])
+                nursery.start_soon(append, "b", [_checkpoint("b-cp", 1), _draft("b-3")])
+                nursery.start_soon(append, "fenced", [_checkpoint("f-cp", 1)])
+                await trio.testing.wait_all_tasks_blocked()
+
+        assert isinstance(results["fenced"], FencedError)
+        assert [r.seq for r in await journal.checkpoints("a")] == [3]
+        assert [r.seq for r in await journal.checkpoints("b")] == [2]
+        assert await journal.checkpoints("fenced") == []
+    indexed = await trio.to_thread.run_sync(
+        _sql, postgres_url, "SELECT session, seq FROM loopruntime_checkpoints ORDER BY session"
+    )
+    assert indexed == [("a", 3), ("b", 2)]
+
+
 # -- opening --------------------------------------------------------------------------
 
 
@@ -532,6 +577,66 @@ async def test_a_database_with_a_newer_schema_is_refused(postgres_url: str) -> N
         await PostgresJournal.open(postgres_url)
     with pytest.raises(JournalSchemaError):
         await init_schema(postgres_url)
+    # Refused, not "upgraded": the database is as the newer version left it.
+    rows = await trio.to_thread.run_sync(
+        _sql, postgres_url, "SELECT value FROM loopruntime_meta WHERE key = 'schema_version'"
+    )
+    assert rows == [(str(SCHEMA_VERSION + 1),)]
+
+
+def _downgrade_to_1(url: str) -> None:
+    """Blocking: make a current journal's tables what version 1 created."""
+    with psycopg.connect(url) as conn:
+        conn.execute("DROP TABLE loopruntime_checkpoints")
+        conn.execute("UPDATE loopruntime_meta SET value = '1' WHERE key = 'schema_version'")
+
+
+async def test_a_version_1_schema_is_upgraded_when_opened(postgres_url: str) -> None:
+    assert SCHEMA_VERSION == 2, "add the upgrade from the previous version, and its test"
+    async with open_journal(postgres_url) as journal:
+        lease = await journal.open_session("old")
+        written = await journal.append(lease, [_draft("o-1"), _draft("o-2")], expected_seq=0)
+    await trio.to_thread.run_sync(_downgrade_to_1, postgres_url)
+
+    # Opened by several at once: the advisory lock lets one upgrade, the
+    # others find version 2 (a second upgrade would fail creating the table).
+    journals: list[PostgresJournal] = []
+
+    async def open_one() -> None:
+        journals.append(await PostgresJournal.open(postgres_url))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(open_one)
+    try:
+        journal = journals[0]
+        assert [r async for r in journal.read("old")] == written
+        assert await journal.checkpoints("old") == []
+        lease = await journal.open_session("old")
+        # The first append after opening takes the checked path, the next the fast one.
+        more = await journal.append(lease, [_checkpoint("cp-1", 0), _draft("o-3")], expected_seq=2)
+        more += await journal.append(lease, [_checkpoint("cp-2", 3)], expected_seq=4)
+        assert await journal.checkpoints("old") == [more[0], more[2]]
+    finally:
+        for opened in journals:
+            await opened.aclose()
+
+    rows = await trio.to_thread.run_sync(
+        _sql, postgres_url, "SELECT key, value FROM loopruntime_meta"
+    )
+    assert rows == [("schema_version", "2")]
+    async with open_journal(postgres_url) as journal:
+        assert [r async for r in journal.read("old")] == written + more
+        assert await journal.checkpoints("old") == [more[0], more[2]]
+
+
+async def test_a_current_schema_without_its_checkpoint_index_is_refused(
+    postgres_url: str,
+) -> None:
+    await init_schema(postgres_url)
+    await trio.to_thread.run_sync(_sql, postgres_url, "DROP TABLE loopruntime_checkpoints")
+    with pytest.raises(NotAJournalError, match="no loopruntime_checkpoints table"):
+        await PostgresJournal.open(postgres_url)
 
 
 async def test_foreign_tables_are_not_a_journal(postgres_url: str) -> None:
