@@ -56,6 +56,9 @@ from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 
 SESSION = "crash-scenario"
+CHECKPOINT_EVERY = 9
+"""Records between checkpoints: small, so that kill points fall before and
+after checkpoints and restores start from them (after a compaction too)."""
 COMPACT = "<compact>"
 STEPS = (
     "What's the weather in Paris and Oslo?",
@@ -334,7 +337,9 @@ async def run(workdir: Path, kill_after: int | None) -> None:
     ledger = Ledger(workdir, "run")
     async with open_journal(journal_url(workdir)) as real:
         journal = KillingJournal(real, workdir, kill_after)
-        async with Session.create(journal, definition(ledger), session_id=SESSION) as s:
+        async with Session.create(
+            journal, definition(ledger), session_id=SESSION, checkpoint_every=CHECKPOINT_EVERY
+        ) as s:
             await drive(s, ledger)
         (workdir / "appends").write_text(str(journal.appends))
 
@@ -343,7 +348,9 @@ async def restore(workdir: Path) -> None:
     ledger = Ledger(workdir, "restore")
     async with open_journal(journal_url(workdir)) as journal:
         (workdir / "head").write_text(str(await journal.head(SESSION)))
-        async with Session.restore(journal, SESSION, definition(ledger)) as s:
+        async with Session.restore(
+            journal, SESSION, definition(ledger), checkpoint_every=CHECKPOINT_EVERY
+        ) as s:
             await drive(s, ledger)
 
 

@@ -6,7 +6,9 @@ returned.  A second, fresh process restores the session, settles what the
 crash left open the way a host would, and drives the scenario to its end.
 This process then proves, from the journal file and the side files:
 
-* the journal passes ``check``;
+* the journal passes ``check`` (which proves every checkpoint equals the
+  fold of the records before it), and folding it from its last checkpoint
+  gives the same states as folding it from seq 1;
 * every record the killed process saw committed is still there with the same
   digest (so the same bytes), and nothing else was (the head on restore is
   the last seq it saw);
@@ -49,6 +51,7 @@ from journal.events import (
     TurnEnded,
     TurnStarted,
 )
+from session.checkpoints import read_restored
 from session.replay import check_records
 from tests.crash import scenario
 
@@ -70,6 +73,17 @@ async def _child(*args: str) -> subprocess.CompletedProcess[bytes]:
 async def _read(workdir: Path) -> list[Record]:
     async with open_journal(scenario.journal_url(workdir)) as journal:
         return [r async for r in journal.read(scenario.SESSION)]
+
+
+async def _restore_paths_agree(workdir: Path) -> list[str]:
+    async with open_journal(scenario.journal_url(workdir)) as journal:
+        full = await read_restored(journal, scenario.SESSION, use_checkpoints=False)
+        fast = await read_restored(journal, scenario.SESSION)
+    if fast.checkpoint_seq == 0:
+        return ["the restored journal has no checkpoint to start from"]
+    if fast.states != full.states:
+        return [f"folding from checkpoint {fast.checkpoint_seq} differs from folding from seq 1"]
+    return []
 
 
 def _text(blocks: Any) -> str:
@@ -169,7 +183,8 @@ async def crash_at(k: int, workdir: Path, baseline: dict[str, Any]) -> tuple[set
         return set(), [
             f"restore failed (exit {restored.returncode}): {restored.stderr.decode()[-3000:]}"
         ]
-    return verify(workdir, await _read(workdir), baseline)
+    kinds, problems = verify(workdir, await _read(workdir), baseline)
+    return kinds, problems + await _restore_paths_agree(workdir)
 
 
 def verify(
@@ -245,6 +260,7 @@ async def test_every_crash_point(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr.decode()
     records = await _read(clean)
     assert check_records(scenario.SESSION, records).ok
+    assert not await _restore_paths_agree(clean)
     baseline = outcome(records)
     assert len(baseline["answers"]) == len(scenario.STEPS) - 1
     assert baseline["summaries"]
