@@ -7,8 +7,8 @@ from journal.content import Message, Text, ToolUse
 from journal.events import (
     CHECKPOINT_STREAM,
     Event,
-    LoopImage,
     InputQueued,
+    LoopImage,
     LoopStarted,
     ModelCallStarted,
     ModelMessageCommitted,
