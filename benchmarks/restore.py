@@ -2,25 +2,36 @@
 
 Run ``python -m benchmarks.restore`` (``--quick`` for a short run).  For N of 1k, 10k and
 100k records, a real session is built by running an agent loop (turns of ten tool steps
-and an answer, zero-latency ``ScriptedModel``) on the memory journal, then copied record
-for record into a SQLite journal file; sizes are cut at the last ``turn.ended`` at or
-below N, so every history is a finished one and restore has nothing to settle.
+and an answer, zero-latency ``ScriptedModel``) on the memory journal with the default
+checkpoint interval (``session.checkpoints.DEFAULT_EVERY``), then copied record for record
+into a SQLite journal file (the ``session.checkpoint`` records copy along and the SQLite
+backend indexes them on append); sizes are cut at the last ``turn.ended`` at or below N,
+so every history is a finished one and restore has nothing to settle.
 
 Timed, each on a fresh copy of the file (restore may append, e.g. ``loop.stopped`` on
 exit) and a fresh journal connection; the OS page cache is warm, as it is for any
 recently used session; best of a few:
 
-* **restore**: ``Session.restore(journal, id, definition)`` until the context is entered,
-  i.e. read, decode, verify the digest chain, fold every record, start the loop actor.
-* **fold**: ``session.restore.read_states``, the same minus starting the actor.
+* **restore** (``seconds``): ``Session.restore(journal, id, definition)`` until the
+  context is entered: read the checkpoint chain, rebuild the states from it, read,
+  decode and fold the records after the last checkpoint, start the loop actor.
+* **restore, full fold** (``full_seconds``): the same with ``use_checkpoints=False``:
+  read, decode, verify and fold every record, what restore cost before checkpoints.
+* **fold** (``fold_seconds``): ``session.checkpoints.read_restored``, the read + fold part
+  of restore without starting the actor; ``full_fold_seconds`` the same from seq 1.
 * **bare floor**: one thread doing ``SELECT`` of the record columns in seq order with
   ``fetchmany`` and ``msgspec.msgpack.Decoder(Event)`` on every body: what any reader of
-  these rows must do at least.  ``floor_ratio`` = floor seconds / restore seconds (1.0 =
-  restore costs no more than the floor).
+  every row must do at least.  ``floor_ratio`` = floor seconds / restore seconds and
+  ``full_floor_ratio`` = floor seconds / full-fold restore seconds (1.0 = restore costs no
+  more than the floor; above 1.0, restore reads less than every row).
+
+Also per size: ``checkpoints`` (checkpoint records in the file), ``tail_records``
+(records restore folds after the last checkpoint), ``checkpoint_bytes`` (encoded size of
+the checkpoint records' events) and ``checkpoint_share`` (that / the file's bytes).
 
 Peers (LangGraph ``get_state`` on a thread of the same number of messages, eventsourcing
-replaying an aggregate of the same number of events) come from ``benchmarks.peers`` and
-are joined to these rows by ``python -m benchmarks``.
+replaying an aggregate of the same number of events, no snapshots) come from
+``benchmarks.peers`` and are joined to these rows by ``python -m benchmarks``.
 """
 
 from __future__ import annotations
@@ -37,13 +48,13 @@ from typing import Any
 import msgspec
 import trio
 
-from journal import Draft, Journal, Record, open_journal
+from journal import Draft, Journal, Record, encode_event, open_journal
 from journal.content import ToolResult
-from journal.events import Event, TurnEnded
+from journal.events import CHECKPOINT_STREAM, Event, TurnEnded
 from loopruntime import Limits, LoopDefinition, ModelRequest
 from loopruntime.models import Reply, ToolCall
 from session import Session
-from session.restore import read_states
+from session.checkpoints import DEFAULT_EVERY, read_restored
 
 from .loops import Progress, forgetful_model, lookup, quiet_logs, sqlite_bytes, stderr_progress
 
@@ -83,9 +94,10 @@ def definition() -> LoopDefinition:
 
 async def build_session(journal: Journal, n_records: int) -> tuple[str, list[Record]]:
     """Run turns on a memory journal until it holds ``n_records``; return the id and the
-    records up to the last ``turn.ended`` at or below ``n_records``."""
+    records up to the last ``turn.ended`` at or below ``n_records``, copied into
+    ``journal`` (checkpoint records included, at the same seqs)."""
     async with open_journal("memory:") as memory:
-        async with Session.create(memory, definition()) as session:
+        async with Session.create(memory, definition(), checkpoint_every=DEFAULT_EVERY) as session:
             while True:
                 await session.submit("go on")
                 await session.wait_idle()
@@ -127,10 +139,14 @@ def _bare_read(path: str, session_id: str) -> tuple[float, int]:
         conn.close()
 
 
-async def _restore_once(path: str, session_id: str, expect: int) -> tuple[float, int]:
+async def _restore_once(
+    path: str, session_id: str, expect: int, *, use_checkpoints: bool
+) -> tuple[float, int]:
     async with open_journal(f"sqlite:///{path}") as journal:
         start = time.perf_counter()
-        async with Session.restore(journal, session_id, definition()) as session:
+        async with Session.restore(
+            journal, session_id, definition(), use_checkpoints=use_checkpoints
+        ) as session:
             seconds = time.perf_counter() - start
             state = await session.snapshot()
     if state.last_seq != expect:
@@ -138,11 +154,30 @@ async def _restore_once(path: str, session_id: str, expect: int) -> tuple[float,
     return seconds, len(state.messages)
 
 
-async def _fold_once(path: str, session_id: str) -> float:
+async def _fold_once(path: str, session_id: str, *, use_checkpoints: bool) -> tuple[float, int]:
+    """Seconds of ``read_restored``, and the seq of the checkpoint it started from."""
     async with open_journal(f"sqlite:///{path}") as journal:
         start = time.perf_counter()
-        await read_states(journal, session_id)
-        return time.perf_counter() - start
+        restored = await read_restored(journal, session_id, use_checkpoints=use_checkpoints)
+        return time.perf_counter() - start, restored.checkpoint_seq
+
+
+async def _checkpoint_figures(path: str, session_id: str, copied: int) -> dict[str, int]:
+    """How many checkpoints the file's index holds, their encoded bytes, the last one's seq.
+
+    ``copied`` is how many checkpoint records were copied in: the index must list them
+    all, or restore would silently fold everything."""
+    async with open_journal(f"sqlite:///{path}") as journal:
+        chain = await journal.checkpoints(session_id)
+    if len(chain) != copied:
+        raise RuntimeError(
+            f"the copied file indexes {len(chain)} checkpoints, {copied} were copied in"
+        )
+    return {
+        "checkpoints": len(chain),
+        "checkpoint_bytes": sum(len(encode_event(r.event)) for r in chain),
+        "last_checkpoint_seq": chain[-1].seq if chain else 0,
+    }
 
 
 def _fresh_copy(source: str, target: str) -> None:
@@ -162,33 +197,72 @@ async def _measure(directory: str, n: int, repeats: int, progress: Progress) -> 
     # Closing checkpointed the WAL into the file, so copying the file copies everything.
     size = sqlite_bytes(source)
     count = len(records)
+    copied = sum(1 for r in records if r.loop == CHECKPOINT_STREAM)
     del records
+    cp = await _checkpoint_figures(source, session_id, copied)
+    if count >= 10_000 and not cp["checkpoints"]:
+        raise RuntimeError(f"a session of {count} records has no checkpoint in its file")
+    last_cp = cp["last_checkpoint_seq"]
     target = os.path.join(directory, f"restore-{n}-copy.db")
-    restore_s, fold_s, floor_s = [], [], []
+    restore_s: list[float] = []
+    full_s: list[float] = []
+    fold_s: list[float] = []
+    full_fold_s: list[float] = []
+    floor_s: list[float] = []
     messages = 0
-    progress(f"restore: {count} records, {repeats} repetition(s)")
+    progress(f"restore: {count} records, {cp['checkpoints']} checkpoints, {repeats} repetition(s)")
+    # Untimed: the first restore of a process pays for first uses (imports, caches), which
+    # a single timed repetition (--quick) would charge to whichever way ran first.
+    _fresh_copy(source, target)
+    await _restore_once(target, session_id, count, use_checkpoints=True)
     for _ in range(repeats):
         _fresh_copy(source, target)
-        seconds, messages = await _restore_once(target, session_id, count)
+        seconds, messages = await _restore_once(target, session_id, count, use_checkpoints=True)
         restore_s.append(seconds)
-        fold_s.append(await _fold_once(source, session_id))
+        _fresh_copy(source, target)
+        seconds, full_messages = await _restore_once(
+            target, session_id, count, use_checkpoints=False
+        )
+        full_s.append(seconds)
+        if full_messages != messages:
+            raise RuntimeError(
+                f"restore from checkpoints holds {messages} messages, the full fold {full_messages}"
+            )
+        seconds, started = await _fold_once(source, session_id, use_checkpoints=True)
+        if started != last_cp:
+            raise RuntimeError(
+                f"the fold started from seq {started}, the last checkpoint is at {last_cp}"
+            )
+        fold_s.append(seconds)
+        seconds, _ = await _fold_once(source, session_id, use_checkpoints=False)
+        full_fold_s.append(seconds)
         floor, read = await trio.to_thread.run_sync(_bare_read, source, session_id)
         if read != count:
             raise RuntimeError(f"the bare read found {read} records, expected {count}")
         floor_s.append(floor)
-    restore, fold, floor = min(restore_s), min(fold_s), min(floor_s)
-    progress(f"restore: {count} records in {restore:.3f} s (floor {floor:.3f} s)")
+    restore, full, floor = min(restore_s), min(full_s), min(floor_s)
+    progress(
+        f"restore: {count} records in {restore:.3f} s, full fold {full:.3f} s (floor {floor:.3f} s)"
+    )
     return {
         "scenario": "restore",
         "system": "loopruntime sqlite",
         "records": count,
         "messages": messages,
         "bytes": size,
+        "checkpoint_every": DEFAULT_EVERY,
+        "checkpoints": cp["checkpoints"],
+        "tail_records": count - last_cp,
+        "checkpoint_bytes": cp["checkpoint_bytes"],
+        "checkpoint_share": cp["checkpoint_bytes"] / size,
         "seconds": restore,
         "records_per_second": count / restore,
-        "fold_seconds": fold,
+        "full_seconds": full,
+        "fold_seconds": min(fold_s),
+        "full_fold_seconds": min(full_fold_s),
         "floor_seconds": floor,
         "floor_ratio": floor / restore,
+        "full_floor_ratio": floor / full,
     }
 
 
@@ -223,14 +297,19 @@ def run(
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     header = (
-        f"{'records':>8} {'messages':>9} {'restore s':>10} {'fold s':>8} "
-        f"{'floor s':>8} {'floor/restore':>14}"
+        f"{'records':>8} {'messages':>9} {'ckpts':>6} {'tail':>5} {'ckpt KiB':>9} {'share':>6} "
+        f"{'restore s':>10} {'full s':>8} {'fold s':>8} {'full fold s':>12} "
+        f"{'floor s':>8} {'floor/restore':>14} {'floor/full':>11}"
     )
     lines = [header, "-" * len(header)]
     for r in rows:
+        share = f"{r['checkpoint_share']:.1%}"
         lines.append(
-            f"{r['records']:>8} {r['messages']:>9} {r['seconds']:>10.4f} "
-            f"{r['fold_seconds']:>8.4f} {r['floor_seconds']:>8.4f} {r['floor_ratio']:>14.2f}"
+            f"{r['records']:>8} {r['messages']:>9} {r['checkpoints']:>6} "
+            f"{r['tail_records']:>5} {r['checkpoint_bytes'] / 1024:>9.0f} {share:>6} "
+            f"{r['seconds']:>10.4f} {r['full_seconds']:>8.4f} {r['fold_seconds']:>8.4f} "
+            f"{r['full_fold_seconds']:>12.4f} {r['floor_seconds']:>8.4f} "
+            f"{r['floor_ratio']:>14.2f} {r['full_floor_ratio']:>11.2f}"
         )
     return "\n".join(lines)
 

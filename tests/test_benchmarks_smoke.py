@@ -1,4 +1,4 @@
-"""The loop benchmark runs end to end at tiny sizes and returns well-formed rows.
+"""The loop and restore benchmarks run end to end at tiny sizes and returns well-formed rows.
 
 A smoke test only: benchmarks print figures and never gate anything on wall time, so
 nothing here compares a number with a bound other than "was measured".
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import loops
+from benchmarks import loops, restore
 
 STEP_KEYS = {
     "scenario",
@@ -93,3 +93,38 @@ def test_loop_benchmark_rows() -> None:
     assert set(idle) == IDLE_KEYS
     assert idle["loops"] == 2
     assert idle["rss_after_bytes"] > 0 and idle["setup_seconds"] > 0
+
+
+RESTORE_KEYS = {
+    "scenario",
+    "system",
+    "records",
+    "messages",
+    "bytes",
+    "checkpoint_every",
+    "checkpoints",
+    "tail_records",
+    "checkpoint_bytes",
+    "checkpoint_share",
+    "seconds",
+    "records_per_second",
+    "full_seconds",
+    "fold_seconds",
+    "full_fold_seconds",
+    "floor_seconds",
+    "floor_ratio",
+    "full_floor_ratio",
+}
+
+
+def test_restore_benchmark_rows() -> None:
+    # Past two checkpoint intervals, so the copied file has checkpoints to start from.
+    (row,) = restore.run(quick=True, sizes=(2_500,), progress=lambda line: None)
+    assert set(row) == RESTORE_KEYS
+    assert 2_000 < row["records"] <= 2_500 and row["messages"] > 0
+    assert row["checkpoint_every"] == 1_000
+    assert row["checkpoints"] == 2
+    # Restore folds only what follows the last checkpoint, at most one interval.
+    assert 0 < row["tail_records"] <= row["checkpoint_every"]
+    assert 0 < row["checkpoint_bytes"] < row["bytes"]
+    _positive(row, RESTORE_KEYS)
