@@ -19,6 +19,24 @@ a schema of its own), reported as a ratio (journal / raw; 1.0 = no overhead):
   verified, a ``Record`` built for each).  Raw: one thread selecting the same
   columns (binary), and msgpack-decoding every body.  Target: >= 0.7.  A
   second raw figure also verifies the digest chain, as the journal must.
+* **restore 100k (from checkpoints)**: ``Session.restore`` of a real session
+  of about 100k records (an agent loop's, built by
+  ``benchmarks.restore.build_session`` with the default checkpoint interval,
+  so about 100 ``session.checkpoint`` records) until its context is entered:
+  it reads the checkpoint chain from the index (about a fifth of the
+  session's bytes: the chain holds the whole message history once), rebuilds
+  the loops from it, reads, verifies, decodes and folds only the records
+  after the last checkpoint (under 1k), and starts the loop actor.  Each
+  timing on a fresh journal connection and a fresh copy of the session's rows
+  (``INSERT ... SELECT`` into a new schema: restore appends ``loop.stopped``
+  on exit); each must end at the last seq built, and both ways must hold the
+  same messages.  Raw: one thread selecting and msgpack-decoding every row of
+  the same session.  The two do not read the same rows -- ours reads far
+  fewer, which is the point of checkpoints, so the ratio can exceed 1.0.
+  Target: >= 0.7.
+* **restore 100k (full fold)**: the same restore with
+  ``use_checkpoints=False``: it reads, verifies, decodes and folds every
+  record (what restore cost before checkpoints), against the same raw figure.
 
 Benchmarks are not tests: nothing here asserts a number.
 """
@@ -36,12 +54,16 @@ from typing import Any
 import msgspec
 import psycopg
 import trio
+from psycopg import sql
 
 from benchmarks import journal as journal_bench
+from benchmarks.loops import quiet_logs
+from benchmarks.restore import build_session, definition
 from journal import Journal, open_journal
 from journal.codec import GENESIS, chain
-from journal.events import Event
+from journal.events import CHECKPOINT_STREAM, Event
 from journal.postgres import init_schema
+from session import Session
 from tests.support.pgserver import isolated_schema, temporary_server
 
 __all__ = ["main", "run"]
@@ -53,6 +75,8 @@ _INSERT = (
     "INSERT INTO loopruntime_records (session, seq, id, loop, at, cause, digest, body) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
+# The tables that hold a journal's sessions (loopruntime_meta is made by init_schema).
+_JOURNAL_TABLES = ("loopruntime_sessions", "loopruntime_records", "loopruntime_checkpoints")
 _SELECT = (
     "SELECT seq, id, loop, at, cause, digest, body FROM loopruntime_records "
     "WHERE session = %s ORDER BY seq"
@@ -153,6 +177,106 @@ async def _read(url: str, session: str) -> tuple[float, int]:
         return time.perf_counter() - start, n
 
 
+def _copy_journal(source: str, target: str) -> None:
+    """Copy every session of the journal at URL ``source`` into the (initialised, empty)
+    journal at URL ``target``, on the same server, with ``INSERT ... SELECT``."""
+    with psycopg.connect(source) as conn:
+        row = conn.execute("SELECT current_schema()").fetchone()
+    if row is None or row[0] is None:
+        raise RuntimeError(f"{source} names no existing schema")
+    with psycopg.connect(target) as conn:
+        for table in _JOURNAL_TABLES:
+            conn.execute(
+                sql.SQL("INSERT INTO {} SELECT * FROM {}.{}").format(
+                    sql.Identifier(table), sql.Identifier(row[0]), sql.Identifier(table)
+                )
+            )
+        conn.commit()
+    _analyze(target)
+
+
+def _analyze(url: str) -> None:
+    # As autovacuum would soon: the source and every copy are read with fresh statistics.
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in _JOURNAL_TABLES:
+            conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+
+
+async def _restore_once(
+    url: str, session_id: str, expect: int, *, use_checkpoints: bool
+) -> tuple[float, int]:
+    """Seconds for ``Session.restore`` to enter its context, on a fresh connection; the
+    number of messages in the restored root loop's state."""
+    async with open_journal(url) as journal:
+        start = time.perf_counter()
+        async with Session.restore(
+            journal, session_id, definition(), use_checkpoints=use_checkpoints
+        ) as session:
+            seconds = time.perf_counter() - start
+            state = await session.snapshot()
+    if state.last_seq != expect:
+        raise RuntimeError(f"restore folded up to seq {state.last_seq}, expected {expect}")
+    return seconds, len(state.messages)
+
+
+def _size_label(n: int) -> str:
+    return f"{round(n / 1000)}k" if n >= 1000 else str(n)
+
+
+async def _restore(dsn: str, n: int, repeat: int) -> list[dict[str, Any]]:
+    """The two restore rows: a real session of about ``n`` records, beside raw reads."""
+    _say(f"postgres: building a session of ~{n} records to restore")
+    with isolated_schema(dsn, prefix="bench") as source:
+        async with open_journal(source) as journal:
+            session_id, records = await build_session(journal, n)
+            checkpoints = await journal.checkpoints(session_id)
+        count = len(records)
+        copied = sum(1 for r in records if r.loop == CHECKPOINT_STREAM)
+        del records
+        if not checkpoints:
+            raise RuntimeError(f"a session of {count} records has no checkpoint in the index")
+        if len(checkpoints) != copied:
+            raise RuntimeError(
+                f"the index holds {len(checkpoints)} checkpoints, {copied} were written"
+            )
+        tail = count - checkpoints[-1].seq
+        del checkpoints
+        await trio.to_thread.run_sync(_analyze, source)
+
+        async def restore_copy(use_checkpoints: bool) -> tuple[float, int]:
+            # Restore appends (loop.stopped on exit): each one gets an untouched copy.
+            with isolated_schema(dsn, prefix="bench") as url:
+                await init_schema(url)
+                await trio.to_thread.run_sync(_copy_journal, source, url)
+                return await _restore_once(url, session_id, count, use_checkpoints=use_checkpoints)
+
+        _say(
+            f"postgres: restore {count} records ({copied} checkpoints, tail {tail}), "
+            "from checkpoints, full fold and raw"
+        )
+        # Untimed: the first restore of a process pays for first uses (imports, caches).
+        await restore_copy(True)
+        timings = []
+        for _ in range(repeat):
+            ours, messages = await restore_copy(True)
+            full, full_messages = await restore_copy(False)
+            if full_messages != messages:
+                raise RuntimeError(
+                    f"restore from checkpoints holds {messages} messages, the full fold "
+                    f"{full_messages}"
+                )
+            raw, raw_n = await trio.to_thread.run_sync(_raw_read, source, session_id)
+            if raw_n != count:
+                raise RuntimeError(f"the raw read found {raw_n} records, expected {count}")
+            timings.append((ours, full, raw))
+    raw = min(t[2] for t in timings)
+    label = _size_label(count)
+    return [
+        _row(f"restore {label} (from checkpoints)", count, min(t[0] for t in timings), raw, TARGET),
+        _row(f"restore {label} (full fold)", count, min(t[1] for t in timings), raw, None),
+    ]
+
+
 def _row(benchmark: str, n: int, ours: float, raw: float, target: float | None) -> dict[str, Any]:
     rate, raw_rate = n / ours, n / raw
     return {
@@ -232,6 +356,7 @@ async def _run(dsn: str, quick: bool, repeat: int) -> list[dict[str, Any]]:
             None,
         )
     )
+    results += await _restore(dsn, 10_000 if quick else 100_000, repeat)
     return results
 
 
@@ -263,6 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.postgres", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     args = parser.parse_args(argv)
+    quiet_logs()
     print(format_table(run(quick=args.quick)))
     return 0
 
