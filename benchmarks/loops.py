@@ -76,6 +76,7 @@ QUICK_IDLE_COUNTS: tuple[int, ...] = (1_000,)
 # Tail gaps pooled per step size: 10 steps give one tail gap per run, so they are run
 # until this many gaps are in hand; a single gap would mostly measure the scheduler.
 _MIN_TAIL_GAPS = 100
+_STEP_ROUNDS = 3
 _QUICK_MIN_TAIL_GAPS = 30
 # Turns run in the "loops" scenario, shared out among the loops (at least 3 each).
 _LOOP_TURNS = 3000
@@ -309,29 +310,41 @@ async def steps(
     synchronous: Sequence[str] = ("FULL", "NORMAL"),
     *,
     min_tail_gaps: int = _MIN_TAIL_GAPS,
+    rounds: int = _STEP_ROUNDS,
     progress: Progress = stderr_progress,
 ) -> list[dict[str, Any]]:
     """Per-step cost and storage for one turn of N steps, per size and sync mode.
 
-    Sizes whose last 10% is fewer than ``min_tail_gaps`` steps are run again on fresh
-    files until it is not, and the tail gaps of all runs are pooled."""
-    rows: list[dict[str, Any]] = []
+    The sizes are measured in ``rounds`` interleaved rounds (each round runs every size
+    once), so that a drift of the machine's speed during the run (disk, CPU governor,
+    neighbours) falls on every size alike instead of on whichever ran at the wrong
+    moment; within a round, a size whose last 10% is fewer than ``min_tail_gaps /
+    rounds`` steps runs again on fresh files.  Each figure pools the tail gaps of all
+    its runs."""
+    tails: dict[tuple[str, int], list[float]] = {}
+    runs: dict[tuple[str, int], list[tuple[float, int, int]]] = {}
     counter = 0
+    per_round = max(1, math.ceil(min_tail_gaps / rounds))
+    for round_index in range(rounds):
+        for sync in synchronous:
+            for n in sizes:
+                tail_per_run = max(1, (n - 1) // 10)
+                repeats = max(1, math.ceil(per_round / tail_per_run))
+                progress(
+                    f"steps: round {round_index + 1}/{rounds}, {n} steps, "
+                    f"synchronous={sync}, {repeats} run(s)"
+                )
+                for _ in range(repeats):
+                    counter += 1
+                    path = os.path.join(directory, f"steps-{counter}.db")
+                    gaps, seconds, size, size_open = await _one_step_run(path, sync, n)
+                    tails.setdefault((sync, n), []).extend(gaps)
+                    runs.setdefault((sync, n), []).append((seconds, size, size_open))
+                    _remove_db(path)
+    rows: list[dict[str, Any]] = []
     for sync in synchronous:
         for n in sizes:
-            tail: list[float] = []
-            runs: list[tuple[float, int, int]] = []
-            tail_per_run = max(1, (n - 1) // 10)
-            repeats = max(1, math.ceil(min_tail_gaps / tail_per_run))
-            progress(f"steps: {n} steps, synchronous={sync}, {repeats} run(s)")
-            for _ in range(repeats):
-                counter += 1
-                path = os.path.join(directory, f"steps-{counter}.db")
-                gaps, seconds, size, size_open = await _one_step_run(path, sync, n)
-                tail += gaps
-                runs.append((seconds, size, size_open))
-                _remove_db(path)
-            seconds = statistics.median(r[0] for r in runs)
+            tail, done = tails[(sync, n)], runs[(sync, n)]
             per_step = sum(tail) / len(tail)
             rows.append(
                 {
@@ -339,14 +352,14 @@ async def steps(
                     "system": f"loopruntime sqlite {sync}",
                     "synchronous": sync,
                     "steps": n,
-                    "runs": repeats,
-                    "seconds": seconds,
+                    "runs": len(done),
+                    "seconds": statistics.median(r[0] for r in done),
                     "per_step_seconds": per_step,
-                    "bytes": max(r[1] for r in runs),
-                    "bytes_open": max(r[2] for r in runs),
+                    "bytes": max(r[1] for r in done),
+                    "bytes_open": max(r[2] for r in done),
                 }
             )
-            progress(f"steps: {n} at {sync}: {per_step * 1e3:.3f} ms/step, {seconds:.2f} s/run")
+            progress(f"steps: {n} at {sync}: {per_step * 1e3:.3f} ms/step")
     return rows
 
 
