@@ -489,8 +489,9 @@ class SessionCheckpoint(msgspec.Struct, tag="session.checkpoint", **_opts):
     in the journal, and ``replay --check`` proves it equals their fold.
 
     ``loops`` holds the loops that changed since ``previous`` (the seq of the
-    session's previous checkpoint, 0 for the first); a loop left out is as
-    the previous checkpoint has it.  Written by the session writer, under the
+    session's previous checkpoint); a loop left out is as the previous
+    checkpoint has it.  ``previous=0`` starts a chain: every loop is in it,
+    in full, and nothing before it counts.  Written by the session writer, under the
     reserved stream id ``CHECKPOINT_STREAM``; no loop folds it."""
 
     previous: int = 0

@@ -14,6 +14,10 @@ history, never once per checkpoint: that is what keeps checkpoints from
 growing with the square of the history.  A compaction replaces the context
 with a short one; the next image of that loop starts afresh (``kept=0``).
 
+A writer that restored without the chain (``use_checkpoints=False``, or a
+chain it could not use) starts a new one: its first checkpoint has
+``previous=0`` and every loop in full, and restore ignores what came before.
+
 Restore takes the checkpoint records from the journal's index
 (``Journal.checkpoints``), rebuilds the states from them alone, and folds
 only the records after the last one.  A checkpoint that cannot be used (a
@@ -143,7 +147,12 @@ def states_from(checkpoints: Sequence[Record]) -> tuple[dict[str, LoopState], di
         event = record.event
         if not isinstance(event, SessionCheckpoint):
             raise InvalidCheckpointError(record.seq, f"it is a {type(event).__name__}")
-        if event.previous != expected_previous:
+        if event.previous == 0:
+            # A new chain (a writer that restored without checkpoints): it
+            # holds every loop in full, nothing of the older chain counts.
+            messages.clear()
+            newest.clear()
+        elif event.previous != expected_previous:
             raise InvalidCheckpointError(
                 record.seq,
                 f"it follows the checkpoint at seq {event.previous}, "

@@ -1604,7 +1604,11 @@ class _Checker:
     def checkpoint(self, seq: int, e: SessionCheckpoint) -> None:
         """A checkpoint must be exactly the fold of every record before it,
         or a restore that starts from it would start from a lie."""
-        if e.previous != self.checkpoint_seq:
+        if e.previous == 0:
+            # A new chain: every loop must be in it, in full.
+            self.checkpoint_seq = 0
+            self.checkpoint_messages = {}
+        elif e.previous != self.checkpoint_seq:
             self.bad(
                 seq,
                 "checkpoint chain linked",

@@ -81,6 +81,27 @@ async def test_restore_continues_the_chain_and_stores_each_message_once() -> Non
     assert fast.states["main"].messages == live.messages
 
 
+async def test_a_restore_without_checkpoints_starts_a_new_chain() -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition(), checkpoint_every=EVERY) as s:
+            await turns(s, 4)
+        old_chain = await chain_of(journal, s.id)
+        async with Session.restore(
+            journal, s.id, definition(), checkpoint_every=EVERY, use_checkpoints=False
+        ) as again:
+            await turns(again, 4)
+        chain = await chain_of(journal, s.id)
+        full = await read_restored(journal, s.id, use_checkpoints=False)
+        fast = await read_restored(journal, s.id)
+        report = await check(journal, s.id)
+    assert report.ok, report.summary()
+    restart = chain[len(old_chain)]
+    assert restart.previous == 0
+    assert [image.kept for image in restart.loops] == [0]
+    assert fast.checkpoint_seq > 0
+    assert fast.states == full.states
+
+
 async def test_no_checkpoints_when_turned_off() -> None:
     async with open_journal("memory:") as journal:
         async with Session.create(journal, definition(), checkpoint_every=None) as s:

@@ -175,7 +175,13 @@ CASES: list[tuple[str, list[Event]]] = [
     ("fold succeeds", [*opening(), TurnStarted(turn=2)]),
     (
         "checkpoint chain linked",
-        [*opening(), checkpoint_of(opening()), *good_turn()[5:], checkpoint_of(good_turn())],
+        # The second checkpoint names a seq that is not the first one's.
+        [
+            *opening(),
+            checkpoint_of(opening()),
+            *good_turn()[5:],
+            checkpoint_of(good_turn(), previous=3),
+        ],
     ),
     (
         "checkpoint equals the fold before it",
