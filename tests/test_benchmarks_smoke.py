@@ -39,6 +39,8 @@ LOOP_KEYS = {
     "bare_records",
     "bare_records_per_second",
     "ratio",
+    "pairs",
+    "pair_ratios",
 }
 IDLE_KEYS = {
     "scenario",
