@@ -148,7 +148,7 @@ def _run_section(
         with concurrent.futures.ProcessPoolExecutor(
             max_workers=1, mp_context=multiprocessing.get_context("spawn")
         ) as child:
-            rows = child.submit(loops.run, quick, progress=loops.stderr_progress).result()
+            rows = child.submit(loops.run_in_child, quick).result()
         return {"status": "ok", "rows": rows}
     if name == "restore":
         return {"status": "ok", "rows": restore.run(quick=quick, progress=say)}

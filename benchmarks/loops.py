@@ -61,6 +61,7 @@ __all__ = [
     "many_loops",
     "quiet_logs",
     "run",
+    "run_in_child",
     "sqlite_bytes",
     "steps",
     "stderr_progress",
@@ -651,6 +652,12 @@ def run(
         )
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def run_in_child(quick: bool) -> list[dict[str, Any]]:
+    """``run`` for a freshly spawned process: its logging is not configured yet."""
+    quiet_logs()
+    return run(quick, progress=stderr_progress)
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
