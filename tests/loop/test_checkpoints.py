@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,8 +53,21 @@ async def turns(s: Session, n: int) -> None:
         await s.wait_idle()
 
 
-async def test_restore_continues_the_chain_and_stores_each_message_once() -> None:
-    async with open_journal("memory:") as journal:
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every backend: checkpoints are found through each one's own index."""
+    if request.param == "memory":
+        return "memory:"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'journal.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+async def test_restore_continues_the_chain_and_stores_each_message_once(
+    journal_url: str,
+) -> None:
+    async with open_journal(journal_url) as journal:
         async with Session.create(journal, definition(), checkpoint_every=EVERY) as s:
             await turns(s, 6)
         session_id = s.id
