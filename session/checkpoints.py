@@ -42,7 +42,14 @@ from loopruntime import Loop, LoopState
 from loopruntime.actor import new_id
 from loopruntime.state import fold, image_bytes, image_state
 
-__all__ = ["DEFAULT_EVERY", "Checkpointer", "InvalidCheckpointError", "Restored", "read_restored"]
+__all__ = [
+    "DEFAULT_EVERY",
+    "Checkpointer",
+    "InvalidCheckpointError",
+    "Restored",
+    "read_restored",
+    "states_from",
+]
 
 log = structlog.get_logger(__name__)
 

@@ -46,6 +46,21 @@ def journal_url(value: str | None, *, create: bool = False) -> str:
     return "sqlite:///" + str(path)
 
 
+class _StderrLogger:
+    """Writes each line to ``sys.stderr`` as it is when the line is logged.
+
+    ``PrintLoggerFactory(sys.stderr)`` would keep the stream of the moment the
+    CLI configured logging; a host that runs ``main`` in its own process and
+    later swaps or closes that stream (a test harness capturing output does)
+    would then fail every later log call with "I/O operation on closed file".
+    """
+
+    def msg(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    log = debug = info = warning = warn = error = critical = exception = fatal = msg
+
+
 def _configure_logging(json_logs: bool, verbose: bool) -> None:
     level = logging.DEBUG if verbose else logging.WARNING
     processors: list[Any] = [
@@ -60,7 +75,7 @@ def _configure_logging(json_logs: bool, verbose: bool) -> None:
     structlog.configure(
         processors=[*processors, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=lambda *_: _StderrLogger(),
     )
 
 

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog.testing
 
 from journal import Draft, Journal, open_journal
 from journal.events import CHECKPOINT_STREAM, LoopImage, SessionCheckpoint
@@ -14,7 +13,7 @@ from loopruntime import Delegate, LoopDefinition, ToolContext, tool
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
-from session.checkpoints import read_restored
+from session.checkpoints import InvalidCheckpointError, read_restored, states_from
 from session.replay import check
 
 EVERY = 10
@@ -176,9 +175,10 @@ async def test_an_unusable_checkpoint_means_a_full_fold() -> None:
         await journal.append(
             lease, [Draft(id="cp_bad", loop=CHECKPOINT_STREAM, event=bogus)], expected_seq=head
         )
-        with structlog.testing.capture_logs() as logs:
-            restored = await read_restored(journal, s.id)
+        restored = await read_restored(journal, s.id)
+        chain = await journal.checkpoints(s.id)
     assert restored.checkpoint_seq == 0
     assert restored.states == full.states
-    assert [e["event"] for e in logs] == ["checkpoint_unusable"]
-    assert "keeps 3 messages" in logs[0]["error"]
+    # What restore logged as checkpoint_unusable before folding everything:
+    with pytest.raises(InvalidCheckpointError, match="keeps 3 messages"):
+        states_from(chain)
