@@ -79,6 +79,18 @@ async def test_a_good_journal_passes() -> None:
 
 
 # (rule, events): the first bad record is always the last one.
+def _with_forged_delta() -> list[Event]:
+    first = checkpoint_of(opening())
+    events: list[Event] = [*opening(), first, *good_turn()[5:]]
+    kept = len(first.loops[0].messages)
+    honest = checkpoint_of(events, previous=6, kept=kept)
+    image = honest.loops[0]
+    forged = msgspec.structs.replace(
+        image, messages=(*image.messages[:-1], assistant("something else"))
+    )
+    return [*events, msgspec.structs.replace(honest, loops=(forged,))]
+
+
 CASES: list[tuple[str, list[Event]]] = [
     ("tool started once", [*opening(), started("x1"), started("x1")]),
     ("settlement follows its start", [*opening(), done("x9", "tu1")]),
@@ -187,6 +199,11 @@ CASES: list[tuple[str, list[Event]]] = [
         "checkpoint equals the fold before it",
         # A checkpoint that forgot the last two records.
         [*good_turn(), checkpoint_of(good_turn()[:-2])],
+    ),
+    (
+        "checkpoint equals the fold before it",
+        # A delta in a chain that adds a message the records never had.
+        _with_forged_delta(),
     ),
 ]
 
