@@ -83,7 +83,9 @@ class Checkpointer:
     __slots__ = ("_imaged", "_pending", "every", "last_seq")
 
     def __init__(self, every: int | None) -> None:
-        if every is not None and (not isinstance(every, int) or every < 1):
+        if every is not None and (
+            not isinstance(every, int) or isinstance(every, bool) or every < 1
+        ):
             raise ValueError(
                 f"checkpoint_every must be a positive number of records, not {every!r}"
             )

@@ -123,7 +123,7 @@ async def test_no_checkpoints_when_turned_off() -> None:
         assert (await read_restored(journal, s.id)).checkpoint_seq == 0
 
 
-@pytest.mark.parametrize("every", [0, -3, 2.5, "10"])
+@pytest.mark.parametrize("every", [0, -3, 2.5, "10", True])
 async def test_a_bad_interval_is_refused_before_anything_is_written(every: Any) -> None:
     async with open_journal("memory:") as journal:
         with pytest.raises(ValueError, match="checkpoint_every"):
