@@ -164,6 +164,16 @@ _READ_BATCH = 4096
 _FIRST_BATCH = 512
 """Rows in a read's first round trip: small, so the first record comes soon."""
 
+_WAL_CHECKPOINT_PAGES = 4000
+"""WAL pages after which a commit copies the WAL into the database (SQLite's
+default is 1000).  That checkpoint runs inside the commit that crosses the
+line, syncs the database file, and copies each page once however often it
+was rewritten: with 4000 (a WAL of up to ~16 MiB while open) a long agent
+loop pays for a quarter as many of them, and the last steps of a 3000-step
+turn measured about 15% cheaper at ``synchronous=NORMAL``.  A checkpoint run
+from a thread of its own was measured too and dropped: running beside the
+writer it never caught up, so the WAL was never reset and grew without bound."""
+
 _MAX_GROUP = 4096
 """Requests per transaction (roughly: a hand-over is never split), so one commit
 never grows without bound."""
@@ -302,6 +312,7 @@ def _prepare(path: str, synchronous: str) -> sqlite3.Connection:
                 f"sqlite journal {path}: the file system refused WAL mode (got {mode!r}); "
                 "put the journal on a local disk"
             )
+        conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_CHECKPOINT_PAGES}")
     except JournalError:
         conn.close()
         raise
