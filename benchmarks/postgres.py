@@ -58,12 +58,11 @@ from psycopg import sql
 
 from benchmarks import journal as journal_bench
 from benchmarks.loops import quiet_logs
-from benchmarks.restore import build_session, definition
+from benchmarks.restore import build_session, restore_once
 from journal import Journal, open_journal
 from journal.codec import GENESIS, chain
 from journal.events import CHECKPOINT_STREAM, Event
 from journal.postgres import init_schema
-from session import Session
 from tests.support.pgserver import isolated_schema, temporary_server
 
 __all__ = ["main", "run"]
@@ -202,23 +201,6 @@ def _analyze(url: str) -> None:
             conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
 
 
-async def _restore_once(
-    url: str, session_id: str, expect: int, *, use_checkpoints: bool
-) -> tuple[float, int]:
-    """Seconds for ``Session.restore`` to enter its context, on a fresh connection; the
-    number of messages in the restored root loop's state."""
-    async with open_journal(url) as journal:
-        start = time.perf_counter()
-        async with Session.restore(
-            journal, session_id, definition(), use_checkpoints=use_checkpoints
-        ) as session:
-            seconds = time.perf_counter() - start
-            state = await session.snapshot()
-    if state.last_seq != expect:
-        raise RuntimeError(f"restore folded up to seq {state.last_seq}, expected {expect}")
-    return seconds, len(state.messages)
-
-
 def _size_label(n: int) -> str:
     return f"{round(n / 1000)}k" if n >= 1000 else str(n)
 
@@ -248,7 +230,7 @@ async def _restore(dsn: str, n: int, repeat: int) -> list[dict[str, Any]]:
             with isolated_schema(dsn, prefix="bench") as url:
                 await init_schema(url)
                 await trio.to_thread.run_sync(_copy_journal, source, url)
-                return await _restore_once(url, session_id, count, use_checkpoints=use_checkpoints)
+                return await restore_once(url, session_id, count, use_checkpoints=use_checkpoints)
 
         _say(
             f"postgres: restore {count} records ({copied} checkpoints, tail {tail}), "

@@ -58,7 +58,15 @@ from session.checkpoints import DEFAULT_EVERY, read_restored
 
 from .loops import Progress, forgetful_model, lookup, quiet_logs, sqlite_bytes, stderr_progress
 
-__all__ = ["DEFAULT_SIZES", "QUICK_SIZES", "build_session", "format_table", "main", "run"]
+__all__ = [
+    "DEFAULT_SIZES",
+    "QUICK_SIZES",
+    "build_session",
+    "format_table",
+    "main",
+    "restore_once",
+    "run",
+]
 
 DEFAULT_SIZES: tuple[int, ...] = (1_000, 10_000, 100_000)
 QUICK_SIZES: tuple[int, ...] = (1_000, 10_000)
@@ -139,10 +147,12 @@ def _bare_read(path: str, session_id: str) -> tuple[float, int]:
         conn.close()
 
 
-async def _restore_once(
-    path: str, session_id: str, expect: int, *, use_checkpoints: bool
+async def restore_once(
+    url: str, session_id: str, expect: int, *, use_checkpoints: bool
 ) -> tuple[float, int]:
-    async with open_journal(f"sqlite:///{path}") as journal:
+    """Seconds for ``Session.restore`` to enter its context, on a fresh connection to the
+    journal at ``url``; the number of messages in the restored root loop's state."""
+    async with open_journal(url) as journal:
         start = time.perf_counter()
         async with Session.restore(
             journal, session_id, definition(), use_checkpoints=use_checkpoints
@@ -213,16 +223,15 @@ async def _measure(directory: str, n: int, repeats: int, progress: Progress) -> 
     progress(f"restore: {count} records, {cp['checkpoints']} checkpoints, {repeats} repetition(s)")
     # Untimed: the first restore of a process pays for first uses (imports, caches), which
     # a single timed repetition (--quick) would charge to whichever way ran first.
+    url = f"sqlite:///{target}"
     _fresh_copy(source, target)
-    await _restore_once(target, session_id, count, use_checkpoints=True)
+    await restore_once(url, session_id, count, use_checkpoints=True)
     for _ in range(repeats):
         _fresh_copy(source, target)
-        seconds, messages = await _restore_once(target, session_id, count, use_checkpoints=True)
+        seconds, messages = await restore_once(url, session_id, count, use_checkpoints=True)
         restore_s.append(seconds)
         _fresh_copy(source, target)
-        seconds, full_messages = await _restore_once(
-            target, session_id, count, use_checkpoints=False
-        )
+        seconds, full_messages = await restore_once(url, session_id, count, use_checkpoints=False)
         full_s.append(seconds)
         if full_messages != messages:
             raise RuntimeError(

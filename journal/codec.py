@@ -9,17 +9,20 @@ not an event at all are a ``JournalCorruptError`` naming the seq.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 import msgspec
 
 from .errors import JournalCorruptError, JournalSchemaError
-from .events import EVENT_TYPES, Event
+from .events import EVENT_TYPES, Event, SessionCheckpoint
+from .record import Record
 
 __all__ = [
     "GENESIS",
     "SCHEMA_VERSION",
     "chain",
     "check_schema_version",
+    "checkpoint_records",
     "decode_event",
     "encode_event",
 ]
@@ -85,3 +88,42 @@ def check_schema_version(found: int, *, where: str) -> None:
         )
     if found < 1:
         raise JournalSchemaError(f"{where} has an invalid journal schema version {found}")
+
+
+CheckpointRow = tuple[int, str | None, str, int, str | None, bytes, bytes | None, bytes | None]
+"""A stored checkpoint as every backend reads it: ``seq, id, loop, at, cause,
+digest, body`` of the indexed record (``body`` None when that record is gone)
+and the digest of the record before it (None when that one is gone)."""
+
+
+def checkpoint_records(session: str, rows: Iterable[CheckpointRow]) -> list[Record]:
+    """The records of a session's indexed checkpoints, each verified against
+    the stored digest of the record before it (``GENESIS`` for seq 1)."""
+    found = []
+    for seq, id, loop, at, cause, digest, body, previous in rows:
+        if body is None or id is None:
+            raise JournalCorruptError(session, seq, "it is indexed as a checkpoint but missing")
+        if previous is None:
+            if seq != 1:
+                raise JournalCorruptError(session, seq - 1, "it is missing")
+            previous = GENESIS
+        if chain(previous, body) != digest:
+            raise JournalCorruptError(session, seq, "digest chain broken")
+        event = decode_event(body, session=session, seq=seq)
+        if not isinstance(event, SessionCheckpoint):
+            raise JournalCorruptError(
+                session, seq, f"it is indexed as a checkpoint but holds {type(event).__name__}"
+            )
+        found.append(
+            Record(
+                seq=seq,
+                id=id,
+                session=session,
+                loop=loop,
+                at=at,
+                cause=cause,
+                digest=digest,
+                event=event,
+            )
+        )
+    return found

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import trio
 
-from .codec import GENESIS, chain, decode_event, encode_event
+from .codec import GENESIS, chain, checkpoint_records, decode_event, encode_event
 from .errors import (
     ConflictError,
     DuplicateEventError,
@@ -209,14 +209,13 @@ class MemoryJournal:
         s = self._sessions.get(session)
         if s is None:
             raise SessionNotFoundError(session)
-        found = []
+        rows = s.rows
+        stored = []
         for seq in s.checkpoints:
-            row = s.rows[seq - 1]
-            previous = s.rows[seq - 2].digest if seq > 1 else GENESIS
-            if chain(previous, row.body) != row.digest:
-                raise JournalCorruptError(session, seq, "digest chain broken")
-            found.append(self._record(session, seq, row))
-        return found
+            r = rows[seq - 1]
+            previous = rows[seq - 2].digest if seq > 1 else None
+            stored.append((seq, r.id, r.loop, r.at, r.cause, r.digest, r.body, previous))
+        return checkpoint_records(session, stored)
 
     async def sessions(self) -> list[SessionInfo]:
         self._check_open()

@@ -86,7 +86,15 @@ from psycopg import postgres, pq, sql
 from psycopg.adapt import Dumper
 from psycopg.conninfo import conninfo_to_dict
 
-from .codec import GENESIS, SCHEMA_VERSION, chain, check_schema_version, decode_event, encode_event
+from .codec import (
+    GENESIS,
+    SCHEMA_VERSION,
+    chain,
+    check_schema_version,
+    checkpoint_records,
+    decode_event,
+    encode_event,
+)
 from .errors import (
     ConflictError,
     DuplicateEventError,
@@ -1294,7 +1302,10 @@ class PostgresJournal:
         def work(conn: psycopg.Connection[Any]) -> list[Record] | None:
             with conn.cursor(binary=True) as cur:
                 rows = cur.execute(_CHECKPOINTS, (session,)).fetchall()
-            return _checkpoint_records(session, rows) if rows else None
+            if not rows:
+                return None
+            # A session without checkpoints is its one row of NULLs.
+            return checkpoint_records(session, [row for row in rows if row[0] is not None])
 
         found = await self._pool.run(f"reading the checkpoints of session {session}", work)
         if found is None:
@@ -1347,39 +1358,6 @@ def _page(conn: psycopg.Connection[Any], session: str, after: int) -> list[tuple
     # Binary results: bytea arrives as raw bytes instead of hex to decode.
     with conn.cursor(binary=True) as cur:
         return cur.execute(_PAGE, (session, after, after + _READ_PAGE)).fetchall()
-
-
-def _checkpoint_records(session: str, rows: list[tuple[Any, ...]]) -> list[Record]:
-    """The records of ``_CHECKPOINTS`` rows, each verified against the record before it."""
-    found = []
-    for seq, id_, loop, at, cause, digest, body, previous in rows:
-        if seq is None:
-            # The session's one row when it has no checkpoint.
-            continue
-        if id_ is None:
-            raise JournalCorruptError(session, seq, "indexed as a checkpoint but missing")
-        if previous is None and seq > 1:
-            raise JournalCorruptError(session, seq - 1, "record missing")
-        if chain(previous or GENESIS, body) != digest:
-            raise JournalCorruptError(session, seq, "digest chain broken")
-        event = decode_event(body, session=session, seq=seq)
-        if not isinstance(event, SessionCheckpoint):
-            raise JournalCorruptError(
-                session, seq, f"indexed as a checkpoint but holds {type(event).__name__}"
-            )
-        found.append(
-            Record(
-                seq=seq,
-                id=id_,
-                session=session,
-                loop=loop,
-                at=at,
-                cause=cause,
-                digest=digest,
-                event=event,
-            )
-        )
-    return found
 
 
 def _close_listener(listener: psycopg.Connection[Any]) -> None:

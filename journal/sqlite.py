@@ -80,8 +80,8 @@ import trio
 from .codec import (
     GENESIS,
     SCHEMA_VERSION,
-    chain,
     check_schema_version,
+    checkpoint_records,
     decode_event,
     encode_event,
 )
@@ -1194,34 +1194,7 @@ class SQLiteJournal:
             raise _unavailable(
                 exc, self.path, f"reading the checkpoints of session {session}"
             ) from exc
-        found = []
-        for seq, id, loop, at, cause, digest, body, previous in rows:
-            if body is None:
-                raise JournalCorruptError(session, seq, "it is indexed as a checkpoint but missing")
-            if previous is None:
-                if seq != 1:
-                    raise JournalCorruptError(session, seq - 1, "it is missing")
-                previous = GENESIS
-            if chain(previous, body) != digest:
-                raise JournalCorruptError(session, seq, "digest chain broken")
-            event = decode_event(body, session=session, seq=seq)
-            if not isinstance(event, SessionCheckpoint):
-                raise JournalCorruptError(
-                    session, seq, f"it is indexed as a checkpoint but holds {type(event).__name__}"
-                )
-            found.append(
-                Record(
-                    seq=seq,
-                    id=id,
-                    session=session,
-                    loop=loop,
-                    at=at,
-                    cause=cause,
-                    digest=digest,
-                    event=event,
-                )
-            )
-        return found
+        return checkpoint_records(session, rows)
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session, in creation order."""

@@ -109,7 +109,8 @@ class Checkpointer:
         """The checkpoint to append in front of the next records, or None.
 
         ``head`` is the session's last seq; every loop has folded up to it.
-        Call ``written`` once the append succeeded (or ``dropped``)."""
+        Call ``written`` once the append succeeded; a draft that was never
+        written is simply replaced by the next one."""
         if self.every is None or head - self.last_seq < self.every:
             return None
         images = []
@@ -141,9 +142,6 @@ class Checkpointer:
         if self._pending is not None:
             self._imaged.update(self._pending)
             self._pending = None
-
-    def dropped(self) -> None:
-        self._pending = None
 
 
 def states_from(checkpoints: Sequence[Record]) -> tuple[dict[str, LoopState], dict[str, int]]:

@@ -198,7 +198,8 @@ class Session:
         crash left open, and start the loops.  ``also`` names definitions of
         loops that are not delegates of ``definition`` (the workers of a
         collaboration, or the collaboration itself)."""
-        checkpointer = Checkpointer(checkpoint_every)  # refuses a bad value before any I/O
+        # Built first: it refuses a bad checkpoint_every before any I/O.
+        session = cls(journal, session_id, definition, checkpoint_every=checkpoint_every)
         try:
             lease = await journal.open_session(session_id, create=False)
         except SessionNotFoundError as exc:
@@ -220,9 +221,7 @@ class Session:
                         f"says it runs in mode {state.mode!r}, which the definition no longer "
                         f"has ({exc})"
                     ) from exc
-        session = cls(journal, session_id, definition)
-        checkpointer.resume(restored)
-        session._checkpoints = checkpointer
+        session._checkpoints.resume(restored)
         session._also.extend(also.definitions() if isinstance(also, Collaboration) else also)
         async with session._running(lease, states, restoring=True):
             yield session
@@ -470,11 +469,7 @@ class Session:
         # No shield needed: the journal's append is atomic under cancellation
         # (a Cancelled append wrote nothing; one under way finishes), and all
         # that follows is synchronous.
-        try:
-            records = await self.journal.append(self._lease, drafts, expected_seq=self._head)
-        except BaseException:
-            self._checkpoints.dropped()
-            raise
+        records = await self.journal.append(self._lease, drafts, expected_seq=self._head)
         self._head = records[-1].seq
         at = 0
         if checkpoint is not None:
