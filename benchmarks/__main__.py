@@ -509,6 +509,42 @@ def _loops_section(results: dict[str, Any], targets: Targets) -> list[str]:
     return lines
 
 
+def _journal_targets(rows: Sequence[dict[str, Any]], targets: Targets) -> None:
+    """Issue 2's two ratios, each with the ceiling measured beside it: what a
+    journal doing none of its own work would reach under the same obligation."""
+    ratio = {(r["benchmark"].strip(), r["backend"]): r["ratio"] for r in rows}
+    for sync in ("FULL", "NORMAL"):
+        backend = f"sqlite {sync}"
+        r = ratio.get(("append 1/call, 100 concurrent", backend))
+        if r is None:
+            continue
+        targets.append(
+            (f"SQLite {sync}, 100 concurrent appenders >= 0.8x a bare thread", _ratio(r), r >= 0.8)
+        )
+        ceiling = ratio.get(("trio harness (bare: thread)", backend))
+        targets.append(
+            (
+                f"ceiling ({sync}): trio tasks on a bare thread / bare thread",
+                _ratio(ceiling),
+                INFO,
+            )
+        )
+        harness = ratio.get(("(bare: trio harness)", backend))
+        targets.append((f"journal / trio tasks on a bare thread ({sync})", _ratio(harness), INFO))
+    read = next(
+        (r for r in rows if (r["benchmark"], r["backend"]) == ("read+decode", "sqlite")), None
+    )
+    if read is not None:
+        r = read["ratio"]
+        targets.append(
+            (f"SQLite read+decode {read['n']:,} records >= 0.8x the bare loop", _ratio(r), r >= 0.8)
+        )
+        ceiling = ratio.get(("chain check (bare: read+decode)", "sqlite"))
+        targets.append(("ceiling: bare loop + chain check / bare loop", _ratio(ceiling), INFO))
+        checked = ratio.get(("read+decode (bare: + chain check)", "sqlite"))
+        targets.append(("journal / bare loop + chain check", _ratio(checked), INFO))
+
+
 def _rate_rows(rows: Sequence[dict[str, Any]]) -> list[str]:
     """Rows in the shape ``benchmarks.journal`` and ``benchmarks.postgres`` return."""
     return _table(
@@ -559,6 +595,7 @@ def report(results: dict[str, Any]) -> str:
             "",
             *_rate_rows(results["journal"]["rows"]),
         ]
+        _journal_targets(results["journal"]["rows"], targets)
     pg = results.get("postgres")
     if pg is not None:
         lines += ["", "### PostgreSQL journal", ""]

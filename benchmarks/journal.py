@@ -11,11 +11,21 @@ with the same bytes, and reported as a ratio (journal / bare; 1.0 = no overhead)
   writer groups whatever is waiting into one transaction.  Bare: a thread
   committing the same rows with ``executemany`` in transactions of 100.
 * both at ``synchronous=NORMAL`` and ``FULL`` (one fsync per commit).
+* **trio harness**: the ceiling for the concurrent figure.  The same 100 trio
+  tasks hand their prebuilt rows to a bare writer thread and park until it has
+  committed them (``_trio_harness_insert``): the least any journal can do whose
+  appenders are trio tasks each waiting for its own durability.  Printed as the
+  journal against the harness and the harness against the bare thread.
+* **thread beside busy Python**: the bare thread again, while another thread
+  runs Python without pause (a few hundred rows: it is that slow).  The reason
+  the journal's Python work cannot overlap SQLite's, below.
 * **read+decode**: ``journal.read`` of one session of 100k records (digest chain
   verified, ``Record`` built for each).  Bare: ``SELECT`` of the same columns,
   ``fetchmany``, and ``msgspec.msgpack.Decoder(Event)`` on each body; a second
   bare figure selects the bodies alone; a third also checks the digest chain
   (one blake2b per record), which the journal must do and the plain loop skips.
+  ``chain check (bare: read+decode)`` is that third loop against the first: the
+  ceiling of any reader that honours the contract.
 
 Figures are wall time (best of a few repetitions for the short ones) and vary
 with the disk and with whatever else runs on the machine.  Benchmarks are not
@@ -46,7 +56,22 @@ What the bare figures leave out (read this before reading a ratio)
       ``append`` that does nothing but checkpoint costs ~2.7 us of that).
       Those happen while the writer is idle, between one group's commit and
       the next, because every appender waits for its own commit before
-      appending again.
+      appending again.  The trio harness, which does none of that work,
+      measures 0.59x-0.65x of the bare thread by itself: waking and parking
+      100 tasks per group already costs more than the 0.8 target leaves.
+    * overlap: SQLite's own work (each statement step, the commit's write and
+      fsync) runs without the GIL, so in principle the writer could commit one
+      group while the trio thread prepares the next.  In CPython it cannot:
+      after each step the writer must take the GIL back, and a thread busy
+      with Python keeps it for up to the switch interval (5 ms).  The bare
+      thread beside a busy Python thread commits about 260 rows/s instead of
+      about 127,000.  Measured against the whole-group design (0.42x-0.54x
+      in the same runs): handing groups over early (0.38x-0.47x), one
+      multi-row ``INSERT`` per group (0.44x), shorter switch intervals
+      (0.40x-0.50x), and an autocommit multi-row ``INSERT`` with early
+      hand-over, one GIL round trip per group (0.48x-0.61x, and only by
+      leaving out the check against other processes' commits that the
+      transaction must make): none clears the noise, let alone 0.8.
 """
 
 from __future__ import annotations
@@ -54,6 +79,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import queue
 import shutil
 import sqlite3
 import sys
@@ -144,6 +170,90 @@ def _bare_insert(path: str, rows: list[tuple[Any, ...]], batch: int, synchronous
     thread.start()
     thread.join()
     return elapsed
+
+
+async def _trio_harness_insert(path: str, rows: list[tuple[Any, ...]], synchronous: str) -> float:
+    """Seconds for one trio task per session to commit ``rows`` through a bare thread.
+
+    The least a journal whose appenders are trio tasks waiting for their own
+    durability can do: each task hands its next prebuilt row to a writer thread
+    and parks; the thread commits whatever was handed over in one
+    ``executemany`` transaction and wakes those tasks.  Hand-over and wake-up
+    follow the journal's policy (the requests of one scheduling round go
+    together) but nothing else: no encoding, chaining, validation or results.
+    """
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    by_session: dict[str, list[tuple[Any, ...]]] = {}
+    for row in rows:
+        by_session.setdefault(row[0], []).append(row)
+    conn.executemany(
+        "INSERT INTO sessions (session, incarnation, created_at) VALUES (?, 1, 0)",
+        [(s,) for s in by_session],
+    )
+    token = trio.lowlevel.current_trio_token()
+    handed: queue.SimpleQueue[list[tuple[Any, tuple[Any, ...]]] | None] = queue.SimpleQueue()
+    outbox: list[tuple[Any, tuple[Any, ...]]] = []
+
+    def wake(group: list[tuple[Any, tuple[Any, ...]]]) -> None:
+        for task, _row in group:
+            trio.lowlevel.reschedule(task)
+
+    def writer() -> None:
+        while (group := handed.get()) is not None:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(_INSERT, [row for _task, row in group])
+            conn.execute("COMMIT")
+            token.run_sync_soon(wake, group)
+
+    def flush() -> None:
+        handed.put(outbox[:])
+        outbox.clear()
+
+    async def appender(mine: list[tuple[Any, ...]]) -> None:
+        for row in mine:
+            outbox.append((trio.lowlevel.current_task(), row))
+            if len(outbox) == 1:
+                token.run_sync_soon(flush)
+            await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for mine in by_session.values():
+                nursery.start_soon(appender, mine)
+        return time.perf_counter() - start
+    finally:
+        handed.put(None)
+        thread.join()
+        conn.close()
+
+
+def _bare_insert_beside_python(path: str, rows: list[tuple[Any, ...]], batch: int) -> float:
+    """``_bare_insert`` (NORMAL) while another thread runs Python without pause.
+
+    Shows why the journal cannot overlap its Python work with SQLite's: the
+    sqlite3 module releases the GIL around every statement step and must take
+    it back for the next row, which waits for the busy thread to give it up
+    (up to ``sys.getswitchinterval()``, 5 ms by default).
+    """
+    stop = threading.Event()
+
+    def busy() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+
+    spinner = threading.Thread(target=busy)
+    spinner.start()
+    try:
+        return _bare_insert(path, rows, batch, "NORMAL")
+    finally:
+        stop.set()
+        spinner.join()
 
 
 def _bare_read(path: str, session: str, columns: str, verify: bool = False) -> tuple[float, int]:
@@ -289,17 +399,29 @@ async def _run(quick: bool, directory: str, repeat: int) -> list[dict[str, Any]]
             path = await _new_file(directory, fresh())
             return await trio.to_thread.run_sync(_bare_insert, path, rows, tasks, sync)
 
+        async def harness_conc(sync: str = sync, rows: list[tuple[Any, ...]] = rows) -> float:
+            return await _trio_harness_insert(await _new_file(directory, fresh()), rows, sync)
+
         t, bare = await best(journal_conc), await best(bare_conc)
+        harness = await best(harness_conc)
+        n = tasks * per_task
+        backend = f"sqlite {sync}"
+        results.append(_row(f"append 1/call, {tasks} concurrent", backend, n, t, bare, "records/s"))
+        results.append(_row("  (bare: trio harness)", backend, n, t, harness, "records/s"))
         results.append(
-            _row(
-                f"append 1/call, {tasks} concurrent",
-                f"sqlite {sync}",
-                tasks * per_task,
-                t,
-                bare,
-                "records/s",
-            )
+            _row("  trio harness (bare: thread)", backend, n, harness, bare, "records/s")
         )
+        if sync == "NORMAL":
+            few = rows[: 2 * tasks]
+            _progress(f"sqlite NORMAL, bare inserts beside a busy Python thread ({len(few)})")
+            beside = await trio.to_thread.run_sync(
+                _bare_insert_beside_python, await _new_file(directory, fresh()), few, tasks
+            )
+            # The bare thread's time for as many rows, from its full run.
+            alone = bare * len(few) / n
+            results.append(
+                _row("  thread beside busy Python", backend, len(few), beside, alone, "records/s")
+            )
 
     _progress(f"sqlite, writing {read_n} records to read back")
     path = os.path.join(directory, fresh())
@@ -332,6 +454,9 @@ async def _run(quick: bool, directory: str, repeat: int) -> list[dict[str, Any]]
     results.append(
         _row("read+decode (bare: + chain check)", "sqlite", read_n, t, verified, "records/s")
     )
+    results.append(
+        _row("  chain check (bare: read+decode)", "sqlite", read_n, verified, bare, "records/s")
+    )
 
     _progress(f"memory, read+decode {read_n} records")
     async with open_journal("memory:") as mem:
@@ -360,14 +485,14 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     header = (
-        f"{'benchmark':<34} {'backend':<14} {'n':>7} {'rate/s':>11} {'bare/s':>11} {'ratio':>6}"
+        f"{'benchmark':<36} {'backend':<14} {'n':>7} {'rate/s':>11} {'bare/s':>11} {'ratio':>6}"
     )
     lines = [header, "-" * len(header)]
     for r in rows:
         bare = f"{r['bare_rate']:>11,.0f}" if r["bare_rate"] else f"{'-':>11}"
         ratio = f"{r['ratio']:>6.2f}" if r["ratio"] else f"{'-':>6}"
         name, backend = r["benchmark"], r["backend"]
-        lines.append(f"{name:<34} {backend:<14} {r['n']:>7} {r['rate']:>11,.0f} {bare} {ratio}")
+        lines.append(f"{name:<36} {backend:<14} {r['n']:>7} {r['rate']:>11,.0f} {bare} {ratio}")
     return "\n".join(lines)
 
 

@@ -1,4 +1,5 @@
-"""The loop and restore benchmarks run end to end at tiny sizes and returns well-formed rows.
+"""The loop and restore benchmarks run end to end at tiny sizes and return well-formed rows;
+the journal benchmark's trio harness stores what it claims and its targets are named.
 
 A smoke test only: benchmarks print figures and never gate anything on wall time, so
 nothing here compares a number with a bound other than "was measured".
@@ -6,9 +7,16 @@ nothing here compares a number with a bound other than "was measured".
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
+from pathlib import Path
 from typing import Any
 
+import trio
+
+from benchmarks import journal as journal_bench
 from benchmarks import loops, restore
+from benchmarks.__main__ import INFO, Targets, _journal_targets
 
 STEP_KEYS = {
     "scenario",
@@ -130,3 +138,45 @@ def test_restore_benchmark_rows() -> None:
     assert 0 < row["tail_records"] <= row["checkpoint_every"]
     assert 0 < row["checkpoint_bytes"] < row["bytes"]
     _positive(row, RESTORE_KEYS)
+
+
+def test_trio_harness_commits_every_row_in_order(tmp_path: Path) -> None:
+    # The ceiling the append ratio is read against must do the storage work it
+    # claims: every prebuilt row committed, each session's seqs gap-free.
+    sessions = [f"c{i}" for i in range(5)]
+    rows = journal_bench.stored_rows(sessions, 7)
+
+    async def fill() -> float:
+        path = await journal_bench._new_file(str(tmp_path), "harness.db")
+        return await journal_bench._trio_harness_insert(path, rows, "NORMAL")
+
+    assert trio.run(fill) > 0
+    with closing(sqlite3.connect(tmp_path / "harness.db")) as conn:
+        stored = conn.execute(
+            "SELECT session, seq, digest FROM records ORDER BY session, seq"
+        ).fetchall()
+    assert stored == sorted((r[0], r[1], r[6]) for r in rows)
+
+
+def test_journal_targets_name_each_ratio_and_its_ceiling() -> None:
+    def row(name: str, backend: str, ratio: float) -> dict[str, Any]:
+        return {"benchmark": name, "backend": backend, "n": 100_000, "ratio": ratio}
+
+    rows = [
+        row("append 1/call, 100 concurrent", "sqlite FULL", 0.5),
+        row("  (bare: trio harness)", "sqlite FULL", 0.8),
+        row("  trio harness (bare: thread)", "sqlite FULL", 0.6),
+        row("read+decode", "sqlite", 0.85),
+        row("read+decode (bare: + chain check)", "sqlite", 0.9),
+        row("  chain check (bare: read+decode)", "sqlite", 0.7),
+    ]
+    targets: Targets = []
+    _journal_targets(rows, targets)
+    assert targets == [
+        ("SQLite FULL, 100 concurrent appenders >= 0.8x a bare thread", "0.50x", False),
+        ("ceiling (FULL): trio tasks on a bare thread / bare thread", "0.60x", INFO),
+        ("journal / trio tasks on a bare thread (FULL)", "0.80x", INFO),
+        ("SQLite read+decode 100,000 records >= 0.8x the bare loop", "0.85x", True),
+        ("ceiling: bare loop + chain check / bare loop", "0.70x", INFO),
+        ("journal / bare loop + chain check", "0.90x", INFO),
+    ]
