@@ -57,15 +57,16 @@ What the bare figures leave out (read this before reading a ratio)
       Those happen while the writer is idle, between one group's commit and
       the next, because every appender waits for its own commit before
       appending again.  The trio harness, which does none of that work,
-      measures 0.59x-0.65x of the bare thread by itself: waking and parking
-      100 tasks per group already costs more than the 0.8 target leaves.
+      measured 0.59x-0.77x of the bare thread by itself across runs: waking
+      and parking 100 tasks per group already costs about what the 0.8
+      target leaves, or more.
     * overlap: SQLite's own work (each statement step, the commit's write and
       fsync) runs without the GIL, so in principle the writer could commit one
       group while the trio thread prepares the next.  In CPython it cannot:
       after each step the writer must take the GIL back, and a thread busy
       with Python keeps it for up to the switch interval (5 ms).  The bare
-      thread beside a busy Python thread commits about 260 rows/s instead of
-      about 127,000.  Measured against the whole-group design (0.42x-0.54x
+      thread beside a busy Python thread commits a few hundred rows/s
+      instead of 100k-130k.  Measured against the whole-group design (0.42x-0.54x
       in the same runs): handing groups over early (0.38x-0.47x), one
       multi-row ``INSERT`` per group (0.44x), shorter switch intervals
       (0.40x-0.50x), and an autocommit multi-row ``INSERT`` with early
