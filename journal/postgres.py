@@ -66,7 +66,9 @@ worker threads, one connection per thread at a time: the writer's through
 from a small pool.  Its exceptions are translated here and nowhere else: a
 connection that cannot be opened or broke is ``JournalUnavailableError``, a
 statement the server refused is a ``JournalError`` naming what was being
-done.
+done.  Every connection speaks UTF-8 (a ``client_encoding`` in the URL or the
+environment is overridden); text that is not Unicode (a lone surrogate) or
+holds a NUL is refused with ``ValueError`` before anything is sent.
 """
 
 from __future__ import annotations
@@ -300,6 +302,11 @@ def _connect(url: str) -> psycopg.Connection[Any]:
         extra["connect_timeout"] = _CONNECT_TIMEOUT
     if "application_name" not in params:
         extra["application_name"] = "loopruntime"
+    # Always UTF-8 on the wire, whatever the URL or PGCLIENTENCODING say: the
+    # journal holds Python text, the writer encodes its arrays itself, and
+    # with SQL_ASCII psycopg would read text back as bytes.  The server
+    # converts to the database's encoding and refuses what it cannot hold.
+    extra["client_encoding"] = "UTF8"
     return psycopg.connect(url, autocommit=True, **extra)
 
 
@@ -342,11 +349,20 @@ def _discard(conn: psycopg.Connection[Any] | None) -> None:
 
 
 def _check_text(what: str, value: str | None) -> None:
-    if value is not None and "\x00" in value:
+    if value is None:
+        return
+    if "\x00" in value:
         raise ValueError(
             f"{what} {value!r} contains a NUL character, which PostgreSQL text cannot "
             "store; remove it"
         )
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} {value!r} is not valid Unicode text ({exc.reason} at position "
+            f"{exc.start}), which PostgreSQL cannot store; fix the string"
+        ) from exc
 
 
 def _channel(schema: str, session: str) -> str:
@@ -705,8 +721,9 @@ class _Writer:
         """Blocking: commit ``batch``, setting every item's ``result``.
 
         A lost connection is retried once on a new one (safe: see the module
-        docstring).  Any other database error makes each append run in a
-        transaction of its own, so it fails only the append that caused it.
+        docstring).  Any other error, the server's or this process's, makes
+        each append run in a transaction of its own, so it fails only the
+        append that caused it.
         """
         for attempt in (1, 2):
             try:
@@ -740,6 +757,19 @@ class _Writer:
                         item.result = err
                     return
                 log.warning("postgres_append_retry", where=self._where, error=str(exc))
+            except Exception as exc:
+                # Raised here, not by the server (a parameter that cannot be
+                # encoded, memory): statements queued before it may have run,
+                # leaving a transaction open that the next batch's COMMIT
+                # would commit.  Closing the connection rolls it back.
+                _discard(self._conn)
+                self._conn = None
+                if len(batch) > 1:
+                    for item in batch:
+                        self.commit([item])
+                else:
+                    batch[0].result = exc
+                return
             else:
                 for item, result in zip(batch, results, strict=True):
                     item.result = result
@@ -828,6 +858,34 @@ class _Writer:
         records = [r for rs in plans for r in rs]
         marks = [r for r in records if isinstance(r.event, SessionCheckpoint)]
         encoding = conn.info.encoding
+        # Every parameter is encoded before anything is sent, so an encoding
+        # failure cannot stop the pipeline between two statements.
+        lock = (_text_array(sorted(sessions), encoding),)
+        advance = (
+            now,
+            _text_array(sessions, encoding),
+            _int8_array([k[0] for k in known]),
+            _int8_array([k[1] for k in known]),
+            _bytea_array([k[2] for k in known]),
+            _int8_array([a[1] for a in after]),
+            _bytea_array([a[2] for a in after]),
+            len(sessions),
+        )
+        insert = (
+            _text_array([r.session for r in records], encoding),
+            _int8_array([r.seq for r in records]),
+            _text_array([r.id for r in records], encoding),
+            _text_array([r.loop for r in records], encoding),
+            _int8_array([r.at for r in records]),
+            _text_array([r.cause for r in records], encoding),
+            _bytea_array([r.digest for r in records]),
+            _bytea_array([b for item in batch for b in item.bodies]),
+        )
+        index = (
+            _text_array([r.session for r in marks], encoding),
+            _int8_array([r.seq for r in marks]),
+        )
+        notify = (_text_array([_channel(self._schema, s) for s in sessions], encoding),)
         try:
             with conn.pipeline():
                 # Explicit BEGIN and COMMIT on an autocommit connection: the whole
@@ -836,44 +894,13 @@ class _Writer:
                 conn.execute("BEGIN")
                 # Rows locked in session order, like the checked path, so two
                 # writers (of this process or another) cannot deadlock.
-                conn.execute(_LOCK_SESSIONS, (_text_array(sorted(sessions), encoding),))
-                conn.execute(
-                    _ADVANCE_GUARDED,
-                    (
-                        now,
-                        _text_array(sessions, encoding),
-                        _int8_array([k[0] for k in known]),
-                        _int8_array([k[1] for k in known]),
-                        _bytea_array([k[2] for k in known]),
-                        _int8_array([a[1] for a in after]),
-                        _bytea_array([a[2] for a in after]),
-                        len(sessions),
-                    ),
-                )
+                conn.execute(_LOCK_SESSIONS, lock)
+                conn.execute(_ADVANCE_GUARDED, advance)
                 if records:
-                    conn.execute(
-                        _INSERT_RECORDS,
-                        (
-                            _text_array([r.session for r in records], encoding),
-                            _int8_array([r.seq for r in records]),
-                            _text_array([r.id for r in records], encoding),
-                            _text_array([r.loop for r in records], encoding),
-                            _int8_array([r.at for r in records]),
-                            _text_array([r.cause for r in records], encoding),
-                            _bytea_array([r.digest for r in records]),
-                            _bytea_array([b for item in batch for b in item.bodies]),
-                        ),
-                    )
+                    conn.execute(_INSERT_RECORDS, insert)
                 if marks:
-                    conn.execute(
-                        _INSERT_CHECKPOINTS,
-                        (
-                            _text_array([r.session for r in marks], encoding),
-                            _int8_array([r.seq for r in marks]),
-                        ),
-                    )
-                channels = [_channel(self._schema, s) for s in sessions]
-                conn.execute(_NOTIFY, (_text_array(channels, encoding),))
+                    conn.execute(_INSERT_CHECKPOINTS, index)
+                conn.execute(_NOTIFY, notify)
                 conn.execute("COMMIT")
         except psycopg.Error:
             if _lost(conn):
@@ -949,6 +976,13 @@ class _Writer:
             return SessionNotFoundError(session)
         if item.lease.incarnation != h.incarnation:
             return FencedError(session, item.lease.incarnation, h.incarnation)
+        # Before the stored ids: one id twice is never a retry of an append,
+        # even when that id is stored (no such append can have committed).
+        seen: set[str] = set()
+        for d in drafts:
+            if d.id in seen:
+                return DuplicateEventError(session, d.id)
+            seen.add(d.id)
         hits = [stored.get((session, d.id)) for d in drafts]
         if any(hit is not None for hit in hits):
             records = []
@@ -971,11 +1005,6 @@ class _Writer:
             return records
         if item.expected_seq != h.head:
             return ConflictError(session, item.expected_seq, h.head)
-        seen: set[str] = set()
-        for d in drafts:
-            if d.id in seen:
-                return DuplicateEventError(session, d.id)
-            seen.add(d.id)
         records = []
         for d, body in zip(drafts, item.bodies, strict=True):
             h.head += 1

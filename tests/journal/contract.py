@@ -360,6 +360,32 @@ class JournalContract:
             assert await journal.append(lease, [], expected_seq=2) == []
             assert await journal.head(session) == 2
 
+    async def test_edge_text_and_large_bodies_round_trip(self, backend: Backend) -> None:
+        # Empty and non-ASCII text (astral plane included), a cause that is
+        # empty rather than absent, long text and a body of megabytes, over
+        # several appends (a backend may write a known session another way).
+        session = new_session()
+        edges = [
+            Draft(id="", loop="", event=Notice(code="", text=""), cause=""),
+            Draft(id="id-\u00fc-\u65e5\u672c-\U0001f600", loop="\U0001d4c1oop", event=notice(1)),
+            Draft(id="long", loop="\u03bb" * 50_000, event=notice(2), cause="\U0001f600" * 50_000),
+        ]
+        big = Draft(id="big", loop="main", event=Notice(code="big", text="\U0001f600" * 1_000_000))
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            written = await journal.append(lease, edges[:1], expected_seq=0)
+            written += await journal.append(lease, edges[1:], expected_seq=1)
+            written += await journal.append(lease, [big], expected_seq=3)
+            written += await journal.append(lease, [], expected_seq=4)
+            assert [(r.id, r.loop, r.cause) for r in written] == [
+                (d.id, d.loop, d.cause) for d in [*edges, big]
+            ]
+            assert [r.event for r in written] == [d.event for d in [*edges, big]]
+            assert await read_all(journal, session) == written
+            # Each one is found by its id again.
+            assert await journal.append(lease, edges, expected_seq=4) == written[:3]
+            assert await journal.append(lease, [big], expected_seq=4) == written[3:]
+
     async def test_multi_record_append_is_all_or_nothing(self, backend: Backend) -> None:
         session = new_session()
         async with backend.open() as journal:
@@ -461,6 +487,20 @@ class JournalContract:
             with pytest.raises(DuplicateEventError):
                 await journal.append(lease, twice, expected_seq=2)
             assert [r.id for r in await read_all(journal, session)] == ["x-0", "x-1"]
+
+    async def test_one_id_twice_is_refused_even_when_it_is_stored(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            stored = await journal.append(lease, drafts("x", 2), expected_seq=0)
+            # No append holding one id twice can have committed, so this is
+            # not a retry whose stored records could be returned.
+            twice = [*drafts("x", 1), *drafts("x", 1)]
+            for expected in (0, 2):
+                with pytest.raises(DuplicateEventError) as caught:
+                    await journal.append(lease, twice, expected_seq=expected)
+                assert caught.value.event_id == "x-0"
+            assert await read_all(journal, session) == stored
 
     async def test_ids_are_unique_per_session(self, backend: Backend) -> None:
         a, b = new_session(), new_session()

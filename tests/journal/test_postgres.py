@@ -41,10 +41,13 @@ from journal import (
     JournalUnavailableError,
     NotAJournalError,
     Record,
+    SessionLease,
     open_journal,
 )
+from journal import postgres as postgres_module
+from journal.codec import encode_event
 from journal.events import CHECKPOINT_STREAM, LoopImage, Notice, SessionCheckpoint
-from journal.postgres import PostgresJournal, _channel, init_schema
+from journal.postgres import PostgresJournal, _channel, _Writer, init_schema
 
 pytestmark = pytest.mark.slow
 
@@ -540,6 +543,145 @@ async def test_a_group_commit_indexes_only_the_checkpoints_that_committed(
     assert indexed == [("a", 3), ("b", 2)]
 
 
+async def _group_after_hold(
+    journal: PostgresJournal,
+    url: str,
+    hold: SessionLease,
+    appends: dict[SessionLease, list[Draft]],
+) -> dict[str, list[Record] | BaseException]:
+    """Run ``appends`` as one group commit, behind an append to ``hold`` (at seq 1)."""
+    results: dict[str, list[Record] | BaseException] = {}
+
+    async def append(lease: SessionLease, drafts: list[Draft], expected: int) -> None:
+        try:
+            results[lease.session] = await journal.append(lease, drafts, expected_seq=expected)
+        except Exception as exc:
+            results[lease.session] = exc
+
+    async with trio.open_nursery() as nursery:
+        async with _row_locked(url, hold.session) as blocker:
+            # The hold append stops the writer on the locked row, so the
+            # others wait together and go in one group commit.
+            nursery.start_soon(append, hold, [_draft(f"{hold.session}-2")], 1)
+            await _wait_blocked_by(url, blocker)
+            for lease, drafts in appends.items():
+                nursery.start_soon(append, lease, drafts, 1)
+            await trio.testing.wait_all_tasks_blocked()
+    return results
+
+
+async def test_the_fast_path_stores_exactly_what_was_appended(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked: list[list[str]] = []
+    commit_checked = _Writer._commit_checked
+
+    def spy(
+        writer: _Writer, conn: psycopg.Connection[Any], batch: list[Any]
+    ) -> list[list[Record] | BaseException]:
+        checked.append(sorted(item.lease.session for item in batch))
+        return commit_checked(writer, conn, batch)
+
+    monkeypatch.setattr(_Writer, "_commit_checked", spy)
+    astral = "\U0001d4d0stral-\u00fc"
+    names = ["hold", "plain", astral, "large", "empty"]
+    group = {
+        "plain": [
+            Draft(id="", loop="", event=Notice(code="", text=""), cause=""),
+            Draft(id="p-none", loop="main", event=Notice(code="t", text="x"), cause=None),
+        ],
+        astral: [
+            Draft(
+                id="\U0001f600\u65e5\u672c",
+                loop="\U0001d4c1",
+                event=Notice(code="t", text="\u00e9"),
+            ),
+            _checkpoint("\U0001f600-cp", 1),
+        ],
+        "large": [
+            Draft(id="big", loop="main", event=Notice(code="t", text="\U0001f600" * 1_000_000)),
+            Draft(
+                id="long",
+                loop="\u03bb" * 50_000,
+                event=Notice(code="t", text="y"),
+                cause="c" * 200_000,
+            ),
+        ],
+        "empty": [],
+    }
+    async with open_journal(postgres_url) as journal:
+        assert isinstance(journal, PostgresJournal)
+        leases = {s: await journal.open_session(s) for s in names}
+        first = {
+            s: await journal.append(leases[s], [_draft(f"{s}-1")], expected_seq=0) for s in names
+        }
+        checked.clear()
+        results = await _group_after_hold(
+            journal, postgres_url, leases["hold"], {leases[s]: d for s, d in group.items()}
+        )
+        # Every session was known to the writer: nothing went the checked way.
+        assert checked == []
+        for s, drafts in group.items():
+            written = results[s]
+            assert isinstance(written, list), written
+            assert [(r.seq, r.id, r.loop, r.cause, r.event) for r in written] == [
+                (seq, d.id, d.loop, d.cause, d.event) for seq, d in enumerate(drafts, 2)
+            ]
+            assert [r async for r in journal.read(s)] == first[s] + written
+            assert await journal.head(s) == 1 + len(drafts)
+        assert await journal.checkpoints(astral) == [results[astral][1]]  # type: ignore[index]
+        assert await journal.checkpoints("plain") == []
+    rows = await trio.to_thread.run_sync(
+        _sql,
+        postgres_url,
+        "SELECT id, cause IS NULL, octet_length(body) FROM loopruntime_records "
+        "WHERE session = 'plain' ORDER BY seq",
+    )
+    bodies = [len(encode_event(d.event)) for d in group["plain"]]
+    assert rows[1:] == [("", False, bodies[0]), ("p-none", True, bodies[1])]
+    indexed = await trio.to_thread.run_sync(
+        _sql, postgres_url, "SELECT session, seq FROM loopruntime_checkpoints"
+    )
+    assert indexed == [(astral, 3)]
+
+
+async def test_an_error_between_two_statements_leaves_no_transaction_behind(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An error raised in this process while a batch is being sent (here: out
+    # of memory encoding the bodies of one append) fails that append only,
+    # and nothing of it reaches a later commit.
+    bytea_array = postgres_module._bytea_array
+
+    def poisoned(values: list[bytes]) -> Any:
+        if any(b"poison" in v for v in values):
+            raise MemoryError("out of memory")
+        return bytea_array(values)
+
+    monkeypatch.setattr(postgres_module, "_bytea_array", poisoned)
+    async with open_journal(postgres_url) as journal:
+        assert isinstance(journal, PostgresJournal)
+        leases = {s: await journal.open_session(s) for s in ("hold", "good", "bad", "later")}
+        for lease in leases.values():
+            await journal.append(lease, [_draft(f"{lease.session}-1")], expected_seq=0)
+        results = await _group_after_hold(
+            journal,
+            postgres_url,
+            leases["hold"],
+            {leases["good"]: [_draft("good-2")], leases["bad"]: [_draft("bad-2", "poison")]},
+        )
+        assert isinstance(results["bad"], MemoryError)
+        assert [r.id for r in results["good"]] == ["good-2"]  # type: ignore[union-attr]
+        # A later commit of another session commits nothing of the failed one.
+        await journal.append(leases["later"], [_draft("later-2")], expected_seq=1)
+        assert await journal.head("bad") == 1
+        again = await journal.append(leases["bad"], [_draft("bad-2")], expected_seq=1)
+        assert [r.seq for r in again] == [2]
+        assert [r.id async for r in journal.read("bad")] == ["bad-1", "bad-2"]
+    for session in ("hold", "good", "bad", "later"):
+        assert await _stored_ids(postgres_url, session) == [f"{session}-1", f"{session}-2"]
+
+
 # -- opening --------------------------------------------------------------------------
 
 
@@ -673,3 +815,52 @@ async def test_text_postgres_cannot_store_is_refused_before_writing(postgres_url
         with pytest.raises(ValueError, match="NUL character"):
             await journal.open_session("bad\x00session")
         assert await journal.head("nul") == 0
+
+
+async def test_text_that_is_not_unicode_is_refused_before_writing(postgres_url: str) -> None:
+    # A lone surrogate is a Python str but no Unicode text: UTF-8 cannot encode it.
+    async with open_journal(postgres_url) as journal:
+        lease = await journal.open_session("lone")
+        other = await journal.open_session("other")
+        first = await journal.append(lease, [_draft("l-1")], expected_seq=0)
+        bad = [
+            Draft(id="l-\ud800", loop="main", event=Notice(code="t", text="x")),
+            Draft(id="l-2", loop="\udfff", event=Notice(code="t", text="x")),
+            Draft(id="l-2", loop="main", event=Notice(code="t", text="x"), cause="\ud83d"),
+        ]
+        for draft in bad:
+            # Session "lone" is known to the writer: this would be the fast path.
+            with pytest.raises(ValueError, match="not valid Unicode"):
+                await journal.append(lease, [_draft("l-2"), draft], expected_seq=1)
+        with pytest.raises(ValueError, match="not valid Unicode"):
+            await journal.open_session("bad-\ud800")
+        # Another session's commit must not carry anything of the refused ones.
+        await journal.append(other, [_draft("o-1")], expected_seq=0)
+        assert await journal.head("lone") == 1
+        second = await journal.append(lease, [_draft("l-2")], expected_seq=1)
+        assert [r async for r in journal.read("lone")] == first + second
+
+
+@pytest.mark.parametrize("how", ["environment", "url"])
+async def test_text_round_trips_whatever_client_encoding_is_asked_for(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    # LATIN1 cannot carry these ids; SQL_ASCII makes psycopg read text as bytes.
+    url = postgres_url
+    if how == "environment":
+        monkeypatch.setenv("PGCLIENTENCODING", "LATIN1")
+    else:
+        url = f"{postgres_url}&client_encoding=SQL_ASCII"
+    ids = ["plain", "\u00e9t\u00e9", "\u65e5\u672c", "\U0001f600"]
+    async with open_journal(url) as journal:
+        lease = await journal.open_session("\u00fcber-\U0001f600")
+        written = []
+        for seq, id in enumerate(ids):
+            # The first append takes the checked path, the others the fast one.
+            written += await journal.append(lease, [_draft(id)], expected_seq=seq)
+        assert [r.id for r in written] == ids
+        assert [r async for r in journal.read("\u00fcber-\U0001f600")] == written
+        assert await journal.append(lease, [_draft(ids[0])], expected_seq=0) == written[:1]
+        assert await journal.append(lease, [_draft(ids[-1])], expected_seq=4) == written[3:]
+    monkeypatch.delenv("PGCLIENTENCODING", raising=False)
+    assert await _stored_ids(postgres_url, "\u00fcber-\U0001f600") == ids
