@@ -35,7 +35,7 @@ from contextlib import contextmanager
 import msgspec
 import structlog
 
-from journal import Draft, Journal, Record
+from journal import Draft, Journal, JournalCorruptError, Record
 from journal.content import Message
 from journal.events import CHECKPOINT_STREAM, LoopImage, SessionCheckpoint
 from loopruntime import Loop, LoopState
@@ -74,7 +74,8 @@ class Restored(msgspec.Struct, kw_only=True):
     checkpoint_seq: int = 0
     """seq of the last checkpoint restore started from (0: none, or not used)."""
     imaged: dict[str, int] = {}
-    """Per loop, how many messages of its context the checkpoint chain holds."""
+    """Per loop whose context still begins with the chain's messages (no
+    compaction since the last checkpoint), how many the chain holds."""
 
 
 class Checkpointer:
@@ -168,7 +169,7 @@ def states_from(checkpoints: Sequence[Record]) -> tuple[dict[str, LoopState], di
         expected_previous = record.seq
         for image in event.loops:
             held = messages.setdefault(image.loop, [])
-            if image.kept > len(held):
+            if not 0 <= image.kept <= len(held):
                 raise InvalidCheckpointError(
                     record.seq,
                     f"loop {image.loop} keeps {image.kept} messages of the "
@@ -208,7 +209,14 @@ async def read_restored(
     checkpoint on when there is one (and ``use_checkpoints``), else from seq 1."""
     with _collector_paused():
         if use_checkpoints:
-            chain = await journal.checkpoints(session_id)
+            try:
+                # A damaged index or checkpoint record spoils only the chain:
+                # the full read below reads every record itself (and reports
+                # damage it finds there as its own error).
+                chain = await journal.checkpoints(session_id)
+            except JournalCorruptError as exc:
+                log.warning("checkpoint_unusable", session=session_id, error=str(exc))
+                chain = []
             if chain:
                 try:
                     states, imaged = states_from(chain)
@@ -216,7 +224,16 @@ async def read_restored(
                     log.warning("checkpoint_unusable", session=session_id, error=str(exc))
                 else:
                     after = chain[-1].seq
+                    chained = {loop_id: state.messages for loop_id, state in states.items()}
                     await _fold_into(states, journal.read(session_id, after=after))
+                    # A compaction in the tail replaced a loop's context: the
+                    # chain's messages are no longer its prefix, so the next
+                    # image of that loop starts afresh.
+                    imaged = {
+                        loop_id: count
+                        for loop_id, count in imaged.items()
+                        if loop_id in states and states[loop_id].messages is chained.get(loop_id)
+                    }
                     return Restored(states=_loops(states), checkpoint_seq=after, imaged=imaged)
         states = {}
         await _fold_into(states, journal.read(session_id))

@@ -240,9 +240,13 @@ class Session:
                 if restoring:
                     from .restore import settle_restored
 
-                    for loop_id, state in states.items():
-                        loop = self._make_loop(loop_id, state)
-                        await self.commit(loop, settle_restored(state, loop.definition))
+                    # Every loop exists before the first settling commit: a
+                    # checkpoint that commit carries pictures every loop there is.
+                    restored = [
+                        self._make_loop(loop_id, state) for loop_id, state in states.items()
+                    ]
+                    for loop in restored:
+                        await self.commit(loop, settle_restored(loop.state, loop.definition))
                 for loop_id, state in states.items():
                     loop = self.loops.get(loop_id) or self._make_loop(loop_id, state)
                     if state.stopped:

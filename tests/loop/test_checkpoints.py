@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+import structlog
 
 from journal import Draft, Journal, open_journal
-from journal.events import CHECKPOINT_STREAM, LoopImage, SessionCheckpoint
-from loopruntime import Delegate, LoopDefinition, ToolContext, tool
+from journal.content import Text, ToolResult
+from journal.events import (
+    CHECKPOINT_STREAM,
+    LoopImage,
+    ModelCallStarted,
+    SessionCheckpoint,
+    ToolStarted,
+)
+from loopruntime import Delegate, Limits, LoopDefinition, Mode, ToolContext, tool
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
-from session.checkpoints import InvalidCheckpointError, read_restored, states_from
+from session.checkpoints import InvalidCheckpointError, Restored, read_restored, states_from
 from session.replay import check
+from tests.compaction.support import TestCompactor, summary
+from tests.support.loops import records
 
 EVERY = 10
 
@@ -182,3 +194,233 @@ async def test_an_unusable_checkpoint_means_a_full_fold() -> None:
     # What restore logged as checkpoint_unusable before folding everything:
     with pytest.raises(InvalidCheckpointError, match="keeps 3 messages"):
         states_from(chain)
+
+
+def compacting() -> LoopDefinition:
+    return LoopDefinition(
+        name="counter",
+        model=ScriptedModel(counting),
+        tools=[count],
+        limits=Limits(retained_exchanges=1),
+        compactor=TestCompactor(summary()),
+    )
+
+
+async def test_a_compaction_after_the_last_checkpoint_starts_the_next_image_afresh() -> None:
+    # Restore continues the chain from its last checkpoint, but the context
+    # the tail folded to is a compacted one: the chain's messages are not its
+    # prefix, however long it has grown since.
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, compacting(), checkpoint_every=EVERY) as s:
+            await turns(s, 3)
+        # A writer that wrote no checkpoints leaves the compaction in the tail.
+        async with Session.restore(journal, s.id, compacting(), checkpoint_every=None) as quiet:
+            await quiet.compact()
+            await quiet.wait_idle()
+            await turns(quiet, 6)
+        async with Session.restore(journal, s.id, compacting(), checkpoint_every=EVERY) as again:
+            await turns(again, 2)
+            live = await again.snapshot()
+        full = await read_restored(journal, s.id, use_checkpoints=False)
+        fast = await read_restored(journal, s.id)
+        report = await check(journal, s.id)
+    assert live.compactions == 1
+    assert report.ok, report.summary()
+    assert fast.checkpoint_seq > 0
+    assert fast.states == full.states
+    assert fast.states["main"].messages == live.messages
+
+
+async def crashed_at(journal: Journal, session_id: str, last: int) -> str:
+    """A copy of the session as a crash right after seq ``last`` left it."""
+    copy = f"{session_id}_crashed"
+    lease = await journal.open_session(copy, create=True)
+    drafts = [
+        Draft(id=r.id, loop=r.loop, event=r.event, cause=r.cause)
+        async for r in journal.read(session_id)
+        if r.seq <= last
+    ]
+    await journal.append(lease, drafts, expected_seq=0)
+    return copy
+
+
+def delegating() -> LoopDefinition:
+    child = LoopDefinition(name="helper", model=ScriptedModel([Reply(text="helped")]))
+    script = [
+        Reply(tool_calls=[ToolCall(name="help", input={"task": "assist"})]),
+        Reply(text="done"),
+        Reply(text="second"),
+        Reply(text="third"),
+    ]
+    return LoopDefinition(
+        name="lead",
+        model=ScriptedModel(script),
+        delegates=[Delegate(name="help", description="Help", definition=child)],
+    )
+
+
+async def test_the_checkpoint_a_settling_restore_writes_has_every_loop() -> None:
+    # The restore settles the lead's open turn before it has made the child
+    # loop: a checkpoint written by that commit must still picture the child.
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, delegating(), checkpoint_every=None) as s:
+            await s.submit("delegate")
+            await s.wait_idle()
+            await s.submit("again")
+            await s.wait_idle()
+        history = [r async for r in journal.read(s.id)]
+        # The lead's last model call: the child has long finished by then.
+        last_call = [
+            r for r in history if r.loop == "main" and isinstance(r.event, ModelCallStarted)
+        ][-1]
+        crashed = await crashed_at(journal, s.id, last_call.seq)
+        async with Session.restore(
+            journal, crashed, delegating(), checkpoint_every=EVERY
+        ) as restored:
+            await restored.verify()
+        chain = await chain_of(journal, crashed)
+        full = await read_restored(journal, crashed, use_checkpoints=False)
+        fast = await read_restored(journal, crashed)
+        report = await check(journal, crashed)
+    assert len(full.states) == 2
+    assert chain and chain[0].previous == 0
+    assert report.ok, report.summary()
+    assert fast.checkpoint_seq > 0
+    assert fast.states == full.states
+
+
+async def test_a_damaged_checkpoint_index_means_a_full_fold(tmp_path: Path) -> None:
+    # The index names a record that is no checkpoint: the records themselves
+    # are intact, so restore logs the index as unusable and folds them all.
+    path = tmp_path / "journal.db"
+    async with open_journal(f"sqlite:///{path}") as journal:
+        async with Session.create(journal, definition(), checkpoint_every=EVERY) as s:
+            await turns(s, 3)
+        head = await journal.head(s.id)
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO checkpoints (session, seq) VALUES (?, ?)", (s.id, head))
+    conn.close()
+    async with open_journal(f"sqlite:///{path}") as journal:
+        full = await read_restored(journal, s.id, use_checkpoints=False)
+        with structlog.testing.capture_logs() as logs:
+            fast = await read_restored(journal, s.id)
+        async with Session.restore(journal, s.id, definition(), checkpoint_every=EVERY) as again:
+            await turns(again, 1)
+            await again.verify()
+    assert [entry["event"] for entry in logs] == ["checkpoint_unusable"]
+    assert str(head) in logs[0]["error"]
+    assert fast.checkpoint_seq == 0
+    assert fast.states == full.states
+
+
+@tool(permission="ask")
+async def guarded(ctx: ToolContext, *, path: str) -> str:
+    """Needs approval."""
+    return f"guarded {path}"
+
+
+def leading(request: ModelRequest) -> Reply:
+    # What the newest user message asks for: a delegation, a guarded call,
+    # or a plain answer.
+    last = request.messages[-1]
+    if any(isinstance(b, ToolResult) for b in last.blocks):
+        return Reply(text="ok")
+    text = "".join(b.text for b in last.blocks if isinstance(b, Text))
+    if text.startswith("delegate"):
+        return Reply(tool_calls=[ToolCall(name="help", input={"task": text})])
+    if text.startswith("guard"):
+        return Reply(tool_calls=[ToolCall(name="guarded", input={"path": text})])
+    return Reply(text=f"plain {len(request.messages)}")
+
+
+def lead_with_everything() -> LoopDefinition:
+    helper = LoopDefinition(name="helper", model=ScriptedModel(lambda _: Reply(text="helped")))
+    return LoopDefinition(
+        name="lead",
+        model=ScriptedModel(leading),
+        tools=[guarded],
+        modes=[Mode(name="quiet", system="say little")],
+        delegates=[Delegate(name="help", description="Help", definition=helper)],
+        limits=Limits(retained_exchanges=1),
+        compactor=TestCompactor(summary()),
+    )
+
+
+async def assert_restores_exactly(journal: Journal, session_id: str) -> Restored:
+    full = await read_restored(journal, session_id, use_checkpoints=False)
+    fast = await read_restored(journal, session_id)
+    report = await check(journal, session_id)
+    assert report.ok, report.summary()
+    assert fast.checkpoint_seq > 0
+    assert fast.states == full.states
+    return fast
+
+
+@pytest.mark.parametrize("every", [1, 3, EVERY])
+async def test_several_loops_compactions_gates_and_a_crash_between_checkpoints(
+    every: int,
+) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, lead_with_everything(), checkpoint_every=every) as s:
+            await s.submit("delegate the first part")
+            await s.wait_idle()
+            await s.submit("and then")
+            await s.wait_idle()
+            await s.compact()
+            await s.wait_idle()
+            await s.change_mode("quiet")
+            await s.submit("delegate the second part")
+            await s.wait_idle()
+            await s.compact()
+            await s.wait_idle()
+            await s.submit("guard the door")
+            await s.wait_idle()
+            # Held at the gate: a queued input and steering wait in the state.
+            await s.submit("afterwards")
+            await s.steer("be brief")
+            await s.wait_idle()
+            held = await assert_restores_exactly(journal, s.id)
+            [gate] = held.states["main"].open_gates
+            assert held.states["main"].queued and held.states["main"].steering
+            await s.decide(gate.gate_id, allow=True, scope="session")
+            await s.wait_idle()
+            live = await s.snapshot()
+            await s.verify()
+        fast = await assert_restores_exactly(journal, s.id)
+        assert live.compactions == 2 and live.mode == "quiet" and live.grants == ["guarded"]
+        assert len(fast.states) == 3
+        assert fast.states["main"].messages == live.messages
+        # A crash right after the guarded call started: its outcome is unknown.
+        started = next(
+            r
+            for r in await records(journal, s.id)
+            if isinstance(r.event, ToolStarted) and r.event.name == "guarded"
+        )
+        crashed = await crashed_at(journal, s.id, started.seq)
+        async with Session.restore(
+            journal, crashed, lead_with_everything(), checkpoint_every=every
+        ) as again:
+            await again.wait_idle()
+            [unknown] = (await again.snapshot()).unknown_effects
+            await assert_restores_exactly(journal, crashed)
+            await again.resolve(unknown.execution_id, "it was guarded")
+            await again.submit("delegate once more")
+            await again.wait_idle()
+            await again.verify()
+        await assert_restores_exactly(journal, crashed)
+
+
+async def test_a_negative_kept_is_refused() -> None:
+    # A count of messages is never negative; as a slice it would quietly
+    # drop messages from the end of the chain's context instead.
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition(), checkpoint_every=EVERY) as s:
+            await turns(s, 3)
+        chain = await journal.checkpoints(s.id)
+    last = chain[-1]
+    assert isinstance(last.event, SessionCheckpoint)
+    [image] = last.event.loops
+    assert image.kept > 0
+    forged = msgspec.structs.replace(last.event, loops=(msgspec.structs.replace(image, kept=-1),))
+    with pytest.raises(InvalidCheckpointError, match="keeps -1 messages"):
+        states_from([*chain[:-1], msgspec.structs.replace(last, event=forged)])
