@@ -1621,8 +1621,11 @@ class _Checker:
         imaged = set()
         for image in e.loops:
             imaged.add(image.loop)
+            # The messages this image holds are proven only if it passes: a
+            # later delta keeping them must not count them as checked.
+            verified = self.checkpoint_verified.pop(image.loop, None)
             held = self.checkpoint_messages.setdefault(image.loop, [])
-            if image.kept > len(held):
+            if not 0 <= image.kept <= len(held):
                 self.bad(
                     seq,
                     "checkpoint chain linked",
@@ -1636,7 +1639,7 @@ class _Checker:
             except msgspec.DecodeError as exc:
                 self.bad(seq, "checkpoint equals the fold before it", f"loop {image.loop}: {exc}")
                 continue
-            if folded is None or not self._same(image, held, pictured, folded):
+            if folded is None or not self._same(image, held, pictured, folded, verified):
                 differ = (
                     ["the whole loop (it has no records)"]
                     if folded is None
@@ -1663,7 +1666,12 @@ class _Checker:
         self.checkpoint_seq = seq
 
     def _same(
-        self, image: LoopImage, held: list[Message], pictured: LoopState, folded: LoopState
+        self,
+        image: LoopImage,
+        held: list[Message],
+        pictured: LoopState,
+        folded: LoopState,
+        verified: tuple[list[Message], int] | None,
     ) -> bool:
         """Whether the image (messages rebuilt from the chain: ``held``) is the fold.
 
@@ -1671,7 +1679,6 @@ class _Checker:
         list checked equal at its previous checkpoint, grown only by appends
         (the fold never changes a message in place), the messages the image
         keeps were proven then and only the ones it adds are compared now."""
-        verified = self.checkpoint_verified.get(image.loop)
         messages = folded.messages
         if (
             verified is not None

@@ -23,6 +23,8 @@ from journal.events import (
     TurnEnded,
     TurnStarted,
 )
+from loopruntime.state import fold_all
+from session.checkpoints import states_from
 from session.replay import RULES, CheckReport, check, check_records
 from tests.replay.bad import (
     SESSION,
@@ -274,3 +276,23 @@ async def test_damaged_record_in_the_middle() -> None:
     assert report.first_bad_seq == 6
     assert report.problems[0].rule == "journal readable"
     assert report.records == 5  # every good record before it was checked
+
+
+async def test_a_delta_built_on_a_forged_image_is_not_taken_for_proven() -> None:
+    # The second checkpoint forges a message; the third keeps it (its own
+    # delta is honest).  Restore from the third would bring the forged
+    # message back, so the third is as wrong as the second.
+    first = checkpoint_of(opening())
+    events: list[Event] = [*opening(), first, *good_turn()[5:7]]
+    honest = checkpoint_of(events, previous=6, kept=1)
+    image = honest.loops[0]
+    forged = msgspec.structs.replace(image, messages=(assistant("forged"), *image.messages[1:]))
+    events.append(msgspec.structs.replace(honest, loops=(forged,)))
+    events += good_turn()[7:]
+    events.append(checkpoint_of(events, previous=len(events) - 3, kept=2))
+    report = await report_of(events)
+    assert {p.seq for p in report.problems} == {9, 13}, report.summary()
+    journal = await journal_of(events)
+    fast, _ = states_from(await journal.checkpoints(SESSION))
+    full = fold_all(r for r in await records_of(events) if r.loop == "main")
+    assert fast["main"].messages != full.messages
