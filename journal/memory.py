@@ -21,7 +21,7 @@ from .errors import (
     SessionNotFoundError,
 )
 from .events import SessionCheckpoint
-from .record import Draft, Record
+from .record import Draft, Record, check_drafts, check_text
 from .store import SessionInfo, SessionLease
 
 __all__ = ["MemoryJournal"]
@@ -76,6 +76,7 @@ class MemoryJournal:
 
     async def open_session(self, session: str, *, create: bool = True) -> SessionLease:
         self._check_open()
+        check_text("session id", session)
         await trio.lowlevel.checkpoint()
         s = self._sessions.get(session)
         if s is None:
@@ -89,6 +90,7 @@ class MemoryJournal:
         self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
     ) -> list[Record]:
         self._check_open()
+        check_drafts(drafts)
         await trio.lowlevel.checkpoint()
         s = self._sessions.get(lease.session)
         if s is None:

@@ -109,7 +109,7 @@ from .errors import (
     SessionNotFoundError,
 )
 from .events import Event, SessionCheckpoint
-from .record import Draft, Record
+from .record import Draft, Record, check_text
 from .store import SessionInfo, SessionLease
 
 __all__ = ["PostgresJournal", "init_schema"]
@@ -356,13 +356,7 @@ def _check_text(what: str, value: str | None) -> None:
             f"{what} {value!r} contains a NUL character, which PostgreSQL text cannot "
             "store; remove it"
         )
-    try:
-        value.encode()
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{what} {value!r} is not valid Unicode text ({exc.reason} at position "
-            f"{exc.start}), which PostgreSQL cannot store; fix the string"
-        ) from exc
+    check_text(what, value)
 
 
 def _channel(schema: str, session: str) -> str:

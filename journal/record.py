@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
 from .events import Event
 
-__all__ = ["Draft", "Record"]
+__all__ = ["Draft", "Record", "check_drafts", "check_text"]
 
 
 class Record(msgspec.Struct, frozen=True, kw_only=True):
@@ -38,3 +40,29 @@ class Draft(msgspec.Struct, frozen=True, kw_only=True):
     loop: str
     event: Event
     cause: str | None = None
+
+
+def check_text(what: str, value: str | None) -> None:
+    """Refuse text that cannot be stored as UTF-8 (a lone surrogate), naming it.
+
+    Every backend calls this on session ids and on each draft's id, loop and
+    cause before anything is queued, so bad text fails only its own call and
+    never a group commit it would have shared with other sessions.
+    """
+    if value is None or value.isascii():  # the usual case, checked in C
+        return
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} {value!r} is not valid Unicode text ({exc.reason} at position "
+            f"{exc.start}); fix the string"
+        ) from exc
+
+
+def check_drafts(drafts: Sequence[Draft]) -> None:
+    """``check_text`` on each draft's id, loop and cause."""
+    for d in drafts:
+        check_text("event id", d.id)
+        check_text("loop id", d.loop)
+        check_text("cause", d.cause)

@@ -97,7 +97,7 @@ from .errors import (
     SessionNotFoundError,
 )
 from .events import Event, SessionCheckpoint
-from .record import Draft, Record
+from .record import Draft, Record, check_drafts, check_text
 from .store import SessionInfo, SessionLease
 
 __all__ = ["SQLiteJournal", "SQLiteStatistics"]
@@ -951,6 +951,7 @@ class SQLiteJournal:
         Durable on return; once submitted it is not withdrawn by cancellation.
         """
         self._check_open()
+        check_text("session id", session)
         result: SessionLease = await self._submit(_OpenRequest(session, create))
         return result
 
@@ -971,6 +972,7 @@ class SQLiteJournal:
             if len(set(ids)) != len(ids):
                 repeated = next(i for i in ids if ids.count(i) > 1)
                 raise DuplicateEventError(lease.session, repeated)
+        check_drafts(drafts)
         encode = encode_event
         pending = [(d.id, d.loop, d.cause, d.event, encode(d.event)) for d in drafts]
         result: list[Record] = await self._submit(_AppendRequest(lease, pending, expected_seq))

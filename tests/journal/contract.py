@@ -386,6 +386,43 @@ class JournalContract:
             assert await journal.append(lease, edges, expected_seq=4) == written[:3]
             assert await journal.append(lease, [big], expected_seq=4) == written[3:]
 
+    async def test_text_that_is_not_unicode_is_refused_alone(self, backend: Backend) -> None:
+        # A lone surrogate is a Python str but no Unicode text: UTF-8 cannot
+        # encode it.  Refused with a named ValueError before it is queued, so
+        # an append committing at the same moment for another session (in the
+        # same group, on a backend that groups) is untouched.
+        session, other = new_session(), new_session()
+        bad = [
+            Draft(id="l-\ud800", loop="main", event=notice(1)),
+            Draft(id="l-2", loop="\udfff", event=notice(1)),
+            Draft(id="l-2", loop="main", event=notice(1), cause="\ud83d"),
+        ]
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            other_lease = await journal.open_session(other)
+            first = await journal.append(lease, drafts("l", 1), expected_seq=0)
+            others: list[Record] = []
+
+            async def refused(draft: Draft) -> None:
+                with pytest.raises(ValueError, match="not valid Unicode"):
+                    await journal.append(lease, [*drafts("l", 1, start=1), draft], expected_seq=1)
+
+            async def innocent(i: int) -> None:
+                others.extend(
+                    await journal.append(other_lease, drafts("o", 1, start=i), expected_seq=i)
+                )
+
+            for i, draft in enumerate(bad):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(refused, draft)
+                    nursery.start_soon(innocent, i)
+            with pytest.raises(ValueError, match="not valid Unicode"):
+                await journal.open_session("bad-\ud800")
+            assert await journal.head(session) == 1
+            assert await read_all(journal, other) == others and len(others) == 3
+            second = await journal.append(lease, drafts("l", 1, start=1), expected_seq=1)
+            assert await read_all(journal, session) == first + second
+
     async def test_multi_record_append_is_all_or_nothing(self, backend: Backend) -> None:
         session = new_session()
         async with backend.open() as journal:

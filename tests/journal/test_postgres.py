@@ -817,30 +817,6 @@ async def test_text_postgres_cannot_store_is_refused_before_writing(postgres_url
         assert await journal.head("nul") == 0
 
 
-async def test_text_that_is_not_unicode_is_refused_before_writing(postgres_url: str) -> None:
-    # A lone surrogate is a Python str but no Unicode text: UTF-8 cannot encode it.
-    async with open_journal(postgres_url) as journal:
-        lease = await journal.open_session("lone")
-        other = await journal.open_session("other")
-        first = await journal.append(lease, [_draft("l-1")], expected_seq=0)
-        bad = [
-            Draft(id="l-\ud800", loop="main", event=Notice(code="t", text="x")),
-            Draft(id="l-2", loop="\udfff", event=Notice(code="t", text="x")),
-            Draft(id="l-2", loop="main", event=Notice(code="t", text="x"), cause="\ud83d"),
-        ]
-        for draft in bad:
-            # Session "lone" is known to the writer: this would be the fast path.
-            with pytest.raises(ValueError, match="not valid Unicode"):
-                await journal.append(lease, [_draft("l-2"), draft], expected_seq=1)
-        with pytest.raises(ValueError, match="not valid Unicode"):
-            await journal.open_session("bad-\ud800")
-        # Another session's commit must not carry anything of the refused ones.
-        await journal.append(other, [_draft("o-1")], expected_seq=0)
-        assert await journal.head("lone") == 1
-        second = await journal.append(lease, [_draft("l-2")], expected_seq=1)
-        assert [r async for r in journal.read("lone")] == first + second
-
-
 @pytest.mark.parametrize("how", ["environment", "url"])
 async def test_text_round_trips_whatever_client_encoding_is_asked_for(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch, how: str
