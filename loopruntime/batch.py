@@ -74,12 +74,18 @@ async def run_batch(turn: TurnRunner) -> None:
         execution = state.executions.get(tool_use_id)
         tool = tools.get(use.name)
         if execution is not None:
-            if execution in state.running and tool is not None:
+            if execution in state.running:
+                # Re-entering a call restore kept running.  It was admitted
+                # under the mode of its time, which a later ChangeMode may have
+                # narrowed: restore looks in every mode, so must this, or the
+                # call is never finished and the turn spins on it.
+                started = _any_mode_tool(turn, use.name) if tool is None else tool
+                assert started is not None, f"restore kept {execution} running without its tool"
                 admitted.append(
                     _Call(
                         use=use,
-                        tool=tool,
-                        parsed=tool.parse(use.input),
+                        tool=started,
+                        parsed=started.parse(use.input),
                         execution_id=execution,
                         new=False,
                     )
@@ -115,6 +121,16 @@ async def run_batch(turn: TurnRunner) -> None:
     if starts:
         await loop.commit(starts)
     await _execute(turn, admitted)
+
+
+def _any_mode_tool(turn: TurnRunner, name: str) -> Tool | None:
+    """The tool called ``name`` in the definition or any of its modes."""
+    definition = turn.loop.definition
+    for mode in (None, *(m.name for m in definition.modes)):
+        for t in definition.resolved(mode).tools:
+            if t.name == name:
+                return t
+    return None
 
 
 async def _admit(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from journal.content import BlockStopped, Message, Piece, Text, ToolUse
+from journal.content import BlockStopped, Piece, Text, ToolUse
 from journal.events import (
     ContextMeasured,
     Event,
@@ -88,6 +88,13 @@ class TurnRunner:
         limits = self.resolved.limits
         while True:
             state = self.state
+            if state.awaiting and state.last_stop_reason != "tool_use":
+                # Only a reply that stopped for tool use admits execution: its
+                # calls may be cut off or unintended.  Decided from state, so a
+                # restored turn decides the same.
+                uses = [state.tool_uses[i] for i in state.awaiting]
+                await self._after_reply(uses, state.last_stop_reason)
+                continue
             if state.awaiting:
                 fresh = not state.results and not state.executions
                 if fresh and state.turn_tool_batches > limits.max_tool_iterations:
@@ -104,20 +111,19 @@ class TurnRunner:
                 continue
             last = state.messages[-1] if state.messages else None
             if last is not None and last.role == "assistant":
-                await self._after_reply(last, state.last_stop_reason)
+                uses = [b for b in last.blocks if isinstance(b, ToolUse)]
+                await self._after_reply(uses, state.last_stop_reason)
                 continue
             if state.steering:
                 await self.loop.commit(
                     [SteerApplied(steer_ids=tuple(s.steer_id for s in state.steering))]
                 )
-            if state.turn_model_calls >= limits.max_model_calls_per_turn:
-                await self.end("limit", kind="limit", code="limit.model_calls")
             await self._model_call()
 
-    async def _after_reply(self, message: Message, stop_reason: str | None) -> None:
-        """Decide how the turn goes on after a committed assistant message."""
+    async def _after_reply(self, uses: list[ToolUse], stop_reason: str | None) -> None:
+        """Decide how the turn goes on after a committed assistant message
+        (``uses``: its tool calls)."""
         state = self.state
-        uses = [b for b in message.blocks if isinstance(b, ToolUse)]
         if uses and stop_reason == "tool_use":
             return  # the batch runs on the next step (state.awaiting is set)
         if uses and stop_reason == "max_tokens":
@@ -198,6 +204,10 @@ class TurnRunner:
 
     async def _model_call(self) -> None:
         loop, state, resolved = self.loop, self.state, self.resolved
+        # Checked here, not by the callers: every path to a model call (a
+        # ``pause_turn`` continuation too) counts against the budget.
+        if state.turn_model_calls >= resolved.limits.max_model_calls_per_turn:
+            await self.end("limit", kind="limit", code="limit.model_calls")
         step = state.step + 1
         schemas = [t.schema for t in resolved.tools]
         request, fp = loop.requests.build(

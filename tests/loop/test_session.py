@@ -8,14 +8,15 @@ import pytest
 import trio
 import trio.testing
 
-from journal import Record, open_journal
+from journal import Draft, Journal, Record, open_journal
 from journal.content import TextDelta
-from loopruntime import LoopDefinition
+from journal.events import ToolCompleted
+from loopruntime import LoopDefinition, Mode, ToolContext, tool
 from loopruntime.commands import _Command
 from loopruntime.errors import UnknownCommandError
-from loopruntime.models import Reply, ScriptedModel
+from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session, SessionLagError, StreamDelta
-from tests.support.loops import tags
+from tests.support.loops import events_of, records, tags
 
 
 def chatty() -> LoopDefinition:
@@ -117,3 +118,56 @@ async def test_create_refuses_a_session_id_that_has_records() -> None:
         assert await tags(journal, "ses_taken") == before
         # refused before taking a lease: a live writer would not have been fenced
         assert [i.incarnation for i in await journal.sessions()] == incarnation
+
+
+async def crashed_copy(journal: Journal, session_id: str, last: int) -> str:
+    """A copy of the session as a crash right after seq ``last`` left it."""
+    copy = f"{session_id}_crashed"
+    lease = await journal.open_session(copy, create=True)
+    drafts = [
+        Draft(id=r.id, loop=r.loop, event=r.event, cause=r.cause)
+        for r in await records(journal, session_id)
+        if r.seq <= last
+    ]
+    await journal.append(lease, drafts, expected_seq=0)
+    return copy
+
+
+async def test_a_replay_safe_call_outlives_a_mode_that_no_longer_offers_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Restore re-runs a replay-safe call started in a mode the loop has left
+    since; the resumed turn finishes that call instead of spinning on it."""
+    runs: list[str] = []
+
+    @tool(permission="allow", replay_safe=True)
+    async def fetch(ctx: ToolContext, *, url: str) -> str:
+        """Fetch a page."""
+        runs.append(ctx.execution_id)
+        await trio.sleep(10)
+        return "the page"
+
+    def definition() -> LoopDefinition:
+        script = [Reply(tool_calls=[ToolCall(name="fetch", input={"url": "u"})]), Reply(text="ok")]
+        return LoopDefinition(
+            name="t",
+            model=ScriptedModel(script),
+            tools=[fetch],
+            modes=[Mode(name="plain", tools=[])],
+        )
+
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition()) as s:
+            await s.submit("go")
+            await trio.sleep(1)
+            await s.change_mode("plain")
+            crash = (await s.snapshot()).last_seq
+        copy = await crashed_copy(journal, s.id, crash)
+        async with Session.restore(journal, copy, definition()) as restored:
+            await restored.wait_idle()
+            state = await restored.snapshot()
+            await restored.verify()
+        [completed, *_] = await events_of(journal, copy, ToolCompleted)
+    assert runs == [runs[0], runs[0]]  # the crashed run, then the replay under its id
+    assert completed.execution_id == runs[0] and completed.disposition == "succeeded"
+    assert state.last_outcome == "completed"

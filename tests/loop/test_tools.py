@@ -440,9 +440,39 @@ async def test_tool_call_cut_off_by_token_limit_gets_feedback() -> None:
     assert state.last_outcome == "completed"
 
 
+async def test_a_complete_call_in_a_reply_cut_by_the_token_limit_is_not_run() -> None:
+    """Only a reply that stopped for tool use admits execution: a call that
+    parsed, in a reply cut off by the token limit, gets the same feedback."""
+    model = ScriptedModel(
+        [
+            Reply(
+                tool_calls=[
+                    ToolCall(name="add", input={"a": 1, "b": 1}),
+                    ToolCall(name="add", raw_json='{"a": 1, "b"'),
+                ],
+                stop_reason="max_tokens",
+            ),
+            Reply(text="I will ask again"),
+        ]
+    )
+    state, _, seq = await run(LoopDefinition(name="t", model=model, tools=[add]))
+    assert "tool.started" not in seq
+    assert result_texts(model.requests[1]) == [TRUNCATED_TOOL_CALL_RESULT] * 2
+    assert state.last_outcome == "completed"
+
+
 async def test_tool_calls_with_another_stop_reason_fail_the_turn() -> None:
-    model = ScriptedModel([Reply(tool_calls=[ToolCall(name="add")], stop_reason="end_turn")])
-    state, _, _ = await run(LoopDefinition(name="t", model=model, tools=[add]))
+    model = ScriptedModel(
+        [
+            Reply(
+                tool_calls=[ToolCall(name="add", input={"a": 1, "b": 2})], stop_reason="end_turn"
+            ),
+            Reply(text="never asked"),
+        ]
+    )
+    state, _, seq = await run(LoopDefinition(name="t", model=model, tools=[add]))
+    assert "tool.started" not in seq
+    assert len(model.requests) == 1
     assert state.last_outcome == "failed"
     assert unanswered_tool_uses(state.messages) == []
 

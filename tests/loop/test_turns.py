@@ -11,6 +11,7 @@ from journal.events import InputCancelled, ModelMessageCommitted, TurnEnded
 from loopruntime import (
     INTERRUPTED_NOTICE,
     TRUNCATED_NOTICE,
+    Limits,
     LoopClosedError,
     LoopDefinition,
     LoopStatus,
@@ -279,3 +280,16 @@ async def test_restore_continues_a_cleanly_stopped_session() -> None:
     assert "notice" not in seq  # nothing was in flight: nothing to settle
     assert state.turn_index == 2
     assert [m.role for m in state.messages] == ["user", "assistant", "user", "assistant"]
+
+
+async def test_pause_turn_continuations_count_against_the_model_call_limit() -> None:
+    model = ScriptedModel([Reply(text="more", stop_reason="pause_turn")] * 6)
+    d = LoopDefinition(name="a", model=model, limits=Limits(max_model_calls_per_turn=3))
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, d) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await s.verify()
+        [ended] = await events_of(journal, s.id, TurnEnded)
+    assert (ended.outcome, ended.code) == ("limit", "limit.model_calls")
+    assert len(model.requests) == 3
