@@ -254,6 +254,13 @@ def _parse_url(url: str) -> _Options:
 
 def _unavailable(exc: sqlite3.Error, path: str, doing: str) -> JournalError:
     """The one translation of a sqlite3 failure that is not a journal rule."""
+    if isinstance(exc, sqlite3.DataError):
+        # SQLITE_TOOBIG, the one failure sqlite3 reports as DataError: retrying
+        # the same write can only fail again.
+        return JournalError(
+            f"sqlite journal {path}: {doing} failed: {exc} (a string or blob, or a "
+            "whole record, is longer than SQLite's length limit); store less in one event"
+        )
     if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
         return JournalUnavailableError(
             f"sqlite journal {path}: {doing} failed because another process held the "
@@ -539,7 +546,10 @@ class _Writer:
             try:
                 changed = self._apply_fast(group)
             except _Retry:
-                self.conn.execute("ROLLBACK")
+                # SQLite ends the transaction itself after some failures (a
+                # full disk, an I/O error); the slow path then meets them again.
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
                 # The fast path advanced the cache in place; forget it.
                 self._cache.clear()
                 self._begin()
@@ -629,6 +639,13 @@ class _Writer:
             except JournalError as exc:
                 request.result = outcome.Error(exc)
                 continue
+            except _Retry:
+                raise
+            except Exception as exc:
+                # Anything else (a value over SQLite's length limit, a value
+                # sqlite3 cannot bind) may be this request's fault alone; only
+                # the slow path, one savepoint per request, can tell.
+                raise _Retry from exc
             if records:
                 changed.add(request.session)
             request.result = value(records)
@@ -643,7 +660,9 @@ class _Writer:
             self.conn.executemany(_INSERT, rows)
             if marks:
                 self.conn.executemany(_INSERT_CHECKPOINT, marks)
-        except sqlite3.IntegrityError as exc:
+        except Exception as exc:
+            # A constraint (an id already stored, a lost race) or a row of one
+            # request SQLite refuses: the slow path finds whose it is.
             raise _Retry from exc
         rows.clear()
         marks.clear()
@@ -668,12 +687,19 @@ class _Writer:
                     if inserted:
                         changed.add(request.session)
                     request.result = outcome.Value(records)
-            except JournalError as exc:
+            except Exception as exc:
+                if not self.conn.in_transaction:
+                    # SQLite gave up the whole transaction (it may, on a full
+                    # disk or an I/O error): what this group did before is
+                    # gone too, so the group fails as a whole.
+                    raise
                 self.conn.execute("ROLLBACK TO request")
                 if before is None:
                     work.pop(request.session, None)
                 else:
                     work[request.session] = before
+                if isinstance(exc, sqlite3.Error):
+                    exc = _unavailable(exc, self.path, f"writing session {request.session!r:.80}")
                 request.result = outcome.Error(exc)
             self.conn.execute("RELEASE request")
         return work, changed
@@ -967,6 +993,9 @@ class SQLiteJournal:
         committed append is never reported as cancelled.
         """
         self._check_open()
+        # open_session refuses such an id, but a lease is plain data: a forged
+        # or decoded one would fail, in the writer, the group it joined.
+        check_text("session id", lease.session)
         if len(drafts) > 1:
             ids = [d.id for d in drafts]
             if len(set(ids)) != len(ids):

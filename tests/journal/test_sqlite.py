@@ -25,7 +25,9 @@ from journal import (
     SessionLease,
     open_journal,
 )
+from journal import sqlite as sqlite_module
 from journal.codec import encode_event
+from journal.events import Notice
 from journal.sqlite import SQLiteJournal, _Writer
 
 from .contract import checkpoint, drafts, notice, read_all
@@ -438,3 +440,110 @@ async def test_a_tail_sees_appends_from_another_process(tmp_path: Path) -> None:
             (4, "child-2", "child"),
         ]
         assert got == (await read_all(journal, "shared"))[1:]
+
+
+async def _open_together(journal: SQLiteJournal, sessions: list[str]) -> list[SessionLease]:
+    """Open ``sessions`` at the same moment.
+
+    The first goes to the writer alone and the rest as one group, after which
+    the journal groups again: appends started together next share one
+    transaction (each test checks that it did).
+    """
+    leases: dict[str, SessionLease] = {}
+
+    async def open_one(session: str) -> None:
+        leases[session] = await journal.open_session(session)
+
+    async with trio.open_nursery() as nursery:
+        for session in sessions:
+            nursery.start_soon(open_one, session)
+    return [leases[s] for s in sessions]
+
+
+_LIMIT = 20_000
+"""The largest string or blob (and row) the connections of the next test store."""
+
+
+@pytest.mark.parametrize("what", ["body", "session id", "id at a stale head", "replayed group"])
+async def test_a_value_over_sqlites_length_limit_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    # SQLite refuses a string, blob or row longer than its length limit
+    # (1 GB by default; lowered here so the test stays small).  The refusal
+    # comes from the insert or a lookup of one request; the appends of other
+    # sessions committing in the same group must not share its fate.
+    connect = sqlite_module._connect
+
+    def limited(path: str, synchronous: str) -> sqlite3.Connection:
+        conn = connect(path, synchronous)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _LIMIT)
+        return conn
+
+    monkeypatch.setattr(sqlite_module, "_connect", limited)
+    huge = "h" * (2 * _LIMIT)
+    async with open_journal(url(tmp_path / "j.db")) as journal:
+        assert isinstance(journal, SQLiteJournal)
+        lease = await journal.open_session("s")
+        first = await journal.append(lease, drafts("x", 1), expected_seq=0)
+        others = await _open_together(journal, [f"o{i}" for i in range(4)])
+        results: dict[str, list[Record]] = {}
+
+        async def innocent(other: SessionLease) -> None:
+            results[other.session] = await journal.append(other, drafts("i", 2), expected_seq=0)
+
+        async def refused() -> None:
+            with pytest.raises(JournalError, match="too big") as caught:
+                if what == "session id":
+                    await journal.open_session(huge)
+                elif what == "id at a stale head":
+                    draft = Draft(id=huge, loop="main", event=notice(1))
+                    await journal.append(lease, [draft], expected_seq=0)
+                else:
+                    big = Draft(id="big", loop="main", event=Notice(code="big", text=huge))
+                    await journal.append(lease, [big], expected_seq=1)
+            assert len(str(caught.value)) < 1000  # names the session, not all of it
+
+        async def retried() -> None:
+            # An idempotent re-append at the head trips the unique index: the
+            # group is replayed request by request.
+            assert await journal.append(lease, drafts("x", 1), expected_seq=1) == first
+
+        before = journal.statistics().transactions
+        async with trio.open_nursery() as nursery:
+            for other in others:
+                nursery.start_soon(innocent, other)
+            nursery.start_soon(refused)
+            if what == "replayed group":
+                nursery.start_soon(retried)
+        assert journal.statistics().transactions - before == 1, "not one group"
+        for other in others:
+            assert await read_all(journal, other.session) == results[other.session]
+        assert await read_all(journal, "s") == first
+        # The writer and its cache are sound: the session continues.
+        more = await journal.append(lease, drafts("x", 1, start=1), expected_seq=1)
+        assert await read_all(journal, "s") == first + more
+        assert {i.session for i in await journal.sessions()} == {"s"} | {o.session for o in others}
+
+
+async def test_a_lease_whose_session_id_is_not_unicode_is_refused_alone(tmp_path: Path) -> None:
+    # open_session refuses such an id, but a lease is plain data a caller can
+    # build; its session id is bound in the group's queries like any other.
+    async with open_journal(url(tmp_path / "j.db")) as journal:
+        assert isinstance(journal, SQLiteJournal)
+        others = await _open_together(journal, [f"o{i}" for i in range(4)])
+        results: dict[str, list[Record]] = {}
+        forged = SessionLease(session="s-\ud800", incarnation=1, head=0)
+
+        async def innocent(other: SessionLease) -> None:
+            results[other.session] = await journal.append(other, drafts("i", 2), expected_seq=0)
+
+        async def refused() -> None:
+            with pytest.raises(ValueError, match="not valid Unicode"):
+                await journal.append(forged, drafts("x", 1), expected_seq=0)
+
+        async with trio.open_nursery() as nursery:
+            for other in others:
+                nursery.start_soon(innocent, other)
+            nursery.start_soon(refused)
+        for other in others:
+            assert await read_all(journal, other.session) == results[other.session]
