@@ -19,16 +19,19 @@ Writing: one writer thread, group commit
     at that moment, from every session, and applies it in one transaction:
     one commit (and at ``FULL`` one fsync) for the whole group.  Each caller is
     released only after that commit.  A failing request in the group
-    (conflict, fencing, duplicate id) fails alone; the others commit.
+    (conflict, fencing, duplicate id, a value over SQLite's length limit)
+    fails alone; the others commit.
 
     The fast path validates each request against the writer's cached view of
     each session (incarnation, head seq, last digest) and inserts the whole
     group with one ``executemany``.  The cache is trusted only while
     ``PRAGMA data_version`` says no other connection has committed; otherwise
     it is reloaded from the tables.  If the insert trips a constraint (an id
-    already stored, a race with another process) the group is rolled back and
-    replayed request by request, each under its own savepoint, with explicit
-    checks: the slow path decides idempotent re-appends and duplicates.
+    already stored, a race with another process), or SQLite refuses anything
+    else a request asks of it, the group is rolled back and replayed request
+    by request, each under its own savepoint, with explicit checks: the slow
+    path decides idempotent re-appends and duplicates, and fails a refused
+    request alone.
 
 Reading
     Readers use their own connections, in worker threads, fetching a few
