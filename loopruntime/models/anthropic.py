@@ -65,6 +65,10 @@ Mapping rules
   thinking, and such a block only exists when a reply was cut off before its
   signature arrived.  Text blocks that are empty or whitespace-only are
   dropped too (the API rejects them), and a message left empty is skipped.
+* When the conversation ends with an assistant message (the runtime continues
+  a ``pause_turn`` reply that way), trailing whitespace is cut from its last
+  text block: the API refuses final assistant content that ends in
+  whitespace.  The journal keeps the reply as it arrived.
 * ``ModelRequest.options`` entries are added to the request body verbatim
   (``temperature``, ``stop_sequences``, ``metadata``, or ``thinking`` to
   override the configured thinking for one call); keys this adapter sets
@@ -83,13 +87,19 @@ judges it and the runtime tells the model.
 
 Secrets: the API key is read from the argument or ``ANTHROPIC_API_KEY``,
 handed to the SDK client and kept nowhere else, and never logged; the
-journaled ``name`` is ``"anthropic:<model>"``.
+journaled ``name`` is ``"anthropic:<model>"``.  A key with a space or a
+control character in it (two keys pasted together, a line break) is refused
+when the model is made, because the HTTP stack would name the whole header
+value in its error.  For a client passed in, the key and auth token it holds
+are cut from every ``ModelError`` message, and a foreign exception whose text
+shows them is not chained.
 """
 
 from __future__ import annotations
 
 import email.utils
 import json
+import math
 import os
 import random
 import time
@@ -225,6 +235,13 @@ class AnthropicModel:
                     "no Anthropic API key: set ANTHROPIC_API_KEY, pass api_key=..., "
                     "or pass a configured client=anthropic.AsyncAnthropic(..., max_retries=0)"
                 )
+            if any(c.isspace() or not c.isprintable() for c in key):
+                # Never echo the key: this message may end up in a log.
+                raise ValueError(
+                    "the Anthropic API key (from api_key=... or ANTHROPIC_API_KEY) contains "
+                    "a space or a control character, which an HTTP header cannot carry; "
+                    "check that it holds exactly one key on one line"
+                )
             extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
             # Building the client does no I/O; it connects on the first request.
             client = anthropic.AsyncAnthropic(
@@ -331,10 +348,13 @@ class AnthropicModel:
     ) -> AsyncGenerator[Delta, None]:
         """One HTTP request.  Every SDK or transport failure leaves here as a
         ``ModelError`` — this is the one place foreign exceptions are caught."""
+        secrets = _client_secrets(client)
         try:
             sdk_stream = await client.messages.create(**params, stream=True)
         except _FOREIGN_ERRORS as exc:
-            raise _translate(exc, attempt, model=self.model) from exc
+            raise _translate(exc, attempt, model=self.model, secrets=secrets) from _cause(
+                exc, secrets
+            )
         try:
             translator = StreamTranslator()
             # message_start's usage is held back until content arrives, so that
@@ -346,7 +366,9 @@ class AnthropicModel:
                 except StopAsyncIteration:
                     break
                 except _FOREIGN_ERRORS as exc:
-                    raise _translate(exc, attempt, model=self.model) from exc
+                    raise _translate(exc, attempt, model=self.model, secrets=secrets) from _cause(
+                        exc, secrets
+                    )
                 for delta in translator.feed(event):
                     if not attempt.output_started and isinstance(delta, UsageDelta):
                         held.append(delta)
@@ -456,6 +478,12 @@ def api_messages(messages: Sequence[Message], *, prompt_cache: bool = True) -> l
             out[-1]["content"].extend(blocks)
         else:
             out.append({"role": message.role, "content": blocks})
+    if out and out[-1]["role"] == "assistant":
+        # The API refuses final assistant content that ends in whitespace.
+        # Whitespace-only text was dropped above, so the block stays non-empty.
+        last = out[-1]["content"][-1]
+        if last["type"] == "text":
+            last["text"] = last["text"].rstrip()
     if prompt_cache and out:
         _mark(out[-1])
         # Where the previous request ended: the user message just before the
@@ -698,8 +726,60 @@ _ERROR_TYPE_KIND: Final[Mapping[str, ModelErrorKind]] = {
 _RETRYABLE_KINDS: Final = frozenset({"overloaded", "rate_limited", "server", "connection"})
 
 
-def _translate(exc: Exception, attempt: _Attempt, *, model: str) -> ModelError:
-    """The ``ModelError`` for a foreign exception, knowing whether output began."""
+def _client_secrets(client: anthropic.AsyncAnthropic) -> tuple[str, ...]:
+    """The credentials a client holds, read when needed rather than kept, each
+    also as the ``repr`` of its text and of its bytes show it: the HTTP stack
+    names a header value it refuses in ``repr`` form (``b'Bearer sk-...\\n...'``)."""
+    held = (getattr(client, "api_key", None), getattr(client, "auth_token", None))
+    forms: list[str] = []
+    for secret in (s for s in held if isinstance(s, str) and s):
+        shown = (secret, repr(secret)[1:-1], repr(secret.encode(errors="replace"))[2:-1])
+        forms.extend(f for f in shown if f not in forms)
+    # Longest first, so no shorter form replaces part of a longer one.
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
+def _redact(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "[redacted]")
+    return text
+
+
+def _cause(exc: BaseException, secrets: Sequence[str]) -> BaseException | None:
+    """``exc`` to chain a ``ModelError`` to, or None when its text (or that of
+    an exception chained to it) shows a credential, so no traceback prints it."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:  # a chain may loop
+        if any(secret in str(current) for secret in secrets):
+            return None
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return exc
+
+
+def _translate(
+    exc: Exception, attempt: _Attempt, *, model: str, secrets: Sequence[str] = ()
+) -> ModelError:
+    """The ``ModelError`` for a foreign exception, knowing whether output began;
+    ``secrets`` are cut from its message."""
+    error = _translate_unredacted(exc, attempt, model=model)
+    message = str(error)
+    redacted = _redact(message, secrets)
+    if redacted == message:
+        return error
+    return ModelError(
+        redacted,
+        kind=error.error_kind,
+        code=error.code,
+        retryable=error.retryable,
+        retry_after=error.retry_after,
+        status=error.status,
+    )
+
+
+def _translate_unredacted(exc: Exception, attempt: _Attempt, *, model: str) -> ModelError:
+    """What ``_translate`` returns before credentials are cut out."""
     where = f"attempt {attempt.number}"
     if isinstance(exc, anthropic.APIStatusError):
         status = exc.status_code
@@ -812,9 +892,12 @@ def _retry_after(headers: httpx2.Headers) -> float | None:
         if raw is None:
             continue
         try:
-            return max(float(raw) * scale, 0.0)
+            seconds = float(raw) * scale
         except ValueError:
-            pass
+            continue
+        # "nan" and "inf" parse as floats but are no wait anyone can keep.
+        if math.isfinite(seconds):
+            return max(seconds, 0.0)
     raw = headers.get("retry-after")
     if raw:
         try:

@@ -700,6 +700,22 @@ async def test_overloaded_backs_off_then_gives_up(autojump_clock: trio.abc.Clock
     assert 0.75 <= gaps[1] <= 1.0
 
 
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf"])
+async def test_retry_after_that_is_not_a_number_of_seconds_is_ignored(
+    autojump_clock: trio.abc.Clock, value: str
+) -> None:
+    replies: list[Reply] = [
+        Status(529, "overloaded_error", "Overloaded", headers=[("retry-after", value)]),
+        text_reply("ok"),
+    ]
+    async with serve(replies) as (server, model):
+        deltas = await collect(model)
+    assert assemble(deltas).message().blocks == (Text(text="ok"),)
+    # The unreadable header is treated as absent: the default backoff applies.
+    first, second = server.requests
+    assert 0.375 <= second.at - first.at <= 0.5
+
+
 async def test_overloaded_then_success(autojump_clock: trio.abc.Clock) -> None:
     async with serve([Status(529, "overloaded_error", "Overloaded"), text_reply("ok")]) as (
         server,
@@ -950,6 +966,41 @@ def test_constructor_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     client = anthropic.AsyncAnthropic(api_key=KEY, max_retries=0)
     with pytest.raises(ValueError, match="either client= or api_key"):
         AnthropicModel(MODEL, client=client, base_url="http://127.0.0.1:9")
+
+
+def test_a_key_that_cannot_be_a_header_value_is_refused_without_showing_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for bad in (f"{KEY}\nsk-ant-second-key", f"{KEY} {KEY}", f"{KEY}\x00"):
+        with pytest.raises(ValueError, match="API key") as caught:
+            AnthropicModel(MODEL, api_key=bad)
+        assert KEY not in str(caught.value)
+        if "\x00" in bad:
+            continue  # the environment cannot hold a NUL
+        monkeypatch.setenv("ANTHROPIC_API_KEY", bad)
+        with pytest.raises(ValueError, match="ANTHROPIC_API_KEY") as caught:
+            AnthropicModel.from_env()
+        assert KEY not in str(caught.value)
+
+
+async def test_a_key_the_transport_refuses_never_reaches_the_error() -> None:
+    # h11 names the offending header value in its error; a client passed in
+    # is not checked by the constructor, so the error itself must not tell it.
+    bad = f"{KEY}\nsk-ant-second-key"
+    async with open_sse_server([text_reply("never sent")]) as server:
+        async with anthropic.AsyncAnthropic(
+            api_key=bad, base_url=server.url, max_retries=0
+        ) as client:
+            model = AnthropicModel(MODEL, client=client, max_retries=0)
+            _, err = await collect_until_error(model)
+    assert err.error_kind == "connection"
+    chain: list[BaseException] = []
+    shown: BaseException | None = err
+    while shown is not None:
+        chain.append(shown)
+        shown = None if shown.__suppress_context__ else (shown.__cause__ or shown.__context__)
+    assert all(KEY not in str(e) and "second-key" not in str(e) for e in chain), chain
+    assert "[redacted]" in str(err)
 
 
 async def test_a_client_passed_in_is_used_and_left_open() -> None:

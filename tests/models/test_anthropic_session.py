@@ -103,3 +103,33 @@ async def test_a_stream_dying_after_output_leaves_the_truncated_notice() -> None
     assert message.message.blocks == (Text(text="The answer is"), Text(text=TRUNCATED_NOTICE))
     [ended] = [e for e in records if isinstance(e, TurnEnded)]
     assert ended.outcome == "failed" and ended.kind == "model"
+
+
+async def test_a_paused_reply_is_continued_without_trailing_whitespace() -> None:
+    # pause_turn makes the next call end with the assistant's own message; the
+    # API refuses a final assistant message whose content ends in whitespace.
+    paused = Stream(
+        [
+            message_start(),
+            block_start(0, {"type": "text", "text": ""}),
+            text(0, "Searching the web.\n\n"),
+            block_stop(0),
+            message_delta("pause_turn"),
+            message_stop(),
+        ]
+    )
+    async with open_sse_server([paused, text_reply("Found it.")]) as server:
+        async with AnthropicModel(MODEL, api_key=KEY, base_url=server.url) as model:
+            d = LoopDefinition(name="claude", model=model)
+            async with open_journal("memory:") as journal:
+                async with Session.create(journal, d) as s:
+                    await s.submit("Search for it.")
+                    await s.wait_idle()
+                    state = await s.snapshot()
+    second = server.requests[1].body
+    last = second["messages"][-1]
+    assert last["role"] == "assistant"
+    assert [b["text"] for b in last["content"]] == ["Searching the web."]
+    # The journal keeps the reply as it arrived.
+    assert state.messages[1].blocks == (Text(text="Searching the web.\n\n"),)
+    assert state.messages[-1].blocks == (Text(text="Found it."),)
