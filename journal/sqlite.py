@@ -729,10 +729,25 @@ class _Writer:
 
     def _integrity(self, request: _AppendRequest, exc: sqlite3.IntegrityError) -> JournalError:
         """The one place a lost race or a duplicate id, as a constraint, becomes an error."""
-        if "records.id" in str(exc):
+        message = str(exc)
+        if message.startswith("UNIQUE") and "records.id" in message:
             # Ids already stored were checked before the insert, and ids repeated
             # within one append are refused before it reaches the writer.
             return DuplicateEventError(request.session, request.pending[0][0])
+        if message.startswith("UNIQUE") and "checkpoints.seq" in message:
+            # The records went in, so the index already named a seq that held
+            # no record: damage, not a race (the head has not moved).  Undone
+            # first, so only the entries that were there before are seen.
+            self.conn.execute("ROLLBACK TO request")
+            stray = self.conn.execute(
+                "SELECT min(seq) FROM checkpoints WHERE session = ? AND seq > ?",
+                (request.session, request.expected_seq),
+            ).fetchone()[0]
+            return JournalCorruptError(
+                request.session, stray, "the checkpoint index names it before it was written"
+            )
+        if not (message.startswith("UNIQUE") and "records.seq" in message):
+            return _unavailable(exc, self.path, f"writing session {request.session!r:.80}")
         row = self.conn.execute(
             "SELECT max(seq) FROM records WHERE session = ?", (request.session,)
         ).fetchone()

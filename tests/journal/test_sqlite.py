@@ -547,3 +547,28 @@ async def test_a_lease_whose_session_id_is_not_unicode_is_refused_alone(tmp_path
             nursery.start_soon(refused)
         for other in others:
             assert await read_all(journal, other.session) == results[other.session]
+
+
+async def test_a_stray_checkpoint_index_entry_is_corruption_not_a_conflict(
+    tmp_path: Path,
+) -> None:
+    # The index names seq 4, which holds no record: appending a checkpoint
+    # there trips the index's key.  That is damage; a ConflictError would say
+    # the head moved (it did not) and send the writer round a re-read forever.
+    path = tmp_path / "j.db"
+    async with open_journal(url(path)) as journal:
+        lease = await journal.open_session("s")
+        await journal.append(lease, drafts("x", 2), expected_seq=0)
+        conn = sqlite3.connect(path)
+        conn.execute("INSERT INTO checkpoints (session, seq) VALUES ('s', 4)")
+        conn.commit()
+        conn.close()
+        with pytest.raises(JournalCorruptError) as caught:
+            await journal.append(lease, [checkpoint(0), checkpoint(1)], expected_seq=2)
+        assert (caught.value.session, caught.value.seq) == ("s", 4)
+        assert await journal.head("s") == 2
+        # Records that are no checkpoints still append at seqs 3 and 4.
+        assert [r.seq for r in await journal.append(lease, drafts("y", 2), expected_seq=2)] == [
+            3,
+            4,
+        ]
