@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_type_hints, overload
 
 import msgspec
+import structlog
 
 from journal.content import Image, ResultBlock, Text
 
@@ -39,6 +40,8 @@ __all__ = [
 ]
 
 Concurrency = Literal["exclusive", "parallel"]
+
+log = structlog.get_logger(__name__)
 
 
 class ToolInputError(Exception):
@@ -168,7 +171,13 @@ def decide(policy: PermissionPolicy | None, name: str, raw: Mapping[str, Any]) -
     if policy is None:
         return "deny"
     if callable(policy):
-        answer = policy(name, raw)
+        try:
+            answer = policy(name, raw)
+        except Exception as exc:
+            # The policy is the host's code: its bug must deny the call, not
+            # end the session with the call left unanswered.
+            log.warning("permission_policy_failed", tool=name, error=repr(exc))
+            return "deny"
         return answer if answer in ("allow", "ask", "deny") else "deny"
     return policy
 

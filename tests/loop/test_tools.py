@@ -27,7 +27,11 @@ from loopruntime import (
 from loopruntime.context import unanswered_tool_uses
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
-from loopruntime.notices import INTERRUPTED_TOOL_RESULT, TRUNCATED_TOOL_CALL_RESULT
+from loopruntime.notices import (
+    DENIED_RESULT,
+    INTERRUPTED_TOOL_RESULT,
+    TRUNCATED_TOOL_CALL_RESULT,
+)
 from session import Session
 from session.replay import check
 from tests.support.loops import events_of, squash, tags
@@ -546,3 +550,21 @@ async def test_a_callable_permission_policy_decides_per_call() -> None:
     assert "gate.opened" not in seq  # the policy, not a person, decided
     assert result_texts(model.requests[1])[0] == "removed /tmp/x"
     assert "denied" in result_texts(model.requests[1])[1]
+
+
+async def test_a_permission_policy_that_raises_denies_the_call() -> None:
+    def policy(name: str, raw: Mapping[str, Any]) -> str:
+        raise KeyError("path")
+
+    @tool(permission=policy)
+    async def erase(ctx: ToolContext, *, path: str) -> str:
+        """Erase a file."""
+        raise AssertionError("a call its policy could not judge must not run")
+
+    model = ScriptedModel(
+        [Reply(tool_calls=[ToolCall(name="erase", input={"path": "x"})]), Reply(text="ok")]
+    )
+    state, _, seq = await run(LoopDefinition(name="t", model=model, tools=[erase]))
+    assert "tool.started" not in seq
+    assert result_texts(model.requests[1]) == [DENIED_RESULT]
+    assert state.last_outcome == "completed"
