@@ -90,6 +90,7 @@ class MemoryJournal:
         self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
     ) -> list[Record]:
         self._check_open()
+        check_text("session id", lease.session)
         check_drafts(drafts)
         await trio.lowlevel.checkpoint()
         s = self._sessions.get(lease.session)

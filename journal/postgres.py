@@ -1107,6 +1107,9 @@ class PostgresJournal:
         once sent, the call waits for the batch's outcome and reports it.
         """
         self._check_open()
+        # A lease is plain data a caller can build: its session id is bound in
+        # the batch's statements too, so bad text there must fail this call alone.
+        _check_text("session id", lease.session)
         for d in drafts:
             _check_text("event id", d.id)
             _check_text("loop id", d.loop)

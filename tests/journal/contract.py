@@ -418,6 +418,10 @@ class JournalContract:
                     nursery.start_soon(innocent, i)
             with pytest.raises(ValueError, match="not valid Unicode"):
                 await journal.open_session("bad-\ud800")
+            # A lease is plain data a caller can build; its session id too.
+            forged = SessionLease(session="s-\ud800", incarnation=1, head=0)
+            with pytest.raises(ValueError, match="not valid Unicode"):
+                await journal.append(forged, drafts("f", 1), expected_seq=0)
             assert await journal.head(session) == 1
             assert await read_all(journal, other) == others and len(others) == 3
             second = await journal.append(lease, drafts("l", 1, start=1), expected_seq=1)
