@@ -201,7 +201,8 @@ class Loop:
         self._stopping = False
         self._stopped = trio.Event()
         self.stop_reason = "interrupted"
-        """Why the running turn is being stopped (read by its settlement)."""
+        """Why the running turn is being stopped (read by its settlement):
+        "interrupted", "shutdown", or "detached" (left open, not settled)."""
         self._cancel_on_start = False
         self._flush_deadline: float | None = None
         self._flush: Callable[[], Awaitable[None]] | None = None
@@ -507,7 +508,13 @@ class Loop:
                 command.reply.set(await self._stop_turn(reason="interrupted"))
             case Shutdown():
                 self._stopping = True
-                await self._stop_turn(reason="shutdown")
+                if not command.final and self._waits_only_on_people():
+                    # Nothing is lost by leaving the turn open: every gate
+                    # stays answerable after a restore, so a pending approval
+                    # or question outlives a deploy's restart.
+                    await self._stop_turn(reason="detached")
+                else:
+                    await self._stop_turn(reason="shutdown")
                 if command.final and not state.stopped:
                     await self.commit([LoopStopped(reason="finished")], cause=command.cause)
                 command.reply.set(True)
@@ -651,6 +658,23 @@ class Loop:
             self._cancel_on_start = True
         await self._turn_finished.wait()
         return True
+
+    def _waits_only_on_people(self) -> bool:
+        """The running turn does nothing but wait at gates that a restore
+        reopens as they are: permission gates (their tool never started) and
+        questions asked by resumable tools (re-entered with the answer).  No
+        model call is open and no other tool runs."""
+        state = self.state
+        if not self._turn_task_running or not state.gates or state.open_call is not None:
+            return False
+        asking = {g.execution_id for g in state.gates.values() if g.kind == "user_input"}
+        for execution_id, started in state.running.items():
+            tool = self.definition.find_tool(started.name)
+            if execution_id not in asking or tool is None or not tool.resumable:
+                return False
+        return all(
+            g.kind == "permission" or g.execution_id in state.running for g in state.gates.values()
+        )
 
     def enter_turn_scope(self, scope: trio.CancelScope) -> None:
         self._turn_scope = scope

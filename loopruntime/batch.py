@@ -79,7 +79,7 @@ async def run_batch(turn: TurnRunner) -> None:
                 # under the mode of its time, which a later ChangeMode may have
                 # narrowed: restore looks in every mode, so must this, or the
                 # call is never finished and the turn spins on it.
-                started = _any_mode_tool(turn, use.name) if tool is None else tool
+                started = turn.loop.definition.find_tool(use.name) if tool is None else tool
                 assert started is not None, f"restore kept {execution} running without its tool"
                 admitted.append(
                     _Call(
@@ -121,16 +121,6 @@ async def run_batch(turn: TurnRunner) -> None:
     if starts:
         await loop.commit(starts)
     await _execute(turn, admitted)
-
-
-def _any_mode_tool(turn: TurnRunner, name: str) -> Tool | None:
-    """The tool called ``name`` in the definition or any of its modes."""
-    definition = turn.loop.definition
-    for mode in (None, *(m.name for m in definition.modes)):
-        for t in definition.resolved(mode).tools:
-            if t.name == name:
-                return t
-    return None
 
 
 async def _admit(

@@ -93,6 +93,11 @@ class LoopDefinition:
             f"loop definition {self.name!r} has no mode {name!r} (modes: {known})"
         )
 
+    def find_tool(self, name: str) -> Tool | None:
+        """The tool called ``name`` whatever the mode: a mode only narrows the
+        definition's tools, so a call admitted under any mode is found here."""
+        return next((t for t in self.resolved(None).tools if t.name == name), None)
+
     def resolved(self, mode_name: str | None) -> ResolvedDefinition:
         mode = self.mode(mode_name)
         tools = [*self.tools, *(_delegate_tool(d) for d in self.delegates)]

@@ -76,8 +76,10 @@ class TurnRunner:
                 await self._steps()
             except _End:
                 pass
-        if self.state.turn_open:
-            # Cancelled (interrupt or shutdown): settle outside the cancelled scope.
+        if self.state.turn_open and self.loop.stop_reason != "detached":
+            # Cancelled (interrupt or shutdown): settle outside the cancelled
+            # scope.  A turn detached by a shutdown while it waited only on
+            # people is left open as the journal holds it, for restore.
             reason = self.loop.stop_reason
             await self.loop.commit(self._settle_interrupted(reason))
         self.log.debug("turn_finished", outcome=self.state.last_outcome)

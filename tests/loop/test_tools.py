@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 import trio
 
-from journal import open_journal
+from journal import Journal, open_journal
 from journal.content import Text, ToolResult
-from journal.events import GateOpened, ToolAbandoned, ToolCompleted, ToolStarted
+from journal.events import (
+    GateCancelled,
+    GateOpened,
+    ToolAbandoned,
+    ToolCompleted,
+    ToolStarted,
+    TurnEnded,
+)
 from loopruntime import (
     GateMismatchError,
     InvalidAnswerError,
@@ -568,3 +576,116 @@ async def test_a_permission_policy_that_raises_denies_the_call() -> None:
     assert "tool.started" not in seq
     assert result_texts(model.requests[1]) == [DENIED_RESULT]
     assert state.last_outcome == "completed"
+
+
+# -- gates across a clean shutdown ------------------------------------------------
+
+
+@tool(permission="allow", resumable=True)
+async def confirm(ctx: ToolContext, *, what: str) -> str:
+    """Ask before acting; re-entered with the answer after a restore."""
+    answer = ctx.continuation or await ctx.ask_user(f"{what}?", choices=["yes", "no"])
+    return f"{what}: {answer}"
+
+
+async def _restart(
+    journal: Journal, session_id: str, d: LoopDefinition
+) -> tuple[Session, list[str]]:
+    """What a deploy does: the session was shut down cleanly; restore it."""
+    before = squash(await tags(journal, session_id))
+    return Session.restore(journal, session_id, d), before
+
+
+async def test_a_pending_approval_outlives_a_clean_shutdown(tmp_path: Path) -> None:
+    # The turn waits only on a person, so shutdown leaves it open as the
+    # journal holds it: the same gate is open after restore, and deciding it
+    # runs the tool once.  (A crash keeps it too; a deploy must not lose it.)
+    model = ScriptedModel(
+        [Reply(tool_calls=[ToolCall(name="rm", input={"path": "a"})]), Reply(text="done")]
+    )
+    d = LoopDefinition(name="t", model=model, tools=[rm])
+    async with open_journal(f"sqlite:///{tmp_path / 'j.db'}") as journal:
+        async with Session.create(journal, d) as s:
+            await s.submit("clean up")
+            await s.wait_idle()
+            [gate] = (await s.snapshot()).open_gates
+        restored, before = await _restart(journal, s.id, d)
+        assert before[-2:] == ["context.measured", "gate.opened"]  # nothing settled
+        async with restored as s2:
+            state = await s2.snapshot()
+            assert state.status is LoopStatus.AWAITING_GATE
+            assert state.open_gates == [gate]
+            await s2.decide(gate.gate_id, allow=True)
+            await s2.wait_idle()
+            await s2.verify()
+        report = await check(journal, s.id)
+        assert report.ok, report.summary()
+        seq = squash(await tags(journal, s.id))
+    assert "gate.cancelled" not in seq and "notice" not in seq
+    assert seq.count("tool.started") == 1
+    assert result_texts(model.requests[1]) == ["removed a"]
+
+
+async def test_a_resumable_question_outlives_a_clean_shutdown(tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [Reply(tool_calls=[ToolCall(name="confirm", input={"what": "deploy"})]), Reply(text="ok")]
+    )
+    d = LoopDefinition(name="t", model=model, tools=[confirm])
+    async with open_journal(f"sqlite:///{tmp_path / 'j.db'}") as journal:
+        async with Session.create(journal, d) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            [gate] = (await s.snapshot()).open_gates
+            assert gate.kind == "user_input"
+        restored, before = await _restart(journal, s.id, d)
+        assert before[-2:] == ["tool.started", "gate.opened"]
+        async with restored as s2:
+            assert (await s2.snapshot()).open_gates == [gate]
+            await s2.answer(gate.gate_id, "yes")
+            await s2.wait_idle()
+            await s2.verify()
+        report = await check(journal, s.id)
+        assert report.ok, report.summary()
+        seq = squash(await tags(journal, s.id))
+    assert "gate.cancelled" not in seq and "tool.abandoned" not in seq
+    assert seq.count("tool.started") == 1
+    assert result_texts(model.requests[1]) == ["deploy: yes"]
+
+
+async def test_shutdown_still_settles_a_turn_that_does_more_than_wait(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # A question of a tool that cannot be re-entered, and a resumable question
+    # asked while another tool runs: leaving either turn open would make a
+    # call an unknown effect at restore, so shutdown interrupts and settles.
+    @tool(permission="allow", concurrency="parallel")
+    async def slow(ctx: ToolContext, *, seconds: float) -> str:
+        """Sleeps."""
+        await trio.sleep(seconds)
+        return f"slept {seconds}"
+
+    @tool(permission="allow", concurrency="parallel", resumable=True)
+    async def check_in(ctx: ToolContext) -> str:
+        """Asks while others run."""
+        return ctx.continuation or await ctx.ask_user("still there?")
+
+    cases = [
+        [ToolCall(name="pick", input={"prompt": "colour?"})],
+        [ToolCall(name="slow", input={"seconds": 100}), ToolCall(name="check_in")],
+    ]
+    for calls in cases:
+        model = ScriptedModel([Reply(tool_calls=calls), Reply(text="after")])
+        d = LoopDefinition(name="t", model=model, tools=[slow, pick, check_in])
+        async with open_journal("memory:") as journal:
+            async with Session.create(journal, d) as s:
+                await s.submit("go")
+                await trio.sleep(5)
+                state = await s.snapshot()
+                assert state.open_gates and state.status is LoopStatus.AWAITING_GATE
+            cancelled = await events_of(journal, s.id, GateCancelled)
+            ended = await events_of(journal, s.id, TurnEnded)
+            async with Session.restore(journal, s.id, d) as s2:
+                state = await s2.snapshot()
+        assert [c.reason for c in cancelled] == ["shutdown"]
+        assert [e.outcome for e in ended] == ["interrupted"]
+        assert state.open_gates == [] and state.unknown_effects == []
