@@ -91,6 +91,12 @@ class ToolContext:
                 f"ask_user called after tool call {self.execution_id} ({self.tool_name}) "
                 "finished; questions can only be asked while the call runs"
             )
+        if choices is not None and not choices:
+            # A gate nobody could ever answer would hold the turn for good.
+            raise ValueError(
+                f"ask_user in tool call {self.execution_id} ({self.tool_name}) was given no "
+                "choices, so no answer could be accepted; pass choices=None for a free answer"
+            )
         if self.continuation is not None:
             answer, self.continuation = self.continuation, None
             return answer
@@ -333,6 +339,7 @@ def ask_user_tool() -> Tool:
     async def ask_user(ctx: ToolContext, *, question: str, choices: list[str] | None = None) -> str:
         """Ask the user a question and wait for their answer. Give `choices` when
         the answer must be one of a few options."""
-        return await ctx.ask_user(question, choices)
+        # A model that sends an empty list means "no options", not "no answer".
+        return await ctx.ask_user(question, choices or None)
 
     return tool(permission="allow", resumable=True)(ask_user)

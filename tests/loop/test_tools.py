@@ -371,6 +371,40 @@ async def test_builtin_ask_user_tool() -> None:
     assert result_texts(model.requests[1]) == ["Ada"]
 
 
+async def test_a_question_with_no_choices_never_opens_a_gate() -> None:
+    # No answer could be accepted, so the gate would hold the turn for good:
+    # a tool that asks so fails (model-visible); the model's own [] means "free".
+    @tool(permission="allow")
+    async def bad_pick(ctx: ToolContext) -> str:
+        """Asks with an empty list of choices."""
+        return await ctx.ask_user("which?", choices=[])
+
+    model = ScriptedModel(
+        [
+            Reply(
+                tool_calls=[
+                    ToolCall(name="bad_pick"),
+                    ToolCall(name="ask_user", input={"question": "name?", "choices": []}),
+                ]
+            ),
+            Reply(text="hi"),
+        ]
+    )
+    d = LoopDefinition(name="t", model=model, tools=[bad_pick, ask_user_tool()])
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, d) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            [gate] = (await s.snapshot()).open_gates
+            assert gate.prompt == "name?" and gate.choices is None
+            await s.answer(gate.gate_id, "Ada")
+            await s.wait_idle()
+            await s.verify()
+    failed, answered = result_texts(model.requests[1])
+    assert "was given no choices" in failed and failed.startswith("[error: tool bad_pick failed")
+    assert answered == "Ada"
+
+
 async def test_interrupt_during_a_batch_answers_every_tool_use(
     autojump_clock: trio.abc.Clock,
 ) -> None:
