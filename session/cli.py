@@ -175,11 +175,29 @@ async def _sessions(args: argparse.Namespace) -> int:
             print("no sessions")
             return 0
         print(f"{'session':<24} {'loops':>5} {'records':>8}  {'last activity':<19}  status")
+        damaged: list[str] = []
         for info in sorted(infos, key=lambda i: i.updated_at):
-            states = await read_states(journal, info.session)
-            statuses = ",".join(sorted({st.status.value for st in states.values()})) or "empty"
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.updated_at / 1e9))
+            try:
+                states = await read_states(journal, info.session)
+            except JournalError as exc:
+                # One damaged session must not hide the others from the list.
+                damaged.append(f"loopruntime sessions: {exc}")
+                seq = getattr(exc, "seq", None)
+                status = "damaged" + (f" at seq {seq}" if seq is not None else "")
+                print(f"{info.session:<24} {'?':>5} {info.head:>8}  {when:<19}  {status}")
+                continue
+            statuses = ",".join(sorted({st.status.value for st in states.values()})) or "empty"
             print(f"{info.session:<24} {len(states):>5} {info.head:>8}  {when:<19}  {statuses}")
+        for line in damaged:
+            print(line, file=sys.stderr)
+        if damaged:
+            print(
+                "loopruntime sessions: `loopruntime replay SESSION --check` names the first "
+                "bad seq of a damaged session",
+                file=sys.stderr,
+            )
+            return 1
     return 0
 
 

@@ -524,6 +524,7 @@ async def collaborate(
     """Run a new collaboration to its end; return its output (or raise
     ``CollaborationError`` with the failure code)."""
     stream = _Stream(collab_id or os.urandom(6).hex())
+    await _refuse_taken(session, stream.id)
     driver = Driver(session, collab, stream)
     await driver.commit(
         CollabStarted(
@@ -538,6 +539,32 @@ async def collaborate(
         )
     )
     return await _drive(driver)
+
+
+async def _refuse_taken(session: Session, stream_id: str) -> None:
+    """Refuse a collaboration id this session already used.
+
+    A second collaboration on the same stream would interleave its records
+    with the first one's and start workers under the loop ids of the first
+    one's workers: the journal would no longer fold or pass the checker."""
+    taken = stream_id in session.collab_streams or any(
+        loop_id.startswith(stream_id + "/") for loop_id in session.loops
+    )
+    if not taken:
+        # Claimed before the journal is read, so a second call made meanwhile
+        # is refused too.
+        session.collab_streams.add(stream_id)
+        async for record in session.journal.read(session.id):
+            if record.loop == stream_id or record.loop.startswith(stream_id + "/"):
+                taken = True
+                break
+    if taken:
+        raise CollaborationError(
+            f"session {session.id} already has a collaboration "
+            f"{stream_id.removeprefix('collab:')}; continue it with "
+            "Session.resume_collaboration, or start a new one under another id",
+            code="collaboration.exists",
+        )
 
 
 async def _drive(driver: Driver) -> str:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from loopruntime.errors import LoopError
+from loopruntime.errors import CommandError, LoopError
 
-__all__ = ["SessionExistsError", "SessionLagError", "UnknownSessionError", "VerifyError"]
+__all__ = [
+    "InvalidContentError",
+    "SeqOutOfRangeError",
+    "SessionExistsError",
+    "SessionLagError",
+    "UnknownSessionError",
+    "VerifyError",
+]
 
 
 class UnknownSessionError(LoopError):
@@ -35,4 +42,25 @@ class SessionLagError(LoopError):
         super().__init__(
             f"subscriber of session {session} fell behind and missed durable records; "
             f"resume with subscribe(after={last_seq})"
+        )
+
+
+class InvalidContentError(CommandError):
+    """Input the journal could not record and read back (a block that is not a
+    content block, text that is not Unicode, a flag that is not a bool); it
+    was refused before anything was committed."""
+
+    code = "command.invalid_content"
+
+
+class SeqOutOfRangeError(LoopError):
+    """``subscribe(after=)`` named a seq below 0 or beyond the session's head."""
+
+    code = "session.seq_out_of_range"
+
+    def __init__(self, session: str, after: int, head: int) -> None:
+        self.after, self.head = after, head
+        super().__init__(
+            f"subscribe(after={after}) is outside session {session}, whose records are "
+            f"seq 1..{head}; pass 0 for everything, or the last seq you have seen"
         )

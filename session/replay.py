@@ -1751,6 +1751,9 @@ async def replay_command(
     if follow and (check_only or at is not None or fmt != "transcript"):
         err("loopruntime replay: --follow works with the transcript format only")
         return 2
+    if at is not None and at < 0:
+        err(f"loopruntime replay: --at takes a seq (0 or more), not {at}")
+        return 2
     try:
         async with open_for_replay(url) as journal:
             if check_only:

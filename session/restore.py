@@ -172,10 +172,17 @@ async def resolve_offline(
     """Settle an unknown effect without running the session (the CLI's
     ``resolve``).  It takes the session's lease, so a host still running the
     session is fenced and must restore it; the turn continues on restore."""
+    # Looked up before the lease is taken: taking it fences the process that
+    # runs the session, which a mistyped execution id must never do.
     try:
-        lease = await journal.open_session(session_id, create=False)
+        found = _holder(await read_states(journal, session_id), execution_id)
     except SessionNotFoundError as exc:
         raise UnknownSessionError(f"there is no session {session_id} in {journal.url}") from exc
+    if found is None:
+        raise _not_unknown(session_id, execution_id)
+    lease = await journal.open_session(session_id, create=False)
+    # Read again under the lease: the fenced writer may have settled the call
+    # between the first read and the lease.
     states = await read_states(journal, session_id)
     for loop_id, state in states.items():
         started = state.unknown.get(execution_id) or state.running.get(execution_id)
@@ -206,7 +213,19 @@ async def resolve_offline(
         drafts = [Draft(id=new_id("ev_"), loop=loop_id, event=event) for event in events]
         await journal.append(lease, drafts, expected_seq=lease.head)
         return
-    raise NotUnknownEffectError(
+    raise _not_unknown(session_id, execution_id)
+
+
+def _holder(states: dict[str, LoopState], execution_id: str) -> str | None:
+    """The loop whose call ``execution_id`` has an unknown (or unsettled) outcome."""
+    for loop_id, state in states.items():
+        if execution_id in state.unknown or execution_id in state.running:
+            return loop_id
+    return None
+
+
+def _not_unknown(session_id: str, execution_id: str) -> NotUnknownEffectError:
+    return NotUnknownEffectError(
         f"execution {execution_id} has no unknown outcome in session {session_id}; "
         "`loopruntime replay SESSION` shows the unknown effects (✗ lines)"
     )

@@ -53,7 +53,14 @@ from loopruntime.state import copy_state, fold
 
 from .checkpoints import DEFAULT_EVERY, Checkpointer, read_restored
 from .collaboration import Collaboration
-from .errors import SessionExistsError, SessionLagError, UnknownSessionError, VerifyError
+from .errors import (
+    InvalidContentError,
+    SeqOutOfRangeError,
+    SessionExistsError,
+    SessionLagError,
+    UnknownSessionError,
+    VerifyError,
+)
 
 __all__ = ["ROOT_LOOP", "Session", "StreamDelta"]
 
@@ -69,6 +76,26 @@ class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
     loop: str
     effect_id: str
     delta: Any
+
+
+_message_decoder = msgspec.msgpack.Decoder(Message)
+_result_decoder = msgspec.msgpack.Decoder(tuple[ResultBlock, ...])
+_text_decoder = msgspec.msgpack.Decoder(str)
+
+
+def _recordable(value: object, decoder: msgspec.msgpack.Decoder[Any], what: str) -> None:
+    """Refuse what the journal could not read back.
+
+    msgspec encodes whatever it is given, but decodes only what the schema
+    allows: a plain string among a message's blocks would be appended, and
+    the session's journal would be unreadable from that record on.  Text that
+    is not Unicode fails the append itself, which ends the whole session."""
+    try:
+        decoder.decode(msgspec.msgpack.encode(value))
+    except (msgspec.MsgspecError, TypeError, ValueError) as exc:
+        raise InvalidContentError(
+            f"{what} cannot be recorded ({exc}); nothing was committed"
+        ) from exc
 
 
 class Stream(Protocol):
@@ -140,6 +167,8 @@ class Session:
         self._closed_event = trio.Event()
         self._watching: set[str] = set()
         self._also: list[LoopDefinition] = []
+        self.collab_streams: set[str] = set()
+        """Stream ids of the collaborations started by this session object."""
         self._delivered = trio.lowlevel.ParkingLot()
         self.log = log.bind(session=session_id)
 
@@ -517,12 +546,24 @@ class Session:
         elif isinstance(content, Message):
             message = content
         else:
-            message = Message(role="user", blocks=tuple(content))
+            try:
+                message = Message(role="user", blocks=tuple(content))
+            except TypeError as exc:
+                raise InvalidContentError(
+                    f"input must be text, a Message or a sequence of content blocks, not "
+                    f"{type(content).__name__}; nothing was committed"
+                ) from exc
+        _recordable(message, _message_decoder, "the input")
         input_id = new_id("in_")
         await self._loop(loop).send(UserInput(input_id=input_id, messages=(message,)))
         return input_id
 
     async def steer(self, text: str, *, loop: str | None = None) -> str:
+        if not isinstance(text, str):
+            raise InvalidContentError(
+                f"steering must be text, not {type(text).__name__}; nothing was committed"
+            )
+        _recordable(text, _text_decoder, "the steering")
         steer_id = new_id("st_")
         await self._loop(loop).send(Steer(steer_id=steer_id, text=text))
         return steer_id
@@ -550,17 +591,42 @@ class Session:
         await self._gate_loop(gate_id).send(AnswerGate(gate_id=gate_id, answer=text))
 
     async def decide(self, gate_id: str, allow: bool, scope: str = "once") -> None:
+        # Checked before the gate is looked up: a malformed decision is refused
+        # whatever the gate, and the gate stays open.  bool("no") is True, so
+        # anything but a real bool would allow what the caller meant to deny.
+        if not isinstance(allow, bool):
+            raise InvalidAnswerError(
+                f"the decision on gate {gate_id} must be allow=True or allow=False, not "
+                f"{allow!r}; the gate stays open"
+            )
         if scope not in ("once", "session"):
-            raise GateMismatchError(f"scope must be 'once' or 'session', not {scope!r}")
+            raise InvalidAnswerError(
+                f"the scope of a decision on gate {gate_id} must be 'once' or 'session', "
+                f"not {scope!r}; the gate stays open"
+            )
         await self._gate_loop(gate_id).send(
-            DecideGate(gate_id=gate_id, allow=bool(allow), scope=scope)  # type: ignore[arg-type]
+            DecideGate(gate_id=gate_id, allow=allow, scope=scope)  # type: ignore[arg-type]
         )
 
     async def resolve(
         self, execution_id: str, result: str | Sequence[ResultBlock], is_error: bool = False
     ) -> None:
         """Settle a tool call whose outcome is unknown (after a crash)."""
-        content = (Text(text=result),) if isinstance(result, str) else tuple(result)
+        if isinstance(result, str):
+            content: tuple[ResultBlock, ...] = (Text(text=result),)
+        else:
+            try:
+                content = tuple(result)
+            except TypeError as exc:
+                raise InvalidContentError(
+                    f"the result of execution {execution_id} must be text or a sequence of "
+                    f"Text and Image blocks, not {type(result).__name__}; nothing was committed"
+                ) from exc
+        _recordable(content, _result_decoder, f"the result of execution {execution_id}")
+        if not isinstance(is_error, bool):
+            raise InvalidContentError(
+                f"is_error must be a bool, not {is_error!r}; nothing was committed"
+            )
         for loop in self.loops.values():
             if execution_id in loop.state.unknown:
                 await loop.send(
@@ -632,6 +698,8 @@ class Session:
         with ``deltas`` the live stream deltas too.  Ends when the session
         closes; a subscriber too slow to keep ``capacity`` records buffered
         gets ``SessionLagError`` with the seq to resume from."""
+        if not 0 <= after <= self._head:
+            raise SeqOutOfRangeError(self.id, after, self._head)
         sub = _Subscriber(capacity, deltas)
         self._subscribers.add(sub)
         last = after

@@ -218,3 +218,29 @@ async def test_resume_after_restore_finishes_the_collaboration(
     assert report.ok, report.summary()
     assert [(f.key, f.status) for f in finished] == [("s", "interrupted")]
     assert output.startswith("got ") and output != "got 0 chars"
+
+
+async def test_a_collaboration_id_is_never_used_twice_in_a_session() -> None:
+    def coordinator(turn: Turn) -> Decision:
+        if turn.number == 1:
+            return Decision(mode="wait", tasks=(TaskSpec(key="a", worker="fast", input="do a"),))
+        return Decision(mode="complete", output="done")
+
+    collab = Collaboration(coordinator=coordinator, workers=[FAST])
+    host = LoopDefinition(name="host", model=ScriptedModel())
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, host) as s:
+            assert await s.collaborate(collab, "first", collab_id="c1") == "done"
+            before = await tags(journal, s.id)
+            with pytest.raises(CollaborationError) as info:
+                await s.collaborate(collab, "second", collab_id="c1")
+            assert info.value.code == "collaboration.exists"
+            assert await tags(journal, s.id) == before
+            assert await s.collaborate(collab, "third", collab_id="c2") == "done"
+            await s.verify()
+        assert (await check(journal, s.id)).ok
+        # A restored session knows the ids its journal already holds.
+        async with Session.restore(journal, s.id, host, also=collab) as s:
+            with pytest.raises(CollaborationError, match="already has a collaboration c2"):
+                await s.collaborate(collab, "fourth", collab_id="c2")
+        assert (await check(journal, s.id)).ok

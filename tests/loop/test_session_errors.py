@@ -1,0 +1,167 @@
+"""Bad input to the Session API: a named error, and nothing committed is lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from journal import FencedError, open_journal
+from journal.content import Text, ToolResult
+from loopruntime import InvalidAnswerError, LoopDefinition, ToolContext, tool
+from loopruntime.model import ModelRequest
+from loopruntime.models import Reply, ScriptedModel, ToolCall
+from session import Session
+from session.errors import InvalidContentError, SeqOutOfRangeError
+from session.replay import check
+from tests.support import crash_child
+from tests.support.loops import records, tags
+from tests.support.processes import kill_when_ready
+
+
+def definition(ran: list[str]) -> LoopDefinition:
+    @tool(permission="ask")
+    async def deploy(ctx: ToolContext) -> str:
+        """Deploy (asks for permission)."""
+        ran.append(ctx.execution_id)
+        return "deployed"
+
+    def brain(request: ModelRequest) -> Reply:
+        last = request.messages[-1]
+        if any(isinstance(b, ToolResult) for b in last.blocks):
+            return Reply(text="done")
+        said = " ".join(b.text for b in last.blocks if isinstance(b, Text))
+        if "deploy" in said:
+            return Reply(tool_calls=[ToolCall(name="deploy", input={})])
+        return Reply(text="hello")
+
+    return LoopDefinition(name="errors", model=ScriptedModel(brain), tools=[deploy])
+
+
+async def open_gate(s: Session) -> str:
+    await s.submit("deploy it")
+    await s.wait_idle()
+    [gate_id] = (await s.snapshot()).gates
+    return gate_id
+
+
+@pytest.mark.parametrize(
+    ("allow", "scope"),
+    [("no", "once"), (0, "once"), (None, "once"), (False, "forever"), (True, "Session")],
+)
+async def test_a_malformed_decision_is_refused_and_the_gate_stays_open(
+    allow: Any, scope: Any
+) -> None:
+    ran: list[str] = []
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition(ran)) as s:
+            gate_id = await open_gate(s)
+            before = await tags(journal, s.id)
+            with pytest.raises(InvalidAnswerError, match=gate_id):
+                await s.decide(gate_id, allow, scope)
+            assert await tags(journal, s.id) == before
+            assert gate_id in (await s.snapshot()).gates and ran == []
+            await s.decide(gate_id, False)  # the real answer still counts
+            await s.wait_idle()
+            state = await s.snapshot()
+    assert ran == [] and state.gates == {} and state.last_outcome == "completed"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [["plain string"], ("a", "b"), 42, None, "lone surrogate \ud800", [Text(text="\udfff")]],
+)
+async def test_input_the_journal_could_not_read_back_is_refused(content: Any) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition([])) as s:
+            await s.submit("hi")
+            await s.wait_idle()
+            before = await records(journal, s.id)
+            with pytest.raises(InvalidContentError):
+                await s.submit(content)
+            with pytest.raises(InvalidContentError):
+                await s.steer(content)
+            assert await records(journal, s.id) == before  # readable, and unchanged
+            await s.submit("still here")
+            await s.wait_idle()
+            assert (await s.snapshot()).turn_index == 2
+            await s.verify()
+        assert (await check(journal, s.id)).ok
+
+
+async def test_a_malformed_resolution_is_refused_and_the_effect_stays_unknown(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    side = tmp_path / "side.jsonl"
+    await kill_when_ready("tests.support.crash_child", "effect", url, "ses_u", str(side))
+    async with open_journal(url) as journal:
+        d = crash_child.definition("effect", side, [Reply(text="settled")])
+        async with Session.restore(journal, "ses_u", d) as s:
+            [effect] = (await s.snapshot()).unknown_effects
+            before = await records(journal, s.id)
+            for result, is_error in ((["ok"], False), (7, False), ("ok", "yes")):
+                with pytest.raises(InvalidContentError):
+                    await s.resolve(effect.execution_id, result, is_error)  # type: ignore[arg-type]
+            assert await records(journal, s.id) == before
+            await s.resolve(effect.execution_id, "it ran", False)
+            await s.wait_idle()
+            state = await s.snapshot()
+        assert state.unknown == {} and state.last_outcome == "completed"
+        assert (await check(journal, "ses_u")).ok
+
+
+async def test_subscribe_after_outside_the_session_is_refused() -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition([])) as s:
+            await s.submit("hi")
+            await s.wait_idle()
+            head = await journal.head(s.id)
+            for after in (-1, head + 1):
+                with pytest.raises(SeqOutOfRangeError) as info:
+                    async for _ in s.subscribe(after=after):
+                        pass
+                assert info.value.head == head and f"after={after}" in str(info.value)
+            seen = []
+            async for record in s.subscribe(after=head - 1):
+                seen.append(record.seq)
+                break
+            assert seen == [head]
+
+
+async def test_the_older_of_two_restores_is_fenced_and_the_journal_stays_whole(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    async with open_journal(url) as journal:
+        async with Session.create(journal, definition([]), session_id="ses_f") as s:
+            await s.submit("hi")
+            await s.wait_idle()
+    async with open_journal(url) as first, open_journal(url) as second:
+        with pytest.raises(FencedError, match="newer writer"):
+            async with Session.restore(first, "ses_f", definition([])) as old:
+                async with trio.open_nursery() as nursery:
+                    # The newer session runs beside the older one, not inside it:
+                    # the older's failure ends only its own body.
+                    newer_done = trio.Event()
+
+                    async def newer() -> None:
+                        async with Session.restore(second, "ses_f", definition([])) as new:
+                            await new.submit("from the newer writer")
+                            await new.wait_idle()
+                        newer_done.set()
+
+                    nursery.start_soon(newer)
+                    await newer_done.wait()
+                    await old.submit("from the older writer")
+        texts = [
+            b.text
+            for r in await records(second, "ses_f")
+            for m in getattr(r.event, "messages", ())
+            for b in m.blocks
+            if isinstance(b, Text)
+        ]
+        assert "from the newer writer" in texts and "from the older writer" not in texts
+        assert (await check(second, "ses_f")).ok
