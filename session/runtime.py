@@ -250,8 +250,12 @@ class Session:
                         f"says it runs in mode {state.mode!r}, which the definition no longer "
                         f"has ({exc})"
                     ) from exc
-        session._checkpoints.resume(restored)
         session._also.extend(also.definitions() if isinstance(also, Collaboration) else also)
+        for loop_id, state in states.items():
+            # Raised here, as itself: inside the running session it would come
+            # out wrapped in the nursery's exception group.
+            session._definition_of(loop_id, state)
+        session._checkpoints.resume(restored)
         async with session._running(lease, states, restoring=True):
             yield session
 
@@ -308,6 +312,13 @@ class Session:
             raise raised
 
     def _make_loop(self, loop_id: str, state: LoopState) -> Loop:
+        loop = Loop(
+            loop_id=loop_id, definition=self._definition_of(loop_id, state), host=self, state=state
+        )
+        self.loops[loop_id] = loop
+        return loop
+
+    def _definition_of(self, loop_id: str, state: LoopState) -> LoopDefinition:
         definition = self.definition
         if state.definition and state.definition != definition.name:
             found = next(
@@ -325,9 +336,7 @@ class Session:
                     "pass the definitions of collaboration workers as Session.restore(also=...)"
                 )
             definition = found
-        loop = Loop(loop_id=loop_id, definition=definition, host=self, state=state)
-        self.loops[loop_id] = loop
-        return loop
+        return definition
 
     # -- children (LoopHost) -------------------------------------------------------
 

@@ -13,7 +13,7 @@ from journal.content import Text, ToolResult
 from loopruntime import InvalidAnswerError, LoopDefinition, ToolContext, tool
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
-from session import Session
+from session import Session, UnknownSessionError
 from session.errors import InvalidContentError, SeqOutOfRangeError
 from session.replay import check
 from tests.support import crash_child
@@ -165,3 +165,16 @@ async def test_the_older_of_two_restores_is_fenced_and_the_journal_stays_whole(
         ]
         assert "from the newer writer" in texts and "from the older writer" not in texts
         assert (await check(second, "ses_f")).ok
+
+
+async def test_restore_with_a_definition_that_does_not_fit_is_a_named_error() -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition([]), session_id="ses_d") as s:
+            await s.submit("hi")
+            await s.wait_idle()
+        before = await records(journal, "ses_d")
+        other = LoopDefinition(name="other", model=ScriptedModel(lambda _r: Reply(text="x")))
+        with pytest.raises(UnknownSessionError, match="runs definition 'errors'"):
+            async with Session.restore(journal, "ses_d", other):
+                pass
+        assert await records(journal, "ses_d") == before
