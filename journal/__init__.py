@@ -12,6 +12,7 @@ from .codec import encode_event as encode_event
 from .errors import ConflictError as ConflictError
 from .errors import DuplicateEventError as DuplicateEventError
 from .errors import FencedError as FencedError
+from .errors import InvalidEventError as InvalidEventError
 from .errors import JournalClosedError as JournalClosedError
 from .errors import JournalCorruptError as JournalCorruptError
 from .errors import JournalError as JournalError
@@ -36,6 +37,7 @@ __all__ = [
     "Event",
     "FencedError",
     "ForwardingJournal",
+    "InvalidEventError",
     "Journal",
     "JournalClosedError",
     "JournalCorruptError",

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from .errors import JournalCorruptError, JournalSchemaError
+from .errors import InvalidEventError, JournalCorruptError, JournalSchemaError
 from .events import EVENT_TYPES, Event, SessionCheckpoint
 from .record import Record
 
@@ -24,6 +24,7 @@ __all__ = [
     "check_schema_version",
     "checkpoint_records",
     "decode_event",
+    "encode_checked",
     "encode_event",
 ]
 
@@ -42,6 +43,26 @@ _decoder = msgspec.msgpack.Decoder(Event)
 _KNOWN_TAGS = frozenset(t.__struct_config__.tag for t in EVENT_TYPES)
 
 encode_event = _encoder.encode
+
+
+def encode_checked(event: Event) -> bytes:
+    """``encode_event``, proven to decode back before anything is stored.
+
+    msgspec checks types when it decodes, not when a Struct is built, so an
+    event holding a value its field does not allow (a list where a tuple of
+    blocks belongs, a number for a string) would encode and then make the
+    session unreadable from its seq on.  Every backend's ``append`` encodes
+    through here: such an event is refused, naming the field, and nothing of
+    the append is written."""
+    try:
+        body = _encoder.encode(event)
+    except (TypeError, ValueError, OverflowError) as exc:  # UnicodeEncodeError is a ValueError
+        raise InvalidEventError(event, str(exc)) from exc
+    try:
+        _decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise InvalidEventError(event, str(exc)) from exc
+    return body
 
 
 _new_hash = hashlib.blake2b(digest_size=16).copy

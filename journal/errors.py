@@ -6,6 +6,7 @@ __all__ = [
     "ConflictError",
     "DuplicateEventError",
     "FencedError",
+    "InvalidEventError",
     "JournalClosedError",
     "JournalCorruptError",
     "JournalError",
@@ -50,6 +51,18 @@ class DuplicateEventError(JournalError):
         super().__init__(
             f"session {session}: event id {event_id} is already stored with other "
             "content; event ids must be unique"
+        )
+
+
+class InvalidEventError(JournalError, ValueError):
+    """An event that could not be stored and read back (a field holding a value
+    its type does not allow, or one msgpack cannot encode); nothing was appended."""
+
+    def __init__(self, event: object, reason: str) -> None:
+        self.event_type, self.reason = type(event).__name__, reason
+        super().__init__(
+            f"{self.event_type} cannot be stored: {reason}; nothing was appended. "
+            "Build the event with values of the types its fields declare"
         )
 
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import trio
 
-from .codec import GENESIS, chain, checkpoint_records, decode_event, encode_event
+from .codec import GENESIS, chain, checkpoint_records, decode_event, encode_checked
 from .errors import (
     ConflictError,
     DuplicateEventError,
@@ -102,7 +102,7 @@ class MemoryJournal:
         if len(set(ids)) != len(ids):
             # Two records with one id would make later idempotency checks ambiguous.
             raise DuplicateEventError(lease.session, next(i for i in ids if ids.count(i) > 1))
-        bodies = [encode_event(d.event) for d in drafts]
+        bodies = [encode_checked(d.event) for d in drafts]
         stored = self._already_stored(lease.session, s, drafts, bodies)
         if stored is not None:
             return stored

@@ -95,7 +95,7 @@ from .codec import (
     check_schema_version,
     checkpoint_records,
     decode_event,
-    encode_event,
+    encode_checked,
 )
 from .errors import (
     ConflictError,
@@ -1114,7 +1114,7 @@ class PostgresJournal:
             _check_text("event id", d.id)
             _check_text("loop id", d.loop)
             _check_text("cause", d.cause)
-        item = _Append(lease, drafts, expected_seq, [encode_event(d.event) for d in drafts])
+        item = _Append(lease, drafts, expected_seq, [encode_checked(d.event) for d in drafts])
         self._pending.append(item)
         try:
             while item.result is None:

@@ -86,7 +86,7 @@ from .codec import (
     check_schema_version,
     checkpoint_records,
     decode_event,
-    encode_event,
+    encode_checked,
 )
 from .errors import (
     ConflictError,
@@ -1020,7 +1020,7 @@ class SQLiteJournal:
                 repeated = next(i for i in ids if ids.count(i) > 1)
                 raise DuplicateEventError(lease.session, repeated)
         check_drafts(drafts)
-        encode = encode_event
+        encode = encode_checked
         pending = [(d.id, d.loop, d.cause, d.event, encode(d.event)) for d in drafts]
         result: list[Record] = await self._submit(_AppendRequest(lease, pending, expected_seq))
         return result

@@ -10,7 +10,11 @@ The contract (proven for each backend by ``journal.testing``):
   appended; once the drafts are on their way it finishes and returns.  A stale
   ``expected_seq`` is a ``ConflictError``.  Re-appending drafts whose ids are
   all stored with identical content returns the stored records (idempotent);
-  the same id with other content is a ``DuplicateEventError``.
+  the same id with other content is a ``DuplicateEventError``.  Nothing that
+  could not be read back is ever stored: an event holding a value its field's
+  type does not allow is an ``InvalidEventError``, and text that is not
+  Unicode (a lone surrogate in a session id, event id, loop or cause) a
+  ``ValueError``; both fail that call alone, before it is queued.
 * ``read`` yields records in seq order, verifying the digest chain; a damaged
   record is a ``JournalCorruptError`` with its seq, after every good record
   before it has been yielded.

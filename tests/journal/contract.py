@@ -75,6 +75,7 @@ from journal import (
     Draft,
     DuplicateEventError,
     FencedError,
+    InvalidEventError,
     Journal,
     JournalClosedError,
     JournalCorruptError,
@@ -426,6 +427,42 @@ class JournalContract:
             assert await read_all(journal, other) == others and len(others) == 3
             second = await journal.append(lease, drafts("l", 1, start=1), expected_seq=1)
             assert await read_all(journal, session) == first + second
+
+    async def test_an_event_that_could_not_be_read_back_is_refused_alone(
+        self, backend: Backend
+    ) -> None:
+        # Structs are not type-checked when built; decoding is.  A wrong type
+        # stored would make the session unreadable from its seq on, so the
+        # append is refused (and nothing of it written) while an append
+        # committing at the same moment for another session is untouched.
+        session, other = new_session(), new_session()
+        wrong: list[Any] = [
+            Notice(code=5, text="a number where text belongs"),  # type: ignore[arg-type]
+            Notice(code="x", text=object()),  # type: ignore[arg-type]
+        ]
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            other_lease = await journal.open_session(other)
+            others: list[Record] = []
+            for i, event in enumerate(wrong):
+
+                async def refused(event: Any = event) -> None:
+                    bad = Draft(id="bad", loop="main", event=event)
+                    with pytest.raises(InvalidEventError, match="Notice cannot be stored"):
+                        await journal.append(lease, [*drafts("a", 1), bad], expected_seq=0)
+
+                async def innocent(i: int = i) -> None:
+                    others.extend(
+                        await journal.append(other_lease, drafts("o", 1, start=i), expected_seq=i)
+                    )
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(refused)
+                    nursery.start_soon(innocent)
+            assert await journal.head(session) == 0
+            assert await read_all(journal, other) == others and len(others) == 2
+            written = await journal.append(lease, drafts("a", 1), expected_seq=0)
+            assert await read_all(journal, session) == written
 
     async def test_multi_record_append_is_all_or_nothing(self, backend: Backend) -> None:
         session = new_session()
