@@ -1,5 +1,7 @@
 """session: many loops on one journal — the runtime, restore, replay, the CLI."""
 
+from .errors import InvalidContentError as InvalidContentError
+from .errors import SeqOutOfRangeError as SeqOutOfRangeError
 from .errors import SessionExistsError as SessionExistsError
 from .errors import SessionLagError as SessionLagError
 from .errors import UnknownSessionError as UnknownSessionError
@@ -10,6 +12,8 @@ from .runtime import StreamDelta as StreamDelta
 
 __all__ = [
     "ROOT_LOOP",
+    "InvalidContentError",
+    "SeqOutOfRangeError",
     "Session",
     "SessionExistsError",
     "SessionLagError",

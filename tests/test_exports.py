@@ -9,7 +9,7 @@ import pytest
 PUBLIC = {
     "journal": {
         "open_journal", "Journal", "Record", "Draft", "Event", "SessionLease", "SessionInfo",
-        "JournalError", "ConflictError", "FencedError", "DuplicateEventError",
+        "JournalError", "ConflictError", "FencedError", "DuplicateEventError", "InvalidEventError",
         "SessionNotFoundError", "JournalSchemaError", "JournalCorruptError",
         "JournalClosedError", "JournalUnavailableError", "NotAJournalError",
         "SCHEMA_VERSION", "content", "events", "encode_event", "decode_event",
@@ -26,7 +26,7 @@ PUBLIC = {
     "loopruntime.models": {"ScriptedModel", "Reply", "ToolCall", "AnthropicModel"},
     "session": {
         "Session", "ROOT_LOOP", "StreamDelta", "SessionExistsError", "SessionLagError",
-        "UnknownSessionError", "VerifyError",
+        "UnknownSessionError", "VerifyError", "InvalidContentError", "SeqOutOfRangeError",
     },
 }  # fmt: skip
 
