@@ -11,10 +11,15 @@ Settling never replays anything silently:
   is ``resumable`` and waits at an open question (re-entered once answered);
 * a question asked by a non-resumable tool is cancelled
   (``restore_unavailable``) and its call becomes an unknown effect;
+* a call whose stored input no longer fits its tool's input schema (the
+  schema changed between deploys) is settled as if its tool were neither
+  replay-safe nor resumable: it cannot be re-entered;
 * open permission gates stay open: their tool never started.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from journal import Draft, Journal, SessionNotFoundError
 from journal.content import Text
@@ -33,6 +38,7 @@ from loopruntime.errors import NotUnknownEffectError
 from loopruntime.model import Accumulator
 from loopruntime.notices import TRUNCATED_NOTICE
 from loopruntime.state import LoopState
+from loopruntime.tools import Tool, ToolInputError
 from loopruntime.turn import settle_turn_events
 
 from .checkpoints import read_restored
@@ -85,11 +91,16 @@ def settle_restored(state: LoopState, definition: LoopDefinition) -> list[Event]
             code="runtime.crashed",
         )
     else:
-        tools = {t.name: t for t in definition.resolved(None).tools}
-        for mode in definition.modes:
-            tools.update({t.name: t for t in definition.resolved(mode.name).tools})
         for execution_id, started in state.running.items():
-            tool = tools.get(started.name)
+            # Looked up whatever the mode: the call was admitted under the mode
+            # of its time, which a later ChangeMode may have narrowed.
+            tool = definition.find_tool(started.name)
+            if tool is not None and not _fits(tool, started.input):
+                # The tool's schema changed since the call started: re-entering
+                # it would fail in the batch, end the session and do so again
+                # on every later restore.  Nobody can say what the cut call
+                # did, so the host resolves it like any unknown effect.
+                tool = None
             question = next(
                 (
                     g
@@ -122,6 +133,15 @@ def settle_restored(state: LoopState, definition: LoopDefinition) -> list[Event]
                 )
                 unknown.append(execution_id)
     return _with_notices(state, events, unknown, replayed)
+
+
+def _fits(tool: Tool, raw: dict[str, Any]) -> bool:
+    """Whether a stored call input still parses under the tool's schema."""
+    try:
+        tool.parse(raw)
+    except ToolInputError:
+        return False
+    return True
 
 
 def _with_notices(

@@ -2,7 +2,9 @@
 
 Each test runs a scenario in a child process on a SQLite journal file, waits
 for the child to say it reached its kill point, kills it, and restores the
-session in this process.
+session in this process.  Where only the journal a crash leaves matters, not
+the dying process, a test copies the session's records up to the crash point
+instead (``cut_at``).
 """
 
 from __future__ import annotations
@@ -14,13 +16,21 @@ from pathlib import Path
 import pytest
 import trio
 
-from journal import Journal, Record, open_journal
+from journal import Draft, Journal, Record, open_journal
 from journal.content import Text, ToolResult
-from journal.events import GateOpened, ModelMessageCommitted, Notice, TurnEnded
-from loopruntime import TRUNCATED_NOTICE, LoopStatus
+from journal.events import (
+    GateCancelled,
+    GateOpened,
+    ModelMessageCommitted,
+    Notice,
+    ToolAbandoned,
+    TurnEnded,
+)
+from loopruntime import TRUNCATED_NOTICE, LoopDefinition, LoopStatus, Tool, ToolContext, tool
 from loopruntime.context import unanswered_tool_uses
-from loopruntime.models import Reply
+from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
+from session.replay import check
 from tests.support.crash_child import SCRIPTS, definition, effects
 from tests.support.processes import ROOT, kill_when_ready
 
@@ -268,6 +278,111 @@ async def test_cli_resolve_settles_an_unknown_effect(tmp_path: Path) -> None:
     assert effects(side) == [charged]
     result = d.model.requests[0].messages[-1].blocks[0]  # type: ignore[attr-defined]
     assert isinstance(result, ToolResult) and result.content == (Text(text="charged 7"),)
+
+
+async def cut_at(journal: Journal, session_id: str, last: int) -> str:
+    """A copy of the session as a crash right after seq ``last`` left it."""
+    copy = f"{session_id}_cut"
+    lease = await journal.open_session(copy, create=True)
+    drafts = [
+        Draft(id=r.id, loop=r.loop, event=r.event, cause=r.cause)
+        for r in await read_all(journal, session_id)
+        if r.seq <= last
+    ]
+    await journal.append(lease, drafts, expected_seq=0)
+    return copy
+
+
+def first_deploy(kind: str, runs: list[str]) -> Tool:
+    if kind == "replay_safe":
+
+        @tool(name="lookup", permission="allow", replay_safe=True)
+        async def fetch(ctx: ToolContext, *, url: str) -> str:
+            """Fetch a page (safe to run again)."""
+            runs.append(ctx.execution_id)
+            await trio.sleep(10)  # cut by the crash while it runs
+            return "the page"
+
+        return fetch
+
+    @tool(name="lookup", permission="allow", resumable=True)
+    async def confirm(ctx: ToolContext, *, url: str) -> str:
+        """Ask before fetching (resumable)."""
+        runs.append(ctx.execution_id)
+        return await ctx.ask_user(f"fetch {url}?")
+
+    return confirm
+
+
+def next_deploy(kind: str, runs: list[str]) -> Tool:
+    # The same tool, flags and all, but its input is now ``address``, not ``url``.
+    @tool(
+        name="lookup",
+        permission="allow",
+        replay_safe=kind == "replay_safe",
+        resumable=kind == "resumable",
+    )
+    async def lookup(ctx: ToolContext, *, address: str) -> str:
+        """Fetch a page."""
+        runs.append(ctx.execution_id)
+        return await ctx.ask_user(address) if kind == "resumable" else "the page"
+
+    return lookup
+
+
+@pytest.mark.parametrize("kind", ["replay_safe", "resumable"])
+async def test_a_restored_call_whose_input_no_longer_fits_its_tool_is_an_unknown_effect(
+    kind: str, autojump_clock: trio.abc.Clock
+) -> None:
+    """A deploy changed the tool's input schema while a call of it was open: the
+    call cannot be re-entered, so restore leaves it to the host instead of
+    re-entering a turn that would end the session (on every restore)."""
+    runs: list[str] = []
+    call = ToolCall(name="lookup", input={"url": "https://example.org"})
+    before = LoopDefinition(
+        name="t",
+        model=ScriptedModel([Reply(tool_calls=[call])]),
+        tools=[first_deploy(kind, runs)],
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, before) as s:
+            await s.submit("look it up")
+            await trio.sleep(1)
+            crash = (await s.snapshot()).last_seq
+        assert len(runs) == 1
+        copy = await cut_at(journal, s.id, crash)
+        after = LoopDefinition(
+            name="t",
+            model=ScriptedModel([Reply(text="resolved, thanks")]),
+            tools=[next_deploy(kind, runs)],
+        )
+        async with Session.restore(journal, copy, after) as restored:
+            await restored.wait_idle()
+            state = await restored.snapshot()
+            assert state.status is LoopStatus.AWAITING_RESOLUTION and state.open_gates == []
+            [unknown] = state.unknown_effects
+            assert unknown.execution_id == runs[0]
+            await restored.resolve(unknown.execution_id, "the page was fetched")
+            await restored.wait_idle()
+            state = await restored.snapshot()
+            await restored.verify()
+        written = [r.event for r in await read_all(journal, copy)]
+        assert (await check(journal, copy)).ok
+    assert runs == [runs[0]]  # never re-entered under the new schema
+    notices = [e for e in written if isinstance(e, Notice)]
+    assert any(n.code == "unknown_effects" and runs[0] in n.refs for n in notices)
+    assert not any(n.code == "replaying" for n in notices)
+    [abandoned] = [e for e in written if isinstance(e, ToolAbandoned)]
+    cancelled = [e.reason for e in written if isinstance(e, GateCancelled)]
+    if kind == "replay_safe":
+        assert abandoned.reason == "crashed" and cancelled == []
+    else:
+        # As for the question of a tool that is not resumable.
+        assert abandoned.reason == "restore_unavailable"
+        assert cancelled == ["restore_unavailable"]
+    result = after.model.requests[0].messages[-1].blocks[0]  # type: ignore[attr-defined]
+    assert isinstance(result, ToolResult) and result.content == (Text(text="the page was fetched"),)
+    assert state.last_outcome == "completed" and state.unknown == {}
 
 
 def test_scripts_cover_the_scenarios() -> None:
