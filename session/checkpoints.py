@@ -73,6 +73,9 @@ class Restored(msgspec.Struct, kw_only=True):
     states: dict[str, LoopState]
     checkpoint_seq: int = 0
     """seq of the last checkpoint restore started from (0: none, or not used)."""
+    head: int = 0
+    """seq of the last record the states hold (0: the session has none): a
+    lease whose head is past it shows the journal moved after the read."""
     imaged: dict[str, int] = {}
     """Per loop whose context still begins with the chain's messages (no
     compaction since the last checkpoint), how many the chain holds."""
@@ -225,7 +228,7 @@ async def read_restored(
                 else:
                     after = chain[-1].seq
                     chained = {loop_id: state.messages for loop_id, state in states.items()}
-                    await _fold_into(states, journal.read(session_id, after=after))
+                    head = await _fold_into(states, journal.read(session_id, after=after))
                     # A compaction in the tail replaced a loop's context: the
                     # chain's messages are no longer its prefix, so the next
                     # image of that loop starts afresh.
@@ -234,20 +237,29 @@ async def read_restored(
                         for loop_id, count in imaged.items()
                         if loop_id in states and states[loop_id].messages is chained.get(loop_id)
                     }
-                    return Restored(states=_loops(states), checkpoint_seq=after, imaged=imaged)
+                    return Restored(
+                        states=_loops(states),
+                        checkpoint_seq=after,
+                        imaged=imaged,
+                        head=max(head, after),
+                    )
         states = {}
-        await _fold_into(states, journal.read(session_id))
-        return Restored(states=_loops(states))
+        head = await _fold_into(states, journal.read(session_id))
+        return Restored(states=_loops(states), head=head)
 
 
-async def _fold_into(states: dict[str, LoopState], records: AsyncIterator[Record]) -> None:
+async def _fold_into(states: dict[str, LoopState], records: AsyncIterator[Record]) -> int:
+    """Fold ``records`` into ``states``; the seq of the last one (0: none)."""
+    head = 0
     async for record in records:
+        head = record.seq
         if record.loop == CHECKPOINT_STREAM:
             continue  # derived data: it changes no state
         state = states.get(record.loop)
         if state is None:
             state = states[record.loop] = LoopState()
         fold(state, record)
+    return head
 
 
 def _loops(states: dict[str, LoopState]) -> dict[str, LoopState]:

@@ -229,35 +229,53 @@ class Session:
         collaboration, or the collaboration itself)."""
         # Built first: it refuses a bad checkpoint_every before any I/O.
         session = cls(journal, session_id, definition, checkpoint_every=checkpoint_every)
+        session._also.extend(also.definitions() if isinstance(also, Collaboration) else also)
+        # Read and checked before the lease is taken: taking it fences the
+        # process that runs the session, which a restore bound to fail (an
+        # unknown session, a definition that does not fit) must never do.
+        try:
+            restored = await read_restored(journal, session_id, use_checkpoints=use_checkpoints)
+        except SessionNotFoundError as exc:
+            raise session._unknown() from exc
+        session._check_fits(restored.states)
         try:
             lease = await journal.open_session(session_id, create=False)
         except SessionNotFoundError as exc:
-            raise UnknownSessionError(
-                f"there is no session {session_id} in journal {journal.url}; "
-                "`loopruntime sessions` lists the ones there are"
-            ) from exc
-        restored = await read_restored(journal, session_id, use_checkpoints=use_checkpoints)
-        states = restored.states
+            raise session._unknown() from exc
+        if lease.head != restored.head:
+            # A writer appended between the read and the lease.  The lease has
+            # fenced it, so the journal is final now: read it again.  Only this
+            # race pays for a second read.
+            restored = await read_restored(journal, session_id, use_checkpoints=use_checkpoints)
+            session._check_fits(restored.states)
+        session._checkpoints.resume(restored)
+        async with session._running(lease, restored.states, restoring=True):
+            yield session
+
+    def _unknown(self) -> UnknownSessionError:
+        return UnknownSessionError(
+            f"there is no session {self.id} in journal {self.journal.url}; "
+            "`loopruntime sessions` lists the ones there are"
+        )
+
+    def _check_fits(self, states: dict[str, LoopState]) -> None:
+        """Refuse restored states this session's definitions cannot run."""
         if ROOT_LOOP not in states:
-            raise UnknownSessionError(f"session {session_id} has no loop records to restore")
+            raise UnknownSessionError(f"session {self.id} has no loop records to restore")
         for loop_id, state in states.items():
             if state.mode is not None and not state.stopped:
                 try:
-                    definition.mode(state.mode)
+                    self.definition.mode(state.mode)
                 except ModeNotFoundError as exc:
                     raise ModeNotFoundError(
-                        f"cannot restore loop {loop_id} of session {session_id}: its journal "
+                        f"cannot restore loop {loop_id} of session {self.id}: its journal "
                         f"says it runs in mode {state.mode!r}, which the definition no longer "
                         f"has ({exc})"
                     ) from exc
-        session._also.extend(also.definitions() if isinstance(also, Collaboration) else also)
         for loop_id, state in states.items():
             # Raised here, as itself: inside the running session it would come
             # out wrapped in the nursery's exception group.
-            session._definition_of(loop_id, state)
-        session._checkpoints.resume(restored)
-        async with session._running(lease, states, restoring=True):
-            yield session
+            self._definition_of(loop_id, state)
 
     @asynccontextmanager
     async def _running(

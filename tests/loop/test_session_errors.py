@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from journal import FencedError, open_journal
+from journal import FencedError, ForwardingJournal, Record, SessionLease, open_journal
 from journal.content import Text, ToolResult
-from loopruntime import InvalidAnswerError, LoopDefinition, ToolContext, tool
+from loopruntime import (
+    InvalidAnswerError,
+    LoopDefinition,
+    Mode,
+    ModeNotFoundError,
+    ToolContext,
+    tool,
+)
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session, UnknownSessionError
@@ -178,3 +187,91 @@ async def test_restore_with_a_definition_that_does_not_fit_is_a_named_error() ->
             async with Session.restore(journal, "ses_d", other):
                 pass
         assert await records(journal, "ses_d") == before
+
+
+@pytest.mark.parametrize("misfit", ["definition", "mode"])
+async def test_a_restore_that_does_not_fit_never_fences_the_live_host(
+    tmp_path: Path, misfit: str
+) -> None:
+    """Restore checks the journal against its definition before it takes the
+    lease: a restore bound to fail leaves the process running the session
+    writing, and says why it failed."""
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    careful = dataclasses.replace(definition([]), modes=[Mode(name="careful")])
+    wrong: tuple[LoopDefinition, type[Exception], str] = (
+        (
+            LoopDefinition(name="other", model=ScriptedModel(lambda _r: Reply(text="x"))),
+            UnknownSessionError,
+            "runs definition 'errors'",
+        )
+        if misfit == "definition"
+        else (definition([]), ModeNotFoundError, "mode 'careful'")
+    )
+    async with open_journal(url) as live_journal, open_journal(url) as other:
+        async with Session.create(live_journal, careful, session_id="ses_l") as live:
+            await live.submit("hi")
+            await live.wait_idle()
+            if misfit == "mode":
+                await live.change_mode("careful")
+            incarnations = [i.incarnation for i in await other.sessions()]
+            d, error, match = wrong
+            with pytest.raises(error, match=match):
+                async with Session.restore(other, "ses_l", d):
+                    pass
+            assert [i.incarnation for i in await other.sessions()] == incarnations
+            await live.submit("still here")
+            await live.wait_idle()
+            assert (await live.snapshot()).turn_index == 2
+            await live.verify()
+        with pytest.raises(UnknownSessionError, match="no session ses_nope"):
+            async with Session.restore(other, "ses_nope", careful):
+                pass
+        assert (await check(other, "ses_l")).ok
+
+
+class RacingJournal(ForwardingJournal):
+    """Counts reads, and runs ``before_lease`` just before a lease is taken."""
+
+    reads = 0
+    before_lease: Callable[[], Awaitable[None]] | None = None
+
+    def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+        self.reads += 1
+        return super().read(session, after=after)
+
+    async def open_session(self, session: str, *, create: bool = True) -> SessionLease:
+        if self.before_lease is not None:
+            await self.before_lease()
+        return await super().open_session(session, create=create)
+
+
+@pytest.mark.parametrize("checkpoint_every", [None, 2])
+async def test_restore_reads_again_only_when_the_journal_moved_before_the_lease(
+    checkpoint_every: int | None,
+) -> None:
+    async with open_journal("memory:") as inner:
+        async with Session.create(
+            inner, definition([]), session_id="ses_r", checkpoint_every=checkpoint_every
+        ) as live:
+            await live.submit("hi")
+            await live.wait_idle()
+            racing = RacingJournal(inner)
+
+            async def meanwhile() -> None:
+                # The live host commits a whole turn after restore's read.
+                await live.submit("meanwhile")
+                await live.wait_idle()
+
+            racing.before_lease = meanwhile
+            async with Session.restore(racing, "ses_r", definition([])) as restored:
+                assert racing.reads == 2  # verify reads too: counted before it
+                state = await restored.snapshot()
+                await restored.verify()
+            assert state.turn_index == 2 and state.messages[-2].blocks == (Text(text="meanwhile"),)
+        quiet = RacingJournal(inner)
+        async with Session.restore(quiet, "ses_r", definition([])) as again:
+            assert quiet.reads == 1  # nothing moved: one read, as before
+            await again.submit("later")
+            await again.wait_idle()
+            await again.verify()
+        assert (await check(inner, "ses_r")).ok
