@@ -26,7 +26,7 @@ from session import Session
 from session.checkpoints import InvalidCheckpointError, Restored, read_restored, states_from
 from session.replay import check
 from tests.compaction.support import TestCompactor, summary
-from tests.support.loops import records
+from tests.support.loops import crashed_copy, records
 
 EVERY = 10
 
@@ -231,19 +231,6 @@ async def test_a_compaction_after_the_last_checkpoint_starts_the_next_image_afre
     assert fast.states["main"].messages == live.messages
 
 
-async def crashed_at(journal: Journal, session_id: str, last: int) -> str:
-    """A copy of the session as a crash right after seq ``last`` left it."""
-    copy = f"{session_id}_crashed"
-    lease = await journal.open_session(copy, create=True)
-    drafts = [
-        Draft(id=r.id, loop=r.loop, event=r.event, cause=r.cause)
-        async for r in journal.read(session_id)
-        if r.seq <= last
-    ]
-    await journal.append(lease, drafts, expected_seq=0)
-    return copy
-
-
 def delegating() -> LoopDefinition:
     child = LoopDefinition(name="helper", model=ScriptedModel([Reply(text="helped")]))
     script = [
@@ -273,7 +260,7 @@ async def test_the_checkpoint_a_settling_restore_writes_has_every_loop() -> None
         last_call = [
             r for r in history if r.loop == "main" and isinstance(r.event, ModelCallStarted)
         ][-1]
-        crashed = await crashed_at(journal, s.id, last_call.seq)
+        crashed = await crashed_copy(journal, s.id, last_call.seq)
         async with Session.restore(
             journal, crashed, delegating(), checkpoint_every=EVERY
         ) as restored:
@@ -396,7 +383,7 @@ async def test_several_loops_compactions_gates_and_a_crash_between_checkpoints(
             for r in await records(journal, s.id)
             if isinstance(r.event, ToolStarted) and r.event.name == "guarded"
         )
-        crashed = await crashed_at(journal, s.id, started.seq)
+        crashed = await crashed_copy(journal, s.id, started.seq)
         async with Session.restore(
             journal, crashed, lead_with_everything(), checkpoint_every=every
         ) as again:

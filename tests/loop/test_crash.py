@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from journal import Draft, Journal, Record, open_journal
+from journal import Journal, Record, open_journal
 from journal.content import Text, ToolResult
 from journal.events import (
     GateCancelled,
@@ -32,6 +32,7 @@ from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 from session.replay import check
 from tests.support.crash_child import SCRIPTS, definition, effects
+from tests.support.loops import crashed_copy
 from tests.support.processes import ROOT, kill_when_ready
 
 pytestmark = pytest.mark.slow
@@ -280,19 +281,6 @@ async def test_cli_resolve_settles_an_unknown_effect(tmp_path: Path) -> None:
     assert isinstance(result, ToolResult) and result.content == (Text(text="charged 7"),)
 
 
-async def cut_at(journal: Journal, session_id: str, last: int) -> str:
-    """A copy of the session as a crash right after seq ``last`` left it."""
-    copy = f"{session_id}_cut"
-    lease = await journal.open_session(copy, create=True)
-    drafts = [
-        Draft(id=r.id, loop=r.loop, event=r.event, cause=r.cause)
-        for r in await read_all(journal, session_id)
-        if r.seq <= last
-    ]
-    await journal.append(lease, drafts, expected_seq=0)
-    return copy
-
-
 def first_deploy(kind: str, runs: list[str]) -> Tool:
     if kind == "replay_safe":
 
@@ -350,7 +338,7 @@ async def test_a_restored_call_whose_input_no_longer_fits_its_tool_is_an_unknown
             await trio.sleep(1)
             crash = (await s.snapshot()).last_seq
         assert len(runs) == 1
-        copy = await cut_at(journal, s.id, crash)
+        copy = await crashed_copy(journal, s.id, crash)
         after = LoopDefinition(
             name="t",
             model=ScriptedModel([Reply(text="resolved, thanks")]),

@@ -11,7 +11,7 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from journal import Draft, open_journal
+from journal import open_journal
 from journal.content import Text, ToolResult, ToolUse
 from journal.events import ToolAbandoned, ToolCompleted, ToolResolved, ToolStarted
 from loopruntime import Limits, LoopDefinition, LoopError, Mode, ToolContext, tool
@@ -23,6 +23,7 @@ from session import Session
 from session.checkpoints import read_restored
 from session.replay import check
 from tests.compaction.support import TestCompactor, summary
+from tests.support.loops import crashed_copy
 
 
 @tool(permission="allow", concurrency="parallel")
@@ -294,14 +295,7 @@ async def busy_scenario(ops: list[tuple[str, object]], crash_at: float) -> None:
         async for r in journal.read(s.id):
             head = r.seq
         last = max(1, int(head * crash_at))
-        copy = f"{s.id}_crashed"
-        lease = await journal.open_session(copy, create=True)
-        drafts = [
-            Draft(id=r.id, loop=r.loop, event=r.event, cause=r.cause)
-            async for r in journal.read(s.id)
-            if r.seq <= last
-        ]
-        await journal.append(lease, drafts, expected_seq=0)
+        copy = await crashed_copy(journal, s.id, last)
         before = [r.event async for r in journal.read(copy)]
         started_before = {e.execution_id for e in before if isinstance(e, ToolStarted)}
         ran.clear()

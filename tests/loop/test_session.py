@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from journal import Draft, Journal, Record, open_journal
+from journal import Record, open_journal
 from journal.content import TextDelta
 from journal.events import ToolCompleted
 from loopruntime import LoopDefinition, Mode, ToolContext, tool
@@ -16,7 +16,7 @@ from loopruntime.commands import _Command
 from loopruntime.errors import UnknownCommandError
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session, SessionLagError, StreamDelta
-from tests.support.loops import events_of, records, tags
+from tests.support.loops import crashed_copy, events_of, tags
 
 
 def chatty() -> LoopDefinition:
@@ -118,19 +118,6 @@ async def test_create_refuses_a_session_id_that_has_records() -> None:
         assert await tags(journal, "ses_taken") == before
         # refused before taking a lease: a live writer would not have been fenced
         assert [i.incarnation for i in await journal.sessions()] == incarnation
-
-
-async def crashed_copy(journal: Journal, session_id: str, last: int) -> str:
-    """A copy of the session as a crash right after seq ``last`` left it."""
-    copy = f"{session_id}_crashed"
-    lease = await journal.open_session(copy, create=True)
-    drafts = [
-        Draft(id=r.id, loop=r.loop, event=r.event, cause=r.cause)
-        for r in await records(journal, session_id)
-        if r.seq <= last
-    ]
-    await journal.append(lease, drafts, expected_seq=0)
-    return copy
 
 
 async def test_a_replay_safe_call_outlives_a_mode_that_no_longer_offers_it(

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 import trio
 
-from journal import Journal, open_journal
+from journal import open_journal
 from journal.content import Text, ToolResult
 from journal.events import (
     GateCancelled,
@@ -622,68 +622,46 @@ async def confirm(ctx: ToolContext, *, what: str) -> str:
     return f"{what}: {answer}"
 
 
-async def _restart(
-    journal: Journal, session_id: str, d: LoopDefinition
-) -> tuple[Session, list[str]]:
-    """What a deploy does: the session was shut down cleanly; restore it."""
-    before = squash(await tags(journal, session_id))
-    return Session.restore(journal, session_id, d), before
-
-
-async def test_a_pending_approval_outlives_a_clean_shutdown(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("call", "last_before", "reply", "result"),
+    [
+        # A permission gate: its tool never started.
+        (ToolCall(name="rm", input={"path": "a"}), "context.measured", True, "removed a"),
+        # A question of a resumable tool: re-entered with the answer.
+        (ToolCall(name="confirm", input={"what": "deploy"}), "tool.started", "yes", "deploy: yes"),
+    ],
+)
+async def test_a_pending_gate_outlives_a_clean_shutdown(
+    tmp_path: Path, call: ToolCall, last_before: str, reply: bool | str, result: str
+) -> None:
     # The turn waits only on a person, so shutdown leaves it open as the
-    # journal holds it: the same gate is open after restore, and deciding it
+    # journal holds it: the same gate is open after restore, and closing it
     # runs the tool once.  (A crash keeps it too; a deploy must not lose it.)
-    model = ScriptedModel(
-        [Reply(tool_calls=[ToolCall(name="rm", input={"path": "a"})]), Reply(text="done")]
-    )
-    d = LoopDefinition(name="t", model=model, tools=[rm])
-    async with open_journal(f"sqlite:///{tmp_path / 'j.db'}") as journal:
-        async with Session.create(journal, d) as s:
-            await s.submit("clean up")
-            await s.wait_idle()
-            [gate] = (await s.snapshot()).open_gates
-        restored, before = await _restart(journal, s.id, d)
-        assert before[-2:] == ["context.measured", "gate.opened"]  # nothing settled
-        async with restored as s2:
-            state = await s2.snapshot()
-            assert state.status is LoopStatus.AWAITING_GATE
-            assert state.open_gates == [gate]
-            await s2.decide(gate.gate_id, allow=True)
-            await s2.wait_idle()
-            await s2.verify()
-        report = await check(journal, s.id)
-        assert report.ok, report.summary()
-        seq = squash(await tags(journal, s.id))
-    assert "gate.cancelled" not in seq and "notice" not in seq
-    assert seq.count("tool.started") == 1
-    assert result_texts(model.requests[1]) == ["removed a"]
-
-
-async def test_a_resumable_question_outlives_a_clean_shutdown(tmp_path: Path) -> None:
-    model = ScriptedModel(
-        [Reply(tool_calls=[ToolCall(name="confirm", input={"what": "deploy"})]), Reply(text="ok")]
-    )
-    d = LoopDefinition(name="t", model=model, tools=[confirm])
+    model = ScriptedModel([Reply(tool_calls=[call]), Reply(text="done")])
+    d = LoopDefinition(name="t", model=model, tools=[rm, confirm])
     async with open_journal(f"sqlite:///{tmp_path / 'j.db'}") as journal:
         async with Session.create(journal, d) as s:
             await s.submit("go")
             await s.wait_idle()
             [gate] = (await s.snapshot()).open_gates
-            assert gate.kind == "user_input"
-        restored, before = await _restart(journal, s.id, d)
-        assert before[-2:] == ["tool.started", "gate.opened"]
-        async with restored as s2:
-            assert (await s2.snapshot()).open_gates == [gate]
-            await s2.answer(gate.gate_id, "yes")
+        # Nothing settled: the last records are the ones that opened the gate.
+        assert squash(await tags(journal, s.id))[-2:] == [last_before, "gate.opened"]
+        async with Session.restore(journal, s.id, d) as s2:
+            state = await s2.snapshot()
+            assert state.status is LoopStatus.AWAITING_GATE
+            assert state.open_gates == [gate]
+            if isinstance(reply, bool):
+                await s2.decide(gate.gate_id, allow=reply)
+            else:
+                await s2.answer(gate.gate_id, reply)
             await s2.wait_idle()
             await s2.verify()
         report = await check(journal, s.id)
         assert report.ok, report.summary()
         seq = squash(await tags(journal, s.id))
-    assert "gate.cancelled" not in seq and "tool.abandoned" not in seq
+    assert not {"gate.cancelled", "tool.abandoned", "notice"} & set(seq)
     assert seq.count("tool.started") == 1
-    assert result_texts(model.requests[1]) == ["deploy: yes"]
+    assert result_texts(model.requests[1]) == [result]
 
 
 async def test_shutdown_still_settles_a_turn_that_does_more_than_wait(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from journal import Journal, Record
+from journal import Draft, Journal, Record
 
 
 async def records(journal: Journal, session_id: str) -> list[Record]:
@@ -32,3 +32,17 @@ def squash(seq: list[str], tag: str = "model.output") -> list[str]:
             continue
         out.append(t)
     return out
+
+
+async def crashed_copy(journal: Journal, session_id: str, last: int) -> str:
+    """A copy of the session as a crash right after seq ``last`` left it: the
+    same drafts, appended in one append to a new session in the same journal."""
+    copy = f"{session_id}_crashed"
+    lease = await journal.open_session(copy, create=True)
+    drafts = [
+        Draft(id=r.id, loop=r.loop, event=r.event, cause=r.cause)
+        for r in await records(journal, session_id)
+        if r.seq <= last
+    ]
+    await journal.append(lease, drafts, expected_seq=0)
+    return copy
