@@ -58,7 +58,7 @@ What the bare figures leave out (read this before reading a ratio)
       Those happen while the writer is idle, between one group's commit and
       the next, because every appender waits for its own commit before
       appending again.  The trio harness, which does none of that work,
-      measured 0.59x-0.77x of the bare thread by itself across runs: waking
+      measured 0.52x-0.77x of the bare thread by itself across runs: waking
       and parking 100 tasks per group already costs about what the 0.8
       target leaves, or more.
     * overlap: SQLite's own work (each statement step, the commit's write and
