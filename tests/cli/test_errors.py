@@ -31,6 +31,16 @@ async def cli(*args: str) -> subprocess.CompletedProcess[bytes]:
     )
 
 
+async def one_turn_each(url: str, *session_ids: str) -> None:
+    """Sessions that each ran one plain turn, created in this order."""
+    d = LoopDefinition(name="plain", model=ScriptedModel(lambda _r: Reply(text="hi")))
+    async with open_journal(url) as journal:
+        for session_id in session_ids:
+            async with Session.create(journal, d, session_id=session_id) as s:
+                await s.submit("hello")
+                await s.wait_idle()
+
+
 async def test_resolve_with_a_wrong_execution_id_leaves_the_running_host_alone(
     tmp_path: Path,
 ) -> None:
@@ -57,15 +67,10 @@ def test_sessions_lists_every_session_when_one_is_damaged(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = f"sqlite:///{tmp_path / 'j.db'}"
-    d = LoopDefinition(name="plain", model=ScriptedModel(lambda _r: Reply(text="hi")))
 
     async def make() -> None:
-        async with open_journal(url) as journal:
-            # The damaged one is the oldest, listed first.
-            for session_id in ("ses_damaged", "ses_fine"):
-                async with Session.create(journal, d, session_id=session_id) as s:
-                    await s.submit("hello")
-                    await s.wait_idle()
+        # The damaged one is the oldest, listed first.
+        await one_turn_each(url, "ses_damaged", "ses_fine")
         journal = await SQLiteJournal.open(url)
         try:
             journal.corrupt_for_tests("ses_damaged", 3, b"\x93garbage")
@@ -84,16 +89,7 @@ def test_sessions_lists_every_session_when_one_is_damaged(
 def test_replay_at_a_negative_seq_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'j.db'}"
-    d = LoopDefinition(name="plain", model=ScriptedModel(lambda _r: Reply(text="hi")))
-
-    async def make() -> None:
-        async with open_journal(url) as journal:
-            async with Session.create(journal, d, session_id="ses_at") as s:
-                await s.submit("hello")
-                await s.wait_idle()
-
-    trio.run(make)
+    trio.run(one_turn_each, f"sqlite:///{tmp_path / 'j.db'}", "ses_at")
     code = main(["replay", "ses_at", "--at", "-1", "--journal", str(tmp_path / "j.db")])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""

@@ -405,15 +405,16 @@ async def test_a_question_with_no_choices_never_opens_a_gate() -> None:
     assert answered == "Ada"
 
 
+@tool(permission="allow", concurrency="parallel")
+async def slow(ctx: ToolContext, *, seconds: float) -> str:
+    """Sleeps."""
+    await trio.sleep(seconds)
+    return f"slept {seconds}"
+
+
 async def test_interrupt_during_a_batch_answers_every_tool_use(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    @tool(permission="allow", concurrency="parallel")
-    async def slow(ctx: ToolContext, *, seconds: float) -> str:
-        """Sleeps."""
-        await trio.sleep(seconds)
-        return f"slept {seconds}"
-
     @tool(permission="allow", concurrency="parallel")
     async def question(ctx: ToolContext) -> str:
         """Asks while others run."""
@@ -670,12 +671,6 @@ async def test_shutdown_still_settles_a_turn_that_does_more_than_wait(
     # A question of a tool that cannot be re-entered, and a resumable question
     # asked while another tool runs: leaving either turn open would make a
     # call an unknown effect at restore, so shutdown interrupts and settles.
-    @tool(permission="allow", concurrency="parallel")
-    async def slow(ctx: ToolContext, *, seconds: float) -> str:
-        """Sleeps."""
-        await trio.sleep(seconds)
-        return f"slept {seconds}"
-
     @tool(permission="allow", concurrency="parallel", resumable=True)
     async def check_in(ctx: ToolContext) -> str:
         """Asks while others run."""
