@@ -667,14 +667,14 @@ class Loop:
         state = self.state
         if not self._turn_task_running or not state.gates or state.open_call is not None:
             return False
+        # A question is only ever asked from inside a running call, so checking
+        # the running calls covers every question gate too.
         asking = {g.execution_id for g in state.gates.values() if g.kind == "user_input"}
         for execution_id, started in state.running.items():
             tool = self.definition.find_tool(started.name)
             if execution_id not in asking or tool is None or not tool.resumable:
                 return False
-        return all(
-            g.kind == "permission" or g.execution_id in state.running for g in state.gates.values()
-        )
+        return True
 
     def enter_turn_scope(self, scope: trio.CancelScope) -> None:
         self._turn_scope = scope
