@@ -11,7 +11,6 @@ publishes them, and only then returns to the caller.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol
 
@@ -63,17 +62,13 @@ from .errors import (
     NotUnknownEffectError,
     UnknownCommandError,
 )
+from .ids import new_id
 from .model import Delta
 from .state import LoopState, copy_state, fold
 
-__all__ = ["Loop", "LoopHost", "new_id"]
+__all__ = ["Loop", "LoopHost"]
 
 log = structlog.get_logger(__name__)
-
-
-def new_id(prefix: str) -> str:
-    """A fresh random id (``prefix`` + 16 hex digits)."""
-    return prefix + os.urandom(8).hex()
 
 
 class LoopHost(Protocol):

@@ -30,7 +30,7 @@ import trio
 from journal.content import Text, ToolUse
 from journal.events import Event, GateOpened, GateResolved, ToolCompleted, ToolStarted
 
-from .actor import new_id
+from .ids import new_id
 from .notices import DENIED_RESULT
 from .tools import Tool, ToolContext, ToolInputError, decide, shape_result
 

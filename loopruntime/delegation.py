@@ -27,9 +27,9 @@ import trio
 from journal.content import Message, Text
 from journal.events import ChildFinished, ChildStarted, Provenance
 
-from .actor import new_id
 from .commands import Interrupt, UserInput
 from .errors import LoopClosedError
+from .ids import new_id
 from .tools import Tool, ToolContext
 
 if TYPE_CHECKING:

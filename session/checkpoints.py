@@ -38,9 +38,8 @@ import structlog
 from journal import Draft, Journal, JournalCorruptError, Record
 from journal.content import Message
 from journal.events import CHECKPOINT_STREAM, LoopImage, SessionCheckpoint
-from loopruntime import Loop, LoopState
-from loopruntime.actor import new_id
-from loopruntime.state import fold, image_bytes, image_state
+from loopruntime import Loop, LoopState, fold
+from loopruntime.host import image_bytes, image_state, new_id
 
 __all__ = [
     "DEFAULT_EVERY",

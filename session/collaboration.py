@@ -47,11 +47,8 @@ from journal.events import (
     TaskSpec,
 )
 from journal.record import Record
-from loopruntime import LoopDefinition, LoopError
-from loopruntime.actor import new_id
-from loopruntime.commands import Interrupt, Steer, UserInput
-from loopruntime.delegation import child_outcome
-from loopruntime.errors import LoopClosedError
+from loopruntime import LoopClosedError, LoopDefinition, LoopError
+from loopruntime.host import Interrupt, Steer, UserInput, child_outcome, new_id
 
 if TYPE_CHECKING:
     from loopruntime import Loop

@@ -20,8 +20,7 @@ import trio
 from journal import open_journal
 from journal.content import Text, ToolResult
 from journal.events import Notice
-from loopruntime import LoopDefinition, ToolContext, tool
-from loopruntime.model import ModelRequest
+from loopruntime import LoopDefinition, ModelRequest, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 
 from .replay import check, render_transcript

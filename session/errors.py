@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loopruntime.errors import CommandError, LoopError
+from loopruntime import CommandError, LoopError
 
 __all__ = [
     "InvalidContentError",

@@ -83,8 +83,8 @@ from journal.events import (
     TurnEnded,
     TurnStarted,
 )
-from loopruntime.context import merged, unanswered_tool_uses
-from loopruntime.state import FoldError, LoopState, fold, image_state
+from loopruntime import LoopState, fold
+from loopruntime.host import FoldError, image_state, merged, unanswered_tool_uses
 
 __all__ = [
     "RULES",

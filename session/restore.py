@@ -32,14 +32,8 @@ from journal.events import (
     ToolAbandoned,
     ToolResolved,
 )
-from loopruntime.actor import new_id
-from loopruntime.definition import LoopDefinition
-from loopruntime.errors import NotUnknownEffectError
-from loopruntime.model import Accumulator
-from loopruntime.notices import TRUNCATED_NOTICE
-from loopruntime.state import LoopState
-from loopruntime.tools import Tool, ToolInputError
-from loopruntime.turn import settle_turn_events
+from loopruntime import TRUNCATED_NOTICE, LoopDefinition, LoopState, NotUnknownEffectError, Tool
+from loopruntime.host import Accumulator, ToolInputError, new_id, settle_turn_events
 
 from .checkpoints import read_restored
 from .errors import UnknownSessionError

@@ -20,14 +20,26 @@ import trio
 from journal import Draft, Journal, JournalError, Record, SessionNotFoundError
 from journal.content import Block, Message, ResultBlock, Text
 from journal.events import Event, Provenance
-from loopruntime import Loop, LoopDefinition, LoopState
-from loopruntime.actor import new_id
-from loopruntime.commands import (
+from loopruntime import (
+    GateMismatchError,
+    InvalidAnswerError,
+    Loop,
+    LoopClosedError,
+    LoopDefinition,
+    LoopError,
+    LoopState,
+    ModeNotFoundError,
+    NotUnknownEffectError,
+    fold,
+)
+from loopruntime.host import (
     AnswerGate,
     CancelQueuedInput,
     ChangeMode,
     Compact,
     DecideGate,
+    Delta,
+    GuardFailedError,
     Interrupt,
     Reply,
     ResolveToolCall,
@@ -36,20 +48,11 @@ from loopruntime.commands import (
     Steer,
     SubagentResult,
     UserInput,
+    child_outcome,
+    copy_state,
+    find_definition,
+    new_id,
 )
-from loopruntime.definition import find_definition
-from loopruntime.delegation import child_outcome
-from loopruntime.errors import (
-    GateMismatchError,
-    GuardFailedError,
-    InvalidAnswerError,
-    LoopClosedError,
-    LoopError,
-    ModeNotFoundError,
-    NotUnknownEffectError,
-)
-from loopruntime.model import Delta
-from loopruntime.state import copy_state, fold
 
 from .checkpoints import DEFAULT_EVERY, Checkpointer, read_restored
 from .collaboration import Collaboration

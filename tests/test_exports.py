@@ -23,6 +23,13 @@ PUBLIC = {
         "InvalidAnswerError", "LoopClosedError", "ModeNotFoundError", "ModelError",
         "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError",
     },
+    "loopruntime.host": {
+        "AnswerGate", "CancelQueuedInput", "ChangeMode", "Compact", "DecideGate", "Interrupt",
+        "Reply", "ResolveToolCall", "Shutdown", "Snapshot", "Steer", "SubagentResult",
+        "UserInput", "Accumulator", "Delta", "FoldError", "GuardFailedError", "ToolInputError",
+        "child_outcome", "copy_state", "find_definition", "image_bytes", "image_state",
+        "merged", "new_id", "settle_turn_events", "unanswered_tool_uses",
+    },
     "loopruntime.models": {"ScriptedModel", "Reply", "ToolCall", "AnthropicModel"},
     "session": {
         "Session", "ROOT_LOOP", "StreamDelta", "SessionExistsError", "SessionLagError",

@@ -1,0 +1,66 @@
+"""The second public tier: what a host of loops (``session``) builds on.
+
+``loopruntime`` exports what an application writes (definitions, tools,
+models, errors).  This module adds what a runtime that hosts loops needs
+beyond that: the actor's commands, the fold's helpers, the pieces restore and
+replay reuse.  ``session`` imports from ``loopruntime`` and from here only; a
+test pins both lists, so a name moving between modules never breaks a host.
+"""
+
+from .commands import AnswerGate as AnswerGate
+from .commands import CancelQueuedInput as CancelQueuedInput
+from .commands import ChangeMode as ChangeMode
+from .commands import Compact as Compact
+from .commands import DecideGate as DecideGate
+from .commands import Interrupt as Interrupt
+from .commands import Reply as Reply
+from .commands import ResolveToolCall as ResolveToolCall
+from .commands import Shutdown as Shutdown
+from .commands import Snapshot as Snapshot
+from .commands import Steer as Steer
+from .commands import SubagentResult as SubagentResult
+from .commands import UserInput as UserInput
+from .context import merged as merged
+from .context import unanswered_tool_uses as unanswered_tool_uses
+from .definition import find_definition as find_definition
+from .delegation import child_outcome as child_outcome
+from .errors import GuardFailedError as GuardFailedError
+from .ids import new_id as new_id
+from .model import Accumulator as Accumulator
+from .model import Delta as Delta
+from .state import FoldError as FoldError
+from .state import copy_state as copy_state
+from .state import image_bytes as image_bytes
+from .state import image_state as image_state
+from .tools import ToolInputError as ToolInputError
+from .turn import settle_turn_events as settle_turn_events
+
+__all__ = [
+    "Accumulator",
+    "AnswerGate",
+    "CancelQueuedInput",
+    "ChangeMode",
+    "Compact",
+    "DecideGate",
+    "Delta",
+    "FoldError",
+    "GuardFailedError",
+    "Interrupt",
+    "Reply",
+    "ResolveToolCall",
+    "Shutdown",
+    "Snapshot",
+    "Steer",
+    "SubagentResult",
+    "ToolInputError",
+    "UserInput",
+    "child_outcome",
+    "copy_state",
+    "find_definition",
+    "image_bytes",
+    "image_state",
+    "merged",
+    "new_id",
+    "settle_turn_events",
+    "unanswered_tool_uses",
+]
