@@ -107,7 +107,7 @@ def connect(url: str) -> psycopg.Connection[Any]:
     """Blocking: open one autocommit connection (run it in a worker thread).
 
     The writer, the one that needs transactions, sends BEGIN and COMMIT
-    itself, so a transaction can be a single pipeline (see ``_commit_fast``).
+    itself, so a transaction can be a single pipeline (see ``writer.Writer._commit_fast``).
     """
     params = conninfo_to_dict(url)
     extra: dict[str, Any] = {}
