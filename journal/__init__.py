@@ -22,12 +22,17 @@ from .errors import NotAJournalError as NotAJournalError
 from .errors import SessionNotFoundError as SessionNotFoundError
 from .events import Event as Event
 from .forwarding import ForwardingJournal as ForwardingJournal
+from .location import JournalLocation as JournalLocation
+from .location import parse_location as parse_location
+from .opening import check_existing_journal as check_existing_journal
+from .opening import init_journal as init_journal
+from .opening import make_journal_directory as make_journal_directory
+from .opening import open_journal as open_journal
 from .record import Draft as Draft
 from .record import Record as Record
 from .store import Journal as Journal
 from .store import SessionInfo as SessionInfo
 from .store import SessionLease as SessionLease
-from .store import open_journal as open_journal
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -42,6 +47,7 @@ __all__ = [
     "JournalClosedError",
     "JournalCorruptError",
     "JournalError",
+    "JournalLocation",
     "JournalSchemaError",
     "JournalUnavailableError",
     "NotAJournalError",
@@ -49,9 +55,13 @@ __all__ = [
     "SessionInfo",
     "SessionLease",
     "SessionNotFoundError",
+    "check_existing_journal",
     "content",
     "decode_event",
     "encode_event",
     "events",
+    "init_journal",
+    "make_journal_directory",
     "open_journal",
+    "parse_location",
 ]

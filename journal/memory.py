@@ -1,7 +1,9 @@
 """In-memory journal: the reference backend for tests and benchmarks.
 
-It stores the same encoded bytes as the durable backends (so the codec and the
-digest chain are exercised), but nothing survives the process.
+It stores the same encoded bytes and rows as the durable backends (so the
+codec, the digest chain and ``journal.rules`` are exercised), but nothing
+survives the process.  Every append is decided in full by
+``rules.decide_append``: this is the plainest reading of the contract.
 """
 
 from __future__ import annotations
@@ -13,34 +15,16 @@ import trio
 
 from .codec import GENESIS, chain, checkpoint_records, decode_event, encode_checked
 from .errors import (
-    ConflictError,
     DuplicateEventError,
-    FencedError,
     JournalClosedError,
     JournalCorruptError,
     SessionNotFoundError,
 )
-from .events import SessionCheckpoint
 from .record import Draft, Record, check_drafts, check_text
+from .rules import Mark, Row, check_lease, decide_append, repeated_id
 from .store import SessionInfo, SessionLease
 
 __all__ = ["MemoryJournal"]
-
-
-class _Row:
-    __slots__ = ("at", "body", "cause", "digest", "id", "loop")
-
-    def __init__(
-        self, id: str, loop: str, at: int, cause: str | None, digest: bytes, body: bytes
-    ) -> None:
-        self.id, self.loop, self.at, self.cause, self.digest, self.body = (
-            id,
-            loop,
-            at,
-            cause,
-            digest,
-            body,
-        )
 
 
 class _Session:
@@ -55,7 +39,8 @@ class _Session:
     )
 
     def __init__(self, now: int) -> None:
-        self.rows: list[_Row] = []
+        self.rows: list[Row] = []
+        """Record ``seq`` is ``rows[seq - 1]``."""
         self.by_id: dict[str, int] = {}
         self.checkpoints: list[int] = []
         """seqs of the session's ``session.checkpoint`` records."""
@@ -96,70 +81,46 @@ class MemoryJournal:
         s = self._sessions.get(lease.session)
         if s is None:
             raise SessionNotFoundError(lease.session)
-        if lease.incarnation != s.incarnation:
-            raise FencedError(lease.session, lease.incarnation, s.incarnation)
-        ids = [d.id for d in drafts]
-        if len(set(ids)) != len(ids):
-            # Two records with one id would make later idempotency checks ambiguous.
-            raise DuplicateEventError(lease.session, next(i for i in ids if ids.count(i) > 1))
-        bodies = [encode_checked(d.event) for d in drafts]
-        stored = self._already_stored(lease.session, s, drafts, bodies)
-        if stored is not None:
-            return stored
-        if expected_seq != len(s.rows):
-            raise ConflictError(lease.session, expected_seq, len(s.rows))
+        check_lease(lease.session, lease.incarnation, s.incarnation)
+        # Two records with one id would make later idempotency checks ambiguous.
+        repeated = repeated_id([d.id for d in drafts])
+        if repeated is not None:
+            raise DuplicateEventError(lease.session, repeated)
+        pending = [(d.id, d.loop, d.cause, d.event, encode_checked(d.event)) for d in drafts]
+        rows, by_id = s.rows, s.by_id
+        hits = [rows[by_id[p[0]] - 1] if p[0] in by_id else None for p in pending]
+        head = len(rows)
+        digest = rows[-1][6] if rows else GENESIS
+        new: list[Row] = []
+        marks: list[Mark] = []
         now = time.time_ns()
-        previous = s.rows[-1].digest if s.rows else GENESIS
-        records = []
-        for d, body in zip(drafts, bodies, strict=True):
-            previous = chain(previous, body)
-            s.rows.append(_Row(d.id, d.loop, now, d.cause, previous, body))
-            s.by_id[d.id] = len(s.rows)
-            if isinstance(d.event, SessionCheckpoint):
-                s.checkpoints.append(len(s.rows))
-            records.append(
-                Record(
-                    seq=len(s.rows),
-                    id=d.id,
-                    session=lease.session,
-                    loop=d.loop,
-                    at=now,
-                    cause=d.cause,
-                    digest=previous,
-                    event=d.event,
-                )
-            )
+        records, fresh = decide_append(
+            lease.session, expected_seq, head, digest, pending, hits, now, new, marks
+        )
+        if not fresh:
+            return records
+        for row in new:
+            rows.append(row)
+            by_id[row[2]] = row[1]
+        s.checkpoints.extend(seq for _, seq in marks)
         s.updated_at = now
         s.changed.set()
         s.changed = trio.Event()
         return records
 
-    def _already_stored(
-        self, session: str, s: _Session, drafts: Sequence[Draft], bodies: list[bytes]
-    ) -> list[Record] | None:
-        seqs = [s.by_id.get(d.id) for d in drafts]
-        if all(q is None for q in seqs):
-            return None
-        for d, body, q in zip(drafts, bodies, seqs, strict=True):
-            if q is None:
-                raise DuplicateEventError(session, d.id)
-            row = s.rows[q - 1]
-            if row.body != body or row.loop != d.loop:
-                raise DuplicateEventError(session, d.id)
-        return [self._record(session, q, s.rows[q - 1]) for q in seqs if q is not None]
-
     # -- reading --------------------------------------------------------------
 
-    def _record(self, session: str, seq: int, row: _Row) -> Record:
+    def _record(self, row: Row) -> Record:
+        session, seq, id, loop, at, cause, digest, body = row
         return Record(
             seq=seq,
-            id=row.id,
+            id=id,
             session=session,
-            loop=row.loop,
-            at=row.at,
-            cause=row.cause,
-            digest=row.digest,
-            event=decode_event(row.body, session=session, seq=seq),
+            loop=loop,
+            at=at,
+            cause=cause,
+            digest=digest,
+            event=decode_event(body, session=session, seq=seq),
         )
 
     async def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
@@ -171,15 +132,15 @@ class MemoryJournal:
             yield record
 
     async def _read_from(self, session: str, s: _Session, after: int) -> AsyncIterator[Record]:
-        previous = s.rows[after - 1].digest if after > 0 and after <= len(s.rows) else GENESIS
+        previous = s.rows[after - 1][6] if after > 0 and after <= len(s.rows) else GENESIS
         seq = after
         while seq < len(s.rows):
             row = s.rows[seq]
             seq += 1
-            if chain(previous, row.body) != row.digest:
+            if chain(previous, row[7]) != row[6]:
                 raise JournalCorruptError(session, seq, "digest chain broken")
-            previous = row.digest
-            yield self._record(session, seq, row)
+            previous = row[6]
+            yield self._record(row)
             if seq % 512 == 0:
                 await trio.lowlevel.checkpoint()
 
@@ -215,9 +176,9 @@ class MemoryJournal:
         rows = s.rows
         stored = []
         for seq in s.checkpoints:
-            r = rows[seq - 1]
-            previous = rows[seq - 2].digest if seq > 1 else None
-            stored.append((seq, r.id, r.loop, r.at, r.cause, r.digest, r.body, previous))
+            _, _, id, loop, at, cause, digest, body = rows[seq - 1]
+            previous = rows[seq - 2][6] if seq > 1 else None
+            stored.append((seq, id, loop, at, cause, digest, body, previous))
         return checkpoint_records(session, stored)
 
     async def sessions(self) -> list[SessionInfo]:
@@ -233,10 +194,6 @@ class MemoryJournal:
             )
             for name, s in self._sessions.items()
         ]
-
-    def corrupt_for_tests(self, session: str, seq: int, body: bytes) -> None:
-        """Overwrite one stored event's bytes (used by the conformance suite)."""
-        self._sessions[session].rows[seq - 1].body = body
 
     async def aclose(self) -> None:
         self._closed = True

@@ -1,6 +1,7 @@
-"""The Journal protocol every backend implements, and ``open_journal``.
+"""The Journal protocol every backend implements, and the lease and session values.
 
-The contract (proven for each backend by ``journal.testing``):
+The contract (proven for each backend by ``tests/journal/contract.py``; the
+append decisions themselves are ``journal.rules``):
 
 * ``open_session`` bumps the session's *incarnation*; appends made through an
   older lease fail with ``FencedError``.
@@ -29,14 +30,13 @@ The contract (proven for each backend by ``journal.testing``):
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
 from typing import Protocol, runtime_checkable
 
 import msgspec
 
 from .record import Draft, Record
 
-__all__ = ["Journal", "SessionInfo", "SessionLease", "open_journal"]
+__all__ = ["Journal", "SessionInfo", "SessionLease"]
 
 
 class SessionLease(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,37 +78,3 @@ class Journal(Protocol):
     async def sessions(self) -> list[SessionInfo]: ...
 
     async def aclose(self) -> None: ...
-
-
-async def _open(url: str) -> Journal:
-    if url == "memory:" or url.startswith("memory:"):
-        from .memory import MemoryJournal
-
-        return MemoryJournal(url)
-    if url.startswith("sqlite:"):
-        from .sqlite import SQLiteJournal
-
-        return await SQLiteJournal.open(url)
-    if url.startswith(("postgresql:", "postgres:")):
-        from .postgres import PostgresJournal
-
-        return await PostgresJournal.open(url)
-    raise ValueError(
-        f"unknown journal URL {url!r}: use 'memory:', 'sqlite:///path/to/file.db' or "
-        "'postgresql://user@host/db'"
-    )
-
-
-@asynccontextmanager
-async def open_journal(url: str) -> AsyncIterator[Journal]:
-    """Open the journal at ``url`` and close it on exit.
-
-    A plain filesystem path is taken as a SQLite file.
-    """
-    if "://" not in url and not url.startswith("memory:"):
-        url = "sqlite:///" + url
-    journal = await _open(url)
-    try:
-        yield journal
-    finally:
-        await journal.aclose()

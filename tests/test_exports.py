@@ -13,7 +13,8 @@ PUBLIC = {
         "SessionNotFoundError", "JournalSchemaError", "JournalCorruptError",
         "JournalClosedError", "JournalUnavailableError", "NotAJournalError",
         "SCHEMA_VERSION", "content", "events", "encode_event", "decode_event",
-        "ForwardingJournal",
+        "ForwardingJournal", "JournalLocation", "parse_location", "init_journal",
+        "check_existing_journal", "make_journal_directory",
     },
     "loopruntime": {
         "LoopDefinition", "Limits", "Mode", "Delegate", "tool", "Tool", "ToolContext",

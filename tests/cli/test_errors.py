@@ -17,6 +17,7 @@ from session import Session
 from session.cli import main
 from session.replay import check
 from tests.loop.test_session_errors import definition, open_gate
+from tests.support.damage import damage_record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,7 +74,7 @@ def test_sessions_lists_every_session_when_one_is_damaged(
         await one_turn_each(url, "ses_damaged", "ses_fine")
         journal = await SQLiteJournal.open(url)
         try:
-            journal.corrupt_for_tests("ses_damaged", 3, b"\x93garbage")
+            damage_record(journal, "ses_damaged", 3, b"\x93garbage")
         finally:
             await journal.aclose()
 

@@ -37,7 +37,7 @@ Example (PostgreSQL)::
             return open_journal(self.url)
 
         async def corrupt(self, journal, session, seq, body) -> None:
-            await journal.corrupt_for_tests(session, seq, body)
+            await trio.to_thread.run_sync(damage_postgres_record, self.url, session, seq, body)
 
     class TestPostgres(JournalContract):
         @pytest.fixture

@@ -8,6 +8,7 @@ import pytest
 
 from journal import Journal, open_journal
 from journal.memory import MemoryJournal
+from tests.support.damage import damage_record
 
 from .contract import JournalContract
 
@@ -22,7 +23,7 @@ class MemoryBackend:
 
     async def corrupt(self, journal: Journal, session: str, seq: int, body: bytes) -> None:
         assert isinstance(journal, MemoryJournal)
-        journal.corrupt_for_tests(session, seq, body)
+        damage_record(journal, session, seq, body)
 
 
 class TestMemory(JournalContract):

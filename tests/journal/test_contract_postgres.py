@@ -8,23 +8,14 @@ from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
 
-import psycopg
 import pytest
 import trio
 
 from journal import Journal, open_journal
 from journal.postgres import PostgresJournal
+from tests.support.damage import damage_postgres_record
 
 from .contract import JournalContract
-
-
-def _overwrite_body(url: str, session: str, seq: int, body: bytes) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        updated = conn.execute(
-            "UPDATE loopruntime_records SET body = %s WHERE session = %s AND seq = %s",
-            (body, session, seq),
-        ).rowcount
-    assert updated == 1, f"no record {session}/{seq} to corrupt"
 
 
 class PostgresBackend:
@@ -41,7 +32,7 @@ class PostgresBackend:
     async def corrupt(self, journal: Journal, session: str, seq: int, body: bytes) -> None:
         # Straight to the table, as damage would be: the backend has no hook for it.
         assert isinstance(journal, PostgresJournal)
-        await trio.to_thread.run_sync(_overwrite_body, self.url, session, seq, body)
+        await trio.to_thread.run_sync(damage_postgres_record, self.url, session, seq, body)
 
 
 class TestPostgres(JournalContract):

@@ -9,6 +9,7 @@ import pytest
 
 from journal import Journal, open_journal
 from journal.sqlite import SQLiteJournal
+from tests.support.damage import damage_record
 
 from .contract import JournalContract
 
@@ -26,7 +27,7 @@ class SQLiteBackend:
 
     async def corrupt(self, journal: Journal, session: str, seq: int, body: bytes) -> None:
         assert isinstance(journal, SQLiteJournal)
-        journal.corrupt_for_tests(session, seq, body)
+        damage_record(journal, session, seq, body)
 
 
 class TestSQLite(JournalContract):

@@ -44,10 +44,12 @@ from journal import (
     SessionLease,
     open_journal,
 )
-from journal import postgres as postgres_module
 from journal.codec import encode_event
 from journal.events import CHECKPOINT_STREAM, LoopImage, Notice, SessionCheckpoint
-from journal.postgres import PostgresJournal, _channel, _Writer, init_schema
+from journal.postgres import PostgresJournal, init_schema
+from journal.postgres import writer as postgres_writer
+from journal.postgres.schema import channel as _channel
+from journal.postgres.writer import Writer as _Writer
 
 pytestmark = pytest.mark.slow
 
@@ -651,14 +653,14 @@ async def test_an_error_between_two_statements_leaves_no_transaction_behind(
     # An error raised in this process while a batch is being sent (here: out
     # of memory encoding the bodies of one append) fails that append only,
     # and nothing of it reaches a later commit.
-    bytea_array = postgres_module._bytea_array
+    bytea_array = postgres_writer.bytea_array
 
     def poisoned(values: list[bytes]) -> Any:
         if any(b"poison" in v for v in values):
             raise MemoryError("out of memory")
         return bytea_array(values)
 
-    monkeypatch.setattr(postgres_module, "_bytea_array", poisoned)
+    monkeypatch.setattr(postgres_writer, "bytea_array", poisoned)
     async with open_journal(postgres_url) as journal:
         assert isinstance(journal, PostgresJournal)
         leases = {s: await journal.open_session(s) for s in ("hold", "good", "bad", "later")}

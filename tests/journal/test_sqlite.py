@@ -25,10 +25,13 @@ from journal import (
     SessionLease,
     open_journal,
 )
-from journal import sqlite as sqlite_module
 from journal.codec import encode_event
 from journal.events import Notice
-from journal.sqlite import SQLiteJournal, _Writer
+from journal.sqlite import SQLiteJournal
+from journal.sqlite import reading as sqlite_reading
+from journal.sqlite import schema as sqlite_schema
+from journal.sqlite.writer import Writer as _Writer
+from tests.support.damage import damage_record
 
 from .contract import checkpoint, drafts, notice, read_all
 
@@ -385,7 +388,7 @@ async def test_damage_deep_in_a_long_session_is_found(tmp_path: Path) -> None:
         assert isinstance(journal, SQLiteJournal)
         lease = await journal.open_session("s")
         await journal.append(lease, drafts("x", 6_000), expected_seq=0)
-        journal.corrupt_for_tests("s", 5_000, encode_event(notice(1, "forged")))
+        damage_record(journal, "s", 5_000, encode_event(notice(1, "forged")))
         seen = 0
         with pytest.raises(Exception) as caught:
             async for record in journal.read("s"):
@@ -472,14 +475,15 @@ async def test_a_value_over_sqlites_length_limit_fails_alone(
     # (1 GB by default; lowered here so the test stays small).  The refusal
     # comes from the insert or a lookup of one request; the appends of other
     # sessions committing in the same group must not share its fate.
-    connect = sqlite_module._connect
+    connect = sqlite_schema.connect
 
     def limited(path: str, synchronous: str) -> sqlite3.Connection:
         conn = connect(path, synchronous)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _LIMIT)
         return conn
 
-    monkeypatch.setattr(sqlite_module, "_connect", limited)
+    monkeypatch.setattr(sqlite_schema, "connect", limited)
+    monkeypatch.setattr(sqlite_reading, "connect", limited)
     huge = "h" * (2 * _LIMIT)
     async with open_journal(url(tmp_path / "j.db")) as journal:
         assert isinstance(journal, SQLiteJournal)

@@ -36,6 +36,7 @@ from tests.replay.bad import (
     records_of,
     user,
 )
+from tests.support.damage import damage_record
 
 
 async def report_of(events: list[Event]) -> CheckReport:
@@ -271,7 +272,7 @@ async def test_record_of_another_session() -> None:
 
 async def test_damaged_record_in_the_middle() -> None:
     journal = await journal_of(good_turn())
-    journal.corrupt_for_tests(SESSION, 6, b"\xc1 not msgpack")
+    damage_record(journal, SESSION, 6, b"\xc1 not msgpack")
     report = await check(journal, SESSION)
     assert report.first_bad_seq == 6
     assert report.problems[0].rule == "journal readable"

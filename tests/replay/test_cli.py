@@ -17,6 +17,7 @@ from journal.sqlite import SQLiteJournal
 from session import Session
 from session.cli import main
 from tests.crash import scenario
+from tests.support.damage import damage_record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,7 +110,7 @@ def test_corrupt_record_in_the_middle(tmp_path: Path, capsys: pytest.CaptureFixt
     async def corrupt() -> None:
         journal = await SQLiteJournal.open(f"sqlite:///{db}")
         try:
-            journal.corrupt_for_tests(scenario.SESSION, 30, b"\x93garbage")
+            damage_record(journal, scenario.SESSION, 30, b"\x93garbage")
         finally:
             await journal.aclose()
 

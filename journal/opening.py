@@ -1,0 +1,106 @@
+"""Opening, creating and checking a journal named by a URL or a path.
+
+Rules (the URL forms themselves are ``journal.location``):
+
+* ``open_journal`` opens any location and creates what is missing: a SQLite
+  file (mode 0600) and its schema, or the PostgreSQL tables.
+* ``init_journal`` is ``loopruntime journal init``: make the journal exist,
+  check its schema version, keep nothing open.  A SQLite file named by a
+  plain path gets its directory created; a URL names exactly what to open.
+* ``check_existing_journal`` refuses, without creating or writing anything,
+  a SQLite file that is missing or is not a journal; it is what a reader
+  that must never write (replay) calls before opening.
+
+The PostgreSQL backend is imported only when a PostgreSQL URL is opened:
+psycopg is an optional dependency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import trio
+
+from .location import JournalLocation, parse_location
+from .memory import MemoryJournal
+from .sqlite import SQLiteJournal
+from .sqlite.schema import check_existing_file
+from .store import Journal
+
+__all__ = [
+    "check_existing_journal",
+    "init_journal",
+    "make_journal_directory",
+    "open_journal",
+]
+
+
+async def _open(location: JournalLocation) -> Journal:
+    if location.scheme == "memory":
+        return MemoryJournal(location.url)
+    if location.scheme == "sqlite":
+        return await SQLiteJournal.open(location.url)
+    from .postgres import PostgresJournal  # psycopg is optional
+
+    return await PostgresJournal.open(location.url)
+
+
+@asynccontextmanager
+async def open_journal(url: str) -> AsyncIterator[Journal]:
+    """Open the journal at ``url`` (or a plain path: a SQLite file) and close it on exit.
+
+    ``ValueError`` for a malformed URL (see ``journal.location``).
+    """
+    journal = await _open(parse_location(url))
+    try:
+        yield journal
+    finally:
+        await journal.aclose()
+
+
+def make_journal_directory(location: JournalLocation) -> None:
+    """Create the directory of a SQLite file named by a plain path, if missing.
+
+    Nothing for a URL (it names exactly what to open) or another scheme.
+    """
+    if location.scheme == "sqlite" and location.plain_path:
+        assert location.path is not None
+        Path(location.path).parent.mkdir(parents=True, exist_ok=True)
+
+
+async def init_journal(url: str) -> JournalLocation:
+    """Make the journal at ``url`` exist and check its version; return its location.
+
+    Idempotent.  A SQLite file named by a plain path gets its directory; a
+    PostgreSQL database gets the tables (``postgres.init_schema``); a memory
+    journal needs nothing.  ``JournalSchemaError`` for a newer schema,
+    ``NotAJournalError`` for a file or database that is not a journal,
+    ``JournalUnavailableError`` for a server that cannot be reached.
+    """
+    location = parse_location(url)
+    if location.scheme == "postgresql":
+        from .postgres import init_schema  # psycopg is optional
+
+        await init_schema(location.url)
+    elif location.scheme == "sqlite":
+        make_journal_directory(location)
+        journal = await SQLiteJournal.open(location.url)
+        await journal.aclose()
+    return location
+
+
+async def check_existing_journal(url: str) -> JournalLocation:
+    """The location of ``url``, once a SQLite file there is known to be a journal.
+
+    Creates and writes nothing.  ``NotAJournalError`` (saying which) for a
+    SQLite file that is missing, empty, not a database or not a journal.
+    Other schemes are not looked at: a server database or a memory journal
+    has no file that opening could conjure up by mistake.
+    """
+    location = parse_location(url)
+    if location.scheme == "sqlite":
+        assert location.path is not None
+        await trio.to_thread.run_sync(check_existing_file, location.path)
+    return location

@@ -1,0 +1,176 @@
+"""PostgreSQL journal (``postgresql://user@host:port/db``), on psycopg 3.
+
+``PostgresJournal`` is the facade: it checks and encodes each call on the
+trio thread, hands appends to the group commit (``writer.py``) and reads to
+the pool (``reading.py``).  The tables and the translation of psycopg's
+errors are ``schema.py``.  The tables, the two commit paths and the retry
+rule are described in ``docs/journal.md``.  Text that is not Unicode (a lone
+surrogate) or holds a NUL is refused with ``ValueError`` before anything is
+sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import psycopg
+import trio
+
+from ..codec import GENESIS, encode_checked
+from ..errors import JournalClosedError, SessionNotFoundError
+from ..record import Draft, Record
+from ..store import SessionInfo, SessionLease
+from .reading import Pool, Reading
+from .schema import check_pg_text, describe, open_prepared
+from .writer import Append, GroupCommit
+
+__all__ = ["PostgresJournal"]
+
+
+class PostgresJournal:
+    """Journal in a PostgreSQL database (``postgresql://...``).
+
+    Open it with ``await PostgresJournal.open(url)`` (or ``open_journal``);
+    close it with ``aclose()``.  Any number of processes may open the same
+    database: fencing and the row locks keep each session single-writer.
+    """
+
+    def __init__(self, url: str, where: str, schema: str, pool: Pool) -> None:
+        self.url = url
+        self._where, self._pool = where, pool
+        self._commits = GroupCommit(url, where, schema)
+        self._reading = Reading(url, where, schema, pool)
+        self._closed = False
+
+    @classmethod
+    async def open(cls, url: str) -> PostgresJournal:
+        """Connect, create the tables when absent, and check the schema version.
+
+        Raises ``JournalUnavailableError`` when the server cannot be reached,
+        ``JournalSchemaError`` when the database holds a newer schema.
+        """
+        where = describe(url)
+        conn, schema = await trio.to_thread.run_sync(open_prepared, url, where)
+        pool = Pool(url, where)
+        pool.give(conn)
+        return cls(url, where, schema, pool)
+
+    # -- writing --------------------------------------------------------------------
+
+    async def open_session(self, session: str, *, create: bool = True) -> SessionLease:
+        """Take the write lease of ``session``, fencing every older lease.
+
+        Waits for an append in flight on the session to finish, so the
+        lease's ``head`` counts every record committed before it.
+        """
+        self._check_open()
+        check_pg_text("session id", session)
+        now = time.time_ns()
+
+        def work(conn: psycopg.Connection[Any]) -> tuple[int, int] | None:
+            if create:
+                cur = conn.execute(
+                    "INSERT INTO loopruntime_sessions AS s "
+                    "(session, incarnation, head, digest, created_at, updated_at) "
+                    "VALUES (%s, 1, 0, %s, %s, %s) ON CONFLICT (session) "
+                    "DO UPDATE SET incarnation = s.incarnation + 1 RETURNING incarnation, head",
+                    (session, GENESIS, now, now),
+                )
+            else:
+                cur = conn.execute(
+                    "UPDATE loopruntime_sessions SET incarnation = incarnation + 1 "
+                    "WHERE session = %s RETURNING incarnation, head",
+                    (session,),
+                )
+            row = cur.fetchone()
+            return (int(row[0]), int(row[1])) if row else None
+
+        # Not retried: a lost connection may have bumped the incarnation, and
+        # a second bump would be harmless but surprising; the caller decides.
+        got = await self._pool.run(f"opening session {session}", work, retry=False)
+        if got is None:
+            raise SessionNotFoundError(session)
+        return SessionLease(session=session, incarnation=got[0], head=got[1])
+
+    async def append(
+        self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
+    ) -> list[Record]:
+        """Append ``drafts`` atomically after ``expected_seq``; return them as records.
+
+        Durable on return (the transaction committed).  Idempotent by event
+        id.  Atomic under cancellation: cancelled before the batch carrying
+        this append is sent, it raises ``Cancelled`` and nothing is written;
+        once sent, the call waits for the batch's outcome and reports it.
+        """
+        self._check_open()
+        # A lease is plain data a caller can build: its session id is bound in
+        # the batch's statements too, so bad text there must fail this call alone.
+        check_pg_text("session id", lease.session)
+        for d in drafts:
+            check_pg_text("event id", d.id)
+            check_pg_text("loop id", d.loop)
+            check_pg_text("cause", d.cause)
+        item = Append(
+            lease,
+            [(d.id, d.loop, d.cause, d.event, encode_checked(d.event)) for d in drafts],
+            expected_seq,
+        )
+        return await self._commits.submit(item)
+
+    # -- reading --------------------------------------------------------------------
+
+    def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+        """Yield the session's records after seq ``after``, verifying the chain.
+
+        A damaged record raises ``JournalCorruptError`` after every good
+        record before it was yielded.  Each page is its own query, so no
+        connection or transaction is held while the consumer works.
+        """
+        return self._reading.read(session, after=after)
+
+    def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+        """``read``, then follow appends (from any process) until the journal closes.
+
+        Holds one listening connection while it runs; wakes on commit
+        notifications, never on a timer.
+        """
+        return self._reading.tail(session, after=after)
+
+    async def head(self, session: str) -> int:
+        self._check_open()
+        return await self._reading.head(session)
+
+    async def checkpoints(self, session: str) -> list[Record]:
+        """The session's ``session.checkpoint`` records, in seq order, from the index.
+
+        One query, whatever the session's length; each is verified against
+        the stored digest of the record before it (``JournalCorruptError``).
+        """
+        self._check_open()
+        return await self._reading.checkpoints(session)
+
+    async def sessions(self) -> list[SessionInfo]:
+        """Every session, oldest first."""
+        self._check_open()
+        return await self._reading.sessions()
+
+    async def aclose(self) -> None:
+        """Close the journal: wait for a commit in flight, then close every connection.
+
+        Appends still waiting for a group commit fail with
+        ``JournalClosedError``; tails end.  Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = self._commits.closed = self._reading.closed = True
+        self._reading.end_tails()
+        # The commit in flight decides its appends' outcomes; let it finish.
+        await self._commits.aclose()
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self._pool.close)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalClosedError(f"journal {self._where} is closed")

@@ -1,0 +1,391 @@
+"""Reading a PostgreSQL journal: the connection pool, paged reads, LISTEN/NOTIFY tails.
+
+Rules: no connection or transaction is held while a consumer works (each
+page is its own query, the next one fetched while this one is verified);
+every read verifies the digest chain; a ``tail`` holds its own listening
+connection and wakes on commit notifications, never on a timer.  psycopg's
+blocking calls run in trio worker threads, one connection per thread at a
+time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Callable
+from functools import partial
+from typing import Any, TypeVar
+
+import msgspec
+import psycopg
+import structlog
+import trio
+from psycopg import sql
+
+from ..codec import GENESIS, checkpoint_records, decode_event
+from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
+from ..events import Event
+from ..record import Record
+from ..store import SessionInfo
+from .schema import channel, connect, discard, lost, translate
+
+__all__ = ["Pool", "Reading"]
+
+log = structlog.get_logger(__name__)
+
+_T = TypeVar("_T")
+
+_decoder = msgspec.msgpack.Decoder(Event)
+"""This module's own decoder, for the read loop (see ``Reading.read``)."""
+
+_POOL_SIZE = 4
+"""Connections for reads, heads and leases (the writer has its own)."""
+
+_READ_PAGE = 5000
+"""Records fetched per round trip when reading: big enough that the round
+trip is noise, small enough that a page of large events stays modest."""
+
+# A seq range rather than ``seq > n LIMIT k``: seqs are gap-free, so the range
+# is the page, and the server reads only those rows even when its statistics
+# are stale (a young journal's always are) and it picks a bitmap scan + sort.
+_PAGE = """
+SELECT seq, id, loop, at, cause, digest, body FROM loopruntime_records
+WHERE session = %s AND seq > %s AND seq <= %s ORDER BY seq
+"""
+
+# One row per checkpoint of the session: its record, and the digest of the
+# record before it (NULL for seq 1, which chains from GENESIS).  Outer joins
+# all the way, so a session without checkpoints is one row of NULLs, a
+# missing session no row, and an index entry without its record is seen.
+_CHECKPOINTS = """
+SELECT c.seq, r.id, r.loop, r.at, r.cause, r.digest, r.body, p.digest
+FROM loopruntime_sessions s
+LEFT JOIN loopruntime_checkpoints c ON c.session = s.session
+LEFT JOIN loopruntime_records r ON r.session = c.session AND r.seq = c.seq
+LEFT JOIN loopruntime_records p ON p.session = c.session AND p.seq = c.seq - 1
+WHERE s.session = %s ORDER BY c.seq
+"""
+
+
+class Pool:
+    """Autocommit connections for everything but appends, lent to one thread at a time."""
+
+    def __init__(self, url: str, where: str) -> None:
+        self._url, self._where = url, where
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._limit = trio.Semaphore(_POOL_SIZE)
+        self.closed = False
+
+    def give(self, conn: psycopg.Connection[Any]) -> None:
+        self._idle.append(conn)
+
+    async def run(
+        self, doing: str, fn: Callable[[psycopg.Connection[Any]], _T], *, retry: bool = True
+    ) -> _T:
+        """Run blocking ``fn(conn)`` in a worker thread on a pooled connection.
+
+        A connection that fails is thrown away; with ``retry`` (for work that
+        is safe to repeat) ``fn`` runs once more on a new connection before
+        ``JournalUnavailableError`` is raised.
+        """
+        async with self._limit:
+            for attempt in (1, 2):
+                if self.closed:
+                    raise JournalClosedError(f"journal {self._where} is closed")
+                conn = self._idle.pop() if self._idle else None
+                try:
+                    if conn is None:
+                        conn = await trio.to_thread.run_sync(connect, self._url)
+                    result = await trio.to_thread.run_sync(fn, conn)
+                except psycopg.Error as exc:
+                    if not lost(conn):
+                        self._return(conn)
+                        raise translate(self._where, doing, exc, lost=False) from exc
+                    # Shielded: closing is quick and must happen even when the
+                    # caller is being cancelled, or the connection leaks.
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(discard, conn)
+                    if attempt == 2 or not retry:
+                        raise translate(self._where, doing, exc, lost=True) from exc
+                    log.warning("postgres_retry", where=self._where, doing=doing, error=str(exc))
+                    continue
+                except BaseException:
+                    self._return(conn)
+                    raise
+                self._return(conn)
+                return result
+        raise AssertionError("unreachable")
+
+    def _return(self, conn: psycopg.Connection[Any] | None) -> None:
+        if conn is None:
+            return
+        if self.closed or conn.closed:
+            discard(conn)
+        else:
+            self._idle.append(conn)
+
+    def close(self) -> None:
+        """Blocking: close the idle connections; busy ones close when returned."""
+        self.closed = True
+        while self._idle:
+            discard(self._idle.pop())
+
+
+class _Ahead:
+    """A page fetched by a system task while the reader works through the previous one.
+
+    A system task rather than a child task because a read is an async
+    generator, which must not own a nursery.  The fetch is one short query;
+    it returns its connection to the pool whether or not the page is ever
+    collected (the reader may stop early).
+    """
+
+    def __init__(
+        self, pool: Pool, doing: str, fetch: Callable[[psycopg.Connection[Any]], list[Any]]
+    ) -> None:
+        self._done = trio.Event()
+        self._rows: list[Any] = []
+        self._error: Exception | None = None
+        trio.lowlevel.spawn_system_task(self._fetch, pool, doing, fetch)
+
+    async def _fetch(
+        self, pool: Pool, doing: str, fetch: Callable[[psycopg.Connection[Any]], list[Any]]
+    ) -> None:
+        try:
+            self._rows = await pool.run(doing, fetch)
+        except Exception as exc:
+            # Handed to the reader, which raises it; a system task must not raise.
+            self._error = exc
+        finally:
+            self._done.set()
+
+    async def page(self) -> list[Any]:
+        """The rows, once fetched; the fetch's error when it failed."""
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._rows
+
+
+class Reading:
+    """Everything a ``PostgresJournal`` reads with: the pool and the tails' waits."""
+
+    def __init__(self, url: str, where: str, schema: str, pool: Pool) -> None:
+        self.url = url
+        self._where, self._schema, self._pool = where, schema, pool
+        self._tail_waits: set[trio.CancelScope] = set()
+        self.closed = False
+        """Set by the journal as it starts closing: reads stop paging, tails end."""
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise JournalClosedError(f"journal {self._where} is closed")
+
+    def end_tails(self) -> None:
+        """Wake every tail waiting for a notification; they see ``closed`` and end."""
+        for scope in self._tail_waits:
+            scope.cancel()
+
+    async def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+        """Yield the session's records after seq ``after``, verifying the chain.
+
+        A damaged record raises ``JournalCorruptError`` after every good
+        record before it was yielded.  Each page is its own query, so no
+        connection or transaction is held while the consumer works.
+        """
+        self._check_open()
+
+        def start(conn: psycopg.Connection[Any]) -> tuple[bytes, list[tuple[Any, ...]]] | None:
+            row = conn.execute(
+                "SELECT (SELECT digest FROM loopruntime_records WHERE session = %s AND seq = %s)"
+                " FROM loopruntime_sessions WHERE session = %s",
+                (session, after, session),
+            ).fetchone()
+            if row is None:
+                return None
+            return row[0] or GENESIS, _page(conn, session, after)
+
+        doing = f"reading session {session}"
+        first = await self._pool.run(doing, start)
+        if first is None:
+            raise SessionNotFoundError(session)
+        previous, page = first
+        seq = after
+        decode, blake2b = _decoder.decode, hashlib.blake2b
+        while page:
+            # A full page may have more behind it: fetch that while this one is
+            # verified and decoded, so the round trip costs no time here.
+            ahead = None
+            if len(page) == _READ_PAGE and not self.closed:
+                ahead = _Ahead(
+                    self._pool, doing, partial(_page, session=session, after=seq + _READ_PAGE)
+                )
+            for count, (row_seq, id_, loop, at, cause, digest, body) in enumerate(page, 1):
+                seq += 1
+                if row_seq != seq:
+                    raise JournalCorruptError(session, seq, f"record missing (found {row_seq})")
+                # codec.chain and codec.decode_event, inlined: on this path the
+                # two calls cost as much as the Record; failures still go
+                # through decode_event, which explains them.
+                if blake2b(previous + body, digest_size=16).digest() != digest:
+                    raise JournalCorruptError(session, seq, "digest chain broken")
+                previous = digest
+                try:
+                    event: Event = decode(body)
+                except msgspec.DecodeError:
+                    event = decode_event(body, session=session, seq=seq)
+                yield Record(
+                    seq=seq,
+                    id=id_,
+                    session=session,
+                    loop=loop,
+                    at=at,
+                    cause=cause,
+                    digest=digest,
+                    event=event,
+                )
+                if count % 512 == 0:
+                    await trio.lowlevel.checkpoint()
+            if ahead is None:
+                return
+            page = await ahead.page()
+
+    async def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+        """``read``, then follow appends (from any process) until the journal closes.
+
+        Holds one listening connection while it runs; wakes on commit
+        notifications, never on a timer.
+        """
+        self._check_open()
+        name = channel(self._schema, session)
+        listener = await self._listen(name)
+        try:
+            seq = after
+            while not self.closed:
+                try:
+                    async for record in self.read(session, after=seq):
+                        seq = record.seq
+                        yield record
+                except JournalClosedError:
+                    # Closed while the consumer held a record: the tail just ends.
+                    return
+                if await self._wait_notified(listener):
+                    return
+                if not _drain(listener):
+                    # Lost the listening connection: listen again, then re-read,
+                    # which catches anything committed while it was down.
+                    _close_listener(listener)
+                    listener = await self._listen(name)
+        finally:
+            _close_listener(listener)
+
+    async def _listen(self, name: str) -> psycopg.Connection[Any]:
+        def work() -> psycopg.Connection[Any]:
+            conn = connect(self.url)
+            try:
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(name)))
+            except BaseException:
+                discard(conn)
+                raise
+            return conn
+
+        try:
+            return await trio.to_thread.run_sync(work)
+        except psycopg.Error as exc:
+            raise translate(self._where, "following a session", exc, lost=True) from exc
+
+    async def _wait_notified(self, listener: psycopg.Connection[Any]) -> bool:
+        """Wait until the listening socket is readable; True when the journal closed."""
+        if self.closed:
+            return True
+        with trio.CancelScope() as scope:
+            self._tail_waits.add(scope)
+            try:
+                await trio.lowlevel.wait_readable(listener.fileno())
+            finally:
+                self._tail_waits.discard(scope)
+        return self.closed
+
+    async def head(self, session: str) -> int:
+
+        def work(conn: psycopg.Connection[Any]) -> int | None:
+            row = conn.execute(
+                "SELECT head FROM loopruntime_sessions WHERE session = %s", (session,)
+            ).fetchone()
+            return int(row[0]) if row else None
+
+        got = await self._pool.run(f"reading the head of session {session}", work)
+        if got is None:
+            raise SessionNotFoundError(session)
+        return got
+
+    async def checkpoints(self, session: str) -> list[Record]:
+        """The session's ``session.checkpoint`` records, in seq order, from the index.
+
+        One query, whatever the session's length.  Each checkpoint is
+        verified against the stored digest of the record before it; a broken
+        one raises ``JournalCorruptError`` with its seq.  Verified and decoded
+        in the worker thread: a chain of checkpoints holds about the whole
+        message history, too much to decode between two trio checkpoints.
+        """
+
+        def work(conn: psycopg.Connection[Any]) -> list[Record] | None:
+            with conn.cursor(binary=True) as cur:
+                rows = cur.execute(_CHECKPOINTS, (session,)).fetchall()
+            if not rows:
+                return None
+            # A session without checkpoints is its one row of NULLs.
+            return checkpoint_records(session, [row for row in rows if row[0] is not None])
+
+        found = await self._pool.run(f"reading the checkpoints of session {session}", work)
+        if found is None:
+            raise SessionNotFoundError(session)
+        return found
+
+    async def sessions(self) -> list[SessionInfo]:
+        """Every session, oldest first."""
+
+        def work(conn: psycopg.Connection[Any]) -> list[SessionInfo]:
+            rows = conn.execute(
+                "SELECT session, head, incarnation, created_at, updated_at "
+                "FROM loopruntime_sessions ORDER BY created_at, session"
+            ).fetchall()
+            return [
+                SessionInfo(session=s, head=h, incarnation=i, created_at=c, updated_at=u)
+                for s, h, i, c, u in rows
+            ]
+
+        return await self._pool.run("listing sessions", work)
+
+
+def _page(conn: psycopg.Connection[Any], session: str, after: int) -> list[tuple[Any, ...]]:
+    """Blocking: the next page of records after ``after``."""
+    # Binary results: bytea arrives as raw bytes instead of hex to decode.
+    with conn.cursor(binary=True) as cur:
+        return cur.execute(_PAGE, (session, after, after + _READ_PAGE)).fetchall()
+
+
+def _close_listener(listener: psycopg.Connection[Any]) -> None:
+    """Close a listening connection, telling trio first that its socket goes away.
+
+    PQfinish only writes a short terminate message and closes the socket, so
+    this runs on the trio thread, even while a tail is being cancelled.
+    """
+    if not listener.closed:
+        trio.lowlevel.notify_closing(listener.fileno())
+    discard(listener)
+
+
+def _drain(listener: psycopg.Connection[Any]) -> bool:
+    """Consume what the listening socket holds; False when the connection is lost.
+
+    Never blocks: it only reads what already arrived.  The notifications
+    themselves carry nothing the tail needs -- it re-reads from its seq.
+    """
+    pgconn = listener.pgconn
+    try:
+        pgconn.consume_input()
+    except psycopg.OperationalError:
+        return False
+    while pgconn.notifies() is not None:
+        pass
+    return True

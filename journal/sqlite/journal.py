@@ -1,0 +1,222 @@
+"""SQLite journal: the embedded default backend (``sqlite:///path/to/file.db``).
+
+``SQLiteJournal`` is the facade: it checks and encodes each call on the trio
+thread, hands writes to the writer thread (``writer.py``) and reads to the
+reader pool (``reading.py``).  The file, its schema and the translation of
+sqlite3's errors are ``schema.py``.  URL options, durability and the group
+commit are described in ``docs/journal.md``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import trio
+
+from ..codec import encode_checked
+from ..errors import DuplicateEventError, JournalClosedError
+from ..location import JournalLocation, parse_location
+from ..record import Draft, Record, check_drafts, check_text
+from ..rules import repeated_id
+from ..store import SessionInfo, SessionLease
+from .reading import Reading
+from .schema import prepare
+from .writer import AppendRequest, OpenRequest, Request, SQLiteStatistics, Writer
+
+__all__ = ["SQLiteJournal"]
+
+
+def _refuse_abort(_: Any) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED
+
+
+class SQLiteJournal:
+    """A journal in one SQLite file.  Open it with ``open_journal("sqlite:///x.db")``.
+
+    Bound to the trio run that opened it.  Several processes may open the same
+    file: writes are serialised by SQLite's lock and fenced by incarnations,
+    and each process's tails see the others' appends within ``poll`` seconds.
+    """
+
+    def __init__(self, location: JournalLocation, writer_conn: sqlite3.Connection) -> None:
+        assert location.path is not None
+        self.url = location.url
+        self.path = location.path
+        self.synchronous = location.synchronous
+        self.poll = location.poll
+        self._closed = False
+        self._outbox: list[Request] = []
+        # Trio-thread bookkeeping for the flush policy in _submit.
+        self._in_flight = 0
+        self._last_group = 0
+        self._token = trio.lowlevel.current_trio_token()
+        self._reading = Reading(self.url, self.path, self.synchronous, self.poll, self._token)
+        self._writer = Writer(writer_conn, self.path, self._deliver, self._token)
+        self._writer.thread.start()
+
+    @classmethod
+    async def open(cls, url: str) -> SQLiteJournal:
+        """Open (or create, mode 0600) the journal file named by ``url``.
+
+        Raises ``NotAJournalError`` for a file that is not a SQLite database or a
+        database that is not a journal, ``JournalSchemaError`` for a journal
+        written by a newer schema, ``ValueError`` for a malformed URL.
+        """
+        location = parse_location(url)
+        if location.scheme != "sqlite":
+            raise ValueError(f"{url!r} is not a sqlite: journal URL")
+        assert location.path is not None
+        conn = await trio.to_thread.run_sync(prepare, location.path, location.synchronous)
+        return cls(location, conn)
+
+    # -- writing --------------------------------------------------------------
+
+    async def open_session(self, session: str, *, create: bool = True) -> SessionLease:
+        """Take the writer lease of ``session``, fencing every older lease.
+
+        Creates the session when ``create`` (else ``SessionNotFoundError``).
+        Durable on return; once submitted it is not withdrawn by cancellation.
+        """
+        self._check_open()
+        check_text("session id", session)
+        result: SessionLease = await self._submit(OpenRequest(session, create))
+        return result
+
+    async def append(
+        self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
+    ) -> list[Record]:
+        """Append ``drafts`` atomically after seq ``expected_seq``; see ``journal.store``.
+
+        Returns once the records are committed (in one group transaction with
+        whatever else was waiting).  Cancellation is honoured only before the
+        request reaches the writer; after that the call returns its outcome and
+        the cancellation takes effect at the caller's next checkpoint, so a
+        committed append is never reported as cancelled.
+        """
+        self._check_open()
+        # open_session refuses such an id, but a lease is plain data: a forged
+        # or decoded one would fail, in the writer, the group it joined.
+        check_text("session id", lease.session)
+        if len(drafts) > 1:
+            repeated = repeated_id([d.id for d in drafts])
+            if repeated is not None:
+                raise DuplicateEventError(lease.session, repeated)
+        check_drafts(drafts)
+        encode = encode_checked
+        pending = [(d.id, d.loop, d.cause, d.event, encode(d.event)) for d in drafts]
+        result: list[Record] = await self._submit(AppendRequest(lease, pending, expected_seq))
+        return result
+
+    async def _submit(self, request: Request) -> Any:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        self._outbox.append(request)
+        if len(self._outbox) == 1:
+            if self._in_flight == 0 and self._last_group <= 1:
+                # A lone writer (the last group was just one request and
+                # nothing is in flight): send at once, for the lowest latency.
+                self._flush_outbox()
+            else:
+                # Hand the outbox over once this scheduling round is over:
+                # every task made runnable at the same moment (typically all
+                # the appenders the last commit released) adds its request
+                # first, so they share one transaction instead of the first
+                # going alone and the rest one commit (one fsync) later.
+                self._token.run_sync_soon(self._flush_outbox)
+        # Not abortable: the writer always answers (aclose drains the queue
+        # first), and a committed append must not be reported as cancelled.
+        # Cancellation takes effect at the caller's next checkpoint.  _deliver
+        # wakes this task with the writer's outcome, unwrapped here.
+        return await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
+
+    def _flush_outbox(self) -> None:
+        if self._outbox:
+            group, self._outbox = self._outbox, []
+            self._in_flight += len(group)
+            self._writer.queue.put(group)
+
+    def _deliver(self, group: list[Request], changed: set[str]) -> None:
+        """Runs on the trio thread: wake each waiting caller, then the tails."""
+        self._in_flight -= len(group)
+        self._last_group = len(group)
+        reschedule = trio.lowlevel.reschedule
+        for request in group:
+            assert request.result is not None
+            reschedule(request.task, request.result)
+        self._reading.wake(changed)
+
+    # -- reading --------------------------------------------------------------
+
+    def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+        """Yield the records after seq ``after`` in order, verifying the digest chain.
+
+        A damaged record raises ``JournalCorruptError`` (with its seq) after
+        every good record before it was yielded.  ``SessionNotFoundError`` if
+        the session does not exist.  Sees what was committed when each batch was
+        fetched.
+        """
+        self._check_open()
+        return self._reading.follow(session, after, follow=False)
+
+    def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+        """``read``, then follow later appends until the journal is closed.
+
+        Appends through this object wake it at once; appends by other processes
+        are found by polling every ``poll`` seconds.
+        """
+        self._check_open()
+        return self._reading.follow(session, after, follow=True)
+
+    async def head(self, session: str) -> int:
+        """The session's last seq (0 if it has no records); ``SessionNotFoundError``."""
+        self._check_open()
+        return await self._reading.head(session)
+
+    async def checkpoints(self, session: str) -> list[Record]:
+        """The session's ``session.checkpoint`` records in seq order, from the index.
+
+        Each is verified against the stored digest of the record before it: a
+        damaged one is a ``JournalCorruptError`` with its seq.
+        ``SessionNotFoundError`` if the session does not exist.  Sees what was
+        committed when it was called; the caller owns the returned list.
+        """
+        self._check_open()
+        return await self._reading.checkpoints(session)
+
+    async def sessions(self) -> list[SessionInfo]:
+        """Every session, in creation order."""
+        self._check_open()
+        return await self._reading.sessions()
+
+    def statistics(self) -> SQLiteStatistics:
+        """How many transactions the writer ran and how many writes they carried."""
+        writer = self._writer
+        return SQLiteStatistics(
+            transactions=writer.transactions,
+            requests=writer.requests,
+            largest_group=writer.largest_group,
+        )
+
+    # -- lifecycle --------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Finish every write already submitted, stop the writer, close connections.
+
+        Tails end; later calls raise ``JournalClosedError``.  Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = self._reading.closed = True
+        self._flush_outbox()
+        self._writer.queue.put(None)
+        # Shielded: the writer must be joined (and its connection closed) even
+        # when the closer is being cancelled, or the file stays locked.
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self._writer.thread.join)
+        self._reading.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalClosedError(f"journal {self.url} is closed")

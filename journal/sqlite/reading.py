@@ -1,0 +1,333 @@
+"""Reading a SQLite journal: reader connections in worker threads, and ``tail``.
+
+Rules: the trio thread never waits on the disk.  Readers use a pool of
+their own connections (never the writer's); a read fetches the next batch of
+rows while this one's digest chain is verified and its events decoded on the
+trio side.  A ``tail`` is woken at once by appends through the same journal
+object (``Reading.wake``) and polls every ``poll`` seconds for appends by
+other processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import Any
+
+import msgspec
+import outcome
+import trio
+
+from ..codec import GENESIS, checkpoint_records, decode_event
+from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
+from ..events import Event
+from ..record import Record
+from ..store import SessionInfo
+from .schema import connect, unavailable
+
+__all__ = ["Reading"]
+
+# The checkpoint's record and the digest of the record before it (NULL for
+# seq 1, which chains from GENESIS, or when that record is missing).
+_SELECT_CHECKPOINTS = (
+    "SELECT c.seq, r.id, r.loop, r.at, r.cause, r.digest, r.body, p.digest"
+    " FROM checkpoints AS c"
+    " LEFT JOIN records AS r ON r.session = c.session AND r.seq = c.seq"
+    " LEFT JOIN records AS p ON p.session = c.session AND p.seq = c.seq - 1"
+    " WHERE c.session = ? ORDER BY c.seq"
+)
+_SELECT_BATCH = (
+    "SELECT seq, id, loop, at, cause, digest, body FROM records"
+    " WHERE session = ? AND seq > ? ORDER BY seq LIMIT ?"
+)
+
+_READ_BATCH = 4096
+"""Rows per reader round trip: large enough that the thread hop is noise."""
+
+_FIRST_BATCH = 512
+"""Rows in a read's first round trip: small, so the first record comes soon."""
+
+
+# The chain step of codec.chain, inlined in the hot loops: copying a fresh
+# blake2b-128 state is cheaper than constructing one (which parses its keyword
+# arguments every time), a quarter off each step.
+_new_hash = hashlib.blake2b(digest_size=16).copy
+# A decoder of our own so the read loop calls it directly; failures go through
+# codec.decode_event, which names the seq and tells a schema error from damage.
+_decoder = msgspec.msgpack.Decoder(Event)
+
+
+class _Readers:
+    """A pool of reader connections, each lent to one worker thread at a time."""
+
+    def __init__(self, path: str, synchronous: str) -> None:
+        self._path, self._synchronous = path, synchronous
+        self._idle: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self.closed = False
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = connect(self._path, self._synchronous)
+            conn.execute("PRAGMA query_only = ON")
+        try:
+            yield conn
+        finally:
+            with self._lock:
+                if self.closed:
+                    conn.close()
+                else:
+                    self._idle.append(conn)
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+class _Fetch:
+    """One batch of rows being fetched in a worker thread, awaitable from trio.
+
+    Started with ``trio.lowlevel.start_thread_soon`` rather than
+    ``trio.to_thread`` so that a reader can fetch the next batch while it
+    decodes this one, without a nursery inside its async generator.  If the
+    reader goes away first, the thread finishes, returns its connection to the
+    pool and the rows are dropped.
+    """
+
+    __slots__ = ("_done", "_result", "limit")
+
+    def __init__(
+        self,
+        work: Callable[[], list[tuple[Any, ...]]],
+        limit: int,
+        token: trio.lowlevel.TrioToken,
+    ) -> None:
+        self.limit = limit
+        self._done = trio.Event()
+        self._result: outcome.Outcome[list[tuple[Any, ...]]] | None = None
+
+        def deliver(result: outcome.Outcome[list[tuple[Any, ...]]]) -> None:
+            self._result = result
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(self._done.set)
+
+        trio.lowlevel.start_thread_soon(work, deliver, name="loopruntime-journal-reader")
+
+    async def rows(self) -> list[tuple[Any, ...]]:
+        await self._done.wait()
+        assert self._result is not None
+        return self._result.unwrap()
+
+
+class Reading:
+    """Everything a ``SQLiteJournal`` reads with: the reader pool and the tails' wakeups.
+
+    Lives on the trio thread; the blocking halves (``_fetch``, ``_head``,
+    ``_checkpoints``, ``_sessions``) run in worker threads.
+    """
+
+    def __init__(
+        self, url: str, path: str, synchronous: str, poll: float, token: trio.lowlevel.TrioToken
+    ) -> None:
+        self.url, self.path, self.poll = url, path, poll
+        self.closed = False
+        """Set by the journal as it starts closing: reads end, tails return."""
+        self._readers = _Readers(path, synchronous)
+        self._changed: dict[str, trio.Event] = {}
+        self._token = token
+
+    def wake(self, sessions: Iterable[str]) -> None:
+        """Wake the tails of ``sessions``: records were committed to them."""
+        for session in sessions:
+            event = self._changed.pop(session, None)
+            if event is not None:
+                event.set()
+
+    def close(self) -> None:
+        """Close the idle reader connections (busy ones close when returned); end tails."""
+        self._readers.close()
+        for event in self._changed.values():
+            event.set()
+        self._changed.clear()
+
+    async def follow(self, session: str, after: int, *, follow: bool) -> AsyncIterator[Record]:
+        # The digest of the record at ``after``: what the next record chains
+        # from.  None until that record has been fetched.
+        previous: bytes | None = GENESIS if after <= 0 else None
+        after = max(after, 0)
+        check = True
+        decode = _decoder.decode
+        new_hash = _new_hash
+        while True:
+            if self.closed:
+                if follow:
+                    return
+                raise JournalClosedError(f"journal {self.url} was closed during a read")
+            # Take the wakeup event before reading, so an append that commits
+            # between the read and the wait is not missed.
+            changed = self._changed_event(session) if follow else None
+            fetch: _Fetch | None = self._start_fetch(
+                session, after, previous is None, check, _FIRST_BATCH
+            )
+            check = False
+            while fetch is not None:
+                try:
+                    rows = await fetch.rows()
+                except JournalClosedError:
+                    if follow:
+                        return
+                    raise
+                if len(rows) == fetch.limit and not self.closed:
+                    # Fetch the next batch while this one is verified and decoded.
+                    fetch = self._start_fetch(session, rows[-1][0], False, False, _READ_BATCH)
+                else:
+                    fetch = None
+                if previous is None:
+                    if not rows:
+                        continue
+                    # The first row should be the stored record at ``after`` itself.
+                    if rows[0][0] != after:
+                        raise JournalCorruptError(session, after, "it is missing")
+                    previous = rows[0][5]
+                    rows = rows[1:]
+                expected = after + 1
+                for seq, id, loop, at, cause, digest, body in rows:
+                    if seq != expected:
+                        raise JournalCorruptError(session, expected, "it is missing")
+                    h = new_hash()
+                    h.update(previous)
+                    h.update(body)
+                    if h.digest() != digest:
+                        raise JournalCorruptError(session, seq, "digest chain broken")
+                    try:
+                        event: Event = decode(body)
+                    except msgspec.DecodeError:
+                        # decode_event raises the translated error for these bytes.
+                        event = decode_event(body, session=session, seq=seq)
+                    yield Record(
+                        seq=seq,
+                        id=id,
+                        session=session,
+                        loop=loop,
+                        at=at,
+                        cause=cause,
+                        digest=digest,
+                        event=event,
+                    )
+                    previous = digest
+                    after = expected
+                    expected += 1
+            if changed is None:
+                if self.closed:
+                    raise JournalClosedError(f"journal {self.url} was closed during a read")
+                return
+            with trio.move_on_after(self.poll):
+                await changed.wait()
+
+    def _changed_event(self, session: str) -> trio.Event:
+        event = self._changed.get(session)
+        if event is None:
+            event = self._changed[session] = trio.Event()
+        return event
+
+    def _start_fetch(
+        self, session: str, after: int, with_previous: bool, check: bool, limit: int
+    ) -> _Fetch:
+        # The limit counts the row at ``after`` too when it is fetched.
+        limit += with_previous
+        return _Fetch(
+            lambda: self._fetch(session, after, with_previous, check, limit), limit, self._token
+        )
+
+    def _fetch(
+        self, session: str, after: int, with_previous: bool, check: bool, limit: int
+    ) -> list[tuple[Any, ...]]:
+        """Worker thread: the rows after seq ``after`` (from ``after`` itself when
+        ``with_previous``, to learn the digest the next row chains from)."""
+        try:
+            with self._readers.connection() as conn:
+                if (
+                    check
+                    and not conn.execute(
+                        "SELECT 1 FROM sessions WHERE session = ?", (session,)
+                    ).fetchone()
+                ):
+                    raise SessionNotFoundError(session)
+                if self._readers.closed:
+                    raise JournalClosedError(f"journal {self.url} was closed during a read")
+                start = after - 1 if with_previous else after
+                return conn.execute(_SELECT_BATCH, (session, start, limit)).fetchall()
+        except sqlite3.Error as exc:
+            raise unavailable(exc, self.path, f"reading session {session}") from exc
+
+    async def head(self, session: str) -> int:
+        return await trio.to_thread.run_sync(self._head, session)
+
+    def _head(self, session: str) -> int:
+        try:
+            with self._readers.connection() as conn:
+                exists, head = conn.execute(
+                    "SELECT (SELECT 1 FROM sessions WHERE session = ?),"
+                    " (SELECT max(seq) FROM records WHERE session = ?)",
+                    (session, session),
+                ).fetchone()
+        except sqlite3.Error as exc:
+            raise unavailable(exc, self.path, f"reading the head of session {session}") from exc
+        if not exists:
+            raise SessionNotFoundError(session)
+        return int(head or 0)
+
+    async def checkpoints(self, session: str) -> list[Record]:
+        return await trio.to_thread.run_sync(self._checkpoints, session)
+
+    def _checkpoints(self, session: str) -> list[Record]:
+        """Worker thread: one query, then verify and decode each checkpoint."""
+        try:
+            with self._readers.connection() as conn:
+                if self._readers.closed:
+                    raise JournalClosedError(f"journal {self.url} was closed during a read")
+                if not conn.execute(
+                    "SELECT 1 FROM sessions WHERE session = ?", (session,)
+                ).fetchone():
+                    raise SessionNotFoundError(session)
+                rows = conn.execute(_SELECT_CHECKPOINTS, (session,)).fetchall()
+        except sqlite3.Error as exc:
+            raise unavailable(
+                exc, self.path, f"reading the checkpoints of session {session}"
+            ) from exc
+        return checkpoint_records(session, rows)
+
+    async def sessions(self) -> list[SessionInfo]:
+        return await trio.to_thread.run_sync(self._sessions)
+
+    def _sessions(self) -> list[SessionInfo]:
+        try:
+            with self._readers.connection() as conn:
+                rows = conn.execute(
+                    "SELECT s.session, s.incarnation, s.created_at, last.seq, last.at"
+                    " FROM sessions AS s LEFT JOIN records AS last"
+                    " ON last.session = s.session AND last.seq = ("
+                    "  SELECT max(seq) FROM records WHERE session = s.session)"
+                    " ORDER BY s.rowid"
+                ).fetchall()
+        except sqlite3.Error as exc:
+            raise unavailable(exc, self.path, "listing sessions") from exc
+        return [
+            SessionInfo(
+                session=session,
+                head=head or 0,
+                incarnation=incarnation,
+                created_at=created_at,
+                updated_at=at if at is not None else created_at,
+            )
+            for session, incarnation, created_at, head, at in rows
+        ]

@@ -1,0 +1,478 @@
+"""The SQLite writer thread: every write of a journal, in group transactions.
+
+Rules: one thread owns the writer connection; it takes everything waiting,
+from every session, into one transaction and answers each request only after
+the commit.  A request that fails (``journal.rules`` decides conflicts,
+fencing and duplicates) fails alone.  The fast path checks each append
+against a cache of each session's incarnation, head and digest, trusted only
+while ``PRAGMA data_version`` says no other connection committed, and
+inserts the group with one ``executemany``; anything it cannot settle sends
+the group down the slow path, one savepoint per request.  The story is in
+``docs/journal.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import outcome
+import trio
+
+from ..codec import GENESIS
+from ..errors import (
+    ConflictError,
+    DuplicateEventError,
+    JournalCorruptError,
+    JournalError,
+    SessionNotFoundError,
+)
+from ..record import Record
+from ..rules import (
+    Mark,
+    Pending,
+    Row,
+    check_lease,
+    decide_append,
+    plan_append,
+    stored_records,
+)
+from ..store import SessionLease
+from .schema import unavailable
+
+__all__ = [
+    "AppendRequest",
+    "OpenRequest",
+    "Request",
+    "SQLiteStatistics",
+    "Writer",
+]
+
+_INSERT = (
+    "INSERT INTO records (session, seq, id, loop, at, cause, digest, body)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_CHECKPOINT = "INSERT INTO checkpoints (session, seq) VALUES (?, ?)"
+
+_MAX_GROUP = 4096
+"""Requests per transaction (roughly: a hand-over is never split), so one commit
+never grows without bound."""
+
+_ID_CHUNK = 500
+"""Ids per ``IN (...)`` lookup, well under SQLite's bound-parameter limit."""
+
+
+class SQLiteStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """What the writer thread has done since the journal was opened."""
+
+    transactions: int
+    """Group transactions attempted (each one commit; at ``FULL`` one fsync)."""
+    requests: int
+    """Writes (``open_session`` and ``append`` calls) they carried."""
+    largest_group: int
+    """The most requests one transaction carried."""
+
+
+# -- requests to the writer ----------------------------------------------------
+
+
+class Request:
+    """One write waiting for the writer thread.
+
+    The writer sets ``result``; ``SQLiteJournal._deliver`` (on the trio thread)
+    then wakes ``task`` with it, so the outcome the writer built is the one
+    ``wait_task_rescheduled`` unwraps in the caller.  The task parked in
+    ``_submit`` right after queueing the request (with no checkpoint between,
+    so it is parked before any delivery).
+    """
+
+    __slots__ = ("result", "session", "task")
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        self.task = trio.lowlevel.current_task()
+        # Written by the writer thread before the group is handed back.
+        self.result: outcome.Outcome[Any] | None = None
+
+
+class OpenRequest(Request):
+    __slots__ = ("create",)
+
+    def __init__(self, session: str, create: bool) -> None:
+        super().__init__(session)
+        self.create = create
+
+
+class AppendRequest(Request):
+    __slots__ = ("expected_seq", "incarnation", "pending")
+
+    def __init__(self, lease: SessionLease, pending: list[Pending], expected_seq: int) -> None:
+        super().__init__(lease.session)
+        self.incarnation = lease.incarnation
+        self.pending = pending
+        self.expected_seq = expected_seq
+
+
+class _State:
+    """The writer's view of one session: what an append validates against."""
+
+    __slots__ = ("created_at", "digest", "head", "incarnation")
+
+    def __init__(self, incarnation: int, head: int, digest: bytes, created_at: int) -> None:
+        self.incarnation, self.head, self.digest, self.created_at = (
+            incarnation,
+            head,
+            digest,
+            created_at,
+        )
+
+    def copy(self) -> _State:
+        return _State(self.incarnation, self.head, self.digest, self.created_at)
+
+
+class _Retry(Exception):
+    """The optimistic group insert tripped a constraint: replay the group slowly."""
+
+
+class Writer:
+    """The one writer thread and its connection.  Everything here runs in that thread."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        path: str,
+        deliver: Callable[[list[Request], set[str]], None],
+        token: trio.lowlevel.TrioToken,
+    ) -> None:
+        self.conn = conn
+        self.path = path
+        self.queue: queue.SimpleQueue[list[Request] | None] = queue.SimpleQueue()
+        """Lists of requests; ``None`` asks the thread to stop after what precedes it."""
+        self._deliver = deliver
+        self._token = token
+        self._cache: dict[str, _State] = {}
+        self._data_version = -1
+        # Counters for statistics(); written by this thread only.
+        self.transactions = self.requests = self.largest_group = 0
+        self.thread = threading.Thread(
+            target=self._run, name=f"loopruntime-journal-writer {path}", daemon=True
+        )
+
+    # -- the thread -----------------------------------------------------------
+
+    def _run(self) -> None:
+        stop = False
+        try:
+            while not stop:
+                group = self.queue.get()
+                if group is None:
+                    break
+                # Everything else already waiting joins this transaction.
+                while len(group) < _MAX_GROUP:
+                    try:
+                        more = self.queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        stop = True
+                        break
+                    group = group + more
+                self.transactions += 1
+                self.requests += len(group)
+                self.largest_group = max(self.largest_group, len(group))
+                changed = self._commit_group(group)
+                self._hand_back(group, changed)
+        finally:
+            self.conn.close()
+
+    def _hand_back(self, group: list[Request], changed: set[str]) -> None:
+        # The trio side may already be gone (run finished); then nobody waits.
+        with contextlib.suppress(trio.RunFinishedError):
+            self._token.run_sync_soon(self._deliver, group, changed)
+
+    def _commit_group(self, group: list[Request]) -> set[str]:
+        """Apply ``group`` in one transaction; set every request's result.
+
+        Returns the sessions that received records.  Never raises: a failure of
+        the transaction itself becomes every request's error.
+        """
+        work: dict[str, _State] = {}
+        try:
+            self._begin()
+            try:
+                changed = self._apply_fast(group)
+            except _Retry:
+                # SQLite ends the transaction itself after some failures (a
+                # full disk, an I/O error); the slow path then meets them again.
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                # The fast path advanced the cache in place; forget it.
+                self._cache.clear()
+                self._begin()
+                work, changed = self._apply_slow(group)
+            self.conn.execute("COMMIT")
+        except Exception as exc:
+            # The transaction is lost as a whole: nothing of this group is
+            # stored, so every request fails, including ones that validated.
+            self._cache.clear()
+            if self.conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self.conn.execute("ROLLBACK")
+            error = (
+                unavailable(exc, self.path, "committing appends")
+                if isinstance(exc, sqlite3.Error)
+                else exc
+            )
+            if error is not exc:
+                error.__cause__ = exc
+            for request in group:
+                request.result = outcome.Error(error)
+            return set()
+        self._cache.update(work)  # what the slow path changed, if it ran
+        return changed
+
+    def _begin(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+        # data_version changes only when *another* connection commits; then the
+        # cached heads and incarnations may be stale and are reloaded.
+        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            self._cache.clear()
+            self._data_version = version
+
+    def _state(self, session: str, work: dict[str, _State]) -> _State | None:
+        """The session as this transaction sees it; ``work`` holds this group's changes."""
+        state = work.get(session)
+        if state is not None:
+            return state
+        cached = self._cache.get(session)
+        if cached is None:
+            row = self.conn.execute(
+                "SELECT incarnation, created_at FROM sessions WHERE session = ?", (session,)
+            ).fetchone()
+            if row is None:
+                return None
+            last = self.conn.execute(
+                "SELECT seq, digest FROM records WHERE session = ? ORDER BY seq DESC LIMIT 1",
+                (session,),
+            ).fetchone()
+            head, digest = (last[0], last[1]) if last is not None else (0, GENESIS)
+            cached = self._cache[session] = _State(row[0], head, digest, row[1])
+        state = work[session] = cached.copy()
+        return state
+
+    # -- the two ways through a group ------------------------------------------
+
+    def _apply_fast(self, group: list[Request]) -> set[str]:
+        """Validate against cached state and insert all rows with one executemany.
+
+        Advances the cache in place rather than in a copy per session (this
+        loop runs once per append): if the group does not commit,
+        ``_commit_group`` clears the cache and it is reloaded from the tables.
+        """
+        cache = self._cache
+        rows: list[Row] = []
+        marks: list[Mark] = []
+        changed: set[str] = set()
+        now = time.time_ns()
+        plan, value = plan_append, outcome.Value
+        for request in group:
+            try:
+                if type(request) is OpenRequest:
+                    request.result = value(self._open(request, cache, now))
+                    continue
+                assert isinstance(request, AppendRequest)
+                state = cache.get(request.session)
+                if state is None or request.incarnation != state.incarnation:
+                    state = self._checked_state(request, cache)
+                if request.expected_seq != state.head:
+                    # The ids may already be stored (an idempotent retry); the
+                    # lookup must also see rows this group has not flushed yet.
+                    self._flush_fast(rows, marks)
+                    request.result = value(self._stored_or_conflict(request, state))
+                    continue
+                records = plan(
+                    request.session, state.head, state.digest, request.pending, now, rows, marks
+                )
+                if records:
+                    last = records[-1]
+                    state.head, state.digest = last.seq, last.digest
+            except JournalError as exc:
+                request.result = outcome.Error(exc)
+                continue
+            except _Retry:
+                raise
+            except Exception as exc:
+                # Anything else (a value over SQLite's length limit, a value
+                # sqlite3 cannot bind) may be this request's fault alone; only
+                # the slow path, one savepoint per request, can tell.
+                raise _Retry from exc
+            if records:
+                changed.add(request.session)
+            request.result = value(records)
+        self._flush_fast(rows, marks)
+        return changed
+
+    def _flush_fast(self, rows: list[Row], marks: list[Mark]) -> None:
+        """Insert the planned record rows, then their checkpoint index rows."""
+        if not rows:
+            return
+        try:
+            self.conn.executemany(_INSERT, rows)
+            if marks:
+                self.conn.executemany(_INSERT_CHECKPOINT, marks)
+        except Exception as exc:
+            # A constraint (an id already stored, a lost race) or a row of one
+            # request SQLite refuses: the slow path finds whose it is.
+            raise _Retry from exc
+        rows.clear()
+        marks.clear()
+
+    def _apply_slow(self, group: list[Request]) -> tuple[dict[str, _State], set[str]]:
+        """Each request under its own savepoint, with every check made explicitly."""
+        work: dict[str, _State] = {}
+        changed: set[str] = set()
+        now = time.time_ns()
+        for request in group:
+            self.conn.execute("SAVEPOINT request")
+            # A request changes only its own session's state; keep it to undo.
+            before = work.get(request.session)
+            before = before.copy() if before is not None else None
+            try:
+                if isinstance(request, OpenRequest):
+                    request.result = outcome.Value(self._open(request, work, now))
+                else:
+                    assert isinstance(request, AppendRequest)
+                    state = self._checked_state(request, work)
+                    records, inserted = self._append_slow(request, state, now)
+                    if inserted:
+                        changed.add(request.session)
+                    request.result = outcome.Value(records)
+            except Exception as exc:
+                if not self.conn.in_transaction:
+                    # SQLite gave up the whole transaction (it may, on a full
+                    # disk or an I/O error): what this group did before is
+                    # gone too, so the group fails as a whole.
+                    raise
+                self.conn.execute("ROLLBACK TO request")
+                if before is None:
+                    work.pop(request.session, None)
+                else:
+                    work[request.session] = before
+                if isinstance(exc, sqlite3.Error):
+                    exc = unavailable(exc, self.path, f"writing session {request.session!r:.80}")
+                request.result = outcome.Error(exc)
+            self.conn.execute("RELEASE request")
+        return work, changed
+
+    def _append_slow(
+        self, request: AppendRequest, state: _State, now: int
+    ) -> tuple[list[Record], bool]:
+        """Returns the records and whether they were inserted (not already stored)."""
+        rows: list[Row] = []
+        marks: list[Mark] = []
+        records, fresh = decide_append(
+            request.session,
+            request.expected_seq,
+            state.head,
+            state.digest,
+            request.pending,
+            self._lookup(request),
+            now,
+            rows,
+            marks,
+        )
+        if not fresh:
+            return records, False
+        try:
+            self.conn.executemany(_INSERT, rows)
+            if marks:
+                self.conn.executemany(_INSERT_CHECKPOINT, marks)
+        except sqlite3.IntegrityError as exc:
+            raise self._integrity(request, exc) from exc
+        if records:
+            state.head, state.digest = records[-1].seq, records[-1].digest
+        return records, bool(records)
+
+    def _integrity(self, request: AppendRequest, exc: sqlite3.IntegrityError) -> JournalError:
+        """The one place a lost race or a duplicate id, as a constraint, becomes an error."""
+        message = str(exc)
+        if message.startswith("UNIQUE") and "records.id" in message:
+            # Ids already stored were checked before the insert, and ids repeated
+            # within one append are refused before it reaches the writer.
+            return DuplicateEventError(request.session, request.pending[0][0])
+        if message.startswith("UNIQUE") and "checkpoints.seq" in message:
+            # The records went in, so the index already named a seq that held
+            # no record: damage, not a race (the head has not moved).  Undone
+            # first, so only the entries that were there before are seen.
+            self.conn.execute("ROLLBACK TO request")
+            stray = self.conn.execute(
+                "SELECT min(seq) FROM checkpoints WHERE session = ? AND seq > ?",
+                (request.session, request.expected_seq),
+            ).fetchone()[0]
+            return JournalCorruptError(
+                request.session, stray, "the checkpoint index names it before it was written"
+            )
+        if not (message.startswith("UNIQUE") and "records.seq" in message):
+            return unavailable(exc, self.path, f"writing session {request.session!r:.80}")
+        row = self.conn.execute(
+            "SELECT max(seq) FROM records WHERE session = ?", (request.session,)
+        ).fetchone()
+        self._cache.pop(request.session, None)
+        return ConflictError(request.session, request.expected_seq, row[0] or 0)
+
+    # -- the rules ---------------------------------------------------------------
+
+    def _open(self, request: OpenRequest, work: dict[str, _State], now: int) -> SessionLease:
+        state = self._state(request.session, work)
+        if state is None:
+            if not request.create:
+                raise SessionNotFoundError(request.session)
+            self.conn.execute(
+                "INSERT INTO sessions (session, incarnation, created_at) VALUES (?, 1, ?)",
+                (request.session, now),
+            )
+            state = work[request.session] = _State(1, 0, GENESIS, now)
+        else:
+            state.incarnation += 1
+            self.conn.execute(
+                "UPDATE sessions SET incarnation = ? WHERE session = ?",
+                (state.incarnation, request.session),
+            )
+        return SessionLease(session=request.session, incarnation=state.incarnation, head=state.head)
+
+    def _checked_state(self, request: AppendRequest, work: dict[str, _State]) -> _State:
+        state = self._state(request.session, work)
+        if state is None:
+            raise SessionNotFoundError(request.session)
+        check_lease(request.session, request.incarnation, state.incarnation)
+        return state
+
+    def _stored_or_conflict(self, request: AppendRequest, state: _State) -> list[Record]:
+        stored = stored_records(request.session, request.pending, self._lookup(request))
+        if stored is None:
+            raise ConflictError(request.session, request.expected_seq, state.head)
+        return stored
+
+    def _lookup(self, request: AppendRequest) -> list[Row | None]:
+        """The stored row of each draft's id (None where it is not stored)."""
+        if not request.pending:
+            return []
+        found: dict[str, Row] = {}
+        ids = [p[0] for p in request.pending]
+        for start in range(0, len(ids), _ID_CHUNK):
+            chunk = ids[start : start + _ID_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            for row in self.conn.execute(
+                "SELECT session, seq, id, loop, at, cause, digest, body FROM records"
+                f" WHERE session = ? AND id IN ({marks})",
+                (request.session, *chunk),
+            ):
+                found[row[2]] = row
+        return [found.get(id) for id in ids]
