@@ -49,7 +49,8 @@ from loopruntime.host import (
 )
 
 from .checkpoints import DEFAULT_EVERY, Checkpointer, read_restored
-from .collaboration import Collaboration, collaborate, resume
+from .collaboration import Collaboration
+from .collaboration.driver import collaborate, resume
 from .errors import SessionExistsError, UnknownSessionError, VerifyError
 from .restore import settle_restored
 from .subscriptions import StreamDelta, Subscriptions
