@@ -3,8 +3,9 @@
 Settling never replays anything silently: an effect that started and never
 completed becomes an unknown effect the host resolves, unless its tool may
 be re-run (``replay_safe``), or re-entered at its open question
-(``resumable``), with a stored input that still fits the tool.  docs/restore.md lists what restore does
-for each thing a crash can leave open.
+(``resumable``), with a stored input that still fits the tool.
+docs/restore.md lists what restore does for each thing a crash can leave
+open.
 """
 
 from __future__ import annotations

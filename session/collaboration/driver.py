@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
-from journal import Journal
+from journal import Journal, Record
 from journal.content import Message, Text
 from journal.events import (
     CollabControlled,
@@ -32,7 +32,6 @@ from journal.events import (
     Provenance,
     TaskSpec,
 )
-from journal.record import Record
 from loopruntime import Loop, LoopClosedError, LoopDefinition
 from loopruntime.host import Interrupt, Steer, UserInput, child_outcome, new_id
 

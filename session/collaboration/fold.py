@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
+from journal import Record
 from journal.events import (
     CollabControlled,
     CollabEnded,
@@ -18,7 +19,6 @@ from journal.events import (
     CollabTurn,
     Decision,
 )
-from journal.record import Record
 
 __all__ = ["CollabState", "Receipt", "TaskView", "Turn", "WorkerInfo", "fold_collaboration"]
 

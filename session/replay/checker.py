@@ -14,8 +14,8 @@ from typing import assert_never
 
 import msgspec
 
-from journal import Journal, JournalError, Record, SessionNotFoundError
-from journal.codec import GENESIS, chain, encode_event
+from journal import Journal, JournalError, Record, SessionNotFoundError, encode_event
+from journal.codec import GENESIS, chain
 from journal.content import Message, ToolResult
 from journal.events import (
     ChildFinished,
