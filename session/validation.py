@@ -2,9 +2,8 @@
 
 A refused argument raises a named error and nothing is committed (an answer
 or a decision refused leaves its gate open).  msgspec encodes whatever it is
-given but decodes only what the schema allows, so a value is accepted only
-if the journal could read it back: one unreadable record would make the
-whole session's journal unreadable from there on.
+given but decodes only what the schema allows, so content is accepted only
+if the journal could read it back.
 """
 
 from __future__ import annotations
@@ -27,11 +26,9 @@ _text_decoder = msgspec.msgpack.Decoder(str)
 
 
 def _recordable(value: object, decoder: msgspec.msgpack.Decoder[Any], what: str) -> None:
-    """Refuse what the journal could not read back.
-
-    A plain string among a message's blocks would be appended, and the
-    session's journal would be unreadable from that record on.  Text that is
-    not Unicode fails the append itself, which ends the whole session."""
+    """Refuse what the journal could not read back: a plain string among a
+    message's blocks would be appended and then fail every read; text that is
+    not Unicode would fail the append itself, which ends the whole session."""
     try:
         decoder.decode(msgspec.msgpack.encode(value))
     except (msgspec.MsgspecError, TypeError, ValueError) as exc:
