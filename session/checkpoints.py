@@ -1,29 +1,13 @@
-"""Session checkpoints: restore that reads the tail, not the whole history.
+"""Session checkpoints: restore reads the tail, not the whole history.
 
-Every ``every`` records the session writer puts one ``session.checkpoint``
-in front of the next append.  It holds each loop's folded state as it stands
-after every record before it (the writer has folded them all: it folds each
-append before it takes the next), so it is exactly ``fold`` of those records,
-which ``replay --check`` proves for every checkpoint of a journal.
+* A checkpoint is exactly the fold of every record before it: the writer
+  puts it in front of an append, when every loop has folded up to the head.
+* A loop's messages go in as a delta on its previous image (``kept``); a
+  chain starting afresh has ``previous=0`` and every loop in full.
+* A checkpoint that cannot be used is logged and restore folds the whole
+  history: checkpoints are derived data, never the only copy of anything.
 
-The model context goes in as a delta: a loop's image keeps the first ``kept``
-messages of its image in the previous checkpoint and adds the ones appended
-since.  A chain of checkpoints therefore stores each message about twice in
-the journal (once in its own record, once in a checkpoint) however long the
-history, never once per checkpoint: that is what keeps checkpoints from
-growing with the square of the history.  A compaction replaces the context
-with a short one; the next image of that loop starts afresh (``kept=0``).
-
-A writer that restored without the chain (``use_checkpoints=False``, or a
-chain it could not use) starts a new one: its first checkpoint has
-``previous=0`` and every loop in full, and restore ignores what came before.
-
-Restore takes the checkpoint records from the journal's index
-(``Journal.checkpoints``), rebuilds the states from them alone, and folds
-only the records after the last one.  A checkpoint that cannot be used (a
-loop image that does not decode, a ``kept`` beyond what the chain holds) is
-logged and restore folds the whole history instead: checkpoints are derived
-data, never the only copy of anything.
+docs/restore.md tells the whole story.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ from journal.content import TextDelta
 from loopruntime import LoopDefinition, LoopError
 from loopruntime.models import ScriptedModel
 
+from .replay import open_for_replay, replay_command
+from .restore import read_states, resolve_offline
 from .runtime import Session, StreamDelta
 
 __all__ = ["main"]
@@ -165,9 +167,6 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 async def _sessions(args: argparse.Namespace) -> int:
-    from .replay import open_for_replay
-    from .restore import read_states
-
     # Opened like replay: a missing or foreign file is refused, never created.
     async with open_for_replay(journal_url(args.journal)) as journal:
         infos = await journal.sessions()
@@ -209,8 +208,6 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 
 async def _replay(args: argparse.Namespace) -> int:
-    from .replay import replay_command
-
     # Not journal_url(): replay only reads, so it must not create directories.
     url = args.journal or os.environ.get("LOOPRUNTIME_JOURNAL") or DEFAULT_JOURNAL
 
@@ -245,9 +242,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 async def _resolve(args: argparse.Namespace) -> int:
-    from .replay import open_for_replay
-    from .restore import resolve_offline
-
     # A missing or foreign file is refused before anything could create it.
     async with open_for_replay(journal_url(args.journal)) as journal:
         await resolve_offline(

@@ -1,20 +1,11 @@
 """Restore: fold a session's journal and settle what a crash left open.
 
-Settling never replays anything silently:
-
-* a model call with no committed message becomes a message built from its
-  journaled ``model.output`` pieces plus ``TRUNCATED_NOTICE``; its turn ends
-  ``crashed`` (queued input survives and starts afterwards);
-* a started tool call with no outcome is an *unknown effect*
-  (``tool.abandoned(crashed)``): the loop waits for the host to resolve it,
-  unless the tool is ``replay_safe`` (re-run under the same execution id) or
-  is ``resumable`` and waits at an open question (re-entered once answered);
-* a question asked by a non-resumable tool is cancelled
-  (``restore_unavailable``) and its call becomes an unknown effect;
-* a call whose stored input no longer fits its tool's input schema (the
-  schema changed between deploys) is settled as if its tool were neither
-  replay-safe nor resumable: it cannot be re-entered;
-* open permission gates stay open: their tool never started.
+Settling never replays anything silently: an effect that started and never
+completed becomes an unknown effect the host resolves, unless its tool may
+be re-run (``replay_safe``), or re-entered at its open question
+(``resumable``), with a stored input that still fits the tool.
+docs/restore.md lists what restore does for each thing a crash can leave
+open.
 """
 
 from __future__ import annotations

@@ -1,28 +1,25 @@
-"""Session: one journal lease, one writer, a nursery of loops, fan-out.
+"""Session: many loops on one journal — lifecycle and the command facade.
 
-The writer is the single place a session's records are appended.  Commits
-that arrive at the same moment (from any loop of the session) go into one
-atomic append; the records are then folded into their loops in seq order,
-published to subscribers, and only then are the committers released.
+A session holds the journal's lease for its id, runs its loops in one
+nursery, and is their ``LoopHost``.  Every record goes through its single
+``Writer``; subscribers read through ``Subscriptions``.  Commands check their
+arguments before anything is sent (``validation``), and each goes to the one
+loop it is for.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Any
 
-import msgspec
-import structlog
 import trio
 
-from journal import Draft, Journal, JournalError, Record, SessionNotFoundError
-from journal.content import Block, Message, ResultBlock, Text
-from journal.events import Event, Provenance
+from journal import Journal, JournalError, Record, SessionNotFoundError
+from journal.content import Block, Message, ResultBlock
+from journal.events import Provenance
 from loopruntime import (
     GateMismatchError,
-    InvalidAnswerError,
     Loop,
     LoopClosedError,
     LoopDefinition,
@@ -38,10 +35,7 @@ from loopruntime.host import (
     ChangeMode,
     Compact,
     DecideGate,
-    Delta,
-    GuardFailedError,
     Interrupt,
-    Reply,
     ResolveToolCall,
     Shutdown,
     Snapshot,
@@ -56,92 +50,17 @@ from loopruntime.host import (
 
 from .checkpoints import DEFAULT_EVERY, Checkpointer, read_restored
 from .collaboration import Collaboration
-from .errors import (
-    InvalidContentError,
-    SeqOutOfRangeError,
-    SessionExistsError,
-    SessionLagError,
-    UnknownSessionError,
-    VerifyError,
-)
+from .collaboration.driver import collaborate, resume
+from .errors import SessionExistsError, UnknownSessionError, VerifyError
+from .restore import settle_restored
+from .subscriptions import StreamDelta, Subscriptions
+from .validation import answer_text, check_decision, steering_text, tool_result, user_message
+from .writer import Writer
 
 __all__ = ["ROOT_LOOP", "Session", "StreamDelta"]
 
-log = structlog.get_logger(__name__)
-
 ROOT_LOOP = "main"
 """Loop id of a session's first loop."""
-
-
-class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
-    """A live stream delta (ephemeral: not durable, may be dropped)."""
-
-    loop: str
-    effect_id: str
-    delta: Any
-
-
-_message_decoder = msgspec.msgpack.Decoder(Message)
-_result_decoder = msgspec.msgpack.Decoder(tuple[ResultBlock, ...])
-_text_decoder = msgspec.msgpack.Decoder(str)
-
-
-def _recordable(value: object, decoder: msgspec.msgpack.Decoder[Any], what: str) -> None:
-    """Refuse what the journal could not read back.
-
-    msgspec encodes whatever it is given, but decodes only what the schema
-    allows: a plain string among a message's blocks would be appended, and
-    the session's journal would be unreadable from that record on.  Text that
-    is not Unicode fails the append itself, which ends the whole session."""
-    try:
-        decoder.decode(msgspec.msgpack.encode(value))
-    except (msgspec.MsgspecError, TypeError, ValueError) as exc:
-        raise InvalidContentError(
-            f"{what} cannot be recorded ({exc}); nothing was committed"
-        ) from exc
-
-
-class Stream(Protocol):
-    """What records are committed for: a loop, or a collaboration's stream."""
-
-    id: str
-
-    def apply(self, record: Record) -> None: ...
-
-
-class _Pending:
-    __slots__ = ("drafts", "guard", "loop", "reply")
-
-    def __init__(self, loop: Stream, drafts: list[Draft], guard: Callable[[], bool] | None) -> None:
-        self.loop = loop
-        self.drafts = drafts
-        self.guard = guard
-        self.reply: Reply[list[Record]] = Reply()
-
-
-class _Subscriber:
-    __slots__ = ("buffer", "capacity", "deltas", "dropped", "lagged", "lot")
-
-    def __init__(self, capacity: int, deltas: bool) -> None:
-        self.buffer: deque[Record | StreamDelta] = deque()
-        self.capacity = capacity
-        self.deltas = deltas
-        self.lagged = False
-        self.dropped = 0
-        self.lot = trio.lowlevel.ParkingLot()
-
-    def push(self, item: Record | StreamDelta) -> None:
-        if len(self.buffer) >= self.capacity:
-            if isinstance(item, StreamDelta):
-                self.dropped += 1  # ephemeral: dropping is allowed
-                return
-            # A durable record never silently goes missing: the subscription
-            # ends with an error saying where to resume from.
-            self.lagged = True
-            self.lot.unpark_all()
-            return
-        self.buffer.append(item)
-        self.lot.unpark_all()
 
 
 class Session:
@@ -159,21 +78,27 @@ class Session:
         self.id = session_id
         self.definition = definition
         self.loops: dict[str, Loop] = {}
-        self._queue: list[_Pending] = []
-        self._wake = trio.Event()
-        self._writing = False
-        self._head = 0
-        self._checkpoints = Checkpointer(checkpoint_every)
-        self._failed: BaseException | None = None
-        self._subscribers: set[_Subscriber] = set()
         self._closed = False
-        self._closed_event = trio.Event()
         self._watching: set[str] = set()
         self._also: list[LoopDefinition] = []
         self.collab_streams: set[str] = set()
         """Stream ids of the collaborations started by this session object."""
         self._delivered = trio.lowlevel.ParkingLot()
-        self.log = log.bind(session=session_id)
+        self._subscriptions = Subscriptions(
+            journal, session_id, head=lambda: self._writer.head, closed=lambda: self._closed
+        )
+        self._writer = Writer(
+            journal,
+            session_id,
+            self.loops,
+            self._subscriptions.subscribers,
+            Checkpointer(checkpoint_every),
+        )
+        # The loops' side of LoopHost: they commit to the writer and publish
+        # deltas to the subscriptions directly, so the hot paths take no
+        # extra hop through the session.
+        self.commit = self._writer.commit
+        self.publish_delta = self._subscriptions.publish_delta
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -251,7 +176,7 @@ class Session:
             # race pays for a second read.
             restored = await read_restored(journal, session_id, use_checkpoints=use_checkpoints)
             session._check_fits(restored.states)
-        session._checkpoints.resume(restored)
+        session._writer.checkpoints.resume(restored)
         async with session._running(lease, restored.states, restoring=True):
             yield session
 
@@ -284,16 +209,13 @@ class Session:
     async def _running(
         self, lease: Any, states: dict[str, LoopState], *, restoring: bool = False
     ) -> AsyncIterator[None]:
-        self._lease = lease
-        self._head = lease.head
+        self._writer.open(lease)
         raised: Exception | None = None
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._write)
+                nursery.start_soon(self._writer.run)
                 if restoring:
-                    from .restore import settle_restored
-
                     # Every loop exists before the first settling commit: a
                     # checkpoint that commit carries pictures every loop there is.
                     restored = [
@@ -383,16 +305,12 @@ class Session:
     ) -> str:
         """Run a coordinator/worker collaboration; returns its output, or raises
         ``CollaborationError`` with the failure code."""
-        from .collaboration import collaborate
-
         self._loop(None)  # refuse when closed
         self._also.extend(collaboration.definitions())
         return await collaborate(self, collaboration, input, collab_id=collab_id)
 
     async def resume_collaboration(self, collaboration: Collaboration, collab_id: str) -> str:
         """Continue a collaboration recorded in this session's journal."""
-        from .collaboration import resume
-
         self._loop(None)
         return await resume(self, collaboration, collab_id)
 
@@ -434,128 +352,7 @@ class Session:
                 await loop.send(Shutdown())
             except LoopClosedError:
                 pass
-        self._closed_event.set()
-        for sub in self._subscribers:
-            sub.lot.unpark_all()
-
-    # -- the writer (LoopHost) --------------------------------------------------------
-
-    async def commit(
-        self,
-        loop: Stream,
-        events: Sequence[Event],
-        *,
-        cause: str | None = None,
-        guard: Callable[[], bool] | None = None,
-    ) -> list[Record]:
-        if not events:
-            return []
-        if self._failed is not None:
-            raise self._failed
-        pending = _Pending(
-            loop,
-            [Draft(id=new_id("ev_"), loop=loop.id, event=e, cause=cause) for e in events],
-            guard,
-        )
-        if not self._writing and not self._queue and guard is None:
-            # Nothing in flight: append from this task, sparing the hop to the
-            # writer.  Commits arriving meanwhile queue up and go together next.
-            self._writing = True
-            try:
-                await self._append([pending])
-            except trio.Cancelled:
-                raise  # nothing was appended (the journal's contract): nothing to undo
-            except BaseException as exc:
-                self._fail(exc, [pending])
-                raise
-            finally:
-                self._writing = False
-                if self._queue:
-                    self._wake.set()
-            return pending.reply.result()
-        self._queue.append(pending)
-        self._wake.set()
-        # Shielded: once asked for, a commit runs to its end, so the caller
-        # always learns exactly what became durable (and state is folded).
-        with trio.CancelScope(shield=True):
-            records = await pending.reply.wait()
-        return records
-
-    def _fail(self, exc: BaseException, batch: list[_Pending]) -> None:
-        """A journal failure stops the session: nobody may go on believing
-        something is durable that is not, and nobody waits forever on a
-        commit that will never happen."""
-        self._failed = exc
-        for p in [*batch, *self._queue]:
-            p.reply.fail(exc)
-        self._queue = []
-        self.log.error("journal_append_failed", error=repr(exc))
-
-    async def _write(self) -> None:
-        while True:
-            if not self._queue or self._writing:
-                self._wake = trio.Event()
-                await self._wake.wait()
-                continue
-            batch, self._queue = self._queue, []
-            self._writing = True
-            try:
-                group: list[_Pending] = []
-                for pending in batch:
-                    if pending.guard is not None:
-                        # A guard sees everything committed before it folded.
-                        await self._append(group)
-                        group = []
-                        if not pending.guard():
-                            pending.reply.fail(
-                                GuardFailedError("the guarded commit's precondition failed")
-                            )
-                            continue
-                    group.append(pending)
-                await self._append(group)
-            except BaseException as exc:
-                self._fail(exc, batch)
-                raise
-            finally:
-                self._writing = False
-
-    async def _append(self, group: list[_Pending]) -> None:
-        """Append a group in one atomic append, fold, publish, release."""
-        if not group:
-            return
-        drafts = [d for p in group for d in p.drafts]
-        # Every loop has folded up to the head: a checkpoint taken now, put
-        # first, is exactly the fold of the records before it.
-        checkpoint = self._checkpoints.draft(self._head, self.loops)
-        if checkpoint is not None:
-            drafts.insert(0, checkpoint)
-        # No shield needed: the journal's append is atomic under cancellation
-        # (a Cancelled append wrote nothing; one under way finishes), and all
-        # that follows is synchronous.
-        records = await self.journal.append(self._lease, drafts, expected_seq=self._head)
-        self._head = records[-1].seq
-        at = 0
-        if checkpoint is not None:
-            self._checkpoints.written(records[0])
-            for sub in self._subscribers:
-                sub.push(records[0])
-            at = 1
-        for p in group:
-            mine = records[at : at + len(p.drafts)]
-            at += len(p.drafts)
-            for record in mine:
-                p.loop.apply(record)
-                for sub in self._subscribers:
-                    sub.push(record)
-            p.reply.set(mine)
-
-    def publish_delta(self, loop: str, effect_id: str, delta: Delta) -> None:
-        if not self._subscribers:
-            return
-        item = StreamDelta(loop=loop, effect_id=effect_id, delta=delta)
-        for sub in self._subscribers:
-            if sub.deltas:
-                sub.push(item)
+        self._subscriptions.wake_all()
 
     # -- commands -----------------------------------------------------------------
 
@@ -571,29 +368,13 @@ class Session:
         self, content: str | Message | Sequence[Block], *, loop: str | None = None
     ) -> str:
         """Queue input; returns its id once it is durable."""
-        if isinstance(content, str):
-            message = Message(role="user", blocks=(Text(text=content),))
-        elif isinstance(content, Message):
-            message = content
-        else:
-            try:
-                message = Message(role="user", blocks=tuple(content))
-            except TypeError as exc:
-                raise InvalidContentError(
-                    f"input must be text, a Message or a sequence of content blocks, not "
-                    f"{type(content).__name__}; nothing was committed"
-                ) from exc
-        _recordable(message, _message_decoder, "the input")
+        message = user_message(content)
         input_id = new_id("in_")
         await self._loop(loop).send(UserInput(input_id=input_id, messages=(message,)))
         return input_id
 
     async def steer(self, text: str, *, loop: str | None = None) -> str:
-        if not isinstance(text, str):
-            raise InvalidContentError(
-                f"steering must be text, not {type(text).__name__}; nothing was committed"
-            )
-        _recordable(text, _text_decoder, "the steering")
+        text = steering_text(text)
         steer_id = new_id("st_")
         await self._loop(loop).send(Steer(steer_id=steer_id, text=text))
         return steer_id
@@ -613,27 +394,13 @@ class Session:
         raise GateMismatchError(f"gate {gate_id} is not open in session {self.id}")
 
     async def answer(self, gate_id: str, text: str) -> None:
-        if not isinstance(text, str):
-            raise InvalidAnswerError(
-                f"the answer to gate {gate_id} must be text, not {type(text).__name__}; "
-                "the gate stays open"
-            )
+        text = answer_text(gate_id, text)
         await self._gate_loop(gate_id).send(AnswerGate(gate_id=gate_id, answer=text))
 
     async def decide(self, gate_id: str, allow: bool, scope: str = "once") -> None:
         # Checked before the gate is looked up: a malformed decision is refused
-        # whatever the gate, and the gate stays open.  bool("no") is True, so
-        # anything but a real bool would allow what the caller meant to deny.
-        if not isinstance(allow, bool):
-            raise InvalidAnswerError(
-                f"the decision on gate {gate_id} must be allow=True or allow=False, not "
-                f"{allow!r}; the gate stays open"
-            )
-        if scope not in ("once", "session"):
-            raise InvalidAnswerError(
-                f"the scope of a decision on gate {gate_id} must be 'once' or 'session', "
-                f"not {scope!r}; the gate stays open"
-            )
+        # whatever the gate, and the gate stays open.
+        check_decision(gate_id, allow, scope)
         await self._gate_loop(gate_id).send(
             DecideGate(gate_id=gate_id, allow=allow, scope=scope)  # type: ignore[arg-type]
         )
@@ -642,21 +409,7 @@ class Session:
         self, execution_id: str, result: str | Sequence[ResultBlock], is_error: bool = False
     ) -> None:
         """Settle a tool call whose outcome is unknown (after a crash)."""
-        if isinstance(result, str):
-            content: tuple[ResultBlock, ...] = (Text(text=result),)
-        else:
-            try:
-                content = tuple(result)
-            except TypeError as exc:
-                raise InvalidContentError(
-                    f"the result of execution {execution_id} must be text or a sequence of "
-                    f"Text and Image blocks, not {type(result).__name__}; nothing was committed"
-                ) from exc
-        _recordable(content, _result_decoder, f"the result of execution {execution_id}")
-        if not isinstance(is_error, bool):
-            raise InvalidContentError(
-                f"is_error must be a bool, not {is_error!r}; nothing was committed"
-            )
+        content = tool_result(execution_id, result, is_error)
         for loop in self.loops.values():
             if execution_id in loop.state.unknown:
                 await loop.send(
@@ -721,37 +474,14 @@ class Session:
                     f"of its journal in {', '.join(diff)}"
                 )
 
-    async def subscribe(
+    def subscribe(
         self, after: int = 0, *, deltas: bool = False, capacity: int = 10_000
     ) -> AsyncIterator[Record | StreamDelta]:
         """Every durable record after ``after`` (history first, then live), and
         with ``deltas`` the live stream deltas too.  Ends when the session
         closes; a subscriber too slow to keep ``capacity`` records buffered
         gets ``SessionLagError`` with the seq to resume from."""
-        if not 0 <= after <= self._head:
-            raise SeqOutOfRangeError(self.id, after, self._head)
-        sub = _Subscriber(capacity, deltas)
-        self._subscribers.add(sub)
-        last = after
-        try:
-            async for record in self.journal.read(self.id, after=after):
-                yield record
-                last = record.seq
-            while True:
-                while sub.buffer:
-                    item = sub.buffer.popleft()
-                    if isinstance(item, Record):
-                        if item.seq <= last:
-                            continue
-                        last = item.seq
-                    yield item
-                if sub.lagged:
-                    raise SessionLagError(self.id, last)
-                if self._closed:
-                    return
-                await sub.lot.park()
-        finally:
-            self._subscribers.discard(sub)
+        return self._subscriptions.subscribe(after, deltas=deltas, capacity=capacity)
 
 
 def _journal_failure(group: BaseExceptionGroup[BaseException]) -> JournalError | None:

@@ -6,6 +6,7 @@ import msgspec
 import pytest
 import trio
 
+import session.collaboration
 from journal import open_journal
 from journal.events import CollabEnded, CollabTaskFinished, CollabTurn
 from loopruntime import LoopDefinition
@@ -244,3 +245,13 @@ async def test_a_collaboration_id_is_never_used_twice_in_a_session() -> None:
             with pytest.raises(CollaborationError, match="already has a collaboration c2"):
                 await s.collaborate(collab, "fourth", collab_id="c2")
         assert (await check(journal, s.id)).ok
+
+
+def test_collaboration_exports_its_names() -> None:
+    names = {
+        "CollabState", "Collaboration", "CollaborationError", "Control", "Decision", "TaskSpec",
+        "TaskView", "Turn", "Worker", "WorkerInfo", "fold_collaboration", "parse_decision",
+    }  # fmt: skip
+    assert set(session.collaboration.__all__) == names
+    for name in names:
+        assert getattr(session.collaboration, name) is not None

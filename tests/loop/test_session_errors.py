@@ -16,11 +16,11 @@ from loopruntime import (
     InvalidAnswerError,
     LoopDefinition,
     Mode,
+    ModelRequest,
     ModeNotFoundError,
     ToolContext,
     tool,
 )
-from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session, UnknownSessionError
 from session.errors import InvalidContentError, SeqOutOfRangeError

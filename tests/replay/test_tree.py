@@ -27,7 +27,7 @@ from journal.events import (
     TurnEnded,
     TurnStarted,
 )
-from loopruntime.notices import INTERRUPTED_NOTICE
+from loopruntime import INTERRUPTED_NOTICE
 from session import Session
 from session.replay import (
     TREE_SCHEMA,

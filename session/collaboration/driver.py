@@ -1,37 +1,23 @@
-"""Coordinator/worker collaboration on one session.
+"""The collaboration driver: runs coordinator turns, starts and controls
+worker tasks, and records every step on the collaboration's stream.
 
-A coordinator (a plain Python policy, or any loop definition answering in
-JSON) is shown a ``Turn`` -- its number, its own notes, the workers, every
-task so far with how it started and ended, and the receipts of its last
-controls -- and returns a ``Decision``:
-
-* ``tasks`` start worker loops under unique keys (child loops of the session);
-* ``controls`` steer or cancel running tasks;
-* ``mode``: ``continue`` runs the next coordinator turn at once, ``wait`` runs
-  it once at least one outstanding task has finished, ``complete`` returns
-  ``output`` and cancels what still runs.
-
-Bounds (``max_turns``, ``max_tasks``, ``max_concurrent_tasks``,
-``max_controls_per_turn``) and invalid decisions end the collaboration
-``failed`` with an explicit code (``collaboration.limit.turns``,
-``collaboration.decision.invalid``, ...).
-
-Every step is an event on the collaboration's own stream (loop id
-``collab:<id>``), folded by the pure ``fold_collaboration``; so a collaboration
-restores (``Session.resume_collaboration``) and replays like anything else.
+It works through a ``CollaborationHost`` (the commit path, the loops,
+starting workers), never through the session itself.  Each step is
+committed before it is acted on, so a resumed driver carries out exactly
+what the last decision asked and the journal does not yet show.
 """
 
 from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, Protocol
 
 import msgspec
 import trio
 
+from journal import Journal, Record
 from journal.content import Message, Text
 from journal.events import (
     CollabControlled,
@@ -46,158 +32,14 @@ from journal.events import (
     Provenance,
     TaskSpec,
 )
-from journal.record import Record
-from loopruntime import LoopClosedError, LoopDefinition, LoopError
+from loopruntime import Loop, LoopClosedError, LoopDefinition
 from loopruntime.host import Interrupt, Steer, UserInput, child_outcome, new_id
 
-if TYPE_CHECKING:
-    from loopruntime import Loop
+from ..writer import Stream
+from .definition import Collaboration, CollaborationError
+from .fold import CollabState, Turn, WorkerInfo, fold_collaboration
 
-    from .runtime import Session
-
-__all__ = [
-    "CollabState",
-    "Collaboration",
-    "CollaborationError",
-    "Control",
-    "Decision",
-    "TaskSpec",
-    "TaskView",
-    "Turn",
-    "Worker",
-    "WorkerInfo",
-    "fold_collaboration",
-    "parse_decision",
-]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Worker:
-    name: str
-    definition: LoopDefinition
-    description: str = ""
-
-
-Policy = Callable[["Turn"], "Decision | Awaitable[Decision]"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Collaboration:
-    coordinator: LoopDefinition | Policy
-    workers: Sequence[Worker]
-    max_turns: int = 20
-    max_tasks: int = 20
-    max_concurrent_tasks: int = 4
-    max_controls_per_turn: int = 4
-
-    @property
-    def coordinator_name(self) -> str:
-        if isinstance(self.coordinator, LoopDefinition):
-            return self.coordinator.name
-        return getattr(self.coordinator, "__name__", "policy")
-
-    def definitions(self) -> list[LoopDefinition]:
-        """Every loop definition this collaboration may run (for restore)."""
-        out = [w.definition for w in self.workers]
-        if isinstance(self.coordinator, LoopDefinition):
-            out.append(self.coordinator)
-        return out
-
-
-class CollaborationError(LoopError):
-    """A collaboration ended ``failed``; ``code`` says why."""
-
-    def __init__(self, message: str, *, code: str) -> None:
-        super().__init__(message, code=code)
-
-
-# -- what the coordinator sees ------------------------------------------------------------
-
-
-class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    description: str = ""
-
-
-class TaskView(msgspec.Struct, kw_only=True):
-    key: str
-    worker: str
-    input: str
-    started_turn: int
-    status: str = "running"
-    output: str = ""
-    child_loop: str = ""
-
-
-class Receipt(msgspec.Struct, frozen=True, kw_only=True):
-    key: str
-    kind: str
-    receipt: str
-
-
-class Turn(msgspec.Struct, frozen=True, kw_only=True):
-    number: int
-    input: str
-    state: str
-    workers: tuple[WorkerInfo, ...]
-    tasks: tuple[TaskView, ...]
-    controls: tuple[Receipt, ...]
-
-
-class CollabState(msgspec.Struct, kw_only=True):
-    """A collaboration, folded from its stream."""
-
-    collab_id: str = ""
-    input: str = ""
-    turns: int = 0
-    notes: str = ""
-    last: Decision | None = None
-    tasks: dict[str, TaskView] = {}
-    receipts: list[Receipt] = []
-    finished_since_turn: int = 0
-    """Tasks that finished since the last decision (what ``wait`` waits for)."""
-    ended: bool = False
-    status: str = ""
-    output: str = ""
-    code: str | None = None
-
-    @property
-    def running(self) -> list[TaskView]:
-        return [t for t in self.tasks.values() if t.status == "running"]
-
-
-def fold_collaboration(state: CollabState, record: Record) -> CollabState:
-    """Apply one collaboration record (pure; in place, like loop fold)."""
-    e = record.event
-    match e:
-        case CollabStarted():
-            state.collab_id, state.input = e.collab_id, e.input
-        case CollabTurn():
-            state.turns = e.number
-            state.notes = e.decision.state
-            state.last = e.decision
-            state.receipts = []
-            state.finished_since_turn = 0
-        case CollabTaskStarted():
-            state.tasks[e.key] = TaskView(
-                key=e.key,
-                worker=e.worker,
-                input=e.input,
-                started_turn=e.turn,
-                child_loop=e.child_loop,
-            )
-        case CollabTaskFinished():
-            task = state.tasks.get(e.key)
-            if task is not None and task.status == "running":
-                task.status, task.output = e.status, e.output
-                state.finished_since_turn += 1
-        case CollabControlled():
-            state.receipts.append(Receipt(key=e.key, kind=e.kind, receipt=e.receipt))
-        case CollabEnded():
-            state.ended, state.status, state.output, state.code = True, e.status, e.output, e.code
-        case _:
-            pass
-    return state
+__all__ = ["CollaborationHost", "Driver", "collaborate", "parse_decision", "resume"]
 
 
 _decision_decoder = msgspec.json.Decoder(Decision)
@@ -220,7 +62,31 @@ def parse_decision(text: str) -> Decision:
         ) from exc
 
 
-# -- the driver -------------------------------------------------------------------------
+class CollaborationHost(Protocol):
+    """What a collaboration needs of the session it runs on: the commit path,
+    its loops, and starting worker loops (``Session`` is one)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def loops(self) -> Mapping[str, Loop]: ...
+
+    @property
+    def collab_streams(self) -> set[str]:
+        """Stream ids of the collaborations started on this host."""
+        ...
+
+    async def commit(self, loop: Stream, events: Sequence[Event]) -> list[Record]: ...
+
+    def child(self, child_id: str) -> Loop | None: ...
+
+    async def start_worker(
+        self, loop_id: str, definition: LoopDefinition, provenance: Provenance
+    ) -> Loop: ...
 
 
 class _Stream:
@@ -235,7 +101,7 @@ class _Stream:
 
 
 class Driver:
-    def __init__(self, session: Session, collab: Collaboration, stream: _Stream) -> None:
+    def __init__(self, session: CollaborationHost, collab: Collaboration, stream: _Stream) -> None:
         self.session = session
         self.collab = collab
         self.stream = stream
@@ -516,7 +382,7 @@ _COORDINATOR_ASK = (
 
 
 async def collaborate(
-    session: Session, collab: Collaboration, input: str, *, collab_id: str | None = None
+    session: CollaborationHost, collab: Collaboration, input: str, *, collab_id: str | None = None
 ) -> str:
     """Run a new collaboration to its end; return its output (or raise
     ``CollaborationError`` with the failure code)."""
@@ -538,7 +404,7 @@ async def collaborate(
     return await _drive(driver)
 
 
-async def _refuse_taken(session: Session, stream_id: str) -> None:
+async def _refuse_taken(session: CollaborationHost, stream_id: str) -> None:
     """Refuse a collaboration id this session already used.
 
     A second collaboration on the same stream would interleave its records
@@ -579,7 +445,7 @@ async def _drive(driver: Driver) -> str:
     return outcome
 
 
-async def resume(session: Session, collab: Collaboration, collab_id: str) -> str:
+async def resume(session: CollaborationHost, collab: Collaboration, collab_id: str) -> str:
     """Continue a collaboration from its journal stream (after a restore)."""
     stream = _Stream(collab_id)
     async for record in session.journal.read(session.id):

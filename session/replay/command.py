@@ -1,0 +1,185 @@
+"""``loopruntime replay``: open a journal to read it, show or check a session.
+
+Never writes.  Exit 0 when the output is complete (or the check passed), 1
+when the journal is damaged or fails the check, 2 when the journal or the
+session cannot be read at all.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Literal
+from urllib.parse import unquote
+
+from journal import Journal, JournalError, Record, SessionNotFoundError, open_journal
+from loopruntime.host import FoldError
+
+from .checker import check
+from .states import render_states, states_at
+from .transcript import TranscriptRenderer, render_transcript
+from .tree import render_tree, tree_json
+from .tree_builder import build_tree
+
+
+class ReplayInputError(Exception):
+    """The journal or session named for replay cannot be read (a clear message)."""
+
+
+# The journal layer is getting a public function for this check; it will replace this one.
+def _refuse_non_journal(url: str) -> None:
+    """Refuse, without writing anything, a SQLite URL or path that holds no journal.
+
+    The SQLite backend creates a missing file and writes the schema into an
+    empty database on open; replay must never write, so it looks first,
+    through a read-only connection.  Other URLs go to their backend as they are."""
+    if url.startswith("sqlite:"):
+        rest = url[len("sqlite:") :]
+        rest = rest[3:] if rest.startswith("///") else rest.lstrip("/")
+        path = unquote(rest.split("?", 1)[0])
+    elif "://" in url or url.startswith("memory:"):
+        return
+    else:
+        path = url
+    p = Path(path)
+    if not p.exists():
+        raise ReplayInputError(f"there is no journal at {path}: the file does not exist")
+    if not p.is_file():
+        raise ReplayInputError(f"{path} is not a journal file")
+    if p.stat().st_size == 0:
+        raise ReplayInputError(f"{path} is empty: it is not a loopruntime journal")
+    try:
+        conn = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT value FROM journal_meta WHERE key = 'format'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise ReplayInputError(f"{path} is not a loopruntime journal ({exc})") from exc
+    if row is None or row[0] != "loopruntime-journal":
+        raise ReplayInputError(f"{path} is not a loopruntime journal")
+
+
+@asynccontextmanager
+async def open_for_replay(url: str) -> AsyncIterator[Journal]:
+    """Open a journal to read it, refusing a SQLite file that is missing or
+    not a journal before anything could create it.  Backend errors (a
+    newer schema, an unreachable server) are ``JournalError``s."""
+    _refuse_non_journal(url)
+    async with open_journal(url) as journal:
+        yield journal
+
+
+async def read_session(journal: Journal, session_id: str) -> AsyncIterator[Record]:
+    """``journal.read`` with a clear error for a session that is not there."""
+    try:
+        async for record in journal.read(session_id):
+            yield record
+    except SessionNotFoundError as exc:
+        raise _no_session(journal, session_id) from exc
+
+
+Format = Literal["transcript", "tree", "json"]
+
+
+async def replay_command(
+    url: str,
+    session_id: str,
+    *,
+    fmt: Format = "transcript",
+    check_only: bool = False,
+    follow: bool = False,
+    at: int | None = None,
+    color: bool = False,
+    out: Callable[[str], None] = print,
+    err: Callable[[str], None] = print,
+) -> int:
+    """``loopruntime replay``: 0 when the output is complete (or the check
+    passed), 1 when the journal is damaged or fails the check, 2 when the
+    journal or session cannot be read at all.  Never writes to the journal."""
+    if follow and (check_only or at is not None or fmt != "transcript"):
+        err("loopruntime replay: --follow works with the transcript format only")
+        return 2
+    if at is not None and at < 0:
+        err(f"loopruntime replay: --at takes a seq (0 or more), not {at}")
+        return 2
+    try:
+        async with open_for_replay(url) as journal:
+            if check_only:
+                try:
+                    report = await check(journal, session_id)
+                except SessionNotFoundError as exc:
+                    raise _no_session(journal, session_id) from exc
+                for problem in report.problems:
+                    err(str(problem))
+                out(report.summary())
+                return 0 if report.ok else 1
+            if follow:
+                return await _follow(journal, session_id, color, out, err)
+            records: list[Record] = []
+            damage: JournalError | None = None
+            try:
+                async for record in read_session(journal, session_id):
+                    records.append(record)
+            except ReplayInputError:
+                raise
+            except JournalError as exc:
+                # Show everything before the damage, then say where it is.
+                damage = exc
+            if at is not None:
+                try:
+                    out(
+                        render_states(
+                            states_at(records, at), min(at, records[-1].seq if records else 0)
+                        )
+                    )
+                except FoldError as exc:
+                    err(f"loopruntime replay: {exc}; `replay --check` reports every problem")
+                    return 1
+            elif fmt == "transcript":
+                out(render_transcript(records, color=color))
+            elif fmt == "tree":
+                out(render_tree(build_tree(session_id, records), color=color))
+            else:
+                out(tree_json(build_tree(session_id, records)).decode())
+            if damage is not None:
+                err(
+                    f"loopruntime replay: the journal is damaged: {damage}; "
+                    "`replay --check` names the first bad seq"
+                )
+                return 1
+            return 0
+    except ReplayInputError as exc:
+        err(f"loopruntime replay: {exc}")
+        return 2
+
+
+def _no_session(journal: Journal, session_id: str) -> ReplayInputError:
+    return ReplayInputError(
+        f"there is no session {session_id} in journal {journal.url}; "
+        "`loopruntime sessions` lists the sessions there are"
+    )
+
+
+async def _follow(
+    journal: Journal,
+    session_id: str,
+    color: bool,
+    out: Callable[[str], None],
+    err: Callable[[str], None],
+) -> int:
+    """Print the transcript, then every record appended later, until the
+    journal closes (or the reader is interrupted)."""
+    renderer = TranscriptRenderer(color=color)
+    try:
+        async for record in journal.tail(session_id):
+            for line in renderer.feed(record):
+                out(line)
+    except SessionNotFoundError as exc:
+        raise _no_session(journal, session_id) from exc
+    except JournalError as exc:
+        err(f"loopruntime replay: the journal is damaged: {exc}")
+        return 1
+    return 0

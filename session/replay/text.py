@@ -1,0 +1,66 @@
+"""How the replay renderers word records.
+
+The agent's words and the runtime's notice are told apart here, once: a
+notice is never shown or counted as agent output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from journal.content import Image, Text
+from journal.events import ModelMessageCommitted
+
+
+def short(value: object, limit: int = 160) -> str:
+    text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def blocks_text(blocks: Iterable[object]) -> str:
+    parts: list[str] = []
+    for b in blocks:
+        if isinstance(b, Text):
+            parts.append(b.text)
+        elif isinstance(b, Image):
+            parts.append(f"[image {b.media_type}]")
+    return " ".join(parts)
+
+
+def agent_text(event: ModelMessageCommitted) -> str:
+    """The text the model produced, without the runtime's notice block.
+
+    A notice is the last text block of a message committed with ``notice``
+    set (DESIGN.md §5); it is the runtime speaking, never the agent."""
+    texts = [b.text for b in event.message.blocks if isinstance(b, Text)]
+    if event.notice is not None and texts:
+        texts = texts[:-1]
+    if event.message.synthetic:
+        return ""
+    return "".join(texts)
+
+
+def notice_text(event: ModelMessageCommitted) -> str:
+    if event.notice is None:
+        return ""
+    texts = [b.text for b in event.message.blocks if isinstance(b, Text)]
+    return texts[-1] if texts else ""
+
+
+_COLOURS = {
+    "user": "\x1b[1;34m",
+    "assistant": "\x1b[1;32m",
+    "tool": "\x1b[33m",
+    "gate": "\x1b[35m",
+    "notice": "\x1b[1;31m",
+    "dim": "\x1b[2m",
+}
+_RESET = "\x1b[0m"
+
+
+def painted(kind: str, text: str, *, color: bool) -> str:
+    """``text`` in the colour of ``kind`` (ANSI codes) when ``color``, else as it is."""
+    return f"{_COLOURS[kind]}{text}{_RESET}" if color else text

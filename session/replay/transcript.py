@@ -1,0 +1,235 @@
+"""The transcript: the conversation as a person reads it, one line per thing
+that happened, children indented.
+
+The renderer is incremental: records fed one at a time (``--follow``) print
+exactly what ``render_transcript`` prints for the whole journal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import assert_never
+
+from journal import Record
+from journal.content import RedactedThinking, Text, Thinking, ToolUse
+from journal.events import (
+    ChildFinished,
+    ChildStarted,
+    CollabControlled,
+    CollabEnded,
+    CollabStarted,
+    CollabTaskFinished,
+    CollabTaskStarted,
+    CollabTurn,
+    CompactionCommitted,
+    CompactionRejected,
+    CompactionStarted,
+    ContextMeasured,
+    GateCancelled,
+    GateOpened,
+    GateResolved,
+    InputCancelled,
+    InputQueued,
+    LoopModeChanged,
+    LoopStarted,
+    LoopStopped,
+    ModelCallFailed,
+    ModelCallStarted,
+    ModelMessageCommitted,
+    ModelOutput,
+    Notice,
+    SessionCheckpoint,
+    SteerApplied,
+    SteerQueued,
+    ToolAbandoned,
+    ToolCompleted,
+    ToolResolved,
+    ToolStarted,
+    TurnEnded,
+    TurnStarted,
+)
+
+from .text import blocks_text, painted, short
+
+
+class TranscriptRenderer:
+    """Renders records one at a time into transcript lines.
+
+    Stateful only to remember what later records refer to (a tool's name for
+    its result, a child loop's indentation), so feeding a journal record by
+    record — as ``--follow`` does — prints exactly what ``render_transcript``
+    prints for the whole journal.  Colour uses ANSI codes when ``color``.
+    """
+
+    def __init__(self, *, color: bool = False) -> None:
+        self.color = color
+        self._depth: dict[str, int] = {}
+        self._tools: dict[str, ToolStarted] = {}
+        self._names: dict[str, str] = {}
+        """tool_use id -> tool name, from committed assistant messages."""
+
+    def paint(self, kind: str, text: str) -> str:
+        return painted(kind, text, color=self.color)
+
+    def feed(self, r: Record) -> list[str]:
+        """The lines for one record (often none: bookkeeping records are silent)."""
+        e = r.event
+        paint = self.paint
+        pad = "    " * self._depth.get(r.loop, 0)
+        prefix = f"{paint('dim', f'{r.seq:>5} ')}{pad}"
+        lines: list[str] = []
+        match e:
+            case LoopStarted():
+                parent = f", child of {e.parent.parent_loop}" if e.parent else ""
+                lines.append(
+                    prefix
+                    + paint("dim", f"loop {r.loop} started ({e.definition}, {e.model}{parent})")
+                )
+            case LoopStopped():
+                lines.append(prefix + paint("dim", f"loop {r.loop} stopped ({e.reason})"))
+            case InputQueued():
+                who = "user" if e.trigger == "external" else e.trigger
+                for m in e.messages:
+                    mark = " (synthetic)" if m.synthetic else ""
+                    lines.append(prefix + paint("user", f"{who}{mark}: ") + blocks_text(m.blocks))
+            case InputCancelled():
+                lines.append(prefix + paint("dim", f"(input {e.input_id} cancelled: {e.reason})"))
+            case SteerQueued():
+                lines.append(prefix + paint("user", "steer: ") + e.text)
+            case SteerApplied():
+                lines.append(prefix + paint("dim", f"(steering applied: {len(e.steer_ids)})"))
+            case TurnStarted():
+                lines.append(prefix + paint("dim", f"── turn {e.turn} ──"))
+            case TurnEnded():
+                why = f" ({e.code})" if e.code else ""
+                lines.append(prefix + paint("dim", f"── turn {e.turn} {e.outcome}{why} ──"))
+            case ModelMessageCommitted():
+                lines.extend(self._message(prefix, e))
+            case ModelCallFailed():
+                lines.append(prefix + paint("notice", f"model call failed: {e.code} {e.detail}"))
+            case ToolStarted():
+                self._tools[e.execution_id] = e
+                lines.append(
+                    prefix
+                    + paint("tool", f"→ {e.name} ")
+                    + short(e.input)
+                    + paint("dim", f"  [{e.execution_id}]")
+                )
+            case ToolCompleted():
+                started = self._tools.get(e.execution_id)
+                name = started.name if started else self._names.get(e.tool_use_id, "call")
+                took = f", {e.duration_ns / 1e6:.0f} ms" if e.duration_ns else ""
+                cut = f", {e.truncated_bytes} bytes cut" if e.truncated_bytes else ""
+                lines.append(
+                    prefix
+                    + paint("tool", f"← {name} ({e.disposition}{took}{cut}): ")
+                    + short(blocks_text(e.content))
+                )
+            case ToolAbandoned():
+                lines.append(
+                    prefix
+                    + paint("notice", f"✗ {e.execution_id} abandoned ({e.reason}): outcome unknown")
+                )
+            case ToolResolved():
+                lines.append(
+                    prefix
+                    + paint("tool", f"← resolved by {e.by}{' (error)' if e.is_error else ''}: ")
+                    + short(blocks_text(e.content))
+                )
+            case GateOpened():
+                if e.kind == "user_input":
+                    choices = f" {list(e.choices)}" if e.choices else ""
+                    what = e.prompt + choices
+                else:
+                    what = f"{e.prompt} {short(e.preview or {})}"
+                lines.append(prefix + paint("gate", f"? gate {e.gate_id} ({e.kind}): {what}"))
+            case GateResolved():
+                if e.kind == "user_input":
+                    lines.append(prefix + paint("gate", f"! answered: {e.answer}"))
+                else:
+                    verdict = "allowed" if e.allow else "denied"
+                    lines.append(prefix + paint("gate", f"! {verdict} ({e.scope})"))
+            case GateCancelled():
+                lines.append(prefix + paint("gate", f"! gate {e.gate_id} cancelled ({e.reason})"))
+            case Notice():
+                lines.append(prefix + paint("notice", f"notice [{e.code}]: {e.text}"))
+            case SessionCheckpoint():
+                pass  # derived from the records before it; the tree lists them
+            case CompactionStarted():
+                pass
+            case CompactionCommitted():
+                lines.append(
+                    prefix
+                    + paint(
+                        "dim",
+                        f"══ compaction: {e.replaced} messages summarised, {e.retained} kept ══",
+                    )
+                )
+            case CompactionRejected():
+                lines.append(prefix + paint("dim", f"(compaction rejected: {e.reason} {e.detail})"))
+            case ChildStarted():
+                self._depth[e.child_loop] = self._depth.get(r.loop, 0) + 1
+                lines.append(prefix + paint("dim", f"┌ child loop {e.child_loop} ({e.definition})"))
+            case ChildFinished():
+                lines.append(prefix + paint("dim", f"└ child loop {e.child_loop} {e.status}"))
+            case LoopModeChanged():
+                lines.append(prefix + paint("dim", f"(mode: {e.mode})"))
+            case ModelCallStarted() | ModelOutput() | ContextMeasured():
+                pass  # the committed message is what the transcript shows
+            case CollabStarted():
+                lines.append(
+                    prefix
+                    + paint("dim", f"◆ collaboration {e.collab_id}: ")
+                    + f"coordinator {e.coordinator}, workers {', '.join(e.workers)}"
+                )
+            case CollabTurn():
+                d = e.decision
+                what = f"turn {e.number}: {d.mode}"
+                if d.tasks:
+                    what += "; start " + ", ".join(f"{t.key}→{t.worker}" for t in d.tasks)
+                if d.controls:
+                    what += "; " + ", ".join(f"{c.kind} {c.key}" for c in d.controls)
+                lines.append(prefix + paint("dim", "◆ ") + what)
+            case CollabTaskStarted():
+                lines.append(prefix + paint("tool", f"◆ task {e.key} started on {e.child_loop}"))
+            case CollabTaskFinished():
+                lines.append(
+                    prefix + paint("tool", f"◆ task {e.key} {e.status}: ") + short(e.output)
+                )
+            case CollabControlled():
+                lines.append(prefix + paint("dim", f"◆ {e.kind} {e.key}: {e.receipt}"))
+            case CollabEnded():
+                why = f" ({e.code})" if e.code else ""
+                lines.append(
+                    prefix + paint("dim", f"◆ collaboration {e.status}{why}: ") + short(e.output)
+                )
+            case _:
+                assert_never(e)
+        return lines
+
+    def _message(self, prefix: str, e: ModelMessageCommitted) -> list[str]:
+        paint = self.paint
+        out: list[str] = []
+        blocks = list(e.message.blocks)
+        notice = ""
+        if e.notice is not None and blocks and isinstance(blocks[-1], Text):
+            notice = blocks.pop().text  # type: ignore[union-attr]
+        for b in blocks:
+            if isinstance(b, Text):
+                out.append(prefix + paint("assistant", "assistant: ") + b.text)
+            elif isinstance(b, Thinking):
+                out.append(prefix + paint("dim", f"(thinking, {len(b.thinking)} characters)"))
+            elif isinstance(b, RedactedThinking):
+                out.append(prefix + paint("dim", "(redacted thinking)"))
+            elif isinstance(b, ToolUse):
+                # The call itself is shown with its tool.started / result.
+                self._names[b.id] = b.name
+        if notice:
+            out.append(prefix + paint("notice", notice))
+        return out
+
+
+def render_transcript(records: Sequence[Record], *, color: bool = False) -> str:
+    """The conversation per loop, as committed (children indented)."""
+    renderer = TranscriptRenderer(color=color)
+    return "\n".join(line for r in records for line in renderer.feed(r))

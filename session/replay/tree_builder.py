@@ -1,0 +1,553 @@
+"""Build the conversation tree from a session's records.
+
+Pure: one session's records in seq order (a prefix is fine: what is open
+shows as open).  The builder folds each stream too, for its status; a record
+the fold refuses is left to the checker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal, assert_never
+
+from journal import Record
+from journal.content import Thinking, ToolUse
+from journal.events import (
+    CHECKPOINT_STREAM,
+    ChildFinished,
+    ChildStarted,
+    CollabControlled,
+    CollabEnded,
+    CollabStarted,
+    CollabTaskFinished,
+    CollabTaskStarted,
+    CollabTurn,
+    CompactionCommitted,
+    CompactionRejected,
+    CompactionStarted,
+    ContextMeasured,
+    GateCancelled,
+    GateOpened,
+    GateResolved,
+    InputCancelled,
+    InputQueued,
+    LoopModeChanged,
+    LoopStarted,
+    LoopStopped,
+    ModelCallFailed,
+    ModelCallStarted,
+    ModelMessageCommitted,
+    ModelOutput,
+    Notice,
+    SessionCheckpoint,
+    SteerApplied,
+    SteerQueued,
+    ToolAbandoned,
+    ToolCompleted,
+    ToolResolved,
+    ToolStarted,
+    TurnEnded,
+    TurnStarted,
+)
+from loopruntime import LoopState, fold
+from loopruntime.host import FoldError
+
+from .text import agent_text, blocks_text, notice_text
+from .tree import (
+    TREE_SCHEMA,
+    TREE_VERSION,
+    CompactionNode,
+    Epoch,
+    GateNode,
+    InputNode,
+    ModelStep,
+    NoticeNode,
+    Quality,
+    Relation,
+    RelationKind,
+    Run,
+    Step,
+    Stream,
+    Talk,
+    ToolStep,
+    Tree,
+)
+
+
+class _StreamBuilder:
+    """Folds one loop's records into its Stream (pure bookkeeping)."""
+
+    def __init__(self, tree: _TreeBuilder, loop: str, seq: int) -> None:
+        self.tree = tree
+        self.loop = loop
+        self.stream = Stream(id=f"stream:{loop}", loop=loop, first_seq=seq, last_seq=seq)
+        self.epoch = Epoch(id=f"epoch:{loop}:0", index=0, first_seq=seq, last_seq=seq)
+        self.stream.epochs.append(self.epoch)
+        self.talk: Talk | None = None
+        self.carried: Talk | None = None
+        """A talk cut by a compaction, continued by the next non-external run."""
+        self.talks = 0
+        self.run: Run | None = None
+        self.prev_run: Run | None = None
+        self.inputs: dict[str, InputNode] = {}
+        self.steers: dict[str, str] = {}
+        self.tool_steps: dict[str, ToolStep] = {}
+        self.by_execution: dict[str, ToolStep] = {}
+        self.model_steps: dict[str, ModelStep] = {}
+        self.gates: dict[str, GateNode] = {}
+        self.compactions: dict[str, int] = {}
+        self.last_step: Step | None = None
+        self.cut_call = False
+        """The last model reply had a tool call cut off: the next call retries."""
+        self.state = LoopState()
+
+    def relate(
+        self, kind: RelationKind, source: str, target: str, quality: Quality, via: str = ""
+    ) -> None:
+        self.tree.relations.append(
+            Relation(kind=kind, source=source, target=target, quality=quality, via=via)
+        )
+
+    def notice(self, r: Record, e: Notice) -> None:
+        node = NoticeNode(
+            id=f"notice:{r.seq}", seq=r.seq, code=e.code, text=e.text, refs=list(e.refs)
+        )
+        self.stream.stats.notices += 1
+        (self.run.notices if self.run is not None else self.epoch.notices).append(node)
+
+    def add_step(self, step: Step) -> None:
+        assert self.run is not None
+        if self.last_step is not None:
+            self.relate("follows", step.id, self.last_step.id, "inferred", "position in the run")
+        self.run.steps.append(step)
+        self.last_step = step
+
+    def feed(self, r: Record) -> None:
+        e = r.event
+        s = self.stream
+        s.last_seq = self.epoch.last_seq = r.seq
+        if self.run is not None:
+            self.run.last_seq = r.seq
+        match e:
+            case LoopStarted():
+                s.definition, s.model = e.definition, e.model
+                if e.parent is not None:
+                    s.parent_loop, s.parent_execution = e.parent.parent_loop, e.parent.execution_id
+            case LoopModeChanged() | LoopStopped() | ContextMeasured() | CompactionRejected():
+                pass
+            case InputQueued():
+                node = InputNode(
+                    id=f"input:{self.loop}:{e.input_id}",
+                    input_id=e.input_id,
+                    seq=r.seq,
+                    trigger=e.trigger,
+                    text=" ".join(blocks_text(m.blocks) for m in e.messages),
+                    synthetic=bool(e.messages) and all(m.synthetic for m in e.messages),
+                )
+                self.inputs[e.input_id] = node
+                s.inputs.append(node)
+                if e.trigger == "external" and not node.synthetic:
+                    s.stats.external_inputs += 1
+                self.tree.child_report(self, node)
+            case InputCancelled():
+                found = self.inputs.get(e.input_id)
+                if found is not None:
+                    found.status, found.cancelled_seq, found.reason = "cancelled", r.seq, e.reason
+                    source = (
+                        self.prev_run.id
+                        if e.reason in ("turn_failed", "turn_interrupted") and self.prev_run
+                        else s.id
+                    )
+                    quality: Quality = "exact" if source == s.id else "inferred"
+                    self.relate("cancels", source, found.id, quality, e.input_id)
+            case SteerQueued():
+                self.steers[e.steer_id] = e.text
+            case SteerApplied():
+                if self.run is not None:
+                    self.run.steer_ids += e.steer_ids
+                    self.run.steering += [self.steers.get(i, "") for i in e.steer_ids]
+            case TurnStarted():
+                self.start_run(r, e)
+            case TurnEnded():
+                if self.run is not None:
+                    self.run.outcome, self.run.code = e.outcome, e.code
+                    final = next(
+                        (st for st in reversed(self.run.steps) if isinstance(st, ModelStep)), None
+                    )
+                    if final is not None:
+                        self.relate("ends_with", self.run.id, final.id, "exact", f"turn {e.turn}")
+                    self.prev_run, self.run = self.run, None
+                    self.last_step = None
+            case ModelCallStarted():
+                if self.run is None:
+                    return
+                step = ModelStep(
+                    id=f"step:{self.loop}:{e.turn}:m{e.step}",
+                    index=e.step,
+                    effect_id=e.effect_id,
+                    model=e.model,
+                    first_seq=r.seq,
+                    last_seq=r.seq,
+                    seqs=[r.seq],
+                )
+                previous = self.last_step
+                self.model_steps[e.effect_id] = step
+                self.add_step(step)
+                if self.cut_call and isinstance(previous, (ModelStep, ToolStep)):
+                    self.relate("retries", step.id, previous.id, "inferred", "tool call cut off")
+                self.cut_call = False
+            case ModelOutput():
+                found_m = self.model_steps.get(e.effect_id)
+                if found_m is not None:
+                    found_m.seqs.append(r.seq)
+                    found_m.last_seq = r.seq
+            case ModelCallFailed():
+                found_m = self.model_steps.get(e.effect_id)
+                if found_m is not None:
+                    found_m.failed = e.code
+                    found_m.seqs.append(r.seq)
+                    found_m.last_seq = r.seq
+            case ModelMessageCommitted():
+                self.message(r, e)
+            case ToolStarted():
+                step_t = self.tool_step(r, e.tool_use_id, e.name, e.input)
+                step_t.execution_id, step_t.started_seq, step_t.status = (
+                    e.execution_id,
+                    r.seq,
+                    "running",
+                )
+                self.by_execution[e.execution_id] = step_t
+            case ToolCompleted():
+                step_t = self.tool_step(r, e.tool_use_id, "", {})
+                step_t.result = blocks_text(e.content)
+                step_t.status = e.disposition
+                step_t.is_error = e.disposition != "succeeded"
+                step_t.duration_ns, step_t.truncated_bytes = e.duration_ns, e.truncated_bytes
+                # A rejected call never ran: its result is the runtime's words.
+                step_t.synthetic = e.disposition == "rejected" or step_t.started_seq is None
+                if step_t.synthetic:
+                    s.stats.synthetic_tool_results += 1
+                else:
+                    s.stats.tool_calls += 1
+                self.cut_call = self.cut_call or "emit the call again" in step_t.result
+            case ToolAbandoned():
+                step_t = self.tool_step(r, e.tool_use_id, "", {})
+                if e.reason == "interrupted":
+                    step_t.status, step_t.synthetic, step_t.is_error = "interrupted", True, True
+                    s.stats.synthetic_tool_results += 1
+                else:
+                    step_t.status = "unknown"
+            case ToolResolved():
+                step_t = self.tool_step(r, e.tool_use_id, "", {})
+                step_t.status, step_t.resolved_by = "resolved", e.by
+                step_t.result, step_t.is_error = blocks_text(e.content), e.is_error
+                # A host's word for an outcome nobody saw; a replay-safe
+                # re-run did run the tool.
+                step_t.synthetic = e.by == "host"
+                if step_t.synthetic:
+                    s.stats.synthetic_tool_results += 1
+                else:
+                    s.stats.tool_calls += 1
+            case GateOpened():
+                gate = GateNode(
+                    id=f"gate:{e.gate_id}",
+                    gate_id=e.gate_id,
+                    kind=e.kind,
+                    seq=r.seq,
+                    prompt=e.prompt,
+                    choices=list(e.choices) if e.choices is not None else None,
+                )
+                self.gates[e.gate_id] = gate
+                owner = self.by_execution.get(e.execution_id) if e.execution_id else None
+                if owner is None and e.tool_use_id:
+                    # A permission gate comes before the call starts.
+                    owner = self.tool_step(r, e.tool_use_id, e.tool_name, {})
+                if owner is not None:
+                    owner.gates.append(gate)
+                    if r.seq not in owner.seqs:
+                        owner.seqs.append(r.seq)
+                    owner.last_seq = r.seq
+            case GateResolved():
+                gate_r = self.gates.get(e.gate_id)
+                if gate_r is not None:
+                    gate_r.status, gate_r.closed_seq = "resolved", r.seq
+                    gate_r.answer, gate_r.allow, gate_r.scope = e.answer, e.allow, e.scope
+            case GateCancelled():
+                gate_r = self.gates.get(e.gate_id)
+                if gate_r is not None:
+                    gate_r.status, gate_r.closed_seq, gate_r.reason = "cancelled", r.seq, e.reason
+                    source = self.run.id if self.run is not None else s.id
+                    self.relate("cancels", source, gate_r.id, "exact", e.gate_id)
+            case CompactionStarted():
+                self.compactions[e.attempt_id] = r.seq
+            case CompactionCommitted():
+                self.cut_epoch(r, e)
+            case ChildStarted():
+                self.tree.child_started(self, r, e)
+            case ChildFinished():
+                self.tree.child_finished(self, r, e)
+            case Notice():
+                self.notice(r, e)
+            case SessionCheckpoint():
+                pass  # _TreeBuilder keeps checkpoints out of the streams
+            case (
+                CollabStarted()
+                | CollabTurn()
+                | CollabTaskStarted()
+                | CollabTaskFinished()
+                | CollabControlled()
+                | CollabEnded()
+            ):
+                pass  # the collaboration's own stream carries no turns or steps
+            case _:
+                assert_never(e)
+        try:
+            fold(self.state, r)
+        except FoldError:
+            pass  # the checker reports it; the tree shows what it can
+
+    def start_run(self, r: Record, e: TurnStarted) -> None:
+        taken = [self.inputs[i] for i in e.input_ids if i in self.inputs]
+        external = any(i.trigger == "external" and not i.synthetic for i in taken)
+        if not external and self.talk is None and self.carried is not None:
+            self.continue_talk(r)
+        if external or self.talk is None:
+            self.carried = None
+            self.talks += 1
+            opened: Literal["external", "first_input", "epoch"] = (
+                "external" if external else "first_input"
+            )
+            self.talk = Talk(
+                id=f"talk:{self.loop}:{self.talks}",
+                index=self.talks,
+                first_seq=r.seq,
+                opened_by=opened,
+            )
+            self.epoch.talks.append(self.talk)
+        run = Run(
+            id=f"run:{self.loop}:{e.turn}",
+            turn=e.turn,
+            first_seq=r.seq,
+            last_seq=r.seq,
+            input_ids=list(e.input_ids),
+            steer_ids=list(e.steer_ids),
+            steering=[self.steers.get(i, "") for i in e.steer_ids],
+        )
+        self.talk.runs.append(run)
+        if len(self.talk.runs) > 1:
+            before = self.talk.runs[-2]
+            self.relate("follows", run.id, before.id, "inferred", "position in the talk")
+        for node in taken:
+            node.status, node.run = "consumed", run.id
+            self.relate("starts", node.id, run.id, "exact", node.input_id)
+            # The same words again after a run that did not complete: a retry.
+            if self.prev_run is not None and self.prev_run.outcome in ("crashed", "failed"):
+                earlier = [
+                    i
+                    for i in self.stream.inputs
+                    if i.run == self.prev_run.id and i.text == node.text
+                ]
+                if earlier:
+                    self.relate("retries", run.id, self.prev_run.id, "inferred", "same input text")
+        self.run = run
+        self.last_step = None
+
+    def message(self, r: Record, e: ModelMessageCommitted) -> None:
+        step = self.model_steps.get(e.effect_id)
+        if step is None:
+            return
+        step.seqs.append(r.seq)
+        step.last_seq = r.seq
+        step.committed = True
+        step.text = agent_text(e)
+        step.notice = e.notice
+        step.notice_text = notice_text(e)
+        step.synthetic = e.message.synthetic
+        step.stop_reason = e.stop_reason
+        step.thinking_chars = sum(
+            len(b.thinking) for b in e.message.blocks if isinstance(b, Thinking)
+        )
+        if e.usage is not None:
+            step.input_tokens, step.output_tokens = e.usage.input_tokens, e.usage.output_tokens
+        stats = self.stream.stats
+        uses = [b for b in e.message.blocks if isinstance(b, ToolUse)]
+        if step.synthetic:
+            stats.synthetic_messages += 1
+        elif step.text or uses:
+            stats.agent_messages += 1
+            stats.agent_chars += len(step.text)
+        for use in uses:
+            step.tool_use_ids.append(use.id)
+            tool = self.tool_step(r, use.id, use.name, use.input)
+            tool.requested_seq = r.seq
+            self.relate("result_of", tool.id, step.id, "exact", use.id)
+
+    def tool_step(self, r: Record, tool_use_id: str, name: str, input: dict[str, Any]) -> ToolStep:
+        step = self.tool_steps.get(tool_use_id)
+        if step is None:
+            step = ToolStep(
+                id=f"step:{self.loop}:{tool_use_id or r.seq}",
+                tool_use_id=tool_use_id,
+                name=name,
+                input=dict(input),
+                first_seq=r.seq,
+                last_seq=r.seq,
+            )
+            self.tool_steps[tool_use_id] = step
+            if self.run is not None:
+                self.add_step(step)
+        if r.seq not in step.seqs:
+            step.seqs.append(r.seq)
+        step.last_seq = r.seq
+        step.name = step.name or name
+        return step
+
+    def cut_epoch(self, r: Record, e: CompactionCommitted) -> None:
+        previous = self.epoch
+        index = previous.index + 1
+        self.epoch = Epoch(
+            id=f"epoch:{self.loop}:{index}",
+            index=index,
+            first_seq=r.seq,
+            last_seq=r.seq,
+            compaction=CompactionNode(
+                id=f"compaction:{e.attempt_id}",
+                attempt_id=e.attempt_id,
+                seq=r.seq,
+                basis=e.basis,
+                replaced=e.replaced,
+                retained=e.retained,
+                summary=blocks_text(e.summary.blocks),
+                obligations=list(e.obligations),
+            ),
+        )
+        self.stream.epochs.append(self.epoch)
+        quality: Quality = "exact" if e.attempt_id in self.compactions else "inferred"
+        self.relate("summarizes", self.epoch.id, previous.id, quality, e.attempt_id)
+        if self.talk is not None:
+            # The talk goes on in the new epoch, with its next run (or with
+            # the run that is open now).
+            self.carried, self.talk = self.talk, None
+            if self.run is not None:
+                old = self.run
+                self.run = Run(
+                    id=f"{old.id}.{old.segment + 1}",
+                    turn=old.turn,
+                    first_seq=r.seq,
+                    last_seq=r.seq,
+                    segment=old.segment + 1,
+                )
+                self.continue_talk(r).runs.append(self.run)
+                self.relate("follows", self.run.id, old.id, "exact", f"turn {old.turn}")
+
+    def continue_talk(self, r: Record) -> Talk:
+        """The talk carried over a compaction, opened in the current epoch."""
+        assert self.carried is not None
+        self.talks += 1
+        self.talk = Talk(
+            id=f"talk:{self.loop}:{self.talks}",
+            index=self.talks,
+            first_seq=r.seq,
+            opened_by="epoch",
+        )
+        self.epoch.talks.append(self.talk)
+        self.relate("follows", self.talk.id, self.carried.id, "inferred", "compaction cut")
+        self.carried = None
+        return self.talk
+
+
+class _TreeBuilder:
+    def __init__(self, session: str) -> None:
+        self.session = session
+        self.streams: dict[str, _StreamBuilder] = {}
+        self.relations: list[Relation] = []
+        self.children: dict[str, tuple[str, str]] = {}
+        """child loop -> (parent stream builder loop, node id that started it)."""
+        self.checkpoints: list[int] = []
+
+    def feed(self, r: Record) -> None:
+        if r.loop == CHECKPOINT_STREAM:
+            # Derived from the records before it: no stream, no node.
+            self.checkpoints.append(r.seq)
+            return
+        builder = self.streams.get(r.loop)
+        if builder is None:
+            builder = self.streams[r.loop] = _StreamBuilder(self, r.loop, r.seq)
+        builder.feed(r)
+
+    def child_started(self, parent: _StreamBuilder, r: Record, e: ChildStarted) -> None:
+        exe = e.provenance.execution_id
+        step = parent.by_execution.get(exe)
+        if step is not None:
+            source, quality = step.id, "exact"
+        else:
+            source, quality = (parent.run.id if parent.run else parent.stream.id), "inferred"
+        self.children[e.child_loop] = (parent.loop, source)
+        self.relations.append(
+            Relation(
+                kind="starts",
+                source=source,
+                target=f"stream:{e.child_loop}",
+                quality=quality,  # type: ignore[arg-type]
+                via=exe or e.child_loop,
+            )
+        )
+
+    def child_finished(self, parent: _StreamBuilder, r: Record, e: ChildFinished) -> None:
+        origin = self.children.get(e.child_loop)
+        target = origin[1] if origin is not None else parent.stream.id
+        self.relations.append(
+            Relation(
+                kind="reports",
+                source=f"stream:{e.child_loop}",
+                target=target,
+                quality="exact",
+                via=e.child_loop,
+            )
+        )
+
+    def child_report(self, parent: _StreamBuilder, node: InputNode) -> None:
+        """A child's result arrives as input text ``[result of child loop X]``
+        (the actor's wording): joined by that text, so inferred."""
+        if node.trigger not in ("subagent", "notification"):
+            return
+        marker = "[result of child loop "
+        if node.text.startswith(marker):
+            child = node.text[len(marker) :].split("]", 1)[0]
+            self.relations.append(
+                Relation(
+                    kind="reports",
+                    source=f"stream:{child}",
+                    target=node.id,
+                    quality="inferred",
+                    via="input text",
+                )
+            )
+
+    def build(self, head: int) -> Tree:
+        streams = []
+        for b in self.streams.values():
+            b.stream.status = b.state.status.value
+            streams.append(b.stream)
+        return Tree(
+            schema=TREE_SCHEMA,
+            version=TREE_VERSION,
+            session=self.session,
+            head=head,
+            streams=streams,
+            relations=self.relations,
+            checkpoints=self.checkpoints,
+        )
+
+
+def build_tree(session_id: str, records: Iterable[Record]) -> Tree:
+    """The unified conversation model of a session's records (pure).
+
+    Records must be one session's, in seq order (a prefix is fine: open runs
+    and gates show as open).  The caller owns the returned tree."""
+    builder = _TreeBuilder(session_id)
+    head = 0
+    for r in records:
+        builder.feed(r)
+        head = r.seq
+    return builder.build(head)

@@ -1,0 +1,110 @@
+"""What a command may carry into the journal, checked before it is sent.
+
+A refused argument raises a named error and nothing is committed (an answer
+or a decision refused leaves its gate open).  msgspec encodes whatever it is
+given but decodes only what the schema allows, so content is accepted only
+if the journal could read it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from journal.content import Block, Message, ResultBlock, Text
+from loopruntime import InvalidAnswerError
+
+from .errors import InvalidContentError
+
+__all__ = ["answer_text", "check_decision", "steering_text", "tool_result", "user_message"]
+
+_message_decoder = msgspec.msgpack.Decoder(Message)
+_result_decoder = msgspec.msgpack.Decoder(tuple[ResultBlock, ...])
+_text_decoder = msgspec.msgpack.Decoder(str)
+
+
+def _recordable(value: object, decoder: msgspec.msgpack.Decoder[Any], what: str) -> None:
+    """Refuse what the journal could not read back: a plain string among a
+    message's blocks would be appended and then fail every read; text that is
+    not Unicode would fail the append itself, which ends the whole session."""
+    try:
+        decoder.decode(msgspec.msgpack.encode(value))
+    except (msgspec.MsgspecError, TypeError, ValueError) as exc:
+        raise InvalidContentError(
+            f"{what} cannot be recorded ({exc}); nothing was committed"
+        ) from exc
+
+
+def user_message(content: str | Message | Sequence[Block]) -> Message:
+    """Input as the user's message: text, a message, or its content blocks."""
+    if isinstance(content, str):
+        message = Message(role="user", blocks=(Text(text=content),))
+    elif isinstance(content, Message):
+        message = content
+    else:
+        try:
+            message = Message(role="user", blocks=tuple(content))
+        except TypeError as exc:
+            raise InvalidContentError(
+                f"input must be text, a Message or a sequence of content blocks, not "
+                f"{type(content).__name__}; nothing was committed"
+            ) from exc
+    _recordable(message, _message_decoder, "the input")
+    return message
+
+
+def steering_text(text: object) -> str:
+    if not isinstance(text, str):
+        raise InvalidContentError(
+            f"steering must be text, not {type(text).__name__}; nothing was committed"
+        )
+    _recordable(text, _text_decoder, "the steering")
+    return text
+
+
+def answer_text(gate_id: str, text: object) -> str:
+    if not isinstance(text, str):
+        raise InvalidAnswerError(
+            f"the answer to gate {gate_id} must be text, not {type(text).__name__}; "
+            "the gate stays open"
+        )
+    return text
+
+
+def check_decision(gate_id: str, allow: object, scope: str) -> None:
+    """``allow`` must be a real bool: ``bool("no")`` is True, so anything else
+    would allow what the caller meant to deny."""
+    if not isinstance(allow, bool):
+        raise InvalidAnswerError(
+            f"the decision on gate {gate_id} must be allow=True or allow=False, not "
+            f"{allow!r}; the gate stays open"
+        )
+    if scope not in ("once", "session"):
+        raise InvalidAnswerError(
+            f"the scope of a decision on gate {gate_id} must be 'once' or 'session', "
+            f"not {scope!r}; the gate stays open"
+        )
+
+
+def tool_result(
+    execution_id: str, result: str | Sequence[ResultBlock], is_error: object
+) -> tuple[ResultBlock, ...]:
+    """The content of a host's result for a call whose outcome is unknown."""
+    if isinstance(result, str):
+        content: tuple[ResultBlock, ...] = (Text(text=result),)
+    else:
+        try:
+            content = tuple(result)
+        except TypeError as exc:
+            raise InvalidContentError(
+                f"the result of execution {execution_id} must be text or a sequence of "
+                f"Text and Image blocks, not {type(result).__name__}; nothing was committed"
+            ) from exc
+    _recordable(content, _result_decoder, f"the result of execution {execution_id}")
+    if not isinstance(is_error, bool):
+        raise InvalidContentError(
+            f"is_error must be a bool, not {is_error!r}; nothing was committed"
+        )
+    return content

@@ -1,0 +1,194 @@
+"""The single writer of a session: every record is appended here.
+
+Commits that arrive together (from any loop of the session) go into one
+atomic append, with a checkpoint in front when one is due; the records are
+then folded into their streams in seq order, pushed to subscribers, and only
+then are the committers released.  A journal failure stops the writer: every
+waiting and later commit fails with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import structlog
+import trio
+
+from journal import Draft, Journal, Record
+from journal.events import Event
+from loopruntime import Loop
+from loopruntime.host import GuardFailedError, Reply, new_id
+
+from .checkpoints import Checkpointer
+from .subscriptions import Subscriber
+
+__all__ = ["Stream", "Writer"]
+
+log = structlog.get_logger(__name__)
+
+
+class Stream(Protocol):
+    """What records are committed for: a loop, or a collaboration's stream."""
+
+    id: str
+
+    def apply(self, record: Record) -> None: ...
+
+
+class _Pending:
+    __slots__ = ("drafts", "guard", "loop", "reply")
+
+    def __init__(self, loop: Stream, drafts: list[Draft], guard: Callable[[], bool] | None) -> None:
+        self.loop = loop
+        self.drafts = drafts
+        self.guard = guard
+        self.reply: Reply[list[Record]] = Reply()
+
+
+class Writer:
+    """Group commit for one session: ``commit`` from any task, ``run`` as the
+    session's background writer task, once ``open`` gave it the lease."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        session_id: str,
+        loops: Mapping[str, Loop],
+        subscribers: set[Subscriber],
+        checkpoints: Checkpointer,
+    ) -> None:
+        self.journal = journal
+        self.loops = loops
+        """The session's loops (its own dict): a checkpoint pictures them all."""
+        self.checkpoints = checkpoints
+        self.head = 0
+        """seq of the last durable record of the session."""
+        self._subscribers = subscribers
+        self._queue: list[_Pending] = []
+        self._wake = trio.Event()
+        self._writing = False
+        self._failed: BaseException | None = None
+        self._lease: Any = None
+        self.log = log.bind(session=session_id)
+
+    def open(self, lease: Any) -> None:
+        """Write under ``lease`` from its head on."""
+        self._lease = lease
+        self.head = lease.head
+
+    async def commit(
+        self,
+        loop: Stream,
+        events: Sequence[Event],
+        *,
+        cause: str | None = None,
+        guard: Callable[[], bool] | None = None,
+    ) -> list[Record]:
+        """Append durably, fold into ``loop`` in seq order, publish, return.
+
+        Atomic under cancellation: once asked for, a commit runs to its end,
+        so the caller always learns exactly what became durable.  With
+        ``guard``, the events are appended only if it still holds once
+        everything committed before them has folded (``GuardFailedError``)."""
+        if not events:
+            return []
+        if self._failed is not None:
+            raise self._failed
+        pending = _Pending(
+            loop,
+            [Draft(id=new_id("ev_"), loop=loop.id, event=e, cause=cause) for e in events],
+            guard,
+        )
+        if not self._writing and not self._queue and guard is None:
+            # Nothing in flight: append from this task, sparing the hop to the
+            # writer.  Commits arriving meanwhile queue up and go together next.
+            self._writing = True
+            try:
+                await self._append([pending])
+            except trio.Cancelled:
+                raise  # nothing was appended (the journal's contract): nothing to undo
+            except BaseException as exc:
+                self._fail(exc, [pending])
+                raise
+            finally:
+                self._writing = False
+                if self._queue:
+                    self._wake.set()
+            return pending.reply.result()
+        self._queue.append(pending)
+        self._wake.set()
+        # Shielded: once asked for, a commit runs to its end, so the caller
+        # always learns exactly what became durable (and state is folded).
+        with trio.CancelScope(shield=True):
+            records = await pending.reply.wait()
+        return records
+
+    def _fail(self, exc: BaseException, batch: list[_Pending]) -> None:
+        """A journal failure stops the session: nobody may go on believing
+        something is durable that is not, and nobody waits forever on a
+        commit that will never happen."""
+        self._failed = exc
+        for p in [*batch, *self._queue]:
+            p.reply.fail(exc)
+        self._queue = []
+        self.log.error("journal_append_failed", error=repr(exc))
+
+    async def run(self) -> None:
+        """Append what queued up while an append was under way (forever)."""
+        while True:
+            if not self._queue or self._writing:
+                self._wake = trio.Event()
+                await self._wake.wait()
+                continue
+            batch, self._queue = self._queue, []
+            self._writing = True
+            try:
+                group: list[_Pending] = []
+                for pending in batch:
+                    if pending.guard is not None:
+                        # A guard sees everything committed before it folded.
+                        await self._append(group)
+                        group = []
+                        if not pending.guard():
+                            pending.reply.fail(
+                                GuardFailedError("the guarded commit's precondition failed")
+                            )
+                            continue
+                    group.append(pending)
+                await self._append(group)
+            except BaseException as exc:
+                self._fail(exc, batch)
+                raise
+            finally:
+                self._writing = False
+
+    async def _append(self, group: list[_Pending]) -> None:
+        """Append a group in one atomic append, fold, publish, release."""
+        if not group:
+            return
+        drafts = [d for p in group for d in p.drafts]
+        # Every loop has folded up to the head: a checkpoint taken now, put
+        # first, is exactly the fold of the records before it.
+        checkpoint = self.checkpoints.draft(self.head, self.loops)
+        if checkpoint is not None:
+            drafts.insert(0, checkpoint)
+        # No shield needed: the journal's append is atomic under cancellation
+        # (a Cancelled append wrote nothing; one under way finishes), and all
+        # that follows is synchronous.
+        records = await self.journal.append(self._lease, drafts, expected_seq=self.head)
+        self.head = records[-1].seq
+        at = 0
+        if checkpoint is not None:
+            self.checkpoints.written(records[0])
+            for sub in self._subscribers:
+                sub.push(records[0])
+            at = 1
+        for p in group:
+            mine = records[at : at + len(p.drafts)]
+            at += len(p.drafts)
+            for record in mine:
+                p.loop.apply(record)
+                for sub in self._subscribers:
+                    sub.push(record)
+            p.reply.set(mine)
