@@ -1,22 +1,15 @@
-"""Delegation: a loop starts child loops, each shown to the model as a tool
-(built by ``definition``; it calls ``run_delegate`` through the loop).
+"""Delegation: a loop runs child loops, each shown to the model as a tool
+(built with its ``Delegate`` in ``definition``; it runs ``run_delegate``
+through the loop).
 
-A child is its own actor in the same session and journal.  Its provenance
-(parent loop, turn, step, tool call) is recorded in ``child.started``; its
-budget and tools come from its definition, never from the model.
-
-* Foreground: the delegate tool waits for the child's turn to settle and
-  returns the child's final text as its result; ``child.finished`` is
-  committed by the parent.  If the parent's call is cancelled (interrupt,
-  shutdown), the child is interrupted first: cancellation cascades down the
-  tree, and each child commits its own interrupted notice.
-* Background: the tool returns at once; when the child settles, its result
-  reaches the parent as a notification input (``child.finished`` and the
-  ``input.queued`` are one commit, so it is delivered exactly once).
-
-The delegate tool is re-entered after a restore (like a replay-safe tool, under
-the same execution id); it then finds its child in the parent's state and
-re-attaches to it instead of starting another.
+Rules: a child is its own actor in the same session; its provenance is in
+``child.started``, its budget and tools come from its definition, never from
+the model.  A foreground call waits for the child to settle and returns its
+final text; cancelled, it interrupts the child first (cancellation cascades
+down the tree).  A background call returns at once; the result comes back as
+a notification input, ``child.finished`` and ``input.queued`` in one commit
+(delivered exactly once).  Re-entered after a restore, a call re-attaches to
+its child and never starts another.
 """
 
 from __future__ import annotations
