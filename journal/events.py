@@ -1,9 +1,11 @@
-"""The event catalog: everything that can happen to a loop, as data.
+"""The event catalog: everything that can happen in a session, as data.
 
 Every event is a frozen, keyword-only msgspec Struct whose tag is its dotted
 kind (``"turn.started"``).  They are gathered in the one ``Event`` union that
-the codec encodes and decodes.  Events carry data only; what they *mean* for
-loop state is decided by ``loopruntime.state.fold``.
+the codec encodes and decodes, in two families: ``LoopEvent`` (what a loop's
+fold reads) and ``SessionEvent`` (what the session records on streams of its
+own).  Events carry data only; what they *mean* for loop state is decided by
+``loopruntime.state.fold``.
 
 Schema rules: new fields get defaults; a field never changes its type; a tag
 is never reused or renamed.  Bump ``codec.SCHEMA_VERSION`` only when an old
@@ -41,6 +43,7 @@ __all__ = [
     "GateResolved",
     "InputCancelled",
     "InputQueued",
+    "LoopEvent",
     "LoopImage",
     "LoopModeChanged",
     "LoopStarted",
@@ -52,6 +55,8 @@ __all__ = [
     "Notice",
     "Provenance",
     "SessionCheckpoint",
+    "SessionEvent",
+    "SessionLevelEvent",
     "SteerApplied",
     "SteerQueued",
     "TaskSpec",
@@ -364,6 +369,16 @@ class ChildFinished(msgspec.Struct, tag="child.finished", **_opts):
     output: str = ""
 
 
+# -- session level ------------------------------------------------------------
+
+
+class SessionLevelEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of the events the session records on streams of its own (its
+    checkpoints, its collaborations): no loop folds them.  A class rather than
+    only a union, so a loop's fold skips the whole family with one class
+    pattern and still proves its ``match`` exhaustive over ``LoopEvent``."""
+
+
 # -- collaboration --------------------------------------------------------------
 #
 # A coordinator directs workers.  Every step of the strategy is one of these
@@ -398,7 +413,7 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     output: str = ""
 
 
-class CollabStarted(msgspec.Struct, tag="collab.started", **_opts):
+class CollabStarted(SessionLevelEvent, tag="collab.started", frozen=True, kw_only=True):
     collab_id: str
     coordinator: str
     workers: tuple[str, ...]
@@ -409,7 +424,7 @@ class CollabStarted(msgspec.Struct, tag="collab.started", **_opts):
     max_controls_per_turn: int
 
 
-class CollabTurn(msgspec.Struct, tag="collab.turn", **_opts):
+class CollabTurn(SessionLevelEvent, tag="collab.turn", frozen=True, kw_only=True):
     """The coordinator's decision on turn ``number`` (already validated)."""
 
     collab_id: str
@@ -417,7 +432,7 @@ class CollabTurn(msgspec.Struct, tag="collab.turn", **_opts):
     decision: Decision
 
 
-class CollabTaskStarted(msgspec.Struct, tag="collab.task_started", **_opts):
+class CollabTaskStarted(SessionLevelEvent, tag="collab.task_started", frozen=True, kw_only=True):
     collab_id: str
     key: str
     worker: str
@@ -426,14 +441,14 @@ class CollabTaskStarted(msgspec.Struct, tag="collab.task_started", **_opts):
     turn: int
 
 
-class CollabTaskFinished(msgspec.Struct, tag="collab.task_finished", **_opts):
+class CollabTaskFinished(SessionLevelEvent, tag="collab.task_finished", frozen=True, kw_only=True):
     collab_id: str
     key: str
     status: Literal["completed", "failed", "interrupted", "crashed", "cancelled"]
     output: str = ""
 
 
-class CollabControlled(msgspec.Struct, tag="collab.controlled", **_opts):
+class CollabControlled(SessionLevelEvent, tag="collab.controlled", frozen=True, kw_only=True):
     """A control was applied (``receipt`` says how it landed)."""
 
     collab_id: str
@@ -444,7 +459,7 @@ class CollabControlled(msgspec.Struct, tag="collab.controlled", **_opts):
     turn: int = 0
 
 
-class CollabEnded(msgspec.Struct, tag="collab.ended", **_opts):
+class CollabEnded(SessionLevelEvent, tag="collab.ended", frozen=True, kw_only=True):
     collab_id: str
     status: Literal["completed", "failed"]
     output: str = ""
@@ -483,7 +498,7 @@ class LoopImage(msgspec.Struct, frozen=True, kw_only=True):
     messages: tuple[Message, ...] = ()
 
 
-class SessionCheckpoint(msgspec.Struct, tag="session.checkpoint", **_opts):
+class SessionCheckpoint(SessionLevelEvent, tag="session.checkpoint", frozen=True, kw_only=True):
     """The fold of every record before this one, so that restore can start
     here instead of at seq 1.  Derived data: the records it summarises stay
     in the journal, and ``replay --check`` proves it equals their fold.
@@ -503,7 +518,7 @@ CHECKPOINT_STREAM = "~checkpoint"
 loop or collaboration can have (their ids are minted with letter prefixes)."""
 
 
-Event = (
+LoopEvent = (
     LoopStarted
     | LoopModeChanged
     | LoopStopped
@@ -530,14 +545,22 @@ Event = (
     | CompactionRejected
     | ChildStarted
     | ChildFinished
-    | CollabStarted
+    | Notice
+)
+"""What a loop's fold reads: the events of a loop's own stream."""
+
+SessionEvent = (
+    CollabStarted
     | CollabTurn
     | CollabTaskStarted
     | CollabTaskFinished
     | CollabControlled
     | CollabEnded
-    | Notice
     | SessionCheckpoint
 )
+"""What the session records itself (every one a ``SessionLevelEvent``)."""
+
+Event = LoopEvent | SessionEvent
+"""Every event; the one union the codec encodes and decodes."""
 
 EVENT_TYPES: tuple[type[Event], ...] = Event.__args__

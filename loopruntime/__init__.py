@@ -5,8 +5,6 @@ Built on ``journal`` (it never imports ``session``).
 
 from .actor import Loop as Loop
 from .actor import LoopHost as LoopHost
-from .compaction import Compactor as Compactor
-from .compaction import ModelCompactor as ModelCompactor
 from .definition import Delegate as Delegate
 from .definition import Limits as Limits
 from .definition import LoopDefinition as LoopDefinition
@@ -28,6 +26,8 @@ from .notices import TRUNCATED_NOTICE as TRUNCATED_NOTICE
 from .state import LoopState as LoopState
 from .state import LoopStatus as LoopStatus
 from .state import fold as fold
+from .summary import Compactor as Compactor
+from .summary import ModelCompactor as ModelCompactor
 from .tools import Tool as Tool
 from .tools import ToolContext as ToolContext
 from .tools import ask_user as ask_user

@@ -1,8 +1,9 @@
 """The Loop actor: one trio task owning one agent loop.
 
-It takes commands from a bounded lane and a priority lane (Interrupt,
-Shutdown; always served first).  A turn runs in a child task with its own
-cancel scope, so the actor keeps taking commands while a turn runs.
+It takes commands from its mailbox (Interrupt and Shutdown first).  A turn
+runs in a child task with its own cancel scope, so the actor keeps taking
+commands while a turn runs.  Workers (turn, batch, compaction, delegation) get
+the ``Loop`` through the narrow ports of ``ports.py``, which it implements.
 
 State changes only through ``LoopHost.commit``: the host appends the events,
 folds each durable record into ``Loop.state`` (``Loop.apply``) in seq order,
@@ -34,6 +35,7 @@ from journal.events import (
 )
 from journal.record import Record
 
+from . import gates
 from .commands import (
     PRIORITY,
     AnswerGate,
@@ -43,7 +45,6 @@ from .commands import (
     Compact,
     DecideGate,
     Interrupt,
-    Reply,
     ResolveToolCall,
     Shutdown,
     Snapshot,
@@ -52,19 +53,22 @@ from .commands import (
     UserInput,
     closed_error,
 )
-from .definition import LoopDefinition, ResolvedDefinition
+from .compaction import compact, needs_compaction
+from .context import RequestBuilder
+from .definition import Delegate, LoopDefinition, ResolvedDefinition
+from .delegation import run_delegate
 from .errors import (
     CommandError,
-    GateMismatchError,
-    InvalidAnswerError,
     LoopClosedError,
     NotQueuedError,
     NotUnknownEffectError,
     UnknownCommandError,
 )
 from .ids import new_id
+from .mailbox import Mailbox
 from .model import Delta
 from .state import LoopState, copy_state, fold
+from .turn import TurnRunner
 
 __all__ = ["Loop", "LoopHost"]
 
@@ -107,58 +111,6 @@ class LoopHost(Protocol):
         ...
 
 
-class _Mailbox:
-    """A bounded command lane plus an unbounded priority lane.
-
-    Plain lists, not deques: a mailbox almost always holds zero or one
-    command, and an idle loop should cost as little memory as possible (an
-    empty deque is ten times the size of an empty list)."""
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._normal: list[Any] = []
-        self._priority: list[Any] = []
-        self._readable = trio.lowlevel.ParkingLot()
-        self._writable = trio.lowlevel.ParkingLot()
-        self.closed = False
-
-    def __len__(self) -> int:
-        return len(self._normal) + len(self._priority)
-
-    async def send(self, item: Any) -> None:
-        while len(self._normal) >= self._capacity and not self.closed:
-            await self._writable.park()
-        if self.closed:
-            raise LoopClosedError("the loop is shut down; it takes no more commands")
-        self._normal.append(item)
-        self._readable.unpark()
-        await trio.lowlevel.checkpoint()
-
-    def send_priority(self, item: Any) -> None:
-        if self.closed:
-            raise LoopClosedError("the loop is shut down; it takes no more commands")
-        self._priority.append(item)
-        self._readable.unpark()
-
-    async def receive(self) -> Any:
-        while not self._priority and not self._normal:
-            await self._readable.park()
-        if self._priority:
-            return self._priority.pop(0)
-        item = self._normal.pop(0)
-        self._writable.unpark()
-        return item
-
-    def close(self) -> list[Any]:
-        """Refuse new items; return those still waiting."""
-        self.closed = True
-        self._writable.unpark_all()
-        left = [*self._priority, *self._normal]
-        self._priority.clear()
-        self._normal.clear()
-        return left
-
-
 class _TurnDone:
     """Internal: the turn task finished."""
 
@@ -185,11 +137,11 @@ class Loop:
         self.definition = definition
         self.host = host
         self.state = state if state is not None else LoopState()
-        self._mailbox = _Mailbox(mailbox_capacity)
+        self._mailbox = Mailbox(mailbox_capacity)
         self._turn_task_running = False
         self._turn_scope: trio.CancelScope | None = None
         self._turn_finished = trio.Event()
-        self._gate_waiters: dict[str, Reply[GateResolved]] = {}
+        self._answers = gates.Answers()
         self._active = 0
         """Tasks of this loop doing work (not waiting on a person)."""
         self._quiet = trio.lowlevel.ParkingLot()
@@ -207,11 +159,9 @@ class Loop:
         self._pending_compactions: list[tuple[str, str | None]] = []
         self._auto_tried_at = -1
         self.log = log.bind(loop=loop_id, definition=definition.name)
-        from .context import RequestBuilder
-
         self.requests = RequestBuilder()
 
-    # -- plumbing used by the host and the turn ----------------------------------
+    # -- plumbing used by the host, and the ports the workers get (ports.py) ------
 
     def apply(self, record: Record) -> None:
         """Fold one durable record (called by the host, in seq order)."""
@@ -232,11 +182,29 @@ class Loop:
     def resolved(self) -> ResolvedDefinition:
         return self.definition.resolved(self.state.mode)
 
-    def gate_waiter(self, gate_id: str) -> Reply[GateResolved]:
-        waiter = self._gate_waiters.get(gate_id)
-        if waiter is None:
-            waiter = self._gate_waiters[gate_id] = Reply()
-        return waiter
+    async def wait_gate(self, gate_id: str) -> GateResolved:
+        # Waiting on a person: a requested compaction may run now, and the
+        # loop counts as quiet.
+        self._maybe_compact()
+        self.busy(-1)
+        try:
+            return await self._answers.wait(gate_id)
+        finally:
+            self.busy(+1)
+
+    async def delegate(self, delegate: Delegate, task: str, *, execution_id: str) -> str:
+        return await run_delegate(self, delegate, task, execution_id=execution_id)
+
+    def child(self, child_id: str) -> Loop | None:
+        return self.host.child(child_id)
+
+    async def start_child(
+        self, child_id: str, definition: LoopDefinition, provenance: Provenance
+    ) -> Loop:
+        return await self.host.start_child(self, child_id, definition, provenance)
+
+    def watch_background(self, child_id: str) -> None:
+        self.host.watch_background(self, child_id)
 
     def flush_at(self, deadline: float, flush: Callable[[], Awaitable[None]]) -> None:
         """Have ``flush`` run at ``deadline`` (trio time) unless cancelled first.
@@ -267,13 +235,6 @@ class Loop:
             if flush is not None and self._flush_deadline == deadline:
                 self.cancel_flush()
                 await flush()
-
-    def parked(self) -> None:
-        """The turn waits on a person: a requested compaction may run now."""
-        self._maybe_compact()
-
-    def forget_gate(self, gate_id: str) -> None:
-        self._gate_waiters.pop(gate_id, None)
 
     def busy(self, delta: int) -> None:
         self._active += delta
@@ -379,8 +340,7 @@ class Loop:
             for item in self._mailbox.close():
                 if not isinstance(item, _TurnDone | _CompactionDone):
                     item.reply.fail(closed_error(self.id))
-            for waiter in self._gate_waiters.values():
-                waiter.fail(closed_error(self.id))
+            self._answers.fail_all(closed_error(self.id))
             self._stopped.set()
             self._quiet.unpark_all()
 
@@ -443,32 +403,13 @@ class Loop:
                 )
                 command.reply.set(command.steer_id)
                 await self._maybe_start_turn()
-            case AnswerGate():
-                gate = state.gates.get(command.gate_id)
-                if gate is None or gate.kind != "user_input":
-                    raise _gate_mismatch(command.gate_id, "user_input", gate)
-                if gate.choices is not None and command.answer not in gate.choices:
-                    raise InvalidAnswerError(
-                        f"answer {command.answer!r} is not one of the choices "
-                        f"{list(gate.choices)} of gate {command.gate_id}; the gate stays open"
-                    )
-                await self._resolve_gate(
-                    GateResolved(gate_id=gate.gate_id, kind="user_input", answer=command.answer),
-                    command,
-                )
-            case DecideGate():
-                gate = state.gates.get(command.gate_id)
-                if gate is None or gate.kind != "permission":
-                    raise _gate_mismatch(command.gate_id, "permission", gate)
-                await self._resolve_gate(
-                    GateResolved(
-                        gate_id=gate.gate_id,
-                        kind="permission",
-                        allow=command.allow,
-                        scope=command.scope,
-                    ),
-                    command,
-                )
+            case AnswerGate() | DecideGate():
+                resolution = gates.resolution(state, command)
+                await self.commit([resolution], cause=command.cause)
+                # The turn may not be waiting yet (just resumed): the answer
+                # is kept until it does.
+                self._answers.deliver(resolution)
+                command.reply.set(True)
             case ResolveToolCall():
                 if command.execution_id not in state.unknown:
                     raise NotUnknownEffectError(
@@ -520,13 +461,6 @@ class Loop:
                     f"loop {self.id} does not understand {type(command).__name__}"
                 )
 
-    async def _resolve_gate(self, event: GateResolved, command: AnswerGate | DecideGate) -> None:
-        await self.commit([event], cause=command.cause)
-        # The turn may not be waiting yet (just resumed): the waiter keeps the
-        # answer until it does.
-        self.gate_waiter(event.gate_id).set(event)
-        command.reply.set(True)
-
     # -- turns -----------------------------------------------------------------
 
     def _may_start_turn(self, *, extra: bool = False) -> bool:
@@ -566,9 +500,9 @@ class Loop:
         self._spawn_turn()
 
     def _wants_compaction(self) -> bool:
-        from .compaction import needs_compaction
-
-        return self._auto_tried_at != self.state.history_seq and needs_compaction(self)
+        return self._auto_tried_at != self.state.history_seq and needs_compaction(
+            self.state, self.resolved().limits
+        )
 
     def _maybe_auto_compact(self) -> bool:
         """Compact before starting a turn when the context passed its
@@ -590,8 +524,6 @@ class Loop:
         self._start_compaction(attempt_id, "manual", cause)
 
     def _start_compaction(self, attempt_id: str, trigger: str, cause: str | None) -> None:
-        from .compaction import compact
-
         async def run() -> None:
             try:
                 await compact(self, attempt_id, trigger=trigger, cause=cause)
@@ -606,14 +538,12 @@ class Loop:
         self._nursery.start_soon(run)
 
     def _spawn_turn(self) -> None:
-        from .turn import TurnRunner
-
         self._turn_task_running = True
         self._turn_finished = trio.Event()
         self.busy(+1)
         self._nursery.start_soon(self._turn_task, TurnRunner(self))
 
-    async def _turn_task(self, runner: Any) -> None:
+    async def _turn_task(self, runner: TurnRunner) -> None:
         try:
             await runner.run()
         finally:
@@ -676,12 +606,3 @@ class Loop:
         if self._cancel_on_start:
             self._cancel_on_start = False
             scope.cancel()
-
-
-def _gate_mismatch(gate_id: str, kind: str, gate: Any) -> GateMismatchError:
-    if gate is None:
-        return GateMismatchError(f"gate {gate_id} is not open (never opened, or already closed)")
-    return GateMismatchError(
-        f"gate {gate_id} is a {gate.kind} gate, not {kind}; answer it with "
-        + ("Session.answer" if gate.kind == "user_input" else "Session.decide")
-    )

@@ -22,20 +22,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import msgspec
 import trio
 
 from journal.content import Text, ToolUse
-from journal.events import Event, GateOpened, GateResolved, ToolCompleted, ToolStarted
+from journal.events import Event, ToolCompleted, ToolStarted
 
+from . import gates
+from .definition import ResolvedDefinition
 from .ids import new_id
-from .notices import DENIED_RESULT
+from .notices import DENIED_RESULT, rejected
+from .ports import ToolsPort
 from .tools import Tool, ToolContext, ToolInputError, decide, shape_result
-
-if TYPE_CHECKING:
-    from .turn import TurnRunner
 
 __all__ = ["run_batch"]
 
@@ -50,20 +49,22 @@ class _Call:
     """False when re-entering a call started before a restart."""
 
 
-def _rejected(use: ToolUse, text: str) -> ToolCompleted:
-    return ToolCompleted(
-        execution_id="",
-        tool_use_id=use.id,
-        content=(Text(text=text),),
-        disposition="rejected",
-    )
+@dataclass
+class _Batch:
+    loop: ToolsPort
+    resolved: ResolvedDefinition
+    """The definition as the turn resolved it when it started."""
+    entered: set[str]
+    """The turn's record of the calls whose tool function really ran."""
 
 
-async def run_batch(turn: TurnRunner) -> None:
-    loop = turn.loop
+async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[str]) -> None:
+    """Run the calls of the last reply still waiting for a result; adds the
+    execution id of every call whose tool function it enters to ``entered``."""
+    batch = _Batch(loop, resolved, entered)
     state = loop.state
-    limits = turn.resolved.limits
-    tools: dict[str, Tool] = {t.name: t for t in turn.resolved.tools}
+    limits = resolved.limits
+    tools: dict[str, Tool] = {t.name: t for t in resolved.tools}
     admitted: list[_Call] = []
     budget = limits.max_tool_calls_per_turn - state.turn_tool_calls
 
@@ -79,7 +80,7 @@ async def run_batch(turn: TurnRunner) -> None:
                 # under the mode of its time, which a later ChangeMode may have
                 # narrowed: restore looks in every mode, so must this, or the
                 # call is never finished and the turn spins on it.
-                started = turn.loop.definition.find_tool(use.name) if tool is None else tool
+                started = loop.definition.find_tool(use.name) if tool is None else tool
                 assert started is not None, f"restore kept {execution} running without its tool"
                 admitted.append(
                     _Call(
@@ -91,9 +92,9 @@ async def run_batch(turn: TurnRunner) -> None:
                     )
                 )
             continue
-        rejection = await _admit(turn, use, tool, budget - len(admitted))
+        rejection = await _admit(batch, use, tool, budget - len(admitted))
         if rejection is not None:
-            await loop.commit([_rejected(use, rejection)])
+            await loop.commit([rejected(use.id, rejection)])
             continue
         assert tool is not None
         admitted.append(
@@ -120,19 +121,20 @@ async def run_batch(turn: TurnRunner) -> None:
     ]
     if starts:
         await loop.commit(starts)
-    await _execute(turn, admitted)
+    await _execute(batch, admitted)
 
 
 async def _admit(
-    turn: TurnRunner,
+    batch: _Batch,
     use: ToolUse,
     tool: Tool | None,
     budget: int,
 ) -> str | None:
     """None when the call may run; otherwise the model-visible reason it won't."""
-    state = turn.loop.state
+    loop = batch.loop
+    state = loop.state
     if tool is None:
-        known = ", ".join(sorted(t.name for t in turn.resolved.tools)) or "none"
+        known = ", ".join(sorted(t.name for t in batch.resolved.tools)) or "none"
         return f"[error: there is no tool named {use.name!r}; available tools: {known}]"
     try:
         tool.parse(use.input)
@@ -140,14 +142,14 @@ async def _admit(
         return f"[error: {exc}]"
     if budget <= 0:
         return "[not run: the turn's tool call limit was reached]"
-    policy = turn.loop.definition.permissions.get(tool.name, tool.permission)
+    policy = loop.definition.permissions.get(tool.name, tool.permission)
     verdict = decide(policy, tool.name, use.input)
     if verdict == "ask" and tool.name in state.grants:
         verdict = "allow"
     if verdict == "ask":
         allowed = state.decided.get(use.id)
         if allowed is None:
-            allowed = await _ask_permission(turn, use, tool)
+            allowed = await _ask_permission(loop, use, tool)
         verdict = "allow" if allowed else "deny"
     if verdict == "deny":
         if policy is None:
@@ -159,37 +161,22 @@ async def _admit(
     return None
 
 
-async def _ask_permission(turn: TurnRunner, use: ToolUse, tool: Tool) -> bool:
-    loop = turn.loop
-    gate = next(
-        (
-            g
-            for g in loop.state.gates.values()
-            if g.kind == "permission" and g.tool_use_id == use.id
-        ),
-        None,
-    )
+async def _ask_permission(loop: ToolsPort, use: ToolUse, tool: Tool) -> bool:
+    gate = gates.open_permission(loop.state, use.id)
     if gate is None:
-        gate = GateOpened(
-            gate_id=new_id("gate_"),
-            kind="permission",
-            execution_id="",
-            tool_use_id=use.id,
-            tool_name=tool.name,
-            prompt=f"Allow {tool.name}?",
-            preview={"tool": tool.name, "input": use.input},
-        )
-        await loop.commit([gate])
-    return bool((await _wait_gate(turn, gate.gate_id)).allow)
+        answer = await gates.open_and_wait(loop, gates.permission_request(use, tool.name))
+    else:
+        answer = await loop.wait_gate(gate.gate_id)  # opened before a restart
+    return bool(answer.allow)
 
 
-async def _execute(turn: TurnRunner, calls: list[_Call]) -> None:
+async def _execute(batch: _Batch, calls: list[_Call]) -> None:
     if all(c.tool.concurrency == "exclusive" for c in calls):
         # Nothing may overlap: run them in order, no task group needed.
         for call in calls:
-            await _run_one(turn, call)
+            await _run_one(batch, call)
         return
-    limiter = trio.CapacityLimiter(max(1, turn.resolved.limits.max_parallel_tool_calls))
+    limiter = trio.CapacityLimiter(max(1, batch.resolved.limits.max_parallel_tool_calls))
     async with trio.open_nursery() as nursery:
         running: list[trio.Event] = []
         last_for_target: dict[str, trio.Event] = {}
@@ -198,7 +185,7 @@ async def _execute(turn: TurnRunner, calls: list[_Call]) -> None:
                 for done in running:
                     await done.wait()
                 running.clear()
-                await _run_one(turn, call)
+                await _run_one(batch, call)
                 continue
             done = trio.Event()
             target = call.tool.target(call.use.input)
@@ -206,60 +193,48 @@ async def _execute(turn: TurnRunner, calls: list[_Call]) -> None:
             if target is not None:
                 last_for_target[target] = done
             await limiter.acquire_on_behalf_of(done)
-            nursery.start_soon(_run_parallel, turn, call, before, done, limiter)
+            nursery.start_soon(_run_parallel, batch, call, before, done, limiter)
             running.append(done)
 
 
 async def _run_parallel(
-    turn: TurnRunner,
+    batch: _Batch,
     call: _Call,
     before: trio.Event | None,
     done: trio.Event,
     limiter: trio.CapacityLimiter,
 ) -> None:
-    turn.loop.busy(+1)
+    batch.loop.busy(+1)
     try:
         if before is not None:
             await before.wait()
-        await _run_one(turn, call)
+        await _run_one(batch, call)
     finally:
         limiter.release_on_behalf_of(done)
         done.set()
-        turn.loop.busy(-1)
+        batch.loop.busy(-1)
 
 
-async def _run_one(turn: TurnRunner, call: _Call) -> None:
-    loop = turn.loop
-    limit = turn.resolved.limits.max_tool_result_bytes
+async def _run_one(batch: _Batch, call: _Call) -> None:
+    loop = batch.loop
+    limit = batch.resolved.limits.max_tool_result_bytes
     continuation: str | None = None
     if not call.new:
         # Re-entered after a restore: a question still open is answered first,
         # and the answer becomes the call's continuation.
-        gate = next(
-            (
-                g
-                for g in loop.state.gates.values()
-                if g.kind == "user_input" and g.execution_id == call.execution_id
-            ),
-            None,
-        )
+        gate = gates.open_question(loop.state, call.execution_id)
         if gate is not None:
-            continuation = (await _wait_gate(turn, gate.gate_id)).answer or ""
+            continuation = (await loop.wait_gate(gate.gate_id)).answer or ""
 
     async def ask(question: str, choices: tuple[str, ...] | None) -> str:
-        gate = GateOpened(
-            gate_id=new_id("gate_"),
-            kind="user_input",
+        gate = gates.question(
             execution_id=call.execution_id,
             tool_use_id=call.use.id,
             tool_name=call.tool.name,
             prompt=question,
             choices=choices,
         )
-        # Durable before anyone can answer: the id only becomes known through
-        # the committed record.
-        await loop.commit([gate])
-        return (await _wait_gate(turn, gate.gate_id)).answer or ""
+        return (await gates.open_and_wait(loop, gate)).answer or ""
 
     ctx = ToolContext(
         loop=loop.id,
@@ -271,7 +246,7 @@ async def _run_one(turn: TurnRunner, call: _Call) -> None:
         runtime=loop,
     )
     started = time.perf_counter_ns()
-    turn.entered.add(call.execution_id)
+    batch.entered.add(call.execution_id)
     try:
         value = await call.tool.invoke(ctx, call.parsed)
         blocks, cut = shape_result(value, limit)
@@ -295,16 +270,3 @@ async def _run_one(turn: TurnRunner, call: _Call) -> None:
             )
         ]
     )
-
-
-async def _wait_gate(turn: TurnRunner, gate_id: str) -> GateResolved:
-    """Wait for a person to close a gate; the loop counts as quiet meanwhile."""
-    loop = turn.loop
-    waiter = loop.gate_waiter(gate_id)
-    loop.parked()
-    loop.busy(-1)
-    try:
-        return await waiter.wait()
-    finally:
-        loop.busy(+1)
-        loop.forget_gate(gate_id)

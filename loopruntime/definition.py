@@ -7,22 +7,24 @@ resolves both by name against the definition the host passes in.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Protocol
 
-from .errors import ModeNotFoundError
+from .errors import LoopClosedError, ModeNotFoundError
 from .model import Model
+from .summary import Compactor
+from .tools import PermissionPolicy, Tool, ToolContext, tool
 
-if TYPE_CHECKING:
-    from .compaction import Compactor
-    from .tools import Tool
-
-__all__ = ["Delegate", "Limits", "LoopDefinition", "Mode", "PermissionPolicy", "find_definition"]
-
-Permission = Literal["allow", "ask", "deny"]
-PermissionPolicy = Permission | Callable[[str, Mapping[str, Any]], Permission]
-"""A fixed answer, or a function of (tool name, input) giving one."""
+__all__ = [
+    "Delegate",
+    "Delegator",
+    "Limits",
+    "LoopDefinition",
+    "Mode",
+    "ResolvedDefinition",
+    "find_definition",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +124,13 @@ class ResolvedDefinition:
     limits: Limits
 
 
+class Delegator(Protocol):
+    """What a delegate's tool reaches through ``ToolContext.runtime``: the
+    loop, which runs the child (``delegation.run_delegate``)."""
+
+    async def delegate(self, delegate: Delegate, task: str, *, execution_id: str) -> str: ...
+
+
 _delegate_tools: dict[int, tuple[Delegate, Tool]] = {}
 
 
@@ -129,10 +138,28 @@ def _delegate_tool(delegate: Delegate) -> Tool:
     """The delegate's tool, built once per Delegate (its schema is cached)."""
     cached = _delegate_tools.get(id(delegate))
     if cached is None or cached[0] is not delegate:
-        from .delegation import delegate_tool
-
-        cached = _delegate_tools[id(delegate)] = (delegate, delegate_tool(delegate))
+        cached = _delegate_tools[id(delegate)] = (delegate, _build_delegate_tool(delegate))
     return cached[1]
+
+
+def _build_delegate_tool(delegate: Delegate) -> Tool:
+    """The tool through which the model starts ``delegate``'s child loop."""
+
+    async def run(ctx: ToolContext, *, task: str) -> str:
+        runtime: Delegator | None = ctx.runtime
+        if runtime is None:
+            raise LoopClosedError("delegation needs a running loop")
+        return await runtime.delegate(delegate, task, execution_id=ctx.execution_id)
+
+    run.__name__ = delegate.name
+    return tool(
+        name=delegate.name,
+        description=delegate.description,
+        permission="allow",
+        concurrency="parallel",
+        # Re-entered after restore: it re-attaches to its child (delegation).
+        replay_safe=True,
+    )(run)
 
 
 def find_definition(root: LoopDefinition, name: str) -> LoopDefinition | None:

@@ -1,26 +1,20 @@
-"""Delegation: a loop starts child loops, each shown to the model as a tool.
+"""Delegation: a loop runs child loops, each shown to the model as a tool
+(built with its ``Delegate`` in ``definition``; it runs ``run_delegate``
+through the loop).
 
-A child is its own actor in the same session and journal.  Its provenance
-(parent loop, turn, step, tool call) is recorded in ``child.started``; its
-budget and tools come from its definition, never from the model.
-
-* Foreground: the delegate tool waits for the child's turn to settle and
-  returns the child's final text as its result; ``child.finished`` is
-  committed by the parent.  If the parent's call is cancelled (interrupt,
-  shutdown), the child is interrupted first: cancellation cascades down the
-  tree, and each child commits its own interrupted notice.
-* Background: the tool returns at once; when the child settles, its result
-  reaches the parent as a notification input (``child.finished`` and the
-  ``input.queued`` are one commit, so it is delivered exactly once).
-
-The delegate tool is re-entered after a restore (like a replay-safe tool, under
-the same execution id); it then finds its child in the parent's state and
-re-attaches to it instead of starting another.
+Rules: a child is its own actor in the same session; its provenance is in
+``child.started``, its budget and tools come from its definition, never from
+the model.  A foreground call waits for the child to settle and returns its
+final text; cancelled, it interrupts the child first (cancellation cascades
+down the tree).  A background call returns at once; the result comes back as
+a notification input, ``child.finished`` and ``input.queued`` in one commit
+(delivered exactly once).  Re-entered after a restore, a call re-attaches to
+its child and never starts another.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import trio
 
@@ -28,20 +22,17 @@ from journal.content import Message, Text
 from journal.events import ChildFinished, ChildStarted, Provenance
 
 from .commands import Interrupt, UserInput
+from .definition import Delegate
 from .errors import LoopClosedError
 from .ids import new_id
-from .tools import Tool, ToolContext
+from .ports import ChildLoop, ParentPort
 
-if TYPE_CHECKING:
-    from .actor import Loop
-    from .definition import Delegate
-
-__all__ = ["ChildStatus", "child_outcome", "delegate_tool"]
+__all__ = ["ChildFailedError", "ChildStatus", "child_outcome", "run_delegate"]
 
 ChildStatus = Literal["completed", "failed", "interrupted", "crashed"]
 
 
-def child_outcome(child: Loop) -> tuple[ChildStatus, str]:
+def child_outcome(child: ChildLoop) -> tuple[ChildStatus, str]:
     """How a settled child ended, and its final assistant text."""
     state = child.state
     status: ChildStatus
@@ -62,64 +53,51 @@ def child_outcome(child: Loop) -> tuple[ChildStatus, str]:
     return status, text
 
 
-def delegate_tool(delegate: Delegate) -> Tool:
-    """The tool through which the model starts ``delegate``'s child loop."""
-
-    async def run(ctx: ToolContext, *, task: str) -> str:
-        loop = ctx.runtime
-        if loop is None:
-            raise LoopClosedError("delegation needs a running loop")
-        child_id = f"{loop.id}/{delegate.name}@{ctx.execution_id.removeprefix('exe_')[:8]}"
-        known = loop.state.children.get(child_id)
-        if known is not None and known.status != "running":
-            return known.output  # settled before a restart: report it again
-        child = loop.host.child(child_id) if known is not None else None
-        if child is None:
-            provenance = Provenance(
-                parent_loop=loop.id,
-                turn=loop.state.turn_index,
-                step=loop.state.step,
-                execution_id=ctx.execution_id,
-            )
-            await loop.commit(
-                [
-                    ChildStarted(
-                        child_loop=child_id,
-                        definition=delegate.definition.name,
-                        provenance=provenance,
-                        background=delegate.background,
-                    )
-                ]
-            )
-            child = await loop.host.start_child(loop, child_id, delegate.definition, provenance)
-            await child.send(
-                UserInput(
-                    input_id=new_id("in_"),
-                    messages=(Message(role="user", blocks=(Text(text=task),)),),
+async def run_delegate(
+    loop: ParentPort, delegate: Delegate, task: str, *, execution_id: str
+) -> str:
+    """What ``delegate``'s tool does for the call ``execution_id`` of ``loop``:
+    start the child (or re-attach to it after a restore), hand it ``task``, and
+    return its result (foreground) or a note that it runs (background)."""
+    child_id = f"{loop.id}/{delegate.name}@{execution_id.removeprefix('exe_')[:8]}"
+    known = loop.state.children.get(child_id)
+    if known is not None and known.status != "running":
+        return known.output  # settled before a restart: report it again
+    child = loop.child(child_id) if known is not None else None
+    if child is None:
+        provenance = Provenance(
+            parent_loop=loop.id,
+            turn=loop.state.turn_index,
+            step=loop.state.step,
+            execution_id=execution_id,
+        )
+        await loop.commit(
+            [
+                ChildStarted(
+                    child_loop=child_id,
+                    definition=delegate.definition.name,
+                    provenance=provenance,
+                    background=delegate.background,
                 )
+            ]
+        )
+        child = await loop.start_child(child_id, delegate.definition, provenance)
+        await child.send(
+            UserInput(
+                input_id=new_id("in_"),
+                messages=(Message(role="user", blocks=(Text(text=task),)),),
             )
-        if delegate.background:
-            loop.host.watch_background(loop, child_id)
-            return (
-                f"started {delegate.name} in the background as child loop {child_id}; "
-                "its result will arrive as a notification"
-            )
-        return await _foreground(loop, child, child_id)
-
-    run.__name__ = delegate.name
-    from .tools import tool
-
-    return tool(
-        name=delegate.name,
-        description=delegate.description,
-        permission="allow",
-        concurrency="parallel",
-        # Re-entered after restore: it re-attaches to its child (above).
-        replay_safe=True,
-    )(run)
+        )
+    if delegate.background:
+        loop.watch_background(child_id)
+        return (
+            f"started {delegate.name} in the background as child loop {child_id}; "
+            "its result will arrive as a notification"
+        )
+    return await _foreground(loop, child, child_id)
 
 
-async def _foreground(loop: Loop, child: Loop, child_id: str) -> str:
+async def _foreground(loop: ParentPort, child: ChildLoop, child_id: str) -> str:
     settled = False
     try:
         # The parent waits on its child: it counts as parked meanwhile, so
@@ -146,7 +124,7 @@ async def _foreground(loop: Loop, child: Loop, child_id: str) -> str:
     return output
 
 
-async def _finish(loop: Loop, child: Loop, child_id: str) -> tuple[ChildStatus, str]:
+async def _finish(loop: ParentPort, child: ChildLoop, child_id: str) -> tuple[ChildStatus, str]:
     """Record the child's end in the parent (once) and stop the child."""
     status, output = child_outcome(child)
     known = loop.state.children.get(child_id)

@@ -7,6 +7,9 @@ runtime, not the model, is speaking.  They never say who stopped a reply.
 
 from __future__ import annotations
 
+from journal.content import Text
+from journal.events import ToolCompleted
+
 __all__ = [
     "DENIED_RESULT",
     "INTERRUPTED_NOTICE",
@@ -14,6 +17,7 @@ __all__ = [
     "NOT_RUN_RESULT",
     "TRUNCATED_NOTICE",
     "TRUNCATED_TOOL_CALL_RESULT",
+    "rejected",
     "tool_output_cut",
 ]
 
@@ -39,3 +43,14 @@ TRUNCATED_TOOL_CALL_RESULT = (
 def tool_output_cut(limit: int) -> str:
     """The in-band marker ending a tool result that was cut to ``limit`` bytes."""
     return f"[truncated: tool output exceeded {limit} bytes]"
+
+
+def rejected(tool_use_id: str, text: str, *, execution_id: str = "") -> ToolCompleted:
+    """The answer to a call that never ran (denied, unknown tool, invalid
+    input, a limit, a stopped turn): ``text`` stands as its result."""
+    return ToolCompleted(
+        execution_id=execution_id,
+        tool_use_id=tool_use_id,
+        content=(Text(text=text),),
+        disposition="rejected",
+    )

@@ -20,12 +20,6 @@ from journal.content import Message, Piece, ResultBlock, Text, ToolResult, ToolU
 from journal.events import (
     ChildFinished,
     ChildStarted,
-    CollabControlled,
-    CollabEnded,
-    CollabStarted,
-    CollabTaskFinished,
-    CollabTaskStarted,
-    CollabTurn,
     CompactionCommitted,
     CompactionRejected,
     CompactionStarted,
@@ -44,7 +38,7 @@ from journal.events import (
     ModelOutput,
     Notice,
     Provenance,
-    SessionCheckpoint,
+    SessionLevelEvent,
     SteerApplied,
     SteerQueued,
     ToolAbandoned,
@@ -375,17 +369,10 @@ def fold(state: LoopState, record: Record) -> LoopState:
             if child is not None:
                 child.status = event.status
                 child.output = event.output
-        case Notice() | SessionCheckpoint():
-            pass  # a checkpoint is derived from the records before it: it changes nothing
-        case (
-            CollabStarted()
-            | CollabTurn()
-            | CollabTaskStarted()
-            | CollabTaskFinished()
-            | CollabControlled()
-            | CollabEnded()
-        ):
-            pass  # a collaboration's own stream; folded by session.collaboration
+        case Notice():
+            pass  # words for the reader: they change no state
+        case SessionLevelEvent():
+            pass  # the session's own streams (checkpoints, collaborations)
         case _:
             assert_never(event)
     return state

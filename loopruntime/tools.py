@@ -24,12 +24,13 @@ import structlog
 
 from journal.content import Image, ResultBlock, Text
 
-from .definition import Permission, PermissionPolicy
 from .errors import OutsideToolCallError
 from .model import ToolSchema
 from .notices import tool_output_cut
 
 __all__ = [
+    "Permission",
+    "PermissionPolicy",
     "Tool",
     "ToolContext",
     "ToolInputError",
@@ -40,6 +41,9 @@ __all__ = [
 ]
 
 Concurrency = Literal["exclusive", "parallel"]
+Permission = Literal["allow", "ask", "deny"]
+PermissionPolicy = Permission | Callable[[str, Mapping[str, Any]], Permission]
+"""A fixed answer, or a function of (tool name, input) giving one."""
 
 log = structlog.get_logger(__name__)
 
@@ -70,8 +74,9 @@ class ToolContext:
     ) -> None:
         self.loop = loop
         self.runtime = runtime
-        """The ``Loop`` running this call (for the runtime's own tools, such as
-        delegation); ordinary tools have no need of it."""
+        """The loop running this call, for the runtime's own tools (a delegate
+        reaches it as a ``definition.Delegator``); ordinary tools have no need
+        of it."""
         self.execution_id = execution_id
         """Stable across a re-run after restore: use it as an idempotency key."""
         self.tool_use_id = tool_use_id

@@ -12,15 +12,12 @@ abandoned tool calls, the cancelled gates, and ``turn.ended(interrupted)``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import trio
 
-from journal.content import BlockStopped, Piece, Text, ToolUse
+from journal.content import BlockStopped, Piece, ToolUse
 from journal.events import (
     ContextMeasured,
     Event,
-    GateCancelled,
     InputCancelled,
     ModelCallFailed,
     ModelCallStarted,
@@ -28,10 +25,10 @@ from journal.events import (
     ModelOutput,
     SteerApplied,
     ToolAbandoned,
-    ToolCompleted,
     TurnEnded,
 )
 
+from . import gates
 from .batch import run_batch
 from .errors import ModelError
 from .model import Accumulator, coalesce
@@ -40,11 +37,10 @@ from .notices import (
     NOT_RUN_RESULT,
     TRUNCATED_NOTICE,
     TRUNCATED_TOOL_CALL_RESULT,
+    rejected,
 )
+from .ports import TurnPort
 from .state import LoopState
-
-if TYPE_CHECKING:
-    from .actor import Loop
 
 __all__ = ["FLUSH_INTERVAL", "TurnRunner", "settle_turn_events"]
 
@@ -57,7 +53,9 @@ class _End(Exception):
 
 
 class TurnRunner:
-    def __init__(self, loop: Loop) -> None:
+    """Runs the loop's open turn to its ``turn.ended`` (or to its cancellation)."""
+
+    def __init__(self, loop: TurnPort) -> None:
         self.loop = loop
         self.resolved = loop.resolved()
         self.acc: Accumulator | None = None
@@ -109,7 +107,7 @@ class TurnRunner:
                             uses, "[not run: the turn's tool iteration limit was reached]"
                         ),
                     )
-                await run_batch(self)
+                await run_batch(self.loop, self.resolved, self.entered)
                 continue
             last = state.messages[-1] if state.messages else None
             if last is not None and last.role == "assistant":
@@ -166,12 +164,7 @@ class TurnRunner:
 
     def _reject_all(self, uses: list[ToolUse], text: str) -> list[Event]:
         return [
-            ToolCompleted(
-                execution_id="",
-                tool_use_id=u.id,
-                content=(Text(text=text),),
-                disposition="rejected",
-            )
+            rejected(u.id, text)
             for u in uses
             # Only calls still waiting for a result: a call answered already
             # (e.g. its input was not JSON) is never answered twice.
@@ -297,14 +290,7 @@ class TurnRunner:
                 if acc.stop_reason == "max_tokens"
                 else f"[error: {why}; emit the call again with a JSON object]"
             )
-            events.append(
-                ToolCompleted(
-                    execution_id="",
-                    tool_use_id=tool_use_id,
-                    content=(Text(text=text),),
-                    disposition="rejected",
-                )
-            )
+            events.append(rejected(tool_use_id, text))
         events.append(
             ContextMeasured(
                 input_tokens=acc.usage.input_tokens,
@@ -384,10 +370,7 @@ def settle_turn_events(
     tool call answered (abandoned if it had started, not-run otherwise), then
     ``turn.ended`` and the queue consequences.  ``entered`` names the calls
     whose tool function really ran (None: assume every started call did)."""
-    events: list[Event] = [
-        GateCancelled(gate_id=g, reason=gate_reason)  # type: ignore[arg-type]
-        for g in state.gates
-    ]
+    events: list[Event] = [*gates.abandoned(state, gate_reason)]
     if notice_message is not None:
         events.append(notice_message)
     for tool_use_id in state.awaiting:
@@ -404,14 +387,7 @@ def settle_turn_events(
                 ToolAbandoned(execution_id=execution, tool_use_id=tool_use_id, reason="interrupted")
             )
         else:
-            events.append(
-                ToolCompleted(
-                    execution_id=execution or "",
-                    tool_use_id=tool_use_id,
-                    content=(Text(text=NOT_RUN_RESULT),),
-                    disposition="rejected",
-                )
-            )
+            events.append(rejected(tool_use_id, NOT_RUN_RESULT, execution_id=execution or ""))
     events.append(
         TurnEnded(
             turn=state.turn_index,

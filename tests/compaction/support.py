@@ -10,9 +10,9 @@ import trio
 from journal import Journal, Record
 from journal.content import Message, Text
 from journal.events import CompactionCommitted, CompactionRejected, Event
-from loopruntime.compaction import SECTIONS
 from loopruntime.errors import ModelError
 from loopruntime.model import Model
+from loopruntime.summary import SECTIONS
 from session import Session
 from tests.support.loops import events_of
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loopruntime.compaction import (
+from loopruntime.summary import (
     MAX_SUMMARY_CHARS,
     SECTIONS,
     Summary,

@@ -1,0 +1,144 @@
+"""The narrow surfaces the loop's workers are handed; the ``Loop`` implements them.
+
+A worker (the turn, the tool batch, a compaction, a delegation) gets the port
+it needs, never the actor, so its signature names everything it may touch.
+Rules: a worker changes loop state only through ``commit`` (the actor appends,
+folds and publishes); no worker imports the actor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+import trio
+from structlog.typing import FilteringBoundLogger
+
+from journal.events import Event, GateResolved, Provenance
+from journal.record import Record
+
+from .commands import Command
+from .context import RequestBuilder
+from .definition import Delegator, LoopDefinition, ResolvedDefinition
+from .model import Delta
+from .state import LoopState
+
+__all__ = ["ChildLoop", "DeltaSink", "LoopPort", "ParentPort", "ToolsPort", "TurnPort"]
+
+
+class LoopPort(Protocol):
+    """A loop as every worker sees it: its id, folded state and definition,
+    and the one way to change its state.  Compaction needs no more."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def state(self) -> LoopState:
+        """The fold of the loop's records; read it, never write it."""
+        ...
+
+    @property
+    def definition(self) -> LoopDefinition: ...
+
+    def resolved(self) -> ResolvedDefinition:
+        """The definition under the loop's current mode."""
+        ...
+
+    async def commit(
+        self,
+        events: Sequence[Event],
+        *,
+        cause: str | None = None,
+        guard: Callable[[], bool] | None = None,
+    ) -> list[Record]:
+        """Append durably, fold into ``state``, publish, then return.  With
+        ``guard``, append only if ``guard()`` holds once everything committed
+        before is folded; else raise ``GuardFailedError`` (compare-and-swap)."""
+        ...
+
+
+class ToolsPort(LoopPort, Delegator, Protocol):
+    """What a batch of tool calls touches: the loop's log, its count of working
+    tasks and the gates it waits at.  The port itself is the ``runtime`` the
+    batch hands to tools (a delegate's tool reaches it as a ``Delegator``)."""
+
+    @property
+    def log(self) -> FilteringBoundLogger: ...
+
+    def busy(self, delta: int) -> None:
+        """A task of this loop starts (+1) or stops (-1) working; the loop is
+        quiet when none works."""
+        ...
+
+    async def wait_gate(self, gate_id: str) -> GateResolved:
+        """Wait until a person closes the open gate ``gate_id``; the loop counts
+        as quiet (and a requested compaction may run) meanwhile."""
+        ...
+
+
+class DeltaSink(Protocol):
+    def publish_delta(self, loop: str, effect_id: str, delta: Delta) -> None:
+        """Show a live stream delta to subscribers (ephemeral, may be dropped)."""
+        ...
+
+
+class TurnPort(ToolsPort, Protocol):
+    """What a turn touches beyond its tool batches: the request builder, the
+    live stream, the flush timer, and its own cancel scope."""
+
+    @property
+    def requests(self) -> RequestBuilder: ...
+
+    @property
+    def host(self) -> DeltaSink: ...
+
+    @property
+    def stop_reason(self) -> str:
+        """Why the running turn is being stopped: "interrupted", "shutdown",
+        or "detached" (left open, not settled)."""
+        ...
+
+    def enter_turn_scope(self, scope: trio.CancelScope) -> None:
+        """The scope the loop cancels to stop the turn."""
+        ...
+
+    def flush_at(self, deadline: float, flush: Callable[[], Awaitable[None]]) -> None:
+        """Have ``flush`` run at ``deadline`` (trio time) unless cancelled first."""
+        ...
+
+    def cancel_flush(self) -> None: ...
+
+
+class ChildLoop(Protocol):
+    """A child loop as its parent (or the session) sees it."""
+
+    @property
+    def state(self) -> LoopState: ...
+
+    async def send(self, command: Command) -> Any: ...
+
+    async def wait_settled(self) -> None: ...
+
+    async def finish(self) -> None: ...
+
+
+class ParentPort(LoopPort, Protocol):
+    """What a delegation touches: the parent's count of working tasks and the
+    session's children."""
+
+    def busy(self, delta: int) -> None: ...
+
+    def child(self, child_id: str) -> ChildLoop | None:
+        """The running child loop ``child_id`` (None when it is not running here)."""
+        ...
+
+    async def start_child(
+        self, child_id: str, definition: LoopDefinition, provenance: Provenance
+    ) -> ChildLoop:
+        """Create and start a child loop in the same session."""
+        ...
+
+    def watch_background(self, child_id: str) -> None:
+        """Deliver a background child's result to this loop once it settles."""
+        ...
