@@ -4,6 +4,7 @@ This layer knows rows and bytes, not loop semantics; it imports nothing from
 ``loopruntime`` or ``session``.
 """
 
+from . import codec as codec
 from . import content as content
 from . import events as events
 from .codec import SCHEMA_VERSION as SCHEMA_VERSION
@@ -56,6 +57,7 @@ __all__ = [
     "SessionLease",
     "SessionNotFoundError",
     "check_existing_journal",
+    "codec",
     "content",
     "decode_event",
     "encode_event",

@@ -8,6 +8,10 @@ the ``Loop`` through the narrow ports of ``ports.py``, which it implements.
 State changes only through ``LoopHost.commit``: the host appends the events,
 folds each durable record into ``Loop.state`` (``Loop.apply``) in seq order,
 publishes them, and only then returns to the caller.
+
+The module is one piece on purpose: it is the one task that owns a loop's
+state, and its command dispatch, turn lifecycle and port methods all read and
+change that state; split, each part would need the others' private fields.
 """
 
 from __future__ import annotations

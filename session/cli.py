@@ -21,7 +21,13 @@ from typing import Any
 import structlog
 import trio
 
-from journal import JournalError, open_journal
+from journal import (
+    JournalError,
+    init_journal,
+    make_journal_directory,
+    open_journal,
+    parse_location,
+)
 from journal.content import TextDelta
 from loopruntime import LoopDefinition, LoopError
 from loopruntime.models import ScriptedModel
@@ -39,13 +45,10 @@ def journal_url(value: str | None, *, create: bool = False) -> str:
     """A journal URL from ``--journal``, the environment, or the default path.
     Only commands that start sessions (``create``) make the directory; the
     others must not conjure an empty journal out of a mistyped path."""
-    raw = value or os.environ.get("LOOPRUNTIME_JOURNAL") or DEFAULT_JOURNAL
-    if "://" in raw or raw.startswith("memory:"):
-        return raw
-    path = Path(raw)
+    location = parse_location(value or os.environ.get("LOOPRUNTIME_JOURNAL") or DEFAULT_JOURNAL)
     if create:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    return "sqlite:///" + str(path)
+        make_journal_directory(location)
+    return location.url
 
 
 class _StderrLogger:
@@ -259,15 +262,8 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 
 async def _journal_init(args: argparse.Namespace) -> int:
-    url = journal_url(args.url, create=True)
-    if url.startswith(("postgresql:", "postgres:")):
-        from journal.postgres import init_schema
-
-        await init_schema(url)
-    else:
-        async with open_journal(url):
-            pass
-    print(f"journal ready at {url}")
+    location = await init_journal(args.url)
+    print(f"journal ready at {location.url}")
     return 0
 
 

@@ -12,7 +12,7 @@ PUBLIC = {
         "JournalError", "ConflictError", "FencedError", "DuplicateEventError", "InvalidEventError",
         "SessionNotFoundError", "JournalSchemaError", "JournalCorruptError",
         "JournalClosedError", "JournalUnavailableError", "NotAJournalError",
-        "SCHEMA_VERSION", "content", "events", "encode_event", "decode_event",
+        "SCHEMA_VERSION", "codec", "content", "events", "encode_event", "decode_event",
         "ForwardingJournal", "JournalLocation", "parse_location", "init_journal",
         "check_existing_journal", "make_journal_directory",
     },

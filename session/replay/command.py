@@ -7,14 +7,19 @@ session cannot be read at all.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Literal
-from urllib.parse import unquote
 
-from journal import Journal, JournalError, Record, SessionNotFoundError, open_journal
+from journal import (
+    Journal,
+    JournalError,
+    NotAJournalError,
+    Record,
+    SessionNotFoundError,
+    check_existing_journal,
+    open_journal,
+)
 from loopruntime.host import FoldError
 
 from .checker import check
@@ -28,47 +33,16 @@ class ReplayInputError(Exception):
     """The journal or session named for replay cannot be read (a clear message)."""
 
 
-# The journal layer is getting a public function for this check; it will replace this one.
-def _refuse_non_journal(url: str) -> None:
-    """Refuse, without writing anything, a SQLite URL or path that holds no journal.
-
-    The SQLite backend creates a missing file and writes the schema into an
-    empty database on open; replay must never write, so it looks first,
-    through a read-only connection.  Other URLs go to their backend as they are."""
-    if url.startswith("sqlite:"):
-        rest = url[len("sqlite:") :]
-        rest = rest[3:] if rest.startswith("///") else rest.lstrip("/")
-        path = unquote(rest.split("?", 1)[0])
-    elif "://" in url or url.startswith("memory:"):
-        return
-    else:
-        path = url
-    p = Path(path)
-    if not p.exists():
-        raise ReplayInputError(f"there is no journal at {path}: the file does not exist")
-    if not p.is_file():
-        raise ReplayInputError(f"{path} is not a journal file")
-    if p.stat().st_size == 0:
-        raise ReplayInputError(f"{path} is empty: it is not a loopruntime journal")
-    try:
-        conn = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            row = conn.execute("SELECT value FROM journal_meta WHERE key = 'format'").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        raise ReplayInputError(f"{path} is not a loopruntime journal ({exc})") from exc
-    if row is None or row[0] != "loopruntime-journal":
-        raise ReplayInputError(f"{path} is not a loopruntime journal")
-
-
 @asynccontextmanager
 async def open_for_replay(url: str) -> AsyncIterator[Journal]:
     """Open a journal to read it, refusing a SQLite file that is missing or
     not a journal before anything could create it.  Backend errors (a
     newer schema, an unreachable server) are ``JournalError``s."""
-    _refuse_non_journal(url)
-    async with open_journal(url) as journal:
+    try:
+        location = await check_existing_journal(url)
+    except NotAJournalError as exc:
+        raise ReplayInputError(str(exc)) from exc
+    async with open_journal(location.url) as journal:
         yield journal
 
 
