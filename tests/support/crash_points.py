@@ -1,4 +1,5 @@
-"""The crash-point scenario of tests/crash/test_crash_points.py, in two child processes.
+"""The crash-point scenario: tests/crash/test_crash_points.py runs it in child processes,
+the replay tests run it in their own process for a realistic journal.
 
 Scenarios (``tests.support.crash_child``):
 
