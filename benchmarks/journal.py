@@ -1,79 +1,11 @@
 """Journal throughput: each backend beside a bare loop doing the same storage work.
 
-Run ``python -m benchmarks.journal`` (``--quick`` for a short run).  Every figure
-that has a *bare* counterpart is measured in the same run, on the same machine,
-with the same bytes, and reported as a ratio (journal / bare; 1.0 = no overhead):
-
-* **append, sequential**: one record per ``append``, each awaited before the
-  next.  Bare: a thread committing the same rows one transaction per row.
-* **append, 100 concurrent**: 100 trio tasks, one session each, every task
-  appending one record at a time and waiting for it to be durable; the SQLite
-  writer groups whatever is waiting into one transaction.  Bare: a thread
-  committing the same rows with ``executemany`` in transactions of 100.
-* both at ``synchronous=NORMAL`` and ``FULL`` (one fsync per commit).
-* **trio harness**: the ceiling for the concurrent figure.  The same 100 trio
-  tasks hand their prebuilt rows to a bare writer thread and park until it has
-  committed them (``_trio_harness_insert``): the least any journal can do whose
-  appenders are trio tasks each waiting for its own durability.  Printed as the
-  journal against the harness and the harness against the bare thread.
-* **thread beside busy Python**: the bare thread again, while another thread
-  runs Python without pause (a few hundred rows: it is that slow; the median
-  of five runs, since now and then the scheduler lets one run go unopposed).
-  The reason the journal's Python work cannot overlap SQLite's, below.
-* **read+decode**: ``journal.read`` of one session of 100k records (digest chain
-  verified, ``Record`` built for each).  Bare: ``SELECT`` of the same columns,
-  ``fetchmany``, and ``msgspec.msgpack.Decoder(Event)`` on each body; a second
-  bare figure selects the bodies alone; a third also checks the digest chain
-  (one blake2b per record), which the journal must do and the plain loop skips.
-  ``chain check (bare: read+decode)`` is that third loop against the first: the
-  ceiling of any reader that honours the contract.
-
-Figures are wall time (best of a few repetitions for the short ones) and vary
-with the disk and with whatever else runs on the machine.  Benchmarks are not
-tests; nothing here asserts a number.
-
-What the bare figures leave out (read this before reading a ratio)
-    The bare loops do the storage work only; the journal must also do what
-    its contract requires, and in CPython that work does not overlap the
-    bare work, because the reader (or writer) thread needs the GIL to build
-    each row's Python objects exactly when the trio thread needs it to
-    verify, decode and hand over records.  Measured per record on the
-    2-core development machine (thread CPU time, 218-byte bodies):
-
-    * read: the bare loop costs ~1.5 us (fetching the seven columns ~1.05,
-      decoding ~0.27).  A ratio of 0.8 leaves 0.37 us for everything else,
-      but one chain step alone (blake2b-128 over digest + body, already the
-      cheapest form: a copied hash state, two ``update`` calls) costs
-      ~0.30-0.38 us, building the ``Record`` ~0.09 us and handing it out of
-      an async generator ~0.13 us: at least 0.52 us that the plain loop does
-      not do.  Against "bare: + chain check" (the same loop, obliged to check
-      the chain like the journal is) the remaining gap is the Record and the
-      async iteration.
-    * appends: the bare thread commits rows built in advance (encoded,
-      chained) in transactions of exactly 100, one thread, no wakeups.  The
-      journal also encodes, chains and builds ``Record`` s (~1.8 us per append
-      on the writer), and each appender is a trio task that is woken, runs
-      ``append`` and parks again (~5.5 us per append on the trio thread; an
-      ``append`` that does nothing but checkpoint costs ~2.7 us of that).
-      Those happen while the writer is idle, between one group's commit and
-      the next, because every appender waits for its own commit before
-      appending again.  The trio harness, which does none of that work,
-      measured 0.52x-0.77x of the bare thread by itself across runs: waking
-      and parking 100 tasks per group already costs about what the 0.8
-      target leaves, or more.
-    * overlap: SQLite's own work (each statement step, the commit's write and
-      fsync) runs without the GIL, so in principle the writer could commit one
-      group while the trio thread prepares the next.  In CPython it cannot:
-      after each step the writer must take the GIL back, and a thread busy
-      with Python keeps it for up to the switch interval (5 ms).  The bare
-      thread beside a busy Python thread commits a few hundred rows/s
-      instead of 100k-130k.  Measured against the whole-group design (0.42x-0.54x
-      in the same runs): handing groups over early (0.38x-0.47x), one
-      multi-row ``INSERT`` per group (0.44x), shorter switch intervals
-      (0.40x-0.50x), and an autocommit multi-row ``INSERT`` with early
-      hand-over, one GIL round trip per group (0.48x-0.61x, and only by
-      leaving out the check against other processes' commits that the
-      transaction must make): none clears the noise, let alone 0.8.
+Run ``python -m benchmarks.journal`` (``--quick`` for a short run).  Rules: a figure with
+a bare counterpart is measured in the same run, on the same machine, with the same bytes,
+and reported as journal / bare (1.0 = no overhead); each ratio the issue sets a target
+for has its ceiling measured beside it (the trio harness, the bare read that also checks
+the digest chain).  Nothing here asserts a number.  What each row measures, and what the
+bare loops leave out: ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -98,6 +30,8 @@ from journal import Draft, Journal, open_journal
 from journal.codec import GENESIS, chain, encode_event
 from journal.content import TextDelta
 from journal.events import Event, ModelOutput
+
+from . import tables
 
 __all__ = ["main", "run"]
 
@@ -491,24 +425,11 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    header = (
-        f"{'benchmark':<36} {'backend':<14} {'n':>7} {'rate/s':>11} {'bare/s':>11} {'ratio':>6}"
-    )
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        bare = f"{r['bare_rate']:>11,.0f}" if r["bare_rate"] else f"{'-':>11}"
-        ratio = f"{r['ratio']:>6.2f}" if r["ratio"] else f"{'-':>6}"
-        name, backend = r["benchmark"], r["backend"]
-        lines.append(f"{name:<36} {backend:<14} {r['n']:>7} {r['rate']:>11,.0f} {bare} {ratio}")
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.journal", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short run (smaller counts)")
     args = parser.parse_args(argv)
-    print(format_table(run(quick=args.quick)))
+    print(tables.journal_table(run(quick=args.quick)))
     return 0
 
 

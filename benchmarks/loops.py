@@ -1,25 +1,11 @@
 """Agent loops on the embedded SQLite journal: step cost, many loops, idle footprint.
 
-Run ``python -m benchmarks.loops`` (``--quick`` for a short run).  Three scenarios of
-issue 10 (and the loop benchmark of issue 3), all through the public API a user calls
-(``Session.create``, ``submit``, ``wait_idle``) with a zero-latency ``ScriptedModel``:
-
-* **steps**: one turn of N steps, a step being one model reply carrying one tool call
-  plus that call's result.  Per-step cost is the mean gap between consecutive model
-  calls over the last 10% of steps (how ``benchmarks.peers`` times LangGraph), so any
-  growth with history shows; storage is the database plus its WAL right after the run.
-  Small sizes are run several times and their tail gaps pooled, because the last 10% of
-  10 steps is a single gap.
-* **loops**: N independent sessions (one loop each) on one journal, every one running
-  turns back to back (a turn: one tool step and an answer).  Reports turns/s, records/s
-  and p50/p99 latency of ``journal.append`` as the sessions call it, beside the bare
-  journal doing N concurrent one-record appends of the same events in the same run.
-* **idle**: N sessions, each after one turn, left idle in one process; the growth of the
-  process's resident memory divided by N.
-
-Figures are wall time on whatever machine runs them; nothing here asserts a number.
-Python's cyclic garbage collector runs as it would for a user (it is not disabled), and
-the time it took is reported beside the figures it affected.
+Run ``python -m benchmarks.loops`` (``--quick`` for a short run).  Rules: every figure
+goes through the public API a user calls (``Session.create``, ``submit``,
+``wait_idle``) with a zero-latency scripted model; the garbage collector stays on and
+the time it took is reported beside the figures it affected; creation and shutdown are
+outside every timed window.  Nothing here asserts a number.  What each scenario
+measures: ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -45,9 +31,12 @@ from journal import Draft, Journal, Record, SessionLease, open_journal
 from journal.content import ToolResult
 from journal.events import Event
 from journal.forwarding import ForwardingJournal
-from loopruntime import Limits, LoopDefinition, ModelRequest, ToolContext, tool
-from loopruntime.models import Reply, ScriptedModel, ToolCall
+from loopruntime import Limits, LoopDefinition, ModelRequest
+from loopruntime.models import Reply, ToolCall
 from session import Session
+
+from . import tables
+from .harness import Progress, forgetful_model, lookup, quiet_logs, sqlite_bytes, stderr_progress
 
 __all__ = [
     "DEFAULT_IDLE_COUNTS",
@@ -55,16 +44,12 @@ __all__ = [
     "DEFAULT_STEP_SIZES",
     "GcClock",
     "TimedJournal",
-    "format_table",
     "idle_footprint",
     "main",
     "many_loops",
-    "quiet_logs",
     "run",
     "run_in_child",
-    "sqlite_bytes",
     "steps",
-    "stderr_progress",
 ]
 
 DEFAULT_STEP_SIZES: tuple[int, ...] = (10, 100, 1000, 3000)
@@ -86,38 +71,6 @@ _QUICK_LOOP_TURNS = 600
 # Sessions created at once in the idle scenario.  Each worker holds its sessions in an
 # AsyncExitStack, so the harness adds a few hundred tasks, not one task per session.
 _IDLE_WORKERS = 200
-
-Progress = Callable[[str], None]
-
-
-def stderr_progress(line: str) -> None:
-    print(f"  .. {line}", file=sys.stderr, flush=True)
-
-
-def quiet_logs() -> None:
-    """Send structlog output to stderr and drop everything below WARNING.
-
-    For the benchmark commands only (a library never configures logging): structlog's
-    default writes every debug line to stdout, which would interleave with the table
-    and put terminal I/O inside the timed region.
-    """
-    import logging
-
-    import structlog
-
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-    )
-
-
-def sqlite_bytes(path: str) -> int:
-    """Database plus WAL on disk (the ``-shm`` index is a cache and is left out)."""
-    total = 0
-    for name in (path, path + "-wal"):
-        if os.path.exists(name):
-            total += os.path.getsize(name)
-    return total
 
 
 class GcClock:
@@ -177,12 +130,6 @@ class TimedJournal(ForwardingJournal):
 # -- the agent --------------------------------------------------------------------------
 
 
-@tool(permission="allow")
-async def lookup(ctx: ToolContext, *, query: str) -> str:
-    """Return the query unchanged: the trivial tool every benchmark step calls."""
-    return query
-
-
 class StepScript:
     """The zero-latency model of the steps scenario: ``n`` tool calls, then an answer.
 
@@ -228,22 +175,6 @@ def step_definition(script: Callable[[ModelRequest], Reply], n: int) -> LoopDefi
     return LoopDefinition(
         name="bench-steps", model=forgetful_model(script), tools=[lookup], limits=limits
     )
-
-
-def forgetful_model(script: Callable[[ModelRequest], Reply]) -> ScriptedModel:
-    """A ``ScriptedModel`` that does not keep the requests it was sent.
-
-    ``ScriptedModel.requests`` keeps every request for tests to inspect; a real model
-    keeps none.  Here that list would grow with every step of every loop and be counted
-    as the runtime's memory (and its per-request history tuples as its cost).
-    """
-
-    def answer(request: ModelRequest) -> Reply:
-        model.requests.clear()
-        return script(request)
-
-    model = ScriptedModel(answer)
-    return model
 
 
 def turn_definition() -> LoopDefinition:
@@ -660,38 +591,12 @@ def run_in_child(quick: bool) -> list[dict[str, Any]]:
     return run(quick, progress=stderr_progress)
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as plain-text tables, one per scenario (no peers: see ``benchmarks``)."""
-    lines: list[str] = []
-    for r in rows:
-        if r["scenario"] == "steps":
-            lines.append(
-                f"steps  {r['system']:<26} {r['steps']:>6} steps  "
-                f"{r['per_step_seconds'] * 1e3:8.3f} ms/step  {r['bytes']:>12,} bytes"
-            )
-        elif r["scenario"] == "loops":
-            lines.append(
-                f"loops  {r['system']:<26} {r['loops']:>6} loops  "
-                f"{r['turns_per_second']:9,.0f} turns/s {r['records_per_second']:9,.0f} rec/s "
-                f"bare {r['bare_records_per_second']:9,.0f} rec/s  ratio {r['ratio']:.2f}  "
-                f"p50 {r['commit_p50_seconds'] * 1e3:.2f} ms p99 "
-                f"{r['commit_p99_seconds'] * 1e3:.2f} ms"
-            )
-        elif r["scenario"] == "idle":
-            lines.append(
-                f"idle   {r['system']:<26} {r['loops']:>6} loops  "
-                f"{r['bytes_per_loop']:9,.0f} bytes/loop  "
-                f"{r['rss_after_bytes'] / 2**20:8.1f} MiB RSS"
-            )
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.loops", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short run (smaller counts)")
     args = parser.parse_args(argv)
     quiet_logs()
-    print(format_table(run(quick=args.quick)))
+    print(tables.loops_table(run(quick=args.quick)))
     return 0
 
 

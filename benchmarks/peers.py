@@ -1,28 +1,18 @@
-"""The peer side of the issue 10 benchmarks: what a user would pick instead of loopruntime.
+"""The peers: what a user would pick instead of loopruntime, doing the same work.
 
-Two peers, each optional (``pip install -e '.[bench]'``):
-
-* **LangGraph** with its SQLite checkpointer (``langgraph-checkpoint-sqlite``), the usual
-  choice for a durable agent loop in Python.
-* **eventsourcing**, the reference event-sourcing library, with its SQLite persistence module,
-  the usual choice for "replay an aggregate from its events".
-
-Nothing here calls a network or a model: the model is a scripted graph node with no latency,
-and the tool returns its input. A peer whose package is missing is reported as skipped with
-the import error as the reason; no figure is ever made up for it.
-
-What one *step* means, on both sides of the comparison: one model message carrying one tool
-call, then one tool result. The LangGraph formulation is the one its documentation teaches
-for a tool-calling agent: ``StateGraph(MessagesState)`` (messages merged by the
-``add_messages`` reducer), an ``agent`` node, the prebuilt ``ToolNode``, ``tools_condition``
-routing agent -> tools -> agent, and a single ``invoke`` for the whole turn. The scripted
-agent node asks for a tool call until the step budget is spent, then answers. The graph runs
-with ``durability="sync"``: every superstep's checkpoint is written before the next one
-starts, which is the guarantee loopruntime gives (commit, then fold). LangGraph's default,
-``"async"``, overlaps the write with the next step; pass ``durability="async"`` to measure it.
-
-Run ``python -m benchmarks.peers`` (``--quick`` for a short run) for a table of every figure.
+LangGraph with its SQLite checkpointer and eventsourcing with its SQLite persistence, each
+optional (``pip install -e '.[bench]'``).  Rules: no network and no model (a scripted
+node with no latency, a tool that returns its input); each peer is written the way its
+own documentation teaches; a peer that is missing, or a run over its time budget, is
+reported as skipped with the reason, and no figure is ever made up for it.  How a step is
+defined on both sides: ``benchmarks/README.md``.  ``python -m benchmarks.peers``
+(``--quick``) prints every figure alone.
 """
+
+# One piece although past 600 lines: both peers share the result records, the version
+# probe, the time budget and the SQLite file helpers, and are installed, skipped and
+# reported together as one section; split per peer, each half would be a few helpers short
+# of standing alone.
 
 from __future__ import annotations
 
@@ -42,6 +32,9 @@ from typing import Any, Literal
 
 import msgspec
 
+from . import tables
+from .report import format_bytes, format_number
+
 __all__ = [
     "DEFAULT_MAX_SECONDS",
     "DEFAULT_REPLAY_SIZES",
@@ -53,7 +46,6 @@ __all__ = [
     "RestoreResult",
     "StepResult",
     "eventsourcing_replay",
-    "format_table",
     "langgraph_restore",
     "langgraph_steps",
     "main",
@@ -365,7 +357,7 @@ def _langgraph_run(
                     reason=(
                         f"over the {max_seconds:g} s budget: {exc.steps_done}/{n} steps in "
                         f"{elapsed:.1f} s, last steps {tail * 1e3:.1f} ms each, "
-                        f"{_human_bytes(size)} so far"
+                        f"{format_bytes(size)} so far"
                     ),
                 )
             seconds = time.perf_counter() - start
@@ -649,68 +641,14 @@ def run_all(
     return PeerFigures(versions=peer_versions(), steps=steps, restores=restores, replays=replays)
 
 
-def _human_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.2f} GiB"
-
-
-def _num(value: float | None, fmt: str, scale: float = 1.0) -> str:
-    return "-" if value is None else format(value * scale, fmt)
-
-
 def _describe_step(result: StepResult) -> str:
     if result.skipped:
         return f"skipped: {result.reason}"
     return (
-        f"{_num(result.seconds, '.2f')} s, {_num(result.per_step_seconds, '.2f', 1e3)} ms/step "
-        f"at the end, {_human_bytes(result.bytes)}"
+        f"{format_number(result.seconds, '.2f')} s, "
+        f"{format_number(result.per_step_seconds, '.2f', 1e3)} ms/step "
+        f"at the end, {format_bytes(result.bytes)}"
     )
-
-
-def format_table(figures: PeerFigures) -> str:
-    """The figures as plain-text tables, one per scenario."""
-    versions = ", ".join(f"{k} {v or 'not installed'}" for k, v in figures.versions.items())
-    lines = [
-        f"peers: {versions}",
-        f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}",
-        "",
-        "agent-loop steps (one model message with a tool call + one tool result per step)",
-        f"{'system':<18}{'steps':>7}{'total s':>10}{'ms/step (last 10%)':>20}{'storage':>12}",
-    ]
-    for s in figures.steps:
-        if s.skipped:
-            lines.append(f"{s.system:<18}{s.size:>7}  skipped: {s.reason}")
-            continue
-        lines.append(
-            f"{s.system:<18}{s.size:>7}{_num(s.seconds, '.3f'):>10}"
-            f"{_num(s.per_step_seconds, '.3f', 1e3):>20}{_human_bytes(s.bytes):>12}"
-        )
-    for title, rows, unit in (
-        ("restore: LangGraph get_state on a thread of N messages", figures.restores, "msgs"),
-        ("replay: eventsourcing repository.get of an aggregate of N events", figures.replays, "ev"),
-    ):
-        lines += [
-            "",
-            title,
-            f"{'system':<18}{'N':>8}{'seconds':>10}{unit + '/s':>12}{'resume s':>10}"
-            f"{'storage':>12}  note",
-        ]
-        for r in rows:
-            if r.skipped:
-                lines.append(f"{r.system:<18}{r.size:>8}  skipped: {r.reason}")
-                continue
-            lines.append(
-                f"{r.system:<18}{r.size:>8}{_num(r.seconds, '.4f'):>10}"
-                f"{_num(r.records_per_second, ',.0f'):>12}{_num(r.resume_seconds, '.3f'):>10}"
-                f"{_human_bytes(r.bytes):>12}  {r.note}"
-            )
-    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -733,7 +671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(msgspec.json.format(msgspec.json.encode(figures).decode()))
     else:
-        print(format_table(figures))
+        print(tables.peers_table(msgspec.to_builtins(figures)))
     return 0
 
 

@@ -1,44 +1,11 @@
 """PostgreSQL journal throughput beside raw psycopg doing the same storage work.
 
-Run ``python -m benchmarks.postgres`` (``--quick`` for a short run).  It uses
-the server named by ``LOOPRUNTIME_TEST_PG_DSN``, or starts a throwaway one
-from the installed binaries (``tests/support/pgserver.py``, fsync on, so
-commits cost what they cost in production).  Every journal figure has a raw
-psycopg peer measured in the same run, on the same server, writing or
-reading the same bytes into tables with the same indexes (each benchmark in
-a schema of its own), reported as a ratio (journal / raw; 1.0 = no overhead):
-
-* **append, sequential**: one record per ``append``, each awaited before the
-  next.  Raw: one thread, one INSERT and one COMMIT per row.
-* **append, 16 sessions**: 16 trio tasks, one session each, each appending
-  one record at a time and waiting for it; the writer commits whatever is
-  waiting together.  Raw: one thread inserting the same rows with
-  ``executemany`` in transactions of 16 (one row per session) -- what a
-  perfect group commit with no checks would do.  Target: >= 0.7.
-* **read+decode**: ``journal.read`` of one session of 100k records (chain
-  verified, a ``Record`` built for each).  Raw: one thread selecting the same
-  columns (binary), and msgpack-decoding every body.  Target: >= 0.7.  A
-  second raw figure also verifies the digest chain, as the journal must.
-* **restore 100k (from checkpoints)**: ``Session.restore`` of a real session
-  of about 100k records (an agent loop's, built by
-  ``benchmarks.restore.build_session`` with the default checkpoint interval,
-  so about 100 ``session.checkpoint`` records) until its context is entered:
-  it reads the checkpoint chain from the index (about a fifth of the
-  session's bytes: the chain holds the whole message history once), rebuilds
-  the loops from it, reads, verifies, decodes and folds only the records
-  after the last checkpoint (under 1k), and starts the loop actor.  Each
-  timing on a fresh journal connection and a fresh copy of the session's rows
-  (``INSERT ... SELECT`` into a new schema: restore appends ``loop.stopped``
-  on exit); each must end at the last seq built, and both ways must hold the
-  same messages.  Raw: one thread selecting and msgpack-decoding every row of
-  the same session.  The two do not read the same rows -- ours reads far
-  fewer, which is the point of checkpoints, so the ratio can exceed 1.0.
-  Target: >= 0.7.
-* **restore 100k (full fold)**: the same restore with
-  ``use_checkpoints=False``: it reads, verifies, decodes and folds every
-  record (what restore cost before checkpoints), against the same raw figure.
-
-Benchmarks are not tests: nothing here asserts a number.
+Run ``python -m benchmarks.postgres`` (``--quick`` for a short run).  Rules: the server is
+``LOOPRUNTIME_TEST_PG_DSN`` or a throwaway one with fsync on
+(``tests/support/pgserver.py``); every journal figure has a raw psycopg peer measured in
+the same run, on the same server, with the same bytes, each benchmark in a schema of its
+own, reported as journal / raw.  Nothing here asserts a number.  What each row measures:
+``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -57,7 +24,8 @@ import trio
 from psycopg import sql
 
 from benchmarks import journal as journal_bench
-from benchmarks.loops import quiet_logs
+from benchmarks import tables
+from benchmarks.harness import quiet_logs
 from benchmarks.restore import build_session, restore_once
 from journal import Journal, open_journal
 from journal.codec import GENESIS, chain
@@ -352,26 +320,12 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         return trio.run(_run, dsn, quick, 2 if quick else 5)
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    lines = [
-        "| benchmark | n | journal records/s | raw psycopg records/s | journal / raw | target |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        target = "-" if r["target"] is None else f">= {r['target']:.1f}"
-        lines.append(
-            f"| {r['benchmark']} | {r['n']:,} | {r['rate']:,.0f} | {r['bare_rate']:,.0f} "
-            f"| {r['ratio']:.2f} | {target} |"
-        )
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.postgres", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     args = parser.parse_args(argv)
     quiet_logs()
-    print(format_table(run(quick=args.quick)))
+    print(tables.postgres_table(run(quick=args.quick)))
     return 0
 
 

@@ -1,37 +1,11 @@
 """Restore: how long a session of N records takes to come back, beside the bare floor.
 
-Run ``python -m benchmarks.restore`` (``--quick`` for a short run).  For N of 1k, 10k and
-100k records, a real session is built by running an agent loop (turns of ten tool steps
-and an answer, zero-latency ``ScriptedModel``) on the memory journal with the default
-checkpoint interval (``session.checkpoints.DEFAULT_EVERY``), then copied record for record
-into a SQLite journal file (the ``session.checkpoint`` records copy along and the SQLite
-backend indexes them on append); sizes are cut at the last ``turn.ended`` at or below N,
-so every history is a finished one and restore has nothing to settle.
-
-Timed, each on a fresh copy of the file (restore may append, e.g. ``loop.stopped`` on
-exit) and a fresh journal connection; the OS page cache is warm, as it is for any
-recently used session; best of a few:
-
-* **restore** (``seconds``): ``Session.restore(journal, id, definition)`` until the
-  context is entered: read the checkpoint chain, rebuild the states from it, read,
-  decode and fold the records after the last checkpoint, start the loop actor.
-* **restore, full fold** (``full_seconds``): the same with ``use_checkpoints=False``:
-  read, decode, verify and fold every record, what restore cost before checkpoints.
-* **fold** (``fold_seconds``): ``session.checkpoints.read_restored``, the read + fold part
-  of restore without starting the actor; ``full_fold_seconds`` the same from seq 1.
-* **bare floor**: one thread doing ``SELECT`` of the record columns in seq order with
-  ``fetchmany`` and ``msgspec.msgpack.Decoder(Event)`` on every body: what any reader of
-  every row must do at least.  ``floor_ratio`` = floor seconds / restore seconds and
-  ``full_floor_ratio`` = floor seconds / full-fold restore seconds (1.0 = restore costs no
-  more than the floor; above 1.0, restore reads less than every row).
-
-Also per size: ``checkpoints`` (checkpoint records in the file), ``tail_records``
-(records restore folds after the last checkpoint), ``checkpoint_bytes`` (encoded size of
-the checkpoint records' events) and ``checkpoint_share`` (that / the file's bytes).
-
-Peers (LangGraph ``get_state`` on a thread of the same number of messages, eventsourcing
-replaying an aggregate of the same number of events, no snapshots) come from
-``benchmarks.peers`` and are joined to these rows by ``python -m benchmarks``.
+Run ``python -m benchmarks.restore`` (``--quick`` for a short run).  Rules: the history
+is a real agent loop's, cut at a turn boundary so restore has nothing to settle; every
+timed restore starts on a fresh copy of the file and a fresh connection (restore may
+append); the floor is one thread reading and decoding every row.  Row keys and what each
+figure times: ``benchmarks/README.md``; the peers' rows are joined to these by
+``python -m benchmarks``.
 """
 
 from __future__ import annotations
@@ -56,13 +30,13 @@ from loopruntime.models import Reply, ToolCall
 from session import Session
 from session.checkpoints import DEFAULT_EVERY, read_restored
 
-from .loops import Progress, forgetful_model, lookup, quiet_logs, sqlite_bytes, stderr_progress
+from . import tables
+from .harness import Progress, forgetful_model, lookup, quiet_logs, sqlite_bytes, stderr_progress
 
 __all__ = [
     "DEFAULT_SIZES",
     "QUICK_SIZES",
     "build_session",
-    "format_table",
     "main",
     "restore_once",
     "run",
@@ -304,31 +278,12 @@ def run(
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    header = (
-        f"{'records':>8} {'messages':>9} {'ckpts':>6} {'tail':>5} {'ckpt KiB':>9} {'share':>6} "
-        f"{'restore s':>10} {'full s':>8} {'fold s':>8} {'full fold s':>12} "
-        f"{'floor s':>8} {'floor/restore':>14} {'floor/full':>11}"
-    )
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        share = f"{r['checkpoint_share']:.1%}"
-        lines.append(
-            f"{r['records']:>8} {r['messages']:>9} {r['checkpoints']:>6} "
-            f"{r['tail_records']:>5} {r['checkpoint_bytes'] / 1024:>9.0f} {share:>6} "
-            f"{r['seconds']:>10.4f} {r['full_seconds']:>8.4f} {r['fold_seconds']:>8.4f} "
-            f"{r['full_fold_seconds']:>12.4f} {r['floor_seconds']:>8.4f} "
-            f"{r['floor_ratio']:>14.2f} {r['full_floor_ratio']:>11.2f}"
-        )
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.restore", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short run (smaller sizes)")
     args = parser.parse_args(argv)
     quiet_logs()
-    print(format_table(run(quick=args.quick)))
+    print(tables.restore_table(run(quick=args.quick)))
     return 0
 
 

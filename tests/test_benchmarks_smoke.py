@@ -16,7 +16,7 @@ import trio
 
 from benchmarks import journal as journal_bench
 from benchmarks import loops, restore
-from benchmarks.__main__ import INFO, Targets, _journal_targets
+from benchmarks.report import INFO, Targets, journal_targets
 
 STEP_KEYS = {
     "scenario",
@@ -171,7 +171,7 @@ def test_journal_targets_name_each_ratio_and_its_ceiling() -> None:
         row("  chain check (bare: read+decode)", "sqlite", 0.7),
     ]
     targets: Targets = []
-    _journal_targets(rows, targets)
+    journal_targets(rows, targets)
     assert targets == [
         ("SQLite FULL, 100 concurrent appenders >= 0.8x a bare thread", "0.50x", False),
         ("ceiling (FULL): trio tasks on a bare thread / bare thread", "0.60x", INFO),

@@ -25,7 +25,7 @@ from loopruntime.context import unanswered_tool_uses
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 from session.replay import check
-from tests.children.crash_child import team
+from tests.support.crash_scenarios import team
 from tests.support.loops import records, squash, tags
 from tests.support.processes import kill_when_ready
 
@@ -191,7 +191,7 @@ async def test_shutdown_stops_background_children(autojump_clock: trio.abc.Clock
 @pytest.mark.slow
 async def test_sigkill_with_three_running_children_then_restore(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'j.db'}"
-    await kill_when_ready("tests.children.crash_child", url, "ses_tree")
+    await kill_when_ready("delegation", url, "ses_tree")
 
     lead = team([Reply(text="summarised what the researchers had")], Reply(text="unused"))
     async with open_journal(url) as journal:

@@ -14,8 +14,8 @@ from loopruntime.models import Reply, ScriptedModel
 from session import Session
 from session.replay import check
 from session.restore import read_states
-from tests.compaction.crash_child import definition
 from tests.compaction.support import TestCompactor, summary, texts
+from tests.support.crash_scenarios import compaction_definition as definition
 from tests.support.processes import kill_when_ready
 
 pytestmark = pytest.mark.slow
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 async def crash_while_compacting(url: str, session_id: str) -> None:
     """Run the child until its compactor works, then SIGKILL it."""
-    await kill_when_ready("tests.compaction.crash_child", url, session_id)
+    await kill_when_ready("compaction", url, session_id)
 
 
 async def read_all(journal: Journal, session_id: str) -> list[Record]:

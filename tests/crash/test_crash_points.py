@@ -1,6 +1,6 @@
 """Crash-point harness: SIGKILL the scenario after every durable commit.
 
-For each k the scenario (tests/crash/scenario.py) runs in a child process on
+For each k the scenario (tests/support/crash_points.py) runs in a child process on
 a SQLite journal file and kills itself right after its k-th ``append``
 returned.  A second, fresh process restores the session, settles what the
 crash left open the way a host would, and drives the scenario to its end.
@@ -26,8 +26,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,21 +51,10 @@ from journal.events import (
 )
 from session.checkpoints import read_restored
 from session.replay import check_records
-from tests.crash import scenario
+from tests.support import crash_points as scenario
+from tests.support.processes import run_child
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-async def _child(*args: str) -> subprocess.CompletedProcess[bytes]:
-    return await trio.run_process(
-        [sys.executable, "-m", "tests.crash.scenario", *args],
-        cwd=ROOT,
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
 
 
 async def _read(workdir: Path) -> list[Record]:
@@ -171,14 +158,14 @@ async def crash_at(k: int, workdir: Path, baseline: dict[str, Any]) -> tuple[set
     ``resumed``: the kinds of in-flight work the restore had to settle) and the
     problems found."""
     await trio.Path(workdir).mkdir()
-    killed = await _child("run", str(workdir), str(k))
+    killed = await run_child("crash-points", str(workdir), str(k))
     if killed.returncode == 0:
         return {"not reached"}, []  # this run needed fewer commits (grouping varies)
     if killed.returncode != -signal.SIGKILL:
         return set(), [
             f"the scenario failed before its kill point: {killed.stderr.decode()[-2000:]}"
         ]
-    restored = await _child("restore", str(workdir))
+    restored = await run_child("crash-points-restore", str(workdir))
     if restored.returncode != 0:
         return set(), [
             f"restore failed (exit {restored.returncode}): {restored.stderr.decode()[-3000:]}"
@@ -256,7 +243,7 @@ def _open_gates(records: list[Record]) -> set[str]:
 async def test_every_crash_point(tmp_path: Path) -> None:
     clean = tmp_path / "baseline"
     clean.mkdir()
-    done = await _child("run", str(clean))
+    done = await run_child("crash-points", str(clean))
     assert done.returncode == 0, done.stderr.decode()
     records = await _read(clean)
     assert check_records(scenario.SESSION, records).ok

@@ -31,7 +31,7 @@ from loopruntime.context import unanswered_tool_uses
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 from session.replay import check
-from tests.support.crash_child import SCRIPTS, definition, effects
+from tests.support.crash_scenarios import SCRIPTS, definition, effects
 from tests.support.loops import crashed_copy
 from tests.support.processes import ROOT, kill_when_ready
 
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.slow
 
 async def crash_child(scenario: str, url: str, session_id: str, side: Path) -> None:
     """Run the scenario in a child process and SIGKILL it at its kill point."""
-    await kill_when_ready("tests.support.crash_child", scenario, url, session_id, str(side))
+    await kill_when_ready(scenario, url, session_id, str(side))
 
 
 async def read_all(journal: Journal, session_id: str) -> list[Record]:

@@ -25,7 +25,7 @@ from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session, UnknownSessionError
 from session.errors import InvalidContentError, SeqOutOfRangeError
 from session.replay import check
-from tests.support import crash_child
+from tests.support import crash_scenarios
 from tests.support.loops import records, tags
 from tests.support.processes import kill_when_ready
 
@@ -105,9 +105,9 @@ async def test_a_malformed_resolution_is_refused_and_the_effect_stays_unknown(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'j.db'}"
     side = tmp_path / "side.jsonl"
-    await kill_when_ready("tests.support.crash_child", "effect", url, "ses_u", str(side))
+    await kill_when_ready("effect", url, "ses_u", str(side))
     async with open_journal(url) as journal:
-        d = crash_child.definition("effect", side, [Reply(text="settled")])
+        d = crash_scenarios.definition("effect", side, [Reply(text="settled")])
         async with Session.restore(journal, "ses_u", d) as s:
             [effect] = (await s.snapshot()).unknown_effects
             before = await records(journal, s.id)

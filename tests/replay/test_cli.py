@@ -16,7 +16,7 @@ from journal import open_journal
 from journal.sqlite import SQLiteJournal
 from session import Session
 from session.cli import main
-from tests.crash import scenario
+from tests.support import crash_points as scenario
 from tests.support.damage import damage_record
 
 ROOT = Path(__file__).resolve().parents[2]

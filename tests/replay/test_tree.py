@@ -44,8 +44,8 @@ from session.replay import (
     tree_json_schema,
 )
 from session.restore import read_states
-from tests.crash import scenario
 from tests.replay.bad import SESSION, assistant, good_turn, opening, records_of, user
+from tests.support import crash_points as scenario
 
 
 async def scenario_records(tmp_path: Path) -> list[Record]:

@@ -1,13 +1,14 @@
-"""The crash-point scenario, run in a child process by tests/crash/test_crash_points.py.
+"""The crash-point scenario: tests/crash/test_crash_points.py runs it in child processes,
+the replay tests run it in their own process for a realistic journal.
 
-    python -m tests.crash.scenario run WORKDIR [KILL_AFTER]
-    python -m tests.crash.scenario restore WORKDIR
+Scenarios (``tests.support.crash_child``):
 
-``run`` starts the session from nothing and drives the whole scenario; with
-``KILL_AFTER`` = k it SIGKILLs itself right after the k-th ``append`` call on
-the journal returned (the k-th durable commit; a group commit counts once).
-``restore`` restores the session in a fresh process, settles what a crash
-left open the way a host would, and drives the scenario to its end.
+* ``crash-points WORKDIR [KILL_AFTER]`` starts the session from nothing and drives the
+  whole scenario; with ``KILL_AFTER`` = k it SIGKILLs itself right after the k-th
+  ``append`` call on the journal returned (the k-th durable commit; a group commit
+  counts once);
+* ``crash-points-restore WORKDIR`` restores the session in a fresh process, settles what
+  a crash left open the way a host would, and drives the scenario to its end.
 
 The scenario: a parallel batch of replay-safe tools, a tool behind a
 permission gate (with steering queued while the gate is open), a resumable
@@ -27,16 +28,10 @@ never leaves half a line:
 from __future__ import annotations
 
 import json
-import logging
 import os
-import signal
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import structlog
-import trio
 
 from journal import Draft, Journal, Record, SessionLease, open_journal
 from journal.content import Message, Text, ToolResult
@@ -54,6 +49,7 @@ from loopruntime.compaction import Summary, render_summary
 from loopruntime.model import Model, ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
+from tests.support.processes import kill_self
 
 SESSION = "crash-scenario"
 CHECKPOINT_EVERY = 9
@@ -236,7 +232,7 @@ class KillingJournal(ForwardingJournal):
         self.appends += 1
         _append_line(self.seen, "\n".join(f"{r.seq} {r.digest.hex()}" for r in records))
         if self.appends == self.kill_after:
-            os.kill(os.getpid(), signal.SIGKILL)
+            kill_self()
         return records
 
 
@@ -333,38 +329,26 @@ async def drive(s: Session, ledger: Ledger) -> None:
             raise RuntimeError(f"scenario step {step!r} did not complete")
 
 
-async def run(workdir: Path, kill_after: int | None) -> None:
-    ledger = Ledger(workdir, "run")
-    async with open_journal(journal_url(workdir)) as real:
-        journal = KillingJournal(real, workdir, kill_after)
+async def run(workdir: str, kill_after: str | None = None) -> None:
+    """The scenario from nothing, SIGKILLed after commit ``kill_after`` if given."""
+    path = Path(workdir)
+    ledger = Ledger(path, "run")
+    async with open_journal(journal_url(path)) as real:
+        journal = KillingJournal(real, path, None if kill_after is None else int(kill_after))
         async with Session.create(
             journal, definition(ledger), session_id=SESSION, checkpoint_every=CHECKPOINT_EVERY
         ) as s:
             await drive(s, ledger)
-        (workdir / "appends").write_text(str(journal.appends))
+        (path / "appends").write_text(str(journal.appends))
 
 
-async def restore(workdir: Path) -> None:
-    ledger = Ledger(workdir, "restore")
-    async with open_journal(journal_url(workdir)) as journal:
-        (workdir / "head").write_text(str(await journal.head(SESSION)))
+async def restore(workdir: str) -> None:
+    """The scenario restored from whatever the journal in ``workdir`` holds, to its end."""
+    path = Path(workdir)
+    ledger = Ledger(path, "restore")
+    async with open_journal(journal_url(path)) as journal:
+        (path / "head").write_text(str(await journal.head(SESSION)))
         async with Session.restore(
             journal, SESSION, definition(ledger), checkpoint_every=CHECKPOINT_EVERY
         ) as s:
             await drive(s, ledger)
-
-
-def main(argv: list[str]) -> None:
-    # The library never configures logging; this program keeps it to warnings.
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    mode, workdir = argv[0], Path(argv[1])
-    if mode == "run":
-        trio.run(run, workdir, int(argv[2]) if len(argv) > 2 else None)
-    elif mode == "restore":
-        trio.run(restore, workdir)
-    else:
-        raise SystemExit(f"unknown mode {mode!r}")
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
