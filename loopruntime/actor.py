@@ -16,6 +16,7 @@ change that state; split, each part would need the others' private fields.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol
 
@@ -76,7 +77,7 @@ from .turn import TurnRunner
 
 __all__ = ["Loop", "LoopHost"]
 
-log = structlog.get_logger(__name__)
+log = structlog.wrap_logger(logging.getLogger(__name__))
 
 
 class LoopHost(Protocol):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_type_hints, overload
@@ -45,7 +46,7 @@ Permission = Literal["allow", "ask", "deny"]
 PermissionPolicy = Permission | Callable[[str, Mapping[str, Any]], Permission]
 """A fixed answer, or a function of (tool name, input) giving one."""
 
-log = structlog.get_logger(__name__)
+log = structlog.wrap_logger(logging.getLogger(__name__))
 
 
 class ToolInputError(Exception):

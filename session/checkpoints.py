@@ -13,6 +13,7 @@ docs/restore.md tells the whole story.
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
@@ -34,7 +35,7 @@ __all__ = [
     "states_from",
 ]
 
-log = structlog.get_logger(__name__)
+log = structlog.wrap_logger(logging.getLogger(__name__))
 
 DEFAULT_EVERY = 1_000
 """Records between checkpoints: restore folds at most about this many records

@@ -51,37 +51,52 @@ def journal_url(value: str | None, *, create: bool = False) -> str:
     return location.url
 
 
-class _StderrLogger:
+# The project's loggers: the library logs through the standard logger of each
+# module's name (``structlog.wrap_logger(logging.getLogger(__name__))``) and
+# configures nothing; the command decides here what reaches the terminal.
+_PROJECT_LOGGERS = ("journal", "loopruntime", "session")
+
+
+class _StderrHandler(logging.Handler):
     """Writes each line to ``sys.stderr`` as it is when the line is logged.
 
-    ``PrintLoggerFactory(sys.stderr)`` would keep the stream of the moment the
-    CLI configured logging; a host that runs ``main`` in its own process and
-    later swaps or closes that stream (a test harness capturing output does)
-    would then fail every later log call with "I/O operation on closed file".
+    ``logging.StreamHandler(sys.stderr)`` would keep the stream of the moment
+    the CLI configured logging; a host that runs ``main`` in its own process
+    and later swaps or closes that stream (a test harness capturing output
+    does) would then fail every later log call with "I/O operation on closed
+    file".
     """
 
-    def msg(self, message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
-    log = debug = info = warning = warn = error = critical = exception = fatal = msg
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(self.format(record), file=sys.stderr, flush=True)
+        except Exception:
+            self.handleError(record)
 
 
 def _configure_logging(json_logs: bool, verbose: bool) -> None:
     level = logging.DEBUG if verbose else logging.WARNING
-    processors: list[Any] = [
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso"),
-    ]
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if json_logs
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
     structlog.configure(
-        processors=[*processors, renderer],
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            renderer,
+        ],
+        # Lines below the level are dropped before any processor runs.
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=lambda *_: _StderrLogger(),
     )
+    for name in _PROJECT_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if isinstance(h, _StderrHandler)]:
+            logger.removeHandler(old)
+        logger.addHandler(_StderrHandler())
+        logger.setLevel(level)
+        logger.propagate = False
 
 
 # -- demo ---------------------------------------------------------------------------

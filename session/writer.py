@@ -9,6 +9,7 @@ waiting and later commit fails with it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -25,7 +26,7 @@ from .subscriptions import Subscriber
 
 __all__ = ["Stream", "Writer"]
 
-log = structlog.get_logger(__name__)
+log = structlog.wrap_logger(logging.getLogger(__name__))
 
 
 class Stream(Protocol):

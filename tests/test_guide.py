@@ -26,3 +26,5 @@ def test_guide_example_runs(index: int, tmp_path: Path) -> None:
         [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    # The library logs nothing unless the application configures logging.
+    assert "turn_finished" not in done.stdout + done.stderr

@@ -20,6 +20,9 @@ def test_readme_example_runs(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "2 + 3 = 5" in done.stdout
+    # A library configures no logging of its own: the example prints what it prints.
+    assert len(done.stdout.splitlines()) == 1, done.stdout
+    assert done.stderr == ""
     assert (tmp_path / "agent.db").exists()
 
 

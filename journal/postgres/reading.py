@@ -11,6 +11,7 @@ time.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -30,7 +31,7 @@ from .schema import channel, connect, discard, lost, translate
 
 __all__ = ["Pool", "Reading"]
 
-log = structlog.get_logger(__name__)
+log = structlog.wrap_logger(logging.getLogger(__name__))
 
 _T = TypeVar("_T")
 

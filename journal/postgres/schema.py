@@ -13,6 +13,7 @@ advisory lock; a newer version is refused.  The layout is described in
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Any
 
 import psycopg
@@ -36,7 +37,7 @@ __all__ = [
     "translate",
 ]
 
-log = structlog.get_logger(__name__)
+log = structlog.wrap_logger(logging.getLogger(__name__))
 
 _CONNECT_TIMEOUT = "10"
 """Seconds to wait for a connection unless the URL says otherwise."""

@@ -13,6 +13,7 @@ had committed is found by its ids, never written twice.  The story is in
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -29,7 +30,7 @@ from .schema import channel, connect, discard, lost, translate
 
 __all__ = ["Append", "GroupCommit", "Writer"]
 
-log = structlog.get_logger(__name__)
+log = structlog.wrap_logger(logging.getLogger(__name__))
 
 _WRITERS = 1
 """Group commits in flight at once, each on its own connection.  Measured

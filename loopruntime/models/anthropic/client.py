@@ -8,6 +8,7 @@ the client this adapter creates has ``max_retries=0`` and is closed by
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
@@ -36,7 +37,7 @@ from .stream import StreamTranslator
 __all__ = ["DEFAULT_CONTEXT_WINDOW", "DEFAULT_MODEL", "AnthropicModel"]
 
 # The logger keeps the package's name: log consumers filter on it.
-log = structlog.get_logger("loopruntime.models.anthropic")
+log = structlog.wrap_logger(logging.getLogger("loopruntime.models.anthropic"))
 
 DEFAULT_MODEL: Final = "claude-sonnet-5-5"
 """Used by ``from_env`` when neither an argument nor ``ANTHROPIC_MODEL`` names one."""

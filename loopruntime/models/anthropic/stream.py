@@ -9,6 +9,7 @@ text block; streamed tool-input JSON is passed on unchanged, valid or not.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import structlog
@@ -26,7 +27,7 @@ from loopruntime.model import Delta, StopDelta, UsageDelta
 
 __all__ = ["StreamTranslator"]
 
-log = structlog.get_logger("loopruntime.models.anthropic")
+log = structlog.wrap_logger(logging.getLogger("loopruntime.models.anthropic"))
 
 
 class StreamTranslator:
