@@ -32,9 +32,9 @@ from journal.events import Event, ToolCompleted, ToolStarted
 from . import gates
 from .definition import ResolvedDefinition
 from .ids import new_id
-from .notices import DENIED_RESULT, rejected
+from .notices import DENIED_RESULT, EMPTY_RESULT, rejected
 from .ports import ToolsPort
-from .tools import Tool, ToolContext, ToolInputError, decide, shape_result
+from .tools import Tool, ToolContext, ToolInputError, decide, is_empty_result, shape_result
 
 __all__ = ["run_batch"]
 
@@ -251,6 +251,8 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
         value = await call.tool.invoke(ctx, call.parsed)
         blocks, cut = shape_result(value, limit)
         disposition = "succeeded"
+        if is_empty_result(blocks):
+            blocks, disposition = (Text(text=EMPTY_RESULT),), "failed"
     except Exception as exc:
         loop.log.info("tool_failed", tool=call.tool.name, error=repr(exc))
         blocks, cut = (

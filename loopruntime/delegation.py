@@ -33,7 +33,9 @@ ChildStatus = Literal["completed", "failed", "interrupted", "crashed"]
 
 
 def child_outcome(child: ChildLoop) -> tuple[ChildStatus, str]:
-    """How a settled child ended, and its final assistant text."""
+    """How a settled child ended, and what its parent is told: its final
+    assistant text or, when it did not complete, why (the error its turn ended
+    with, such as the provider's message) when it is known."""
     state = child.state
     status: ChildStatus
     match state.last_outcome:
@@ -50,6 +52,9 @@ def child_outcome(child: ChildLoop) -> tuple[ChildStatus, str]:
         if message.role == "assistant":
             text = "\n".join(b.text for b in message.blocks if isinstance(b, Text))
             break
+    if status != "completed" and state.last_failure:
+        # The last assistant text may be an earlier turn's: the reason is what counts.
+        text = state.last_failure
     return status, text
 
 

@@ -31,8 +31,10 @@ from .model import Delta as Delta
 from .state import FoldError as FoldError
 from .state import copy_state as copy_state
 from .state import image_bytes as image_bytes
+from .state import image_missing as image_missing
 from .state import image_state as image_state
 from .tools import ToolInputError as ToolInputError
+from .turn import reply_cut_short as reply_cut_short
 from .turn import settle_turn_events as settle_turn_events
 
 __all__ = [
@@ -58,9 +60,11 @@ __all__ = [
     "copy_state",
     "find_definition",
     "image_bytes",
+    "image_missing",
     "image_state",
     "merged",
     "new_id",
+    "reply_cut_short",
     "settle_turn_events",
     "unanswered_tool_uses",
 ]

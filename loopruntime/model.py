@@ -175,6 +175,11 @@ class Accumulator:
     def tool_uses(self) -> list[ToolUse]:
         return [b for b in self._build(complete=True) if isinstance(b, ToolUse)]
 
+    def has_content(self) -> bool:
+        """Whether a reply cut short here holds anything usable (what ``message``
+        would keep besides a notice)."""
+        return bool(self._build(complete=False))
+
     def message(self, notice: str | None = None) -> Message:
         """The assistant message; with ``notice`` the reply is marked incomplete."""
         blocks = self._build(complete=notice is None)

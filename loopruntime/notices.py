@@ -2,7 +2,9 @@
 
 Notices are appended as the last text block of a stored message (or stand as
 a synthetic tool result), so a reader and the model can always tell where the
-runtime, not the model, is speaking.  They never say who stopped a reply.
+runtime, not the model, is speaking.  A reply cut short before anything
+usable arrived gets no message at all: its notice is a ``notice`` record for
+readers only.  Notices never say who stopped a reply.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from journal.events import ToolCompleted
 
 __all__ = [
     "DENIED_RESULT",
+    "EMPTY_RESULT",
     "INTERRUPTED_NOTICE",
     "INTERRUPTED_TOOL_RESULT",
     "NOT_RUN_RESULT",
@@ -34,6 +37,7 @@ INTERRUPTED_TOOL_RESULT = (
 )
 NOT_RUN_RESULT = "[not run: the turn was stopped before this tool call started]"
 DENIED_RESULT = "[denied: this tool call was denied by the user]"
+EMPTY_RESULT = "[error: empty result: the tool returned nothing]"
 TRUNCATED_TOOL_CALL_RESULT = (
     "[cut off: this tool call was cut off by the output token limit and was not run; "
     "emit the call again, with shorter input if you can]"

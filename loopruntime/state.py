@@ -131,6 +131,9 @@ class LoopState(msgspec.Struct, kw_only=True):
     turn_tool_batches: int = 0
     turn_tool_calls: int = 0
     last_outcome: str | None = None
+    last_failure: str = ""
+    """Why the last turn did not complete (its ``turn.ended`` detail, e.g. the
+    provider's error); empty after a completed turn."""
     last_stop_reason: str | None = None
     """Stop reason of the last committed model message."""
 
@@ -195,6 +198,15 @@ def image_bytes(state: LoopState) -> bytes:
     """Everything in ``state`` but its messages, encoded: a checkpoint's loop
     image (which stores the messages as a delta beside it)."""
     return _state_encoder.encode(msgspec.structs.replace(state, messages=[]))
+
+
+def image_missing(data: bytes) -> list[str]:
+    """The fields of ``LoopState`` an image does not hold: it was written before
+    they existed, so it cannot stand for the fold of today's code."""
+    held = msgspec.msgpack.decode(data)
+    if not isinstance(held, dict):
+        return list(LoopState.__struct_fields__)
+    return [f for f in LoopState.__struct_fields__ if f not in held]
 
 
 def image_state(data: bytes) -> LoopState:
@@ -295,6 +307,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
         case TurnEnded():
             state.turn_open = False
             state.last_outcome = event.outcome
+            state.last_failure = "" if event.outcome == "completed" else event.detail
         case LoopStarted():
             state.loop = record.loop
             state.definition = event.definition
@@ -370,7 +383,12 @@ def fold(state: LoopState, record: Record) -> LoopState:
                 child.status = event.status
                 child.output = event.output
         case Notice():
-            pass  # words for the reader: they change no state
+            # Words for the reader.  One that names the open model call closes
+            # it: the reply stopped before anything usable arrived, so no
+            # message enters the context.
+            if state.open_call is not None and state.open_call in event.refs:
+                state.open_call = None
+                state.open_output = []
         case SessionLevelEvent():
             pass  # the session's own streams (checkpoints, collaborations)
         case _:

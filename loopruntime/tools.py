@@ -293,6 +293,12 @@ def tool(
     return build(fn) if fn is not None else build
 
 
+def is_empty_result(blocks: tuple[ResultBlock, ...]) -> bool:
+    """No blocks, or only text with nothing in it: the model must not read
+    silence as success, so such a result is reported as an error."""
+    return all(isinstance(b, Text) and not b.text.strip() for b in blocks)
+
+
 def shape_result(value: Any, limit: int) -> tuple[tuple[ResultBlock, ...], int]:
     """Turn what a tool returned into result blocks, cut to ``limit`` bytes of
     text.  Returns the blocks and how many bytes were cut."""

@@ -12,6 +12,8 @@ abandoned tool calls, the cancelled gates, and ``turn.ended(interrupted)``.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import trio
 
 from journal.content import BlockStopped, Piece, ToolUse
@@ -23,6 +25,7 @@ from journal.events import (
     ModelCallStarted,
     ModelMessageCommitted,
     ModelOutput,
+    Notice,
     SteerApplied,
     ToolAbandoned,
     TurnEnded,
@@ -276,11 +279,11 @@ class TurnRunner:
                         detail=str(error),
                         retryable=error.retryable,
                     ),
-                    self._message(effect_id, step, notice="truncated"),
+                    reply_cut_short(self.state, self.acc or Accumulator(), "truncated"),
                 ],
             )
         events: list[Event] = [*self._rest(effect_id, buffer)]
-        events.append(self._message(effect_id, step, notice=None))
+        events.append(self._message(effect_id, step))
         # Tool calls whose streamed input is not a JSON object are answered in
         # the same commit as the message, so the fold (live or restored)
         # never waits on a call that cannot run.
@@ -321,17 +324,15 @@ class TurnRunner:
         """The stream pieces not yet journaled, to commit with what ends the call."""
         return [ModelOutput(effect_id=effect_id, pieces=coalesce(buffer))] if buffer else []
 
-    def _message(self, effect_id: str, step: int, *, notice: str | None) -> ModelMessageCommitted:
+    def _message(self, effect_id: str, step: int) -> ModelMessageCommitted:
         acc = self.acc or Accumulator()
-        text = {"truncated": TRUNCATED_NOTICE, "interrupted": INTERRUPTED_NOTICE}.get(notice or "")
         return ModelMessageCommitted(
             effect_id=effect_id,
             turn=self.state.turn_index,
             step=step,
-            message=acc.message(notice=text),
+            message=acc.message(),
             stop_reason=acc.stop_reason,
             usage=acc.usage,
-            notice=notice,  # type: ignore[arg-type]
         )
 
     # -- interruption ----------------------------------------------------------------
@@ -345,9 +346,9 @@ class TurnRunner:
         events = settle_turn_events(
             state,
             outcome="interrupted",
-            notice_message=(
-                self._message(state.open_call, state.step, notice="interrupted")
-                if state.open_call is not None
+            reply_end=(
+                reply_cut_short(state, self.acc, "interrupted")
+                if state.open_call is not None and self.acc is not None
                 else None
             ),
             gate_reason="shutdown" if reason == "shutdown" else "interrupted",
@@ -356,23 +357,52 @@ class TurnRunner:
         return events
 
 
+_NOTICE_TEXT = {"truncated": TRUNCATED_NOTICE, "interrupted": INTERRUPTED_NOTICE}
+
+
+def reply_cut_short(
+    state: LoopState, acc: Accumulator, notice: Literal["truncated", "interrupted"]
+) -> Event:
+    """What closes the open model call of ``state`` when its reply stopped early.
+
+    With usable content, the assistant message keeps what arrived plus the
+    notice.  With none (nothing decoded, or only an incomplete tool call,
+    which is dropped), the notice alone is recorded, naming the call: words
+    the model never said must not enter its context and be sent back on every
+    later request.  Readers of the journal still see what happened.
+    """
+    assert state.open_call is not None
+    text = _NOTICE_TEXT[notice]
+    if not acc.has_content():
+        return Notice(code=notice, text=text, refs=(state.open_call,))
+    return ModelMessageCommitted(
+        effect_id=state.open_call,
+        turn=state.turn_index,
+        step=state.step,
+        message=acc.message(notice=text),
+        stop_reason=acc.stop_reason,
+        usage=acc.usage,
+        notice=notice,
+    )
+
+
 def settle_turn_events(
     state: LoopState,
     *,
     outcome: str,
-    notice_message: ModelMessageCommitted | None,
+    reply_end: Event | None,
     gate_reason: str,
     code: str | None = None,
     entered: set[str] | None = None,
 ) -> list[Event]:
     """Events that close an open turn so the context stays valid: every open
-    gate cancelled, the open reply committed with its notice, every unanswered
+    gate cancelled, the open reply closed (``reply_cut_short``), every unanswered
     tool call answered (abandoned if it had started, not-run otherwise), then
     ``turn.ended`` and the queue consequences.  ``entered`` names the calls
     whose tool function really ran (None: assume every started call did)."""
     events: list[Event] = [*gates.abandoned(state, gate_reason)]
-    if notice_message is not None:
-        events.append(notice_message)
+    if reply_end is not None:
+        events.append(reply_end)
     for tool_use_id in state.awaiting:
         if tool_use_id in state.results:
             continue

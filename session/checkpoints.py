@@ -24,7 +24,7 @@ from journal import Draft, Journal, JournalCorruptError, Record
 from journal.content import Message
 from journal.events import CHECKPOINT_STREAM, LoopImage, SessionCheckpoint
 from loopruntime import Loop, LoopState, fold
-from loopruntime.host import image_bytes, image_state, new_id
+from loopruntime.host import image_bytes, image_missing, image_state, new_id
 
 __all__ = [
     "DEFAULT_EVERY",
@@ -169,8 +169,15 @@ def states_from(checkpoints: Sequence[Record]) -> tuple[dict[str, LoopState], di
     for loop_id, (seq, image) in newest.items():
         try:
             state = image_state(image.state)
+            missing = image_missing(image.state)
         except msgspec.DecodeError as exc:
             raise InvalidCheckpointError(seq, f"loop {loop_id}'s state: {exc}") from exc
+        if missing:
+            raise InvalidCheckpointError(
+                seq,
+                f"loop {loop_id}'s image predates the state fields {', '.join(missing)}; "
+                "the records are folded instead",
+            )
         state.messages = messages[loop_id]
         states[loop_id] = state
     return states, {loop_id: len(held) for loop_id, held in messages.items()}

@@ -18,13 +18,18 @@ from journal.events import (
     CompactionRejected,
     Event,
     GateCancelled,
-    ModelMessageCommitted,
     Notice,
     ToolAbandoned,
     ToolResolved,
 )
-from loopruntime import TRUNCATED_NOTICE, LoopDefinition, LoopState, NotUnknownEffectError, Tool
-from loopruntime.host import Accumulator, ToolInputError, new_id, settle_turn_events
+from loopruntime import LoopDefinition, LoopState, NotUnknownEffectError, Tool
+from loopruntime.host import (
+    Accumulator,
+    ToolInputError,
+    new_id,
+    reply_cut_short,
+    settle_turn_events,
+)
 
 from .checkpoints import read_restored
 from .errors import UnknownSessionError
@@ -59,19 +64,10 @@ def settle_restored(state: LoopState, definition: LoopDefinition) -> list[Event]
     if state.open_call is not None:
         acc = Accumulator()
         acc.feed_all(tuple(state.open_output))
-        message = ModelMessageCommitted(
-            effect_id=state.open_call,
-            turn=state.turn_index,
-            step=state.step,
-            message=acc.message(notice=TRUNCATED_NOTICE),
-            stop_reason=acc.stop_reason,
-            usage=acc.usage,
-            notice="truncated",
-        )
         events += settle_turn_events(
             state,
             outcome="crashed",
-            notice_message=message,
+            reply_end=reply_cut_short(state, acc, "truncated"),
             gate_reason="restore_unavailable",
             code="runtime.crashed",
         )

@@ -28,8 +28,9 @@ PUBLIC = {
         "AnswerGate", "CancelQueuedInput", "ChangeMode", "Compact", "DecideGate", "Interrupt",
         "Reply", "ResolveToolCall", "Shutdown", "Snapshot", "Steer", "SubagentResult",
         "UserInput", "Accumulator", "Delta", "FoldError", "GuardFailedError", "ToolInputError",
-        "child_outcome", "copy_state", "find_definition", "image_bytes", "image_state",
-        "merged", "new_id", "settle_turn_events", "unanswered_tool_uses",
+        "child_outcome", "copy_state", "find_definition", "image_bytes", "image_missing",
+        "image_state", "merged", "new_id", "reply_cut_short", "settle_turn_events",
+        "unanswered_tool_uses",
     },
     "loopruntime.models": {"ScriptedModel", "Reply", "ToolCall", "AnthropicModel"},
     "session": {

@@ -55,7 +55,13 @@ from journal.events import (
     TurnStarted,
 )
 from loopruntime import LoopState, fold
-from loopruntime.host import FoldError, image_state, merged, unanswered_tool_uses
+from loopruntime.host import (
+    FoldError,
+    image_missing,
+    image_state,
+    merged,
+    unanswered_tool_uses,
+)
 
 RULES = (
     "journal readable",
@@ -443,7 +449,11 @@ class _Checker:
             )
         else:
             same_messages = held == messages
-        # The rest of the state, with the messages already settled.
+        # The rest of the state, with the messages already settled.  A field
+        # the image predates is not pictured, so it is not compared (restore
+        # folds the records instead of using such an image).
+        for name in image_missing(image.state):
+            setattr(pictured, name, getattr(folded, name))
         pictured.messages = messages
         equal = same_messages and pictured == folded
         if not equal:

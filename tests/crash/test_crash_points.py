@@ -79,8 +79,10 @@ def _text(blocks: Any) -> str:
 
 def outcome(records: list[Record]) -> dict[str, Any]:
     """What the scenario produced, modulo notices: per request, the final
-    answer of the last turn that completed it and the tool results that
-    turn was given; and the compaction summary."""
+    answer of the last turn that completed it and the tool results the
+    request was given (by that turn, or by a turn for the same request that a
+    crash ended: its results stay in the context, so the retry answers from
+    them instead of calling the tools again); and the compaction summary."""
     started = {r.event.execution_id: r.event for r in records if isinstance(r.event, ToolStarted)}
     inputs = {
         r.event.input_id: _text(b for m in r.event.messages for b in m.blocks)
@@ -88,6 +90,7 @@ def outcome(records: list[Record]) -> dict[str, Any]:
         if isinstance(r.event, InputQueued)
     }
     answers: dict[str, Any] = {}
+    carried: dict[str, list[Any]] = {}
     turn: dict[str, Any] | None = None
     for r in records:
         e = r.event
@@ -104,9 +107,12 @@ def outcome(records: list[Record]) -> dict[str, Any]:
                 (s.name, json.dumps(s.input, sort_keys=True), _text(e.content), error)
             )
         elif isinstance(e, TurnEnded):
-            if e.outcome == "completed":
-                for text in turn["texts"]:
-                    answers[text] = (turn["answer"], sorted(turn["tools"]))
+            for text in turn["texts"]:
+                tools = carried.pop(text, []) + turn["tools"]
+                if e.outcome == "completed":
+                    answers[text] = (turn["answer"], sorted(tools))
+                else:
+                    carried[text] = tools
             turn = None
     summaries = [
         _text(r.event.summary.blocks) for r in records if isinstance(r.event, CompactionCommitted)

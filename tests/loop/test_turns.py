@@ -7,7 +7,13 @@ import trio
 
 from journal import open_journal
 from journal.content import Text
-from journal.events import InputCancelled, ModelMessageCommitted, TurnEnded
+from journal.events import (
+    InputCancelled,
+    ModelCallStarted,
+    ModelMessageCommitted,
+    Notice,
+    TurnEnded,
+)
 from loopruntime import (
     INTERRUPTED_NOTICE,
     TRUNCATED_NOTICE,
@@ -163,18 +169,29 @@ async def test_interrupt_mid_stream(autojump_clock: trio.abc.Clock) -> None:
     assert state.status is LoopStatus.IDLE
 
 
-async def test_interrupt_before_any_output_still_leaves_a_message(
+async def test_interrupt_before_any_output_leaves_no_message(
     autojump_clock: trio.abc.Clock,
 ) -> None:
+    # Nothing the model said arrived: the context keeps the user's message
+    # alone and the journal keeps the notice, naming the call it closes.
     d = definition(Reply(text="late", chunk_delay=10.0))
     async with open_journal("memory:") as journal:
         async with Session.create(journal, d) as s:
             await s.submit("go")
             await trio.sleep(1)
             assert await s.interrupt()
-        committed = (await events_of(journal, s.id, ModelMessageCommitted))[0]
-    assert committed.message.blocks == (Text(text=INTERRUPTED_NOTICE),)
-    assert committed.message.synthetic
+            state = await s.snapshot()
+            await s.verify()
+        assert await events_of(journal, s.id, ModelMessageCommitted) == []
+        [notice] = await events_of(journal, s.id, Notice)
+        [started] = await events_of(journal, s.id, ModelCallStarted)
+    assert (notice.code, notice.text, notice.refs) == (
+        "interrupted",
+        INTERRUPTED_NOTICE,
+        (started.effect_id,),
+    )
+    assert [m.role for m in state.messages] == ["user"]
+    assert state.open_call is None
 
 
 async def test_stream_failure_mid_reply(autojump_clock: trio.abc.Clock) -> None:
