@@ -23,6 +23,7 @@ from pathlib import Path
 
 import trio
 
+from .errors import JournalUnavailableError
 from .location import JournalLocation, parse_location
 from .memory import MemoryJournal
 from .sqlite import SQLiteJournal
@@ -61,19 +62,26 @@ async def open_journal(url: str) -> AsyncIterator[Journal]:
 
 
 def make_journal_directory(location: JournalLocation) -> None:
-    """Create the directory of a SQLite file named by a plain path, if missing.
-
-    Nothing for a URL (it names exactly what to open) or another scheme.
-    """
-    if location.scheme == "sqlite" and location.plain_path:
-        assert location.path is not None
-        Path(location.path).parent.mkdir(parents=True, exist_ok=True)
+    """Create the missing directories of a SQLite file (named by a path or a
+    URL alike); nothing for another scheme.  ``JournalUnavailableError``
+    naming the journal when they cannot be made."""
+    if location.scheme != "sqlite":
+        return
+    assert location.path is not None
+    parent = Path(location.path).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise JournalUnavailableError(
+            f"cannot create the journal {location.path}: its directory {parent} cannot be "
+            f"made ({exc.strerror or exc})"
+        ) from exc
 
 
 async def init_journal(url: str) -> JournalLocation:
     """Make the journal at ``url`` exist and check its version; return its location.
 
-    Idempotent.  A SQLite file named by a plain path gets its directory; a
+    Idempotent.  A SQLite file gets its missing directories; a
     PostgreSQL database gets the tables (``postgres.init_schema``); a memory
     journal needs nothing.  ``JournalSchemaError`` for a newer schema,
     ``NotAJournalError`` for a file or database that is not a journal,

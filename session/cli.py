@@ -9,6 +9,7 @@ configured here and only here: human-readable on a terminal, JSON with
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import signal
@@ -28,11 +29,11 @@ from journal import (
     open_journal,
     parse_location,
 )
-from journal.content import TextDelta
+from journal.content import Message, Text, TextDelta
 from loopruntime import LoopDefinition, LoopError
 from loopruntime.models import ScriptedModel
 
-from .replay import open_for_replay, replay_command
+from .replay import ReplayInputError, open_for_replay, replay_command
 from .restore import read_states, resolve_offline
 from .runtime import Session, StreamDelta
 
@@ -121,9 +122,15 @@ def chat_definition(model_name: str | None) -> tuple[LoopDefinition, str]:
     if model is None:
         model = ScriptedModel.echo()
         said = "no ANTHROPIC_API_KEY: using the local scripted echo model"
+        if model_name:
+            said += f" (--model {model_name} needs the key, so it is not used)"
     else:
         said = f"using {model.name}"
     return LoopDefinition(name="chat", model=model, system="You are a helpful assistant."), said
+
+
+# How many of a resumed session's last messages are shown before the prompt.
+_RESUMED_MESSAGES = 6
 
 
 async def _chat(args: argparse.Namespace) -> int:
@@ -131,12 +138,14 @@ async def _chat(args: argparse.Namespace) -> int:
     print(f"loopruntime chat — {said}. Ctrl-C stops a reply, Ctrl-D quits.", flush=True)
     async with open_journal(journal_url(args.journal, create=True)) as journal:
         opener = (
-            Session.restore(journal, args.session, definition)
+            Session.restore(journal, _checked_text(args.session, "session id"), definition)
             if args.session
             else Session.create(journal, definition)
         )
         async with opener as s:
             print(f"session {s.id}", flush=True)
+            if args.session:
+                _show_history((await s.snapshot()).messages[-_RESUMED_MESSAGES:])
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_print_stream, s)
                 nursery.start_soon(_interrupt_on_sigint, s)
@@ -149,8 +158,24 @@ async def _chat(args: argparse.Namespace) -> int:
                     await s.submit(line)
                     await s.wait_idle()
                     print(flush=True)
+                    state = await s.snapshot()
+                    if state.last_outcome == "failed":
+                        # The reply failed: say so in the conversation, not only in a log.
+                        why = state.last_failure or "no reason was given"
+                        print(f"[the reply failed: {why}]", flush=True)
                 nursery.cancel_scope.cancel()
     return 0
+
+
+def _show_history(messages: list[Message]) -> None:
+    """The last exchanges of a resumed session, as the chat showed them."""
+    for message in messages:
+        text = " ".join(b.text for b in message.blocks if isinstance(b, Text)).strip()
+        if not text:
+            continue  # tool calls and results: the transcript (`replay`) shows them
+        print(f"{'you> ' if message.role == 'user' else ''}{text}", flush=True)
+    if messages:
+        print("[earlier messages: `loopruntime replay SESSION`]", flush=True)
 
 
 def _read_line() -> str | None:
@@ -161,8 +186,10 @@ def _read_line() -> str | None:
 
 
 async def _print_stream(s: Session) -> None:
-    """Print reply text as it streams (live deltas, not the journal)."""
-    async for item in s.subscribe(after=await s.journal.head(s.id), deltas=True):
+    """Print reply text as it streams (live deltas, not the journal).  Subscribes
+    from the session's own head when it starts: the journal's head may already
+    be past it while the session folds what it just committed."""
+    async for item in s.subscribe(after=None, deltas=True):
         if isinstance(item, StreamDelta) and isinstance(item.delta, TextDelta):
             print(item.delta.text, end="", flush=True)
 
@@ -237,7 +264,7 @@ async def _replay(args: argparse.Namespace) -> int:
 
     return await replay_command(
         url,
-        args.session,
+        _checked_text(args.session, "session id"),
         fmt=args.format,
         check_only=args.check,
         follow=args.follow,
@@ -263,7 +290,11 @@ async def _resolve(args: argparse.Namespace) -> int:
     # A missing or foreign file is refused before anything could create it.
     async with open_for_replay(journal_url(args.journal)) as journal:
         await resolve_offline(
-            journal, args.session, args.execution_id, args.result, is_error=args.error
+            journal,
+            _checked_text(args.session, "session id"),
+            _checked_text(args.execution_id, "execution id"),
+            _checked_text(args.result, "result"),
+            is_error=args.error,
         )
     print(f"resolved {args.execution_id}; the session continues when its host restores it")
     return 0
@@ -277,7 +308,9 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 
 async def _journal_init(args: argparse.Namespace) -> int:
-    location = await init_journal(args.url)
+    location = await init_journal(
+        args.url or args.journal or os.environ.get("LOOPRUNTIME_JOURNAL") or DEFAULT_JOURNAL
+    )
     print(f"journal ready at {location.url}")
     return 0
 
@@ -289,58 +322,182 @@ def cmd_journal(args: argparse.Namespace) -> int:
 # -- main ---------------------------------------------------------------------------
 
 
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="loopruntime", description=__doc__.splitlines()[0])
-    top.add_argument("--log-json", action="store_true", help="log as JSON lines")
-    top.add_argument("-v", "--verbose", action="store_true", help="log debug lines to stderr")
-    sub = top.add_subparsers(dest="command", required=True)
+_JOURNAL_HELP = (
+    "the journal: a SQLite path, sqlite:///relative.db, sqlite:////absolute.db, "
+    "postgresql://user@host/db or memory: (default: $LOOPRUNTIME_JOURNAL, else "
+    f"{DEFAULT_JOURNAL})"
+)
 
-    def command(name: str, help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help)
-        p.add_argument("--journal", help="journal URL or SQLite path")
-        return p
 
-    command("demo", "run the scripted demo: tools, a gate, a crash and a restore").set_defaults(
-        run=cmd_demo
+def _options() -> argparse.ArgumentParser:
+    """The options every command takes, before or after its name.  Their
+    defaults are suppressed here so that a value given before the command is
+    not reset by the command's own parser."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--journal", metavar="URL_OR_PATH", default=argparse.SUPPRESS, help=_JOURNAL_HELP
     )
-    chat = command("chat", "chat interactively (Claude with ANTHROPIC_API_KEY, else echo)")
-    chat.add_argument("--session", help="resume this session")
-    chat.add_argument("--model", help="Claude model name (with ANTHROPIC_API_KEY)")
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="log debug lines to stderr (and show a traceback for an unexpected error)",
+    )
+    common.add_argument(
+        "--log-json", action="store_true", default=argparse.SUPPRESS, help="log as JSON lines"
+    )
+    return common
+
+
+def parser() -> argparse.ArgumentParser:
+    # Two instances: ``set_defaults`` on the top parser changes the defaults of
+    # its actions, which ``parents`` shares with every parser built from them.
+    common = _options()
+    top = argparse.ArgumentParser(
+        prog="loopruntime",
+        description="Agent loops that never lie about what happened and never forget it.",
+        epilog=f"Every command takes --journal; the default is $LOOPRUNTIME_JOURNAL, else "
+        f"{DEFAULT_JOURNAL}.  'loopruntime COMMAND --help' describes a command.",
+        parents=[_options()],
+    )
+    top.set_defaults(journal=None, verbose=False, log_json=False)
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=description, parents=[common])
+
+    command(
+        "demo",
+        "run the scripted demo: tools, a gate, a crash and a restore",
+        "Run a scripted agent (no API key needed) on the journal: parallel tools, a "
+        "permission gate, a child process killed mid-tool, the restore, the unknown effect "
+        "resolved, and the journal check.",
+    ).set_defaults(run=cmd_demo)
+    chat = command(
+        "chat",
+        "chat interactively (Claude with ANTHROPIC_API_KEY, else a local echo)",
+        "Chat with Claude when ANTHROPIC_API_KEY is set, else with a local echo model.  "
+        "Ctrl-C stops a reply, Ctrl-D quits; every exchange is in the journal.",
+    )
+    chat.add_argument("--session", help="resume this session (its last exchanges are shown)")
+    chat.add_argument(
+        "--model", help="the Claude model to use (needs ANTHROPIC_API_KEY; ignored without it)"
+    )
     chat.set_defaults(run=cmd_chat)
-    command("sessions", "list the sessions in the journal").set_defaults(run=cmd_sessions)
-    replay = command("replay", "show a session's journal, or check it")
-    replay.add_argument("session")
+    command(
+        "sessions",
+        "list the sessions in the journal",
+        "List every session in the journal with its loops, records, last activity and status.",
+    ).set_defaults(run=cmd_sessions)
+    replay = command(
+        "replay",
+        "show a session's journal, or check it",
+        "Show a session as a transcript, a conversation tree or JSON, its state at a seq, or "
+        "check every journal invariant.  Never writes to the journal.",
+    )
+    replay.add_argument("session", help="the session id ('loopruntime sessions' lists them)")
     replay.add_argument(
         "--format",
         choices=("transcript", "tree", "json"),
         default="transcript",
         help="transcript (default), the conversation tree, or the tree as JSON",
     )
-    replay.add_argument("--check", action="store_true", help="check every journal invariant")
+    replay.add_argument(
+        "--check", action="store_true", help="check every journal invariant (exit 1 if one fails)"
+    )
     replay.add_argument("--follow", action="store_true", help="keep printing new records")
     replay.add_argument("--at", type=int, metavar="SEQ", help="show each loop's state at SEQ")
     replay.set_defaults(run=cmd_replay)
-    resolve = command("resolve", "settle a tool call whose outcome is unknown")
-    resolve.add_argument("session")
-    resolve.add_argument("execution_id")
+    resolve = command(
+        "resolve",
+        "settle a tool call whose outcome is unknown",
+        "Settle a tool call that a crash left with an unknown outcome, with the result the "
+        "model will see.  This takes the session's lease: a process still running the session "
+        "is fenced (its next write fails), so stop it first; the session continues when a "
+        "host restores it.",
+    )
+    resolve.add_argument("session", help="the session id")
+    resolve.add_argument(
+        "execution_id", help="the call's execution id ('loopruntime replay' shows it)"
+    )
     resolve.add_argument("--result", required=True, help="the result the model will see")
     resolve.add_argument("--error", action="store_true", help="the call failed")
     resolve.set_defaults(run=cmd_resolve)
-    journal = sub.add_parser("journal", help="journal administration")
-    jsub = journal.add_subparsers(dest="journal_command", required=True)
-    init = jsub.add_parser("init", help="create the journal schema")
-    init.add_argument("url")
+    journal = command("journal", "journal administration", "Journal administration.")
+    jsub = journal.add_subparsers(dest="journal_command", required=True, metavar="ACTION")
+    init = jsub.add_parser(
+        "init",
+        help="create the journal and its schema",
+        description="Create the journal (a SQLite file and its directories, or the PostgreSQL "
+        "tables) and check its schema version.  Idempotent.",
+        parents=[common],
+    )
+    init.add_argument(
+        "url", nargs="?", metavar="URL_OR_PATH", help="the journal (the same as --journal)"
+    )
     init.set_defaults(run=cmd_journal)
     return top
 
 
+def _checked_text(value: str, what: str) -> str:
+    """``value`` when it is text; bytes that are not UTF-8 reach ``argv`` as lone
+    surrogates, which no journal stores, so they are named here instead."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"the {what} {value!a} holds bytes that are not UTF-8 text; "
+            "`loopruntime sessions` lists the session ids there are"
+        ) from None
+    return value
+
+
+def _user_error(exc: BaseException) -> str | None:
+    """What to tell a person about an error they can cause and mend (a bad path or
+    URL, a journal that is not one, a key that cannot be sent); None for anything
+    else, which is a bug and keeps its traceback."""
+    while isinstance(exc, BaseExceptionGroup):
+        leaves = [e for e in exc.exceptions if not isinstance(e, trio.Cancelled)]
+        if len(leaves) != 1:
+            return None
+        exc = leaves[0]
+    if isinstance(exc, JournalError | LoopError | ReplayInputError | ValueError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}"
+    return None
+
+
+def _tolerant_streams() -> None:
+    """Text a terminal cannot show is replaced, never a crash; input that is not
+    valid in the terminal's encoding is read with replacement characters."""
+    for stream, errors in ((sys.stdout, "replace"), (sys.stderr, "backslashreplace")):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors=errors)
+    if isinstance(sys.stdin, io.TextIOWrapper):
+        sys.stdin.reconfigure(errors="replace")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _tolerant_streams()
     args = parser().parse_args(argv)
     _configure_logging(args.log_json, args.verbose)
     try:
         return int(args.run(args))
-    except (JournalError, LoopError) as exc:
-        print(f"loopruntime: {exc}", file=sys.stderr)
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, and keep the
+        # interpreter from failing again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as exc:
+        message = _user_error(exc)
+        if message is None or args.verbose:
+            raise
+        print(f"loopruntime: {message}", file=sys.stderr)
         return 2
 
 

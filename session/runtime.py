@@ -475,10 +475,11 @@ class Session:
                 )
 
     def subscribe(
-        self, after: int = 0, *, deltas: bool = False, capacity: int = 10_000
+        self, after: int | None = 0, *, deltas: bool = False, capacity: int = 10_000
     ) -> AsyncIterator[Record | StreamDelta]:
         """Every durable record after ``after`` (history first, then live), and
-        with ``deltas`` the live stream deltas too.  Ends when the session
+        with ``deltas`` the live stream deltas too; ``after=None``: only what
+        the session commits from the moment iteration starts.  Ends when the session
         closes; a subscriber too slow to keep ``capacity`` records buffered
         gets ``SessionLagError`` with the seq to resume from."""
         return self._subscriptions.subscribe(after, deltas=deltas, capacity=capacity)

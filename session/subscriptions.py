@@ -94,11 +94,13 @@ class Subscriptions:
             sub.lot.unpark_all()
 
     async def subscribe(
-        self, after: int, *, deltas: bool, capacity: int
+        self, after: int | None, *, deltas: bool, capacity: int
     ) -> AsyncIterator[Record | StreamDelta]:
         """History after ``after`` from the journal, then live records (and
         deltas); see ``Session.subscribe``."""
         head = self._head()
+        if after is None:
+            after = head
         if not 0 <= after <= head:
             raise SeqOutOfRangeError(self.session_id, after, head)
         sub = Subscriber(capacity, deltas)

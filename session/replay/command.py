@@ -41,7 +41,9 @@ async def open_for_replay(url: str) -> AsyncIterator[Journal]:
     try:
         location = await check_existing_journal(url)
     except NotAJournalError as exc:
-        raise ReplayInputError(str(exc)) from exc
+        raise ReplayInputError(
+            f"{exc}; name the journal with --journal URL_OR_PATH or $LOOPRUNTIME_JOURNAL"
+        ) from exc
     async with open_journal(location.url) as journal:
         yield journal
 

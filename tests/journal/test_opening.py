@@ -78,12 +78,16 @@ async def test_init_makes_the_directory_of_a_path_but_not_of_a_url(tmp_path: Pat
     async with open_journal(location.url) as journal:
         assert await journal.sessions() == []
 
+    # A URL gets its missing directories as a plain path does.
     elsewhere = tmp_path / "missing" / "j.db"
-    with pytest.raises(JournalUnavailableError, match="directory exists"):
-        await init_journal(f"sqlite:///{elsewhere}")
-    assert not elsewhere.parent.exists()
-    make_journal_directory(parse_location(f"sqlite:///{elsewhere}"))
-    assert not elsewhere.parent.exists()
+    assert (await init_journal(f"sqlite:///{elsewhere}")).path == str(elsewhere)
+    assert elsewhere.is_file()
+
+    # Directories that cannot be made: a named error, nothing half made.
+    (tmp_path / "plain.txt").write_text("hello")
+    under_a_file = parse_location(str(tmp_path / "plain.txt" / "j.db"))
+    with pytest.raises(JournalUnavailableError, match="cannot create the journal"):
+        make_journal_directory(under_a_file)
 
     assert (await init_journal("memory:")).scheme == "memory"
 
