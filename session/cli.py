@@ -24,6 +24,7 @@ import trio
 
 from journal import (
     JournalError,
+    JournalLocation,
     init_journal,
     make_journal_directory,
     open_journal,
@@ -48,8 +49,25 @@ def journal_url(value: str | None, *, create: bool = False) -> str:
     others must not conjure an empty journal out of a mistyped path."""
     location = parse_location(value or os.environ.get("LOOPRUNTIME_JOURNAL") or DEFAULT_JOURNAL)
     if create:
+        hint = _relative_url_hint(location)
+        if hint:
+            print(f"loopruntime: note: {hint}", file=sys.stderr)
         make_journal_directory(location)
     return location.url
+
+
+def _relative_url_hint(location: JournalLocation) -> str | None:
+    """``sqlite:///tmp/x.db`` names ``./tmp/x.db``; when that directory is missing
+    but ``/tmp`` exists, the absolute path was almost certainly meant."""
+    if location.scheme != "sqlite" or location.plain_path or location.path is None:
+        return None
+    path = Path(location.path)
+    if path.is_absolute() or path.parent.exists() or not Path("/", path).parent.exists():
+        return None
+    return (
+        f"{location.url} is relative to this directory ({path}); for /{path} write "
+        f"sqlite:////{path} (four slashes)"
+    )
 
 
 # The project's loggers: the library logs through the standard logger of each
@@ -308,9 +326,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 
 async def _journal_init(args: argparse.Namespace) -> int:
-    location = await init_journal(
-        args.url or args.journal or os.environ.get("LOOPRUNTIME_JOURNAL") or DEFAULT_JOURNAL
-    )
+    location = await init_journal(journal_url(args.url or args.journal, create=True))
     print(f"journal ready at {location.url}")
     return 0
 

@@ -226,3 +226,11 @@ def test_help_is_plain_text_naming_the_default_journal(tmp_path: Path) -> None:
         out = done.stdout.decode()
         assert "`" not in out, out
         assert "LOOPRUNTIME_JOURNAL" in out and ".loopruntime/journal.db" in out
+
+
+def test_a_relative_sqlite_url_that_meant_an_absolute_path_gets_a_hint(tmp_path: Path) -> None:
+    done = run("journal", "init", "sqlite:///tmp/first-hour-hint.db", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"four slashes" in done.stderr
+    assert b"sqlite:////tmp/first-hour-hint.db" in done.stderr
+    assert (tmp_path / "tmp" / "first-hour-hint.db").is_file()
