@@ -2,45 +2,51 @@
 
 Run: ``python examples/collaboration.py``.  With ``ANTHROPIC_API_KEY`` set the
 coordinator and the workers are Claude models; otherwise the coordinator is
-driven by the scripted model (its decisions are scripted JSON) and the
-workers are scripted too.  Either way every step is in the journal:
+driven by the scripted model (its decisions are JSON, a function of the turn
+it is shown) and the workers are scripted too.  Either way every step is in the journal:
 ``loopruntime replay SESSION --journal examples.db`` shows it.
 """
 
 from __future__ import annotations
 
-import logging
-
 import msgspec
-import structlog
 import trio
 
 from journal import open_journal
-from loopruntime import LoopDefinition
+from journal.content import Text
+from loopruntime import LoopDefinition, ModelRequest
 from loopruntime.models import Reply, ScriptedModel
 from loopruntime.models.anthropic import AnthropicModel
 from session import Session
-from session.collaboration import Collaboration, Decision, TaskSpec, Worker
+from session.collaboration import Collaboration, Decision, TaskSpec, Turn, Worker
 
 
-def scripted() -> Collaboration:
-    plan = [
-        Decision(
-            mode="wait",
+def decide(request: ModelRequest) -> Reply:
+    """The scripted coordinator: a decision as a function of the turn it is shown
+    (the JSON after "This turn:" in its last message)."""
+    asked = request.messages[-1].blocks[-1]
+    assert isinstance(asked, Text)
+    turn = msgspec.json.decode(asked.text.split("This turn:\n", 1)[1], type=Turn)
+    if not turn.tasks:
+        decision = Decision(
+            mode="continue",
             state="asked both workers",
             tasks=(
                 TaskSpec(key="pros", worker="optimist", input="List the pros of trio."),
                 TaskSpec(key="cons", worker="sceptic", input="List the cons of trio."),
             ),
-        ),
-        Decision(mode="complete", output="Asked an optimist and a sceptic; see their tasks."),
-    ]
-    coordinator = LoopDefinition(
-        name="coordinator",
-        model=ScriptedModel([Reply(text=msgspec.json.encode(d).decode()) for d in plan]),
-    )
+        )
+    elif any(t.status == "running" for t in turn.tasks):
+        decision = Decision(mode="wait", state=turn.state)
+    else:
+        said = "; ".join(f"{t.worker}: {t.output}" for t in turn.tasks)
+        decision = Decision(mode="complete", output=f"Asked an optimist and a sceptic. {said}")
+    return Reply(text=msgspec.json.encode(decision).decode())
+
+
+def scripted() -> Collaboration:
     return Collaboration(
-        coordinator=coordinator,
+        coordinator=LoopDefinition(name="coordinator", model=ScriptedModel(decide)),
         workers=[
             Worker(
                 name="optimist",
@@ -92,5 +98,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     trio.run(main)

@@ -430,6 +430,10 @@ class CollabTurn(SessionLevelEvent, tag="collab.turn", frozen=True, kw_only=True
     collab_id: str
     number: int
     decision: Decision
+    seen_finished: int = -1
+    """How many tasks had finished in the view the coordinator decided on, so a
+    task that finished while it was deciding still counts for ``wait`` (-1:
+    written before this was recorded)."""
 
 
 class CollabTaskStarted(SessionLevelEvent, tag="collab.task_started", frozen=True, kw_only=True):

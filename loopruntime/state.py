@@ -134,6 +134,8 @@ class LoopState(msgspec.Struct, kw_only=True):
     last_failure: str = ""
     """Why the last turn did not complete (its ``turn.ended`` detail, e.g. the
     provider's error); empty after a completed turn."""
+    last_failure_code: str = ""
+    """The code of that failure (e.g. ``model.overloaded``)."""
     last_stop_reason: str | None = None
     """Stop reason of the last committed model message."""
 
@@ -307,7 +309,9 @@ def fold(state: LoopState, record: Record) -> LoopState:
         case TurnEnded():
             state.turn_open = False
             state.last_outcome = event.outcome
-            state.last_failure = "" if event.outcome == "completed" else event.detail
+            failed = event.outcome != "completed"
+            state.last_failure = event.detail if failed else ""
+            state.last_failure_code = (event.code or "") if failed else ""
         case LoopStarted():
             state.loop = record.loop
             state.definition = event.definition

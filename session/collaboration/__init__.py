@@ -8,13 +8,11 @@ controls -- and returns a ``Decision``:
 * ``tasks`` start worker loops under unique keys (child loops of the session);
 * ``controls`` steer or cancel running tasks;
 * ``mode``: ``continue`` runs the next coordinator turn at once, ``wait`` runs
-  it once at least one outstanding task has finished, ``complete`` returns
+  it once a task it has not seen finish has finished, ``complete`` returns
   ``output`` and cancels what still runs.
 
-Bounds (``max_turns``, ``max_tasks``, ``max_concurrent_tasks``,
-``max_controls_per_turn``) and invalid decisions end the collaboration
-``failed`` with an explicit code (``collaboration.limit.turns``,
-``collaboration.decision.invalid``, ...).
+The grammar (which mode may carry what), the bounds and every failure code
+are in ``docs/collaboration.md``.
 
 Every step is an event on the collaboration's own stream (loop id
 ``collab:<id>``), folded by the pure ``fold_collaboration``; so a collaboration

@@ -135,20 +135,27 @@ class Driver:
                     break
                 await self.changed.wait()
                 continue
-            if state.turns >= self.collab.max_turns:
+            if state.turns >= state.max_turns:
                 await self._fail(
                     "collaboration.limit.turns",
-                    f"the coordinator used its {self.collab.max_turns} turns without completing",
+                    f"the coordinator used its {state.max_turns} turns without completing",
                 )
                 break
             try:
-                decision = await self._decide()
-                self._validate(decision)
+                turn = self._turn()
+                decision = await self._decide(turn)
+                seen = sum(1 for t in turn.tasks if t.status != "running")
+                self._validate(decision, seen)
             except CollaborationError as exc:
                 await self._fail(exc.code, str(exc))
                 break
             await self.commit(
-                CollabTurn(collab_id=state.collab_id, number=state.turns + 1, decision=decision)
+                CollabTurn(
+                    collab_id=state.collab_id,
+                    number=state.turns + 1,
+                    decision=decision,
+                    seen_finished=seen,
+                )
             )
             await self._apply_unfinished_decision()
         if state.status != "completed":
@@ -172,8 +179,7 @@ class Driver:
             controls=tuple(state.receipts),
         )
 
-    async def _decide(self) -> Decision:
-        turn = self._turn()
+    async def _decide(self, turn: Turn) -> Decision:
         coordinator = self.collab.coordinator
         if not isinstance(coordinator, LoopDefinition):
             answer = coordinator(turn)
@@ -196,8 +202,11 @@ class Driver:
         await loop.wait_settled()
         status, text = child_outcome(loop)
         if status != "completed":
+            # The coordinator's own code (a provider's error, a limit) says more
+            # than a generic one.
             raise CollaborationError(
-                f"the coordinator's turn {status}", code="collaboration.coordinator.failed"
+                f"the coordinator's turn {status}" + (f": {text}" if text else ""),
+                code=loop.state.last_failure_code or "collaboration.coordinator.failed",
             )
         return parse_decision(text)
 
@@ -212,36 +221,46 @@ class Driver:
             Provenance(parent_loop=self.stream.id, turn=0, step=0, execution_id="coordinator"),
         )
 
-    def _validate(self, d: Decision) -> None:
-        state, c = self.state, self.collab
+    def _validate(self, d: Decision, seen: int) -> None:
+        """Refuse a decision that breaks the grammar or a bound (each with its own
+        code); ``seen``: the finished tasks the coordinator was shown."""
+        state = self.state
+        _check_shape(d)
         invalid = "collaboration.decision.invalid"
         keys = [t.key for t in d.tasks]
         for t in d.tasks:
-            if t.worker not in self.workers:
+            if t.worker not in state.workers:
                 raise CollaborationError(f"unknown worker {t.worker!r}", code=invalid)
+            if t.worker not in self.workers:
+                raise CollaborationError(
+                    f"worker {t.worker!r} has no definition in this process; pass it in the "
+                    "Collaboration given to resume_collaboration",
+                    code="collaboration.worker.missing",
+                )
             if not t.key or t.key in state.tasks or keys.count(t.key) > 1:
                 raise CollaborationError(f"duplicate task key {t.key!r}", code=invalid)
         for ctl in d.controls:
             if ctl.key not in state.tasks:
                 raise CollaborationError(f"control names unknown task {ctl.key!r}", code=invalid)
-        if len(d.controls) > c.max_controls_per_turn:
+        if len(d.controls) > state.max_controls_per_turn:
             raise CollaborationError(
-                f"{len(d.controls)} controls in one turn (at most {c.max_controls_per_turn})",
+                f"{len(d.controls)} controls in one turn (at most {state.max_controls_per_turn})",
                 code="collaboration.limit.controls",
             )
-        if len(state.tasks) + len(d.tasks) > c.max_tasks:
+        if len(state.tasks) + len(d.tasks) > state.max_tasks:
             raise CollaborationError(
-                f"more than {c.max_tasks} tasks in all", code="collaboration.limit.tasks"
+                f"more than {state.max_tasks} tasks in all", code="collaboration.limit.tasks"
             )
         cancelled = {ctl.key for ctl in d.controls if ctl.kind == "cancel"}
         running = len([t for t in state.running if t.key not in cancelled])
-        if d.mode != "complete" and running + len(d.tasks) > c.max_concurrent_tasks:
+        if d.mode != "complete" and running + len(d.tasks) > state.max_concurrent_tasks:
             raise CollaborationError(
-                f"{running + len(d.tasks)} tasks at once (at most {c.max_concurrent_tasks})",
+                f"{running + len(d.tasks)} tasks at once (at most {state.max_concurrent_tasks})",
                 code="collaboration.limit.concurrent_tasks",
             )
-        if d.mode == "wait" and not running and not d.tasks:
-            raise CollaborationError("wait with no task running", code=invalid)
+        if d.mode == "wait" and not running and state.finished <= seen:
+            # A task that finished while the coordinator decided is still news.
+            raise CollaborationError("wait with no task running or unseen", code=invalid)
 
     async def _apply_unfinished_decision(self) -> None:
         """Carry out what the last decision asked that is not yet recorded
@@ -365,6 +384,23 @@ class Driver:
         )
 
 
+_SHAPES = {
+    ("complete", "tasks"): "collaboration.decision.complete_with_tasks",
+    ("continue", "output"): "collaboration.decision.continue_with_output",
+    ("wait", "tasks"): "collaboration.decision.wait_with_tasks",
+    ("wait", "output"): "collaboration.decision.wait_with_output",
+}
+
+
+def _check_shape(d: Decision) -> None:
+    """The decision grammar (docs/collaboration.md): ``complete`` carries no
+    tasks, ``continue`` no output, ``wait`` neither."""
+    for part, present in (("tasks", bool(d.tasks)), ("output", bool(d.output))):
+        code = _SHAPES.get((d.mode, part))
+        if code is not None and present:
+            raise CollaborationError(f"a {d.mode!r} decision carries no {part}", code=code)
+
+
 async def _quietly(call: Awaitable[Any]) -> None:
     try:
         await call
@@ -455,6 +491,14 @@ async def resume(session: CollaborationHost, collab: Collaboration, collab_id: s
         raise CollaborationError(
             f"session {session.id} has no collaboration {collab_id}",
             code="collaboration.unknown",
+        )
+    given = {w.name for w in collab.workers}
+    missing = sorted({t.worker for t in stream.state.running} - given)
+    if missing:
+        raise CollaborationError(
+            f"collaboration {collab_id} has running tasks of workers {missing} that the "
+            "Collaboration given to resume it does not define",
+            code="collaboration.worker.missing",
         )
     driver = Driver(session, collab, stream)
     return await _drive(driver)

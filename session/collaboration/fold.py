@@ -58,13 +58,21 @@ class CollabState(msgspec.Struct, kw_only=True):
 
     collab_id: str = ""
     input: str = ""
+    workers: tuple[str, ...] = ()
+    max_turns: int = 0
+    max_tasks: int = 0
+    max_concurrent_tasks: int = 0
+    max_controls_per_turn: int = 0
+    """The bounds recorded when the collaboration started: a resumed driver
+    keeps them whatever the restoring code passes."""
     turns: int = 0
     notes: str = ""
     last: Decision | None = None
     tasks: dict[str, TaskView] = {}
     receipts: list[Receipt] = []
     finished_since_turn: int = 0
-    """Tasks that finished since the last decision (what ``wait`` waits for)."""
+    """Tasks that finished since the coordinator's last view of them (what
+    ``wait`` waits for)."""
     ended: bool = False
     status: str = ""
     output: str = ""
@@ -74,19 +82,30 @@ class CollabState(msgspec.Struct, kw_only=True):
     def running(self) -> list[TaskView]:
         return [t for t in self.tasks.values() if t.status == "running"]
 
+    @property
+    def finished(self) -> int:
+        return sum(1 for t in self.tasks.values() if t.status != "running")
+
 
 def fold_collaboration(state: CollabState, record: Record) -> CollabState:
     """Apply one collaboration record (pure; in place, like loop fold)."""
     e = record.event
     match e:
         case CollabStarted():
-            state.collab_id, state.input = e.collab_id, e.input
+            state.collab_id, state.input, state.workers = e.collab_id, e.input, e.workers
+            state.max_turns, state.max_tasks = e.max_turns, e.max_tasks
+            state.max_concurrent_tasks = e.max_concurrent_tasks
+            state.max_controls_per_turn = e.max_controls_per_turn
         case CollabTurn():
             state.turns = e.number
             state.notes = e.decision.state
             state.last = e.decision
             state.receipts = []
-            state.finished_since_turn = 0
+            # Tasks that finished after the view the coordinator decided on
+            # have not been seen yet: they satisfy a ``wait`` at once.
+            state.finished_since_turn = (
+                state.finished - e.seen_finished if e.seen_finished >= 0 else 0
+            )
         case CollabTaskStarted():
             state.tasks[e.key] = TaskView(
                 key=e.key,

@@ -9,7 +9,7 @@ import trio
 import session.collaboration
 from journal import open_journal
 from journal.events import CollabEnded, CollabTaskFinished, CollabTurn
-from loopruntime import LoopDefinition
+from loopruntime import LoopDefinition, ModelError
 from loopruntime.models import Reply, ScriptedModel
 from session import Session
 from session.collaboration import (
@@ -22,7 +22,7 @@ from session.collaboration import (
     Worker,
 )
 from session.replay import check
-from tests.support.loops import records, tags
+from tests.support.loops import events_of, records, tags
 
 FAST = Worker(
     name="fast",
@@ -46,23 +46,26 @@ async def test_start_wait_cancel_complete(autojump_clock: trio.abc.Clock) -> Non
 
     def coordinator(turn: Turn) -> Decision:
         seen.append(turn)
-        if turn.number == 1:
+        status = {t.key: t.status for t in turn.tasks}
+        if not status:
             return Decision(
-                mode="wait",
+                mode="continue",
                 state="started two",
                 tasks=(
                     TaskSpec(key="a", worker="fast", input="do a"),
                     TaskSpec(key="b", worker="slow", input="do b"),
                 ),
             )
-        if turn.number == 2:
+        if status == {"a": "completed", "b": "running"}:
             return Decision(
                 mode="continue",
                 state="a is done; b is too slow",
                 controls=(Control(key="b", kind="cancel"),),
             )
-        done = {t.key: t.output for t in turn.tasks if t.status == "completed"}
-        return Decision(mode="complete", output=f"a said: {done['a']}")
+        if status.get("b") == "cancelled":
+            done = {t.key: t.output for t in turn.tasks if t.status == "completed"}
+            return Decision(mode="complete", output=f"a said: {done['a']}")
+        return Decision(mode="wait", state=turn.state)
 
     collab = Collaboration(coordinator=coordinator, workers=[FAST, SLOW])
     async with open_journal("memory:") as journal:
@@ -74,16 +77,18 @@ async def test_start_wait_cancel_complete(autojump_clock: trio.abc.Clock) -> Non
         stream = await tags(journal, s.id, loop="collab:c1")
     assert report.ok, report.summary()
     assert output == "a said: fast result"
+    # a finishes before the coordinator's second turn, so it never needs to wait
+    # (test_wait_counts_... covers waiting).
     assert stream == [
         "collab.started",
-        "collab.turn",
+        "collab.turn",  # continue: start a and b
         "collab.task_started",
         "collab.task_started",
         "collab.task_finished",
-        "collab.turn",
+        "collab.turn",  # continue: cancel b
         "collab.controlled",
         "collab.task_finished",
-        "collab.turn",
+        "collab.turn",  # complete
         "collab.ended",
     ]
     assert [t.number for t in seen] == [1, 2, 3]
@@ -101,6 +106,26 @@ async def test_start_wait_cancel_complete(autojump_clock: trio.abc.Clock) -> Non
         if r.loop == "collab:c1/b" and r.event.__struct_config__.tag == "turn.ended"
     ]
     assert [e.outcome for e in b_ends] == ["interrupted"]  # type: ignore[attr-defined]
+
+
+async def test_wait_counts_a_task_that_finished_while_the_coordinator_decided(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async def coordinator(turn: Turn) -> Decision:
+        if turn.number == 1:
+            return Decision(mode="continue", tasks=(TaskSpec(key="a", worker="fast", input="a"),))
+        if turn.number == 2:
+            assert [t.status for t in turn.tasks] == ["running"]
+            await trio.sleep(60)  # a slow decision: the worker finishes meanwhile
+            return Decision(mode="wait")
+        return Decision(mode="complete", output=turn.tasks[0].output)
+
+    collab = Collaboration(coordinator=coordinator, workers=[FAST])
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, LoopDefinition(name="host", model=ScriptedModel())) as s:
+            assert await s.collaborate(collab, "go", collab_id="w") == "fast result"
+            await s.verify()
+        assert (await check(journal, s.id)).ok
 
 
 @pytest.mark.parametrize(
@@ -127,6 +152,16 @@ async def test_start_wait_cancel_complete(autojump_clock: trio.abc.Clock) -> Non
             "collaboration.decision.invalid",
         ),
         (Decision(mode="wait"), "collaboration.decision.invalid"),
+        (
+            Decision(mode="complete", tasks=(TaskSpec(key="x", worker="fast", input="1"),)),
+            "collaboration.decision.complete_with_tasks",
+        ),
+        (Decision(mode="continue", output="done"), "collaboration.decision.continue_with_output"),
+        (
+            Decision(mode="wait", tasks=(TaskSpec(key="x", worker="fast", input="1"),)),
+            "collaboration.decision.wait_with_tasks",
+        ),
+        (Decision(mode="wait", output="done"), "collaboration.decision.wait_with_output"),
     ],
 )
 async def test_invalid_decisions_end_with_their_codes(decision: Decision, code: str) -> None:
@@ -174,7 +209,8 @@ async def test_too_many_controls_and_turn_limit() -> None:
 async def test_a_model_driven_coordinator() -> None:
     """The coordinator is a loop answering in JSON (here the scripted model)."""
     plan = [
-        Decision(mode="wait", tasks=(TaskSpec(key="q", worker="fast", input="question"),)),
+        Decision(mode="continue", tasks=(TaskSpec(key="q", worker="fast", input="question"),)),
+        Decision(mode="wait"),
         Decision(mode="complete", output="the team says: fast result"),
     ]
     coordinator = LoopDefinition(
@@ -189,7 +225,7 @@ async def test_a_model_driven_coordinator() -> None:
         report = await check(journal, s.id)
     assert report.ok, report.summary()
     assert output == "the team says: fast result"
-    asked = coordinator.model.requests[1].messages[-1].blocks[0].text  # type: ignore[attr-defined]
+    asked = coordinator.model.requests[2].messages[-1].blocks[0].text  # type: ignore[attr-defined]
     assert '"status":"completed"' in asked and '"output":"fast result"' in asked
 
 
@@ -198,7 +234,9 @@ async def test_resume_after_restore_finishes_the_collaboration(
 ) -> None:
     def coordinator(turn: Turn) -> Decision:
         if turn.number == 1:
-            return Decision(mode="wait", tasks=(TaskSpec(key="s", worker="slow", input="s"),))
+            return Decision(mode="continue", tasks=(TaskSpec(key="s", worker="slow", input="s"),))
+        if turn.tasks[0].status == "running":
+            return Decision(mode="wait")
         return Decision(mode="complete", output=f"got {len(turn.tasks[0].output)} chars")
 
     collab = Collaboration(coordinator=coordinator, workers=[SLOW])
@@ -224,7 +262,11 @@ async def test_resume_after_restore_finishes_the_collaboration(
 async def test_a_collaboration_id_is_never_used_twice_in_a_session() -> None:
     def coordinator(turn: Turn) -> Decision:
         if turn.number == 1:
-            return Decision(mode="wait", tasks=(TaskSpec(key="a", worker="fast", input="do a"),))
+            return Decision(
+                mode="continue", tasks=(TaskSpec(key="a", worker="fast", input="do a"),)
+            )
+        if turn.tasks[0].status == "running":
+            return Decision(mode="wait")
         return Decision(mode="complete", output="done")
 
     collab = Collaboration(coordinator=coordinator, workers=[FAST])
@@ -245,6 +287,74 @@ async def test_a_collaboration_id_is_never_used_twice_in_a_session() -> None:
             with pytest.raises(CollaborationError, match="already has a collaboration c2"):
                 await s.collaborate(collab, "fourth", collab_id="c2")
         assert (await check(journal, s.id)).ok
+
+
+async def test_a_failing_coordinator_ends_with_its_own_code() -> None:
+    overloaded = ModelError("the service is overloaded", kind="overloaded", code="model.overloaded")
+    coordinator = LoopDefinition(name="coordinator", model=ScriptedModel([Reply(error=overloaded)]))
+    collab = Collaboration(coordinator=coordinator, workers=[FAST])
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, LoopDefinition(name="host", model=ScriptedModel())) as s:
+            with pytest.raises(CollaborationError) as info:
+                await s.collaborate(collab, "go", collab_id="f")
+        [ended] = [
+            r.event for r in await records(journal, s.id) if isinstance(r.event, CollabEnded)
+        ]
+    assert info.value.code == "model.overloaded"
+    assert (ended.code, "the service is overloaded" in ended.detail) == ("model.overloaded", True)
+
+
+async def test_resume_keeps_the_limits_it_started_with(autojump_clock: trio.abc.Clock) -> None:
+    def steering(turn: Turn) -> Decision:
+        # One slow task after another, waiting for each: two turns per task.
+        if any(t.status == "running" for t in turn.tasks):
+            return Decision(mode="wait")
+        key = f"s{len(turn.tasks)}"
+        return Decision(mode="continue", tasks=(TaskSpec(key=key, worker="slow", input=key),))
+
+    host = LoopDefinition(name="host", model=ScriptedModel())
+    started = Collaboration(coordinator=steering, workers=[SLOW], max_turns=6)
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, host) as s:
+            with trio.move_on_after(100):  # stopped mid-way: some turns ran, not all
+                await s.collaborate(started, "go", collab_id="l")
+        turns_before = len(await events_of(journal, s.id, CollabTurn))
+        assert 0 < turns_before < 6
+        # The restoring code passes looser limits: the recorded ones still hold,
+        # and the turns before the restart count.
+        looser = Collaboration(coordinator=steering, workers=[SLOW], max_turns=100)
+        async with Session.restore(journal, s.id, host, also=looser) as s2:
+            with pytest.raises(CollaborationError) as info:
+                await s2.resume_collaboration(looser, "l")
+        assert len(await events_of(journal, s.id, CollabTurn)) == 6
+        assert (await check(journal, s.id)).ok
+    assert info.value.code == "collaboration.limit.turns"
+
+
+async def test_resume_refuses_a_running_task_whose_worker_is_not_given(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    def coordinator(turn: Turn) -> Decision:
+        if turn.number == 1:
+            return Decision(mode="continue", tasks=(TaskSpec(key="s", worker="slow", input="s"),))
+        return Decision(mode="wait")
+
+    host = LoopDefinition(name="host", model=ScriptedModel())
+    collab = Collaboration(coordinator=coordinator, workers=[SLOW])
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, host) as s:
+            with trio.move_on_after(5):
+                await s.collaborate(collab, "go", collab_id="m")
+        before = await tags(journal, s.id)
+        elsewhere = Collaboration(coordinator=coordinator, workers=[FAST])
+        async with Session.restore(journal, s.id, host, also=collab) as s2:
+            restored = await tags(journal, s.id)
+            with pytest.raises(CollaborationError) as info:
+                await s2.resume_collaboration(elsewhere, "m")
+            assert await tags(journal, s.id) == restored  # refused before anything ran
+    assert info.value.code == "collaboration.worker.missing"
+    assert "slow" in str(info.value)
+    assert len(restored) >= len(before)
 
 
 def test_collaboration_exports_its_names() -> None:
