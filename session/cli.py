@@ -31,7 +31,7 @@ from journal import (
     parse_location,
 )
 from journal.content import Message, Text, TextDelta
-from loopruntime import LoopDefinition, LoopError
+from loopruntime import LoopDefinition, LoopError, LoopStatus
 from loopruntime.models import ScriptedModel
 
 from .replay import ReplayInputError, open_for_replay, replay_command
@@ -228,6 +228,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 # -- sessions -----------------------------------------------------------------------
 
+_OPEN = "open*"
+
 
 async def _sessions(args: argparse.Namespace) -> int:
     # Opened like replay: a missing or foreign file is refused, never created.
@@ -238,6 +240,7 @@ async def _sessions(args: argparse.Namespace) -> int:
             return 0
         print(f"{'session':<24} {'loops':>5} {'records':>8}  {'last activity':<19}  status")
         damaged: list[str] = []
+        open_turns = False
         for info in sorted(infos, key=lambda i: i.updated_at):
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.updated_at / 1e9))
             try:
@@ -249,8 +252,20 @@ async def _sessions(args: argparse.Namespace) -> int:
                 status = "damaged" + (f" at seq {seq}" if seq is not None else "")
                 print(f"{info.session:<24} {'?':>5} {info.head:>8}  {when:<19}  {status}")
                 continue
-            statuses = ",".join(sorted({st.status.value for st in states.values()})) or "empty"
+            names = {
+                _OPEN if st.status is LoopStatus.RUNNING else st.status.value
+                for st in states.values()
+            }
+            statuses = ",".join(sorted(names)) or "empty"
+            open_turns = open_turns or _OPEN in names
             print(f"{info.session:<24} {len(states):>5} {info.head:>8}  {when:<19}  {statuses}")
+        if open_turns:
+            # The journal alone cannot tell a turn running in a live process from
+            # one a crash left open; saying "running" would be a guess.
+            print(
+                f"{_OPEN}: a turn is open: running in a live process, or left by a crash "
+                "(restoring the session settles it)"
+            )
         for line in damaged:
             print(line, file=sys.stderr)
         if damaged:

@@ -234,3 +234,28 @@ def test_a_relative_sqlite_url_that_meant_an_absolute_path_gets_a_hint(tmp_path:
     assert b"four slashes" in done.stderr
     assert b"sqlite:////tmp/first-hour-hint.db" in done.stderr
     assert (tmp_path / "tmp" / "first-hour-hint.db").is_file()
+
+
+async def test_sessions_does_not_call_a_crashed_session_running(tmp_path: Path) -> None:
+    from tests.support.loops import crashed_copy
+
+    db = tmp_path / "j.db"
+    definition = LoopDefinition(name="chat", model=ScriptedModel(lambda _r: Reply(text="hi")))
+    async with open_journal(f"sqlite:///{db}") as journal:
+        async with Session.create(journal, definition, session_id="ses_ok") as s:
+            await s.submit("hello")
+            await s.wait_idle()
+        # The same records cut right after the turn started: what a crash leaves.
+        started = [
+            r.seq
+            async for r in journal.read("ses_ok")
+            if r.event.__struct_config__.tag == "turn.started"
+        ]  # type: ignore[attr-defined]
+        await crashed_copy(journal, "ses_ok", started[0])
+    done = run("sessions", "--journal", str(db), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr.decode()
+    out = done.stdout.decode()
+    assert "running" not in out.split("open*:")[0]
+    [crashed] = [line for line in out.splitlines() if line.startswith("ses_ok_crashed")]
+    assert crashed.endswith("open*")
+    assert "left by a crash" in out
