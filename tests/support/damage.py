@@ -97,15 +97,16 @@ def edit_postgres_record(url: str, session: str, seq: int, column: str, value: o
     assert updated == 1, f"no record {session}/{seq} to edit"
 
 
-def damage_sqlite_page(path: Path, table: str) -> int:
-    """Overwrite the b-tree page header of ``table``'s root page in the closed
-    SQLite file at ``path`` with bytes no page type has, as a bad sector would;
-    returns the page number.  The file must be closed (no WAL left over)."""
+def damage_sqlite_page(path: Path, name: str) -> int:
+    """Overwrite the b-tree page header of the root page of table or index
+    ``name`` in the closed SQLite file at ``path`` with bytes no page type
+    has, as a bad sector would; returns the page number.  The file must be
+    closed (no WAL left over)."""
     conn = sqlite3.connect(path)
     try:
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
         root = conn.execute(
-            "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+            "SELECT rootpage FROM sqlite_master WHERE name = ?", (name,)
         ).fetchone()[0]
     finally:
         conn.close()
