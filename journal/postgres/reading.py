@@ -394,7 +394,6 @@ class Reading:
 
         return await self._pool.run("listing sessions", work)
 
-
     async def check_storage(self) -> StorageCheck:
         """Every session row against its last record, and amcheck's heap and
         B-tree checks of the journal's tables when the extension is installed."""
@@ -438,9 +437,9 @@ def _amcheck(conn: psycopg.Connection[Any], extension_schema: str) -> list[Stora
     Read-only, taking only the locks a plain read takes.  An index check
     raises on the first damage it finds: that is the index's one problem."""
     problems: list[StorageProblem] = []
-    heap = sql.SQL(
-        "SELECT blkno, offnum, msg FROM {}.verify_heapam(%s::regclass) LIMIT 5"
-    ).format(sql.Identifier(extension_schema))
+    heap = sql.SQL("SELECT blkno, offnum, msg FROM {}.verify_heapam(%s::regclass) LIMIT 5").format(
+        sql.Identifier(extension_schema)
+    )
     btree = sql.SQL("SELECT {}.bt_index_check(%s::regclass, true)").format(
         sql.Identifier(extension_schema)
     )

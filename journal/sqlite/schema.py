@@ -40,9 +40,7 @@ _CHECKPOINTS_TABLE = (
 # schema 2 (codec.chain_body): from seq ``whole_from`` on, the whole record is
 # chained.  A session without a row was chained whole from seq 1.
 _CHAIN_RULE_TABLE = (
-    "CREATE TABLE chain_rule ("
-    " session TEXT PRIMARY KEY,"
-    " whole_from INTEGER NOT NULL) WITHOUT ROWID"
+    "CREATE TABLE chain_rule ( session TEXT PRIMARY KEY, whole_from INTEGER NOT NULL) WITHOUT ROWID"
 )
 
 _SCHEMA = (

@@ -656,7 +656,8 @@ class JournalContract:
         async with backend.open() as journal:
             lease = await journal.open_session(session)
             await journal.append(
-                lease, [*drafts("x", 1), Draft(id="n", loop="main", event=notice(1))],
+                lease,
+                [*drafts("x", 1), Draft(id="n", loop="main", event=notice(1))],
                 expected_seq=0,
             )
             await backend.edit(journal, session, 1, "cause", None)

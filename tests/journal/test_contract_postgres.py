@@ -38,9 +38,7 @@ class PostgresBackend:
         self, journal: Journal, session: str, seq: int, column: str, value: object
     ) -> None:
         assert isinstance(journal, PostgresJournal)
-        await trio.to_thread.run_sync(
-            edit_postgres_record, self.url, session, seq, column, value
-        )
+        await trio.to_thread.run_sync(edit_postgres_record, self.url, session, seq, column, value)
 
 
 class TestPostgres(JournalContract):

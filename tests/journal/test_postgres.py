@@ -801,9 +801,7 @@ async def test_a_version_2_schema_keeps_its_chain_and_chains_new_records_whole(
         lease = await journal.open_session("s", create=False)
         # Checked path first (the writer knows nothing yet), then the fast one.
         more = await journal.append(lease, [_draft("y-1")], expected_seq=3)
-        more += await journal.append(
-            lease, [_checkpoint("cp-2", 2), _draft("y-2")], expected_seq=4
-        )
+        more += await journal.append(lease, [_checkpoint("cp-2", 2), _draft("y-2")], expected_seq=4)
         for r in more:
             body = encode_event(r.event)
             previous = chain(previous, r.seq, r.id, r.session, r.loop, r.at, r.cause, body)
@@ -821,9 +819,7 @@ async def test_a_version_2_schema_keeps_its_chain_and_chains_new_records_whole(
     assert rows == [("s", 4)]
     async with open_journal(postgres_url) as journal:
         assert [r async for r in journal.read("s")] == old + more
-        await trio.to_thread.run_sync(
-            edit_postgres_record, postgres_url, "s", 5, "cause", "forged"
-        )
+        await trio.to_thread.run_sync(edit_postgres_record, postgres_url, "s", 5, "cause", "forged")
         with pytest.raises(JournalCorruptError) as caught:
             _ = [r async for r in journal.read("s")]
         assert caught.value.seq == 5

@@ -14,11 +14,11 @@ from journal.codec import GENESIS, chain, chain_body, encode_event
 from session import Session
 from session.cli import main
 from session.replay import check
-
-SESSION = "ses_old"
 from tests.support.loops import counting_definition as definition
 from tests.support.loops import records, run_turns
 from tests.support.old_journal import to_version_2_postgres, to_version_2_sqlite
+
+SESSION = "ses_old"
 
 
 def _rules(written: list[Record]) -> list[str]:
