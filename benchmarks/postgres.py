@@ -43,7 +43,12 @@ _INSERT = (
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
 # The tables that hold a journal's sessions (loopruntime_meta is made by init_schema).
-_JOURNAL_TABLES = ("loopruntime_sessions", "loopruntime_records", "loopruntime_checkpoints")
+_JOURNAL_TABLES = (
+    "loopruntime_sessions",
+    "loopruntime_records",
+    "loopruntime_checkpoints",
+    "loopruntime_chain_rule",
+)
 _SELECT = (
     "SELECT seq, id, loop, at, cause, digest, body FROM loopruntime_records "
     "WHERE session = %s ORDER BY seq"
@@ -101,7 +106,8 @@ def _raw_read(url: str, session: str, verify: bool = False) -> tuple[float, int]
             while rows := cur.fetchmany(5000):
                 for row in rows:
                     if verify:
-                        if chain(previous, row[6]) != row[5]:
+                        seq, id, loop, at, cause, digest, body = row
+                        if chain(previous, seq, id, session, loop, at, cause, body) != digest:
                             raise AssertionError(f"chain broken at {row[0]}")
                         previous = row[5]
                     _decoder.decode(row[6])

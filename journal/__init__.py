@@ -34,6 +34,8 @@ from .record import Record as Record
 from .store import Journal as Journal
 from .store import SessionInfo as SessionInfo
 from .store import SessionLease as SessionLease
+from .store import StorageCheck as StorageCheck
+from .store import StorageProblem as StorageProblem
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -56,6 +58,8 @@ __all__ = [
     "SessionInfo",
     "SessionLease",
     "SessionNotFoundError",
+    "StorageCheck",
+    "StorageProblem",
     "check_existing_journal",
     "codec",
     "content",

@@ -1,5 +1,12 @@
 """msgpack encoding of events, the schema version and the digest chain.
 
+The chain rule: a record's digest is blake2b-128 over the msgpack array
+``[previous digest, seq, id, session, loop, at, cause]`` followed by the
+event bytes, so editing any column of a stored record breaks the chain.
+Records a session held before its journal was upgraded to schema 3 keep the
+rule they were written under, the event bytes alone (``chain_body``); each
+backend remembers, per session, the first seq of the whole-record rule.
+
 One encoder and one decoder for the whole process, never re-created per
 call.  Decoding failures are translated here, at the one place that decodes:
 an unknown tag or a newer schema is a ``JournalSchemaError``; bytes that are
@@ -21,6 +28,7 @@ __all__ = [
     "GENESIS",
     "SCHEMA_VERSION",
     "chain",
+    "chain_body",
     "check_schema_version",
     "checkpoint_records",
     "decode_event",
@@ -28,12 +36,15 @@ __all__ = [
     "encode_event",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the record format this code writes and reads.
 
 2 added ``session.checkpoint`` records and each backend's index of them; a
 version-1 journal is upgraded in place when opened (it holds no checkpoints,
-so the upgrade only creates the empty index)."""
+so the upgrade only creates the empty index).  3 chains the whole record
+(``chain``) instead of the event bytes alone (``chain_body``); upgrading a
+version-2 journal records, per session, the seq from which the new rule
+applies (one past the session's head at the upgrade)."""
 
 GENESIS = bytes(16)
 """The digest that the first record of every session chains from."""
@@ -70,8 +81,36 @@ _new_hash = hashlib.blake2b(digest_size=16).copy
 which parses its keyword arguments on every call."""
 
 
-def chain(previous: bytes, body: bytes) -> bytes:
-    """blake2b-128 of the previous record's digest followed by this event's bytes."""
+_pack = msgspec.msgpack.Encoder().encode
+
+
+def chain(
+    previous: bytes,
+    seq: int,
+    id: str,
+    session: str,
+    loop: str,
+    at: int,
+    cause: str | None,
+    body: bytes,
+) -> bytes:
+    """The digest of a record (schema 3 on): blake2b-128 of the msgpack array
+    ``[previous, seq, id, session, loop, at, cause]`` followed by ``body``.
+
+    msgpack makes the envelope self-delimiting (no two records share its
+    bytes), and one ``encode`` of a tuple is the cheapest way to feed six
+    values to the hash.  The hot loops (``rules.plan_append``, the readers)
+    inline this; ``tests/journal/test_codec.py`` pins them to it."""
+    h = _new_hash()
+    h.update(_pack((previous, seq, id, session, loop, at, cause)))
+    h.update(body)
+    return h.digest()
+
+
+def chain_body(previous: bytes, body: bytes) -> bytes:
+    """The digest of a record written before schema 3: blake2b-128 of the
+    previous digest followed by the event bytes (the other columns are not
+    covered)."""
     h = _new_hash()
     h.update(previous)
     h.update(body)
@@ -117,9 +156,13 @@ digest, body`` of the indexed record (``body`` None when that record is gone)
 and the digest of the record before it (None when that one is gone)."""
 
 
-def checkpoint_records(session: str, rows: Iterable[CheckpointRow]) -> list[Record]:
+def checkpoint_records(
+    session: str, rows: Iterable[CheckpointRow], whole_from: int = 1
+) -> list[Record]:
     """The records of a session's indexed checkpoints, each verified against
-    the stored digest of the record before it (``GENESIS`` for seq 1)."""
+    the stored digest of the record before it (``GENESIS`` for seq 1), by the
+    whole-record rule from seq ``whole_from`` on and the body-only rule
+    before it."""
     found = []
     for seq, id, loop, at, cause, digest, body, previous in rows:
         if body is None or id is None:
@@ -128,7 +171,11 @@ def checkpoint_records(session: str, rows: Iterable[CheckpointRow]) -> list[Reco
             if seq != 1:
                 raise JournalCorruptError(session, seq - 1, "it is missing")
             previous = GENESIS
-        if chain(previous, body) != digest:
+        if seq >= whole_from:
+            expected = chain(previous, seq, id, session, loop, at, cause, body)
+        else:
+            expected = chain_body(previous, body)
+        if expected != digest:
             raise JournalCorruptError(session, seq, "digest chain broken")
         event = decode_event(body, session=session, seq=seq)
         if not isinstance(event, SessionCheckpoint):

@@ -81,13 +81,21 @@ class NotAJournalError(JournalError):
 
 
 class JournalCorruptError(JournalError):
-    """A stored record is damaged: undecodable, truncated, or off the digest chain."""
+    """A stored record is damaged: undecodable, truncated, off the digest chain
+    (any of its columns edited), or on a storage page that cannot be read.
 
-    def __init__(self, session: str, seq: int, reason: str) -> None:
+    ``seq`` is None when the damage is in no one record (a damaged page of an
+    index that restore can do without)."""
+
+    def __init__(self, session: str, seq: int | None, reason: str) -> None:
         self.session, self.seq, self.reason = session, seq, reason
-        super().__init__(
-            f"session {session} record seq {seq} is corrupt: {reason}; records before it are intact"
-        )
+        if seq is None:
+            super().__init__(f"session {session} is damaged: {reason}")
+        else:
+            super().__init__(
+                f"session {session} record seq {seq} is corrupt: {reason}; records before it "
+                "are intact"
+            )
 
 
 class JournalClosedError(JournalError):

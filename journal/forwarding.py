@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 
 from .record import Draft, Record
-from .store import Journal, SessionInfo, SessionLease
+from .store import Journal, SessionInfo, SessionLease, StorageCheck
 
 __all__ = ["ForwardingJournal"]
 
@@ -44,6 +44,9 @@ class ForwardingJournal:
 
     async def sessions(self) -> list[SessionInfo]:
         return await self.inner.sessions()
+
+    async def check_storage(self) -> StorageCheck:
+        return await self.inner.check_storage()
 
     async def aclose(self) -> None:
         await self.inner.aclose()

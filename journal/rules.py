@@ -12,7 +12,9 @@ the decisions are made here and nowhere else:
 * a stale ``expected_seq`` is a ``ConflictError``, decided after idempotency
   (a retry after a lost reply carries a stale one);
 * new records take the seqs after the head, chain their digests from the
-  head's (``codec.chain``), and each ``session.checkpoint`` gets an index mark.
+  head's over the whole record (``codec.chain``: every new record, whatever
+  rule older records of the session were written under), and each
+  ``session.checkpoint`` gets an index mark.
 
 No I/O, no clock: ``now`` is passed in.  ``plan_append`` runs once per append
 on every backend's commit path, so its loop stays inlined.
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+
+import msgspec
 
 from .errors import ConflictError, DuplicateEventError, FencedError
 from .events import Event, SessionCheckpoint
@@ -53,6 +57,7 @@ Mark = tuple[str, int]
 # codec.chain, inlined in plan_append: copying a fresh blake2b-128 state is
 # cheaper than constructing one, and the call itself costs as much again.
 _new_hash = hashlib.blake2b(digest_size=16).copy
+_pack = msgspec.msgpack.Encoder().encode
 
 
 def check_lease(session: str, incarnation: int, current: int) -> None:
@@ -127,11 +132,11 @@ def plan_append(
     """
     seq = head
     records: list[Record] = []
-    add_row, add_record, new_hash = rows.append, records.append, _new_hash
+    add_row, add_record, new_hash, pack = rows.append, records.append, _new_hash, _pack
     for id, loop, cause, event, body in pending:
         seq += 1
         h = new_hash()
-        h.update(digest)
+        h.update(pack((digest, seq, id, session, loop, now, cause)))
         h.update(body)
         digest = h.digest()
         add_row((session, seq, id, loop, now, cause, digest, body))

@@ -25,6 +25,9 @@ append decisions themselves are ``journal.rules``):
   scanning the records); each is verified against the stored digest of the
   record before it, so a damaged checkpoint is a ``JournalCorruptError``.
   Restore starts from them and reads only what follows the last one.
+* ``check_storage`` asks the storage itself whether it is intact (SQLite's
+  quick check, PostgreSQL's amcheck where installed, and each backend's own
+  bookkeeping); it never writes.  Damage is reported by table, never raised.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import msgspec
 
 from .record import Draft, Record
 
-__all__ = ["Journal", "SessionInfo", "SessionLease"]
+__all__ = ["Journal", "SessionInfo", "SessionLease", "StorageCheck", "StorageProblem"]
 
 
 class SessionLease(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,6 +58,33 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     created_at: int
     updated_at: int
     """unix ns of the last append (or creation)."""
+
+
+class StorageProblem(msgspec.Struct, frozen=True, kw_only=True):
+    """Damage the storage reports, and where."""
+
+    table: str | None
+    """The damaged table, or None when the damage is in no table (free pages,
+    the file's header)."""
+    detail: str
+
+    def __str__(self) -> str:
+        where = f"table {self.table}" if self.table is not None else "the storage"
+        return f"{where}: {self.detail}"
+
+
+class StorageCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``Journal.check_storage`` checked and what it found."""
+
+    checked: tuple[str, ...]
+    """What ran, in words (``"SQLite quick_check"``)."""
+    skipped: tuple[str, ...] = ()
+    """Checks the storage could not afford or offer, and why."""
+    problems: tuple[StorageProblem, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
 
 
 @runtime_checkable
@@ -76,5 +106,7 @@ class Journal(Protocol):
     async def checkpoints(self, session: str) -> list[Record]: ...
 
     async def sessions(self) -> list[SessionInfo]: ...
+
+    async def check_storage(self) -> StorageCheck: ...
 
     async def aclose(self) -> None: ...

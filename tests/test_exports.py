@@ -14,7 +14,7 @@ PUBLIC = {
         "JournalClosedError", "JournalUnavailableError", "NotAJournalError",
         "SCHEMA_VERSION", "codec", "content", "events", "encode_event", "decode_event",
         "ForwardingJournal", "JournalLocation", "parse_location", "init_journal",
-        "check_existing_journal", "make_journal_directory",
+        "check_existing_journal", "make_journal_directory", "StorageCheck", "StorageProblem",
     },
     "loopruntime": {
         "LoopDefinition", "Limits", "Mode", "Delegate", "tool", "Tool", "ToolContext",

@@ -21,7 +21,7 @@ import trio
 from ..codec import GENESIS, encode_checked
 from ..errors import JournalClosedError, SessionNotFoundError
 from ..record import Draft, Record
-from ..store import SessionInfo, SessionLease
+from ..store import SessionInfo, SessionLease, StorageCheck
 from .reading import Pool, Reading
 from .schema import check_pg_text, describe, open_prepared
 from .writer import Append, GroupCommit
@@ -155,6 +155,13 @@ class PostgresJournal:
         """Every session, oldest first."""
         self._check_open()
         return await self._reading.sessions()
+
+    async def check_storage(self) -> StorageCheck:
+        """Every session row against its last record (head and digest), and,
+        when the ``amcheck`` extension is installed in the database, its heap
+        and B-tree checks of the journal's tables.  Never writes."""
+        self._check_open()
+        return await self._reading.check_storage()
 
     async def aclose(self) -> None:
         """Close the journal: wait for a commit in flight, then close every connection.

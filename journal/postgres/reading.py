@@ -26,7 +26,7 @@ from ..codec import GENESIS, checkpoint_records, decode_event
 from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
 from ..events import Event
 from ..record import Record
-from ..store import SessionInfo
+from ..store import SessionInfo, StorageCheck, StorageProblem
 from .schema import channel, connect, discard, lost, translate
 
 __all__ = ["Pool", "Reading"]
@@ -37,6 +37,8 @@ _T = TypeVar("_T")
 
 _decoder = msgspec.msgpack.Decoder(Event)
 """This module's own decoder, for the read loop (see ``Reading.read``)."""
+_pack = msgspec.msgpack.Encoder().encode
+_new_hash = hashlib.blake2b(digest_size=16).copy
 
 _POOL_SIZE = 4
 """Connections for reads, heads and leases (the writer has its own)."""
@@ -58,13 +60,37 @@ WHERE session = %s AND seq > %s AND seq <= %s ORDER BY seq
 # all the way, so a session without checkpoints is one row of NULLs, a
 # missing session no row, and an index entry without its record is seen.
 _CHECKPOINTS = """
-SELECT c.seq, r.id, r.loop, r.at, r.cause, r.digest, r.body, p.digest
+SELECT c.seq, r.id, r.loop, r.at, r.cause, r.digest, r.body, p.digest, w.whole_from
 FROM loopruntime_sessions s
+LEFT JOIN loopruntime_chain_rule w ON w.session = s.session
 LEFT JOIN loopruntime_checkpoints c ON c.session = s.session
 LEFT JOIN loopruntime_records r ON r.session = c.session AND r.seq = c.seq
 LEFT JOIN loopruntime_records p ON p.session = c.session AND p.seq = c.seq - 1
 WHERE s.session = %s ORDER BY c.seq
 """
+
+# A session row must agree with its last record: the writer updates both in
+# one transaction.  One index probe per session.
+_SESSION_ROWS_ASTRAY = """
+SELECT s.session, s.head, s.digest, last.seq, last.digest
+FROM loopruntime_sessions s
+LEFT JOIN LATERAL (
+    SELECT seq, digest FROM loopruntime_records r
+    WHERE r.session = s.session ORDER BY seq DESC LIMIT 1
+) last ON true
+WHERE s.head IS DISTINCT FROM coalesce(last.seq, 0)
+   OR (last.seq IS NOT NULL AND s.digest IS DISTINCT FROM last.digest)
+ORDER BY s.session
+LIMIT 20
+"""
+
+_JOURNAL_TABLES = (
+    "loopruntime_meta",
+    "loopruntime_sessions",
+    "loopruntime_records",
+    "loopruntime_checkpoints",
+    "loopruntime_chain_rule",
+)
 
 
 class Pool:
@@ -195,23 +221,26 @@ class Reading:
         """
         self._check_open()
 
-        def start(conn: psycopg.Connection[Any]) -> tuple[bytes, list[tuple[Any, ...]]] | None:
+        def start(
+            conn: psycopg.Connection[Any],
+        ) -> tuple[bytes, int, list[tuple[Any, ...]]] | None:
             row = conn.execute(
-                "SELECT (SELECT digest FROM loopruntime_records WHERE session = %s AND seq = %s)"
+                "SELECT (SELECT digest FROM loopruntime_records WHERE session = %s AND seq = %s),"
+                " (SELECT whole_from FROM loopruntime_chain_rule WHERE session = %s)"
                 " FROM loopruntime_sessions WHERE session = %s",
-                (session, after, session),
+                (session, after, session, session),
             ).fetchone()
             if row is None:
                 return None
-            return row[0] or GENESIS, _page(conn, session, after)
+            return row[0] or GENESIS, row[1] or 1, _page(conn, session, after)
 
         doing = f"reading session {session}"
         first = await self._pool.run(doing, start)
         if first is None:
             raise SessionNotFoundError(session)
-        previous, page = first
+        previous, whole_from, page = first
         seq = after
-        decode, blake2b = _decoder.decode, hashlib.blake2b
+        decode, new_hash, pack = _decoder.decode, _new_hash, _pack
         while page:
             # A full page may have more behind it: fetch that while this one is
             # verified and decoded, so the round trip costs no time here.
@@ -227,7 +256,13 @@ class Reading:
                 # codec.chain and codec.decode_event, inlined: on this path the
                 # two calls cost as much as the Record; failures still go
                 # through decode_event, which explains them.
-                if blake2b(previous + body, digest_size=16).digest() != digest:
+                h = new_hash()
+                if seq >= whole_from:
+                    h.update(pack((previous, seq, id_, session, loop, at, cause)))
+                else:
+                    h.update(previous)  # the body-only rule of schema 2
+                h.update(body)
+                if h.digest() != digest:
                     raise JournalCorruptError(session, seq, "digest chain broken")
                 previous = digest
                 try:
@@ -335,7 +370,9 @@ class Reading:
             if not rows:
                 return None
             # A session without checkpoints is its one row of NULLs.
-            return checkpoint_records(session, [row for row in rows if row[0] is not None])
+            return checkpoint_records(
+                session, [row[:8] for row in rows if row[0] is not None], rows[0][8] or 1
+            )
 
         found = await self._pool.run(f"reading the checkpoints of session {session}", work)
         if found is None:
@@ -356,6 +393,78 @@ class Reading:
             ]
 
         return await self._pool.run("listing sessions", work)
+
+    async def check_storage(self) -> StorageCheck:
+        """Every session row against its last record, and amcheck's heap and
+        B-tree checks of the journal's tables when the extension is installed."""
+
+        def work(conn: psycopg.Connection[Any]) -> StorageCheck:
+            checked = ["session rows agree with their last records"]
+            problems = [
+                StorageProblem(
+                    table="loopruntime_sessions",
+                    detail=f"session {session} has head {head} and digest {digest.hex()}, "
+                    f"but its last record is seq {seq or 0}"
+                    + (f" with digest {last.hex()}" if last is not None else ""),
+                )
+                for session, head, digest, seq, last in conn.execute(
+                    _SESSION_ROWS_ASTRAY
+                ).fetchall()
+            ]
+            row = conn.execute(
+                "SELECT n.nspname FROM pg_extension e"
+                " JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'amcheck'"
+            ).fetchone()
+            if row is None:
+                return StorageCheck(
+                    checked=tuple(checked),
+                    skipped=(
+                        "heap and index pages: the amcheck extension is not installed in "
+                        "this database (CREATE EXTENSION amcheck enables the check)",
+                    ),
+                    problems=tuple(problems),
+                )
+            problems += _amcheck(conn, str(row[0]))
+            checked.append("amcheck verify_heapam and bt_index_check of every journal table")
+            return StorageCheck(checked=tuple(checked), problems=tuple(problems))
+
+        return await self._pool.run("checking the journal's tables", work)
+
+
+def _amcheck(conn: psycopg.Connection[Any], extension_schema: str) -> list[StorageProblem]:
+    """Blocking: amcheck's checks of each journal table and its B-tree indexes.
+
+    Read-only, taking only the locks a plain read takes.  An index check
+    raises on the first damage it finds: that is the index's one problem."""
+    problems: list[StorageProblem] = []
+    heap = sql.SQL("SELECT blkno, offnum, msg FROM {}.verify_heapam(%s::regclass) LIMIT 5").format(
+        sql.Identifier(extension_schema)
+    )
+    btree = sql.SQL("SELECT {}.bt_index_check(%s::regclass, true)").format(
+        sql.Identifier(extension_schema)
+    )
+    for table in _JOURNAL_TABLES:
+        found = conn.execute(heap, (table,)).fetchall()
+        if found:
+            problems.append(
+                StorageProblem(
+                    table=table,
+                    detail="; ".join(f"block {b} item {o}: {m}" for b, o, m in found),
+                )
+            )
+        indexes = conn.execute(
+            "SELECT indexrelid::regclass::text FROM pg_index"
+            " JOIN pg_class c ON c.oid = indexrelid"
+            " JOIN pg_am a ON a.oid = c.relam"
+            " WHERE indrelid = %s::regclass AND a.amname = 'btree'",
+            (table,),
+        ).fetchall()
+        for (index,) in indexes:
+            try:
+                conn.execute(btree, (index,))
+            except (psycopg.errors.IndexCorrupted, psycopg.errors.DataCorrupted) as exc:
+                problems.append(StorageProblem(table=table, detail=f"index {index}: {exc}"))
+    return problems
 
 
 def _page(conn: psycopg.Connection[Any], session: str, after: int) -> list[tuple[Any, ...]]:

@@ -54,6 +54,16 @@ CREATE TABLE loopruntime_checkpoints (
 );
 """
 
+# The sessions whose first records were chained by the body-only rule of
+# schema 2 (codec.chain_body): from seq ``whole_from`` on, the whole record is
+# chained.  A session without a row was chained whole from seq 1.
+_CREATE_CHAIN_RULE = """
+CREATE TABLE loopruntime_chain_rule (
+    session text PRIMARY KEY,
+    whole_from bigint NOT NULL
+);
+"""
+
 _CREATE = f"""
 CREATE TABLE loopruntime_meta (
     key text PRIMARY KEY,
@@ -81,12 +91,27 @@ CREATE TABLE loopruntime_records (
     PRIMARY KEY (session, seq),
     UNIQUE (session, id)
 );
-{_CREATE_CHECKPOINTS}"""
+{_CREATE_CHECKPOINTS}{_CREATE_CHAIN_RULE}"""
 
-_UPGRADES = {1: _CREATE_CHECKPOINTS}
+_UPGRADES = {
+    1: _CREATE_CHECKPOINTS,
+    2: f"""{_CREATE_CHAIN_RULE}
+-- Appends of older processes wait here (their row locks conflict), so the
+-- heads read next are final: every record stored now keeps the body-only
+-- rule, the next one of each session is chained whole.
+LOCK TABLE loopruntime_sessions IN EXCLUSIVE MODE;
+INSERT INTO loopruntime_chain_rule (session, whole_from)
+SELECT session, head + 1 FROM loopruntime_sessions WHERE head > 0;
+-- Fence every writer: a process of the older version still running would go
+-- on chaining bodies only, so its next append must fail (FencedError) rather
+-- than write records that do not verify.
+UPDATE loopruntime_sessions SET incarnation = incarnation + 1;
+""",
+}
 """The statements that take a schema from version ``key`` to ``key + 1``.
 Version 1 could not write ``session.checkpoint`` records, so the index it
-lacks starts empty and no record is read."""
+lacks starts empty and no record is read.  Version 2 chained the event bytes
+alone; its records keep that rule (``loopruntime_chain_rule``)."""
 
 # -- connections and errors -----------------------------------------------------
 
@@ -202,12 +227,13 @@ def _prepare_schema(conn: psycopg.Connection[Any], where: str) -> str:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s || %s))", (_SCHEMA_LOCK, schema))
         tables = conn.execute(
             "SELECT to_regclass('loopruntime_meta'), to_regclass('loopruntime_sessions'), "
-            "to_regclass('loopruntime_records'), to_regclass('loopruntime_checkpoints')"
+            "to_regclass('loopruntime_records'), to_regclass('loopruntime_checkpoints'), "
+            "to_regclass('loopruntime_chain_rule')"
         ).fetchone()
         assert tables is not None
-        meta, sessions, records, checkpoints = tables
+        meta, sessions, records, checkpoints, chain_rule = tables
         if meta is None:
-            if sessions is not None or records is not None or checkpoints is not None:
+            if any(t is not None for t in (sessions, records, checkpoints, chain_rule)):
                 raise NotAJournalError(
                     f"{where} schema {schema} has loopruntime tables but no loopruntime_meta "
                     "table; it is not a journal this code wrote: use another schema"
@@ -243,11 +269,11 @@ def _prepare_schema(conn: psycopg.Connection[Any], where: str) -> str:
                 version=SCHEMA_VERSION,
                 was=found,
             )
-        elif checkpoints is None:
+        elif checkpoints is None or chain_rule is None:
+            missing = "loopruntime_checkpoints" if checkpoints is None else "loopruntime_chain_rule"
             raise NotAJournalError(
-                f"{where} schema {schema}: journal schema {found} but no "
-                "loopruntime_checkpoints table; its tables were changed by hand: restore "
-                "them or use another schema"
+                f"{where} schema {schema}: journal schema {found} but no {missing} table; "
+                "its tables were changed by hand: restore them or use another schema"
             )
         return str(schema)
 

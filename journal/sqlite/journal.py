@@ -20,7 +20,7 @@ from ..errors import DuplicateEventError, JournalClosedError
 from ..location import JournalLocation, parse_location
 from ..record import Draft, Record, check_drafts, check_text
 from ..rules import repeated_id
-from ..store import SessionInfo, SessionLease
+from ..store import SessionInfo, SessionLease, StorageCheck
 from .reading import Reading
 from .schema import prepare
 from .writer import AppendRequest, OpenRequest, Request, SQLiteStatistics, Writer
@@ -189,6 +189,13 @@ class SQLiteJournal:
         """Every session, in creation order."""
         self._check_open()
         return await self._reading.sessions()
+
+    async def check_storage(self) -> StorageCheck:
+        """SQLite's quick check of the whole file (every page of every table and
+        index), run by a reader; when it finds damage, the check is repeated
+        table by table so each problem names its table.  Never writes."""
+        self._check_open()
+        return await self._reading.check_storage()
 
     def statistics(self) -> SQLiteStatistics:
         """How many transactions the writer ran and how many writes they carried."""

@@ -25,8 +25,8 @@ from ..codec import GENESIS, checkpoint_records, decode_event
 from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
 from ..events import Event
 from ..record import Record
-from ..store import SessionInfo
-from .schema import connect, unavailable
+from ..store import SessionInfo, StorageCheck, StorageProblem
+from .schema import connect, damaged, unavailable
 
 __all__ = ["Reading"]
 
@@ -43,6 +43,12 @@ _SELECT_BATCH = (
     "SELECT seq, id, loop, at, cause, digest, body FROM records"
     " WHERE session = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
+# Whether the session exists, and the first seq chained over the whole record
+# (NULL: from seq 1).
+_SELECT_SESSION = (
+    "SELECT (SELECT 1 FROM sessions WHERE session = ?),"
+    " (SELECT whole_from FROM chain_rule WHERE session = ?)"
+)
 
 _READ_BATCH = 4096
 """Rows per reader round trip: large enough that the thread hop is noise."""
@@ -55,6 +61,7 @@ _FIRST_BATCH = 512
 # blake2b-128 state is cheaper than constructing one (which parses its keyword
 # arguments every time), a quarter off each step.
 _new_hash = hashlib.blake2b(digest_size=16).copy
+_pack = msgspec.msgpack.Encoder().encode
 # A decoder of our own so the read loop calls it directly; failures go through
 # codec.decode_event, which names the seq and tells a schema error from damage.
 _decoder = msgspec.msgpack.Decoder(Event)
@@ -93,6 +100,11 @@ class _Readers:
             conn.close()
 
 
+_Batch = tuple[list[tuple[Any, ...]], int]
+"""A batch of record rows and the session's first whole-record seq (read by
+a read's first fetch; 0 from the later ones)."""
+
+
 class _Fetch:
     """One batch of rows being fetched in a worker thread, awaitable from trio.
 
@@ -107,22 +119,22 @@ class _Fetch:
 
     def __init__(
         self,
-        work: Callable[[], list[tuple[Any, ...]]],
+        work: Callable[[], _Batch],
         limit: int,
         token: trio.lowlevel.TrioToken,
     ) -> None:
         self.limit = limit
         self._done = trio.Event()
-        self._result: outcome.Outcome[list[tuple[Any, ...]]] | None = None
+        self._result: outcome.Outcome[_Batch] | None = None
 
-        def deliver(result: outcome.Outcome[list[tuple[Any, ...]]]) -> None:
+        def deliver(result: outcome.Outcome[_Batch]) -> None:
             self._result = result
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(self._done.set)
 
         trio.lowlevel.start_thread_soon(work, deliver, name="loopruntime-journal-reader")
 
-    async def rows(self) -> list[tuple[Any, ...]]:
+    async def rows(self) -> _Batch:
         await self._done.wait()
         assert self._result is not None
         return self._result.unwrap()
@@ -166,7 +178,8 @@ class Reading:
         after = max(after, 0)
         check = True
         decode = _decoder.decode
-        new_hash = _new_hash
+        new_hash, pack = _new_hash, _pack
+        whole_from = 1
         while True:
             if self.closed:
                 if follow:
@@ -181,11 +194,13 @@ class Reading:
             check = False
             while fetch is not None:
                 try:
-                    rows = await fetch.rows()
+                    rows, rule = await fetch.rows()
                 except JournalClosedError:
                     if follow:
                         return
                     raise
+                if rule:
+                    whole_from = rule
                 if len(rows) == fetch.limit and not self.closed:
                     # Fetch the next batch while this one is verified and decoded.
                     fetch = self._start_fetch(session, rows[-1][0], False, False, _READ_BATCH)
@@ -204,7 +219,10 @@ class Reading:
                     if seq != expected:
                         raise JournalCorruptError(session, expected, "it is missing")
                     h = new_hash()
-                    h.update(previous)
+                    if seq >= whole_from:
+                        h.update(pack((previous, seq, id, session, loop, at, cause)))
+                    else:
+                        h.update(previous)  # the body-only rule of schema 2
                     h.update(body)
                     if h.digest() != digest:
                         raise JournalCorruptError(session, seq, "digest chain broken")
@@ -250,23 +268,34 @@ class Reading:
 
     def _fetch(
         self, session: str, after: int, with_previous: bool, check: bool, limit: int
-    ) -> list[tuple[Any, ...]]:
+    ) -> _Batch:
         """Worker thread: the rows after seq ``after`` (from ``after`` itself when
-        ``with_previous``, to learn the digest the next row chains from)."""
+        ``with_previous``, to learn the digest the next row chains from); with
+        ``check``, also whether the session exists and its chain rule."""
+        rule = 0
         try:
             with self._readers.connection() as conn:
-                if (
-                    check
-                    and not conn.execute(
-                        "SELECT 1 FROM sessions WHERE session = ?", (session,)
+                if check:
+                    exists, whole_from = conn.execute(
+                        _SELECT_SESSION, (session, session)
                     ).fetchone()
-                ):
-                    raise SessionNotFoundError(session)
+                    if not exists:
+                        raise SessionNotFoundError(session)
+                    rule = whole_from or 1
                 if self._readers.closed:
                     raise JournalClosedError(f"journal {self.url} was closed during a read")
                 start = after - 1 if with_previous else after
-                return conn.execute(_SELECT_BATCH, (session, start, limit)).fetchall()
+                return conn.execute(_SELECT_BATCH, (session, start, limit)).fetchall(), rule
         except sqlite3.Error as exc:
+            if damaged(exc):
+                # Every record up to ``after`` was read and verified (or is
+                # the one the caller starts after); the next one is not.
+                raise JournalCorruptError(
+                    session,
+                    after + 1,
+                    f"a damaged database page holds it or a later record ({exc}); "
+                    "`loopruntime replay SESSION --check` names the damaged tables",
+                ) from exc
             raise unavailable(exc, self.path, f"reading session {session}") from exc
 
     async def head(self, session: str) -> int:
@@ -295,19 +324,57 @@ class Reading:
             with self._readers.connection() as conn:
                 if self._readers.closed:
                     raise JournalClosedError(f"journal {self.url} was closed during a read")
-                if not conn.execute(
-                    "SELECT 1 FROM sessions WHERE session = ?", (session,)
-                ).fetchone():
+                exists, whole_from = conn.execute(_SELECT_SESSION, (session, session)).fetchone()
+                if not exists:
                     raise SessionNotFoundError(session)
                 rows = conn.execute(_SELECT_CHECKPOINTS, (session,)).fetchall()
         except sqlite3.Error as exc:
+            if damaged(exc):
+                # Checkpoints are derived data: restore reads the records instead.
+                raise JournalCorruptError(
+                    session, None, f"a damaged database page holds its checkpoints ({exc})"
+                ) from exc
             raise unavailable(
                 exc, self.path, f"reading the checkpoints of session {session}"
             ) from exc
-        return checkpoint_records(session, rows)
+        return checkpoint_records(session, rows, whole_from or 1)
 
     async def sessions(self) -> list[SessionInfo]:
         return await trio.to_thread.run_sync(self._sessions)
+
+    async def check_storage(self) -> StorageCheck:
+        return await trio.to_thread.run_sync(self._check_storage)
+
+    def _check_storage(self) -> StorageCheck:
+        """Worker thread: SQLite's quick check; when it finds damage, the same
+        check table by table, to name the damaged ones."""
+        checked = ("SQLite quick_check (every page of every table and index)",)
+        try:
+            with self._readers.connection() as conn:
+                found = _quick_check(conn, None)
+                if found is None:
+                    return StorageCheck(checked=checked)
+                problems = []
+                try:
+                    tables = [
+                        row[0]
+                        for row in conn.execute(
+                            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+                        )
+                    ]
+                except sqlite3.DatabaseError as exc:
+                    tables = []
+                    problems.append(StorageProblem(table="sqlite_master", detail=str(exc)))
+                for table in tables:
+                    damage = _quick_check(conn, table)
+                    if damage is not None:
+                        problems.append(StorageProblem(table=table, detail=damage))
+                if not problems:
+                    # Pages of no table: the free list, pages nothing points to.
+                    problems.append(StorageProblem(table=None, detail=found))
+        except sqlite3.Error as exc:
+            raise unavailable(exc, self.path, "checking the file's integrity") from exc
+        return StorageCheck(checked=checked, problems=tuple(problems))
 
     def _sessions(self) -> list[SessionInfo]:
         try:
@@ -331,3 +398,21 @@ class Reading:
             )
             for session, incarnation, created_at, head, at in rows
         ]
+
+
+def _quick_check(conn: sqlite3.Connection, table: str | None) -> str | None:
+    """``PRAGMA quick_check`` (of one table and its indexes, with ``table``):
+    None when it passes, else what it found (the first few lines)."""
+    if table is None:
+        pragma = "PRAGMA quick_check"
+    else:
+        quoted = table.replace('"', '""')
+        pragma = f'PRAGMA quick_check("{quoted}")'
+    try:
+        lines = [row[0] for row in conn.execute(pragma).fetchmany(6)]
+    except sqlite3.DatabaseError as exc:
+        # Damage that stops the check itself (a root page it cannot parse).
+        return str(exc)
+    if lines == ["ok"]:
+        return None
+    return "; ".join(lines[:5]) + ("; ..." if len(lines) > 5 else "")

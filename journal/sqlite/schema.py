@@ -20,6 +20,7 @@ __all__ = [
     "BUSY_TIMEOUT_MS",
     "check_existing_file",
     "connect",
+    "damaged",
     "prepare",
     "unavailable",
 ]
@@ -33,6 +34,13 @@ _CHECKPOINTS_TABLE = (
     " session TEXT NOT NULL,"
     " seq INTEGER NOT NULL,"
     " PRIMARY KEY (session, seq)) WITHOUT ROWID"
+)
+
+# The sessions whose first records were chained by the body-only rule of
+# schema 2 (codec.chain_body): from seq ``whole_from`` on, the whole record is
+# chained.  A session without a row was chained whole from seq 1.
+_CHAIN_RULE_TABLE = (
+    "CREATE TABLE chain_rule ( session TEXT PRIMARY KEY, whole_from INTEGER NOT NULL) WITHOUT ROWID"
 )
 
 _SCHEMA = (
@@ -56,9 +64,23 @@ _SCHEMA = (
     " PRIMARY KEY (session, seq))",
     "CREATE UNIQUE INDEX records_by_id ON records (session, id)",
     _CHECKPOINTS_TABLE,
+    _CHAIN_RULE_TABLE,
 )
 
-_UPGRADES: dict[int, tuple[str, ...]] = {1: (_CHECKPOINTS_TABLE,)}
+_UPGRADES: dict[int, tuple[str, ...]] = {
+    1: (_CHECKPOINTS_TABLE,),
+    2: (
+        _CHAIN_RULE_TABLE,
+        # Every record stored now keeps the body-only rule; the next one of
+        # each session is chained whole.
+        "INSERT INTO chain_rule (session, whole_from)"
+        " SELECT session, max(seq) + 1 FROM records GROUP BY session",
+        # Fence every writer: a process of the older version that still has
+        # the file open would go on chaining bodies only, so its next append
+        # must fail (FencedError) rather than write records that do not verify.
+        "UPDATE sessions SET incarnation = incarnation + 1",
+    ),
+}
 """The statements that take a file from schema version ``key`` to ``key + 1``."""
 _WAL_CHECKPOINT_PAGES = 4000
 """WAL pages after which a commit copies the WAL into the database (SQLite's
@@ -73,8 +95,23 @@ BUSY_TIMEOUT_MS = 10_000
 """How long a connection waits for another process's lock before failing."""
 
 
+def damaged(exc: sqlite3.Error) -> bool:
+    """Whether SQLite found the file damaged (``SQLITE_CORRUPT``: a page it cannot parse)."""
+    return getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_CORRUPT
+
+
 def unavailable(exc: sqlite3.Error, path: str, doing: str) -> JournalError:
-    """The one translation of a sqlite3 failure that is not a journal rule."""
+    """The one translation of a sqlite3 failure that is not a journal rule.
+
+    Readers translate page damage met while reading records themselves, to a
+    ``JournalCorruptError`` naming the first record they could not read."""
+    if damaged(exc):
+        # Not "unavailable": trying again reads the same damaged page.
+        return JournalError(
+            f"sqlite journal {path}: {doing} failed: the file is damaged ({exc}); "
+            "`loopruntime replay SESSION --check` runs SQLite's integrity check and names "
+            "the damaged tables; restore the file from a backup"
+        )
     if isinstance(exc, sqlite3.DataError):
         # SQLITE_TOOBIG, the one failure sqlite3 reports as DataError: retrying
         # the same write can only fail again.

@@ -1,8 +1,10 @@
 """The journal checker: every invariant a session's journal keeps, each
 named in ``RULES``.
 
-``check_records`` is pure over records already read; ``check`` only reads.
-A report names the first bad seq.  docs/replay.md says when each rule fails.
+``check_records`` is pure over records already read; ``check`` only reads,
+and also asks the storage whether it is intact (``Journal.check_storage``).
+A report names the first bad seq, and damage below the records by table.
+docs/replay.md says when each rule fails.
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ from typing import assert_never
 
 import msgspec
 
-from journal import Journal, JournalError, Record, SessionNotFoundError, encode_event
+from journal import (
+    Journal,
+    JournalError,
+    Record,
+    SessionNotFoundError,
+    StorageCheck,
+    encode_event,
+)
 from journal.codec import GENESIS, chain
 from journal.content import Message, ToolResult
 from journal.events import (
@@ -64,6 +73,7 @@ from loopruntime.host import (
 )
 
 RULES = (
+    "storage intact",
     "journal readable",
     "record belongs to the session",
     "seq gap-free",
@@ -97,10 +107,13 @@ RULES = (
 @dataclass(frozen=True)
 class Problem:
     seq: int
+    """The record at fault; 0 for damage below the records (``storage intact``)."""
     rule: str
     detail: str
 
     def __str__(self) -> str:
+        if self.seq == 0:
+            return f"{self.rule}: {self.detail}"
         return f"seq {self.seq}: {self.rule}: {self.detail}"
 
 
@@ -109,6 +122,8 @@ class CheckReport:
     session: str
     records: int = 0
     problems: list[Problem] = field(default_factory=list)
+    storage: StorageCheck | None = None
+    """What the storage check ran (None when it was not asked for)."""
 
     @property
     def ok(self) -> bool:
@@ -116,41 +131,70 @@ class CheckReport:
 
     @property
     def first_bad_seq(self) -> int | None:
-        return min((p.seq for p in self.problems), default=None)
+        return min((p.seq for p in self.problems if p.seq > 0), default=None)
 
     def summary(self) -> str:
         if self.ok:
-            return f"ok: {self.records} records of session {self.session}, every invariant holds"
-        first = min(self.problems, key=lambda p: p.seq)
-        return (
-            f"FAILED at seq {self.first_bad_seq}: {first} "
-            f"({len(self.problems)} problem(s) in {self.records} records)"
-        )
+            checked = (
+                f"; storage checked: {', '.join(self.storage.checked)}"
+                if self.storage is not None and self.storage.checked
+                else ""
+            )
+            return (
+                f"ok: {self.records} records of session {self.session}, every invariant "
+                f"holds{checked}"
+            )
+        counted = f"({len(self.problems)} problem(s) in {self.records} records)"
+        first_seq = self.first_bad_seq
+        if first_seq is None:
+            return f"FAILED: {self.problems[0]} {counted}"
+        first = next(p for p in self.problems if p.seq == first_seq)
+        damaged = "; the storage is damaged too" if self.problems[0].seq == 0 else ""
+        return f"FAILED at seq {first_seq}: {first}{damaged} {counted}"
 
 
-async def check(journal: Journal, session_id: str) -> CheckReport:
+async def check(journal: Journal, session_id: str, *, storage: bool = True) -> CheckReport:
     """Read a session and check every invariant (never writes).
 
-    A record the backend cannot read (damaged bytes, a broken digest chain,
-    a missing seq) is reported as ``journal readable`` at its seq, after
-    every rule has been checked over the records before it.  The backend
-    verified the stored bytes' digest chain while reading, so the records are
-    not re-hashed here (re-encoding a record written by an older schema would
-    not reproduce its bytes).  ``SessionNotFoundError`` propagates: a missing
-    session is not a broken journal."""
+    A record the backend cannot read (damaged bytes, an edited column, a
+    broken digest chain, a missing seq, a damaged page) is reported as
+    ``journal readable`` at its seq, after every rule has been checked over
+    the records before it.  The backend verified the stored digest chain
+    while reading, so the records are not re-hashed here (a record written
+    under the body-only rule of schema 2 would not verify under today's).
+    With ``storage``, the journal's own integrity check runs too
+    (``Journal.check_storage``: SQLite's quick check, PostgreSQL's amcheck
+    where installed); each damaged table is a ``storage intact`` problem.
+    ``SessionNotFoundError`` propagates: a missing session is not a broken
+    journal."""
     records: list[Record] = []
+    unreadable: Problem | None = None
     try:
         async for record in journal.read(session_id):
             records.append(record)
     except SessionNotFoundError:
         raise
     except JournalError as exc:
-        report = check_records(session_id, records, verify_digests=False)
-        seq = getattr(exc, "seq", (records[-1].seq + 1) if records else 1)
-        report.problems.append(Problem(seq, "journal readable", str(exc)))
-        report.problems.sort(key=lambda p: p.seq)
-        return report
-    return check_records(session_id, records, verify_digests=False)
+        seq = getattr(exc, "seq", None) or ((records[-1].seq + 1) if records else 1)
+        unreadable = Problem(seq, "journal readable", str(exc))
+    report = check_records(session_id, records, verify_digests=False)
+    if unreadable is not None:
+        report.problems.append(unreadable)
+    if storage:
+        try:
+            report.storage = await journal.check_storage()
+        except SessionNotFoundError:
+            raise
+        except JournalError as exc:
+            report.problems.append(
+                Problem(0, "storage intact", f"the storage check could not run: {exc}")
+            )
+        else:
+            report.problems += [
+                Problem(0, "storage intact", str(found)) for found in report.storage.problems
+            ]
+    report.problems.sort(key=lambda p: p.seq)
+    return report
 
 
 def check_records(
@@ -159,8 +203,9 @@ def check_records(
     """Check the invariants over records already read (pure).
 
     With ``verify_digests`` each record's digest is recomputed from the
-    previous digest and the re-encoded event (exact for records written by
-    this schema version).  Problems are sorted by seq."""
+    previous digest, the record's fields and the re-encoded event (exact for
+    records chained by today's whole-record rule, not for those a journal
+    kept from schema 2).  Problems are sorted by seq."""
     return _Checker(session_id).run(records, verify_digests)
 
 
@@ -195,7 +240,13 @@ class _Checker:
                 self.bad(r.seq, "record belongs to the session", f"record of session {r.session}")
             if r.seq != expected:
                 self.bad(r.seq, "seq gap-free", f"expected seq {expected}")
-            elif verify_digests and chain(previous, encode_event(r.event)) != r.digest:
+            elif (
+                verify_digests
+                and chain(
+                    previous, r.seq, r.id, r.session, r.loop, r.at, r.cause, encode_event(r.event)
+                )
+                != r.digest
+            ):
                 self.bad(r.seq, "digest chain intact", "digest does not chain from the previous")
             expected = r.seq + 1
             previous = r.digest

@@ -25,6 +25,10 @@ object with:
     its digest and every other column alone (``journal`` is the one open in
     the test).
 
+``async edit(journal, session, seq, column, value) -> None``
+    Overwrite one other column (``id``, ``loop``, ``at`` or ``cause``) of
+    record ``seq`` of ``session``, leaving the rest alone.
+
 Example (PostgreSQL)::
 
     class PostgresBackend:
@@ -38,6 +42,11 @@ Example (PostgreSQL)::
 
         async def corrupt(self, journal, session, seq, body) -> None:
             await trio.to_thread.run_sync(damage_postgres_record, self.url, session, seq, body)
+
+        async def edit(self, journal, session, seq, column, value) -> None:
+            await trio.to_thread.run_sync(
+                edit_postgres_record, self.url, session, seq, column, value
+            )
 
     class TestPostgres(JournalContract):
         @pytest.fixture
@@ -109,6 +118,10 @@ class Backend(Protocol):
     def open(self) -> AbstractAsyncContextManager[Journal]: ...
 
     async def corrupt(self, journal: Journal, session: str, seq: int, body: bytes) -> None: ...
+
+    async def edit(
+        self, journal: Journal, session: str, seq: int, column: str, value: object
+    ) -> None: ...
 
 
 # -- strategies -------------------------------------------------------------------
@@ -592,15 +605,76 @@ class JournalContract:
     # -- reading --------------------------------------------------------------------------
 
     async def test_digest_chain_links_every_record(self, backend: Backend) -> None:
+        # The whole record is chained: seq, id, session, loop, at, cause, body.
         session = new_session()
         async with backend.open() as journal:
             lease = await journal.open_session(session)
             await journal.append(lease, drafts("x", 3), expected_seq=0)
-            await journal.append(lease, drafts("y", 2), expected_seq=3)
+            await journal.append(
+                lease,
+                [Draft(id="no-cause", loop="other", event=notice(7)), checkpoint(0)],
+                expected_seq=3,
+            )
             previous = GENESIS
-            for record in await read_all(journal, session):
-                assert record.digest == chain(previous, encode_event(record.event))
-                previous = record.digest
+            records = await read_all(journal, session)
+            assert [r.cause for r in records] == ["cmd-0", "cmd-1", "cmd-2", None, None]
+            for r in records:
+                body = encode_event(r.event)
+                assert r.digest == chain(
+                    previous, r.seq, r.id, r.session, r.loop, r.at, r.cause, body
+                )
+                previous = r.digest
+
+    @pytest.mark.parametrize(
+        ("column", "value"),
+        [("loop", "elsewhere"), ("id", "forged-id"), ("cause", "forged-cmd"), ("at", 12345)],
+    )
+    async def test_an_edited_column_breaks_the_chain(
+        self, backend: Backend, column: str, value: object
+    ) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            written = await journal.append(
+                lease, [*drafts("x", 2), checkpoint(0), *drafts("y", 2)], expected_seq=0
+            )
+            await backend.edit(journal, session, 3, column, value)
+            got, error = await read_until_error(journal, session)
+            assert got == written[:2]
+            assert isinstance(error, JournalCorruptError)
+            assert (error.session, error.seq) == (session, 3)
+            assert await read_all(journal, session, after=3) == written[3:]
+            # The checkpoint index reads the edited record too.
+            with pytest.raises(JournalCorruptError) as caught:
+                await journal.checkpoints(session)
+            assert caught.value.seq == 3
+
+    async def test_a_cause_removed_or_added_breaks_the_chain(self, backend: Backend) -> None:
+        # NULL and a string are different values to the chain (msgpack nil is
+        # not any string, the empty one included).
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(
+                lease,
+                [*drafts("x", 1), Draft(id="n", loop="main", event=notice(1))],
+                expected_seq=0,
+            )
+            await backend.edit(journal, session, 1, "cause", None)
+            await backend.edit(journal, session, 2, "cause", "")
+            got, error = await read_until_error(journal, session)
+            assert got == [] and isinstance(error, JournalCorruptError) and error.seq == 1
+            got, error = await read_until_error(journal, session, after=1)
+            assert got == [] and isinstance(error, JournalCorruptError) and error.seq == 2
+
+    async def test_storage_check_passes_on_an_intact_journal(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(lease, [*drafts("x", 3), checkpoint(0)], expected_seq=0)
+            report = await journal.check_storage()
+            assert report.ok, report.problems
+            assert report.checked or report.skipped
 
     async def test_missing_session(self, backend: Backend) -> None:
         session = new_session()

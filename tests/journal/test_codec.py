@@ -10,8 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from journal import SCHEMA_VERSION, JournalCorruptError, JournalSchemaError
-from journal.codec import GENESIS, chain, check_schema_version, decode_event, encode_event
+from journal.codec import (
+    GENESIS,
+    chain,
+    chain_body,
+    check_schema_version,
+    decode_event,
+    encode_event,
+)
 from journal.events import EVENT_TYPES, Event, Notice, TurnStarted
+from journal.rules import Row, plan_append
 
 from .contract import EVENT_STRATEGIES, any_event, tag_of
 
@@ -71,32 +79,85 @@ def test_genesis_is_sixteen_zero_bytes() -> None:
     assert bytes(16) == GENESIS
 
 
-@given(previous=st.binary(min_size=16, max_size=16), body=st.binary(max_size=200))
-def test_chain_is_blake2b_128_of_previous_then_body(previous: bytes, body: bytes) -> None:
-    digest = chain(previous, body)
+_FIELDS = st.tuples(
+    st.integers(min_value=1, max_value=2**63 - 1),  # seq
+    st.text(max_size=12),  # id
+    st.text(max_size=12),  # session
+    st.text(max_size=12),  # loop
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),  # at
+    st.none() | st.text(max_size=12),  # cause
+)
+
+
+@given(previous=st.binary(min_size=16, max_size=16), fields=_FIELDS, body=st.binary(max_size=200))
+def test_chain_is_blake2b_128_of_the_packed_envelope_then_body(
+    previous: bytes, fields: tuple[int, str, str, str, int, str | None], body: bytes
+) -> None:
+    digest = chain(previous, *fields, body)
     assert len(digest) == 16
-    assert digest == hashlib.blake2b(previous + body, digest_size=16).digest()
-    assert chain(previous, body) == digest
+    envelope = msgspec.msgpack.encode([previous, *fields])
+    assert digest == hashlib.blake2b(envelope + body, digest_size=16).digest()
+
+
+@given(previous=st.binary(min_size=16, max_size=16), body=st.binary(max_size=200))
+def test_chain_body_is_the_schema_2_rule(previous: bytes, body: bytes) -> None:
+    assert chain_body(previous, body) == hashlib.blake2b(previous + body, digest_size=16).digest()
 
 
 @given(
     previous=st.binary(min_size=16, max_size=16),
+    a=_FIELDS,
+    b=_FIELDS,
     body=st.binary(max_size=64),
     other=st.binary(max_size=64),
 )
-def test_chain_depends_on_the_body(previous: bytes, body: bytes, other: bytes) -> None:
+def test_chain_depends_on_every_field_and_the_body(
+    previous: bytes,
+    a: tuple[int, str, str, str, int, str | None],
+    b: tuple[int, str, str, str, int, str | None],
+    body: bytes,
+    other: bytes,
+) -> None:
+    if a != b:
+        assert chain(previous, *a, body) != chain(previous, *b, body)
     if body != other:
-        assert chain(previous, body) != chain(previous, other)
+        assert chain(previous, *a, body) != chain(previous, *a, other)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"seq": 8},
+        {"id": "ev-2"},
+        {"session": "t"},
+        {"loop": "main/child"},
+        {"at": 1},
+        {"cause": None},
+        {"cause": ""},
+        # A value moved between two fields is still an edit.
+        {"id": "ev-1main", "loop": ""},
+    ],
+)
+def test_editing_any_field_changes_the_digest(edit: dict[str, object]) -> None:
+    fields: dict[str, object] = {
+        "seq": 7, "id": "ev-1", "session": "s", "loop": "main", "at": 5, "cause": "cmd",
+    }  # fmt: skip
+    body = encode_event(Notice(code="c", text="x"))
+    original = chain(GENESIS, *fields.values(), body)  # type: ignore[arg-type]
+    assert chain(GENESIS, *{**fields, **edit}.values(), body) != original  # type: ignore[arg-type]
 
 
 @given(
     a=st.binary(min_size=16, max_size=16),
     b=st.binary(min_size=16, max_size=16),
+    fields=_FIELDS,
     body=st.binary(max_size=64),
 )
-def test_chain_depends_on_the_previous_digest(a: bytes, b: bytes, body: bytes) -> None:
+def test_chain_depends_on_the_previous_digest(
+    a: bytes, b: bytes, fields: tuple[int, str, str, str, int, str | None], body: bytes
+) -> None:
     if a != b:
-        assert chain(a, body) != chain(b, body)
+        assert chain(a, *fields, body) != chain(b, *fields, body)
 
 
 def test_a_changed_record_changes_every_later_digest() -> None:
@@ -104,8 +165,8 @@ def test_a_changed_record_changes_every_later_digest() -> None:
 
     def digests(bs: list[bytes]) -> list[bytes]:
         out, previous = [], GENESIS
-        for body in bs:
-            previous = chain(previous, body)
+        for seq, body in enumerate(bs, 1):
+            previous = chain(previous, seq, f"ev-{seq}", "s", "main", 0, None, body)
             out.append(previous)
         return out
 
@@ -113,6 +174,23 @@ def test_a_changed_record_changes_every_later_digest() -> None:
     changed = digests([*bodies[:2], encode_event(Notice(code="c", text="x")), *bodies[3:]])
     assert changed[:2] == original[:2]
     assert all(c != o for c, o in zip(changed[2:], original[2:], strict=True))
+
+
+def test_the_hot_paths_chain_by_the_codec_rule() -> None:
+    # rules.plan_append inlines codec.chain (the readers do too: the contract's
+    # test_digest_chain_links_every_record holds them to it).
+    rows: list[Row] = []
+    drafts = [
+        (f"ev-{i}", "main", None if i % 2 else "cmd", Notice(code="c", text=str(i)))
+        for i in range(3)
+    ]
+    pending = [(i, loop, cause, e, encode_event(e)) for i, loop, cause, e in drafts]
+    records = plan_append("s", 4, GENESIS, pending, 99, rows, [])
+    previous = GENESIS
+    for r, row in zip(records, rows, strict=True):
+        expected = chain(previous, r.seq, r.id, "s", r.loop, 99, r.cause, row[7])
+        assert r.digest == row[6] == expected
+        previous = expected
 
 
 def test_schema_versions() -> None:

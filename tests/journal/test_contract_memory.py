@@ -8,7 +8,7 @@ import pytest
 
 from journal import Journal, open_journal
 from journal.memory import MemoryJournal
-from tests.support.damage import damage_record
+from tests.support.damage import damage_record, edit_record
 
 from .contract import JournalContract
 
@@ -24,6 +24,12 @@ class MemoryBackend:
     async def corrupt(self, journal: Journal, session: str, seq: int, body: bytes) -> None:
         assert isinstance(journal, MemoryJournal)
         damage_record(journal, session, seq, body)
+
+    async def edit(
+        self, journal: Journal, session: str, seq: int, column: str, value: object
+    ) -> None:
+        assert isinstance(journal, MemoryJournal)
+        edit_record(journal, session, seq, column, value)
 
 
 class TestMemory(JournalContract):

@@ -13,7 +13,7 @@ import trio
 
 from journal import Journal, open_journal
 from journal.postgres import PostgresJournal
-from tests.support.damage import damage_postgres_record
+from tests.support.damage import damage_postgres_record, edit_postgres_record
 
 from .contract import JournalContract
 
@@ -33,6 +33,12 @@ class PostgresBackend:
         # Straight to the table, as damage would be: the backend has no hook for it.
         assert isinstance(journal, PostgresJournal)
         await trio.to_thread.run_sync(damage_postgres_record, self.url, session, seq, body)
+
+    async def edit(
+        self, journal: Journal, session: str, seq: int, column: str, value: object
+    ) -> None:
+        assert isinstance(journal, PostgresJournal)
+        await trio.to_thread.run_sync(edit_postgres_record, self.url, session, seq, column, value)
 
 
 class TestPostgres(JournalContract):

@@ -9,7 +9,7 @@ import pytest
 
 from journal import Journal, open_journal
 from journal.sqlite import SQLiteJournal
-from tests.support.damage import damage_record
+from tests.support.damage import damage_record, edit_record
 
 from .contract import JournalContract
 
@@ -28,6 +28,12 @@ class SQLiteBackend:
     async def corrupt(self, journal: Journal, session: str, seq: int, body: bytes) -> None:
         assert isinstance(journal, SQLiteJournal)
         damage_record(journal, session, seq, body)
+
+    async def edit(
+        self, journal: Journal, session: str, seq: int, column: str, value: object
+    ) -> None:
+        assert isinstance(journal, SQLiteJournal)
+        edit_record(journal, session, seq, column, value)
 
 
 class TestSQLite(JournalContract):

@@ -25,6 +25,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
 
+import msgspec
 import psycopg
 import pytest
 import trio
@@ -36,6 +37,7 @@ from journal import (
     Draft,
     DuplicateEventError,
     FencedError,
+    JournalCorruptError,
     JournalError,
     JournalSchemaError,
     JournalUnavailableError,
@@ -44,12 +46,14 @@ from journal import (
     SessionLease,
     open_journal,
 )
-from journal.codec import encode_event
+from journal.codec import GENESIS, chain, chain_body, encode_event
 from journal.events import CHECKPOINT_STREAM, LoopImage, Notice, SessionCheckpoint
 from journal.postgres import PostgresJournal, init_schema
 from journal.postgres import writer as postgres_writer
 from journal.postgres.schema import channel as _channel
 from journal.postgres.writer import Writer as _Writer
+from tests.support.damage import edit_postgres_record
+from tests.support.old_journal import to_version_1_postgres, to_version_2_postgres
 
 pytestmark = pytest.mark.slow
 
@@ -728,22 +732,19 @@ async def test_a_database_with_a_newer_schema_is_refused(postgres_url: str) -> N
     assert rows == [(str(SCHEMA_VERSION + 1),)]
 
 
-def _downgrade_to_1(url: str) -> None:
-    """Blocking: make a current journal's tables what version 1 created."""
-    with psycopg.connect(url) as conn:
-        conn.execute("DROP TABLE loopruntime_checkpoints")
-        conn.execute("UPDATE loopruntime_meta SET value = '1' WHERE key = 'schema_version'")
+def _no_digests(records: list[Record]) -> list[Record]:
+    return [msgspec.structs.replace(r, digest=b"") for r in records]
 
 
 async def test_a_version_1_schema_is_upgraded_when_opened(postgres_url: str) -> None:
-    assert SCHEMA_VERSION == 2, "add the upgrade from the previous version, and its test"
+    assert SCHEMA_VERSION == 3, "add the upgrade from the previous version, and its test"
     async with open_journal(postgres_url) as journal:
         lease = await journal.open_session("old")
         written = await journal.append(lease, [_draft("o-1"), _draft("o-2")], expected_seq=0)
-    await trio.to_thread.run_sync(_downgrade_to_1, postgres_url)
+    await trio.to_thread.run_sync(to_version_1_postgres, postgres_url)
 
     # Opened by several at once: the advisory lock lets one upgrade, the
-    # others find version 2 (a second upgrade would fail creating the table).
+    # others find version 3 (a second upgrade would fail creating the table).
     journals: list[PostgresJournal] = []
 
     async def open_one() -> None:
@@ -754,7 +755,8 @@ async def test_a_version_1_schema_is_upgraded_when_opened(postgres_url: str) -> 
             nursery.start_soon(open_one)
     try:
         journal = journals[0]
-        assert [r async for r in journal.read("old")] == written
+        old = [r async for r in journal.read("old")]
+        assert _no_digests(old) == _no_digests(written)
         assert await journal.checkpoints("old") == []
         lease = await journal.open_session("old")
         # The first append after opening takes the checked path, the next the fast one.
@@ -768,10 +770,99 @@ async def test_a_version_1_schema_is_upgraded_when_opened(postgres_url: str) -> 
     rows = await trio.to_thread.run_sync(
         _sql, postgres_url, "SELECT key, value FROM loopruntime_meta"
     )
-    assert rows == [("schema_version", "2")]
+    assert rows == [("schema_version", "3")]
     async with open_journal(postgres_url) as journal:
-        assert [r async for r in journal.read("old")] == written + more
+        assert [r async for r in journal.read("old")] == old + more
         assert await journal.checkpoints("old") == [more[0], more[2]]
+        assert (await journal.check_storage()).ok
+
+
+async def test_a_version_2_schema_keeps_its_chain_and_chains_new_records_whole(
+    postgres_url: str,
+) -> None:
+    async with open_journal(postgres_url) as journal:
+        lease = await journal.open_session("s")
+        written = await journal.append(
+            lease, [_draft("x-1"), _checkpoint("cp-1"), _draft("x-2")], expected_seq=0
+        )
+        await journal.open_session("empty")
+    await trio.to_thread.run_sync(to_version_2_postgres, postgres_url)
+    async with open_journal(postgres_url) as journal:
+        old = [r async for r in journal.read("s")]
+        assert _no_digests(old) == _no_digests(written)
+        previous = GENESIS
+        for r in old:
+            previous = chain_body(previous, encode_event(r.event))
+            assert r.digest == previous
+        assert await journal.checkpoints("s") == [old[1]]
+        # The upgrade fenced every lease taken before it (an older process's).
+        with pytest.raises(FencedError):
+            await journal.append(lease, [_draft("late")], expected_seq=3)
+        lease = await journal.open_session("s", create=False)
+        # Checked path first (the writer knows nothing yet), then the fast one.
+        more = await journal.append(lease, [_draft("y-1")], expected_seq=3)
+        more += await journal.append(lease, [_checkpoint("cp-2", 2), _draft("y-2")], expected_seq=4)
+        for r in more:
+            body = encode_event(r.event)
+            previous = chain(previous, r.seq, r.id, r.session, r.loop, r.at, r.cause, body)
+            assert r.digest == previous
+        assert await journal.checkpoints("s") == [old[1], more[1]]
+        empty = await journal.open_session("empty", create=False)
+        fresh = await journal.append(empty, [_draft("e-1")], expected_seq=0)
+        assert fresh[0].digest == chain(
+            GENESIS, 1, "e-1", "empty", "main", fresh[0].at, None, encode_event(fresh[0].event)
+        )
+        assert (await journal.check_storage()).ok
+    rows = await trio.to_thread.run_sync(
+        _sql, postgres_url, "SELECT session, whole_from FROM loopruntime_chain_rule"
+    )
+    assert rows == [("s", 4)]
+    async with open_journal(postgres_url) as journal:
+        assert [r async for r in journal.read("s")] == old + more
+        await trio.to_thread.run_sync(edit_postgres_record, postgres_url, "s", 5, "cause", "forged")
+        with pytest.raises(JournalCorruptError) as caught:
+            _ = [r async for r in journal.read("s")]
+        assert caught.value.seq == 5
+
+
+async def test_a_session_row_out_of_step_with_its_records_fails_the_storage_check(
+    postgres_url: str,
+) -> None:
+    async with open_journal(postgres_url) as journal:
+        lease = await journal.open_session("s")
+        await journal.append(lease, [_draft("x-1"), _draft("x-2")], expected_seq=0)
+        await journal.open_session("t")
+        await trio.to_thread.run_sync(
+            _sql, postgres_url, "UPDATE loopruntime_sessions SET head = 1 WHERE session = 's'"
+        )
+        await trio.to_thread.run_sync(
+            _sql,
+            postgres_url,
+            "UPDATE loopruntime_sessions SET digest = %s WHERE session = 't'",
+            (b"x" * 16,),
+        )
+        report = await journal.check_storage()
+    assert not report.ok
+    assert [p.table for p in report.problems] == ["loopruntime_sessions"]
+    assert "session s has head 1" in report.problems[0].detail
+    assert "last record is seq 2" in report.problems[0].detail
+
+
+async def test_the_storage_check_runs_amcheck_when_it_is_installed(postgres_url: str) -> None:
+    async with open_journal(postgres_url) as journal:
+        lease = await journal.open_session("s")
+        await journal.append(lease, [_draft("x-1"), _checkpoint("cp-1")], expected_seq=0)
+        before = await journal.check_storage()
+        try:
+            # Into the test's own schema, dropped with it.
+            await trio.to_thread.run_sync(_sql, postgres_url, "CREATE EXTENSION amcheck")
+        except psycopg.Error as exc:
+            pytest.skip(f"amcheck cannot be installed on this server: {exc}")
+        after = await journal.check_storage()
+    assert before.ok and after.ok, (before, after)
+    assert any("amcheck extension is not installed" in s for s in before.skipped)
+    assert not any("amcheck" in c for c in before.checked)
+    assert any("amcheck" in c for c in after.checked) and not after.skipped
 
 
 async def test_a_current_schema_without_its_checkpoint_index_is_refused(

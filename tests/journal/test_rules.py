@@ -32,7 +32,7 @@ def test_a_plan_chains_digests_numbers_seqs_and_marks_checkpoints() -> None:
     assert [r.seq for r in records] == [5, 6, 7]
     digest = GENESIS
     for record, row, p in zip(records, rows, planned, strict=True):
-        digest = chain(digest, p[4])
+        digest = chain(digest, record.seq, p[0], "s", p[1], 7, p[2], p[4])
         assert record.digest == digest
         assert row == ("s", record.seq, p[0], p[1], 7, p[2], digest, p[4])
     assert marks == [("s", 7)]

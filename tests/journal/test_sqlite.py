@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 
@@ -17,6 +18,7 @@ from journal import (
     SCHEMA_VERSION,
     ConflictError,
     Draft,
+    FencedError,
     JournalCorruptError,
     JournalError,
     JournalSchemaError,
@@ -25,13 +27,14 @@ from journal import (
     SessionLease,
     open_journal,
 )
-from journal.codec import encode_event
+from journal.codec import GENESIS, chain, chain_body, encode_event
 from journal.events import Notice
 from journal.sqlite import SQLiteJournal
 from journal.sqlite import reading as sqlite_reading
 from journal.sqlite import schema as sqlite_schema
 from journal.sqlite.writer import Writer as _Writer
-from tests.support.damage import damage_record
+from tests.support.damage import damage_record, edit_record
+from tests.support.old_journal import to_version_1_sqlite, to_version_2_sqlite
 
 from .contract import checkpoint, drafts, notice, read_all
 
@@ -151,15 +154,32 @@ def _raw_checkpoint_index(path: Path) -> list[tuple[str, int]]:
         conn.close()
 
 
-def _make_version_1(path: Path) -> None:
-    """Turn a closed journal file into what schema version 1 wrote."""
-    conn = sqlite3.connect(path, isolation_level=None)
+def _no_digests(records: list[Record]) -> list[Record]:
+    return [msgspec.structs.replace(r, digest=b"") for r in records]
+
+
+def _body_chain(records: list[Record]) -> list[bytes]:
+    """The digests schema 2 gave these records: the event bytes alone, chained."""
+    out, previous = [], GENESIS
+    for r in records:
+        previous = chain_body(previous, encode_event(r.event))
+        out.append(previous)
+    return out
+
+
+def _whole_chain(records: list[Record], previous: bytes) -> list[bytes]:
+    out = []
+    for r in records:
+        body = encode_event(r.event)
+        previous = chain(previous, r.seq, r.id, r.session, r.loop, r.at, r.cause, body)
+        out.append(previous)
+    return out
+
+
+def _raw_chain_rule(path: Path) -> list[tuple[str, int]]:
+    conn = sqlite3.connect(path)
     try:
-        conn.execute("BEGIN")
-        assert conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0] == 0
-        conn.execute("DROP TABLE checkpoints")
-        conn.execute("UPDATE journal_meta SET value = '1' WHERE key = 'schema_version'")
-        conn.execute("COMMIT")
+        return [tuple(row) for row in conn.execute("SELECT * FROM chain_rule ORDER BY session")]
     finally:
         conn.close()
 
@@ -168,9 +188,10 @@ async def test_a_new_file_is_written_at_the_current_schema(tmp_path: Path) -> No
     path = tmp_path / "new.db"
     async with open_journal(url(path)):
         pass
-    assert SCHEMA_VERSION == 2
-    assert _raw_schema_version(path) == "2"
+    assert SCHEMA_VERSION == 3
+    assert _raw_schema_version(path) == "3"
     assert _raw_checkpoint_index(path) == []
+    assert _raw_chain_rule(path) == []
 
 
 async def test_a_version_1_file_is_upgraded_on_open(tmp_path: Path) -> None:
@@ -178,38 +199,96 @@ async def test_a_version_1_file_is_upgraded_on_open(tmp_path: Path) -> None:
     async with open_journal(url(path)) as journal:
         lease = await journal.open_session("s")
         written = await journal.append(lease, drafts("x", 3), expected_seq=0)
-    _make_version_1(path)
+    to_version_1_sqlite(path)
     assert _raw_schema_version(path) == "1"
     async with open_journal(url(path)) as journal:
-        assert await read_all(journal, "s") == written
+        old = await read_all(journal, "s")
+        assert _no_digests(old) == _no_digests(written)
         assert await journal.checkpoints("s") == []
         lease = await journal.open_session("s", create=False)
         more = await journal.append(lease, [checkpoint(0), *drafts("y", 1)], expected_seq=3)
         assert await journal.checkpoints("s") == more[:1]
-    assert _raw_schema_version(path) == "2"
+    assert _raw_schema_version(path) == "3"
     assert _raw_checkpoint_index(path) == [("s", 4)]
     # Once upgraded, opening again changes nothing.
     async with open_journal(url(path)) as journal:
         assert await journal.checkpoints("s") == more[:1]
-        assert await read_all(journal, "s") == written + more
+        assert await read_all(journal, "s") == old + more
+    assert _raw_schema_version(path) == "3"
+
+
+async def test_a_version_2_file_keeps_its_chain_and_chains_new_records_whole(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v2.db"
+    async with open_journal(url(path)) as journal:
+        lease = await journal.open_session("s")
+        written = await journal.append(
+            lease, [*drafts("x", 2), checkpoint(0), *drafts("z", 1)], expected_seq=0
+        )
+        other = await journal.open_session("empty")
+        incarnations = {i.session: i.incarnation for i in await journal.sessions()}
+    to_version_2_sqlite(path)
     assert _raw_schema_version(path) == "2"
+    async with open_journal(url(path)) as journal:
+        # The records version 2 wrote read back, verified by its rule.
+        old = await read_all(journal, "s")
+        assert _no_digests(old) == _no_digests(written)
+        assert [r.digest for r in old] == _body_chain(written)
+        assert await journal.checkpoints("s") == [old[2]]
+        # Upgrading fenced every lease taken before it (an older process's).
+        assert {i.session: i.incarnation for i in await journal.sessions()} == {
+            session: n + 1 for session, n in incarnations.items()
+        }
+        with pytest.raises(FencedError):
+            await journal.append(lease, drafts("late", 1), expected_seq=4)
+        lease = await journal.open_session("s", create=False)
+        more = await journal.append(lease, [*drafts("y", 1), checkpoint(1, 3)], expected_seq=4)
+        # New records are chained whole, from the last body-only digest on.
+        assert [r.digest for r in more] == _whole_chain(more, old[-1].digest)
+        assert await journal.checkpoints("s") == [old[2], more[1]]
+        other = await journal.open_session("empty", create=False)
+        fresh = await journal.append(other, drafts("e", 2), expected_seq=0)
+        assert [r.digest for r in fresh] == _whole_chain(fresh, GENESIS)
+        assert await read_all(journal, "s", after=2) == [*old[2:], *more]
+    assert _raw_schema_version(path) == "3"
+    # The rule is remembered for the session that had records, and only for it.
+    assert _raw_chain_rule(path) == [("s", 5)]
+    async with open_journal(url(path)) as journal:
+        assert await read_all(journal, "s") == old + more
+        assert await read_all(journal, "empty") == fresh
+        # An edited column of a new record is caught; of a body-only record it
+        # cannot be (schema 2 never covered it), but its bytes still are.
+        edit_record(journal, "s", 5, "loop", "elsewhere")
+        with pytest.raises(JournalCorruptError) as caught:
+            await read_all(journal, "s")
+        assert caught.value.seq == 5
+        damage_record(journal, "s", 1, encode_event(notice(9)))
+        with pytest.raises(JournalCorruptError) as caught:
+            await read_all(journal, "s")
+        assert caught.value.seq == 1
 
 
-async def test_a_failed_upgrade_leaves_the_file_at_version_1(tmp_path: Path) -> None:
+async def test_a_failed_upgrade_leaves_the_file_at_its_version(tmp_path: Path) -> None:
     path = tmp_path / "v1.db"
     async with open_journal(url(path)) as journal:
         lease = await journal.open_session("s")
         await journal.append(lease, drafts("x", 2), expected_seq=0)
-    _make_version_1(path)
-    # Something in the way of the upgrade's CREATE TABLE makes it fail halfway.
+    to_version_1_sqlite(path)
+    # Something in the way of the upgrade's last CREATE TABLE makes it fail halfway.
     conn = sqlite3.connect(path)
-    conn.execute("CREATE VIEW checkpoints AS SELECT 1")
+    conn.execute("CREATE VIEW chain_rule AS SELECT 1")
     conn.commit()
     conn.close()
     with pytest.raises(JournalError, match="already exists"):
         async with open_journal(url(path)):
             pass
     assert _raw_schema_version(path) == "1"
+    # The first step (1 to 2) is undone with it.
+    conn = sqlite3.connect(path)
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+    assert "checkpoints" not in tables
 
 
 async def test_checkpoints_in_a_replayed_group_are_indexed_once(

@@ -6,6 +6,14 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from journal import (
+    ForwardingJournal,
+    Journal,
+    JournalError,
+    JournalUnavailableError,
+    StorageCheck,
+    StorageProblem,
+)
 from journal.content import Text
 from journal.events import (
     CompactionCommitted,
@@ -238,6 +246,7 @@ async def test_each_rule_names_the_first_bad_seq(rule: str, events: list[Event])
 
 def test_every_rule_has_a_case() -> None:
     covered = {rule for rule, _ in CASES} | {
+        "storage intact",
         "journal readable",
         "record belongs to the session",
         "seq gap-free",
@@ -297,3 +306,59 @@ async def test_a_delta_built_on_a_forged_image_is_not_taken_for_proven() -> None
     fast, _ = states_from(await journal.checkpoints(SESSION))
     full = fold_all(r for r in await records_of(events) if r.loop == "main")
     assert fast["main"].messages != full.messages
+
+
+class _StorageSays(ForwardingJournal):
+    """A journal whose storage check answers ``said`` (or raises it)."""
+
+    def __init__(self, inner: Journal, said: StorageCheck | JournalError) -> None:
+        super().__init__(inner)
+        self.said = said
+
+    async def check_storage(self) -> StorageCheck:
+        if isinstance(self.said, JournalError):
+            raise self.said
+        return self.said
+
+
+async def test_damage_below_the_records_fails_the_check_naming_the_table() -> None:
+    damage = StorageCheck(
+        checked=("quick check",),
+        problems=(StorageProblem(table="records", detail="Tree 4 page 4: invalid page"),),
+    )
+    journal = _StorageSays(await journal_of(good_turn()), damage)
+    report = await check(journal, SESSION)
+    assert not report.ok
+    assert report.first_bad_seq is None  # no record is at fault
+    assert [(p.seq, p.rule) for p in report.problems] == [(0, "storage intact")]
+    assert str(report.problems[0]) == "storage intact: table records: Tree 4 page 4: invalid page"
+    assert report.summary().startswith("FAILED: storage intact: table records: Tree 4")
+    # Asked not to, the check leaves the storage alone.
+    assert (await check(journal, SESSION, storage=False)).ok
+
+
+async def test_record_problems_come_first_and_storage_damage_is_mentioned() -> None:
+    damage = StorageCheck(checked=("c",), problems=(StorageProblem(table=None, detail="free"),))
+    journal = _StorageSays(await journal_of([*good_turn()[:7], done("x1", "tu1")]), damage)
+    report = await check(journal, SESSION)
+    assert report.first_bad_seq == 8
+    assert report.summary().startswith("FAILED at seq 8: seq 8: tool settled at most once")
+    assert "the storage is damaged too" in report.summary()
+    assert "storage intact: the storage: free" in {str(p) for p in report.problems}
+
+
+async def test_a_storage_check_that_cannot_run_is_a_failure_not_a_pass() -> None:
+    error = JournalUnavailableError("the server went away")
+    report = await check(_StorageSays(await journal_of(good_turn()), error), SESSION)
+    assert not report.ok
+    assert report.problems[0].rule == "storage intact"
+    assert "could not run: the server went away" in report.problems[0].detail
+
+
+async def test_a_passing_check_says_what_the_storage_check_ran() -> None:
+    journal = _StorageSays(await journal_of(good_turn()), StorageCheck(checked=("quick check",)))
+    report = await check(journal, SESSION)
+    assert report.ok
+    assert report.summary() == (
+        f"ok: 10 records of session {SESSION}, every invariant holds; storage checked: quick check"
+    )

@@ -1,15 +1,17 @@
 """Damage a stored record the way a bad disk or a careless hand would.
 
 Test-only: the production classes have no hook for it.  Each function
-overwrites the stored event bytes of one record and leaves its digest and
-every other column alone, straight in the backend's store: the memory
-journal's rows, the SQLite file through a connection of its own, the
-PostgreSQL table through a connection of its own.
+overwrites one column of one record (the event bytes, or ``id``, ``loop``,
+``at`` or ``cause``) and leaves its digest and every other column alone,
+straight in the backend's store: the memory journal's rows, the SQLite file
+through a connection of its own, the PostgreSQL table through a connection
+of its own.  ``damage_sqlite_page`` damages the file below the rows.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import psycopg
 
@@ -17,7 +19,16 @@ from journal import Journal
 from journal.memory import MemoryJournal
 from journal.sqlite import SQLiteJournal
 
-__all__ = ["damage_record", "damage_postgres_record"]
+__all__ = [
+    "damage_postgres_record",
+    "damage_record",
+    "damage_sqlite_page",
+    "edit_postgres_record",
+    "edit_record",
+]
+
+_COLUMNS = {"id": 2, "loop": 3, "at": 4, "cause": 5}
+"""The columns ``edit_record`` may change, by their place in a memory row."""
 
 
 def damage_record(journal: Journal, session: str, seq: int, body: bytes) -> None:
@@ -48,3 +59,61 @@ def damage_postgres_record(url: str, session: str, seq: int, body: bytes) -> Non
             (body, session, seq),
         ).rowcount
     assert updated == 1, f"no record {session}/{seq} to corrupt"
+
+
+def edit_record(journal: Journal, session: str, seq: int, column: str, value: object) -> None:
+    """Overwrite ``column`` (``id``, ``loop``, ``at`` or ``cause``) of record ``seq``
+    of ``session`` in an open memory or SQLite journal, as ``damage_record``."""
+    place = _COLUMNS[column]
+    if isinstance(journal, MemoryJournal):
+        rows = journal._sessions[session].rows
+        row = list(rows[seq - 1])
+        row[place] = value
+        rows[seq - 1] = tuple(row)  # type: ignore[assignment]
+    elif isinstance(journal, SQLiteJournal):
+        conn = sqlite3.connect(journal.path, isolation_level=None)
+        try:
+            conn.execute("PRAGMA busy_timeout = 10000")
+            updated = conn.execute(
+                f"UPDATE records SET {column} = ? WHERE session = ? AND seq = ?",
+                (value, session, seq),
+            ).rowcount
+        finally:
+            conn.close()
+        assert updated == 1, f"no record {session}/{seq} to edit"
+    else:
+        raise TypeError(f"no damage hook for {type(journal).__name__}")
+
+
+def edit_postgres_record(url: str, session: str, seq: int, column: str, value: object) -> None:
+    """Overwrite one column of record ``seq`` of ``session`` in the PostgreSQL
+    journal at ``url`` (blocking: run it in a worker thread)."""
+    assert column in _COLUMNS, column
+    with psycopg.connect(url, autocommit=True) as conn:
+        updated = conn.execute(
+            f"UPDATE loopruntime_records SET {column} = %s WHERE session = %s AND seq = %s",
+            (value, session, seq),
+        ).rowcount
+    assert updated == 1, f"no record {session}/{seq} to edit"
+
+
+def damage_sqlite_page(path: Path, name: str) -> int:
+    """Overwrite the b-tree page header of the root page of table or index
+    ``name`` in the closed SQLite file at ``path`` with bytes no page type
+    has, as a bad sector would; returns the page number.  The file must be
+    closed (no WAL left over)."""
+    conn = sqlite3.connect(path)
+    try:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        root = conn.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name = ?", (name,)
+        ).fetchone()[0]
+    finally:
+        conn.close()
+    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0
+    with open(path, "r+b") as f:
+        # Page 1 starts with the 100-byte file header; every other page with
+        # its b-tree header.
+        f.seek((root - 1) * page_size + (100 if root == 1 else 0))
+        f.write(b"\xff" * 12)
+    return int(root)

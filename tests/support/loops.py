@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from journal import Draft, Journal, Record
+from loopruntime import LoopDefinition, ToolContext, tool
+from loopruntime.model import ModelRequest
+from loopruntime.models import Reply, ScriptedModel, ToolCall
+from session import Session
 
 
 async def records(journal: Journal, session_id: str) -> list[Record]:
@@ -46,3 +50,30 @@ async def crashed_copy(journal: Journal, session_id: str, last: int) -> str:
     ]
     await journal.append(lease, drafts, expected_seq=0)
     return copy
+
+
+@tool(permission="allow")
+async def count(ctx: ToolContext, *, n: int) -> str:
+    """Counts."""
+    return str(n + 1)
+
+
+def _counting(request: ModelRequest) -> Reply:
+    # A tool call, then an answer, every turn.
+    last = request.messages[-1]
+    if last.role == "user" and any(getattr(b, "tool_use_id", None) for b in last.blocks):
+        return Reply(text="counted")
+    return Reply(tool_calls=[ToolCall(name="count", input={"n": len(request.messages)})])
+
+
+def counting_definition() -> LoopDefinition:
+    """A loop that calls ``count`` once, then answers, every turn."""
+    return LoopDefinition(name="counter", model=ScriptedModel(_counting), tools=[count])
+
+
+async def run_turns(journal: Journal, session_id: str, n: int) -> None:
+    """Create ``session_id`` with ``counting_definition`` and run ``n`` turns."""
+    async with Session.create(journal, counting_definition(), session_id=session_id) as s:
+        for i in range(n):
+            await s.submit(f"count {i}")
+            await s.wait_idle()
