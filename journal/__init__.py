@@ -17,6 +17,7 @@ from .errors import InvalidEventError as InvalidEventError
 from .errors import JournalClosedError as JournalClosedError
 from .errors import JournalCorruptError as JournalCorruptError
 from .errors import JournalError as JournalError
+from .errors import JournalReadOnlyError as JournalReadOnlyError
 from .errors import JournalSchemaError as JournalSchemaError
 from .errors import JournalUnavailableError as JournalUnavailableError
 from .errors import NotAJournalError as NotAJournalError
@@ -50,6 +51,7 @@ __all__ = [
     "JournalClosedError",
     "JournalCorruptError",
     "JournalError",
+    "JournalReadOnlyError",
     "JournalLocation",
     "JournalSchemaError",
     "JournalUnavailableError",

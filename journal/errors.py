@@ -10,6 +10,7 @@ __all__ = [
     "JournalClosedError",
     "JournalCorruptError",
     "JournalError",
+    "JournalReadOnlyError",
     "JournalSchemaError",
     "JournalUnavailableError",
     "NotAJournalError",
@@ -70,6 +71,10 @@ class SessionNotFoundError(JournalError):
     def __init__(self, session: str) -> None:
         self.session = session
         super().__init__(f"session {session} does not exist in this journal")
+
+
+class JournalReadOnlyError(JournalError):
+    """A write to a journal opened read-only (``open_journal(url, readonly=True)``)."""
 
 
 class JournalSchemaError(JournalError):

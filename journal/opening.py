@@ -38,23 +38,26 @@ __all__ = [
 ]
 
 
-async def _open(location: JournalLocation) -> Journal:
+async def _open(location: JournalLocation, readonly: bool) -> Journal:
     if location.scheme == "memory":
         return MemoryJournal(location.url)
     if location.scheme == "sqlite":
-        return await SQLiteJournal.open(location.url)
+        return await SQLiteJournal.open(location.url, readonly=readonly)
     from .postgres import PostgresJournal  # psycopg is optional
 
     return await PostgresJournal.open(location.url)
 
 
 @asynccontextmanager
-async def open_journal(url: str) -> AsyncIterator[Journal]:
+async def open_journal(url: str, *, readonly: bool = False) -> AsyncIterator[Journal]:
     """Open the journal at ``url`` (or a plain path: a SQLite file) and close it on exit.
 
-    ``ValueError`` for a malformed URL (see ``journal.location``).
+    ``readonly``: a SQLite journal is opened without creating or writing
+    anything (a reader such as replay; a file on a read-only file system works),
+    and refuses writes with ``JournalReadOnlyError``; the other backends open as
+    usual.  ``ValueError`` for a malformed URL (see ``journal.location``).
     """
-    journal = await _open(parse_location(url))
+    journal = await _open(parse_location(url), readonly)
     try:
         yield journal
     finally:

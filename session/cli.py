@@ -321,7 +321,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 async def _resolve(args: argparse.Namespace) -> int:
     # A missing or foreign file is refused before anything could create it.
-    async with open_for_replay(journal_url(args.journal)) as journal:
+    async with open_for_replay(journal_url(args.journal), write=True) as journal:
         await resolve_offline(
             journal,
             _checked_text(args.session, "session id"),

@@ -11,7 +11,7 @@ PUBLIC = {
         "open_journal", "Journal", "Record", "Draft", "Event", "SessionLease", "SessionInfo",
         "JournalError", "ConflictError", "FencedError", "DuplicateEventError", "InvalidEventError",
         "SessionNotFoundError", "JournalSchemaError", "JournalCorruptError",
-        "JournalClosedError", "JournalUnavailableError", "NotAJournalError",
+        "JournalClosedError", "JournalReadOnlyError", "JournalUnavailableError", "NotAJournalError",
         "SCHEMA_VERSION", "codec", "content", "events", "encode_event", "decode_event",
         "ForwardingJournal", "JournalLocation", "parse_location", "init_journal",
         "check_existing_journal", "make_journal_directory", "StorageCheck", "StorageProblem",

@@ -16,13 +16,19 @@ from typing import Any
 import trio
 
 from ..codec import encode_checked
-from ..errors import DuplicateEventError, JournalClosedError
+from ..errors import DuplicateEventError, JournalClosedError, JournalReadOnlyError
 from ..location import JournalLocation, parse_location
 from ..record import Draft, Record, check_drafts, check_text
 from ..rules import repeated_id
 from ..store import SessionInfo, SessionLease, StorageCheck
 from .reading import Reading
-from .schema import prepare
+from .schema import (
+    Access,
+    check_existing_file,
+    check_readable_version,
+    prepare,
+    reader_stand_ins,
+)
 from .writer import AppendRequest, OpenRequest, Request, SQLiteStatistics, Writer
 
 __all__ = ["SQLiteJournal"]
@@ -40,7 +46,15 @@ class SQLiteJournal:
     and each process's tails see the others' appends within ``poll`` seconds.
     """
 
-    def __init__(self, location: JournalLocation, writer_conn: sqlite3.Connection) -> None:
+    def __init__(
+        self,
+        location: JournalLocation,
+        writer_conn: sqlite3.Connection | None,
+        access: Access = "write",
+        stand_ins: tuple[str, ...] = (),
+    ) -> None:
+        """``writer_conn`` None: opened read-only (``access`` says how readers
+        connect, ``stand_ins`` how they read an older schema)."""
         assert location.path is not None
         self.url = location.url
         self.path = location.path
@@ -52,22 +66,34 @@ class SQLiteJournal:
         self._in_flight = 0
         self._last_group = 0
         self._token = trio.lowlevel.current_trio_token()
-        self._reading = Reading(self.url, self.path, self.synchronous, self.poll, self._token)
-        self._writer = Writer(writer_conn, self.path, self._deliver, self._token)
-        self._writer.thread.start()
+        self._reading = Reading(
+            self.url, self.path, self.synchronous, self.poll, self._token, access, stand_ins
+        )
+        self._writer: Writer | None = None
+        if writer_conn is not None:
+            self._writer = Writer(writer_conn, self.path, self._deliver, self._token)
+            self._writer.thread.start()
 
     @classmethod
-    async def open(cls, url: str) -> SQLiteJournal:
+    async def open(cls, url: str, *, readonly: bool = False) -> SQLiteJournal:
         """Open (or create, mode 0600) the journal file named by ``url``.
 
-        Raises ``NotAJournalError`` for a file that is not a SQLite database or a
-        database that is not a journal, ``JournalSchemaError`` for a journal
-        written by a newer schema, ``ValueError`` for a malformed URL.
+        With ``readonly`` nothing is created or written, not even by SQLite
+        (no writer thread; writes raise ``JournalReadOnlyError``); a file on a
+        read-only file system is read too.  Raises ``NotAJournalError`` for a
+        file that is not a SQLite database or a database that is not a journal
+        (with ``readonly``: also for a missing or empty file),
+        ``JournalSchemaError`` for a journal written by a newer schema,
+        ``ValueError`` for a malformed URL.
         """
         location = parse_location(url)
         if location.scheme != "sqlite":
             raise ValueError(f"{url!r} is not a sqlite: journal URL")
         assert location.path is not None
+        if readonly:
+            access = await trio.to_thread.run_sync(check_existing_file, location.path)
+            version = await trio.to_thread.run_sync(check_readable_version, location.path, access)
+            return cls(location, None, access, reader_stand_ins(version))
         conn = await trio.to_thread.run_sync(prepare, location.path, location.synchronous)
         return cls(location, conn)
 
@@ -112,6 +138,10 @@ class SQLiteJournal:
     async def _submit(self, request: Request) -> Any:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
+        if self._writer is None:
+            raise JournalReadOnlyError(
+                f"journal {self.url} was opened read-only; open it without readonly=True to write"
+            )
         self._outbox.append(request)
         if len(self._outbox) == 1:
             if self._in_flight == 0 and self._last_group <= 1:
@@ -132,7 +162,7 @@ class SQLiteJournal:
         return await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
 
     def _flush_outbox(self) -> None:
-        if self._outbox:
+        if self._outbox and self._writer is not None:
             group, self._outbox = self._outbox, []
             self._in_flight += len(group)
             self._writer.queue.put(group)
@@ -200,6 +230,8 @@ class SQLiteJournal:
     def statistics(self) -> SQLiteStatistics:
         """How many transactions the writer ran and how many writes they carried."""
         writer = self._writer
+        if writer is None:
+            return SQLiteStatistics(transactions=0, requests=0, largest_group=0)
         return SQLiteStatistics(
             transactions=writer.transactions,
             requests=writer.requests,
@@ -216,12 +248,14 @@ class SQLiteJournal:
         if self._closed:
             return
         self._closed = self._reading.closed = True
-        self._flush_outbox()
-        self._writer.queue.put(None)
-        # Shielded: the writer must be joined (and its connection closed) even
-        # when the closer is being cancelled, or the file stays locked.
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(self._writer.thread.join)
+        writer = self._writer
+        if writer is not None:
+            self._flush_outbox()
+            writer.queue.put(None)
+            # Shielded: the writer must be joined (and its connection closed)
+            # even when the closer is being cancelled, or the file stays locked.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(writer.thread.join)
         self._reading.close()
 
     def _check_open(self) -> None:

@@ -26,7 +26,7 @@ from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundErr
 from ..events import Event
 from ..record import Record
 from ..store import SessionInfo, StorageCheck, StorageProblem
-from .schema import connect, damaged, unavailable
+from .schema import Access, connect, damaged, unavailable
 
 __all__ = ["Reading"]
 
@@ -70,8 +70,11 @@ _decoder = msgspec.msgpack.Decoder(Event)
 class _Readers:
     """A pool of reader connections, each lent to one worker thread at a time."""
 
-    def __init__(self, path: str, synchronous: str) -> None:
-        self._path, self._synchronous = path, synchronous
+    def __init__(
+        self, path: str, synchronous: str, access: Access, stand_ins: tuple[str, ...]
+    ) -> None:
+        self._path, self._synchronous, self._access = path, synchronous, access
+        self._stand_ins = stand_ins
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self.closed = False
@@ -81,7 +84,9 @@ class _Readers:
         with self._lock:
             conn = self._idle.pop() if self._idle else None
         if conn is None:
-            conn = connect(self._path, self._synchronous)
+            conn = connect(self._path, self._synchronous, self._access)
+            for statement in self._stand_ins:
+                conn.execute(statement)
             conn.execute("PRAGMA query_only = ON")
         try:
             yield conn
@@ -148,12 +153,19 @@ class Reading:
     """
 
     def __init__(
-        self, url: str, path: str, synchronous: str, poll: float, token: trio.lowlevel.TrioToken
+        self,
+        url: str,
+        path: str,
+        synchronous: str,
+        poll: float,
+        token: trio.lowlevel.TrioToken,
+        access: Access = "write",
+        stand_ins: tuple[str, ...] = (),
     ) -> None:
         self.url, self.path, self.poll = url, path, poll
         self.closed = False
         """Set by the journal as it starts closing: reads end, tails return."""
-        self._readers = _Readers(path, synchronous)
+        self._readers = _Readers(path, synchronous, access, stand_ins)
         self._changed: dict[str, trio.Event] = {}
         self._token = token
 

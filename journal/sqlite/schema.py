@@ -9,12 +9,18 @@ described in ``docs/journal.md``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+import tempfile
 from pathlib import Path
+from typing import Literal
 
 from ..codec import SCHEMA_VERSION, check_schema_version
 from ..errors import JournalError, JournalUnavailableError, NotAJournalError
+
+Access = Literal["write", "read", "immutable"]
+"""How a connection may use the journal file (``connect``)."""
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -112,6 +118,11 @@ def unavailable(exc: sqlite3.Error, path: str, doing: str) -> JournalError:
             "`loopruntime replay SESSION --check` runs SQLite's integrity check and names "
             "the damaged tables; restore the file from a backup"
         )
+    if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_FULL:
+        return JournalUnavailableError(
+            f"sqlite journal {path}: {doing} failed: the disk is full (or the file system "
+            "refused to grow the file); free some space and try again"
+        )
     if isinstance(exc, sqlite3.DataError):
         # SQLITE_TOOBIG, the one failure sqlite3 reports as DataError: retrying
         # the same write can only fail again.
@@ -132,31 +143,98 @@ def unavailable(exc: sqlite3.Error, path: str, doing: str) -> JournalError:
     return JournalUnavailableError(f"sqlite journal {path}: {doing} failed: {exc}")
 
 
-def connect(path: str, synchronous: str) -> sqlite3.Connection:
+def connect(path: str, synchronous: str, access: Access = "write") -> sqlite3.Connection:
+    """A connection to the journal file: ``write``, ``read`` (SQLite's read-only
+    mode: it never writes the file, but needs the ``-shm`` file beside it), or
+    ``immutable`` (for a file on a read-only file system or in a directory this
+    process cannot write, where no writer can be at work either)."""
     # isolation_level=None: this module issues BEGIN/COMMIT itself.
     # check_same_thread=False: reader connections move between trio's worker
     # threads (never used by two threads at once: the pool hands each out once).
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    if access == "write":
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    else:
+        mode = "ro&immutable=1" if access == "immutable" else "ro"
+        uri = f"{Path(path).resolve().as_uri()}?mode={mode}"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     return conn
 
 
 def _create_file(path: str) -> None:
-    """Create the database file with mode 0600 before SQLite does (it would use 0644).
+    """Create a new journal at ``path`` whole, or not at all.
 
-    SQLite gives the ``-wal`` and ``-shm`` files the main file's permissions.
+    The file is built under a temporary name beside ``path`` (mode 0600: SQLite
+    would use 0644, and gives the ``-wal`` and ``-shm`` files the main file's
+    mode), schema and WAL mode included, then linked into place.  So no process
+    ever opens a half-made journal, and a failure (a full disk) leaves nothing
+    behind.  When another process links its journal first, that one is used.
     """
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+    if os.path.lexists(path):
         return
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, temp = tempfile.mkstemp(
+            prefix=f".{os.path.basename(path)}.", suffix=".new", dir=directory
+        )
     except OSError as exc:
         raise JournalUnavailableError(
             f"cannot create journal file {path}: {exc.strerror}; check that the "
             "directory exists and is writable"
         ) from exc
     os.close(fd)
+    try:
+        conn = sqlite3.connect(temp, isolation_level=None)
+        try:
+            _create_schema(conn)
+            conn.execute("PRAGMA journal_mode = WAL")
+        finally:
+            conn.close()
+        _link_into_place(temp, path)
+    except sqlite3.Error as exc:
+        raise unavailable(exc, path, "creating the journal") from exc
+    except OSError as exc:
+        raise JournalUnavailableError(
+            f"cannot create journal file {path}: {exc.strerror or exc}"
+        ) from exc
+    finally:
+        for leftover in (temp, f"{temp}-wal", f"{temp}-shm", f"{temp}-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+
+
+def _link_into_place(temp: str, path: str) -> None:
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        return  # another process created the journal first: it is the one
+    except OSError:
+        # A file system without hard links: claim the name, then move the
+        # finished file over the claim (an empty file for that moment, which
+        # every opener refuses rather than takes over).
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            return
+        os.replace(temp, path)
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        conn.executemany(
+            "INSERT INTO journal_meta (key, value) VALUES (?, ?)",
+            [("format", _FORMAT), ("schema_version", str(SCHEMA_VERSION))],
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        # A failed COMMIT (a full disk) may have ended the transaction already.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def prepare(path: str, synchronous: str) -> sqlite3.Connection:
@@ -191,21 +269,12 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
 def _check_or_create_schema(conn: sqlite3.Connection, path: str) -> None:
     tables = _tables(conn)
     if not tables:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            # Another process may have created the journal while we waited.
-            if not _tables(conn):
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-                conn.executemany(
-                    "INSERT INTO journal_meta (key, value) VALUES (?, ?)",
-                    [("format", _FORMAT), ("schema_version", str(SCHEMA_VERSION))],
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        tables = _tables(conn)
+        # A journal is created whole (``_create_file``): an existing empty file
+        # or database is someone else's, not a journal to take over.
+        raise NotAJournalError(
+            f"{path} is empty: it is not a loopruntime journal; remove it, or choose "
+            "another path for a new journal"
+        )
     if "journal_meta" not in tables:
         raise NotAJournalError(
             f"{path} is a SQLite database but not a loopruntime journal (it has tables "
@@ -250,16 +319,21 @@ def _upgrade(conn: sqlite3.Connection) -> None:
         )
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
 
 
-def check_existing_file(path: str) -> None:
-    """Refuse, without creating or writing anything, a file that is not a journal.
+def check_existing_file(path: str) -> Access:
+    """Refuse, without creating or writing anything, a file that is not a journal;
+    return how a reader may open it.
 
     ``NotAJournalError`` saying why: the file is missing, not a regular file,
     empty, not a SQLite database, or a database without the journal's
-    ``format`` mark.  Reads through a read-only connection.
+    ``format`` mark.  Reads through a read-only connection: ``read`` when one
+    opens, else ``immutable`` when the file's directory cannot be written (a
+    read-only file system or directory, where SQLite cannot make the ``-shm``
+    file a read-only connection needs, and no writer can be at work either).
     """
     p = Path(path)
     if not p.exists():
@@ -268,13 +342,63 @@ def check_existing_file(path: str) -> None:
         raise NotAJournalError(f"{path} is not a journal file")
     if p.stat().st_size == 0:
         raise NotAJournalError(f"{path} is empty: it is not a loopruntime journal")
+    access: Access = "read"
     try:
-        conn = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)
+        meta = _read_meta(path, access)
+    except sqlite3.OperationalError as exc:
+        if os.access(p.resolve().parent, os.W_OK):
+            raise _not_readable(path, exc) from exc
+        access = "immutable"
         try:
-            row = conn.execute("SELECT value FROM journal_meta WHERE key = 'format'").fetchone()
-        finally:
-            conn.close()
+            meta = _read_meta(path, access)
+        except sqlite3.Error as again:
+            raise _not_readable(path, again) from again
     except sqlite3.Error as exc:
-        raise NotAJournalError(f"{path} is not a loopruntime journal ({exc})") from exc
-    if row is None or row[0] != _FORMAT:
+        raise _not_readable(path, exc) from exc
+    if meta.get("format") != _FORMAT:
         raise NotAJournalError(f"{path} is not a loopruntime journal")
+    return access
+
+
+def check_readable_version(path: str, access: Access) -> int:
+    """The schema version of a journal a reader that must not write opens;
+    ``JournalSchemaError`` for a newer one.  An older one is read as it is,
+    through ``reader_stand_ins`` (only a writer upgrades a file)."""
+    version = _schema_version(_read_meta(path, access))
+    check_schema_version(version, where=f"journal {path}")
+    return version
+
+
+def reader_stand_ins(version: int) -> tuple[str, ...]:
+    """Statements that let a read-only connection read a journal of an older
+    schema version: temporary stand-ins (per connection, in memory, never in
+    the file) for the tables its upgrade would add, holding what the upgrade
+    would put there."""
+    statements: list[str] = []
+    if version < 2:
+        statements.append(_CHECKPOINTS_TABLE.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
+    if version < 3:
+        # Every record of such a file is chained by the body-only rule: the
+        # whole-record rule starts past any seq.
+        statements.append(
+            "CREATE TEMP VIEW chain_rule AS"
+            f" SELECT session, {2**63 - 1} AS whole_from FROM main.sessions"
+        )
+    return tuple(statements)
+
+
+def _read_meta(path: str, access: Access) -> dict[str, str]:
+    conn = connect(path, "NORMAL", access)
+    try:
+        return dict(conn.execute("SELECT key, value FROM journal_meta").fetchall())
+    finally:
+        conn.close()
+
+
+def _not_readable(path: str, exc: sqlite3.Error) -> NotAJournalError:
+    if "no such table" in str(exc) or "not a database" in str(exc):
+        return NotAJournalError(f"{path} is not a loopruntime journal ({exc})")
+    return NotAJournalError(
+        f"{path} cannot be read as a loopruntime journal ({exc}); check that this user "
+        "may read it and the directory it is in"
+    )

@@ -34,9 +34,10 @@ class ReplayInputError(Exception):
 
 
 @asynccontextmanager
-async def open_for_replay(url: str) -> AsyncIterator[Journal]:
-    """Open a journal to read it, refusing a SQLite file that is missing or
-    not a journal before anything could create it.  Backend errors (a
+async def open_for_replay(url: str, *, write: bool = False) -> AsyncIterator[Journal]:
+    """Open an existing journal, refusing a SQLite file that is missing or not a
+    journal before anything could create it.  Read-only unless ``write`` (a
+    command that settles something, like ``resolve``).  Backend errors (a
     newer schema, an unreachable server) are ``JournalError``s."""
     try:
         location = await check_existing_journal(url)
@@ -44,7 +45,7 @@ async def open_for_replay(url: str) -> AsyncIterator[Journal]:
         raise ReplayInputError(
             f"{exc}; name the journal with --journal URL_OR_PATH or $LOOPRUNTIME_JOURNAL"
         ) from exc
-    async with open_journal(location.url) as journal:
+    async with open_journal(location.url, readonly=not write) as journal:
         yield journal
 
 

@@ -259,3 +259,70 @@ async def test_sessions_does_not_call_a_crashed_session_running(tmp_path: Path) 
     [crashed] = [line for line in out.splitlines() if line.startswith("ses_ok_crashed")]
     assert crashed.endswith("open*")
     assert "left by a crash" in out
+
+
+# -- file systems a user may hand the journal ------------------------------------------
+
+
+def _namespaces_work() -> bool:
+    """Whether this machine lets a test make a private mount namespace."""
+    try:
+        done = subprocess.run(["unshare", "-rm", "true"], capture_output=True, check=False)
+    except FileNotFoundError:
+        return False
+    return done.returncode == 0
+
+
+needs_namespaces = pytest.mark.skipif(
+    not _namespaces_work(), reason="unshare cannot make a mount namespace on this machine"
+)
+
+
+def in_private_mounts(script: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    """Run ``script`` (sh) in a new user and mount namespace: its mounts are seen by
+    it alone and vanish with it.  ``$LR`` runs the command line."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPRUNTIME_")}
+    env["LR"] = f"{sys.executable} -m session.cli"
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        check=False,
+        timeout=300,
+    )
+
+
+@needs_namespaces
+def test_replay_and_sessions_read_a_journal_on_a_read_only_file_system(
+    journal_with_a_session: Path,
+) -> None:
+    where = journal_with_a_session.parent
+    done = in_private_mounts(
+        f"mount --bind {where} {where} && mount -o remount,bind,ro {where} && "
+        f"$LR replay {SESSION} --journal {journal_with_a_session} && "
+        f"$LR replay {SESSION} --check --journal {journal_with_a_session} && "
+        f"$LR sessions --journal {journal_with_a_session}",
+        cwd=where,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert "14°C in Paris".encode() in done.stdout
+    assert b"every invariant holds" in done.stdout
+    assert SESSION.encode() in done.stdout
+
+
+@needs_namespaces
+def test_a_full_disk_at_creation_is_named_and_leaves_nothing(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    done = in_private_mounts(
+        f"mount -t tmpfs -o size=16k tmpfs {disk} && cd {disk} && "
+        f"$LR journal init --journal {disk}/j.db; status=$?; ls -A {disk}; exit $status",
+        cwd=tmp_path,
+    )
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert "Traceback" not in err
+    assert "disk is full" in err and "j.db" in err
+    assert done.stdout.decode().split() == []  # nothing half made was left

@@ -21,10 +21,12 @@ from journal import (
     FencedError,
     JournalCorruptError,
     JournalError,
+    JournalReadOnlyError,
     JournalSchemaError,
     NotAJournalError,
     Record,
     SessionLease,
+    check_existing_journal,
     open_journal,
 )
 from journal.codec import GENESIS, chain, chain_body, encode_event
@@ -68,12 +70,51 @@ async def test_a_plain_path_is_a_sqlite_file(tmp_path: Path) -> None:
     assert path.exists()
 
 
-async def test_an_existing_empty_file_becomes_a_journal(tmp_path: Path) -> None:
+async def test_an_existing_empty_file_is_refused_as_replay_refuses_it(tmp_path: Path) -> None:
+    # A journal is created whole under its own mode (0600); an empty file someone
+    # made (world-readable, say) is not taken over.
     path = tmp_path / "empty.db"
-    path.touch()
+    path.touch(mode=0o644)
+    with pytest.raises(NotAJournalError, match="is empty: it is not a loopruntime journal"):
+        async with open_journal(url(path)):
+            pass
+    with pytest.raises(NotAJournalError, match="is empty: it is not a loopruntime journal"):
+        await check_existing_journal(url(path))
+    assert path.stat().st_size == 0 and path.stat().st_mode & 0o777 == 0o644
+
+
+async def test_a_new_journal_appears_whole_with_mode_0600(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    async with open_journal(url(path)):
+        assert (await trio.Path(path).stat()).st_mode & 0o777 == 0o600
+    # Nothing of the temporary file it was built under is left beside it.
+    left = [p.name for p in await trio.Path(tmp_path).iterdir()]
+    assert [name for name in left if not name.startswith("new.db")] == []
+
+
+async def test_a_journal_opened_read_only_refuses_writes_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.db"
     async with open_journal(url(path)) as journal:
-        await journal.open_session("s")
-        assert [i.session for i in await journal.sessions()] == ["s"]
+        lease = await journal.open_session("s")
+        await journal.append(lease, [Draft(id="e1", loop="main", event=notice(1))], expected_seq=0)
+    async with open_journal(url(path), readonly=True) as journal:
+        assert [r.seq async for r in journal.read("s")] == [1]
+        with pytest.raises(JournalReadOnlyError, match="opened read-only"):
+            await journal.open_session("t")
+        with pytest.raises(JournalReadOnlyError):
+            more = [Draft(id="e2", loop="main", event=notice(2))]
+            await journal.append(lease, more, expected_seq=1)
+    async with open_journal(url(path)) as journal:
+        assert [(i.session, i.head, i.incarnation) for i in await journal.sessions()] == [
+            ("s", 1, lease.incarnation)
+        ]
+    missing = tmp_path / "missing.db"
+    with pytest.raises(NotAJournalError, match="does not exist"):
+        async with open_journal(url(missing), readonly=True):
+            pass
+    assert not await trio.Path(missing).exists()
 
 
 async def test_random_bytes_are_not_a_journal(tmp_path: Path) -> None:
@@ -556,8 +597,10 @@ async def test_a_value_over_sqlites_length_limit_fails_alone(
     # sessions committing in the same group must not share its fate.
     connect = sqlite_schema.connect
 
-    def limited(path: str, synchronous: str) -> sqlite3.Connection:
-        conn = connect(path, synchronous)
+    def limited(
+        path: str, synchronous: str, access: sqlite_schema.Access = "write"
+    ) -> sqlite3.Connection:
+        conn = connect(path, synchronous, access)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _LIMIT)
         return conn
 
