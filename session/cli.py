@@ -1,4 +1,4 @@
-"""The ``loopruntime`` command: demo, chat, sessions, replay, resolve, journal.
+"""The ``loopruntime`` command: demo, chat, sessions, replay, fork, resolve, journal.
 
 Every command takes ``--journal URL_OR_PATH`` (default
 ``$LOOPRUNTIME_JOURNAL``, else ``./.loopruntime/journal.db``).  Logging is
@@ -34,6 +34,7 @@ from journal.content import Message, Text, TextDelta
 from loopruntime import LoopDefinition, LoopError
 from loopruntime.models import ScriptedModel
 
+from .fork import lineage, plan_fork, write_fork
 from .replay import ReplayInputError, open_for_replay, replay_command
 from .restore import read_states, resolve_offline
 from .runtime import Session, StreamDelta
@@ -238,19 +239,48 @@ async def _sessions(args: argparse.Namespace) -> int:
             return 0
         print(f"{'session':<24} {'loops':>5} {'records':>8}  {'last activity':<19}  status")
         damaged: list[str] = []
+        rows: dict[str, str] = {}
+        forks: dict[str, list[str]] = {}
         for info in sorted(infos, key=lambda i: i.updated_at):
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.updated_at / 1e9))
             try:
                 states = await read_states(journal, info.session)
+                forked = await lineage(journal, info.session)
             except JournalError as exc:
                 # One damaged session must not hide the others from the list.
                 damaged.append(f"loopruntime sessions: {exc}")
                 seq = getattr(exc, "seq", None)
                 status = "damaged" + (f" at seq {seq}" if seq is not None else "")
-                print(f"{info.session:<24} {'?':>5} {info.head:>8}  {when:<19}  {status}")
+                rows[info.session] = (
+                    f"{info.session:<24} {'?':>5} {info.head:>8}  {when:<19}  {status}"
+                )
                 continue
             statuses = ",".join(sorted({st.status.value for st in states.values()})) or "empty"
-            print(f"{info.session:<24} {len(states):>5} {info.head:>8}  {when:<19}  {statuses}")
+            origin = ""
+            if forked is not None:
+                forks.setdefault(forked.source, []).append(info.session)
+                origin = f"  (fork of {forked.source} at seq {forked.seq})"
+            rows[info.session] = (
+                f"{info.session:<24} {len(states):>5} {info.head:>8}  {when:<19}  "
+                f"{statuses}{origin}"
+            )
+        # Forks are listed under their source (a fork whose source is not in
+        # this journal stands on its own).
+        shown: set[str] = set()
+
+        def show(session: str, depth: int) -> None:
+            shown.add(session)
+            print(("  " * depth + "└ " if depth else "") + rows[session])
+            for fork in forks.get(session, []):
+                if fork not in shown:
+                    show(fork, depth + 1)
+
+        nested = {fork for children in forks.values() for fork in children}
+        for session in rows:
+            if session not in shown and not (
+                session in nested and _source_listed(session, forks, rows)
+            ):
+                show(session, 0)
         for line in damaged:
             print(line, file=sys.stderr)
         if damaged:
@@ -261,6 +291,10 @@ async def _sessions(args: argparse.Namespace) -> int:
             )
             return 1
     return 0
+
+
+def _source_listed(session: str, forks: dict[str, list[str]], rows: dict[str, str]) -> bool:
+    return any(session in children and source in rows for source, children in forks.items())
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -299,6 +333,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         # Ctrl-C ends --follow; it is how a person stops watching.
         return 130
+
+
+# -- fork ---------------------------------------------------------------------------
+
+
+async def _fork(args: argparse.Namespace) -> int:
+    # A missing or foreign file is refused before anything could create it.
+    async with open_for_replay(journal_url(args.journal)) as journal:
+        plan = await plan_fork(
+            journal,
+            _checked_text(args.session, "session id"),
+            args.at,
+            None if args.new_session is None else _checked_text(args.new_session, "session id"),
+        )
+        await write_fork(journal, plan)
+    print(plan.new_session_id)
+    return 0
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    return trio.run(_fork, args)
 
 
 # -- resolve ------------------------------------------------------------------------
@@ -425,6 +480,21 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("--follow", action="store_true", help="keep printing new records")
     replay.add_argument("--at", type=int, metavar="SEQ", help="show each loop's state at SEQ")
     replay.set_defaults(run=cmd_replay)
+    fork = command(
+        "fork",
+        "start a new session from a session's state at a seq",
+        "Create a new session that starts where SESSION stood at seq SEQ, and print its id.  "
+        "SESSION is never changed.  What was open at SEQ (a model call, a tool call) is "
+        "settled as after a crash when the fork is first opened.",
+    )
+    fork.add_argument("session", help="the session to fork ('loopruntime sessions' lists them)")
+    fork.add_argument(
+        "--at", type=int, required=True, metavar="SEQ", help="the seq to fork at (1..head)"
+    )
+    fork.add_argument(
+        "--new-session", metavar="ID", help="the fork's session id (default: a fresh one)"
+    )
+    fork.set_defaults(run=cmd_fork)
     resolve = command(
         "resolve",
         "settle a tool call whose outcome is unknown",

@@ -45,6 +45,7 @@ from journal.events import (
     ModelOutput,
     Notice,
     SessionCheckpoint,
+    SessionForked,
     SteerApplied,
     SteerQueued,
     ToolAbandoned,
@@ -62,6 +63,8 @@ from loopruntime.host import (
     merged,
     unanswered_tool_uses,
 )
+
+from .lineage import fork_source_problem
 
 RULES = (
     "journal readable",
@@ -90,6 +93,9 @@ RULES = (
     "fold succeeds",
     "checkpoint chain linked",
     "checkpoint equals the fold before it",
+    "fork marker is seq 1",
+    "fork base is a full checkpoint",
+    "fork base equals its source",
 )
 """Every rule the checker enforces, by the name a ``Problem`` carries."""
 
@@ -109,6 +115,9 @@ class CheckReport:
     session: str
     records: int = 0
     problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What the check could not prove and why (a fork whose source is not in
+    this journal), none of them a problem."""
 
     @property
     def ok(self) -> bool:
@@ -120,7 +129,11 @@ class CheckReport:
 
     def summary(self) -> str:
         if self.ok:
-            return f"ok: {self.records} records of session {self.session}, every invariant holds"
+            notes = "".join(f"; note: {n}" for n in self.notes)
+            return (
+                f"ok: {self.records} records of session {self.session}, every invariant holds"
+                + notes
+            )
         first = min(self.problems, key=lambda p: p.seq)
         return (
             f"FAILED at seq {self.first_bad_seq}: {first} "
@@ -150,7 +163,22 @@ async def check(journal: Journal, session_id: str) -> CheckReport:
         report.problems.append(Problem(seq, "journal readable", str(exc)))
         report.problems.sort(key=lambda p: p.seq)
         return report
-    return check_records(session_id, records, verify_digests=False)
+    return await check_read(journal, session_id, records)
+
+
+async def check_read(journal: Journal, session_id: str, records: Sequence[Record]) -> CheckReport:
+    """``check_records`` over records read from ``journal`` (all of a
+    session's, or a prefix), and for a fork, its starting state compared with
+    its source when the source is in ``journal``."""
+    report = check_records(session_id, records, verify_digests=False)
+    if len(records) >= 2 and isinstance(records[0].event, SessionForked):
+        problem, note = await fork_source_problem(journal, records[0].event, records[1])
+        if note:
+            report.notes.append(note)
+        if problem:
+            report.problems.append(Problem(2, "fork base equals its source", problem))
+            report.problems.sort(key=lambda p: p.seq)
+    return report
 
 
 def check_records(
@@ -182,6 +210,8 @@ class _Checker:
         self.checkpoint_messages: dict[str, list[Message]] = {}
         self.checkpoint_verified: dict[str, tuple[list[Message], int]] = {}
         """Per loop, the message list found equal at its last checkpoint, and its length."""
+        self.forked = False
+        """Seq 1 is a ``session.forked`` marker: seq 2 is the fork's starting state."""
 
     def bad(self, seq: int, rule: str, detail: str) -> None:
         assert rule in RULES, rule
@@ -208,6 +238,10 @@ class _Checker:
             except Exception as exc:
                 self.bad(r.seq, "fold succeeds", repr(exc))
             self.after_fold(r, state)
+            if r.seq == 2 and self.forked and not isinstance(r.event, SessionCheckpoint):
+                self.bad(
+                    r.seq, "fork base is a full checkpoint", f"it is a {type(r.event).__name__}"
+                )
         self.problems.sort(key=lambda p: p.seq)
         return CheckReport(session=self.session, records=len(records), problems=self.problems)
 
@@ -336,7 +370,14 @@ class _Checker:
             case CompactionRejected():
                 self.compactions.pop(e.attempt_id, None)
             case SessionCheckpoint():
-                self.checkpoint(seq, e)
+                if self.forked and seq == 2:
+                    self.adopt_base(seq, e)
+                else:
+                    self.checkpoint(seq, e)
+            case SessionForked():
+                if seq != 1:
+                    self.bad(seq, "fork marker is seq 1", f"a session.forked marker at seq {seq}")
+                self.forked = seq == 1
             case (
                 LoopStarted()
                 | LoopModeChanged()
@@ -362,6 +403,35 @@ class _Checker:
                 pass
             case _:
                 assert_never(e)
+
+    def adopt_base(self, seq: int, e: SessionCheckpoint) -> None:
+        """A fork starts from this checkpoint, not from empty states: what it
+        pictures open (calls, gates, a turn) is open for the rules that follow.
+        ``check`` compares it with the source when the source is at hand."""
+        if e.previous != 0:
+            self.bad(seq, "fork base is a full checkpoint", f"it follows seq {e.previous}")
+        for image in e.loops:
+            try:
+                state = image_state(image.state)
+            except msgspec.DecodeError as exc:
+                self.bad(seq, "fork base is a full checkpoint", f"loop {image.loop}: {exc}")
+                continue
+            state.messages = list(image.messages)
+            self.states[image.loop] = state
+            self.checkpoint_messages[image.loop] = list(image.messages)
+            self.checkpoint_verified[image.loop] = (state.messages, len(state.messages))
+            for execution_id, started in (*state.running.items(), *state.unknown.items()):
+                self.started[execution_id] = started
+            self.unknown.update(state.unknown)
+            self.abandoned.update(state.unknown)
+            for gate in state.gates.values():
+                self.gates_open[gate.gate_id] = gate.kind
+                self.gates_seen.add(gate.gate_id)
+            if state.turn_open:
+                self.turns_open[image.loop] = state.turn_index
+            if state.compacting is not None:
+                self.compactions[state.compacting] = state.history_seq
+        self.checkpoint_seq = seq
 
     def checkpoint(self, seq: int, e: SessionCheckpoint) -> None:
         """A checkpoint must be exactly the fold of every record before it,
