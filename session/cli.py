@@ -321,6 +321,7 @@ async def _replay(args: argparse.Namespace) -> int:
         check_only=args.check,
         follow=args.follow,
         at=args.at,
+        otlp=args.otlp,
         color=sys.stdout.isatty(),
         out=out,
         err=err,
@@ -470,9 +471,16 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("session", help="the session id ('loopruntime sessions' lists them)")
     replay.add_argument(
         "--format",
-        choices=("transcript", "tree", "json"),
+        choices=("transcript", "tree", "json", "otel-json"),
         default="transcript",
-        help="transcript (default), the conversation tree, or the tree as JSON",
+        help="transcript (default), the conversation tree, the tree as JSON, or the "
+        "OpenTelemetry trace as OTLP/JSON (needs the otel extra)",
+    )
+    replay.add_argument(
+        "--otlp",
+        metavar="URL",
+        help="export the session's trace to an OTLP/HTTP endpoint, e.g. "
+        "http://localhost:4318/v1/traces (needs the otel extra)",
     )
     replay.add_argument(
         "--check", action="store_true", help="check every journal invariant (exit 1 if one fails)"
