@@ -60,9 +60,7 @@ async def test_a_restored_session_continues_its_trace(tmp_path: Path, kill_after
     [open_turn] = started - ended
     turn_span = span_id_of(scenario.SESSION, "turn", "main", str(open_turn))
     assert got[turn_span] == "restore"
-    before = [
-        s for s in emitted if s["parent"] == turn_span and expected[s["span"]][1] <= head
-    ]
+    before = [s for s in emitted if s["parent"] == turn_span and expected[s["span"]][1] <= head]
     assert all(s["phase"] == "run" for s in before)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import trio
@@ -12,6 +13,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from journal import Record, open_journal
 from journal.events import ToolStarted
+from loopruntime import Delegate, LoopDefinition
+from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 from session.demo import demo_definition
 from session.otel import Exporter, spans_of, trace_id_of
@@ -202,3 +205,31 @@ async def test_an_unreachable_endpoint_is_a_clear_failure(
     code = await replay_command(url, session_id, otlp=endpoint, out=lines.append, err=lines.append)
     assert code == 1
     assert lines[-1].startswith(f"loopruntime replay: the trace was not exported to {endpoint}")
+
+
+async def test_a_child_loop_nests_under_the_tool_call_that_started_it() -> None:
+    researcher = LoopDefinition(name="researcher", model=ScriptedModel([Reply(text="X=42")]))
+    lead = LoopDefinition(
+        name="lead",
+        model=ScriptedModel(
+            [
+                Reply(tool_calls=[ToolCall(name="research", input={"task": "find X"})]),
+                Reply(text="X is 42"),
+            ]
+        ),
+        delegates=[Delegate(name="research", description="Research", definition=researcher)],
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, lead) as s:
+            await s.submit("what is X?")
+            await s.wait_idle()
+        records = [r async for r in journal.read(s.id)]
+    lines = [re.sub(r" in=\d+ out=\d+", "", line) for line in span_tree(spans_of(s.id, records))]
+    assert lines == [
+        "invoke_agent lead outcome=completed [child.finished]",
+        "  chat scripted model=scripted finish=tool_use",
+        "  execute_tool research tool=research disposition=succeeded",
+        "    invoke_agent researcher outcome=completed",
+        "      chat scripted model=scripted finish=end_turn",
+        "  chat scripted model=scripted finish=end_turn",
+    ]
