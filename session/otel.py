@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
 
-from journal import Record
+from journal import JournalError, Record
 from journal.content import Message, Text, Thinking, ToolResult, ToolUse
 from journal.events import (
     CHECKPOINT_STREAM,
@@ -59,6 +59,7 @@ from journal.events import (
     TurnStarted,
 )
 
+from .checkpoints import fork_base
 from .runtime import Session
 
 __all__ = [
@@ -147,8 +148,10 @@ class SpanBuilder:
     def feed(self, r: Record) -> list[FinishedSpan]:
         e = r.event
         if r.loop == CHECKPOINT_STREAM:
-            if isinstance(e, SessionForked):
+            if isinstance(e, SessionForked) and r.seq == 1:
                 self.forked = e
+            elif r.seq == 2 and self.forked is not None:
+                self._start_fork(r)
             return []
         loop = self.loops.setdefault(r.loop, _Loop())
         done: list[FinishedSpan] = []
@@ -369,6 +372,38 @@ class SpanBuilder:
             case _:
                 pass  # input bookkeeping, stream pieces, measures: no span, no event
         return done
+
+    def _start_fork(self, r: Record) -> None:
+        """A fork's loops come from its base (seq 2), not from ``loop.started``;
+        a turn, model call or tool call open there goes on in the fork, so its
+        span starts where the fork does."""
+        try:
+            base = fork_base(r)
+        except JournalError:
+            return  # the checker reports it; the spans go without the base
+        for loop_id, state in base.items():
+            loop = self.loops.setdefault(loop_id, _Loop())
+            loop.definition, loop.model = state.definition, state.model
+            if state.parent is not None:
+                loop.parent = self._span_id(
+                    "tool", state.parent.parent_loop, state.parent.execution_id
+                )
+            # What was open there is open in the fork: its spans start at the fork.
+            opened: list[Any] = []
+            if state.turn_open:
+                opened.append(TurnStarted(turn=state.turn_index))
+            if state.open_call is not None:
+                opened.append(
+                    ModelCallStarted(
+                        effect_id=state.open_call,
+                        turn=state.turn_index,
+                        step=state.step,
+                        model=state.model,
+                    )
+                )
+            opened.extend((*state.running.values(), *state.unknown.values()))
+            for event in opened:
+                self.feed(msgspec.structs.replace(r, loop=loop_id, event=event))
 
     def feed_all(self, records: Iterable[Record]) -> list[FinishedSpan]:
         return [span for r in records for span in self.feed(r)]

@@ -277,3 +277,28 @@ def test_queued_input_of_the_source_is_the_forks(tmp_path: Path) -> None:
         assert [q.input_id for q in plan.states["main"].queued] == [queued.event.input_id]  # type: ignore[union-attr]
 
     trio.run(go)
+
+
+async def test_a_fork_cut_inside_a_turn_traces_that_turn(tmp_path: Path) -> None:
+    from session.otel import spans_of
+
+    journal = MemoryJournal()
+    source = await run_scenario(journal, tmp_path)
+    started = next(
+        r for r in source if isinstance(r.event, ToolStarted) and r.event.name == "send_invoice"
+    )
+    ledger = scenario.Ledger(tmp_path, "fork")
+    async with Session.fork(
+        journal, scenario.SESSION, scenario.definition(ledger), at=started.seq, new_session_id="f"
+    ) as fork:
+        await scenario.settle(fork, ledger)
+    spans = spans_of("f", await records(journal, "f"))
+    turns = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert [s.name for s in turns] == ["invoke_agent crash"]
+    attributes = turns[0].attributes or {}
+    assert attributes["loopruntime.forked_from"] == scenario.SESSION
+    assert attributes["loopruntime.forked_at"] == started.seq
+    # The call the fork resolved, and the reply after it, are the turn's children.
+    children = [s for s in spans if s.parent is not None]
+    assert {s.parent.span_id for s in children if s.parent} == {turns[0].context.span_id}
+    assert {s.name for s in children} == {"execute_tool send_invoice", "chat scripted:crash"}
