@@ -56,6 +56,7 @@ __all__ = [
     "Provenance",
     "SessionCheckpoint",
     "SessionEvent",
+    "SessionForked",
     "SessionLevelEvent",
     "SteerApplied",
     "SteerQueued",
@@ -518,8 +519,24 @@ class SessionCheckpoint(SessionLevelEvent, tag="session.checkpoint", frozen=True
 
 
 CHECKPOINT_STREAM = "~checkpoint"
-"""The ``loop`` field of every ``session.checkpoint`` record: a stream id no
-loop or collaboration can have (their ids are minted with letter prefixes)."""
+"""The ``loop`` field of every ``session.checkpoint`` (and ``session.forked``)
+record: a stream id no loop or collaboration can have (their ids are minted
+with letter prefixes)."""
+
+
+class SessionForked(SessionLevelEvent, tag="session.forked", frozen=True, kw_only=True):
+    """This session is a fork: it starts where ``source`` stood at ``seq``.
+
+    Always seq 1 of a fork, followed at seq 2 by a ``session.checkpoint``
+    with ``previous=0`` that pictures every loop of the source at ``seq``:
+    that image, not an empty state, is what the fork's records fold onto.
+    ``digest`` is the source's digest at ``seq``, so a reader can prove the
+    source still holds the history the fork was cut from.  Written under
+    ``CHECKPOINT_STREAM``; no loop folds it."""
+
+    source: str
+    seq: int
+    digest: bytes
 
 
 LoopEvent = (
@@ -561,6 +578,7 @@ SessionEvent = (
     | CollabControlled
     | CollabEnded
     | SessionCheckpoint
+    | SessionForked
 )
 """What the session records itself (every one a ``SessionLevelEvent``)."""
 

@@ -22,7 +22,7 @@ import structlog
 
 from journal import Draft, Journal, JournalCorruptError, Record
 from journal.content import Message
-from journal.events import CHECKPOINT_STREAM, LoopImage, SessionCheckpoint
+from journal.events import CHECKPOINT_STREAM, LoopImage, SessionCheckpoint, SessionForked
 from loopruntime import Loop, LoopState, fold
 from loopruntime.host import image_bytes, image_missing, image_state, new_id
 
@@ -31,6 +31,7 @@ __all__ = [
     "Checkpointer",
     "InvalidCheckpointError",
     "Restored",
+    "SessionFolder",
     "read_restored",
     "states_from",
 ]
@@ -132,9 +133,13 @@ class Checkpointer:
             self._pending = None
 
 
-def states_from(checkpoints: Sequence[Record]) -> tuple[dict[str, LoopState], dict[str, int]]:
+def states_from(
+    checkpoints: Sequence[Record], *, older_images: bool = False
+) -> tuple[dict[str, LoopState], dict[str, int]]:
     """Every loop's state at the last of ``checkpoints`` (a session's chain, in
-    seq order), and how many messages each got from the chain."""
+    seq order), and how many messages each got from the chain.  An image
+    written before a state field existed is refused unless ``older_images``
+    (the field then takes its default)."""
     messages: dict[str, list[Message]] = {}
     newest: dict[str, tuple[int, LoopImage]] = {}
     expected_previous = 0
@@ -172,7 +177,7 @@ def states_from(checkpoints: Sequence[Record]) -> tuple[dict[str, LoopState], di
             missing = image_missing(image.state)
         except msgspec.DecodeError as exc:
             raise InvalidCheckpointError(seq, f"loop {loop_id}'s state: {exc}") from exc
-        if missing:
+        if missing and not older_images:
             raise InvalidCheckpointError(
                 seq,
                 f"loop {loop_id}'s image predates the state fields {', '.join(missing)}; "
@@ -241,16 +246,59 @@ async def read_restored(
 
 async def _fold_into(states: dict[str, LoopState], records: AsyncIterator[Record]) -> int:
     """Fold ``records`` into ``states``; the seq of the last one (0: none)."""
-    head = 0
+    folder = SessionFolder(states)
     async for record in records:
-        head = record.seq
+        folder.feed(record)
+    return folder.head
+
+
+class SessionFolder:
+    """Folds a session's records, in seq order from seq 1, into every
+    stream's state; a fork starts from the image its seq 2 holds (the
+    source's state where it was cut), not from empty states.  Checkpoints
+    are otherwise skipped: they are derived data and change no state."""
+
+    __slots__ = ("forked", "head", "states")
+
+    def __init__(self, states: dict[str, LoopState] | None = None) -> None:
+        self.states: dict[str, LoopState] = {} if states is None else states
+        self.head = 0
+        self.forked: SessionForked | None = None
+        """The session's ``session.forked`` marker, once read (None: not a fork)."""
+
+    def feed(self, record: Record) -> None:
+        self.head = record.seq
         if record.loop == CHECKPOINT_STREAM:
-            continue  # derived data: it changes no state
-        state = states.get(record.loop)
+            event = record.event
+            if record.seq == 1 and isinstance(event, SessionForked):
+                self.forked = event
+            elif record.seq == 2 and self.forked is not None:
+                self.states.update(fork_base(record))
+            return
+        state = self.states.get(record.loop)
         if state is None:
-            state = states[record.loop] = LoopState()
+            state = self.states[record.loop] = LoopState()
         fold(state, record)
-    return head
+
+
+def fork_base(record: Record) -> dict[str, LoopState]:
+    """The states a fork starts from: its seq 2, a full checkpoint.  Unlike
+    other checkpoints it is the only copy of that history in this session, so
+    a bad one is damage (``JournalCorruptError``), not a reason to fold more."""
+    if not isinstance(record.event, SessionCheckpoint) or record.event.previous != 0:
+        raise JournalCorruptError(
+            record.session,
+            record.seq,
+            "a fork's seq 2 must be a checkpoint starting a chain, "
+            f"not {type(record.event).__name__}",
+        )
+    try:
+        # Nothing to fold instead: a field added since the fork was cut
+        # starts from its default, as it does in a loop started today.
+        states, _ = states_from([record], older_images=True)
+    except InvalidCheckpointError as exc:
+        raise JournalCorruptError(record.session, record.seq, str(exc)) from exc
+    return states
 
 
 def _loops(states: dict[str, LoopState]) -> dict[str, LoopState]:

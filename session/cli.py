@@ -1,4 +1,4 @@
-"""The ``loopruntime`` command: demo, chat, sessions, replay, resolve, journal.
+"""The ``loopruntime`` command: demo, chat, sessions, replay, fork, resolve, journal.
 
 Every command takes ``--journal URL_OR_PATH`` (default
 ``$LOOPRUNTIME_JOURNAL``, else ``./.loopruntime/journal.db``).  Logging is
@@ -12,7 +12,6 @@ import argparse
 import io
 import logging
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -27,16 +26,14 @@ from journal import (
     JournalLocation,
     init_journal,
     make_journal_directory,
-    open_journal,
     parse_location,
 )
-from journal.content import Message, Text, TextDelta
-from loopruntime import LoopDefinition, LoopError, LoopStatus
-from loopruntime.models import ScriptedModel
+from loopruntime import LoopError, LoopStatus
 
+from .chat import run_chat
+from .fork import lineage, plan_fork, write_fork
 from .replay import ReplayInputError, open_for_replay, replay_command
 from .restore import read_states, resolve_offline
-from .runtime import Session, StreamDelta
 
 __all__ = ["main"]
 
@@ -129,101 +126,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return trio.run(run_demo, url, Path(work))
 
 
-# -- chat ---------------------------------------------------------------------------
-
-
-def chat_definition(model_name: str | None) -> tuple[LoopDefinition, str]:
-    """Claude when ANTHROPIC_API_KEY is set, else the local echo brain."""
-    from loopruntime.models.anthropic import AnthropicModel
-
-    model: Any = AnthropicModel.from_env(model=model_name)
-    if model is None:
-        model = ScriptedModel.echo()
-        said = "no ANTHROPIC_API_KEY: using the local scripted echo model"
-        if model_name:
-            said += f" (--model {model_name} needs the key, so it is not used)"
-    else:
-        said = f"using {model.name}"
-    return LoopDefinition(name="chat", model=model, system="You are a helpful assistant."), said
-
-
-# How many of a resumed session's last messages are shown before the prompt.
-_RESUMED_MESSAGES = 6
-
-
-async def _chat(args: argparse.Namespace) -> int:
-    definition, said = chat_definition(args.model)
-    print(f"loopruntime chat — {said}. Ctrl-C stops a reply, Ctrl-D quits.", flush=True)
-    async with open_journal(journal_url(args.journal, create=True)) as journal:
-        opener = (
-            Session.restore(journal, _checked_text(args.session, "session id"), definition)
-            if args.session
-            else Session.create(journal, definition)
-        )
-        async with opener as s:
-            print(f"session {s.id}", flush=True)
-            if args.session:
-                _show_history((await s.snapshot()).messages[-_RESUMED_MESSAGES:])
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_print_stream, s)
-                nursery.start_soon(_interrupt_on_sigint, s)
-                while True:
-                    line = await trio.to_thread.run_sync(_read_line, abandon_on_cancel=True)
-                    if line is None:
-                        break
-                    if not line.strip():
-                        continue
-                    await s.submit(line)
-                    await s.wait_idle()
-                    print(flush=True)
-                    state = await s.snapshot()
-                    if state.last_outcome == "failed":
-                        # The reply failed: say so in the conversation, not only in a log.
-                        why = state.last_failure or "no reason was given"
-                        print(f"[the reply failed: {why}]", flush=True)
-                nursery.cancel_scope.cancel()
-    return 0
-
-
-def _show_history(messages: list[Message]) -> None:
-    """The last exchanges of a resumed session, as the chat showed them."""
-    for message in messages:
-        text = " ".join(b.text for b in message.blocks if isinstance(b, Text)).strip()
-        if not text:
-            continue  # tool calls and results: the transcript (`replay`) shows them
-        print(f"{'you> ' if message.role == 'user' else ''}{text}", flush=True)
-    if messages:
-        print("[earlier messages: `loopruntime replay SESSION`]", flush=True)
-
-
-def _read_line() -> str | None:
-    try:
-        return input("you> ")
-    except EOFError:
-        return None
-
-
-async def _print_stream(s: Session) -> None:
-    """Print reply text as it streams (live deltas, not the journal).  Subscribes
-    from the session's own head when it starts: the journal's head may already
-    be past it while the session folds what it just committed."""
-    async for item in s.subscribe(after=None, deltas=True):
-        if isinstance(item, StreamDelta) and isinstance(item.delta, TextDelta):
-            print(item.delta.text, end="", flush=True)
-
-
-async def _interrupt_on_sigint(s: Session) -> None:
-    # Ctrl-C stops the reply, never the program: the chat keeps going.
-    with trio.open_signal_receiver(signal.SIGINT) as signals:
-        async for _ in signals:
-            if await s.interrupt():
-                print("\n[interrupted]", flush=True)
-            else:
-                print("\n(nothing to interrupt; Ctrl-D quits)", flush=True)
-
-
 def cmd_chat(args: argparse.Namespace) -> int:
-    return trio.run(_chat, args)
+    session_id = _checked_text(args.session, "session id") if args.session else None
+    return trio.run(run_chat, journal_url(args.journal, create=True), session_id, args.model)
 
 
 # -- sessions -----------------------------------------------------------------------
@@ -241,16 +146,21 @@ async def _sessions(args: argparse.Namespace) -> int:
         print(f"{'session':<24} {'loops':>5} {'records':>8}  {'last activity':<19}  status")
         damaged: list[str] = []
         open_turns = False
+        rows: dict[str, str] = {}
+        forks: dict[str, list[str]] = {}
         for info in sorted(infos, key=lambda i: i.updated_at):
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.updated_at / 1e9))
             try:
                 states = await read_states(journal, info.session)
+                forked = await lineage(journal, info.session)
             except JournalError as exc:
                 # One damaged session must not hide the others from the list.
                 damaged.append(f"loopruntime sessions: {exc}")
                 seq = getattr(exc, "seq", None)
                 status = "damaged" + (f" at seq {seq}" if seq is not None else "")
-                print(f"{info.session:<24} {'?':>5} {info.head:>8}  {when:<19}  {status}")
+                rows[info.session] = (
+                    f"{info.session:<24} {'?':>5} {info.head:>8}  {when:<19}  {status}"
+                )
                 continue
             names = {
                 _OPEN if st.status is LoopStatus.RUNNING else st.status.value
@@ -258,7 +168,31 @@ async def _sessions(args: argparse.Namespace) -> int:
             }
             statuses = ",".join(sorted(names)) or "empty"
             open_turns = open_turns or _OPEN in names
-            print(f"{info.session:<24} {len(states):>5} {info.head:>8}  {when:<19}  {statuses}")
+            origin = ""
+            if forked is not None:
+                forks.setdefault(forked.source, []).append(info.session)
+                origin = f"  (fork of {forked.source} at seq {forked.seq})"
+            rows[info.session] = (
+                f"{info.session:<24} {len(states):>5} {info.head:>8}  {when:<19}  "
+                f"{statuses}{origin}"
+            )
+        # Forks are listed under their source (a fork whose source is not in
+        # this journal stands on its own).
+        shown: set[str] = set()
+
+        def show(session: str, depth: int) -> None:
+            shown.add(session)
+            print(("  " * depth + "└ " if depth else "") + rows[session])
+            for fork in forks.get(session, []):
+                if fork not in shown:
+                    show(fork, depth + 1)
+
+        nested = {fork for children in forks.values() for fork in children}
+        for session in rows:
+            if session not in shown and not (
+                session in nested and _source_listed(session, forks, rows)
+            ):
+                show(session, 0)
         if open_turns:
             # The journal alone cannot tell a turn running in a live process from
             # one a crash left open; saying "running" would be a guess.
@@ -276,6 +210,10 @@ async def _sessions(args: argparse.Namespace) -> int:
             )
             return 1
     return 0
+
+
+def _source_listed(session: str, forks: dict[str, list[str]], rows: dict[str, str]) -> bool:
+    return any(session in children and source in rows for source, children in forks.items())
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -302,6 +240,7 @@ async def _replay(args: argparse.Namespace) -> int:
         check_only=args.check,
         follow=args.follow,
         at=args.at,
+        otlp=args.otlp,
         color=sys.stdout.isatty(),
         out=out,
         err=err,
@@ -314,6 +253,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         # Ctrl-C ends --follow; it is how a person stops watching.
         return 130
+
+
+# -- fork ---------------------------------------------------------------------------
+
+
+async def _fork(args: argparse.Namespace) -> int:
+    # A missing or foreign file is refused before anything could create it.
+    async with open_for_replay(journal_url(args.journal), write=True) as journal:
+        plan = await plan_fork(
+            journal,
+            _checked_text(args.session, "session id"),
+            args.at,
+            None if args.new_session is None else _checked_text(args.new_session, "session id"),
+        )
+        await write_fork(journal, plan)
+    print(plan.new_session_id)
+    return 0
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    return trio.run(_fork, args)
 
 
 # -- resolve ------------------------------------------------------------------------
@@ -430,9 +390,16 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("session", help="the session id ('loopruntime sessions' lists them)")
     replay.add_argument(
         "--format",
-        choices=("transcript", "tree", "json"),
+        choices=("transcript", "tree", "json", "otel-json"),
         default="transcript",
-        help="transcript (default), the conversation tree, or the tree as JSON",
+        help="transcript (default), the conversation tree, the tree as JSON, or the "
+        "OpenTelemetry trace as OTLP/JSON (needs the otel extra)",
+    )
+    replay.add_argument(
+        "--otlp",
+        metavar="URL",
+        help="export the session's trace to an OTLP/HTTP endpoint, e.g. "
+        "http://localhost:4318/v1/traces (needs the otel extra)",
     )
     replay.add_argument(
         "--check", action="store_true", help="check every journal invariant (exit 1 if one fails)"
@@ -440,6 +407,21 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("--follow", action="store_true", help="keep printing new records")
     replay.add_argument("--at", type=int, metavar="SEQ", help="show each loop's state at SEQ")
     replay.set_defaults(run=cmd_replay)
+    fork = command(
+        "fork",
+        "start a new session from a session's state at a seq",
+        "Create a new session that starts where SESSION stood at seq SEQ, and print its id.  "
+        "SESSION is never changed.  What was open at SEQ (a model call, a tool call) is "
+        "settled as after a crash when the fork is first opened.",
+    )
+    fork.add_argument("session", help="the session to fork ('loopruntime sessions' lists them)")
+    fork.add_argument(
+        "--at", type=int, required=True, metavar="SEQ", help="the seq to fork at (1..head)"
+    )
+    fork.add_argument(
+        "--new-session", metavar="ID", help="the fork's session id (default: a fresh one)"
+    )
+    fork.set_defaults(run=cmd_fork)
     resolve = command(
         "resolve",
         "settle a tool call whose outcome is unknown",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from loopruntime import CommandError, LoopError
 
 __all__ = [
+    "ForkError",
     "InvalidContentError",
     "SeqOutOfRangeError",
     "SessionExistsError",
@@ -64,3 +65,10 @@ class SeqOutOfRangeError(LoopError):
             f"subscribe(after={after}) is outside session {session}, whose records are "
             f"seq 1..{head}; pass 0 for everything, or the last seq you have seen"
         )
+
+
+class ForkError(LoopError):
+    """A fork was refused (a seq outside the source, a source that fails its
+    check or cannot be forked); nothing was written."""
+
+    code = "session.fork_refused"

@@ -48,10 +48,11 @@ from loopruntime.host import (
     new_id,
 )
 
-from .checkpoints import DEFAULT_EVERY, Checkpointer, read_restored
+from .checkpoints import DEFAULT_EVERY, Checkpointer, SessionFolder, read_restored
 from .collaboration import Collaboration
 from .collaboration.driver import collaborate, resume
 from .errors import SessionExistsError, UnknownSessionError, VerifyError
+from .fork import plan_fork, write_fork
 from .restore import settle_restored
 from .subscriptions import StreamDelta, Subscriptions
 from .validation import answer_text, check_decision, steering_text, tool_result, user_message
@@ -178,6 +179,41 @@ class Session:
             session._check_fits(restored.states)
         session._writer.checkpoints.resume(restored)
         async with session._running(lease, restored.states, restoring=True):
+            yield session
+
+    @classmethod
+    @asynccontextmanager
+    async def fork(
+        cls,
+        journal: Journal,
+        session_id: str,
+        definition: LoopDefinition,
+        *,
+        at: int,
+        new_session_id: str | None = None,
+        also: Sequence[LoopDefinition] | Collaboration = (),
+        checkpoint_every: int | None = DEFAULT_EVERY,
+    ) -> AsyncIterator[Session]:
+        """A new session that starts where ``session_id`` stood at seq ``at``,
+        opened like a restore (what was open there is settled as after a
+        crash).  The source is never changed.  Its id is the session's ``id``
+        (``new_session_id``, or a fresh one).  Everything is checked first: a
+        seq outside the source, a source that fails its check (``ForkError``),
+        a source that is not there (``UnknownSessionError``), an id in use
+        (``SessionExistsError``) or a definition that cannot run the loops
+        write nothing."""
+        plan = await plan_fork(journal, session_id, at, new_session_id)
+        probe = cls(journal, plan.new_session_id, definition, checkpoint_every=checkpoint_every)
+        probe._also.extend(also.definitions() if isinstance(also, Collaboration) else also)
+        probe._check_fits(plan.states)
+        await write_fork(journal, plan)
+        async with cls.restore(
+            journal,
+            plan.new_session_id,
+            definition,
+            also=also,
+            checkpoint_every=checkpoint_every,
+        ) as session:
             yield session
 
     def _unknown(self) -> UnknownSessionError:
@@ -453,13 +489,20 @@ class Session:
                 await self._delivered.park()
 
     async def verify(self) -> None:
-        """Prove each live loop's state equals the fold of its journal records."""
+        """Prove each live loop's state equals the fold of its journal records
+        (for a fork, folded onto the state it was cut from)."""
+        base = SessionFolder()
+        async for record in self.journal.read(self.id):
+            base.feed(record)
+            if record.seq >= 2:
+                break
         for loop_id, loop in list(self.loops.items()):
             # A stopped loop's actor is gone; its state is final.
             snap = (
                 copy_state(loop.state) if loop.state.stopped else await self.snapshot(loop=loop_id)
             )
-            fresh = LoopState()
+            start = base.states.get(loop_id) if base.forked is not None else None
+            fresh = copy_state(start) if start is not None else LoopState()
             async for record in self.journal.read(self.id):
                 if record.seq > snap.last_seq:
                     break

@@ -36,6 +36,7 @@ PUBLIC = {
     "session": {
         "Session", "ROOT_LOOP", "StreamDelta", "SessionExistsError", "SessionLagError",
         "UnknownSessionError", "VerifyError", "InvalidContentError", "SeqOutOfRangeError",
+        "ForkError",
     },
 }  # fmt: skip
 
@@ -54,7 +55,7 @@ def test_session_methods_of_the_design() -> None:
     for method in (
         "create", "restore", "submit", "steer", "cancel_queued", "interrupt", "answer",
         "decide", "resolve", "compact", "change_mode", "snapshot", "verify", "subscribe",
-        "wait_idle", "shutdown", "collaborate", "resume_collaboration",
+        "wait_idle", "shutdown", "collaborate", "resume_collaboration", "fork",
     ):  # fmt: skip
         assert callable(getattr(Session, method))
 

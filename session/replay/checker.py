@@ -1,5 +1,5 @@
 """The journal checker: every invariant a session's journal keeps, each
-named in ``RULES``.
+named in ``RULES`` (``report.py``, with the report it fills).
 
 ``check_records`` is pure over records already read; ``check`` only reads,
 and also asks the storage whether it is intact (``Journal.check_storage``).
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import assert_never
 
 import msgspec
@@ -21,7 +20,6 @@ from journal import (
     JournalError,
     Record,
     SessionNotFoundError,
-    StorageCheck,
     encode_event,
 )
 from journal.codec import GENESIS, chain
@@ -54,6 +52,7 @@ from journal.events import (
     ModelOutput,
     Notice,
     SessionCheckpoint,
+    SessionForked,
     SteerApplied,
     SteerQueued,
     ToolAbandoned,
@@ -72,85 +71,8 @@ from loopruntime.host import (
     unanswered_tool_uses,
 )
 
-RULES = (
-    "storage intact",
-    "journal readable",
-    "record belongs to the session",
-    "seq gap-free",
-    "digest chain intact",
-    "tool started once",
-    "settlement follows its start",
-    "settlement names its call",
-    "tool settled at most once",
-    "result answers an open tool_use",
-    "every tool_use answered exactly once",
-    "every tool_use answered before the next call",
-    "turn ends with every tool_use answered",
-    "gate opened once",
-    "gate closed after it opened",
-    "gate closed at most once",
-    "gate resolved with its kind",
-    "turns numbered in order",
-    "turn ended at most once",
-    "turn.ended names the open turn",
-    "compaction has a matching start",
-    "compaction basis matches its start",
-    "compaction basis is current",
-    "compaction range valid",
-    "fold succeeds",
-    "checkpoint chain linked",
-    "checkpoint equals the fold before it",
-)
-"""Every rule the checker enforces, by the name a ``Problem`` carries."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    seq: int
-    """The record at fault; 0 for damage below the records (``storage intact``)."""
-    rule: str
-    detail: str
-
-    def __str__(self) -> str:
-        if self.seq == 0:
-            return f"{self.rule}: {self.detail}"
-        return f"seq {self.seq}: {self.rule}: {self.detail}"
-
-
-@dataclass
-class CheckReport:
-    session: str
-    records: int = 0
-    problems: list[Problem] = field(default_factory=list)
-    storage: StorageCheck | None = None
-    """What the storage check ran (None when it was not asked for)."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    @property
-    def first_bad_seq(self) -> int | None:
-        return min((p.seq for p in self.problems if p.seq > 0), default=None)
-
-    def summary(self) -> str:
-        if self.ok:
-            checked = (
-                f"; storage checked: {', '.join(self.storage.checked)}"
-                if self.storage is not None and self.storage.checked
-                else ""
-            )
-            return (
-                f"ok: {self.records} records of session {self.session}, every invariant "
-                f"holds{checked}"
-            )
-        counted = f"({len(self.problems)} problem(s) in {self.records} records)"
-        first_seq = self.first_bad_seq
-        if first_seq is None:
-            return f"FAILED: {self.problems[0]} {counted}"
-        first = next(p for p in self.problems if p.seq == first_seq)
-        damaged = "; the storage is damaged too" if self.problems[0].seq == 0 else ""
-        return f"FAILED at seq {first_seq}: {first}{damaged} {counted}"
+from .lineage import fork_source_problem
+from .report import RULES, CheckReport, Problem
 
 
 async def check(journal: Journal, session_id: str, *, storage: bool = True) -> CheckReport:
@@ -177,7 +99,7 @@ async def check(journal: Journal, session_id: str, *, storage: bool = True) -> C
     except JournalError as exc:
         seq = getattr(exc, "seq", None) or ((records[-1].seq + 1) if records else 1)
         unreadable = Problem(seq, "journal readable", str(exc))
-    report = check_records(session_id, records, verify_digests=False)
+    report = await check_read(journal, session_id, records)
     if unreadable is not None:
         report.problems.append(unreadable)
     if storage:
@@ -194,6 +116,21 @@ async def check(journal: Journal, session_id: str, *, storage: bool = True) -> C
                 Problem(0, "storage intact", str(found)) for found in report.storage.problems
             ]
     report.problems.sort(key=lambda p: p.seq)
+    return report
+
+
+async def check_read(journal: Journal, session_id: str, records: Sequence[Record]) -> CheckReport:
+    """``check_records`` over records read from ``journal`` (all of a
+    session's, or a prefix), and for a fork, its starting state compared with
+    its source when the source is in ``journal``."""
+    report = check_records(session_id, records, verify_digests=False)
+    if len(records) >= 2 and isinstance(records[0].event, SessionForked):
+        problem, note = await fork_source_problem(journal, records[0].event, records[1])
+        if note:
+            report.notes.append(note)
+        if problem:
+            report.problems.append(Problem(2, "fork base equals its source", problem))
+            report.problems.sort(key=lambda p: p.seq)
     return report
 
 
@@ -227,6 +164,8 @@ class _Checker:
         self.checkpoint_messages: dict[str, list[Message]] = {}
         self.checkpoint_verified: dict[str, tuple[list[Message], int]] = {}
         """Per loop, the message list found equal at its last checkpoint, and its length."""
+        self.forked = False
+        """Seq 1 is a ``session.forked`` marker: seq 2 is the fork's starting state."""
 
     def bad(self, seq: int, rule: str, detail: str) -> None:
         assert rule in RULES, rule
@@ -259,6 +198,10 @@ class _Checker:
             except Exception as exc:
                 self.bad(r.seq, "fold succeeds", repr(exc))
             self.after_fold(r, state)
+            if r.seq == 2 and self.forked and not isinstance(r.event, SessionCheckpoint):
+                self.bad(
+                    r.seq, "fork base is a full checkpoint", f"it is a {type(r.event).__name__}"
+                )
         self.problems.sort(key=lambda p: p.seq)
         return CheckReport(session=self.session, records=len(records), problems=self.problems)
 
@@ -387,7 +330,14 @@ class _Checker:
             case CompactionRejected():
                 self.compactions.pop(e.attempt_id, None)
             case SessionCheckpoint():
-                self.checkpoint(seq, e)
+                if self.forked and seq == 2:
+                    self.adopt_base(seq, e)
+                else:
+                    self.checkpoint(seq, e)
+            case SessionForked():
+                if seq != 1:
+                    self.bad(seq, "fork marker is seq 1", f"a session.forked marker at seq {seq}")
+                self.forked = seq == 1
             case (
                 LoopStarted()
                 | LoopModeChanged()
@@ -413,6 +363,35 @@ class _Checker:
                 pass
             case _:
                 assert_never(e)
+
+    def adopt_base(self, seq: int, e: SessionCheckpoint) -> None:
+        """A fork starts from this checkpoint, not from empty states: what it
+        pictures open (calls, gates, a turn) is open for the rules that follow.
+        ``check`` compares it with the source when the source is at hand."""
+        if e.previous != 0:
+            self.bad(seq, "fork base is a full checkpoint", f"it follows seq {e.previous}")
+        for image in e.loops:
+            try:
+                state = image_state(image.state)
+            except msgspec.DecodeError as exc:
+                self.bad(seq, "fork base is a full checkpoint", f"loop {image.loop}: {exc}")
+                continue
+            state.messages = list(image.messages)
+            self.states[image.loop] = state
+            self.checkpoint_messages[image.loop] = list(image.messages)
+            self.checkpoint_verified[image.loop] = (state.messages, len(state.messages))
+            for execution_id, started in (*state.running.items(), *state.unknown.items()):
+                self.started[execution_id] = started
+            self.unknown.update(state.unknown)
+            self.abandoned.update(state.unknown)
+            for gate in state.gates.values():
+                self.gates_open[gate.gate_id] = gate.kind
+                self.gates_seen.add(gate.gate_id)
+            if state.turn_open:
+                self.turns_open[image.loop] = state.turn_index
+            if state.compacting is not None:
+                self.compactions[state.compacting] = state.history_seq
+        self.checkpoint_seq = seq
 
     def checkpoint(self, seq: int, e: SessionCheckpoint) -> None:
         """A checkpoint must be exactly the fold of every record before it,

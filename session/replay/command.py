@@ -58,7 +58,7 @@ async def read_session(journal: Journal, session_id: str) -> AsyncIterator[Recor
         raise _no_session(journal, session_id) from exc
 
 
-Format = Literal["transcript", "tree", "json"]
+Format = Literal["transcript", "tree", "json", "otel-json"]
 
 
 async def replay_command(
@@ -69,6 +69,7 @@ async def replay_command(
     check_only: bool = False,
     follow: bool = False,
     at: int | None = None,
+    otlp: str | None = None,
     color: bool = False,
     out: Callable[[str], None] = print,
     err: Callable[[str], None] = print,
@@ -78,6 +79,9 @@ async def replay_command(
     journal or session cannot be read at all.  Never writes to the journal."""
     if follow and (check_only or at is not None or fmt != "transcript"):
         err("loopruntime replay: --follow works with the transcript format only")
+        return 2
+    if otlp is not None and (check_only or follow or at is not None or fmt != "transcript"):
+        err("loopruntime replay: --otlp exports the trace; it takes no other option")
         return 2
     if at is not None and at < 0:
         err(f"loopruntime replay: --at takes a seq (0 or more), not {at}")
@@ -115,6 +119,10 @@ async def replay_command(
                 except FoldError as exc:
                     err(f"loopruntime replay: {exc}; `replay --check` reports every problem")
                     return 1
+            elif otlp is not None or fmt == "otel-json":
+                code = await _trace(session_id, records, otlp, out, err)
+                if code:
+                    return code
             elif fmt == "transcript":
                 out(render_transcript(records, color=color))
             elif fmt == "tree":
@@ -131,6 +139,33 @@ async def replay_command(
     except ReplayInputError as exc:
         err(f"loopruntime replay: {exc}")
         return 2
+
+
+async def _trace(
+    session_id: str,
+    records: list[Record],
+    otlp: str | None,
+    out: Callable[[str], None],
+    err: Callable[[str], None],
+) -> int:
+    """The session's trace, printed as OTLP/JSON or sent to an OTLP/HTTP endpoint."""
+    try:
+        from ..otel import otlp_json, send_otlp, spans_of
+    except ImportError as exc:
+        raise ReplayInputError(
+            f"traces need the OpenTelemetry packages ({exc.name} is not installed); "
+            "install the extra: pip install 'loopruntime[otel]'"
+        ) from exc
+    spans = spans_of(session_id, records)
+    if otlp is None:
+        out(otlp_json(spans))
+        return 0
+    problem = await send_otlp(spans, otlp)
+    if problem:
+        err(f"loopruntime replay: the trace was not exported to {otlp}: {problem}")
+        return 1
+    out(f"exported {len(spans)} spans of session {session_id} to {otlp}")
+    return 0
 
 
 def _no_session(journal: Journal, session_id: str) -> ReplayInputError:

@@ -8,21 +8,24 @@ from collections.abc import Iterable
 
 from journal import Record
 from journal.content import Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse
-from loopruntime import LoopState, fold
+from loopruntime import LoopState
 
+from ..checkpoints import SessionFolder
 from .text import blocks_text, short
 
 
 def states_at(records: Iterable[Record], seq: int) -> dict[str, LoopState]:
     """Each loop's state folded over the records with seq ≤ ``seq`` (pure).
 
-    Raises ``FoldError`` when a record does not fit (``check`` says where)."""
-    states: dict[str, LoopState] = {}
+    A fork's loops fold onto the state it was cut from (its seq 2), which
+    is also its state at seq 1.  Raises ``FoldError`` when a record does not
+    fit (``check`` says where)."""
+    folder = SessionFolder()
     for r in records:
-        if r.seq > seq:
+        if r.seq > seq and not (r.seq == 2 and folder.forked is not None):
             break
-        fold(states.setdefault(r.loop, LoopState()), r)
-    return states
+        folder.feed(r)
+    return {loop: state for loop, state in folder.states.items() if state.loop}
 
 
 def _message_line(m: Message) -> str:

@@ -39,6 +39,7 @@ from journal.events import (
     ModelOutput,
     Notice,
     SessionCheckpoint,
+    SessionForked,
     SteerApplied,
     SteerQueued,
     ToolAbandoned,
@@ -155,6 +156,15 @@ class TranscriptRenderer:
                 lines.append(prefix + paint("notice", f"notice [{e.code}]: {e.text}"))
             case SessionCheckpoint():
                 pass  # derived from the records before it; the tree lists them
+            case SessionForked():
+                lines.append(
+                    prefix
+                    + paint(
+                        "dim",
+                        f"⑂ forked from session {e.source} at seq {e.seq}; "
+                        "it goes on from the state the source had there",
+                    )
+                )
             case CompactionStarted():
                 pass
             case CompactionCommitted():

@@ -243,6 +243,15 @@ class Tree(msgspec.Struct, **_S):
     relations: list[Relation] = []
     checkpoints: list[int] = []
     """seqs of the session's checkpoints (restore starts after the last)."""
+    forked_from: Lineage | None = None
+    """Where this session was cut from, when it is a fork."""
+
+
+class Lineage(msgspec.Struct, **_S):
+    """A fork's source: the session and the seq it was cut at."""
+
+    session: str
+    seq: int
 
 
 def tree_json(tree: Tree) -> bytes:
@@ -262,6 +271,10 @@ def render_tree(tree: Tree, *, color: bool = False) -> str:
         return painted(kind, text, color=color)
 
     out = [f"session {tree.session} (head seq {tree.head}, {TREE_SCHEMA}/{TREE_VERSION})"]
+    if tree.forked_from is not None:
+        out.append(
+            f"  forked from session {tree.forked_from.session} at seq {tree.forked_from.seq}"
+        )
     for s in tree.streams:
         parent = f" child of {s.parent_loop} via {s.parent_execution}" if s.parent_loop else ""
         st = s.stats

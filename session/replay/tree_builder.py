@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal, assert_never
 
-from journal import Record
+from journal import JournalError, Record
 from journal.content import Thinking, ToolUse
 from journal.events import (
     CHECKPOINT_STREAM,
@@ -40,6 +40,7 @@ from journal.events import (
     ModelOutput,
     Notice,
     SessionCheckpoint,
+    SessionForked,
     SteerApplied,
     SteerQueued,
     ToolAbandoned,
@@ -50,8 +51,9 @@ from journal.events import (
     TurnStarted,
 )
 from loopruntime import LoopState, fold
-from loopruntime.host import FoldError
+from loopruntime.host import FoldError, copy_state
 
+from ..checkpoints import fork_base
 from .text import agent_text, blocks_text, notice_text
 from .tree import (
     TREE_SCHEMA,
@@ -60,6 +62,7 @@ from .tree import (
     Epoch,
     GateNode,
     InputNode,
+    Lineage,
     ModelStep,
     NoticeNode,
     Quality,
@@ -288,8 +291,8 @@ class _StreamBuilder:
                 self.tree.child_finished(self, r, e)
             case Notice():
                 self.notice(r, e)
-            case SessionCheckpoint():
-                pass  # _TreeBuilder keeps checkpoints out of the streams
+            case SessionCheckpoint() | SessionForked():
+                pass  # _TreeBuilder keeps the session's own records out of the streams
             case (
                 CollabStarted()
                 | CollabTurn()
@@ -464,15 +467,29 @@ class _TreeBuilder:
         self.children: dict[str, tuple[str, str]] = {}
         """child loop -> (parent stream builder loop, node id that started it)."""
         self.checkpoints: list[int] = []
+        self.forked_from: Lineage | None = None
+        self.base: dict[str, LoopState] = {}
+        """A fork's starting states: its streams fold onto them."""
 
     def feed(self, r: Record) -> None:
         if r.loop == CHECKPOINT_STREAM:
+            if r.seq == 1 and isinstance(r.event, SessionForked):
+                self.forked_from = Lineage(session=r.event.source, seq=r.event.seq)
+                return
+            if r.seq == 2 and self.forked_from is not None:
+                try:
+                    self.base = fork_base(r)
+                except JournalError:
+                    pass  # the checker reports it; the streams fold from nothing
             # Derived from the records before it: no stream, no node.
             self.checkpoints.append(r.seq)
             return
         builder = self.streams.get(r.loop)
         if builder is None:
             builder = self.streams[r.loop] = _StreamBuilder(self, r.loop, r.seq)
+            start = self.base.get(r.loop)
+            if start is not None:
+                builder.state = copy_state(start)
         builder.feed(r)
 
     def child_started(self, parent: _StreamBuilder, r: Record, e: ChildStarted) -> None:
@@ -537,6 +554,7 @@ class _TreeBuilder:
             streams=streams,
             relations=self.relations,
             checkpoints=self.checkpoints,
+            forked_from=self.forked_from,
         )
 
 

@@ -78,7 +78,7 @@ def test_chat_resumes_a_session(tmp_path: Path) -> None:
 
 
 def test_chat_uses_claude_when_the_key_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    from session.cli import chat_definition
+    from session.chat import chat_definition
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
     definition, said = chat_definition("claude-test-model")

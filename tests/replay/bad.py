@@ -13,6 +13,7 @@ from journal.events import (
     ModelCallStarted,
     ModelMessageCommitted,
     SessionCheckpoint,
+    SessionForked,
     ToolCompleted,
     ToolStarted,
     TurnEnded,
@@ -98,7 +99,8 @@ async def journal_of(events: list[Event], *, loop: str = "main") -> MemoryJourna
     journal = MemoryJournal()
     lease = await journal.open_session(SESSION)
     for i, event in enumerate(events):
-        stream = CHECKPOINT_STREAM if isinstance(event, SessionCheckpoint) else loop
+        own = isinstance(event, SessionCheckpoint | SessionForked)
+        stream = CHECKPOINT_STREAM if own else loop
         await journal.append(lease, [Draft(id=f"ev{i}", loop=stream, event=event)], expected_seq=i)
     return journal
 

@@ -24,6 +24,7 @@ from journal.events import (
     GateResolved,
     InputQueued,
     ModelCallStarted,
+    SessionForked,
     ToolAbandoned,
     ToolCompleted,
     ToolResolved,
@@ -216,6 +217,23 @@ CASES: list[tuple[str, list[Event]]] = [
         # A delta in a chain that adds a message the records never had.
         _with_forged_delta(),
     ),
+    (
+        "fork marker is seq 1",
+        [*opening(), SessionForked(source="ses_src", seq=3, digest=bytes(16))],
+    ),
+    (
+        "fork base is a full checkpoint",
+        # A fork whose seq 2 is a loop's record: nothing pictures where it starts.
+        [SessionForked(source="ses_src", seq=3, digest=bytes(16)), *opening()[:1]],
+    ),
+    (
+        "fork base is a full checkpoint",
+        # A fork whose seq 2 continues a chain it does not have.
+        [
+            SessionForked(source="ses_src", seq=3, digest=bytes(16)),
+            checkpoint_of(opening(), previous=1),
+        ],
+    ),
 ]
 
 
@@ -251,6 +269,8 @@ def test_every_rule_has_a_case() -> None:
         "record belongs to the session",
         "seq gap-free",
         "digest chain intact",
+        # Needs the source beside the fork: tests/fork/test_fork.py breaks it.
+        "fork base equals its source",
     }
     assert covered == set(RULES)
 

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 import trio
 
-from tests.support import crash_points, crash_scenarios
+from tests.support import crash_points, crash_scenarios, crash_traces
 from tests.support.processes import CHILD
 
 SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
@@ -34,6 +34,9 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     # WORKDIR [KILL_AFTER], then WORKDIR
     "crash-points": crash_points.run,
     "crash-points-restore": crash_points.restore,
+    # WORKDIR KILL_AFTER, then WORKDIR: the same, with a trace exporter following
+    "crash-traces": crash_traces.run,
+    "crash-traces-restore": crash_traces.restore,
 }
 
 
