@@ -487,7 +487,7 @@ def _deadline_error(
     return ModelError(
         what,
         kind="timeout",
-        code=f"model.{which}_timeout",
+        code="model.first_token_timeout" if which == "model_first_token" else "model.call_timeout",
         retryable=not output,
     )
 
