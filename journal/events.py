@@ -10,6 +10,10 @@ own).  Events carry data only; what they *mean* for loop state is decided by
 Schema rules: new fields get defaults; a field never changes its type; a tag
 is never reused or renamed.  Bump ``codec.SCHEMA_VERSION`` only when an old
 reader could misread a new record.
+
+The catalog is one piece on purpose: one union, decoded by one decoder, whose
+tags must stay unique, and a reader of the journal format should find every
+kind of record in one place.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ __all__ = [
     "CompactionRejected",
     "CompactionStarted",
     "ContextMeasured",
+    "DeadlinePassed",
     "Event",
     "GateCancelled",
     "GateOpened",
@@ -259,7 +264,9 @@ class ToolAbandoned(msgspec.Struct, tag="tool.abandoned", **_opts):
 
     execution_id: str
     tool_use_id: str
-    reason: Literal["interrupted", "crashed", "restore_unavailable"]
+    reason: Literal["interrupted", "crashed", "restore_unavailable", "deadline"]
+    """``deadline``: the call's deadline passed and it was cancelled (a
+    ``deadline.passed`` record comes first)."""
 
 
 class ToolResolved(msgspec.Struct, tag="tool.resolved", **_opts):
@@ -271,6 +278,34 @@ class ToolResolved(msgspec.Struct, tag="tool.resolved", **_opts):
     content: tuple[ResultBlock, ...]
     is_error: bool = False
     by: Literal["host", "replay"] = "host"
+
+
+# -- deadlines ----------------------------------------------------------------
+
+DeadlineKind = Literal["tool", "model_first_token", "model_call", "turn"]
+DeadlineAction = Literal["unknown", "retried", "failed", "truncated", "interrupted"]
+
+
+class DeadlinePassed(msgspec.Struct, tag="deadline.passed", **_opts):
+    """A deadline passed and what it cut was cancelled.
+
+    ``ref`` names the call: a tool call's execution id, a model call's effect
+    id (empty for the turn's own deadline).  ``action`` says what followed,
+    in the same commit or the next: the tool call's outcome became
+    ``unknown``, the call was ``retried`` (a replay-safe tool under the same
+    execution id, a model call that had output nothing), it ``failed``
+    visibly to the model, the reply was kept ``truncated``, or the turn was
+    ``interrupted`` (it ends with outcome ``limit``).
+    """
+
+    deadline: DeadlineKind
+    seconds: float
+    """The deadline that passed, in seconds."""
+    turn: int
+    ref: str = ""
+    attempt: int = 1
+    """The attempt of the call that the deadline cut (1: the first run)."""
+    action: DeadlineAction = "failed"
 
 
 # -- gates ------------------------------------------------------------------
@@ -557,6 +592,7 @@ LoopEvent = (
     | ToolCompleted
     | ToolAbandoned
     | ToolResolved
+    | DeadlinePassed
     | GateOpened
     | GateResolved
     | GateCancelled

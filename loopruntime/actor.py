@@ -40,7 +40,7 @@ from journal.events import (
 )
 from journal.record import Record
 
-from . import gates
+from . import deadlines, gates
 from .commands import (
     PRIORITY,
     AnswerGate,
@@ -193,7 +193,9 @@ class Loop:
         self._maybe_compact()
         self.busy(-1)
         try:
-            return await self._answers.wait(gate_id)
+            # A person's time counts against no deadline of the waiting task.
+            with deadlines.paused():
+                return await self._answers.wait(gate_id)
         finally:
             self.busy(+1)
 

@@ -12,6 +12,14 @@
 4. Commit one ``tool.completed`` per call.  The fold hands the results to the
    model in call order once every call has one.
 
+A call runs under its deadline (the tool's ``timeout``, else
+``Limits.tool_timeout``).  When it passes the call is cancelled and
+``deadline.passed`` is committed with what follows: a replay-safe tool runs
+again under the same execution id (at most ``Limits.tool_retries`` times),
+then fails visibly to the model; an atomic tool fails visibly at once; any
+other call's outcome is unknown (``tool.abandoned(deadline)`` and a notice),
+and the turn waits for the host to resolve it once the batch is done.
+
 The batch is planned from loop state, so it also resumes a batch that a
 restart cut short: calls with results are skipped, open gates are waited on
 again, and restored calls (replay-safe, or resumable with an answered
@@ -27,12 +35,26 @@ import msgspec
 import trio
 
 from journal.content import Text, ToolUse
-from journal.events import Event, ToolCompleted, ToolStarted
+from journal.events import (
+    DeadlinePassed,
+    Event,
+    GateCancelled,
+    Notice,
+    ToolAbandoned,
+    ToolCompleted,
+    ToolStarted,
+)
 
-from . import gates
+from . import deadlines, gates
 from .definition import ResolvedDefinition
 from .ids import new_id
-from .notices import DENIED_RESULT, EMPTY_RESULT, rejected
+from .notices import (
+    DENIED_RESULT,
+    EMPTY_RESULT,
+    deadline_failure,
+    deadline_unknown,
+    rejected,
+)
 from .ports import ToolsPort
 from .tools import Tool, ToolContext, ToolInputError, decide, is_empty_result, shape_result
 
@@ -236,30 +258,47 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
         )
         return (await gates.open_and_wait(loop, gate)).answer or ""
 
-    ctx = ToolContext(
-        loop=loop.id,
-        execution_id=call.execution_id,
-        tool_use_id=call.use.id,
-        tool_name=call.tool.name,
-        ask=ask,
-        continuation=continuation,
-        runtime=loop,
-    )
+    limits = batch.resolved.limits
+    timeout = call.tool.timeout_under(limits.tool_timeout)
     started = time.perf_counter_ns()
-    batch.entered.add(call.execution_id)
-    try:
-        value = await call.tool.invoke(ctx, call.parsed)
-        blocks, cut = shape_result(value, limit)
-        disposition = "succeeded"
-        if is_empty_result(blocks):
-            blocks, disposition = (Text(text=EMPTY_RESULT),), "failed"
-    except Exception as exc:
-        loop.log.info("tool_failed", tool=call.tool.name, error=repr(exc))
-        blocks, cut = (
-            (Text(text=f"[error: tool {call.tool.name} failed: {type(exc).__name__}: {exc}]"),),
-            0,
+    while True:
+        ctx = ToolContext(
+            loop=loop.id,
+            execution_id=call.execution_id,
+            tool_use_id=call.use.id,
+            tool_name=call.tool.name,
+            ask=ask,
+            continuation=continuation,
+            runtime=loop,
         )
-        disposition = "failed"
+        batch.entered.add(call.execution_id)
+        with deadlines.timer(timeout) as deadline:
+            try:
+                value = await call.tool.invoke(ctx, call.parsed)
+                blocks, cut = shape_result(value, limit)
+                disposition = "succeeded"
+                if is_empty_result(blocks):
+                    blocks, disposition = (Text(text=EMPTY_RESULT),), "failed"
+            except Exception as exc:
+                loop.log.info("tool_failed", tool=call.tool.name, error=repr(exc))
+                blocks, cut = (
+                    (
+                        Text(
+                            text=f"[error: tool {call.tool.name} failed: "
+                            f"{type(exc).__name__}: {exc}]"
+                        ),
+                    ),
+                    0,
+                )
+                disposition = "failed"
+        if not deadline.passed:
+            break
+        assert timeout is not None
+        events = _deadline_passed(loop, call, timeout, limits.tool_retries)
+        await loop.commit(events)
+        if not any(isinstance(e, DeadlinePassed) and e.action == "retried" for e in events):
+            return
+        continuation = None  # an answer given to an earlier run was used there
     await loop.commit(
         [
             ToolCompleted(
@@ -272,3 +311,60 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
             )
         ]
     )
+
+
+def _deadline_passed(loop: ToolsPort, call: _Call, seconds: float, retries: int) -> list[Event]:
+    """What a call cut by its deadline commits: the ``deadline.passed`` record
+    and its consequence (a retry, a visible failure, or an unknown outcome)."""
+    running = loop.state.running.get(call.execution_id)
+    attempt = running.attempt if running is not None else 1
+    tool = call.tool
+    loop.log.warning(
+        "tool_deadline_passed",
+        tool=tool.name,
+        execution=call.execution_id,
+        seconds=seconds,
+        attempt=attempt,
+    )
+
+    def passed(action: str) -> DeadlinePassed:
+        return DeadlinePassed(
+            deadline="tool",
+            seconds=seconds,
+            turn=loop.state.turn_index,
+            ref=call.execution_id,
+            attempt=attempt,
+            action=action,  # type: ignore[arg-type]
+        )
+
+    # A question the call had just opened closes with it (the wait itself is
+    # paused, so only a gate opened as the deadline passed can be left).
+    closed: list[Event] = [
+        GateCancelled(gate_id=g.gate_id, reason="interrupted")
+        for g in loop.state.gates.values()
+        if g.execution_id == call.execution_id
+    ]
+    if tool.replay_safe and attempt <= retries:
+        return [*closed, passed("retried")]
+    if tool.replay_safe or tool.atomic:
+        text = deadline_failure(tool.name, seconds, attempts=attempt, atomic=not tool.replay_safe)
+        return [
+            *closed,
+            passed("failed"),
+            ToolCompleted(
+                execution_id=call.execution_id,
+                tool_use_id=call.use.id,
+                content=(Text(text=text),),
+                disposition="failed",
+            ),
+        ]
+    return [
+        *closed,
+        passed("unknown"),
+        ToolAbandoned(execution_id=call.execution_id, tool_use_id=call.use.id, reason="deadline"),
+        Notice(
+            code="unknown_effects",
+            text=deadline_unknown(call.execution_id, tool.name, seconds),
+            refs=(call.execution_id,),
+        ),
+    ]

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .deadlines import check_timeout
 from .errors import LoopClosedError, ModeNotFoundError
 from .model import Model
 from .summary import Compactor
@@ -29,8 +30,14 @@ __all__ = [
 
 @dataclass(frozen=True, kw_only=True)
 class Limits:
-    """Per-turn budgets.  Hitting one ends the turn with outcome ``limit`` (or
-    gives the model visible feedback, where that is the better behaviour)."""
+    """Per-turn budgets and deadlines.  Hitting a budget ends the turn with
+    outcome ``limit`` (or gives the model visible feedback, where that is the
+    better behaviour); what each deadline does is told in docs/boundaries.md.
+
+    Checked when made: a budget that is zero or negative, a timeout that is
+    not a positive number of seconds (or None), or a retry count below zero
+    raises ``ValueError`` (``TypeError`` for a value of the wrong type)
+    naming the field."""
 
     max_model_calls_per_turn: int = 50
     max_tool_iterations: int = 25
@@ -45,6 +52,68 @@ class Limits:
     of the model's window (None: never automatically)."""
     retained_exchanges: int = 2
     """Newest complete user-led exchanges kept verbatim after a compaction."""
+    tool_timeout: float | None = None
+    """Seconds a tool call may run (a tool's own ``@tool(timeout=...)``
+    overrides it); None: no deadline.  Time waiting on a person's answer
+    does not count."""
+    tool_retries: int = 1
+    """Times a replay-safe tool call that passed its deadline runs again
+    (under the same execution id) before it fails visibly to the model."""
+    model_first_token_timeout: float | None = 120.0
+    """Seconds from sending a model request to the first piece of its reply."""
+    model_call_timeout: float | None = 600.0
+    """Seconds one attempt of a model call may stream in all."""
+    model_retries: int = 2
+    """Times a model call that passed a deadline before any output is sent
+    again (with backoff) before the turn fails."""
+    turn_timeout: float | None = None
+    """Seconds a turn may run; when it passes, the turn is interrupted and
+    ends with outcome ``limit``.  Time waiting on a person does not count."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_model_calls_per_turn",
+            "max_tool_iterations",
+            "max_tool_calls_per_turn",
+            "max_parallel_tool_calls",
+            "max_tool_result_bytes",
+            "max_tokens",
+        ):
+            _check_count(name, getattr(self, name), least=1)
+        for name in ("retained_exchanges", "tool_retries", "model_retries"):
+            _check_count(name, getattr(self, name), least=0)
+        for name in (
+            "tool_timeout",
+            "model_first_token_timeout",
+            "model_call_timeout",
+            "turn_timeout",
+        ):
+            check_timeout(f"Limits.{name}", getattr(self, name))
+        compact_at = self.compact_at
+        if compact_at is not None:
+            if isinstance(compact_at, bool) or not isinstance(compact_at, int | float):
+                raise TypeError(
+                    f"Limits.compact_at must be a fraction of the context window or None, "
+                    f"not {type(compact_at).__name__} {compact_at!r}"
+                )
+            if not 0 < compact_at <= 1:
+                raise ValueError(
+                    f"Limits.compact_at must be above 0 and at most 1 (a fraction of the "
+                    f"context window), not {compact_at!r}; use None to never compact "
+                    "automatically"
+                )
+
+
+def _check_count(name: str, value: object, *, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"Limits.{name} must be an int, not {type(value).__name__} {value!r}")
+    if value < least:
+        if least == 1:
+            raise ValueError(
+                f"Limits.{name} must be 1 or more, not {value}: with no budget, what it "
+                "limits could never happen"
+            )
+        raise ValueError(f"Limits.{name} must be 0 or more, not {value}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +228,9 @@ def _build_delegate_tool(delegate: Delegate) -> Tool:
         concurrency="parallel",
         # Re-entered after restore: it re-attaches to its child (delegation).
         replay_safe=True,
+        # The child loop runs under deadlines of its own (its turns, model
+        # and tool calls); cutting the parent's wait would leave it running.
+        timeout=None,
     )(run)
 
 

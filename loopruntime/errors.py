@@ -102,6 +102,7 @@ ModelErrorKind = Literal[
     "server",
     "protocol",
     "script",
+    "timeout",
 ]
 
 

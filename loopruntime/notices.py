@@ -20,6 +20,8 @@ __all__ = [
     "NOT_RUN_RESULT",
     "TRUNCATED_NOTICE",
     "TRUNCATED_TOOL_CALL_RESULT",
+    "deadline_failure",
+    "deadline_unknown",
     "rejected",
     "tool_output_cut",
 ]
@@ -47,6 +49,31 @@ TRUNCATED_TOOL_CALL_RESULT = (
 def tool_output_cut(limit: int) -> str:
     """The in-band marker ending a tool result that was cut to ``limit`` bytes."""
     return f"[truncated: tool output exceeded {limit} bytes]"
+
+
+def deadline_failure(tool: str, seconds: float, *, attempts: int, atomic: bool) -> str:
+    """The result the model reads for a call cancelled at its deadline whose
+    cancellation left nothing behind (an atomic tool, or a replay-safe one
+    that used up its runs)."""
+    runs = "" if attempts == 1 else f" in any of {attempts} runs"
+    why = (
+        "it is atomic, so the cancelled call had no effect"
+        if atomic
+        else "running it again is safe, but it may go on taking too long"
+    )
+    return (
+        f"[error: tool {tool} did not finish within its {seconds:g} s deadline{runs} "
+        f"and was cancelled; {why}]"
+    )
+
+
+def deadline_unknown(execution_id: str, tool: str, seconds: float) -> str:
+    """The notice naming a call cancelled at its deadline whose outcome is unknown."""
+    return (
+        f"tool call {execution_id} ({tool}) did not finish within its {seconds:g} s deadline "
+        "and was cancelled; it may or may not have acted, so it will not be re-run: resolve "
+        "it with `loopruntime resolve` or Session.resolve before the turn can go on"
+    )
 
 
 def rejected(tool_use_id: str, text: str, *, execution_id: str = "") -> ToolCompleted:

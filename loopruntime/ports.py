@@ -73,7 +73,8 @@ class ToolsPort(LoopPort, Delegator, Protocol):
 
     async def wait_gate(self, gate_id: str) -> GateResolved:
         """Wait until a person closes the open gate ``gate_id``; the loop counts
-        as quiet (and a requested compaction may run) meanwhile."""
+        as quiet (and a requested compaction may run) meanwhile, and the
+        waiting task's deadlines stop counting (``deadlines.paused``)."""
         ...
 
 

@@ -24,6 +24,7 @@ from journal.events import (
     CompactionRejected,
     CompactionStarted,
     ContextMeasured,
+    DeadlinePassed,
     GateCancelled,
     GateOpened,
     GateResolved,
@@ -346,6 +347,14 @@ def fold(state: LoopState, record: Record) -> LoopState:
             state.running.pop(event.execution_id, None)
             _answer(state, _result(event.tool_use_id, event.content, event.is_error))
             state.history_seq = record.seq
+        case DeadlinePassed():
+            # A replay-safe call runs again under the same execution id: its
+            # next attempt is counted, so a restore keeps the retry budget.
+            if event.action == "retried" and event.ref in state.running:
+                started = state.running[event.ref]
+                state.running[event.ref] = msgspec.structs.replace(
+                    started, attempt=event.attempt + 1
+                )
         case GateOpened():
             state.gates[event.gate_id] = event
         case GateResolved():

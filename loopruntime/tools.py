@@ -13,6 +13,7 @@ exception that ends the turn.
 from __future__ import annotations
 
 import contextvars
+import enum
 import functools
 import inspect
 import logging
@@ -25,6 +26,7 @@ import structlog
 
 from journal.content import Image, ResultBlock, Text
 
+from .deadlines import check_timeout
 from .errors import OutsideToolCallError
 from .model import ToolSchema
 from .notices import tool_output_cut
@@ -47,6 +49,16 @@ PermissionPolicy = Permission | Callable[[str, Mapping[str, Any]], Permission]
 """A fixed answer, or a function of (tool name, input) giving one."""
 
 log = structlog.wrap_logger(logging.getLogger(__name__))
+
+
+class _FromLimits(enum.Enum):
+    """The type of ``FROM_LIMITS`` (an enum, so the type checker knows it)."""
+
+    FROM_LIMITS = "from_limits"
+
+
+FROM_LIMITS = _FromLimits.FROM_LIMITS
+"""A tool's timeout when it sets none: ``Limits.tool_timeout`` applies."""
 
 
 class ToolInputError(Exception):
@@ -149,6 +161,21 @@ class Tool:
     """Idempotent: restore may re-run a call whose outcome is unknown."""
     resumable: bool = False
     """May be re-entered after restore with the answer to its open question."""
+    timeout: float | _FromLimits | None = FROM_LIMITS
+    """Seconds a call may run (None: no deadline); unset, the loop's
+    ``Limits.tool_timeout`` applies."""
+    atomic: bool = False
+    """Its effect happens entirely or not at all: a call cancelled at its
+    deadline did nothing, so it fails visibly to the model instead of
+    leaving an unknown outcome."""
+
+    def __post_init__(self) -> None:
+        if self.timeout is not FROM_LIMITS:
+            check_timeout(f"tool {self.name}: timeout", self.timeout)
+
+    def timeout_under(self, tool_timeout: float | None) -> float | None:
+        """This tool's deadline in seconds when the limits say ``tool_timeout``."""
+        return tool_timeout if self.timeout is FROM_LIMITS else self.timeout
 
     @functools.cached_property
     def schema(self) -> ToolSchema:
@@ -250,6 +277,8 @@ def tool(
     permission: PermissionPolicy | None = None,
     replay_safe: bool = False,
     resumable: bool = False,
+    timeout: float | _FromLimits | None = FROM_LIMITS,
+    atomic: bool = False,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Tool]: ...
 
 
@@ -264,12 +293,16 @@ def tool(
     permission: PermissionPolicy | None = None,
     replay_safe: bool = False,
     resumable: bool = False,
+    timeout: float | _FromLimits | None = FROM_LIMITS,
+    atomic: bool = False,
 ) -> Tool | Callable[[Callable[..., Awaitable[Any]]], Tool]:
     """Make an async function a tool; bare (``@tool``) or with options.
 
     The docstring is the description the model reads.  Without a
     ``permission`` here or in the definition's ``permissions``, the tool is
-    denied when called (fail closed).
+    denied when called (fail closed).  ``timeout`` (seconds, None for no
+    deadline) overrides ``Limits.tool_timeout`` for this tool; ``atomic``
+    declares that a call cancelled at its deadline did nothing.
     """
 
     def build(f: Callable[..., Awaitable[Any]]) -> Tool:
@@ -288,6 +321,8 @@ def tool(
             permission=permission,
             replay_safe=replay_safe,
             resumable=resumable,
+            timeout=timeout,
+            atomic=atomic,
         )
 
     return build(fn) if fn is not None else build

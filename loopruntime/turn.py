@@ -8,17 +8,31 @@ message, decide how the turn goes on; otherwise call the model.
 Interruption cancels the turn's scope; the settlement afterwards runs outside
 it and commits what had happened: the partial reply with its notice, the
 abandoned tool calls, the cancelled gates, and ``turn.ended(interrupted)``.
+The turn's deadline (``Limits.turn_timeout``) settles it the same way, with
+``deadline.passed`` first and ``turn.ended(limit)``.
+
+A model call runs under two deadlines (``deadlines.py``): its first piece of
+output must arrive within ``model_first_token_timeout``, and each attempt
+may stream ``model_call_timeout`` in all.  A call cut before any output is
+sent again with backoff (``model_retries`` times); one cut after output keeps
+what arrived with the truncated notice, and the turn fails.
+
+A tool call whose deadline left its outcome unknown parks the turn: the task
+ends without settling it, and the loop resumes it once the host resolved
+the call (as after a restore).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+import msgspec
 import trio
 
 from journal.content import BlockStopped, Piece, ToolUse
 from journal.events import (
     ContextMeasured,
+    DeadlinePassed,
     Event,
     InputCancelled,
     ModelCallFailed,
@@ -31,7 +45,7 @@ from journal.events import (
     TurnEnded,
 )
 
-from . import gates
+from . import deadlines, gates
 from .batch import run_batch
 from .errors import ModelError
 from .model import Accumulator, coalesce
@@ -65,25 +79,35 @@ class TurnRunner:
         self.entered: set[str] = set()
         """Execution ids whose tool function this turn actually called."""
         self.log = loop.log.bind(turn=loop.state.turn_index)
+        self.parked = False
+        """The turn waits for the host to resolve an unknown outcome."""
 
     @property
     def state(self) -> LoopState:
         return self.loop.state
 
     async def run(self) -> None:
+        timeout = self.resolved.limits.turn_timeout
         with trio.CancelScope() as scope:
             self.loop.enter_turn_scope(scope)
-            try:
-                await self._steps()
-            except _End:
-                pass
-        if self.state.turn_open and self.loop.stop_reason != "detached":
+            with deadlines.timer(timeout) as clock:
+                try:
+                    await self._steps()
+                except _End:
+                    pass
+        if not self.state.turn_open or self.parked:
+            pass
+        elif clock.passed and not scope.cancel_called:
+            assert timeout is not None
+            self.log.warning("turn_deadline_passed", seconds=timeout)
+            await self.loop.commit(self._settle_deadline(timeout))
+        elif self.loop.stop_reason != "detached":
             # Cancelled (interrupt or shutdown): settle outside the cancelled
             # scope.  A turn detached by a shutdown while it waited only on
             # people is left open as the journal holds it, for restore.
             reason = self.loop.stop_reason
             await self.loop.commit(self._settle_interrupted(reason))
-        self.log.debug("turn_finished", outcome=self.state.last_outcome)
+        self.log.debug("turn_finished", outcome=self.state.last_outcome, parked=self.parked)
 
     # -- the steps --------------------------------------------------------------
 
@@ -91,6 +115,11 @@ class TurnRunner:
         limits = self.resolved.limits
         while True:
             state = self.state
+            if state.unknown:
+                # A call's deadline left its outcome unknown: the host
+                # resolves it, then the loop resumes the turn.
+                self.parked = True
+                return
             if state.awaiting and state.last_stop_reason != "tool_use":
                 # Only a reply that stopped for tool use admits execution: its
                 # calls may be cut off or unintended.  Decided from state, so a
@@ -226,9 +255,11 @@ class TurnRunner:
                 )
             ]
         )
-        acc = self.acc = Accumulator()
+        limits = resolved.limits
+        first_token, whole = limits.model_first_token_timeout, limits.model_call_timeout
+        opening = min((t for t in (first_token, whole) if t is not None), default=None)
+        attempt = 1
         buffer: list[Piece] = []
-        error: ModelError | None = None
 
         async def flush() -> None:
             nonlocal buffer
@@ -237,32 +268,77 @@ class TurnRunner:
                 pieces, buffer = coalesce(buffer), []
                 await loop.commit([ModelOutput(effect_id=effect_id, pieces=pieces)])
 
-        try:
-            boundary = False
-            async with resolved.model.stream(request) as stream:
-                async for delta in stream:
-                    acc.feed(delta)
-                    loop.host.publish_delta(loop.id, effect_id, delta)
-                    if isinstance(delta, Piece):
-                        if boundary:
-                            # A block ended: its pieces reach the journal as
-                            # the next begins.  The last block's go in the
-                            # commit of the message itself.
-                            await flush()
-                        if not buffer:
-                            # Whatever happens to the stream, these pieces
-                            # reach the journal within FLUSH_INTERVAL.
-                            loop.flush_at(trio.current_time() + FLUSH_INTERVAL, flush)
-                        buffer.append(delta)
-                        boundary = isinstance(delta, BlockStopped)
-        except ModelError as exc:
-            error = exc
-        except Exception as exc:
-            # An adapter bug must not take the loop down: the turn fails with a
-            # code saying so, and the partial reply is kept.
-            error = ModelError(f"model adapter failed: {exc!r}", kind="protocol")
-        finally:
-            loop.cancel_flush()
+        while True:
+            acc = self.acc = Accumulator()
+            buffer = []
+            error: ModelError | None = None
+            cut: DeadlinePassed | None = None
+            output = False
+            with deadlines.timer(opening) as clock:
+                try:
+                    boundary = False
+                    async with resolved.model.stream(request) as stream:
+                        async for delta in stream:
+                            acc.feed(delta)
+                            loop.host.publish_delta(loop.id, effect_id, delta)
+                            if isinstance(delta, Piece):
+                                if not output:
+                                    # The first piece: from now on only the
+                                    # call's own deadline applies.
+                                    output = True
+                                    clock.reset(whole)
+                                if boundary:
+                                    # A block ended: its pieces reach the
+                                    # journal as the next begins.  The last
+                                    # block's go in the commit of the message
+                                    # itself.  Our commit is no time of the
+                                    # model's.
+                                    with clock.paused():
+                                        await flush()
+                                if not buffer:
+                                    # Whatever happens to the stream, these
+                                    # pieces reach the journal within
+                                    # FLUSH_INTERVAL.
+                                    loop.flush_at(trio.current_time() + FLUSH_INTERVAL, flush)
+                                buffer.append(delta)
+                                boundary = isinstance(delta, BlockStopped)
+                except ModelError as exc:
+                    error = exc
+                except Exception as exc:
+                    # An adapter bug must not take the loop down: the turn
+                    # fails with a code saying so, and the partial reply is kept.
+                    error = ModelError(f"model adapter failed: {exc!r}", kind="protocol")
+                finally:
+                    loop.cancel_flush()
+            if not clock.passed:
+                break
+            which: Literal["model_first_token", "model_call"] = (
+                "model_first_token" if not output and opening == first_token else "model_call"
+            )
+            seconds = clock.seconds if output else opening
+            assert seconds is not None
+            self.log.warning(
+                "model_deadline_passed", deadline=which, seconds=seconds, attempt=attempt
+            )
+            passed = DeadlinePassed(
+                deadline=which,
+                seconds=seconds,
+                turn=state.turn_index,
+                ref=effect_id,
+                attempt=attempt,
+                action="retried",
+            )
+            if not output and attempt <= limits.model_retries:
+                # Nothing arrived, so nothing can be repeated: send it again.
+                await loop.commit([passed])
+                await trio.sleep(deadlines.retry_backoff(attempt))
+                attempt += 1
+                continue
+            cut = msgspec.structs.replace(
+                passed, action="truncated" if acc.has_content() else "failed"
+            )
+            error = _deadline_error(which, seconds, attempt, output=output)
+            break
         if error is not None:
             self.log.warning("model_call_failed", code=error.code, error=str(error))
             await self.end(
@@ -271,6 +347,7 @@ class TurnRunner:
                 code=error.code,
                 detail=str(error),
                 settle=[
+                    *([cut] if cut is not None else []),
                     *self._rest(effect_id, buffer),
                     ModelCallFailed(
                         effect_id=effect_id,
@@ -337,7 +414,33 @@ class TurnRunner:
 
     # -- interruption ----------------------------------------------------------------
 
-    def _settle_interrupted(self, reason: str) -> list[Event]:
+    def _settle_deadline(self, seconds: float) -> list[Event]:
+        """The turn's deadline passed: interrupted like by a person, ending
+        with outcome ``limit``, the ``deadline.passed`` record first."""
+        passed = DeadlinePassed(
+            deadline="turn", seconds=seconds, turn=self.state.turn_index, action="interrupted"
+        )
+        return [
+            passed,
+            *self._settle_interrupted(
+                "interrupted",
+                outcome="limit",
+                code="limit.turn_timeout",
+                detail=(
+                    f"the turn did not finish within its {seconds:g} s deadline "
+                    "(Limits.turn_timeout) and was interrupted"
+                ),
+            ),
+        ]
+
+    def _settle_interrupted(
+        self,
+        reason: str,
+        *,
+        outcome: str = "interrupted",
+        code: str | None = None,
+        detail: str = "",
+    ) -> list[Event]:
         state = self.state
         if state.open_call is not None and self.acc is None:
             # The call started but streamed nothing we hold: rebuild from the journal.
@@ -345,7 +448,10 @@ class TurnRunner:
             self.acc.feed_all(tuple(state.open_output))
         events = settle_turn_events(
             state,
-            outcome="interrupted",
+            outcome=outcome,
+            kind="limit",
+            code=code,
+            detail=detail,
             reply_end=(
                 reply_cut_short(state, self.acc, "interrupted")
                 if state.open_call is not None and self.acc is not None
@@ -355,6 +461,35 @@ class TurnRunner:
             entered=self.entered,
         )
         return events
+
+
+def _deadline_error(
+    which: Literal["model_first_token", "model_call"],
+    seconds: float,
+    attempts: int,
+    *,
+    output: bool,
+) -> ModelError:
+    """The error a turn fails with when a model call's deadline passed for good."""
+    if output:
+        what = (
+            f"the model's reply did not finish within the {seconds:g} s deadline of a model "
+            "call (Limits.model_call_timeout); the reply is kept as far as it arrived, with "
+            "the truncated notice, and was not sent again because that would repeat it"
+        )
+    else:
+        field = f"{which}_timeout"
+        what = (
+            f"the model sent nothing within the {seconds:g} s deadline (Limits.{field}) "
+            f"in {attempts} attempt{'s' if attempts != 1 else ''}; try again later, or raise "
+            "the deadline"
+        )
+    return ModelError(
+        what,
+        kind="timeout",
+        code="model.first_token_timeout" if which == "model_first_token" else "model.call_timeout",
+        retryable=not output,
+    )
 
 
 _NOTICE_TEXT = {"truncated": TRUNCATED_NOTICE, "interrupted": INTERRUPTED_NOTICE}
@@ -394,12 +529,15 @@ def settle_turn_events(
     gate_reason: str,
     code: str | None = None,
     entered: set[str] | None = None,
+    kind: str = "runtime",
+    detail: str = "",
 ) -> list[Event]:
     """Events that close an open turn so the context stays valid: every open
     gate cancelled, the open reply closed (``reply_cut_short``), every unanswered
     tool call answered (abandoned if it had started, not-run otherwise), then
     ``turn.ended`` and the queue consequences.  ``entered`` names the calls
-    whose tool function really ran (None: assume every started call did)."""
+    whose tool function really ran (None: assume every started call did).
+    ``kind`` and ``detail`` explain an outcome other than interrupted."""
     events: list[Event] = [*gates.abandoned(state, gate_reason)]
     if reply_end is not None:
         events.append(reply_end)
@@ -422,8 +560,9 @@ def settle_turn_events(
         TurnEnded(
             turn=state.turn_index,
             outcome=outcome,  # type: ignore[arg-type]
-            kind=None if outcome == "interrupted" else "runtime",
+            kind=None if outcome == "interrupted" else kind,
             code=code,
+            detail=detail,
         )
     )
     events.extend(_queue_consequences(state, outcome))

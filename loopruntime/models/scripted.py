@@ -4,7 +4,8 @@ It plays back scripted ``Reply`` values (or asks a function of the request
 for one), streaming text in chunks, tool calls as partial JSON, a stop reason
 and usage.  ``chunk_delay`` paces the stream (use it with trio's
 ``autojump_clock`` to interrupt mid-reply); ``fail_after_chunks`` breaks the
-stream part-way, like a dropped connection.
+stream part-way, like a dropped connection; ``stall_after_chunks`` makes it
+stop sending without closing, like a connection that hangs.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class Reply:
     """Break the stream (a connection error) after this many chunks."""
     error: ModelError | None = None
     """Fail the call before any output."""
+    stall_after_chunks: int | None = None
+    """Stop sending after this many chunks and never close (0: before any
+    output at all), until the caller gives up."""
 
 
 Script = Sequence[Reply] | Callable[[ModelRequest], Reply]
@@ -138,6 +142,8 @@ async def _play(reply: Reply, request: ModelRequest) -> AsyncIterator[Delta]:
                 kind="connection",
                 code="model.connection_lost",
             )
+        if reply.stall_after_chunks is not None and sent >= reply.stall_after_chunks:
+            await trio.sleep_forever()
         if reply.chunk_delay:
             await trio.sleep(reply.chunk_delay)
         else:
@@ -147,6 +153,8 @@ async def _play(reply: Reply, request: ModelRequest) -> AsyncIterator[Delta]:
     # A rough, O(1) estimate: the scripted model must not make a step's cost
     # grow with the history (benchmarks rely on it).
     usage = reply.usage or Usage(input_tokens=20 * len(request.messages) + len(request.system) // 4)
+    if reply.stall_after_chunks == 0:
+        await trio.sleep_forever()  # the request went out; nothing ever comes back
     yield UsageDelta(
         usage=Usage(
             input_tokens=usage.input_tokens,

@@ -37,6 +37,7 @@ from journal.events import (
     CompactionRejected,
     CompactionStarted,
     ContextMeasured,
+    DeadlinePassed,
     GateCancelled,
     GateOpened,
     GateResolved,
@@ -298,6 +299,8 @@ class _Checker:
                     self.bad(seq, "turn ended at most once", f"turn {e.turn} is not open")
                 elif open_turn != e.turn:
                     self.bad(seq, "turn.ended names the open turn", f"turn {e.turn} ≠ {open_turn}")
+            case DeadlinePassed():
+                self.deadline(seq, r.loop, e, state)
             case ModelCallStarted():
                 _check_tail(seq, state.messages, self.bad)
             case CompactionStarted():
@@ -392,6 +395,20 @@ class _Checker:
             if state.compacting is not None:
                 self.compactions[state.compacting] = state.history_seq
         self.checkpoint_seq = seq
+
+    def deadline(self, seq: int, loop: str, e: DeadlinePassed, state: LoopState) -> None:
+        """A deadline cuts something still running: an unsettled tool call, the
+        open model call, the open turn."""
+        if e.deadline == "tool":
+            if e.ref not in self.started:
+                self.bad(seq, "deadline names what it cut", f"tool call {e.ref} never started")
+            elif self.settled[e.ref] or e.ref in self.abandoned:
+                self.bad(seq, "deadline names what it cut", f"tool call {e.ref} had settled")
+        elif e.deadline == "turn":
+            if loop not in self.turns_open:
+                self.bad(seq, "deadline names what it cut", f"turn {e.turn} is not open")
+        elif state.open_call != e.ref:
+            self.bad(seq, "deadline names what it cut", f"model call {e.ref} is not open")
 
     def checkpoint(self, seq: int, e: SessionCheckpoint) -> None:
         """A checkpoint must be exactly the fold of every record before it,

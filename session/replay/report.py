@@ -30,6 +30,7 @@ RULES = (
     "turns numbered in order",
     "turn ended at most once",
     "turn.ended names the open turn",
+    "deadline names what it cut",
     "compaction has a matching start",
     "compaction basis matches its start",
     "compaction basis is current",

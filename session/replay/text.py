@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import msgspec
 
 from journal.content import Image, Text
-from journal.events import ModelMessageCommitted
+from journal.events import DeadlinePassed, ModelMessageCommitted
 
 
 def short(value: object, limit: int = 160) -> str:
@@ -48,6 +48,31 @@ def notice_text(event: ModelMessageCommitted) -> str:
         return ""
     texts = [b.text for b in event.message.blocks if isinstance(b, Text)]
     return texts[-1] if texts else ""
+
+
+_DEADLINE_WHAT = {
+    "tool": "tool call",
+    "model_first_token": "first output of model call",
+    "model_call": "model call",
+    "turn": "turn",
+}
+_DEADLINE_THEN = {
+    "unknown": "cancelled; its outcome is unknown until the host resolves it",
+    "retried": "cancelled and run again",
+    "failed": "cancelled; it failed",
+    "truncated": "cancelled; the reply keeps what arrived",
+    "interrupted": "interrupted; the turn ends with outcome limit",
+}
+
+
+def deadline_text(event: DeadlinePassed) -> str:
+    """One line for a ``deadline.passed`` record: which deadline, what it cut,
+    and what followed."""
+    what = _DEADLINE_WHAT.get(event.deadline, event.deadline)
+    target = f"{what} {event.ref}" if event.ref else f"{what} {event.turn}"
+    attempt = f", attempt {event.attempt}" if event.attempt > 1 else ""
+    then = _DEADLINE_THEN.get(event.action, event.action)
+    return f"⏱ deadline passed ({event.seconds:g} s{attempt}): {target} {then}"
 
 
 _COLOURS = {

@@ -25,6 +25,7 @@ from journal.events import (
     CompactionRejected,
     CompactionStarted,
     ContextMeasured,
+    DeadlinePassed,
     GateCancelled,
     GateOpened,
     GateResolved,
@@ -50,7 +51,7 @@ from journal.events import (
     TurnStarted,
 )
 
-from .text import blocks_text, painted, short
+from .text import blocks_text, deadline_text, painted, short
 
 
 class TranscriptRenderer:
@@ -137,6 +138,8 @@ class TranscriptRenderer:
                     + paint("tool", f"← resolved by {e.by}{' (error)' if e.is_error else ''}: ")
                     + short(blocks_text(e.content))
                 )
+            case DeadlinePassed():
+                lines.append(prefix + paint("notice", deadline_text(e)))
             case GateOpened():
                 if e.kind == "user_input":
                     choices = f" {list(e.choices)}" if e.choices else ""

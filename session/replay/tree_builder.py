@@ -26,6 +26,7 @@ from journal.events import (
     CompactionRejected,
     CompactionStarted,
     ContextMeasured,
+    DeadlinePassed,
     GateCancelled,
     GateOpened,
     GateResolved,
@@ -54,7 +55,7 @@ from loopruntime import LoopState, fold
 from loopruntime.host import FoldError, copy_state
 
 from ..checkpoints import fork_base
-from .text import agent_text, blocks_text, notice_text
+from .text import agent_text, blocks_text, deadline_text, notice_text
 from .tree import (
     TREE_SCHEMA,
     TREE_VERSION,
@@ -291,6 +292,17 @@ class _StreamBuilder:
                 self.tree.child_finished(self, r, e)
             case Notice():
                 self.notice(r, e)
+            case DeadlinePassed():
+                # The runtime's word on what a deadline cut; the tool step or
+                # turn shows the consequence (unknown, failed, limit).
+                self.notice(
+                    r,
+                    Notice(
+                        code=f"deadline.{e.deadline}",
+                        text=deadline_text(e),
+                        refs=(e.ref,) if e.ref else (),
+                    ),
+                )
             case SessionCheckpoint() | SessionForked():
                 pass  # _TreeBuilder keeps the session's own records out of the streams
             case (

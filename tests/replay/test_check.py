@@ -18,6 +18,7 @@ from journal.content import Text
 from journal.events import (
     CompactionCommitted,
     CompactionStarted,
+    DeadlinePassed,
     Event,
     GateCancelled,
     GateOpened,
@@ -104,6 +105,22 @@ def _with_forged_delta() -> list[Event]:
 
 
 CASES: list[tuple[str, list[Event]]] = [
+    (
+        "deadline names what it cut",
+        [*good_turn()[:7], DeadlinePassed(deadline="tool", seconds=5, turn=1, ref="x1")],
+    ),
+    (
+        "deadline names what it cut",
+        [*opening(), DeadlinePassed(deadline="tool", seconds=5, turn=1, ref="x9")],
+    ),
+    (
+        "deadline names what it cut",
+        [*opening(), DeadlinePassed(deadline="model_call", seconds=5, turn=1, ref="e1")],
+    ),
+    (
+        "deadline names what it cut",
+        [*good_turn(), DeadlinePassed(deadline="turn", seconds=5, turn=1, action="interrupted")],
+    ),
     ("tool started once", [*opening(), started("x1"), started("x1")]),
     ("settlement follows its start", [*opening(), done("x9", "tu1")]),
     ("settlement names its call", [*opening(), started("x1"), done("x1", "tu2")]),

@@ -32,6 +32,9 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     "delegation": crash_scenarios.delegation,
     "compaction": crash_scenarios.compaction,
     # WORKDIR [KILL_AFTER], then WORKDIR
+    "deadline": crash_scenarios.deadline,
+    "deadline-restore": crash_scenarios.deadline_restore,
+    # WORKDIR [KILL_AFTER], then WORKDIR
     "crash-points": crash_points.run,
     "crash-points-restore": crash_points.restore,
     # WORKDIR KILL_AFTER, then WORKDIR: the same, with a trace exporter following

@@ -15,13 +15,21 @@ from pathlib import Path
 
 import trio
 
-from journal import open_journal
-from journal.content import Message
-from journal.events import GateOpened, ModelOutput, SteerQueued
+from journal import Record, open_journal
+from journal.content import Message, Text, ToolResult
+from journal.events import (
+    GateOpened,
+    InputQueued,
+    ModelOutput,
+    SteerQueued,
+    TurnEnded,
+    TurnStarted,
+)
 from loopruntime import Delegate, Limits, LoopDefinition, ToolContext, tool
-from loopruntime.model import Model
+from loopruntime.model import Model, ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
+from tests.support.crash_points import KillingJournal
 from tests.support.processes import ready
 
 # -- a loop with one tool per kind of in-flight work -----------------------------------
@@ -237,3 +245,131 @@ async def compaction(url: str, session_id: str) -> None:
                 await s.wait_idle()
             await s.compact()
             await trio.sleep_forever()
+
+
+# -- deadlines that pass in the middle of tool calls --------------------------------------
+#
+# ``deadline WORKDIR [KILL_AFTER]`` runs three requests from nothing, each with a tool call
+# cut by its deadline (a transfer whose outcome becomes unknown, a replay-safe lookup that
+# runs again, an atomic reservation that fails visibly), SIGKILLing itself right after
+# append KILL_AFTER; ``deadline-restore WORKDIR`` restores whatever the journal holds and
+# drives the requests to their end.  The deadlines are real time in the child: short.
+
+DEADLINE_SESSION = "crash-deadline"
+TOOL_DEADLINE = 0.2
+"""Seconds: the deadline of every tool of the scenario."""
+DEADLINE_STEPS = ("transfer 5 EUR", "look up the rate", "reserve a seat")
+HOST_RESOLUTION = "the bank shows the transfer"
+
+
+def deadline_url(workdir: Path) -> str:
+    return "sqlite:///" + str(workdir / "journal.db")
+
+
+def deadline_definition(side: Path) -> LoopDefinition:
+    @tool(permission="allow", timeout=TOOL_DEADLINE)
+    async def transfer(ctx: ToolContext, *, amount: int) -> str:
+        """Move money (not replay-safe); this one never returns."""
+        record_effect(side, tool="transfer", execution=ctx.execution_id)
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    @tool(permission="allow", timeout=TOOL_DEADLINE, replay_safe=True)
+    async def lookup(ctx: ToolContext, *, what: str) -> str:
+        """Read a rate (idempotent): its first run ever hangs, later ones answer."""
+        first = not any(e["tool"] == "lookup" for e in effects(side))
+        record_effect(side, tool="lookup", execution=ctx.execution_id)
+        if first:
+            await trio.sleep_forever()
+        return f"{what}: 1.08"
+
+    @tool(permission="allow", timeout=TOOL_DEADLINE, atomic=True)
+    async def reserve(ctx: ToolContext, *, seat: str) -> str:
+        """Reserve a seat (all or nothing); this one never returns."""
+        record_effect(side, tool="reserve", execution=ctx.execution_id)
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    def brain(request: ModelRequest) -> Reply:
+        last = request.messages[-1]
+        results = [b for b in last.blocks if isinstance(b, ToolResult)]
+        if results:
+            said = [" ".join(c.text for c in r.content if isinstance(c, Text)) for r in results]
+            return Reply(text="Done: " + " ".join(said))
+        said = " ".join(b.text for b in last.blocks if isinstance(b, Text))
+        if "transfer" in said:
+            return Reply(tool_calls=[ToolCall(name="transfer", input={"amount": 5})])
+        if "rate" in said:
+            return Reply(tool_calls=[ToolCall(name="lookup", input={"what": "EUR/USD"})])
+        return Reply(tool_calls=[ToolCall(name="reserve", input={"seat": "12A"})])
+
+    return LoopDefinition(
+        name="crash-deadline",
+        model=ScriptedModel(brain, name="scripted:deadline"),
+        tools=[transfer, lookup, reserve],
+    )
+
+
+def deadline_step_done(records: list[Record], text: str) -> bool | None:
+    """True once a turn that took the request ``text`` completed; None while
+    it is queued or running; False when it was never asked or its last turn
+    ended otherwise (a crash mid-reply ends a turn ``crashed``)."""
+    ids = {
+        r.event.input_id
+        for r in records
+        if isinstance(r.event, InputQueued)
+        and any(isinstance(b, Text) and b.text == text for m in r.event.messages for b in m.blocks)
+    }
+    if not ids:
+        return False
+    outcome: str | None = None
+    mine = False
+    for r in records:
+        if isinstance(r.event, TurnStarted):
+            mine = bool(ids & set(r.event.input_ids))
+            if mine:
+                outcome = None
+        elif isinstance(r.event, TurnEnded) and mine:
+            outcome, mine = r.event.outcome, False
+    if outcome is None:
+        return None
+    return outcome == "completed"
+
+
+async def _drive_deadlines(s: Session) -> None:
+    for step in DEADLINE_STEPS:
+        for _ in range(5):
+            while True:
+                await s.wait_idle()
+                state = await s.snapshot()
+                if not state.unknown_effects:
+                    break
+                for started in state.unknown_effects:
+                    await s.resolve(started.execution_id, HOST_RESOLUTION)
+            done = deadline_step_done([r async for r in s.journal.read(s.id)], step)
+            if done:
+                break
+            if done is False:
+                await s.submit(step)
+        else:
+            raise RuntimeError(f"scenario step {step!r} did not complete")
+
+
+async def deadline(workdir: str, kill_after: str | None = None) -> None:
+    """The deadline scenario from nothing, SIGKILLed after append ``kill_after`` if given."""
+    path = Path(workdir)
+    async with open_journal(deadline_url(path)) as real:
+        journal = KillingJournal(real, path, None if kill_after is None else int(kill_after))
+        d = deadline_definition(path / "effects.jsonl")
+        async with Session.create(journal, d, session_id=DEADLINE_SESSION) as s:
+            await _drive_deadlines(s)
+        (path / "appends").write_text(str(journal.appends))
+
+
+async def deadline_restore(workdir: str) -> None:
+    """The deadline scenario restored from whatever the journal holds, to its end."""
+    path = Path(workdir)
+    async with open_journal(deadline_url(path)) as journal:
+        d = deadline_definition(path / "effects.jsonl")
+        async with Session.restore(journal, DEADLINE_SESSION, d) as s:
+            await _drive_deadlines(s)

@@ -81,6 +81,8 @@ ADVICE: Final[Mapping[ModelErrorKind, str]] = {
     "connection": "check network access to the API (or ANTHROPIC_BASE_URL)",
     "protocol": "the API's response could not be read; try again, and report it if it recurs",
     "script": "",
+    "timeout": "the reply stopped arriving within the loop's deadline; try again, or raise "
+    "Limits.model_first_token_timeout / model_call_timeout",
 }
 
 # Error `type`s of the API's error body, for errors that arrive as an

@@ -1,0 +1,151 @@
+"""Deadlines: how long a tool call, a model call and a turn may take.
+
+Rules (docs/boundaries.md tells the story for hosts):
+
+* a deadline is a trio cancel scope (``Timer``) that a worker opens around
+  the one thing it bounds; what the cancellation means (an unknown outcome,
+  a retry, a failure) is the worker's to decide and to commit;
+* time spent waiting on a person does not count: while the loop waits at a
+  gate, every timer of the waiting task is paused (``paused``), so a tool
+  that asks a question, or a turn waiting on an approval, keeps the time it
+  had left;
+* a timer is counted in the process that runs it: a call or a turn resumed
+  after a restore starts its deadline afresh.
+
+``check_timeout`` is the one rule for what a timeout may be, shared by
+``Limits`` and ``@tool``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import trio
+
+__all__ = ["Timer", "check_timeout", "paused", "retry_backoff", "timer"]
+
+_INITIAL_BACKOFF = 0.5
+_MAX_BACKOFF = 8.0
+
+
+def check_timeout(name: str, value: object) -> None:
+    """Raise a ``TypeError``/``ValueError`` naming ``name`` unless ``value`` is
+    None or a positive, finite number of seconds."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"{name} must be a number of seconds or None (no deadline), "
+            f"not {type(value).__name__} {value!r}"
+        )
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"{name} must be a positive, finite number of seconds, not {value!r}; "
+            "use None for no deadline"
+        )
+
+
+def retry_backoff(attempt: int) -> float:
+    """Seconds to wait before attempt ``attempt + 1`` of a model call that
+    passed a deadline before any output: 0.5 s doubling to at most 8 s,
+    shortened by up to a quarter at random so that loops stalled together
+    do not retry in step."""
+    backoff = min(_INITIAL_BACKOFF * 2 ** (attempt - 1), _MAX_BACKOFF)
+    return backoff * (1 - 0.25 * random.random())
+
+
+class Timer:
+    """A cancel scope whose deadline is ``seconds`` after it opens (never,
+    with None), and that stops counting while paused.  ``passed`` tells,
+    after the scope closed, whether the deadline cut what it wrapped."""
+
+    __slots__ = ("_left", "_paused", "_paused_at", "_paused_for", "opened", "scope", "seconds")
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.opened = trio.current_time()
+        self.scope = trio.CancelScope(deadline=self._deadline(seconds))
+        self._paused = 0
+        self._left = math.inf
+        self._paused_at = 0.0
+        self._paused_for = 0.0
+
+    def _deadline(self, seconds: float | None) -> float:
+        return math.inf if seconds is None else self.opened + seconds
+
+    def reset(self, seconds: float | None) -> None:
+        """Make the deadline ``seconds`` of counted time after the timer
+        opened (None: no deadline); a paused timer keeps counting nothing."""
+        self.seconds = seconds
+        if seconds is None:
+            self._left = math.inf
+        else:
+            now = self._paused_at if self._paused else trio.current_time()
+            self._left = max(0.0, self.opened + self._paused_for + seconds - now)
+        if not self._paused:
+            self.scope.deadline = trio.current_time() + self._left
+
+    @property
+    def passed(self) -> bool:
+        return self.scope.cancelled_caught
+
+    def pause(self) -> None:
+        """Stop counting (nested pauses count: the last ``resume`` restarts it)."""
+        if self._paused == 0:
+            self._paused_at = trio.current_time()
+            self._left = max(0.0, self.scope.deadline - self._paused_at)
+            self.scope.deadline = math.inf
+        self._paused += 1
+
+    def resume(self) -> None:
+        self._paused -= 1
+        if self._paused == 0:
+            now = trio.current_time()
+            self._paused_for += now - self._paused_at
+            self.scope.deadline = now + self._left
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """This timer does not count while the block runs."""
+        self.pause()
+        try:
+            yield
+        finally:
+            self.resume()
+
+
+_running: contextvars.ContextVar[tuple[Timer, ...]] = contextvars.ContextVar(
+    "loopruntime_deadlines", default=()
+)
+"""The timers of the running task (a child task inherits its parent's)."""
+
+
+@contextmanager
+def timer(seconds: float | None) -> Iterator[Timer]:
+    """Run the block under a ``Timer`` of ``seconds`` (None: no deadline).
+    The deadline cancels the block only; the caller reads ``passed``."""
+    t = Timer(seconds)
+    token = _running.set((*_running.get(), t))
+    try:
+        with t.scope:
+            yield t
+    finally:
+        _running.reset(token)
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """Every timer of the running task stops counting while the block runs
+    (the loop waits on a person)."""
+    timers = _running.get()
+    for t in timers:
+        t.pause()
+    try:
+        yield
+    finally:
+        for t in timers:
+            t.resume()
