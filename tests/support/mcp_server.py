@@ -7,8 +7,9 @@ so the parent can connect at once.
 
 Every tool call appends one JSON line to CALLS_FILE (the tool and its
 arguments) before it acts: the tests count what really reached the server.
-``hang`` writes the server's pid there too and then never returns, so a test can
-SIGKILL the host or the server in the middle of a call.
+``hang`` writes the server's pid into the FIFO it is given, then never
+returns, so a test can SIGKILL the host or the server in the middle of a call
+(``tests.support.mcp_servers`` has the parent's side).
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ import sys
 from pathlib import Path
 
 import anyio
-from pydantic import BaseModel
-
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
 from mcp.types import ToolAnnotations
+from pydantic import BaseModel
 
 # The smallest valid PNG (one transparent pixel).
 PIXEL = base64.b64decode(
@@ -81,9 +81,10 @@ def build(calls: Path) -> MCPServer:
         return f"not launched ({answer.action})"
 
     @server.tool()
-    async def hang(label: str) -> str:
-        """Start a long job that never finishes."""
-        note("hang", label=label)
+    async def hang(signal: str) -> str:
+        """Start a long job that never finishes (says its pid into the FIFO ``signal``)."""
+        note("hang", signal=signal)
+        await anyio.Path(signal).write_text(f"{os.getpid()}\n")
         await anyio.sleep_forever()
         return "never"
 
