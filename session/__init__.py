@@ -16,6 +16,7 @@ __all__ = [
     "ROOT_LOOP",
     "ForkError",
     "InvalidContentError",
+    "NoResultError",
     "SeqOutOfRangeError",
     "Session",
     "SessionExistsError",
