@@ -67,7 +67,7 @@ class OutputTool(Tool):
     input_schema: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def schema(self) -> ToolSchema:  # type: ignore[override]
+    def schema(self) -> ToolSchema:
         return ToolSchema(
             name=self.name, description=self.description, input_schema=self.input_schema
         )

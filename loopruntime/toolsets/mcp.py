@@ -244,7 +244,7 @@ class McpTool(Tool):
     """None for the placeholder restore uses before any connection."""
 
     @property
-    def schema(self) -> ToolSchema:  # type: ignore[override]
+    def schema(self) -> ToolSchema:
         return ToolSchema(
             name=self.name, description=self.description, input_schema=self.input_schema
         )
