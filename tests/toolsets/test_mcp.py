@@ -381,3 +381,36 @@ def test_server_configuration_is_checked() -> None:
         McpServer.stdio("x", timeout=-1)
     assert McpServer.stdio("/usr/bin/my-server.py").name == "my-server"
     assert McpServer.http("https://tools.example.org:8443/mcp").name == "tools_example_org"
+
+
+async def test_a_question_of_a_resumable_server_outlives_a_restart(tmp_path: Path) -> None:
+    calls = tmp_path / "calls.jsonl"
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+
+    def definition(model: ScriptedModel) -> LoopDefinition:
+        server = stdio_server(calls, permission="allow", resumable=True)
+        return LoopDefinition(name="m", model=model, toolsets=[server])
+
+    first = calling(ToolCall(name="srv__launch", input={"target": "prod"}))
+    async with open_journal(url) as journal:
+        async with Session.create(journal, definition(first), session_id="s") as s:
+            await s.submit("launch")
+            await s.wait_idle()
+            (gate,) = (await s.snapshot()).open_gates
+        # The host stopped while the call waited on the person: the gate stays open.
+    later = ScriptedModel([Reply(text="launched")])
+    async with open_journal(url) as journal:
+        async with Session.restore(journal, "s", definition(later)) as s:
+            await s.wait_idle()
+            (still,) = (await s.snapshot()).open_gates
+            assert still.gate_id == gate.gate_id
+            await s.answer(gate.gate_id, '{"approve": true, "note": "after restart"}')
+            await s.wait_idle()
+            assert (await s.snapshot()).last_outcome == "completed"
+        (done,) = await events_of(journal, "s", ToolCompleted)
+        assert [b.text for b in done.content if isinstance(b, Text)] == [
+            "launched prod (after restart)"
+        ]
+        assert not (await check(journal, "s")).problems
+    # Sent again to the new server process, which asked again and got the stored answer.
+    assert calls_of(calls) == ["launch", "launch", "launch"]
