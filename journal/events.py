@@ -151,7 +151,9 @@ class SteerApplied(msgspec.Struct, tag="steer.applied", **_opts):
 
 # -- turn -------------------------------------------------------------------
 
-Outcome = Literal["completed", "interrupted", "failed", "crashed", "limit"]
+Outcome = Literal["completed", "interrupted", "failed", "crashed", "limit", "invalid_output"]
+"""``invalid_output``: the loop wants a typed answer and the model never gave
+one that validates within ``Limits.max_output_retries``."""
 
 
 class TurnStarted(msgspec.Struct, tag="turn.started", **_opts):
@@ -170,6 +172,10 @@ class TurnEnded(msgspec.Struct, tag="turn.ended", **_opts):
     kind: str | None = None
     code: str | None = None
     detail: str = ""
+    output: Any = None
+    """The turn's validated typed answer as plain data (JSON-like builtins),
+    when the loop asks for one (``LoopDefinition.output``); decoded into the
+    output type on read (``Session.result``)."""
 
 
 # -- model ------------------------------------------------------------------
@@ -253,6 +259,10 @@ class ToolCompleted(msgspec.Struct, tag="tool.completed", **_opts):
     disposition: Disposition
     truncated_bytes: int = 0
     duration_ns: int = 0
+    structured: Any = None
+    """A structured value the tool returned beside its content (an MCP
+    server's ``structuredContent``), as plain data; the model sees the
+    content, where it is also written as JSON text."""
 
 
 class ToolAbandoned(msgspec.Struct, tag="tool.abandoned", **_opts):

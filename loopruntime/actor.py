@@ -73,6 +73,8 @@ from .ids import new_id
 from .mailbox import Mailbox
 from .model import Delta
 from .state import LoopState, copy_state, fold
+from .tools import Tool
+from .toolsets import Toolsets
 from .turn import TurnRunner
 
 __all__ = ["Loop", "LoopHost"]
@@ -165,6 +167,7 @@ class Loop:
         self._auto_tried_at = -1
         self.log = log.bind(loop=loop_id, definition=definition.name)
         self.requests = RequestBuilder()
+        self.toolsets = Toolsets(definition.toolsets)
 
     # -- plumbing used by the host, and the ports the workers get (ports.py) ------
 
@@ -185,7 +188,11 @@ class Loop:
         return await self.host.commit(self, events, cause=cause, guard=guard)
 
     def resolved(self) -> ResolvedDefinition:
-        return self.definition.resolved(self.state.mode)
+        return self.definition.resolved(self.state.mode, self.toolsets.tools)
+
+    @property
+    def listed(self) -> tuple[Tool, ...]:
+        return self.toolsets.tools
 
     async def wait_gate(self, gate_id: str) -> GateResolved:
         # Waiting on a person: a requested compaction may run now, and the
@@ -300,6 +307,9 @@ class Loop:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                # The servers' tools are known before the first request is built.
+                taken = [t.name for t in self.definition.resolved(None).tools]
+                await self.toolsets.open(nursery, taken)
                 if not self.state.loop:
                     resolved = self.resolved()
                     await self.commit(
@@ -342,6 +352,7 @@ class Loop:
                             break
                     finally:
                         self.busy(-1)
+                self.toolsets.close()
                 nursery.cancel_scope.cancel()
         finally:
             for item in self._mailbox.close():
@@ -576,7 +587,7 @@ class Loop:
 
     async def _after_turn(self) -> None:
         self._maybe_compact()
-        if self.state.last_outcome in ("completed", "limit", "crashed"):
+        if self.state.last_outcome in ("completed", "limit", "crashed", "invalid_output"):
             await self._maybe_start_turn()
 
     async def _stop_turn(self, *, reason: str) -> bool:
@@ -603,7 +614,7 @@ class Loop:
         # the running calls covers every question gate too.
         asking = {g.execution_id for g in state.gates.values() if g.kind == "user_input"}
         for execution_id, started in state.running.items():
-            tool = self.definition.find_tool(started.name)
+            tool = self.definition.find_tool(started.name, self.listed)
             if execution_id not in asking or tool is None or not tool.resumable:
                 return False
         return True

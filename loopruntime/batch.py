@@ -56,7 +56,15 @@ from .notices import (
     rejected,
 )
 from .ports import ToolsPort
-from .tools import Tool, ToolContext, ToolInputError, decide, is_empty_result, shape_result
+from .tools import (
+    Tool,
+    ToolContext,
+    ToolInputError,
+    ToolOutput,
+    decide,
+    is_empty_result,
+    shape_result,
+)
 
 __all__ = ["run_batch"]
 
@@ -102,7 +110,7 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
                 # under the mode of its time, which a later ChangeMode may have
                 # narrowed: restore looks in every mode, so must this, or the
                 # call is never finished and the turn spins on it.
-                started = loop.definition.find_tool(use.name) if tool is None else tool
+                started = loop.definition.find_tool(use.name, loop.listed) if tool is None else tool
                 assert started is not None, f"restore kept {execution} running without its tool"
                 admitted.append(
                     _Call(
@@ -261,6 +269,7 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
     limits = batch.resolved.limits
     timeout = call.tool.timeout_under(limits.tool_timeout)
     started = time.perf_counter_ns()
+    structured = None
     while True:
         ctx = ToolContext(
             loop=loop.id,
@@ -276,6 +285,8 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
             try:
                 value = await call.tool.invoke(ctx, call.parsed)
                 blocks, cut = shape_result(value, limit)
+                if isinstance(value, ToolOutput):
+                    structured = value.structured
                 disposition = "succeeded"
                 if is_empty_result(blocks):
                     blocks, disposition = (Text(text=EMPTY_RESULT),), "failed"
@@ -308,6 +319,7 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
                 disposition=disposition,  # type: ignore[arg-type]
                 truncated_bytes=cut,
                 duration_ns=time.perf_counter_ns() - started,
+                structured=structured,
             )
         ]
     )

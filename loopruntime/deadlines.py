@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import trio
 
-__all__ = ["Timer", "check_timeout", "paused", "retry_backoff", "timer"]
+__all__ = ["Timer", "adopted", "check_timeout", "current", "paused", "retry_backoff", "timer"]
 
 _INITIAL_BACKOFF = 0.5
 _MAX_BACKOFF = 8.0
@@ -149,3 +149,20 @@ def paused() -> Iterator[None]:
     finally:
         for t in timers:
             t.resume()
+
+
+def current() -> tuple[Timer, ...]:
+    """The timers of the running task, for work it hands to another task."""
+    return _running.get()
+
+
+@contextmanager
+def adopted(timers: tuple[Timer, ...]) -> Iterator[None]:
+    """The block counts as part of the task that owns ``timers``: a wait on a
+    person inside it pauses them.  For work another task does on a call's
+    behalf (an MCP server's question arrives on the connection's task)."""
+    token = _running.set(timers)
+    try:
+        yield
+    finally:
+        _running.reset(token)

@@ -7,17 +7,21 @@ resolves both by name against the definition the host passes in.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from .deadlines import check_timeout
 from .errors import LoopClosedError, ModeNotFoundError
 from .model import Model
+from .output import FINAL_ANSWER, OutputSpec, output_spec
 from .summary import Compactor
 from .tools import PermissionPolicy, Tool, ToolContext, tool
+from .toolsets import McpServer, check_toolsets
 
 __all__ = [
+    "INHERIT",
     "Delegate",
     "Delegator",
     "Limits",
@@ -69,6 +73,10 @@ class Limits:
     turn_timeout: float | None = None
     """Seconds a turn may run; when it passes, the turn is interrupted and
     ends with outcome ``limit``.  Time waiting on a person does not count."""
+    max_output_retries: int = 3
+    """Times the model may try again after a typed answer that did not
+    validate (or a reply without one) before the turn ends with outcome
+    ``invalid_output``."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -80,7 +88,7 @@ class Limits:
             "max_tokens",
         ):
             _check_count(name, getattr(self, name), least=1)
-        for name in ("retained_exchanges", "tool_retries", "model_retries"):
+        for name in ("retained_exchanges", "tool_retries", "model_retries", "max_output_retries"):
             _check_count(name, getattr(self, name), least=0)
         for name in (
             "tool_timeout",
@@ -116,16 +124,30 @@ def _check_count(name: str, value: object, *, least: int) -> None:
         raise ValueError(f"Limits.{name} must be 0 or more, not {value}")
 
 
+class _Inherit(enum.Enum):
+    INHERIT = "inherit"
+
+
+INHERIT = _Inherit.INHERIT
+"""A mode's ``output`` when it keeps the definition's."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Mode:
     """A named variant of a definition: another model, instructions, tool
-    subset or limits.  Unset fields fall back to the definition's."""
+    subset, limits or output type.  Unset fields fall back to the
+    definition's; ``output=None`` makes the mode answer in text."""
 
     name: str
     model: Model | None = None
     system: str | None = None
     tools: Sequence[str] | None = None
     limits: Limits | None = None
+    output: Any = INHERIT
+
+    def __post_init__(self) -> None:
+        if self.output is not INHERIT and self.output is not None:
+            output_spec(self.output, f"mode {self.name!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,6 +173,24 @@ class LoopDefinition:
     modes: Sequence[Mode] = ()
     delegates: Sequence[Delegate] = ()
     compactor: Compactor | None = None
+    toolsets: Sequence[McpServer] = ()
+    """Servers whose tools the loop offers besides ``tools``, listed when a
+    loop starts (``loopruntime.toolsets``)."""
+    output: Any = None
+    """The type of each turn's answer (a msgspec Struct, or any type msgspec
+    can validate); None: the answer is text.  ``loopruntime.output``."""
+
+    def __post_init__(self) -> None:
+        names = [t.name for t in self.tools] + [d.name for d in self.delegates]
+        check_toolsets(self.name, self.toolsets, names)
+        outputs = [self.output, *(m.output for m in self.modes)]
+        if self.output is not None:
+            output_spec(self.output, f"loop definition {self.name!r}")
+        if any(o is not None and o is not INHERIT for o in outputs) and FINAL_ANSWER in names:
+            raise ValueError(
+                f"loop definition {self.name!r} has a tool named {FINAL_ANSWER!r}, the name of "
+                "the runtime's final-answer tool for typed outputs; rename the tool"
+            )
 
     def mode(self, name: str | None) -> Mode | None:
         """The mode called ``name`` (None: the definition itself)."""
@@ -164,22 +204,42 @@ class LoopDefinition:
             f"loop definition {self.name!r} has no mode {name!r} (modes: {known})"
         )
 
-    def find_tool(self, name: str) -> Tool | None:
+    def find_tool(self, name: str, listed: Sequence[Tool] = ()) -> Tool | None:
         """The tool called ``name`` whatever the mode: a mode only narrows the
-        definition's tools, so a call admitted under any mode is found here."""
-        return next((t for t in self.resolved(None).tools if t.name == name), None)
+        definition's tools, so a call admitted under any mode is found here.
+        ``listed``: the tools the loop's toolsets listed; before they are
+        known (restore), a server's tool is what its configuration says."""
+        found = next((t for t in self.resolved(None, listed).tools if t.name == name), None)
+        if found is None and name == FINAL_ANSWER:
+            found = next(
+                (
+                    spec.tool
+                    for o in (self.output, *(m.output for m in self.modes))
+                    if o is not None and o is not INHERIT
+                    for spec in (output_spec(o, self.name),)
+                ),
+                None,
+            )
+        if found is None:
+            found = next((p for s in self.toolsets if (p := s.placeholder(name)) is not None), None)
+        return found
 
-    def resolved(self, mode_name: str | None) -> ResolvedDefinition:
+    def resolved(self, mode_name: str | None, listed: Sequence[Tool] = ()) -> ResolvedDefinition:
         mode = self.mode(mode_name)
-        tools = [*self.tools, *(_delegate_tool(d) for d in self.delegates)]
+        tools = [*self.tools, *listed, *(_delegate_tool(d) for d in self.delegates)]
         if mode is not None and mode.tools is not None:
             wanted = set(mode.tools)
             tools = [t for t in tools if t.name in wanted]
+        output = self.output if mode is None or mode.output is INHERIT else mode.output
+        spec = output_spec(output, self.name) if output is not None else None
+        if spec is not None:
+            tools.append(spec.tool)
         return ResolvedDefinition(
             model=(mode.model if mode and mode.model else self.model),
             system=(mode.system if mode and mode.system is not None else self.system),
             tools=tuple(tools),
             limits=(mode.limits if mode and mode.limits else self.limits),
+            output=spec,
         )
 
 
@@ -191,6 +251,8 @@ class ResolvedDefinition:
     system: str
     tools: tuple[Tool, ...]
     limits: Limits
+    output: OutputSpec | None = None
+    """The typed answer each turn must give (None: text)."""
 
 
 class Delegator(Protocol):

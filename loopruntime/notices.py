@@ -15,9 +15,11 @@ from journal.events import ToolCompleted
 __all__ = [
     "DENIED_RESULT",
     "EMPTY_RESULT",
+    "FINAL_ANSWER",
     "INTERRUPTED_NOTICE",
     "INTERRUPTED_TOOL_RESULT",
     "NOT_RUN_RESULT",
+    "OUTPUT_REQUIRED",
     "TRUNCATED_NOTICE",
     "TRUNCATED_TOOL_CALL_RESULT",
     "deadline_failure",
@@ -38,6 +40,12 @@ INTERRUPTED_TOOL_RESULT = (
     "[interrupted: this tool call was stopped before it completed; its outcome is unknown]"
 )
 NOT_RUN_RESULT = "[not run: the turn was stopped before this tool call started]"
+FINAL_ANSWER = "final_answer"
+"""The name of the runtime's tool through which the model gives a typed
+answer (``output.py``)."""
+OUTPUT_REQUIRED = "output_required"
+"""The code of the notice committed when a reply ended without the typed
+answer the loop asks for (the model is then reminded, as steering)."""
 DENIED_RESULT = "[denied: this tool call was denied by the user]"
 EMPTY_RESULT = "[error: empty result: the tool returned nothing]"
 TRUNCATED_TOOL_CALL_RESULT = (

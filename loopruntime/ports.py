@@ -22,6 +22,7 @@ from .context import RequestBuilder
 from .definition import Delegator, LoopDefinition, ResolvedDefinition
 from .model import Delta
 from .state import LoopState
+from .tools import Tool
 
 __all__ = ["ChildLoop", "DeltaSink", "LoopPort", "ParentPort", "ToolsPort", "TurnPort"]
 
@@ -69,6 +70,11 @@ class ToolsPort(LoopPort, Delegator, Protocol):
     def busy(self, delta: int) -> None:
         """A task of this loop starts (+1) or stops (-1) working; the loop is
         quiet when none works."""
+        ...
+
+    @property
+    def listed(self) -> Sequence[Tool]:
+        """The tools the loop's toolsets listed when it started."""
         ...
 
     async def wait_gate(self, gate_id: str) -> GateResolved:

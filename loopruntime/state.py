@@ -51,7 +51,7 @@ from journal.events import (
 )
 from journal.record import Record
 
-from .notices import INTERRUPTED_TOOL_RESULT
+from .notices import FINAL_ANSWER, INTERRUPTED_TOOL_RESULT, OUTPUT_REQUIRED
 
 __all__ = [
     "ChildState",
@@ -131,6 +131,12 @@ class LoopState(msgspec.Struct, kw_only=True):
     turn_model_calls: int = 0
     turn_tool_batches: int = 0
     turn_tool_calls: int = 0
+    turn_output_failures: int = 0
+    """Attempts at a typed answer the open turn refused: final-answer calls
+    that did not validate, and replies that ended without one."""
+    last_output: Any = None
+    """The typed answer of the last turn, as plain data (``turn.ended``
+    ``output``); None when it gave none."""
     last_outcome: str | None = None
     last_failure: str = ""
     """Why the last turn did not complete (its ``turn.ended`` detail, e.g. the
@@ -282,6 +288,9 @@ def fold(state: LoopState, record: Record) -> LoopState:
             state.executions[event.tool_use_id] = event.execution_id
             state.turn_tool_calls += 1
         case ToolCompleted():
+            use = state.tool_uses.get(event.tool_use_id)
+            if use is not None and use.name == FINAL_ANSWER and event.disposition != "succeeded":
+                state.turn_output_failures += 1
             state.running.pop(event.execution_id, None)
             state.unknown.pop(event.execution_id, None)
             _answer(
@@ -306,10 +315,12 @@ def fold(state: LoopState, record: Record) -> LoopState:
             state.turn_open = True
             state.step = -1
             state.turn_model_calls = state.turn_tool_batches = state.turn_tool_calls = 0
+            state.turn_output_failures = 0
             state.history_seq = record.seq
         case TurnEnded():
             state.turn_open = False
             state.last_outcome = event.outcome
+            state.last_output = event.output
             failed = event.outcome != "completed"
             state.last_failure = event.detail if failed else ""
             state.last_failure_code = (event.code or "") if failed else ""
@@ -396,6 +407,8 @@ def fold(state: LoopState, record: Record) -> LoopState:
                 child.status = event.status
                 child.output = event.output
         case Notice():
+            if event.code == OUTPUT_REQUIRED:
+                state.turn_output_failures += 1
             # Words for the reader.  One that names the open model call closes
             # it: the reply stopped before anything usable arrived, so no
             # message enters the context.

@@ -37,6 +37,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolInputError",
+    "ToolOutput",
     "ask_user",
     "current_tool_context",
     "shape_result",
@@ -328,6 +329,17 @@ def tool(
     return build(fn) if fn is not None else build
 
 
+@dataclass(frozen=True)
+class ToolOutput:
+    """What a tool returns when it has a structured value beside what the
+    model reads: ``content`` is shaped like any result (str, Text/Image
+    blocks), ``structured`` (plain data) is kept in the ``tool.completed``
+    record."""
+
+    content: Any
+    structured: Any = None
+
+
 def is_empty_result(blocks: tuple[ResultBlock, ...]) -> bool:
     """No blocks, or only text with nothing in it: the model must not read
     silence as success, so such a result is reported as an error."""
@@ -338,6 +350,8 @@ def shape_result(value: Any, limit: int) -> tuple[tuple[ResultBlock, ...], int]:
     """Turn what a tool returned into result blocks, cut to ``limit`` bytes of
     text.  Returns the blocks and how many bytes were cut."""
     blocks: tuple[ResultBlock, ...]
+    if isinstance(value, ToolOutput):
+        return shape_result(value.content, limit)
     if isinstance(value, str):
         blocks = (Text(text=value),)
     elif isinstance(value, Text | Image):

@@ -24,7 +24,7 @@ the call (as after a restore).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 import trio
@@ -56,6 +56,7 @@ from .notices import (
     TRUNCATED_TOOL_CALL_RESULT,
     rejected,
 )
+from .output import output_reminder, output_verdict
 from .ports import TurnPort
 from .state import LoopState
 
@@ -141,6 +142,15 @@ class TurnRunner:
                     )
                 await run_batch(self.loop, self.resolved, self.entered)
                 continue
+            output = self.resolved.output
+            if output is not None:
+                # A typed answer was accepted, or the model used up its attempts.
+                retries = self.resolved.limits.max_output_retries
+                verdict = output_verdict(
+                    output, state.messages, state.turn_output_failures, retries
+                )
+                if verdict is not None:
+                    await self.end(**verdict)
             last = state.messages[-1] if state.messages else None
             if last is not None and last.role == "assistant":
                 uses = [b for b in last.blocks if isinstance(b, ToolUse)]
@@ -178,6 +188,10 @@ class TurnRunner:
             return
         if stop_reason == "refusal":
             await self.end("failed", kind="model", code="model.refusal")
+        if self.resolved.output is not None:
+            # It counts as an attempt, and the model is reminded.
+            await self.loop.commit(output_reminder())
+            return
         await self.end("completed")
 
     async def _continue_after_reply(self) -> None:
@@ -211,6 +225,7 @@ class TurnRunner:
         code: str | None = None,
         detail: str = "",
         settle: list[Event] | None = None,
+        output: Any = None,
     ) -> None:
         """Commit ``turn.ended`` (with the queue consequences) and stop the turn."""
         events: list[Event] = list(settle or [])
@@ -221,6 +236,7 @@ class TurnRunner:
                 kind=kind,
                 code=code,
                 detail=detail,
+                output=output,
             )
         )
         events.extend(_queue_consequences(self.state, outcome))
@@ -391,6 +407,7 @@ class TurnRunner:
         would decide for it, decided before the commit)."""
         return (
             not acc.tool_uses()
+            and self.resolved.output is None
             and not acc.invalid_tool_inputs
             and acc.stop_reason not in ("pause_turn", "refusal", "max_tokens")
             and not self.state.steering

@@ -2,6 +2,7 @@
 
 from .errors import ForkError as ForkError
 from .errors import InvalidContentError as InvalidContentError
+from .errors import NoResultError as NoResultError
 from .errors import SeqOutOfRangeError as SeqOutOfRangeError
 from .errors import SessionExistsError as SessionExistsError
 from .errors import SessionLagError as SessionLagError
@@ -15,6 +16,7 @@ __all__ = [
     "ROOT_LOOP",
     "ForkError",
     "InvalidContentError",
+    "NoResultError",
     "SeqOutOfRangeError",
     "Session",
     "SessionExistsError",

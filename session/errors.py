@@ -7,6 +7,7 @@ from loopruntime import CommandError, LoopError
 __all__ = [
     "ForkError",
     "InvalidContentError",
+    "NoResultError",
     "SeqOutOfRangeError",
     "SessionExistsError",
     "SessionLagError",
@@ -72,3 +73,10 @@ class ForkError(LoopError):
     check or cannot be forked); nothing was written."""
 
     code = "session.fork_refused"
+
+
+class NoResultError(LoopError):
+    """``Session.result`` asked for a turn that did not complete (or never
+    ended): it has no answer to give."""
+
+    code = "session.no_result"

@@ -54,6 +54,7 @@ from .collaboration.driver import collaborate, resume
 from .errors import SessionExistsError, UnknownSessionError, VerifyError
 from .fork import plan_fork, write_fork
 from .restore import settle_restored
+from .results import turn_result
 from .subscriptions import StreamDelta, Subscriptions
 from .validation import answer_text, check_decision, steering_text, tool_result, user_message
 from .writer import Writer
@@ -471,6 +472,15 @@ class Session:
         """A consistent copy of a loop's state."""
         state: LoopState = await self._loop(loop).send(Snapshot())
         return state
+
+    async def result(self, turn_id: int | None = None, *, loop: str | None = None) -> Any:
+        """The answer of turn ``turn_id`` (None: the last turn that ended):
+        its typed value when the definition asks for one (``output=``),
+        decoded from the journal, else the text of its last reply.  Raises
+        ``NoResultError`` when that turn did not complete."""
+        target = self._loop(loop)
+        records = [r async for r in self.journal.read(self.id)]
+        return turn_result(records, target.id, target.definition, turn_id)
 
     async def wait_idle(self) -> None:
         """Wait until no loop has work it can do without a person (idle, or

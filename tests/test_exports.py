@@ -33,10 +33,14 @@ PUBLIC = {
         "unanswered_tool_uses",
     },
     "loopruntime.models": {"ScriptedModel", "Reply", "ToolCall", "AnthropicModel"},
+    "loopruntime.toolsets": {
+        "McpServer", "Stdio", "Http", "McpTool", "McpServerError", "McpToolError", "Toolsets",
+        "check_toolsets",
+    },
     "session": {
         "Session", "ROOT_LOOP", "StreamDelta", "SessionExistsError", "SessionLagError",
         "UnknownSessionError", "VerifyError", "InvalidContentError", "SeqOutOfRangeError",
-        "ForkError",
+        "ForkError", "NoResultError",
     },
 }  # fmt: skip
 
@@ -55,7 +59,7 @@ def test_session_methods_of_the_design() -> None:
     for method in (
         "create", "restore", "submit", "steer", "cancel_queued", "interrupt", "answer",
         "decide", "resolve", "compact", "change_mode", "snapshot", "verify", "subscribe",
-        "wait_idle", "shutdown", "collaborate", "resume_collaboration", "fork",
+        "wait_idle", "shutdown", "collaborate", "resume_collaboration", "fork", "result",
     ):  # fmt: skip
         assert callable(getattr(Session, method))
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from journal import open_journal
 from journal.content import Text
 from journal.events import ModelMessageCommitted, TurnEnded
@@ -133,3 +135,57 @@ async def test_a_paused_reply_is_continued_without_trailing_whitespace() -> None
     # The journal keeps the reply as it arrived.
     assert state.messages[1].blocks == (Text(text="Searching the web.\n\n"),)
     assert state.messages[-1].blocks == (Text(text="Found it."),)
+
+
+class Forecast(msgspec.Struct):
+    city: str
+    celsius: int
+    tags: list[str] = []
+
+
+def final_answer_reply(partial: str) -> Stream:
+    return Stream(
+        [
+            message_start(),
+            block_start(
+                0, {"type": "tool_use", "id": "toolu_02", "name": "final_answer", "input": {}}
+            ),
+            block_delta(0, {"type": "input_json_delta", "partial_json": partial}),
+            block_stop(0),
+            message_delta("tool_use"),
+            message_stop(),
+        ]
+    )
+
+
+async def test_a_typed_output_over_the_real_sdk() -> None:
+    replies = [
+        final_answer_reply('{"city": "Oslo", "celsius": "mild"}'),
+        final_answer_reply('{"city": "Oslo", "celsius": 4}'),
+    ]
+    async with open_sse_server(replies) as server:
+        async with AnthropicModel(MODEL, api_key=KEY, base_url=server.url) as model:
+            d = LoopDefinition(name="claude", model=model, output=Forecast)
+            async with open_journal("memory:") as journal:
+                async with Session.create(journal, d) as s:
+                    await s.submit("Forecast for Oslo?")
+                    await s.wait_idle()
+                    assert await s.result() == Forecast(city="Oslo", celsius=4)
+                report = await check(journal, s.id)
+    assert report.ok, report.summary()
+    first, second = (r.body for r in server.requests)
+    (offered,) = first["tools"]
+    assert offered["name"] == "final_answer"
+    assert offered["input_schema"] == {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "celsius": {"type": "integer"},
+            "tags": {"type": "array", "items": {"type": "string"}, "default": []},
+        },
+        "required": ["city", "celsius"],
+    }
+    # The validation error reached the model on the wire, naming the field.
+    result = second["messages"][-1]["content"][0]
+    assert result["is_error"] is True
+    assert "$.celsius" in str(result["content"])

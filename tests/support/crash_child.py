@@ -28,6 +28,8 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     "replay": crash_scenarios.replay,
     "survey": crash_scenarios.survey,
     "steer": crash_scenarios.steer,
+    # URL SESSION_ID WORKDIR: killed while an MCP server runs a call
+    "mcp": crash_scenarios.mcp,
     # URL SESSION_ID
     "delegation": crash_scenarios.delegation,
     "compaction": crash_scenarios.compaction,

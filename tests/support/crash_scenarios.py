@@ -373,3 +373,36 @@ async def deadline_restore(workdir: str) -> None:
         d = deadline_definition(path / "effects.jsonl")
         async with Session.restore(journal, DEADLINE_SESSION, d) as s:
             await _drive_deadlines(s)
+
+
+# -- a call to an MCP server in flight -------------------------------------------------
+
+
+def mcp_definition(workdir: Path, replies: list[Reply]) -> LoopDefinition:
+    """A loop whose one tool source is the MCP test server (tests/support/mcp_server.py)."""
+    from tests.support.mcp_servers import stdio_server
+
+    return LoopDefinition(
+        name="mcp",
+        model=ScriptedModel(replies),
+        toolsets=[stdio_server(workdir / "calls.jsonl", permission="allow")],
+    )
+
+
+async def mcp(url: str, session_id: str, workdir: str) -> None:
+    """Killed while the MCP server runs a call (the server said so through
+    the FIFO ``signal``; its pid is left in ``server.pid`` for the parent)."""
+    from tests.support.mcp_servers import Signal
+
+    work = Path(workdir)
+    fifo = Signal(work / "signal")
+    call = ToolCall(name="srv__hang", input={"signal": str(fifo.path)})
+    async with open_journal(url) as journal:
+        async with Session.create(
+            journal, mcp_definition(work, [Reply(tool_calls=[call])]), session_id=session_id
+        ) as s:
+            await s.submit("start the job")
+            pid = await fifo.wait()
+            (work / "server.pid").write_text(str(pid))
+            ready()
+            await trio.sleep_forever()

@@ -1,0 +1,338 @@
+"""One loop's connection to one MCP server: connecting, listing, calling.
+
+Rules: the SDK's session is entered and left by one task of the loop's
+nursery (``_hold``), and calls come from the batch's tasks; a connection
+that broke is dropped, and the next call connects again (bounded attempts,
+with backoff).  A question the server asks (elicitation) is asked as a gate
+of the one call in flight, with that call's deadlines paused.  The ``mcp``
+SDK is imported inside functions only: without it, connecting fails with an
+error naming the extra.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import structlog
+import trio
+
+from journal.content import Image, ResultBlock, Text
+
+from .. import deadlines
+from ..tools import ToolContext, ToolOutput
+from .mcp import McpServer, McpServerError, McpTool, McpToolError, Stdio, mcp_tool
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+    from mcp.client.session import ClientRequestContext
+    from mcp.types import ElicitRequestParams, ElicitResult, ErrorData
+
+__all__ = ["McpConnection"]
+
+log = structlog.wrap_logger(logging.getLogger(__name__))
+
+_CONNECT_BACKOFF = 0.5
+"""Seconds before the second connection attempt, doubling after each."""
+
+
+class McpConnection:
+    """One loop's connection to one server: its listed tools, and the calls.
+
+    The connection lives in a task of the loop's nursery (the SDK's session
+    must be entered and left by one task); calls come from the batch's tasks.
+    A connection that failed is dropped and made again by the next call."""
+
+    def __init__(self, server: McpServer) -> None:
+        self.server = server
+        self.tools: tuple[McpTool, ...] = ()
+        self.log = log.bind(mcp_server=server.name)
+        self._nursery: trio.Nursery | None = None
+        self._session: ClientSession | None = None
+        self._drop = trio.Event()
+        self._connecting = trio.Lock()
+        self._calls: list[tuple[ToolContext, tuple[deadlines.Timer, ...]]] = []
+        """The calls in flight, with their timers: whom a question belongs to."""
+
+    async def open(self, nursery: trio.Nursery) -> None:
+        """Connect and list the tools; a server that cannot be reached is
+        logged and offers no tools (the loop runs without them)."""
+        self._nursery = nursery
+        try:
+            session = await self._connected()
+            listed = await _list_tools(session)
+        except McpServerError as exc:
+            self.log.warning("mcp_server_unavailable", error=str(exc))
+            self._dropped()
+            return
+        self.tools = tuple(
+            mcp_tool(
+                self.server,
+                self,
+                t.name,
+                t.description or "",
+                dict(t.input_schema),
+                t.annotations,
+            )
+            for t in listed
+        )
+        self.log.info("mcp_server_listed", tools=[t.name for t in self.tools])
+
+    def close(self) -> None:
+        self._dropped()
+
+    async def call(self, remote: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        """Run tool ``remote`` on the server; raises ``McpServerError`` (the
+        server failed) or ``McpToolError`` (the tool reported an error)."""
+        session = await self._connected()
+        entry = (ctx, deadlines.current())
+        self._calls.append(entry)
+        try:
+            result = await session.call_tool(remote, arguments)
+        except trio.Cancelled:
+            raise
+        except Exception as exc:
+            # A JSON-RPC error is the server's answer; anything else means the
+            # connection broke (or the server sent something that is not MCP):
+            # drop it, and the next call connects again.
+            if not _is_rpc_error(exc):
+                self._dropped()
+            self.log.warning("mcp_call_failed", tool=remote, error=_describe(exc))
+            raise McpServerError(
+                f"MCP server {self.server.name} failed during the call of {remote}: "
+                f"{_describe(exc)}"
+            ) from exc
+        finally:
+            self._calls.remove(entry)
+        return _result(self.server, remote, result)
+
+    # -- the connection ------------------------------------------------------------
+
+    async def _connected(self) -> ClientSession:
+        """The live session, connecting first when there is none."""
+        async with self._connecting:
+            if self._session is not None and not self._drop.is_set():
+                return self._session
+            last: BaseException | None = None
+            for attempt in range(1, self.server.connect_attempts + 1):
+                if attempt > 1:
+                    await trio.sleep(_CONNECT_BACKOFF * 2 ** (attempt - 2))
+                try:
+                    assert self._nursery is not None, "McpConnection.open was never called"
+                    self._drop = trio.Event()
+                    self._session = await self._nursery.start(self._hold, self._drop)
+                    return self._session
+                except McpServerError as exc:
+                    last = exc
+                    self.log.warning("mcp_connect_failed", attempt=attempt, error=str(exc))
+            assert last is not None
+            raise McpServerError(
+                f"MCP server {self.server.name} could not be reached in "
+                f"{self.server.connect_attempts} attempt(s): {last}"
+            )
+
+    def _dropped(self) -> None:
+        self._drop.set()
+        self._session = None
+
+    async def _hold(self, drop: trio.Event, *, task_status: trio.TaskStatus[ClientSession]) -> None:
+        """Open the transport and the session, hand the session over, and
+        hold both open until the connection is dropped (or the loop stops)."""
+        started = False
+        try:
+            from mcp import ClientSession
+        except ImportError as exc:
+            raise McpServerError(
+                "MCP toolsets need the mcp package: install loopruntime[mcp]"
+            ) from exc
+        try:
+            async with (
+                self._transport() as streams,
+                ClientSession(streams[0], streams[1], elicitation_callback=self._elicit) as session,
+            ):
+                await session.initialize()
+                started = True
+                task_status.started(session)
+                await drop.wait()
+        except Exception as exc:
+            if not started:
+                raise McpServerError(_describe(exc)) from exc
+            # The connection died after it was handed over: the call that
+            # used it has already failed; the next one connects again.
+            self.log.warning("mcp_connection_lost", error=_describe(exc))
+        finally:
+            if self._session is not None and drop is self._drop:
+                self._session = None
+
+    def _transport(self) -> Any:
+        transport = self.server.transport
+        if isinstance(transport, Stdio):
+            from mcp.client.stdio import StdioServerParameters, stdio_client
+
+            return stdio_client(
+                StdioServerParameters(
+                    command=transport.command,
+                    args=list(transport.args),
+                    env=dict(transport.env) if transport.env is not None else None,
+                    cwd=transport.cwd,
+                )
+            )
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        client = create_mcp_http_client(headers=dict(transport.headers or {}))
+        return _http(streamable_http_client(transport.url, http_client=client), client)
+
+    async def _elicit(
+        self, context: ClientRequestContext, params: ElicitRequestParams
+    ) -> ElicitResult | ErrorData:
+        """A question from the server: asked as a gate of the call in flight."""
+        from mcp.types import INVALID_REQUEST, ElicitResult, ErrorData
+
+        if len(self._calls) != 1:
+            # With several calls in flight nobody can say whose question it is.
+            self.log.warning("mcp_elicitation_unroutable", calls=len(self._calls))
+            return ErrorData(
+                code=INVALID_REQUEST,
+                message="the client cannot tell which call this question belongs to",
+            )
+        if getattr(params, "mode", "form") != "form":
+            return ErrorData(code=INVALID_REQUEST, message="only form elicitation is supported")
+        ctx, timers = self._calls[0]
+        schema = getattr(params, "requested_schema", {}) or {}
+        prompt = (
+            f"{params.message}\n[MCP server {self.server.name} asks; answer with a JSON object "
+            f"of the fields {json.dumps(schema.get('properties', {}), sort_keys=True)}, "
+            "or 'decline' or 'cancel']"
+        )
+        with deadlines.adopted(timers):
+            answer = (await ctx.ask_user(prompt)).strip()
+        if answer in ("decline", "cancel"):
+            return ElicitResult(action=answer)  # type: ignore[arg-type]
+        try:
+            content = json.loads(answer)
+        except ValueError:
+            content = _single_field(schema, answer)
+        if not isinstance(content, dict):
+            self.log.warning("mcp_elicitation_answer_unusable", answer=answer[:200])
+            return ElicitResult(action="cancel")
+        return ElicitResult(action="accept", content=content)
+
+
+class _http:
+    """The streamable-HTTP transport with its HTTP client closed after it."""
+
+    def __init__(self, inner: Any, client: Any) -> None:
+        self._inner, self._client = inner, client
+
+    async def __aenter__(self) -> Any:
+        await self._client.__aenter__()
+        try:
+            return await self._inner.__aenter__()
+        except BaseException:
+            await self._client.__aexit__(None, None, None)
+            raise
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        try:
+            return await self._inner.__aexit__(*exc)
+        finally:
+            await self._client.__aexit__(None, None, None)
+
+
+def _single_field(schema: Mapping[str, Any], answer: str) -> dict[str, Any] | None:
+    """A plain answer to a question with one field: that field's value."""
+    props = schema.get("properties", {})
+    if len(props) != 1:
+        return None
+    ((key, spec),) = props.items()
+    kind = spec.get("type") if isinstance(spec, Mapping) else None
+    if kind == "boolean":
+        lowered = answer.lower()
+        if lowered in ("yes", "true", "y"):
+            return {key: True}
+        if lowered in ("no", "false", "n"):
+            return {key: False}
+        return None
+    if kind in ("integer", "number"):
+        try:
+            return {key: int(answer) if kind == "integer" else float(answer)}
+        except ValueError:
+            return None
+    return {key: answer}
+
+
+async def _list_tools(session: ClientSession) -> list[Any]:
+    tools: list[Any] = []
+    cursor: str | None = None
+    try:
+        from mcp.types import PaginatedRequestParams
+
+        while True:
+            page = await session.list_tools(
+                params=PaginatedRequestParams(cursor=cursor) if cursor else None
+            )
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+    except trio.Cancelled:
+        raise
+    except Exception as exc:
+        raise McpServerError(f"listing its tools failed: {_describe(exc)}") from exc
+
+
+def _result(server: McpServer, remote: str, result: Any) -> ToolOutput:
+    """The model's view of a ``CallToolResult``; an ``isError`` one raises."""
+    from mcp import types
+
+    if not isinstance(result, types.CallToolResult):
+        raise McpServerError(
+            f"MCP server {server.name} answered the call of {remote} with a "
+            f"{type(result).__name__}, not a tool result"
+        )
+    blocks: list[ResultBlock] = []
+    for item in result.content:
+        match item:
+            case types.TextContent():
+                blocks.append(Text(text=item.text))
+            case types.ImageContent():
+                blocks.append(Image(media_type=item.mime_type, data=item.data))
+            case types.AudioContent():
+                blocks.append(Text(text=f"[audio ({item.mime_type}) not shown]"))
+            case types.ResourceLink():
+                blocks.append(Text(text=f"[resource link: {item.uri}]"))
+            case types.EmbeddedResource():
+                resource = item.resource
+                text = getattr(resource, "text", None)
+                blocks.append(
+                    Text(text=text)
+                    if text is not None
+                    else Text(text=f"[binary resource {resource.uri} not shown]")
+                )
+            case _:
+                blocks.append(Text(text=f"[{type(item).__name__} not shown]"))
+    structured = result.structured_content
+    if structured is not None and not any(isinstance(b, Text) and b.text for b in blocks):
+        blocks.append(Text(text=json.dumps(structured, sort_keys=True)))
+    if result.is_error:
+        text = "\n".join(b.text for b in blocks if isinstance(b, Text)) or "(no detail)"
+        raise McpToolError(f"MCP server {server.name} reported an error from {remote}: {text}")
+    return ToolOutput(content=blocks, structured=structured)
+
+
+def _is_rpc_error(exc: BaseException) -> bool:
+    from mcp.shared.exceptions import MCPError
+
+    return isinstance(exc, MCPError) and getattr(getattr(exc, "error", None), "code", 0) not in (
+        -32000,  # the SDK's own "connection closed"
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
