@@ -94,7 +94,7 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
             continue
         rejection = await _admit(batch, use, tool, budget - len(admitted))
         if rejection is not None:
-            await loop.commit([rejected(use.id, rejection)])
+            await loop.commit([rejected(use.id, rejection)], cause=state.message_record)
             continue
         assert tool is not None
         admitted.append(
@@ -120,7 +120,13 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
         if c.new
     ]
     if starts:
-        await loop.commit(starts)
+        # Each start's record id is its execution id: the call's later
+        # records (its gates, its result, a child loop) name it as their cause.
+        await loop.commit(
+            starts,
+            cause=state.message_record,
+            ids=[c.execution_id for c in admitted if c.new],
+        )
     await _execute(batch, admitted)
 
 
@@ -164,7 +170,9 @@ async def _admit(
 async def _ask_permission(loop: ToolsPort, use: ToolUse, tool: Tool) -> bool:
     gate = gates.open_permission(loop.state, use.id)
     if gate is None:
-        answer = await gates.open_and_wait(loop, gates.permission_request(use, tool.name))
+        answer = await gates.open_and_wait(
+            loop, gates.permission_request(use, tool.name), cause=loop.state.message_record
+        )
     else:
         answer = await loop.wait_gate(gate.gate_id)  # opened before a restart
     return bool(answer.allow)
@@ -218,6 +226,9 @@ async def _run_parallel(
 async def _run_one(batch: _Batch, call: _Call) -> None:
     loop = batch.loop
     limit = batch.resolved.limits.max_tool_result_bytes
+    # A call started here names its tool.started record; one re-entered after
+    # a restore (its record may predate record ids chosen so) names the message.
+    cause = call.execution_id if call.new else loop.state.message_record
     continuation: str | None = None
     if not call.new:
         # Re-entered after a restore: a question still open is answered first,
@@ -234,7 +245,7 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
             prompt=question,
             choices=choices,
         )
-        return (await gates.open_and_wait(loop, gate)).answer or ""
+        return (await gates.open_and_wait(loop, gate, cause=cause)).answer or ""
 
     ctx = ToolContext(
         loop=loop.id,
@@ -270,5 +281,6 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
                 truncated_bytes=cut,
                 duration_ns=time.perf_counter_ns() - started,
             )
-        ]
+        ],
+        cause=cause,
     )

@@ -45,6 +45,16 @@ class Limits:
     of the model's window (None: never automatically)."""
     retained_exchanges: int = 2
     """Newest complete user-led exchanges kept verbatim after a compaction."""
+    max_queued_inputs: int = 64
+    """Inputs a loop holds queued behind its running turn; one more is refused
+    (``QueueFullError``, and a ``turn.rejected`` record)."""
+
+    def __post_init__(self) -> None:
+        queued = self.max_queued_inputs
+        if not isinstance(queued, int) or isinstance(queued, bool) or queued < 1:
+            raise ValueError(
+                f"Limits.max_queued_inputs must be a whole number of at least 1, not {queued!r}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,6 +34,7 @@ from journal.events import (
 from . import gates
 from .batch import run_batch
 from .errors import ModelError
+from .ids import new_id
 from .model import Accumulator, coalesce
 from .notices import (
     INTERRUPTED_NOTICE,
@@ -82,7 +83,10 @@ class TurnRunner:
             # scope.  A turn detached by a shutdown while it waited only on
             # people is left open as the journal holds it, for restore.
             reason = self.loop.stop_reason
-            await self.loop.commit(self._settle_interrupted(reason))
+            await self.loop.commit(
+                self._settle_interrupted(reason),
+                cause=self.loop.stop_cause or self.state.turn_record,
+            )
         self.log.debug("turn_finished", outcome=self.state.last_outcome)
 
     # -- the steps --------------------------------------------------------------
@@ -119,7 +123,8 @@ class TurnRunner:
                 continue
             if state.steering:
                 await self.loop.commit(
-                    [SteerApplied(steer_ids=tuple(s.steer_id for s in state.steering))]
+                    [SteerApplied(steer_ids=tuple(s.steer_id for s in state.steering))],
+                    cause=state.turn_record,
                 )
             await self._model_call()
 
@@ -132,7 +137,9 @@ class TurnRunner:
         if uses and stop_reason == "max_tokens":
             # The reply was cut off while writing tool calls: tell the model,
             # run nothing, and let it try again.
-            await self.loop.commit(self._reject_all(uses, TRUNCATED_TOOL_CALL_RESULT))
+            await self.loop.commit(
+                self._reject_all(uses, TRUNCATED_TOOL_CALL_RESULT), cause=state.message_record
+            )
             return
         if uses:
             await self.end(
@@ -158,7 +165,8 @@ class TurnRunner:
         state = self.state
         if state.steering:
             await self.loop.commit(
-                [SteerApplied(steer_ids=tuple(s.steer_id for s in state.steering))]
+                [SteerApplied(steer_ids=tuple(s.steer_id for s in state.steering))],
+                cause=state.turn_record,
             )
         else:
             # Nothing new to say: a model call on a context ending with the
@@ -182,8 +190,10 @@ class TurnRunner:
         code: str | None = None,
         detail: str = "",
         settle: list[Event] | None = None,
+        cause: str | None = None,
     ) -> None:
-        """Commit ``turn.ended`` (with the queue consequences) and stop the turn."""
+        """Commit ``turn.ended`` (with the queue consequences) and stop the turn.
+        The records' cause is ``cause`` (a model call's), else the turn's."""
         events: list[Event] = list(settle or [])
         events.append(
             TurnEnded(
@@ -195,7 +205,7 @@ class TurnRunner:
             )
         )
         events.extend(_queue_consequences(self.state, outcome))
-        await self.loop.commit(events)
+        await self.loop.commit(events, cause=cause or self.state.turn_record)
         raise _End
 
     # -- the model call -----------------------------------------------------------
@@ -215,7 +225,7 @@ class TurnRunner:
             max_tokens=resolved.limits.max_tokens,
         )
         effect_id = "call_" + fp + "_" + str(state.last_seq)
-        await loop.commit(
+        call = await loop.commit(
             [
                 ModelCallStarted(
                     effect_id=effect_id,
@@ -224,8 +234,10 @@ class TurnRunner:
                     model=resolved.model.name,
                     fingerprint=fp,
                 )
-            ]
+            ],
+            cause=state.turn_record,
         )
+        call_record = call[0].id
         acc = self.acc = Accumulator()
         buffer: list[Piece] = []
         error: ModelError | None = None
@@ -235,7 +247,9 @@ class TurnRunner:
             loop.cancel_flush()
             if buffer:
                 pieces, buffer = coalesce(buffer), []
-                await loop.commit([ModelOutput(effect_id=effect_id, pieces=pieces)])
+                await loop.commit(
+                    [ModelOutput(effect_id=effect_id, pieces=pieces)], cause=call_record
+                )
 
         try:
             boundary = False
@@ -281,9 +295,16 @@ class TurnRunner:
                     ),
                     reply_cut_short(self.state, self.acc or Accumulator(), "truncated"),
                 ],
+                cause=call_record,
             )
         events: list[Event] = [*self._rest(effect_id, buffer)]
         events.append(self._message(effect_id, step))
+        # The call made its message; the message made the answers to its
+        # calls that cannot run (so the message's id is chosen here).
+        message_record = new_id("ev_")
+        causes: list[str | None] = [call_record for _ in events]
+        ids: list[str | None] = [None for _ in events]
+        ids[-1] = message_record
         # Tool calls whose streamed input is not a JSON object are answered in
         # the same commit as the message, so the fold (live or restored)
         # never waits on a call that cannot run.
@@ -294,6 +315,10 @@ class TurnRunner:
                 else f"[error: {why}; emit the call again with a JSON object]"
             )
             events.append(rejected(tool_use_id, text))
+            causes.append(message_record)
+            ids.append(None)
+        causes.append(call_record)
+        ids.append(None)
         events.append(
             ContextMeasured(
                 input_tokens=acc.usage.input_tokens,
@@ -305,8 +330,8 @@ class TurnRunner:
         )
         if self._ends_the_turn(acc):
             # The common last step: message and turn end in one commit.
-            await self.end("completed", settle=events)
-        await loop.commit(events)
+            await self.end("completed", settle=events, cause=call_record)
+        await loop.commit(events, ids=ids, causes=causes)
         self.acc = None
 
     def _ends_the_turn(self, acc: Accumulator) -> bool:

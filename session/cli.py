@@ -242,6 +242,7 @@ async def _replay(args: argparse.Namespace) -> int:
         check_only=args.check,
         follow=args.follow,
         at=args.at,
+        causes=args.causes,
         color=sys.stdout.isatty(),
         out=out,
         err=err,
@@ -319,6 +320,9 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("--check", action="store_true", help="check every journal invariant")
     replay.add_argument("--follow", action="store_true", help="keep printing new records")
     replay.add_argument("--at", type=int, metavar="SEQ", help="show each loop's state at SEQ")
+    replay.add_argument(
+        "--causes", action="store_true", help="list each record with the record that caused it"
+    )
     replay.set_defaults(run=cmd_replay)
     resolve = command("resolve", "settle a tool call whose outcome is unknown")
     resolve.add_argument("session")

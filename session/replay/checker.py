@@ -26,6 +26,7 @@ from journal.events import (
     CollabTaskFinished,
     CollabTaskStarted,
     CollabTurn,
+    CommandKeyed,
     CompactionCommitted,
     CompactionRejected,
     CompactionStarted,
@@ -52,6 +53,7 @@ from journal.events import (
     ToolResolved,
     ToolStarted,
     TurnEnded,
+    TurnRejected,
     TurnStarted,
 )
 from loopruntime import LoopState, fold
@@ -88,6 +90,8 @@ RULES = (
     "compaction basis is current",
     "compaction range valid",
     "fold succeeds",
+    "cause names an earlier record",
+    "key used once",
     "checkpoint chain linked",
     "checkpoint equals the fold before it",
 )
@@ -190,7 +194,11 @@ class _Checker:
     def run(self, records: Sequence[Record], verify_digests: bool) -> CheckReport:
         expected = 1
         previous = GENESIS
+        ids: set[str] = set()
         for r in records:
+            if r.cause is not None and r.cause not in ids:
+                self.bad(r.seq, "cause names an earlier record", f"no earlier record {r.cause}")
+            ids.add(r.id)
             if r.session != self.session:
                 self.bad(r.seq, "record belongs to the session", f"record of session {r.session}")
             if r.seq != expected:
@@ -337,6 +345,15 @@ class _Checker:
                 self.compactions.pop(e.attempt_id, None)
             case SessionCheckpoint():
                 self.checkpoint(seq, e)
+            case CommandKeyed():
+                for loop_id, other in self.states.items():
+                    if other.keys and e.key in other.keys:
+                        first = other.keys[e.key].seq
+                        self.bad(
+                            seq,
+                            "key used once",
+                            f"key {e.key!r} was used at seq {first} (loop {loop_id}) already",
+                        )
             case (
                 LoopStarted()
                 | LoopModeChanged()
@@ -352,6 +369,7 @@ class _Checker:
                 | ChildStarted()
                 | ChildFinished()
                 | Notice()
+                | TurnRejected()
                 | CollabStarted()
                 | CollabTurn()
                 | CollabTaskStarted()

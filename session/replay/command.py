@@ -22,6 +22,7 @@ from journal import (
 )
 from loopruntime.host import FoldError
 
+from .causes import render_causes
 from .checker import check
 from .states import render_states, states_at
 from .transcript import TranscriptRenderer, render_transcript
@@ -66,6 +67,7 @@ async def replay_command(
     check_only: bool = False,
     follow: bool = False,
     at: int | None = None,
+    causes: bool = False,
     color: bool = False,
     out: Callable[[str], None] = print,
     err: Callable[[str], None] = print,
@@ -73,8 +75,14 @@ async def replay_command(
     """``loopruntime replay``: 0 when the output is complete (or the check
     passed), 1 when the journal is damaged or fails the check, 2 when the
     journal or session cannot be read at all.  Never writes to the journal."""
-    if follow and (check_only or at is not None or fmt != "transcript"):
+    if follow and (check_only or at is not None or fmt != "transcript" or causes):
         err("loopruntime replay: --follow works with the transcript format only")
+        return 2
+    if causes and (check_only or at is not None or fmt != "transcript"):
+        err(
+            "loopruntime replay: --causes is a listing of its own; the JSON format "
+            "(--format json) carries the causes too"
+        )
         return 2
     if at is not None and at < 0:
         err(f"loopruntime replay: --at takes a seq (0 or more), not {at}")
@@ -112,6 +120,8 @@ async def replay_command(
                 except FoldError as exc:
                     err(f"loopruntime replay: {exc}; `replay --check` reports every problem")
                     return 1
+            elif causes:
+                out(render_causes(records, color=color))
             elif fmt == "transcript":
                 out(render_transcript(records, color=color))
             elif fmt == "tree":

@@ -21,6 +21,7 @@ from journal.events import (
     CollabTaskFinished,
     CollabTaskStarted,
     CollabTurn,
+    CommandKeyed,
     CompactionCommitted,
     CompactionRejected,
     CompactionStarted,
@@ -46,6 +47,7 @@ from journal.events import (
     ToolResolved,
     ToolStarted,
     TurnEnded,
+    TurnRejected,
     TurnStarted,
 )
 
@@ -155,6 +157,10 @@ class TranscriptRenderer:
                 lines.append(prefix + paint("notice", f"notice [{e.code}]: {e.text}"))
             case SessionCheckpoint():
                 pass  # derived from the records before it; the tree lists them
+            case CommandKeyed():
+                lines.append(prefix + paint("dim", f"({e.command}, key {e.key!r})"))
+            case TurnRejected():
+                lines.append(prefix + paint("notice", f"input {e.input_id} refused ({e.reason})"))
             case CompactionStarted():
                 pass
             case CompactionCommitted():
