@@ -336,6 +336,7 @@ class Loop:
                 task_status.started(self)
                 self.busy(+1)
                 try:
+                    self._maybe_compact()  # keyed requests a restore found not started
                     await self._resume()
                 finally:
                     self.busy(-1)

@@ -109,10 +109,14 @@ def repeat_of(used: KeyUse, key: str, name: str, digest: str) -> str | bool | No
     """What a repeat of ``key`` answers: the first use's result when it asked
     the same, else ``IdempotencyKeyError``."""
     if used.command != name or used.digest != digest:
-        asked = used.command if used.command == name else f"a {used.command} command"
+        what = (
+            f"for {used.command} with other content"
+            if used.command == name
+            else f"for {used.command}, not {name}"
+        )
         raise IdempotencyKeyError(
-            f"key {key!r} was first used at seq {used.seq} for {asked} with other content; "
-            "nothing was committed: use a new key for a new command",
+            f"key {key!r} was first used at seq {used.seq} {what}; nothing was committed: "
+            "use a new key for a new command",
             key=key,
             seq=used.seq,
         )
