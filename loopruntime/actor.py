@@ -355,7 +355,8 @@ class Loop:
                         try:
                             await self._handle(command)
                         except CommandError as exc:
-                            # Refused before anything was committed: the caller
+                            # Refused (nothing committed but, for a full queue,
+                            # the turn.rejected that records it): the caller
                             # hears why, and the loop goes on.
                             command.reply.fail(exc)
                         except Exception as exc:

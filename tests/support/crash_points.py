@@ -42,6 +42,7 @@ from journal.events import (
     InputQueued,
     SteerQueued,
     TurnEnded,
+    TurnRejected,
     TurnStarted,
 )
 from journal.forwarding import ForwardingJournal
@@ -307,13 +308,17 @@ async def settle(s: Session, ledger: Ledger) -> None:
                     if not any(isinstance(r.event, SteerQueued) for r in records):
                         await s.steer(STEER, key="steer")
                     # While the turn waits here, two more inputs: the first
-                    # queues, the second finds the queue full.  Keyed, so a
-                    # host repeating them after a restore adds nothing.
-                    await s.submit(OVERFLOW[0], key="overflow-0")
-                    try:
-                        await s.submit(OVERFLOW[1], key="overflow-1")
-                    except QueueFullError:
-                        pass
+                    # queues, the second finds the queue full; then the first
+                    # is withdrawn.  Keyed, so a host repeating this after a
+                    # restore adds nothing (the outcome stays the clean run's).
+                    first = await s.submit(OVERFLOW[0], key="overflow-0")
+                    if not any(isinstance(r.event, TurnRejected) for r in records):
+                        try:
+                            await s.submit(OVERFLOW[1], key="overflow-1")
+                        except QueueFullError:
+                            pass
+                    if any(q.input_id == first for q in (await s.snapshot()).queued):
+                        await s.cancel_queued(first, key="overflow-cancel")
                     await s.decide(gate.gate_id, allow=True, key=f"decide:{gate.gate_id}")
                 else:
                     await s.answer(gate.gate_id, ANSWER, key=f"answer:{gate.gate_id}")
