@@ -7,6 +7,9 @@ fold reads) and ``SessionEvent`` (what the session records on streams of its
 own).  Events carry data only; what they *mean* for loop state is decided by
 ``loopruntime.state.fold``.
 
+The catalog is one piece: it is the schema of the journal, read as a whole
+when a tag or field changes, and the union below must list every event.
+
 Schema rules: new fields get defaults; a field never changes its type; a tag
 is never reused or renamed.  Bump ``codec.SCHEMA_VERSION`` only when an old
 reader could misread a new record.
@@ -29,6 +32,7 @@ __all__ = [
     "EVENT_TYPES",
     "ChildFinished",
     "ChildStarted",
+    "CommandKeyed",
     "CollabControlled",
     "CollabEnded",
     "CollabStarted",
@@ -71,6 +75,7 @@ __all__ = [
     "ToolResolved",
     "ToolStarted",
     "TurnEnded",
+    "TurnRejected",
     "TurnStarted",
 ]
 
@@ -147,6 +152,37 @@ class SteerApplied(msgspec.Struct, tag="steer.applied", **_opts):
     """Queued steering entered the model context (in this order)."""
 
     steer_ids: tuple[str, ...]
+
+
+class TurnRejected(msgspec.Struct, tag="turn.rejected", **_opts):
+    """Input was refused and never queued: the loop's queue was full
+    (``Limits.max_queued_inputs``) or the session was shutting down.  Nothing
+    folds it; it is the journal's trace of a refusal the caller was told of."""
+
+    input_id: str
+    reason: Literal["queue_full", "shutting_down"]
+    key: str | None = None
+    """The idempotency key the refused submit carried (it stays unused)."""
+
+
+# -- commands ---------------------------------------------------------------
+
+
+class CommandKeyed(msgspec.Struct, tag="command.keyed", **_opts):
+    """A command given with an idempotency key was accepted.
+
+    Committed in the same append as the records the command made, first;
+    they name it as their cause.  A later command with the same key commits
+    nothing and is answered with ``result``."""
+
+    key: str
+    command: str
+    """What the command was: ``submit``, ``steer``, ``answer``, ``decide``,
+    ``resolve``, ``interrupt``, ``compact``, ``change_mode``, ``cancel_queued``."""
+    digest: str
+    """blake2b of the command's content, to refuse the key on other content."""
+    result: str | bool | None = None
+    """What the first call returned (an input id, an attempt id, a flag)."""
 
 
 # -- turn -------------------------------------------------------------------
@@ -592,6 +628,8 @@ LoopEvent = (
     | InputCancelled
     | SteerQueued
     | SteerApplied
+    | TurnRejected
+    | CommandKeyed
     | TurnStarted
     | TurnEnded
     | ModelCallStarted

@@ -11,6 +11,7 @@ from .definition import LoopDefinition as LoopDefinition
 from .definition import Mode as Mode
 from .errors import CommandError as CommandError
 from .errors import GateMismatchError as GateMismatchError
+from .errors import IdempotencyKeyError as IdempotencyKeyError
 from .errors import InvalidAnswerError as InvalidAnswerError
 from .errors import LoopClosedError as LoopClosedError
 from .errors import LoopError as LoopError
@@ -19,6 +20,7 @@ from .errors import ModeNotFoundError as ModeNotFoundError
 from .errors import NotQueuedError as NotQueuedError
 from .errors import NotUnknownEffectError as NotUnknownEffectError
 from .errors import OutsideToolCallError as OutsideToolCallError
+from .errors import QueueFullError as QueueFullError
 from .model import Model as Model
 from .model import ModelRequest as ModelRequest
 from .notices import INTERRUPTED_NOTICE as INTERRUPTED_NOTICE
@@ -41,6 +43,7 @@ __all__ = [
     "Compactor",
     "Delegate",
     "GateMismatchError",
+    "IdempotencyKeyError",
     "InvalidAnswerError",
     "Limits",
     "Loop",
@@ -59,6 +62,7 @@ __all__ = [
     "NotQueuedError",
     "NotUnknownEffectError",
     "OutsideToolCallError",
+    "QueueFullError",
     "Tool",
     "ToolContext",
     "ask_user",

@@ -26,6 +26,7 @@ import trio
 from journal.content import Message, Text
 from journal.events import (
     ChildFinished,
+    CommandKeyed,
     Event,
     GateResolved,
     InputCancelled,
@@ -36,6 +37,7 @@ from journal.events import (
     Provenance,
     SteerQueued,
     ToolResolved,
+    TurnRejected,
     TurnStarted,
 )
 from journal.record import Record
@@ -67,9 +69,11 @@ from .errors import (
     LoopClosedError,
     NotQueuedError,
     NotUnknownEffectError,
+    QueueFullError,
     UnknownCommandError,
 )
 from .ids import new_id
+from .keys import command_digest, command_name, repeat_of
 from .mailbox import Mailbox
 from .model import Delta
 from .state import LoopState, copy_state, fold
@@ -92,11 +96,16 @@ class LoopHost(Protocol):
         *,
         cause: str | None = None,
         guard: Callable[[], bool] | None = None,
+        ids: Sequence[str | None] | None = None,
+        causes: Sequence[str | None] | None = None,
     ) -> list[Record]:
         """Append durably, fold into ``loop.state`` in seq order, publish, return.
 
-        Enqueued before the first checkpoint, so commits keep call order; atomic
-        under cancellation (the caller always learns what became durable)."""
+        Every record's cause is ``cause``, or per event ``causes``; ``ids``
+        gives records ids chosen beforehand (None: a fresh one), so a record
+        can name another of the same commit as its cause.  Enqueued before the
+        first checkpoint, so commits keep call order; atomic under cancellation
+        (the caller always learns what became durable)."""
         ...
 
     def publish_delta(self, loop: str, effect_id: str, delta: Delta) -> None:
@@ -138,8 +147,11 @@ class Loop:
         state: LoopState | None = None,
         parent: Provenance | None = None,
         mailbox_capacity: int = 64,
+        cause: str | None = None,
     ) -> None:
         self.id = loop_id
+        self._start_cause = cause
+        """The cause of ``loop.started``: the parent's delegate call, for a child."""
         self.parent = parent
         self.definition = definition
         self.host = host
@@ -157,13 +169,20 @@ class Loop:
         self.stop_reason = "interrupted"
         """Why the running turn is being stopped (read by its settlement):
         "interrupted", "shutdown", or "detached" (left open, not settled)."""
+        self.stop_cause: str | None = None
+        """Id of the record of the command stopping the turn (a keyed
+        interrupt's), the cause of the settlement; None: the turn's own."""
         self._cancel_on_start = False
         self._flush_deadline: float | None = None
         self._flush: Callable[[], Awaitable[None]] | None = None
         self._flusher_started = False
         self._flush_lot = trio.lowlevel.ParkingLot()
         self._compacting = False
-        self._pending_compactions: list[tuple[str, str | None]] = []
+        # Keyed requests the journal holds and no compaction started yet
+        # (after a restore too): they run as if just asked for.
+        self._pending_compactions: list[tuple[str, str | None]] = list(
+            self.state.requested_compactions
+        )
         self._auto_tried_at = -1
         self.log = log.bind(loop=loop_id, definition=definition.name)
         self.requests = RequestBuilder()
@@ -181,11 +200,15 @@ class Loop:
         *,
         cause: str | None = None,
         guard: Callable[[], bool] | None = None,
+        ids: Sequence[str | None] | None = None,
+        causes: Sequence[str | None] | None = None,
     ) -> list[Record]:
         """Commit through the host.  With ``guard``, the host appends only if
         ``guard()`` holds once everything committed before is folded; else it
         raises ``GuardFailedError`` and appends nothing (compare-and-swap)."""
-        return await self.host.commit(self, events, cause=cause, guard=guard)
+        return await self.host.commit(
+            self, events, cause=cause, guard=guard, ids=ids, causes=causes
+        )
 
     def resolved(self) -> ResolvedDefinition:
         return self.definition.resolved(self.state.mode, self.toolsets.tools)
@@ -319,11 +342,13 @@ class Loop:
                                 model=resolved.model.name,
                                 parent=self.parent,
                             )
-                        ]
+                        ],
+                        cause=self._start_cause,
                     )
                 task_status.started(self)
                 self.busy(+1)
                 try:
+                    self._maybe_compact()  # keyed requests a restore found not started
                     await self._resume()
                 finally:
                     self.busy(-1)
@@ -342,7 +367,8 @@ class Loop:
                         try:
                             await self._handle(command)
                         except CommandError as exc:
-                            # Refused before anything was committed: the caller
+                            # Refused (nothing committed but, for a full queue,
+                            # the turn.rejected that records it): the caller
                             # hears why, and the loop goes on.
                             command.reply.fail(exc)
                         except Exception as exc:
@@ -364,6 +390,12 @@ class Loop:
 
     async def _handle(self, command: Command) -> None:
         state = self.state
+        if command.key is not None and state.keys and command.key in state.keys:
+            # A repeat of a keyed command: answered from the fold, nothing committed.
+            used = state.keys[command.key]
+            name, digest = command_name(command), command_digest(command, self.id)
+            command.reply.set(repeat_of(used, command.key, name, digest))
+            return
         match command:
             case UserInput():
                 queued = InputQueued(
@@ -371,13 +403,29 @@ class Loop:
                     messages=command.messages,
                     trigger=command.trigger,
                 )
+                result = command.input_id
                 if self._may_start_turn(extra=True) and not self._wants_compaction():
                     # Idle: the input and the turn it starts are one commit.
-                    await self._start_turn([queued], cause=command.cause)
-                    command.reply.set(command.input_id)
+                    await self._start_turn([queued], command=command, result=result)
+                    command.reply.set(result)
                     return
-                await self.commit([queued], cause=command.cause)
-                command.reply.set(command.input_id)
+                limit = self.resolved().limits.max_queued_inputs
+                if len(state.queued) >= limit:
+                    await self.commit(
+                        [
+                            TurnRejected(
+                                input_id=command.input_id, reason="queue_full", key=command.key
+                            )
+                        ],
+                        cause=command.cause,
+                    )
+                    raise QueueFullError(
+                        f"loop {self.id} already holds {len(state.queued)} queued inputs "
+                        f"(Limits.max_queued_inputs={limit}); input {command.input_id} was "
+                        "refused: submit it again once a turn has taken some"
+                    )
+                await self._commit_command(command, [queued], result)
+                command.reply.set(result)
                 await self._maybe_start_turn()
             case SubagentResult():
                 trigger: Literal["notification", "subagent"] = (
@@ -412,18 +460,16 @@ class Loop:
                         f"input {command.input_id} is not queued in loop {self.id} "
                         "(it already started a turn, was cancelled, or never existed)"
                     )
-                await self.commit([InputCancelled(input_id=command.input_id)], cause=command.cause)
+                await self._commit_command(command, [InputCancelled(input_id=command.input_id)])
                 command.reply.set(True)
             case Steer():
-                await self.commit(
-                    [SteerQueued(steer_id=command.steer_id, text=command.text)],
-                    cause=command.cause,
-                )
+                steer = SteerQueued(steer_id=command.steer_id, text=command.text)
+                await self._commit_command(command, [steer], command.steer_id)
                 command.reply.set(command.steer_id)
                 await self._maybe_start_turn()
             case AnswerGate() | DecideGate():
                 resolution = gates.resolution(state, command)
-                await self.commit([resolution], cause=command.cause)
+                await self._commit_command(command, [resolution])
                 # The turn may not be waiting yet (just resumed): the answer
                 # is kept until it does.
                 self._answers.deliver(resolution)
@@ -435,7 +481,8 @@ class Loop:
                         "outcome to resolve (it completed, was resolved, or never started)"
                     )
                 started = state.unknown[command.execution_id]
-                await self.commit(
+                await self._commit_command(
+                    command,
                     [
                         ToolResolved(
                             execution_id=command.execution_id,
@@ -444,22 +491,31 @@ class Loop:
                             is_error=command.is_error,
                         )
                     ],
-                    cause=command.cause,
                 )
                 command.reply.set(True)
                 await self._resume()
             case ChangeMode():
                 self.definition.mode(command.mode)  # raises ModeNotFoundError
-                await self.commit([LoopModeChanged(mode=command.mode)], cause=command.cause)
+                await self._commit_command(command, [LoopModeChanged(mode=command.mode)])
                 command.reply.set(True)
             case Compact():
                 # Runs when no turn is working: now, or once the running turn
-                # ends or parks at a person's gate.  Never an error.
-                self._pending_compactions.append((command.attempt_id, command.cause))
+                # ends or parks at a person's gate.  Never an error.  With a
+                # key the request is durable (the fold keeps it until it starts).
+                cause = await self._commit_command(command, [], command.attempt_id)
+                if command.key is None:
+                    self._pending_compactions.append((command.attempt_id, command.cause))
+                else:
+                    self._pending_compactions.append((command.attempt_id, cause))
                 command.reply.set(command.attempt_id)
                 self._maybe_compact()
             case Interrupt():
-                command.reply.set(await self._stop_turn(reason="interrupted"))
+                stopping = self._turn_task_running
+                self.stop_cause = await self._commit_command(command, [], stopping)
+                try:
+                    command.reply.set(await self._stop_turn(reason="interrupted"))
+                finally:
+                    self.stop_cause = None
             case Shutdown():
                 self._stopping = True
                 if not command.final and self._waits_only_on_people():
@@ -478,6 +534,35 @@ class Loop:
                 raise UnknownCommandError(
                     f"loop {self.id} does not understand {type(command).__name__}"
                 )
+
+    async def _commit_command(
+        self, command: Command, events: list[Event], result: str | bool | None = None
+    ) -> str | None:
+        """Commit what ``command`` made.  With a key, a ``command.keyed``
+        record goes first (storing the key, the digest and ``result``) and
+        every record after it names it as its cause.  Returns the cause the
+        command's later records name (the keyed record's id, or the command's
+        own cause)."""
+        if command.key is None:
+            await self.commit(events, cause=command.cause)
+            return command.cause
+        keyed, record_id = self._keyed(command, result)
+        await self.commit(
+            [keyed, *events],
+            ids=[record_id, *(None for _ in events)],
+            causes=[command.cause, *(record_id for _ in events)],
+        )
+        return record_id
+
+    def _keyed(self, command: Command, result: str | bool | None) -> tuple[CommandKeyed, str]:
+        assert command.key is not None
+        keyed = CommandKeyed(
+            key=command.key,
+            command=command_name(command),
+            digest=command_digest(command, self.id),
+            result=result,
+        )
+        return keyed, new_id("cmd_")
 
     # -- turns -----------------------------------------------------------------
 
@@ -503,9 +588,16 @@ class Loop:
             return
         await self._start_turn([])
 
-    async def _start_turn(self, first: list[Event], *, cause: str | None = None) -> None:
-        """Commit ``first`` and ``turn.started`` (taking every queued input and
-        steering) in one commit, then run the turn."""
+    async def _start_turn(
+        self,
+        first: list[Event],
+        *,
+        command: UserInput | None = None,
+        result: str | None = None,
+    ) -> None:
+        """Commit ``first`` (what ``command`` made) and ``turn.started``
+        (taking every queued input and steering) in one commit, then run the
+        turn.  The turn's cause is the record of the first input it takes."""
         state = self.state
         inputs = [q.input_id for q in state.queued]
         inputs += [e.input_id for e in first if isinstance(e, InputQueued)]
@@ -514,7 +606,18 @@ class Loop:
             input_ids=tuple(inputs),
             steer_ids=tuple(s.steer_id for s in state.steering),
         )
-        await self.commit([*first, started], cause=cause)
+        by = command.cause if command is not None else None
+        ids: list[str | None] = [new_id("ev_") for _ in first]
+        causes: list[str | None] = [by for _ in first]
+        if command is not None and command.key is not None:
+            keyed, record_id = self._keyed(command, result)
+            first, ids = [keyed, *first], [record_id, *ids]
+            causes = [by, *(record_id for _ in causes)]
+        turn_cause = next((q.record for q in state.queued), None) or next(
+            (i for e, i in zip(first, ids, strict=True) if isinstance(e, InputQueued)),
+            next((s.record for s in state.steering), None),
+        )
+        await self.commit([*first, started], ids=[*ids, None], causes=[*causes, turn_cause])
         self._spawn_turn()
 
     def _wants_compaction(self) -> bool:

@@ -124,7 +124,7 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
             continue
         rejection = await _admit(batch, use, tool, budget - len(admitted))
         if rejection is not None:
-            await loop.commit([rejected(use.id, rejection)])
+            await loop.commit([rejected(use.id, rejection)], cause=state.message_record)
             continue
         assert tool is not None
         admitted.append(
@@ -150,7 +150,13 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
         if c.new
     ]
     if starts:
-        await loop.commit(starts)
+        # Each start's record id is its execution id: the call's later
+        # records (its gates, its result, a child loop) name it as their cause.
+        await loop.commit(
+            starts,
+            cause=state.message_record,
+            ids=[c.execution_id for c in admitted if c.new],
+        )
     await _execute(batch, admitted)
 
 
@@ -194,7 +200,9 @@ async def _admit(
 async def _ask_permission(loop: ToolsPort, use: ToolUse, tool: Tool) -> bool:
     gate = gates.open_permission(loop.state, use.id)
     if gate is None:
-        answer = await gates.open_and_wait(loop, gates.permission_request(use, tool.name))
+        answer = await gates.open_and_wait(
+            loop, gates.permission_request(use, tool.name), cause=loop.state.message_record
+        )
     else:
         answer = await loop.wait_gate(gate.gate_id)  # opened before a restart
     return bool(answer.allow)
@@ -248,6 +256,9 @@ async def _run_parallel(
 async def _run_one(batch: _Batch, call: _Call) -> None:
     loop = batch.loop
     limit = batch.resolved.limits.max_tool_result_bytes
+    # A call started here names its tool.started record; one re-entered after
+    # a restore (its record may predate record ids chosen so) names the message.
+    cause = call.execution_id if call.new else loop.state.message_record
     continuation: str | None = None
     if not call.new:
         # Re-entered after a restore: a question still open is answered first,
@@ -264,7 +275,7 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
             prompt=question,
             choices=choices,
         )
-        return (await gates.open_and_wait(loop, gate)).answer or ""
+        return (await gates.open_and_wait(loop, gate, cause=cause)).answer or ""
 
     limits = batch.resolved.limits
     timeout = call.tool.timeout_under(limits.tool_timeout)
@@ -306,7 +317,7 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
             break
         assert timeout is not None
         events = _deadline_passed(loop, call, timeout, limits.tool_retries)
-        await loop.commit(events)
+        await loop.commit(events, cause=cause)
         if not any(isinstance(e, DeadlinePassed) and e.action == "retried" for e in events):
             return
         continuation = None  # an answer given to an earlier run was used there
@@ -321,7 +332,8 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
                 duration_ns=time.perf_counter_ns() - started,
                 structured=structured,
             )
-        ]
+        ],
+        cause=cause,
     )
 
 

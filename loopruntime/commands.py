@@ -80,7 +80,9 @@ class Reply(Generic[T]):
 class _Command:
     reply: Reply[Any] = field(default_factory=Reply)
     cause: str | None = None
-    """Id of whatever asked for this (recorded as each resulting record's cause)."""
+    """Id of the record that asked for this (the first resulting record's cause)."""
+    key: str | None = None
+    """The caller's idempotency key (checked text, see ``keys``)."""
 
 
 @dataclass(eq=False, kw_only=True)

@@ -161,14 +161,17 @@ async def compact(
     messages = list(state.messages)
     cut = split_for_compaction(messages, limits.retained_exchanges)
     replaced, retained = messages[:cut], len(messages) - cut
-    await loop.commit(
+    started = await loop.commit(
         [CompactionStarted(attempt_id=attempt_id, basis=basis, trigger=kind)], cause=cause
     )
+    # The attempt's outcome names its compaction.started record.
+    cause = started[0].id
     if all(m.derived for m in replaced):
         # Empty, or only an earlier summary: summarising it again gains nothing.
         await _reject(
             loop,
             attempt_id,
+            cause,
             "failed",
             f"nothing to replace: the context holds no more than the "
             f"{limits.retained_exchanges} exchanges it keeps (and any earlier summary)",
@@ -179,17 +182,20 @@ async def compact(
     try:
         text = await compactor.summarize(replaced, obligations, model=loop.resolved().model)
     except ModelError as exc:
-        await _reject(loop, attempt_id, "failed", f"compactor model failed ({exc.code}): {exc}")
+        await _reject(
+            loop, attempt_id, cause, "failed", f"compactor model failed ({exc.code}): {exc}"
+        )
         return
     except Exception as exc:
         # A compactor bug must not take the loop down: the context is
         # unchanged and the attempt says why.
-        await _reject(loop, attempt_id, "failed", f"compactor raised {exc!r}")
+        await _reject(loop, attempt_id, cause, "failed", f"compactor raised {exc!r}")
         return
     if not isinstance(text, str):
         await _reject(
             loop,
             attempt_id,
+            cause,
             "invalid_summary",
             f"the compactor returned {type(text).__name__}, not text",
         )
@@ -197,7 +203,7 @@ async def compact(
     try:
         summary = parse_summary(text)
     except SummaryError as exc:
-        await _reject(loop, attempt_id, "invalid_summary", str(exc))
+        await _reject(loop, attempt_id, cause, "invalid_summary", str(exc))
         return
     # The obligations the summary carries are those open when it commits
     # (steering may have been queued, a gate answered, while the compactor
@@ -224,19 +230,22 @@ async def compact(
         # folded since the basis and the obligations are still those above
         # (checked by the writer, after everything committed before this has
         # been folded).
-        await loop.commit([committed], guard=still_current)
+        await loop.commit([committed], cause=cause, guard=still_current)
     except GuardFailedError:
         if loop.state.history_seq != basis:
             detail = f"history changed at seq {loop.state.history_seq} after basis {basis}"
         else:
             detail = "the open obligations changed while the summary was being committed"
-        await _reject(loop, attempt_id, "stale", detail)
+        await _reject(loop, attempt_id, cause, "stale", detail)
 
 
 async def _reject(
     loop: LoopPort,
     attempt_id: str,
+    cause: str,
     reason: Literal["stale", "invalid_summary", "failed"],
     detail: str,
 ) -> None:
-    await loop.commit([CompactionRejected(attempt_id=attempt_id, reason=reason, detail=detail)])
+    await loop.commit(
+        [CompactionRejected(attempt_id=attempt_id, reason=reason, detail=detail)], cause=cause
+    )

@@ -77,6 +77,9 @@ class Limits:
     """Times the model may try again after a typed answer that did not
     validate (or a reply without one) before the turn ends with outcome
     ``invalid_output``."""
+    max_queued_inputs: int = 64
+    """Inputs a loop holds queued behind its running turn; one more is refused
+    (``QueueFullError``, and a ``turn.rejected`` record)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -86,6 +89,7 @@ class Limits:
             "max_parallel_tool_calls",
             "max_tool_result_bytes",
             "max_tokens",
+            "max_queued_inputs",
         ):
             _check_count(name, getattr(self, name), least=1)
         for name in ("retained_exchanges", "tool_retries", "model_retries", "max_output_retries"):

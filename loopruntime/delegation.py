@@ -84,13 +84,17 @@ async def run_delegate(
                     provenance=provenance,
                     background=delegate.background,
                 )
-            ]
+            ],
+            cause=execution_id,
         )
         child = await loop.start_child(child_id, delegate.definition, provenance)
+        # The delegate call (its tool.started record) is the cause of the
+        # child's first records.
         await child.send(
             UserInput(
                 input_id=new_id("in_"),
                 messages=(Message(role="user", blocks=(Text(text=task),)),),
+                cause=execution_id,
             )
         )
     if delegate.background:

@@ -8,6 +8,7 @@ __all__ = [
     "CommandError",
     "GateMismatchError",
     "GuardFailedError",
+    "IdempotencyKeyError",
     "InvalidAnswerError",
     "LoopClosedError",
     "LoopError",
@@ -16,6 +17,7 @@ __all__ = [
     "NotQueuedError",
     "NotUnknownEffectError",
     "OutsideToolCallError",
+    "QueueFullError",
     "ScriptExhaustedError",
     "UnknownCommandError",
 ]
@@ -72,6 +74,25 @@ class NotUnknownEffectError(CommandError):
     """``ResolveToolCall`` named an execution whose outcome is not unknown."""
 
     code = "tool.not_unknown"
+
+
+class IdempotencyKeyError(CommandError):
+    """A key already used for another command, or for other content; nothing
+    was committed.  ``seq`` is the record of the key's first use."""
+
+    code = "command.key_reused"
+
+    def __init__(self, message: str, *, key: str, seq: int) -> None:
+        super().__init__(message)
+        self.key = key
+        self.seq = seq
+
+
+class QueueFullError(CommandError):
+    """Input refused: the loop already holds ``Limits.max_queued_inputs``
+    queued inputs.  A ``turn.rejected`` record says so in the journal."""
+
+    code = "input.queue_full"
 
 
 class ModeNotFoundError(CommandError):

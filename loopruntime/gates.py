@@ -88,11 +88,14 @@ def open_question(state: LoopState, execution_id: str) -> GateOpened | None:
     )
 
 
-async def open_and_wait(loop: ToolsPort, gate: GateOpened) -> GateResolved:
-    """Open ``gate`` and wait for a person to close it.  Committed first: its
-    id only becomes known through the durable record, so nobody can answer a
-    gate the journal does not hold."""
-    await loop.commit([gate])
+async def open_and_wait(
+    loop: ToolsPort, gate: GateOpened, *, cause: str | None = None
+) -> GateResolved:
+    """Open ``gate`` (its record's cause is ``cause``: the call it is for) and
+    wait for a person to close it.  Committed first: its id only becomes known
+    through the durable record, so nobody can answer a gate the journal does
+    not hold."""
+    await loop.commit([gate], cause=cause)
     return await loop.wait_gate(gate.gate_id)
 
 

@@ -10,6 +10,7 @@ test pins both lists, so a name moving between modules never breaks a host.
 from .commands import AnswerGate as AnswerGate
 from .commands import CancelQueuedInput as CancelQueuedInput
 from .commands import ChangeMode as ChangeMode
+from .commands import Command as Command
 from .commands import Compact as Compact
 from .commands import DecideGate as DecideGate
 from .commands import Interrupt as Interrupt
@@ -26,28 +27,39 @@ from .definition import find_definition as find_definition
 from .delegation import child_outcome as child_outcome
 from .errors import GuardFailedError as GuardFailedError
 from .ids import new_id as new_id
+from .keys import MAX_KEY_LENGTH as MAX_KEY_LENGTH
+from .keys import check_key as check_key
+from .keys import command_digest as command_digest
+from .keys import command_name as command_name
+from .keys import repeat_of as repeat_of
 from .model import Accumulator as Accumulator
 from .model import Delta as Delta
+from .settling import reply_cut_short as reply_cut_short
+from .settling import settle_turn_events as settle_turn_events
+from .state import KEYS_KEPT as KEYS_KEPT
 from .state import FoldError as FoldError
+from .state import KeyUse as KeyUse
 from .state import copy_state as copy_state
 from .state import image_bytes as image_bytes
 from .state import image_missing as image_missing
 from .state import image_state as image_state
 from .tools import ToolInputError as ToolInputError
-from .turn import reply_cut_short as reply_cut_short
-from .turn import settle_turn_events as settle_turn_events
 
 __all__ = [
+    "KEYS_KEPT",
+    "MAX_KEY_LENGTH",
     "Accumulator",
     "AnswerGate",
     "CancelQueuedInput",
     "ChangeMode",
+    "Command",
     "Compact",
     "DecideGate",
     "Delta",
     "FoldError",
     "GuardFailedError",
     "Interrupt",
+    "KeyUse",
     "Reply",
     "ResolveToolCall",
     "Shutdown",
@@ -56,7 +68,10 @@ __all__ = [
     "SubagentResult",
     "ToolInputError",
     "UserInput",
+    "check_key",
     "child_outcome",
+    "command_digest",
+    "command_name",
     "copy_state",
     "find_definition",
     "image_bytes",
@@ -64,6 +79,7 @@ __all__ = [
     "image_state",
     "merged",
     "new_id",
+    "repeat_of",
     "reply_cut_short",
     "settle_turn_events",
     "unanswered_tool_uses",

@@ -52,8 +52,12 @@ class LoopPort(Protocol):
         *,
         cause: str | None = None,
         guard: Callable[[], bool] | None = None,
+        ids: Sequence[str | None] | None = None,
+        causes: Sequence[str | None] | None = None,
     ) -> list[Record]:
-        """Append durably, fold into ``state``, publish, then return.  With
+        """Append durably, fold into ``state``, publish, then return.  Each
+        record's cause is ``cause`` (or its entry of ``causes``: the id of the
+        record that made it happen); ``ids`` names records beforehand.  With
         ``guard``, append only if ``guard()`` holds once everything committed
         before is folded; else raise ``GuardFailedError`` (compare-and-swap)."""
         ...
@@ -104,6 +108,11 @@ class TurnPort(ToolsPort, Protocol):
     def stop_reason(self) -> str:
         """Why the running turn is being stopped: "interrupted", "shutdown",
         or "detached" (left open, not settled)."""
+        ...
+
+    @property
+    def stop_cause(self) -> str | None:
+        """Id of the record of the command stopping the turn, if it has one."""
         ...
 
     def enter_turn_scope(self, scope: trio.CancelScope) -> None:

@@ -20,6 +20,7 @@ from journal.content import Message, Piece, ResultBlock, Text, ToolResult, ToolU
 from journal.events import (
     ChildFinished,
     ChildStarted,
+    CommandKeyed,
     CompactionCommitted,
     CompactionRejected,
     CompactionStarted,
@@ -47,6 +48,7 @@ from journal.events import (
     ToolResolved,
     ToolStarted,
     TurnEnded,
+    TurnRejected,
     TurnStarted,
 )
 from journal.record import Record
@@ -55,7 +57,9 @@ from .notices import FINAL_ANSWER, INTERRUPTED_TOOL_RESULT, OUTPUT_REQUIRED
 
 __all__ = [
     "ChildState",
+    "KEYS_KEPT",
     "FoldError",
+    "KeyUse",
     "LoopState",
     "LoopStatus",
     "QueuedInput",
@@ -88,11 +92,29 @@ class QueuedInput(msgspec.Struct, kw_only=True):
     input_id: str
     messages: tuple[Message, ...]
     trigger: str = "external"
+    record: str | None = None
+    """Id of its ``input.queued`` record: the cause of the turn it starts."""
 
 
 class QueuedSteer(msgspec.Struct, kw_only=True):
     steer_id: str
     text: str
+    record: str | None = None
+    """Id of its ``steer.queued`` record."""
+
+
+KEYS_KEPT = 1_000
+"""Idempotency keys a loop remembers: the newest this many.  A repeat of an
+older key is a new command (see docs/boundaries.md)."""
+
+
+class KeyUse(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """The first use of an idempotency key, as its ``command.keyed`` record says."""
+
+    command: str
+    digest: str
+    seq: int
+    result: str | bool | None = None
 
 
 class ChildState(msgspec.Struct, kw_only=True):
@@ -172,6 +194,17 @@ class LoopState(msgspec.Struct, kw_only=True):
     compacting: str | None = None
     compactions: int = 0
     children: dict[str, ChildState] = {}
+
+    keys: dict[str, KeyUse] | None = None
+    """Idempotency keys used on this loop (None until the first): the newest
+    ``KEYS_KEPT``, oldest first."""
+    requested_compactions: tuple[tuple[str, str], ...] = ()
+    """(attempt id, command record id) of keyed compaction requests not yet
+    started: a restored loop runs them."""
+    turn_record: str | None = None
+    """Id of the open (or last) turn's ``turn.started`` record."""
+    message_record: str | None = None
+    """Id of the last ``model.message_committed`` record (its tool calls' cause)."""
 
     @property
     def status(self) -> LoopStatus:
@@ -273,6 +306,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
             state.messages.append(event.message)
             state.last_stop_reason = event.stop_reason
             state.history_seq = record.seq
+            state.message_record = record.id
             uses = [b for b in event.message.blocks if isinstance(b, ToolUse)]
             if uses:
                 state.awaiting = [u.id for u in uses]
@@ -300,7 +334,12 @@ def fold(state: LoopState, record: Record) -> LoopState:
             state.history_seq = record.seq
         case InputQueued():
             state.queued.append(
-                QueuedInput(input_id=event.input_id, messages=event.messages, trigger=event.trigger)
+                QueuedInput(
+                    input_id=event.input_id,
+                    messages=event.messages,
+                    trigger=event.trigger,
+                    record=record.id,
+                )
             )
         case TurnStarted():
             if state.turn_open:
@@ -313,6 +352,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
             _apply_steering(state, event.steer_ids)
             state.turn_index = event.turn
             state.turn_open = True
+            state.turn_record = record.id
             state.step = -1
             state.turn_model_calls = state.turn_tool_batches = state.turn_tool_calls = 0
             state.turn_output_failures = 0
@@ -337,7 +377,9 @@ def fold(state: LoopState, record: Record) -> LoopState:
         case InputCancelled():
             state.queued = [q for q in state.queued if q.input_id != event.input_id]
         case SteerQueued():
-            state.steering.append(QueuedSteer(steer_id=event.steer_id, text=event.text))
+            state.steering.append(
+                QueuedSteer(steer_id=event.steer_id, text=event.text, record=record.id)
+            )
         case SteerApplied():
             _apply_steering(state, event.steer_ids)
             state.history_seq = record.seq
@@ -384,6 +426,10 @@ def fold(state: LoopState, record: Record) -> LoopState:
             state.gates.pop(event.gate_id, None)
         case CompactionStarted():
             state.compacting = event.attempt_id
+            if state.requested_compactions:
+                state.requested_compactions = tuple(
+                    r for r in state.requested_compactions if r[0] != event.attempt_id
+                )
         case CompactionCommitted():
             retained = (
                 state.messages[len(state.messages) - event.retained :] if event.retained else []
@@ -415,11 +461,26 @@ def fold(state: LoopState, record: Record) -> LoopState:
             if state.open_call is not None and state.open_call in event.refs:
                 state.open_call = None
                 state.open_output = []
+        case CommandKeyed():
+            _remember_key(state, record, event)
+        case TurnRejected():
+            pass  # a refusal: nothing was queued
         case SessionLevelEvent():
             pass  # the session's own streams (checkpoints, collaborations)
         case _:
             assert_never(event)
     return state
+
+
+def _remember_key(state: LoopState, record: Record, event: CommandKeyed) -> None:
+    keys = state.keys
+    if keys is None:
+        keys = state.keys = {}
+    keys[event.key] = KeyUse(event.command, event.digest, record.seq, event.result)
+    if len(keys) > KEYS_KEPT:
+        del keys[next(iter(keys))]
+    if event.command == "compact" and isinstance(event.result, str):
+        state.requested_compactions = (*state.requested_compactions, (event.result, record.id))
 
 
 def _apply_steering(state: LoopState, steer_ids: tuple[str, ...]) -> None:

@@ -9,7 +9,8 @@ Interruption cancels the turn's scope; the settlement afterwards runs outside
 it and commits what had happened: the partial reply with its notice, the
 abandoned tool calls, the cancelled gates, and ``turn.ended(interrupted)``.
 The turn's deadline (``Limits.turn_timeout``) settles it the same way, with
-``deadline.passed`` first and ``turn.ended(limit)``.
+``deadline.passed`` first and ``turn.ended(limit)``.  What a settlement
+commits is ``settling.py``'s, shared with restore.
 
 A model call runs under two deadlines (``deadlines.py``): its first piece of
 output must arrive within ``model_first_token_timeout``, and each attempt
@@ -34,33 +35,29 @@ from journal.events import (
     ContextMeasured,
     DeadlinePassed,
     Event,
-    InputCancelled,
     ModelCallFailed,
     ModelCallStarted,
     ModelMessageCommitted,
     ModelOutput,
-    Notice,
     SteerApplied,
-    ToolAbandoned,
     TurnEnded,
 )
 
-from . import deadlines, gates
+from . import deadlines
 from .batch import run_batch
 from .errors import ModelError
+from .ids import new_id
 from .model import Accumulator, coalesce
 from .notices import (
-    INTERRUPTED_NOTICE,
-    NOT_RUN_RESULT,
-    TRUNCATED_NOTICE,
     TRUNCATED_TOOL_CALL_RESULT,
     rejected,
 )
 from .output import output_reminder, output_verdict
 from .ports import TurnPort
+from .settling import queue_consequences, reply_cut_short, settle_turn_events
 from .state import LoopState
 
-__all__ = ["FLUSH_INTERVAL", "TurnRunner", "settle_turn_events"]
+__all__ = ["FLUSH_INTERVAL", "TurnRunner"]
 
 FLUSH_INTERVAL = 0.25
 """Streamed output reaches the journal at least this often (seconds)."""
@@ -101,13 +98,16 @@ class TurnRunner:
         elif clock.passed and not scope.cancel_called:
             assert timeout is not None
             self.log.warning("turn_deadline_passed", seconds=timeout)
-            await self.loop.commit(self._settle_deadline(timeout))
+            await self.loop.commit(self._settle_deadline(timeout), cause=self.state.turn_record)
         elif self.loop.stop_reason != "detached":
             # Cancelled (interrupt or shutdown): settle outside the cancelled
             # scope.  A turn detached by a shutdown while it waited only on
             # people is left open as the journal holds it, for restore.
             reason = self.loop.stop_reason
-            await self.loop.commit(self._settle_interrupted(reason))
+            await self.loop.commit(
+                self._settle_interrupted(reason),
+                cause=self.loop.stop_cause or self.state.turn_record,
+            )
         self.log.debug("turn_finished", outcome=self.state.last_outcome, parked=self.parked)
 
     # -- the steps --------------------------------------------------------------
@@ -158,7 +158,8 @@ class TurnRunner:
                 continue
             if state.steering:
                 await self.loop.commit(
-                    [SteerApplied(steer_ids=tuple(s.steer_id for s in state.steering))]
+                    [SteerApplied(steer_ids=tuple(s.steer_id for s in state.steering))],
+                    cause=state.turn_record,
                 )
             await self._model_call()
 
@@ -171,7 +172,9 @@ class TurnRunner:
         if uses and stop_reason == "max_tokens":
             # The reply was cut off while writing tool calls: tell the model,
             # run nothing, and let it try again.
-            await self.loop.commit(self._reject_all(uses, TRUNCATED_TOOL_CALL_RESULT))
+            await self.loop.commit(
+                self._reject_all(uses, TRUNCATED_TOOL_CALL_RESULT), cause=state.message_record
+            )
             return
         if uses:
             await self.end(
@@ -190,7 +193,7 @@ class TurnRunner:
             await self.end("failed", kind="model", code="model.refusal")
         if self.resolved.output is not None:
             # It counts as an attempt, and the model is reminded.
-            await self.loop.commit(output_reminder())
+            await self.loop.commit(output_reminder(), cause=self.state.message_record)
             return
         await self.end("completed")
 
@@ -201,7 +204,8 @@ class TurnRunner:
         state = self.state
         if state.steering:
             await self.loop.commit(
-                [SteerApplied(steer_ids=tuple(s.steer_id for s in state.steering))]
+                [SteerApplied(steer_ids=tuple(s.steer_id for s in state.steering))],
+                cause=state.turn_record,
             )
         else:
             # Nothing new to say: a model call on a context ending with the
@@ -226,8 +230,10 @@ class TurnRunner:
         detail: str = "",
         settle: list[Event] | None = None,
         output: Any = None,
+        cause: str | None = None,
     ) -> None:
-        """Commit ``turn.ended`` (with the queue consequences) and stop the turn."""
+        """Commit ``turn.ended`` (with the queue consequences) and stop the turn.
+        The records' cause is ``cause`` (a model call's), else the turn's."""
         events: list[Event] = list(settle or [])
         events.append(
             TurnEnded(
@@ -239,8 +245,8 @@ class TurnRunner:
                 output=output,
             )
         )
-        events.extend(_queue_consequences(self.state, outcome))
-        await self.loop.commit(events)
+        events.extend(queue_consequences(self.state, outcome))
+        await self.loop.commit(events, cause=cause or self.state.turn_record)
         raise _End
 
     # -- the model call -----------------------------------------------------------
@@ -260,7 +266,7 @@ class TurnRunner:
             max_tokens=resolved.limits.max_tokens,
         )
         effect_id = "call_" + fp + "_" + str(state.last_seq)
-        await loop.commit(
+        call = await loop.commit(
             [
                 ModelCallStarted(
                     effect_id=effect_id,
@@ -269,8 +275,10 @@ class TurnRunner:
                     model=resolved.model.name,
                     fingerprint=fp,
                 )
-            ]
+            ],
+            cause=state.turn_record,
         )
+        call_record = call[0].id
         limits = resolved.limits
         first_token, whole = limits.model_first_token_timeout, limits.model_call_timeout
         opening = min((t for t in (first_token, whole) if t is not None), default=None)
@@ -282,7 +290,9 @@ class TurnRunner:
             loop.cancel_flush()
             if buffer:
                 pieces, buffer = coalesce(buffer), []
-                await loop.commit([ModelOutput(effect_id=effect_id, pieces=pieces)])
+                await loop.commit(
+                    [ModelOutput(effect_id=effect_id, pieces=pieces)], cause=call_record
+                )
 
         while True:
             acc = self.acc = Accumulator()
@@ -346,7 +356,7 @@ class TurnRunner:
             )
             if not output and attempt <= limits.model_retries:
                 # Nothing arrived, so nothing can be repeated: send it again.
-                await loop.commit([passed])
+                await loop.commit([passed], cause=call_record)
                 await trio.sleep(deadlines.retry_backoff(attempt))
                 attempt += 1
                 continue
@@ -374,9 +384,16 @@ class TurnRunner:
                     ),
                     reply_cut_short(self.state, self.acc or Accumulator(), "truncated"),
                 ],
+                cause=call_record,
             )
         events: list[Event] = [*self._rest(effect_id, buffer)]
         events.append(self._message(effect_id, step))
+        # The call made its message; the message made the answers to its
+        # calls that cannot run (so the message's id is chosen here).
+        message_record = new_id("ev_")
+        causes: list[str | None] = [call_record for _ in events]
+        ids: list[str | None] = [None for _ in events]
+        ids[-1] = message_record
         # Tool calls whose streamed input is not a JSON object are answered in
         # the same commit as the message, so the fold (live or restored)
         # never waits on a call that cannot run.
@@ -387,6 +404,10 @@ class TurnRunner:
                 else f"[error: {why}; emit the call again with a JSON object]"
             )
             events.append(rejected(tool_use_id, text))
+            causes.append(message_record)
+            ids.append(None)
+        causes.append(call_record)
+        ids.append(None)
         events.append(
             ContextMeasured(
                 input_tokens=acc.usage.input_tokens,
@@ -398,8 +419,8 @@ class TurnRunner:
         )
         if self._ends_the_turn(acc):
             # The common last step: message and turn end in one commit.
-            await self.end("completed", settle=events)
-        await loop.commit(events)
+            await self.end("completed", settle=events, cause=call_record)
+        await loop.commit(events, ids=ids, causes=causes)
         self.acc = None
 
     def _ends_the_turn(self, acc: Accumulator) -> bool:
@@ -507,94 +528,3 @@ def _deadline_error(
         code="model.first_token_timeout" if which == "model_first_token" else "model.call_timeout",
         retryable=not output,
     )
-
-
-_NOTICE_TEXT = {"truncated": TRUNCATED_NOTICE, "interrupted": INTERRUPTED_NOTICE}
-
-
-def reply_cut_short(
-    state: LoopState, acc: Accumulator, notice: Literal["truncated", "interrupted"]
-) -> Event:
-    """What closes the open model call of ``state`` when its reply stopped early.
-
-    With usable content, the assistant message keeps what arrived plus the
-    notice.  With none (nothing decoded, or only an incomplete tool call,
-    which is dropped), the notice alone is recorded, naming the call: words
-    the model never said must not enter its context and be sent back on every
-    later request.  Readers of the journal still see what happened.
-    """
-    assert state.open_call is not None
-    text = _NOTICE_TEXT[notice]
-    if not acc.has_content():
-        return Notice(code=notice, text=text, refs=(state.open_call,))
-    return ModelMessageCommitted(
-        effect_id=state.open_call,
-        turn=state.turn_index,
-        step=state.step,
-        message=acc.message(notice=text),
-        stop_reason=acc.stop_reason,
-        usage=acc.usage,
-        notice=notice,
-    )
-
-
-def settle_turn_events(
-    state: LoopState,
-    *,
-    outcome: str,
-    reply_end: Event | None,
-    gate_reason: str,
-    code: str | None = None,
-    entered: set[str] | None = None,
-    kind: str = "runtime",
-    detail: str = "",
-) -> list[Event]:
-    """Events that close an open turn so the context stays valid: every open
-    gate cancelled, the open reply closed (``reply_cut_short``), every unanswered
-    tool call answered (abandoned if it had started, not-run otherwise), then
-    ``turn.ended`` and the queue consequences.  ``entered`` names the calls
-    whose tool function really ran (None: assume every started call did).
-    ``kind`` and ``detail`` explain an outcome other than interrupted."""
-    events: list[Event] = [*gates.abandoned(state, gate_reason)]
-    if reply_end is not None:
-        events.append(reply_end)
-    for tool_use_id in state.awaiting:
-        if tool_use_id in state.results:
-            continue
-        execution = state.executions.get(tool_use_id)
-        ran = execution is not None and (entered is None or execution in entered)
-        if (
-            execution is not None
-            and ran
-            and (execution in state.running or execution in state.unknown)
-        ):
-            events.append(
-                ToolAbandoned(execution_id=execution, tool_use_id=tool_use_id, reason="interrupted")
-            )
-        else:
-            events.append(rejected(tool_use_id, NOT_RUN_RESULT, execution_id=execution or ""))
-    events.append(
-        TurnEnded(
-            turn=state.turn_index,
-            outcome=outcome,  # type: ignore[arg-type]
-            kind=None if outcome == "interrupted" else kind,
-            code=code,
-            detail=detail,
-        )
-    )
-    events.extend(_queue_consequences(state, outcome))
-    return events
-
-
-def _queue_consequences(state: LoopState, outcome: str) -> list[Event]:
-    """After failed, every queued input is cancelled; after interrupted, the
-    machine-made ones are (what a person typed stays queued)."""
-    if outcome == "failed":
-        return [InputCancelled(input_id=q.input_id, reason="turn_failed") for q in state.queued]
-    if outcome == "interrupted":
-        return [
-            InputCancelled(input_id=q.input_id, reason="turn_interrupted")
-            for q in state.queued
-            if q.trigger != "external"
-        ]
-    return []

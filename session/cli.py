@@ -241,6 +241,7 @@ async def _replay(args: argparse.Namespace) -> int:
         follow=args.follow,
         at=args.at,
         otlp=args.otlp,
+        causes=args.causes,
         color=sys.stdout.isatty(),
         out=out,
         err=err,
@@ -406,6 +407,9 @@ def parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--follow", action="store_true", help="keep printing new records")
     replay.add_argument("--at", type=int, metavar="SEQ", help="show each loop's state at SEQ")
+    replay.add_argument(
+        "--causes", action="store_true", help="list each record with the record that caused it"
+    )
     replay.set_defaults(run=cmd_replay)
     fork = command(
         "fork",

@@ -5,6 +5,10 @@ nursery, and is their ``LoopHost``.  Every record goes through its single
 ``Writer``; subscribers read through ``Subscriptions``.  Commands check their
 arguments before anything is sent (``validation``), and each goes to the one
 loop it is for.
+
+The module is one piece on purpose: ``Session`` is the public facade, one
+short method per command plus the lifecycle (create, restore, fork); the work
+lives in the writer, subscriptions, keys, restore and fork modules it calls.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import trio
 
 from journal import Journal, JournalError, Record, SessionNotFoundError
 from journal.content import Block, Message, ResultBlock
-from journal.events import Provenance
+from journal.events import Provenance, TurnRejected
 from loopruntime import (
     GateMismatchError,
     Loop,
@@ -33,6 +37,7 @@ from loopruntime.host import (
     AnswerGate,
     CancelQueuedInput,
     ChangeMode,
+    Command,
     Compact,
     DecideGate,
     Interrupt,
@@ -42,6 +47,7 @@ from loopruntime.host import (
     Steer,
     SubagentResult,
     UserInput,
+    check_key,
     child_outcome,
     copy_state,
     find_definition,
@@ -53,6 +59,7 @@ from .collaboration import Collaboration
 from .collaboration.driver import collaborate, resume
 from .errors import SessionExistsError, UnknownSessionError, VerifyError
 from .fork import plan_fork, write_fork
+from .keys import Route, send_keyed
 from .restore import settle_restored
 from .results import turn_result
 from .subscriptions import StreamDelta, Subscriptions
@@ -60,6 +67,11 @@ from .validation import answer_text, check_decision, steering_text, tool_result,
 from .writer import Writer
 
 __all__ = ["ROOT_LOOP", "Session", "StreamDelta"]
+
+
+def _routed() -> Loop:
+    raise AssertionError("a loop-addressed command is sent to the loop it names")
+
 
 ROOT_LOOP = "main"
 """Loop id of a session's first loop."""
@@ -86,6 +98,8 @@ class Session:
         self.collab_streams: set[str] = set()
         """Stream ids of the collaborations started by this session object."""
         self._delivered = trio.lowlevel.ParkingLot()
+        self._key_flights: dict[str, trio.Event] = {}
+        """Keyed commands on their way to a loop, by key."""
         self._subscriptions = Subscriptions(
             journal, session_id, head=lambda: self._writer.head, closed=lambda: self._closed
         )
@@ -323,16 +337,27 @@ class Session:
     async def start_child(
         self, parent: Loop, child_id: str, definition: LoopDefinition, provenance: Provenance
     ) -> Loop:
-        return await self.start_worker(child_id, definition, provenance)
+        # The parent's delegate call (its tool.started record, whose id is the
+        # execution id) is the cause of the child's first records.
+        return await self.start_worker(
+            child_id, definition, provenance, cause=provenance.execution_id
+        )
 
     def child(self, child_id: str) -> Loop | None:
         return self.loops.get(child_id)
 
     async def start_worker(
-        self, loop_id: str, definition: LoopDefinition, provenance: Provenance
+        self,
+        loop_id: str,
+        definition: LoopDefinition,
+        provenance: Provenance,
+        *,
+        cause: str | None = None,
     ) -> Loop:
         """Start a loop that is not a delegate of another (collaboration workers)."""
-        loop = Loop(loop_id=loop_id, definition=definition, host=self, parent=provenance)
+        loop = Loop(
+            loop_id=loop_id, definition=definition, host=self, parent=provenance, cause=cause
+        )
         self.loops[loop_id] = loop
         await self._nursery.start(loop.run)
         return loop
@@ -401,27 +426,63 @@ class Session:
             raise LoopError(f"session {self.id} has no loop {loop!r}")
         return found
 
+    async def _send(self, target: Loop | None, command: Command, route: Route) -> Any:
+        return await send_keyed(self.loops, self._key_flights, target, command, route)
+
     async def submit(
-        self, content: str | Message | Sequence[Block], *, loop: str | None = None
+        self,
+        content: str | Message | Sequence[Block],
+        *,
+        loop: str | None = None,
+        key: str | None = None,
     ) -> str:
-        """Queue input; returns its id once it is durable."""
+        """Queue input; returns its id once it is durable.  ``key`` makes the
+        call idempotent: a repeat returns the first call's input id and
+        commits nothing (see docs/boundaries.md).  Beyond
+        ``Limits.max_queued_inputs`` queued inputs it raises ``QueueFullError``."""
+        key = check_key(key)
         message = user_message(content)
         input_id = new_id("in_")
-        await self._loop(loop).send(UserInput(input_id=input_id, messages=(message,)))
-        return input_id
+        command = UserInput(input_id=input_id, messages=(message,), key=key)
+        try:
+            target = self._loop(loop)
+            result: str = await self._send(target, command, _routed)
+        except LoopClosedError:
+            await self._reject_closed(loop, input_id, key)
+            raise
+        return result
 
-    async def steer(self, text: str, *, loop: str | None = None) -> str:
+    async def _reject_closed(self, loop: str | None, input_id: str, key: str | None) -> None:
+        """Record that input arrived while the session shut down, when the
+        journal can still take it; the caller raises ``LoopClosedError`` either way."""
+        target = self.loops.get(loop or ROOT_LOOP)
+        if target is None:
+            return
+        rejection = TurnRejected(input_id=input_id, reason="shutting_down", key=key)
+        try:
+            with trio.CancelScope(shield=True):
+                await self._writer.commit(target, [rejection])
+        except (JournalError, LoopError):
+            pass  # the journal is closed, or another writer holds the session
+
+    async def steer(self, text: str, *, loop: str | None = None, key: str | None = None) -> str:
+        key = check_key(key)
         text = steering_text(text)
-        steer_id = new_id("st_")
-        await self._loop(loop).send(Steer(steer_id=steer_id, text=text))
+        command = Steer(steer_id=new_id("st_"), text=text, key=key)
+        steer_id: str = await self._send(self._loop(loop), command, _routed)
         return steer_id
 
-    async def cancel_queued(self, input_id: str, *, loop: str | None = None) -> None:
-        await self._loop(loop).send(CancelQueuedInput(input_id=input_id))
+    async def cancel_queued(
+        self, input_id: str, *, loop: str | None = None, key: str | None = None
+    ) -> None:
+        key = check_key(key)
+        await self._send(self._loop(loop), CancelQueuedInput(input_id=input_id, key=key), _routed)
 
-    async def interrupt(self, *, loop: str | None = None) -> bool:
-        """Stop the running turn; True when one was stopped."""
-        return bool(await self._loop(loop).send(Interrupt()))
+    async def interrupt(self, *, loop: str | None = None, key: str | None = None) -> bool:
+        """Stop the running turn; True when one was stopped (a keyed repeat
+        answers what the first call did)."""
+        key = check_key(key)
+        return bool(await self._send(self._loop(loop), Interrupt(key=key), _routed))
 
     def _gate_loop(self, gate_id: str) -> Loop:
         for loop in self.loops.values():
@@ -430,43 +491,69 @@ class Session:
         self._loop(None)  # raises when closed
         raise GateMismatchError(f"gate {gate_id} is not open in session {self.id}")
 
-    async def answer(self, gate_id: str, text: str) -> None:
+    async def answer(self, gate_id: str, text: str, *, key: str | None = None) -> None:
+        key = check_key(key)
         text = answer_text(gate_id, text)
-        await self._gate_loop(gate_id).send(AnswerGate(gate_id=gate_id, answer=text))
+        self._loop(None)  # refuse when closed, before a repeat is answered
+        command = AnswerGate(gate_id=gate_id, answer=text, key=key)
+        await self._send(None, command, lambda: self._gate_loop(gate_id))
 
-    async def decide(self, gate_id: str, allow: bool, scope: str = "once") -> None:
+    async def decide(
+        self, gate_id: str, allow: bool, scope: str = "once", *, key: str | None = None
+    ) -> None:
+        key = check_key(key)
         # Checked before the gate is looked up: a malformed decision is refused
         # whatever the gate, and the gate stays open.
         check_decision(gate_id, allow, scope)
-        await self._gate_loop(gate_id).send(
-            DecideGate(gate_id=gate_id, allow=allow, scope=scope)  # type: ignore[arg-type]
+        self._loop(None)
+        command = DecideGate(
+            gate_id=gate_id,
+            allow=allow,
+            scope=scope,  # type: ignore[arg-type]
+            key=key,
         )
+        await self._send(None, command, lambda: self._gate_loop(gate_id))
 
     async def resolve(
-        self, execution_id: str, result: str | Sequence[ResultBlock], is_error: bool = False
+        self,
+        execution_id: str,
+        result: str | Sequence[ResultBlock],
+        is_error: bool = False,
+        *,
+        key: str | None = None,
     ) -> None:
         """Settle a tool call whose outcome is unknown (after a crash)."""
+        key = check_key(key)
         content = tool_result(execution_id, result, is_error)
+        self._loop(None)
+        command = ResolveToolCall(
+            execution_id=execution_id, content=content, is_error=is_error, key=key
+        )
+        await self._send(None, command, lambda: self._unknown_loop(execution_id))
+
+    def _unknown_loop(self, execution_id: str) -> Loop:
         for loop in self.loops.values():
             if execution_id in loop.state.unknown:
-                await loop.send(
-                    ResolveToolCall(execution_id=execution_id, content=content, is_error=is_error)
-                )
-                return
+                return loop
         self._loop(None)
         raise NotUnknownEffectError(
             f"execution {execution_id} has no unknown outcome in session {self.id}"
         )
 
-    async def compact(self, *, loop: str | None = None) -> str:
+    async def compact(self, *, loop: str | None = None, key: str | None = None) -> str:
         """Ask for a compaction; its outcome is a compaction.committed or
-        compaction.rejected record.  Returns the attempt id."""
-        attempt_id = new_id("cmp_")
-        await self._loop(loop).send(Compact(attempt_id=attempt_id))
+        compaction.rejected record.  Returns the attempt id.  With ``key`` the
+        request is durable: a restored session runs it if it had not started."""
+        key = check_key(key)
+        command = Compact(attempt_id=new_id("cmp_"), key=key)
+        attempt_id: str = await self._send(self._loop(loop), command, _routed)
         return attempt_id
 
-    async def change_mode(self, mode: str | None, *, loop: str | None = None) -> None:
-        await self._loop(loop).send(ChangeMode(mode=mode))
+    async def change_mode(
+        self, mode: str | None, *, loop: str | None = None, key: str | None = None
+    ) -> None:
+        key = check_key(key)
+        await self._send(self._loop(loop), ChangeMode(mode=mode, key=key), _routed)
 
     async def snapshot(self, *, loop: str | None = None) -> LoopState:
         """A consistent copy of a loop's state."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, Protocol
 
 import structlog
@@ -85,8 +86,14 @@ class Writer:
         *,
         cause: str | None = None,
         guard: Callable[[], bool] | None = None,
+        ids: Sequence[str | None] | None = None,
+        causes: Sequence[str | None] | None = None,
     ) -> list[Record]:
         """Append durably, fold into ``loop`` in seq order, publish, return.
+
+        Each record's cause is ``cause`` (or its entry of ``causes``); its id
+        is fresh unless ``ids`` gives one, so a record may name another of the
+        same commit as its cause.
 
         Atomic under cancellation: once asked for, a commit runs to its end,
         so the caller always learns exactly what became durable.  With
@@ -96,11 +103,19 @@ class Writer:
             return []
         if self._failed is not None:
             raise self._failed
-        pending = _Pending(
-            loop,
-            [Draft(id=new_id("ev_"), loop=loop.id, event=e, cause=cause) for e in events],
-            guard,
-        )
+        if ids is None and causes is None:
+            drafts = [Draft(id=new_id("ev_"), loop=loop.id, event=e, cause=cause) for e in events]
+        else:
+            drafts = [
+                Draft(id=i or new_id("ev_"), loop=loop.id, event=e, cause=c)
+                for e, i, c in zip(
+                    events,
+                    repeat(None) if ids is None else ids,
+                    repeat(cause) if causes is None else causes,
+                    strict=False,
+                )
+            ]
+        pending = _Pending(loop, drafts, guard)
         if not self._writing and not self._queue and guard is None:
             # Nothing in flight: append from this task, sparing the hop to the
             # writer.  Commits arriving meanwhile queue up and go together next.

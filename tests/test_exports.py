@@ -23,6 +23,7 @@ PUBLIC = {
         "INTERRUPTED_NOTICE", "LoopError", "CommandError", "GateMismatchError",
         "InvalidAnswerError", "LoopClosedError", "ModeNotFoundError", "ModelError",
         "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError",
+        "IdempotencyKeyError", "QueueFullError",
     },
     "loopruntime.host": {
         "AnswerGate", "CancelQueuedInput", "ChangeMode", "Compact", "DecideGate", "Interrupt",
@@ -30,7 +31,8 @@ PUBLIC = {
         "UserInput", "Accumulator", "Delta", "FoldError", "GuardFailedError", "ToolInputError",
         "child_outcome", "copy_state", "find_definition", "image_bytes", "image_missing",
         "image_state", "merged", "new_id", "reply_cut_short", "settle_turn_events",
-        "unanswered_tool_uses",
+        "unanswered_tool_uses", "KEYS_KEPT", "MAX_KEY_LENGTH", "KeyUse", "check_key",
+        "command_digest", "command_name", "repeat_of", "Command",
     },
     "loopruntime.models": {"ScriptedModel", "Reply", "ToolCall", "AnthropicModel"},
     "loopruntime.toolsets": {

@@ -33,6 +33,7 @@ from journal.events import (
     CollabTaskFinished,
     CollabTaskStarted,
     CollabTurn,
+    CommandKeyed,
     CompactionCommitted,
     CompactionRejected,
     CompactionStarted,
@@ -61,6 +62,7 @@ from journal.events import (
     ToolResolved,
     ToolStarted,
     TurnEnded,
+    TurnRejected,
     TurnStarted,
 )
 from loopruntime import LoopState, fold
@@ -175,7 +177,13 @@ class _Checker:
     def run(self, records: Sequence[Record], verify_digests: bool) -> CheckReport:
         expected = 1
         previous = GENESIS
+        ids: set[str] = set()
         for r in records:
+            # A fork goes on from its source's state: its records may name
+            # records of the source, which are not in the fork.
+            if r.cause is not None and r.cause not in ids and not self.forked:
+                self.bad(r.seq, "cause names an earlier record", f"no earlier record {r.cause}")
+            ids.add(r.id)
             if r.session != self.session:
                 self.bad(r.seq, "record belongs to the session", f"record of session {r.session}")
             if r.seq != expected:
@@ -341,6 +349,15 @@ class _Checker:
                 if seq != 1:
                     self.bad(seq, "fork marker is seq 1", f"a session.forked marker at seq {seq}")
                 self.forked = seq == 1
+            case CommandKeyed():
+                for loop_id, other in self.states.items():
+                    if other.keys and e.key in other.keys:
+                        first = other.keys[e.key].seq
+                        self.bad(
+                            seq,
+                            "key used once",
+                            f"key {e.key!r} was used at seq {first} (loop {loop_id}) already",
+                        )
             case (
                 LoopStarted()
                 | LoopModeChanged()
@@ -356,6 +373,7 @@ class _Checker:
                 | ChildStarted()
                 | ChildFinished()
                 | Notice()
+                | TurnRejected()
                 | CollabStarted()
                 | CollabTurn()
                 | CollabTaskStarted()

@@ -22,6 +22,7 @@ from journal import (
 )
 from loopruntime.host import FoldError
 
+from .causes import render_causes
 from .checker import check
 from .states import render_states, states_at
 from .transcript import TranscriptRenderer, render_transcript
@@ -70,6 +71,7 @@ async def replay_command(
     follow: bool = False,
     at: int | None = None,
     otlp: str | None = None,
+    causes: bool = False,
     color: bool = False,
     out: Callable[[str], None] = print,
     err: Callable[[str], None] = print,
@@ -77,11 +79,19 @@ async def replay_command(
     """``loopruntime replay``: 0 when the output is complete (or the check
     passed), 1 when the journal is damaged or fails the check, 2 when the
     journal or session cannot be read at all.  Never writes to the journal."""
-    if follow and (check_only or at is not None or fmt != "transcript"):
+    if follow and (check_only or at is not None or fmt != "transcript" or causes):
         err("loopruntime replay: --follow works with the transcript format only")
         return 2
-    if otlp is not None and (check_only or follow or at is not None or fmt != "transcript"):
+    if otlp is not None and (
+        check_only or follow or causes or at is not None or fmt != "transcript"
+    ):
         err("loopruntime replay: --otlp exports the trace; it takes no other option")
+        return 2
+    if causes and (check_only or at is not None or fmt != "transcript"):
+        err(
+            "loopruntime replay: --causes is a listing of its own; the JSON format "
+            "(--format json) carries the causes too"
+        )
         return 2
     if at is not None and at < 0:
         err(f"loopruntime replay: --at takes a seq (0 or more), not {at}")
@@ -123,6 +133,8 @@ async def replay_command(
                 code = await _trace(session_id, records, otlp, out, err)
                 if code:
                     return code
+            elif causes:
+                out(render_causes(records, color=color))
             elif fmt == "transcript":
                 out(render_transcript(records, color=color))
             elif fmt == "tree":

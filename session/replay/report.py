@@ -36,6 +36,8 @@ RULES = (
     "compaction basis is current",
     "compaction range valid",
     "fold succeeds",
+    "cause names an earlier record",
+    "key used once",
     "checkpoint chain linked",
     "checkpoint equals the fold before it",
     "fork marker is seq 1",

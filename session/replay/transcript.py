@@ -21,6 +21,7 @@ from journal.events import (
     CollabTaskFinished,
     CollabTaskStarted,
     CollabTurn,
+    CommandKeyed,
     CompactionCommitted,
     CompactionRejected,
     CompactionStarted,
@@ -48,6 +49,7 @@ from journal.events import (
     ToolResolved,
     ToolStarted,
     TurnEnded,
+    TurnRejected,
     TurnStarted,
 )
 
@@ -168,6 +170,10 @@ class TranscriptRenderer:
                         "it goes on from the state the source had there",
                     )
                 )
+            case CommandKeyed():
+                lines.append(prefix + paint("dim", f"({e.command}, key {e.key!r})"))
+            case TurnRejected():
+                lines.append(prefix + paint("notice", f"input {e.input_id} refused ({e.reason})"))
             case CompactionStarted():
                 pass
             case CompactionCommitted():

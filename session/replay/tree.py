@@ -14,9 +14,11 @@ from typing import Any, Literal
 
 import msgspec
 
+from .causes import Cause
 from .text import painted, short
 
 TREE_SCHEMA = "loopruntime.replay.tree"
+
 TREE_VERSION = 1
 """Bumped when a field changes meaning or type; new fields get defaults and
 keep the version (docs/replay.md)."""
@@ -245,6 +247,8 @@ class Tree(msgspec.Struct, **_S):
     """seqs of the session's checkpoints (restore starts after the last)."""
     forked_from: Lineage | None = None
     """Where this session was cut from, when it is a fork."""
+    causes: list[Cause] = []
+    """Every record that names a cause, with the seq of that cause."""
 
 
 class Lineage(msgspec.Struct, **_S):

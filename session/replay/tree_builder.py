@@ -22,6 +22,7 @@ from journal.events import (
     CollabTaskFinished,
     CollabTaskStarted,
     CollabTurn,
+    CommandKeyed,
     CompactionCommitted,
     CompactionRejected,
     CompactionStarted,
@@ -49,12 +50,14 @@ from journal.events import (
     ToolResolved,
     ToolStarted,
     TurnEnded,
+    TurnRejected,
     TurnStarted,
 )
 from loopruntime import LoopState, fold
 from loopruntime.host import FoldError, copy_state
 
 from ..checkpoints import fork_base
+from .causes import causes_of
 from .text import agent_text, blocks_text, deadline_text, notice_text
 from .tree import (
     TREE_SCHEMA,
@@ -305,6 +308,8 @@ class _StreamBuilder:
                 )
             case SessionCheckpoint() | SessionForked():
                 pass  # _TreeBuilder keeps the session's own records out of the streams
+            case CommandKeyed() | TurnRejected():
+                pass  # a command's bookkeeping: the records it made tell the story
             case (
                 CollabStarted()
                 | CollabTurn()
@@ -577,7 +582,11 @@ def build_tree(session_id: str, records: Iterable[Record]) -> Tree:
     and gates show as open).  The caller owns the returned tree."""
     builder = _TreeBuilder(session_id)
     head = 0
+    seen: list[Record] = []
     for r in records:
         builder.feed(r)
+        seen.append(r)
         head = r.seq
-    return builder.build(head)
+    tree = builder.build(head)
+    tree.causes = causes_of(seen)
+    return tree

@@ -47,6 +47,7 @@ from journal.events import (
     ToolResolved,
     ToolStarted,
     TurnEnded,
+    TurnRejected,
     TurnStarted,
 )
 from session.checkpoints import read_restored
@@ -218,6 +219,18 @@ def verify(
     wanted = expected_unknown(prefix)
     if surfaced != wanted:
         problems.append(f"unknown effects surfaced {sorted(surfaced)}, expected {sorted(wanted)}")
+    overflow = [
+        r
+        for r in records
+        if isinstance(r.event, InputQueued)
+        and scenario.OVERFLOW[0] in _text(r.event.messages[0].blocks)
+    ]
+    if len(overflow) != 1:
+        problems.append(f"the keyed overflow input was queued {len(overflow)} times, not once")
+    if not any(
+        isinstance(r.event, TurnRejected) and r.event.reason == "queue_full" for r in records
+    ):
+        problems.append("the second overflow input was never refused (no turn.rejected)")
     got = outcome(records)
     if got != baseline:
         problems.append(f"outcome differs from the run that never crashed:\n{got}\n!=\n{baseline}")

@@ -13,8 +13,23 @@ from hypothesis import strategies as st
 
 from journal import open_journal
 from journal.content import Text, ToolResult, ToolUse
-from journal.events import ToolAbandoned, ToolCompleted, ToolResolved, ToolStarted
-from loopruntime import Limits, LoopDefinition, LoopError, Mode, ToolContext, tool
+from journal.events import (
+    CommandKeyed,
+    InputQueued,
+    ToolAbandoned,
+    ToolCompleted,
+    ToolResolved,
+    ToolStarted,
+)
+from loopruntime import (
+    IdempotencyKeyError,
+    Limits,
+    LoopDefinition,
+    LoopError,
+    Mode,
+    ToolContext,
+    tool,
+)
 from loopruntime.context import merged
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
@@ -55,7 +70,52 @@ op = st.one_of(
     st.tuples(st.just("snapshot"), st.none()),
     st.tuples(st.just("steer"), st.none()),
     st.tuples(st.just("sleep"), st.sampled_from([0.05, 0.2, 0.7, 2.0])),
+    # Keyed commands from a small pool of keys: repeats of a key on the same
+    # command, and the same key on another command.
+    st.tuples(
+        st.just("keyed"),
+        st.tuples(st.sampled_from(["submit", "steer", "interrupt", "compact"]), st.integers(0, 2)),
+    ),
 )
+
+
+async def keyed_command(s: Session, used: dict[str, tuple[str, Any]], arg: object) -> None:
+    """Give a keyed command and check its answer against the key's first use."""
+    assert isinstance(arg, tuple)
+    name, k = arg
+    key = f"key-{k}"
+    calls = {
+        "submit": lambda: s.submit(f"keyed input {k}", key=key),
+        "steer": lambda: s.steer(f"keyed steer {k}", key=key),
+        "interrupt": lambda: s.interrupt(key=key),
+        "compact": lambda: s.compact(key=key),
+    }
+    first = used.get(key)
+    if first is not None and first[0] != name:
+        try:
+            await calls[name]()
+        except IdempotencyKeyError:
+            return
+        raise AssertionError(f"{key} was used for {first[0]}; {name} with it went through")
+    result = await calls[name]()
+    if first is None:
+        used[key] = (name, result)
+    else:
+        assert result == first[1], (key, result, first)
+
+
+def assert_no_key_took_effect_twice(records: list[Any], used: dict[str, tuple[str, Any]]) -> None:
+    keyed = [r.event for r in records if isinstance(r.event, CommandKeyed)]
+    assert sorted(e.key for e in keyed) == sorted(used)
+    for key, (name, result) in used.items():
+        if name == "submit":
+            text = f"keyed input {key.removeprefix('key-')}"
+            queued = [
+                r.event
+                for r in records
+                if isinstance(r.event, InputQueued) and text in str(r.event.messages)
+            ]
+            assert [q.input_id for q in queued] == [result]
 
 
 async def scenario(ops: list[tuple[str, object]]) -> None:
@@ -65,8 +125,11 @@ async def scenario(ops: list[tuple[str, object]]) -> None:
         # turns, at open gates, in the middle of a stream.
         async with Session.create(journal, d, checkpoint_every=7) as s:
             inputs: list[str] = []
+            used: dict[str, tuple[str, Any]] = {}
             for name, arg in ops:
-                if name == "submit":
+                if name == "keyed":
+                    await keyed_command(s, used, arg)
+                elif name == "submit":
                     inputs.append(await s.submit(f"message {len(inputs)}"))
                 elif name == "cancel" and inputs:
                     assert isinstance(arg, int)
@@ -95,6 +158,7 @@ async def scenario(ops: list[tuple[str, object]]) -> None:
         assert restored.checkpoint_seq == (chain[-1].seq if chain else 0)
         report = await check(journal, s.id)
         assert report.ok, report.summary()
+        assert_no_key_took_effect_twice([r async for r in journal.read(s.id)], used)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

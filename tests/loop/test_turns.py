@@ -246,6 +246,7 @@ async def test_shutdown_while_a_turn_runs(autojump_clock: trio.abc.Clock) -> Non
         "model.output",
         "model.message_committed",
         "turn.ended",
+        "turn.rejected",  # the submit that came too late (reason shutting_down)
     ]
 
 

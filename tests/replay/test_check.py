@@ -16,6 +16,7 @@ from journal import (
 )
 from journal.content import Text
 from journal.events import (
+    CommandKeyed,
     CompactionCommitted,
     CompactionStarted,
     DeadlinePassed,
@@ -215,6 +216,15 @@ CASES: list[tuple[str, list[Event]]] = [
     ),
     ("fold succeeds", [*opening(), TurnStarted(turn=2)]),
     (
+        "key used once",
+        # A key whose first use the fold remembers, committed again: two effects.
+        [
+            *good_turn(),
+            CommandKeyed(key="k1", command="interrupt", digest="d", result=False),
+            CommandKeyed(key="k1", command="interrupt", digest="d", result=False),
+        ],
+    ),
+    (
         "checkpoint chain linked",
         # The second checkpoint names a seq that is not the first one's.
         [
@@ -288,8 +298,23 @@ def test_every_rule_has_a_case() -> None:
         "digest chain intact",
         # Needs the source beside the fork: tests/fork/test_fork.py breaks it.
         "fork base equals its source",
+        "cause names an earlier record",  # test_a_cause_must_name_an_earlier_record
     }
     assert covered == set(RULES)
+
+
+async def test_a_cause_must_name_an_earlier_record() -> None:
+    records = await records_of(good_turn())
+    # The turn names its input (fine); the reply names a later record and a
+    # record that does not exist.
+    fixed = [msgspec.structs.replace(r, cause=records[1].id) if r.seq == 3 else r for r in records]
+    fixed = [msgspec.structs.replace(r, cause=records[6].id) if r.seq == 5 else r for r in fixed]
+    fixed = [msgspec.structs.replace(r, cause="ev_nowhere") if r.seq == 8 else r for r in fixed]
+    report = check_records(SESSION, fixed, verify_digests=False)  # causes edited in place
+    bad = [(p.seq, p.rule) for p in report.problems]
+    assert bad == [(5, "cause names an earlier record"), (8, "cause names an earlier record")]
+    ok = [msgspec.structs.replace(r, cause=records[1].id) if r.seq == 3 else r for r in records]
+    assert check_records(SESSION, ok, verify_digests=False).ok
 
 
 async def test_seq_gap() -> None:

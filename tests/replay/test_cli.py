@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from journal import open_journal
+from journal.events import GateOpened
 from journal.sqlite import SQLiteJournal
 from session import Session
 from session.cli import main
@@ -34,6 +35,15 @@ def make_journal(tmp_path: Path) -> Path:
 
     trio.run(run)
     return tmp_path / "journal.db"
+
+
+async def _first_gate(db: Path) -> int:
+    """The seq of the scenario's first gate.opened (time travel to an open gate)."""
+    async with open_journal(f"sqlite:///{db}") as journal:
+        async for r in journal.read(scenario.SESSION):
+            if isinstance(r.event, GateOpened):
+                return r.seq
+    raise AssertionError("the scenario opened no gate")
 
 
 def replay(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -61,8 +71,9 @@ def test_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         capsys, "--journal", f"sqlite:///{db}", scenario.SESSION, "--format", "json"
     )
     assert code == 0 and json.loads(out)["schema"] == "loopruntime.replay.tree"
-    code, out, _ = replay(capsys, "--journal", str(db), scenario.SESSION, "--at", "27")
-    assert code == 0 and "state as of seq 27" in out and "open gate" in out
+    at = str(trio.run(_first_gate, db))
+    code, out, _ = replay(capsys, "--journal", str(db), scenario.SESSION, "--at", at)
+    assert code == 0 and f"state as of seq {at}" in out and "open gate" in out
     code, out, _ = replay(capsys, "--journal", str(db), scenario.SESSION, "--check")
     assert code == 0 and out.startswith("ok: ")
     assert digest(db) == before  # replay never writes

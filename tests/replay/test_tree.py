@@ -96,7 +96,8 @@ async def test_tree_of_the_scenario(tmp_path: Path) -> None:
     assert [(g.kind, g.answer) for g in colour.gates] == [("user_input", scenario.ANSWER)]
     assert stream.stats.tool_calls == 5
     assert stream.stats.agent_messages == 9
-    assert stream.stats.external_inputs == 5
+    # The five requests, and the overflow input the host queued and withdrew.
+    assert stream.stats.external_inputs == 6
     # Relations, each with its quality.
     by_kind = {(r.kind, r.quality) for r in tree.relations}
     assert {
@@ -108,6 +109,7 @@ async def test_tree_of_the_scenario(tmp_path: Path) -> None:
     } <= by_kind
     nodes = {s.id for r in runs for s in r.steps} | {r.id for r in runs}
     nodes |= {i.id for i in stream.inputs} | {e.id for e in stream.epochs}
+    nodes.add(f"stream:{stream.loop}")  # the host withdrew the overflow input ("cancels")
     assert all(r.source in nodes and r.target in nodes for r in tree.relations)
     for tool in forecasts:
         [rel] = [r for r in tree.relations if r.kind == "result_of" and r.source == tool.id]

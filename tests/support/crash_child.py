@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 import trio
 
-from tests.support import crash_points, crash_scenarios, crash_traces
+from tests.support import crash_points, crash_scenarios, crash_traces, keyed
 from tests.support.processes import CHILD
 
 SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
@@ -33,6 +33,8 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     # URL SESSION_ID
     "delegation": crash_scenarios.delegation,
     "compaction": crash_scenarios.compaction,
+    # COMMAND URL SESSION_ID WORKDIR: killed right after a keyed command is committed.
+    "keyed": keyed.crash,
     # WORKDIR [KILL_AFTER], then WORKDIR
     "deadline": crash_scenarios.deadline,
     "deadline-restore": crash_scenarios.deadline_restore,

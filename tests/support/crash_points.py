@@ -37,14 +37,16 @@ from journal import Draft, Journal, Record, SessionLease, open_journal
 from journal.content import Message, Text, ToolResult
 from journal.events import (
     CompactionCommitted,
+    CompactionRejected,
     InputCancelled,
     InputQueued,
     SteerQueued,
     TurnEnded,
+    TurnRejected,
     TurnStarted,
 )
 from journal.forwarding import ForwardingJournal
-from loopruntime import LoopDefinition, ToolContext, tool
+from loopruntime import Limits, LoopDefinition, QueueFullError, ToolContext, tool
 from loopruntime.compaction import Summary, render_summary
 from loopruntime.model import Model, ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
@@ -65,6 +67,7 @@ STEPS = (
     "What do you remember?",
 )
 STEER = "Make it for four people."
+OVERFLOW = ("Also note the dress code.", "And the parking.")
 ANSWER = "blue"
 REPLAY_SAFE = frozenset({"forecast"})
 RESUMABLE = frozenset({"pick_colour"})
@@ -154,6 +157,8 @@ def definition(ledger: Ledger) -> LoopDefinition:
         system="You run errands.",
         tools=[forecast, book_table, pick_colour, send_invoice],
         compactor=FixedCompactor(),
+        # One input may wait behind a turn: the second overflow input is refused.
+        limits=Limits(max_queued_inputs=1),
     )
 
 
@@ -294,17 +299,29 @@ async def settle(s: Session, ledger: Ledger) -> None:
                         ledger.path,
                         f"host {started.execution_id} {started.name} {json.dumps(result)}",
                     )
-                await s.resolve(started.execution_id, result)
+                await s.resolve(started.execution_id, result, key=f"resolve:{started.execution_id}")
             continue
         if state.open_gates:
             for gate in state.open_gates:
                 if gate.kind == "permission":
                     records = await _records(s.journal)
                     if not any(isinstance(r.event, SteerQueued) for r in records):
-                        await s.steer(STEER)
-                    await s.decide(gate.gate_id, allow=True)
+                        await s.steer(STEER, key="steer")
+                    # While the turn waits here, two more inputs: the first
+                    # queues, the second finds the queue full; then the first
+                    # is withdrawn.  Keyed, so a host repeating this after a
+                    # restore adds nothing (the outcome stays the clean run's).
+                    first = await s.submit(OVERFLOW[0], key="overflow-0")
+                    if not any(isinstance(r.event, TurnRejected) for r in records):
+                        try:
+                            await s.submit(OVERFLOW[1], key="overflow-1")
+                        except QueueFullError:
+                            pass
+                    if any(q.input_id == first for q in (await s.snapshot()).queued):
+                        await s.cancel_queued(first, key="overflow-cancel")
+                    await s.decide(gate.gate_id, allow=True, key=f"decide:{gate.gate_id}")
                 else:
-                    await s.answer(gate.gate_id, ANSWER)
+                    await s.answer(gate.gate_id, ANSWER, key=f"answer:{gate.gate_id}")
             continue
         return
 
@@ -317,13 +334,17 @@ async def drive(s: Session, ledger: Ledger) -> None:
             if step == COMPACT:
                 if any(isinstance(r.event, CompactionCommitted) for r in records):
                     break
-                await s.compact()
+                # One key per attempt: a retry after a crash repeats the
+                # request (a restore runs it), a rejected attempt asks anew.
+                tries = sum(isinstance(r.event, CompactionRejected) for r in records)
+                await s.compact(key=f"compact:{tries}")
             else:
                 status = step_status(records, step)
                 if status == "done":
                     break
                 if status in ("absent", "retry"):
-                    await s.submit(step)
+                    tries = sum(isinstance(r.event, InputQueued) for r in records)
+                    await s.submit(step, key=f"step:{STEPS.index(step)}:{tries}")
             await settle(s, ledger)
         else:
             raise RuntimeError(f"scenario step {step!r} did not complete")
