@@ -14,6 +14,7 @@ __all__ = [
     "ModeNotFoundError",
     "ModelError",
     "NotQueuedError",
+    "NotRegisteredError",
     "NotUnknownEffectError",
     "OutsideToolCallError",
     "ScriptExhaustedError",
@@ -76,6 +77,13 @@ class NotUnknownEffectError(CommandError):
 
 class ModeNotFoundError(CommandError):
     code = "mode.unknown"
+
+
+class NotRegisteredError(CommandError):
+    """A model or tool was named that the loop's definition does not register
+    (``LoopDefinition.models`` / ``tool_registry``); nothing was committed."""
+
+    code = "definition.not_registered"
 
 
 class GuardFailedError(LoopError):

@@ -9,10 +9,12 @@ test pins both lists, so a name moving between modules never breaks a host.
 
 from .commands import AnswerGate as AnswerGate
 from .commands import CancelQueuedInput as CancelQueuedInput
+from .commands import ChangeInference as ChangeInference
 from .commands import ChangeMode as ChangeMode
 from .commands import Compact as Compact
 from .commands import DecideGate as DecideGate
 from .commands import Interrupt as Interrupt
+from .commands import ReplaceTools as ReplaceTools
 from .commands import Reply as Reply
 from .commands import ResolveToolCall as ResolveToolCall
 from .commands import Shutdown as Shutdown
@@ -20,6 +22,11 @@ from .commands import Snapshot as Snapshot
 from .commands import Steer as Steer
 from .commands import SubagentResult as SubagentResult
 from .commands import UserInput as UserInput
+from .configuration import change_text as change_text
+from .configuration import changes as changes
+from .configuration import describe as describe
+from .configuration import digest as digest
+from .configuration import prompts_of as prompts_of
 from .context import merged as merged
 from .context import unanswered_tool_uses as unanswered_tool_uses
 from .definition import find_definition as find_definition
@@ -41,6 +48,7 @@ __all__ = [
     "Accumulator",
     "AnswerGate",
     "CancelQueuedInput",
+    "ChangeInference",
     "ChangeMode",
     "Compact",
     "DecideGate",
@@ -48,6 +56,7 @@ __all__ = [
     "FoldError",
     "GuardFailedError",
     "Interrupt",
+    "ReplaceTools",
     "Reply",
     "ResolveToolCall",
     "Shutdown",
@@ -56,14 +65,19 @@ __all__ = [
     "SubagentResult",
     "ToolInputError",
     "UserInput",
+    "change_text",
+    "changes",
     "child_outcome",
     "copy_state",
+    "describe",
+    "digest",
     "find_definition",
     "image_bytes",
     "image_missing",
     "image_state",
     "merged",
     "new_id",
+    "prompts_of",
     "reply_cut_short",
     "settle_turn_events",
     "unanswered_tool_uses",

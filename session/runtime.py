@@ -27,15 +27,18 @@ from loopruntime import (
     LoopState,
     ModeNotFoundError,
     NotUnknownEffectError,
+    Tool,
     fold,
 )
 from loopruntime.host import (
     AnswerGate,
     CancelQueuedInput,
+    ChangeInference,
     ChangeMode,
     Compact,
     DecideGate,
     Interrupt,
+    ReplaceTools,
     ResolveToolCall,
     Shutdown,
     Snapshot,
@@ -51,11 +54,21 @@ from loopruntime.host import (
 from .checkpoints import DEFAULT_EVERY, Checkpointer, SessionFolder, read_restored
 from .collaboration import Collaboration
 from .collaboration.driver import collaborate, resume
+from .drift import Drift, check_choice, check_drift, configuration_events
 from .errors import SessionExistsError, UnknownSessionError, VerifyError
 from .fork import plan_fork, write_fork
 from .restore import settle_restored
 from .subscriptions import StreamDelta, Subscriptions
-from .validation import answer_text, check_decision, steering_text, tool_result, user_message
+from .validation import (
+    answer_text,
+    check_decision,
+    check_key,
+    inference_choice,
+    steering_text,
+    tool_choice,
+    tool_result,
+    user_message,
+)
 from .writer import Writer
 
 __all__ = ["ROOT_LOOP", "Session", "StreamDelta"]
@@ -85,6 +98,8 @@ class Session:
         self.collab_streams: set[str] = set()
         """Stream ids of the collaborations started by this session object."""
         self._delivered = trio.lowlevel.ParkingLot()
+        self._prompts: set[str] = set()
+        """Digests of the system prompts whose text the journal holds."""
         self._subscriptions = Subscriptions(
             journal, session_id, head=lambda: self._writer.head, closed=lambda: self._closed
         )
@@ -150,12 +165,22 @@ class Session:
         also: Sequence[LoopDefinition] | Collaboration = (),
         checkpoint_every: int | None = DEFAULT_EVERY,
         use_checkpoints: bool = True,
+        drift: Drift = "record",
     ) -> AsyncIterator[Session]:
         """Continue a session from its journal: fold every loop (from the last
         checkpoint on, unless ``use_checkpoints`` is False), settle what a
         crash left open, and start the loops.  ``also`` names definitions of
         loops that are not delegates of ``definition`` (the workers of a
-        collaboration, or the collaboration itself)."""
+        collaboration, or the collaboration itself).
+
+        ``drift`` says what to do when a loop's definition differs from the
+        configuration its journal recorded (a deploy changed it): ``"record"``
+        commits ``loop.reconfigured`` with every change and goes on;
+        ``"refuse"`` raises ``DefinitionDriftError`` listing them, before the
+        lease is taken.  A model or tool the journal chose by command that
+        the definition does not register raises ``NotRegisteredError`` either
+        way (docs/restore.md, "Deploys")."""
+        check_choice(drift)
         # Built first: it refuses a bad checkpoint_every before any I/O.
         session = cls(journal, session_id, definition, checkpoint_every=checkpoint_every)
         session._also.extend(also.definitions() if isinstance(also, Collaboration) else also)
@@ -166,7 +191,7 @@ class Session:
             restored = await read_restored(journal, session_id, use_checkpoints=use_checkpoints)
         except SessionNotFoundError as exc:
             raise session._unknown() from exc
-        session._check_fits(restored.states)
+        session._check_fits(restored.states, drift)
         try:
             lease = await journal.open_session(session_id, create=False)
         except SessionNotFoundError as exc:
@@ -176,7 +201,7 @@ class Session:
             # fenced it, so the journal is final now: read it again.  Only this
             # race pays for a second read.
             restored = await read_restored(journal, session_id, use_checkpoints=use_checkpoints)
-            session._check_fits(restored.states)
+            session._check_fits(restored.states, drift)
         session._writer.checkpoints.resume(restored)
         async with session._running(lease, restored.states, restoring=True):
             yield session
@@ -222,8 +247,9 @@ class Session:
             "`loopruntime sessions` lists the ones there are"
         )
 
-    def _check_fits(self, states: dict[str, LoopState]) -> None:
-        """Refuse restored states this session's definitions cannot run."""
+    def _check_fits(self, states: dict[str, LoopState], drift: Drift = "record") -> None:
+        """Refuse restored states this session's definitions cannot run (or,
+        under ``drift="refuse"``, run under a changed definition)."""
         if ROOT_LOOP not in states:
             raise UnknownSessionError(f"session {self.id} has no loop records to restore")
         for loop_id, state in states.items():
@@ -240,6 +266,7 @@ class Session:
             # Raised here, as itself: inside the running session it would come
             # out wrapped in the nursery's exception group.
             self._definition_of(loop_id, state)
+        check_drift(self.id, states, self._definition_of, drift)
 
     @asynccontextmanager
     async def _running(
@@ -257,8 +284,17 @@ class Session:
                     restored = [
                         self._make_loop(loop_id, state) for loop_id, state in states.items()
                     ]
+                    for state in states.values():
+                        self._prompts.update(state.prompts)
                     for loop in restored:
-                        await self.commit(loop, settle_restored(loop.state, loop.definition))
+                        # What the loop runs under now comes first: the
+                        # settlement and the turns after it run under it.
+                        configured = configuration_events(
+                            loop.state, loop.definition, self.new_prompts
+                        )
+                        await self.commit(
+                            loop, configured + settle_restored(loop.state, loop.definition)
+                        )
                 for loop_id, state in states.items():
                     loop = self.loops.get(loop_id) or self._make_loop(loop_id, state)
                     if state.stopped:
@@ -349,6 +385,11 @@ class Session:
         """Continue a collaboration recorded in this session's journal."""
         self._loop(None)
         return await resume(self, collaboration, collab_id)
+
+    def new_prompts(self, prompts: dict[str, str]) -> dict[str, str]:
+        fresh = {d: text for d, text in prompts.items() if d not in self._prompts}
+        self._prompts.update(fresh)
+        return fresh
 
     def watch_background(self, parent: Loop, child_id: str) -> None:
         if child_id in self._watching:
@@ -466,6 +507,52 @@ class Session:
 
     async def change_mode(self, mode: str | None, *, loop: str | None = None) -> None:
         await self._loop(loop).send(ChangeMode(mode=mode))
+
+    async def change_inference(
+        self,
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        reset: bool = False,
+        loop: str | None = None,
+        key: str | None = None,
+    ) -> None:
+        """Choose the loop's model (the name of a model its definition
+        registers: ``LoopDefinition.models``, its own or a mode's) and the
+        output budget of each model call, from the next turn on (a running
+        turn finishes as it began).  None keeps the current choice; ``reset``
+        goes back to the definition's first.  One ``loop.inference_changed``
+        record; restore re-applies the choice by name.  A chosen model wins
+        over a mode's.  ``key``, like every command's, names the request so a
+        retry of it is recognised (see docs/restore.md, "Deploys").
+        Raises ``NotRegisteredError`` for a model the definition does not
+        register; nothing is committed then."""
+        model, max_tokens = inference_choice(model, max_tokens, reset)
+        check_key(key)
+        await self._loop(loop).send(
+            ChangeInference(model=model, max_tokens=max_tokens, reset=reset)
+        )
+
+    async def replace_tools(
+        self,
+        tools: Sequence[str | Tool] | None,
+        *,
+        loop: str | None = None,
+        key: str | None = None,
+    ) -> None:
+        """Offer these tools to the model from the next turn on, in place of
+        the definition's own (``None``: the definition's again).  Each is
+        named, or given as a ``Tool``, and must be registered: in the
+        definition's ``tools`` or ``tool_registry`` (a ``Tool`` given must
+        have the registered one's input schema).  Delegates are always
+        offered; a mode still narrows the set.  One ``loop.tools_replaced``
+        record; restore re-applies it by name.  ``key`` as for
+        ``change_inference``.  Raises ``NotRegisteredError`` for a tool the
+        definition does not register; nothing is committed then."""
+        target = self._loop(loop)
+        names = tool_choice(tools, target.definition)
+        check_key(key)
+        await target.send(ReplaceTools(tools=names))
 
     async def snapshot(self, *, loop: str | None = None) -> LoopState:
         """A consistent copy of a loop's state."""

@@ -22,7 +22,7 @@ PUBLIC = {
         "Model", "ModelRequest", "Compactor", "ModelCompactor", "TRUNCATED_NOTICE",
         "INTERRUPTED_NOTICE", "LoopError", "CommandError", "GateMismatchError",
         "InvalidAnswerError", "LoopClosedError", "ModeNotFoundError", "ModelError",
-        "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError",
+        "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError", "NotRegisteredError",
     },
     "loopruntime.host": {
         "AnswerGate", "CancelQueuedInput", "ChangeMode", "Compact", "DecideGate", "Interrupt",
@@ -30,13 +30,14 @@ PUBLIC = {
         "UserInput", "Accumulator", "Delta", "FoldError", "GuardFailedError", "ToolInputError",
         "child_outcome", "copy_state", "find_definition", "image_bytes", "image_missing",
         "image_state", "merged", "new_id", "reply_cut_short", "settle_turn_events",
-        "unanswered_tool_uses",
+        "unanswered_tool_uses", "ChangeInference", "ReplaceTools", "change_text", "changes",
+        "describe", "digest", "prompts_of",
     },
     "loopruntime.models": {"ScriptedModel", "Reply", "ToolCall", "AnthropicModel"},
     "session": {
         "Session", "ROOT_LOOP", "StreamDelta", "SessionExistsError", "SessionLagError",
         "UnknownSessionError", "VerifyError", "InvalidContentError", "SeqOutOfRangeError",
-        "ForkError",
+        "ForkError", "DefinitionDriftError",
     },
 }  # fmt: skip
 
@@ -56,6 +57,7 @@ def test_session_methods_of_the_design() -> None:
         "create", "restore", "submit", "steer", "cancel_queued", "interrupt", "answer",
         "decide", "resolve", "compact", "change_mode", "snapshot", "verify", "subscribe",
         "wait_idle", "shutdown", "collaborate", "resume_collaboration", "fork",
+        "change_inference", "replace_tools",
     ):  # fmt: skip
         assert callable(getattr(Session, method))
 

@@ -32,9 +32,13 @@ from journal.events import (
     GateResolved,
     InputCancelled,
     InputQueued,
+    LoopConfigured,
+    LoopInferenceChanged,
     LoopModeChanged,
+    LoopReconfigured,
     LoopStarted,
     LoopStopped,
+    LoopToolsReplaced,
     ModelCallFailed,
     ModelCallStarted,
     ModelMessageCommitted,
@@ -55,11 +59,12 @@ from loopruntime import LoopState, fold
 from loopruntime.host import FoldError, copy_state
 
 from ..checkpoints import fork_base
-from .text import agent_text, blocks_text, deadline_text, notice_text
+from .text import agent_text, blocks_text, config_text, deadline_text, notice_text
 from .tree import (
     TREE_SCHEMA,
     TREE_VERSION,
     CompactionNode,
+    ConfigNode,
     Epoch,
     GateNode,
     InputNode,
@@ -139,6 +144,14 @@ class _StreamBuilder:
                     s.parent_loop, s.parent_execution = e.parent.parent_loop, e.parent.execution_id
             case LoopModeChanged() | LoopStopped() | ContextMeasured() | CompactionRejected():
                 pass
+            case (
+                LoopConfigured() | LoopReconfigured() | LoopInferenceChanged() | LoopToolsReplaced()
+            ):
+                kind = type(e).__struct_config__.tag
+                assert isinstance(kind, str)
+                self.epoch.configs.append(
+                    ConfigNode(id=f"config:{r.seq}", seq=r.seq, kind=kind, text=config_text(e))
+                )
             case InputQueued():
                 node = InputNode(
                     id=f"input:{self.loop}:{e.input_id}",
@@ -557,6 +570,8 @@ class _TreeBuilder:
         streams = []
         for b in self.streams.values():
             b.stream.status = b.state.status.value
+            if b.state.model:
+                b.stream.model = b.state.model  # the model in use at the head
             streams.append(b.stream)
         return Tree(
             schema=TREE_SCHEMA,
