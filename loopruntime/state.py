@@ -117,7 +117,7 @@ class LoopState(msgspec.Struct, kw_only=True):
     model: str = ""
     """Name of the model the loop's model calls use: the chosen one
     (``chosen_model``), else its mode's, else its definition's.  A choice or
-    mode change made during a turn counts from the next turn; a
+    mode change made during a turn counts once the turn ended; a
     reconfiguration at restore at once."""
     mode: str | None = None
     parent: Provenance | None = None
@@ -324,13 +324,14 @@ def fold(state: LoopState, record: Record) -> LoopState:
             _apply_steering(state, event.steer_ids)
             state.turn_index = event.turn
             state.turn_open = True
-            if state.configured is not None:
-                state.model = _model_in_use(state, state.configured)
             state.step = -1
             state.turn_model_calls = state.turn_tool_batches = state.turn_tool_calls = 0
             state.history_seq = record.seq
         case TurnEnded():
             state.turn_open = False
+            if state.configured is not None:
+                # A choice or mode change made during the turn holds from now.
+                state.model = _model_in_use(state, state.configured)
             state.last_outcome = event.outcome
             failed = event.outcome != "completed"
             state.last_failure = event.detail if failed else ""

@@ -308,7 +308,7 @@ async def test_restore_refuses_a_chosen_model_no_longer_registered(
         async with Session.create(journal, definition(models=("model-alt",))) as s:
             await s.change_inference(model="model-alt")
         before = await tags(journal, s.id)
-        with pytest.raises(NotRegisteredError, match="'model-alt'.*LoopDefinition\\(models="):
+        with pytest.raises(NotRegisteredError, match=r"'model-alt'.*LoopDefinition\(models="):
             async with Session.restore(journal, s.id, definition(), drift=drift):  # type: ignore[arg-type]
                 pass
         assert await tags(journal, s.id) == before
@@ -320,7 +320,7 @@ async def test_a_model_or_tool_not_registered_is_refused_by_name(journal_url: st
             before = await tags(journal, s.id)
             with pytest.raises(NotRegisteredError, match="no model named 'model-z'"):
                 await s.change_inference(model="model-z")
-            with pytest.raises(NotRegisteredError, match="no tool named 'nope'.*tool_registry"):
+            with pytest.raises(NotRegisteredError, match=r"no tool named 'nope'.*tool_registry"):
                 await s.replace_tools(["note", "nope"])
             stranger = tool(name="note", permission="allow")(_other_note)
             with pytest.raises(NotRegisteredError, match="another input schema"):

@@ -51,7 +51,12 @@ async def test_plain_turn() -> None:
             await s.wait_idle()
             state = await s.snapshot()
             await s.verify()
-        assert squash(await tags(journal, s.id)) == ["loop.started", "loop.configured", "input.queued", *TURN]
+        assert squash(await tags(journal, s.id)) == [
+            "loop.started",
+            "loop.configured",
+            "input.queued",
+            *TURN,
+        ]
         assert [m.role for m in state.messages] == ["user", "assistant"]
         assert state.messages[1].blocks == (Text(text="hi there"),)
         assert state.turn_index == 1

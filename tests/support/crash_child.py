@@ -31,6 +31,9 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     # URL SESSION_ID
     "delegation": crash_scenarios.delegation,
     "compaction": crash_scenarios.compaction,
+    "reconfigure": crash_scenarios.reconfigure,
+    "inference": crash_scenarios.inference,
+    "live-host": crash_scenarios.live_host,
     # WORKDIR [KILL_AFTER], then WORKDIR
     "deadline": crash_scenarios.deadline,
     "deadline-restore": crash_scenarios.deadline_restore,
