@@ -13,15 +13,24 @@ that a loop chose by command must still be registered.  docs/restore.md
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import Literal, Protocol
 
 from journal.events import ConfigChange, Event, LoopConfigured, LoopReconfigured
 from loopruntime import LoopDefinition, LoopState, NotRegisteredError
 from loopruntime.host import change_text, changes, describe, prompts_of
 
 from .errors import DefinitionDriftError
+from .restore import settle_restored
 
-__all__ = ["DRIFT_CHOICES", "Drift", "check_choice", "check_drift", "configuration_events"]
+__all__ = [
+    "DRIFT_CHOICES",
+    "Drift",
+    "PromptLedger",
+    "check_choice",
+    "check_drift",
+    "configuration_events",
+    "reopening",
+]
 
 Drift = Literal["record", "refuse"]
 DRIFT_CHOICES: tuple[Drift, ...] = ("record", "refuse")
@@ -96,3 +105,17 @@ def configuration_events(
     return [
         LoopReconfigured(config=config, changes=found, prompts=new_prompts(prompts_of(definition)))
     ]
+
+
+class PromptLedger(Protocol):
+    def new_prompts(self, prompts: dict[str, str]) -> dict[str, str]:
+        """Of ``prompts``, those the session has not recorded yet (now counted)."""
+        ...
+
+
+def reopening(state: LoopState, definition: LoopDefinition, ledger: PromptLedger) -> list[Event]:
+    """What a restore commits for one loop before it runs: what it runs under
+    now first (the settlement and the turns after it run under that), then the
+    settlement of what a crash left open."""
+    configured = configuration_events(state, definition, ledger.new_prompts)
+    return configured + settle_restored(state, definition)

@@ -33,12 +33,10 @@ from loopruntime import (
 from loopruntime.host import (
     AnswerGate,
     CancelQueuedInput,
-    ChangeInference,
     ChangeMode,
     Compact,
     DecideGate,
     Interrupt,
-    ReplaceTools,
     ResolveToolCall,
     Shutdown,
     Snapshot,
@@ -54,19 +52,17 @@ from loopruntime.host import (
 from .checkpoints import DEFAULT_EVERY, Checkpointer, SessionFolder, read_restored
 from .collaboration import Collaboration
 from .collaboration.driver import collaborate, resume
-from .drift import Drift, check_choice, check_drift, configuration_events
+from .drift import Drift, check_choice, check_drift, reopening
 from .errors import SessionExistsError, UnknownSessionError, VerifyError
 from .fork import plan_fork, write_fork
-from .restore import settle_restored
 from .subscriptions import StreamDelta, Subscriptions
 from .validation import (
     answer_text,
     check_decision,
-    check_key,
-    inference_choice,
+    inference_command,
     steering_text,
-    tool_choice,
     tool_result,
+    tools_command,
     user_message,
 )
 from .writer import Writer
@@ -173,13 +169,10 @@ class Session:
         loops that are not delegates of ``definition`` (the workers of a
         collaboration, or the collaboration itself).
 
-        ``drift`` says what to do when a loop's definition differs from the
-        configuration its journal recorded (a deploy changed it): ``"record"``
-        commits ``loop.reconfigured`` with every change and goes on;
-        ``"refuse"`` raises ``DefinitionDriftError`` listing them, before the
-        lease is taken.  A model or tool the journal chose by command that
-        the definition does not register raises ``NotRegisteredError`` either
-        way (docs/restore.md, "Deploys")."""
+        ``drift``: a definition that differs from the configuration the
+        journal recorded is recorded (``"record"``: ``loop.reconfigured``) or
+        refused before the lease (``"refuse"``: ``DefinitionDriftError``);
+        docs/restore.md, "Deploys"."""
         check_choice(drift)
         # Built first: it refuses a bad checkpoint_every before any I/O.
         session = cls(journal, session_id, definition, checkpoint_every=checkpoint_every)
@@ -284,17 +277,9 @@ class Session:
                     restored = [
                         self._make_loop(loop_id, state) for loop_id, state in states.items()
                     ]
-                    for state in states.values():
-                        self._prompts.update(state.prompts)
+                    self._prompts.update(d for st in states.values() for d in st.prompts)
                     for loop in restored:
-                        # What the loop runs under now comes first: the
-                        # settlement and the turns after it run under it.
-                        configured = configuration_events(
-                            loop.state, loop.definition, self.new_prompts
-                        )
-                        await self.commit(
-                            loop, configured + settle_restored(loop.state, loop.definition)
-                        )
+                        await self.commit(loop, reopening(loop.state, loop.definition, self))
                 for loop_id, state in states.items():
                     loop = self.loops.get(loop_id) or self._make_loop(loop_id, state)
                     if state.stopped:
@@ -517,21 +502,10 @@ class Session:
         loop: str | None = None,
         key: str | None = None,
     ) -> None:
-        """Choose the loop's model (the name of a model its definition
-        registers: ``LoopDefinition.models``, its own or a mode's) and the
-        output budget of each model call, from the next turn on (a running
-        turn finishes as it began).  None keeps the current choice; ``reset``
-        goes back to the definition's first.  One ``loop.inference_changed``
-        record; restore re-applies the choice by name.  A chosen model wins
-        over a mode's.  ``key``, like every command's, names the request so a
-        retry of it is recognised (see docs/restore.md, "Deploys").
-        Raises ``NotRegisteredError`` for a model the definition does not
-        register; nothing is committed then."""
-        model, max_tokens = inference_choice(model, max_tokens, reset)
-        check_key(key)
-        await self._loop(loop).send(
-            ChangeInference(model=model, max_tokens=max_tokens, reset=reset)
-        )
+        """Choose the loop's model (a registered name) and output budget from its
+        next turn on (None keeps a choice; ``reset`` drops both first): one
+        ``loop.inference_changed``.  docs/restore.md, "Deploys"."""
+        await self._loop(loop).send(inference_command(model, max_tokens, reset, key))
 
     async def replace_tools(
         self,
@@ -540,19 +514,11 @@ class Session:
         loop: str | None = None,
         key: str | None = None,
     ) -> None:
-        """Offer these tools to the model from the next turn on, in place of
-        the definition's own (``None``: the definition's again).  Each is
-        named, or given as a ``Tool``, and must be registered: in the
-        definition's ``tools`` or ``tool_registry`` (a ``Tool`` given must
-        have the registered one's input schema).  Delegates are always
-        offered; a mode still narrows the set.  One ``loop.tools_replaced``
-        record; restore re-applies it by name.  ``key`` as for
-        ``change_inference``.  Raises ``NotRegisteredError`` for a tool the
-        definition does not register; nothing is committed then."""
+        """Offer these registered tools (names or ``Tool``s) from the next turn
+        on, in place of the definition's own (None: those again): one
+        ``loop.tools_replaced``.  docs/restore.md, "Deploys"."""
         target = self._loop(loop)
-        names = tool_choice(tools, target.definition)
-        check_key(key)
-        await target.send(ReplaceTools(tools=names))
+        await target.send(tools_command(tools, target.definition, key))
 
     async def snapshot(self, *, loop: str | None = None) -> LoopState:
         """A consistent copy of a loop's state."""

@@ -15,6 +15,7 @@ import msgspec
 
 from journal.content import Block, Message, ResultBlock, Text
 from loopruntime import InvalidAnswerError, LoopDefinition, NotRegisteredError, Tool
+from loopruntime.host import ChangeInference, ReplaceTools
 
 from .errors import InvalidContentError
 
@@ -22,9 +23,9 @@ __all__ = [
     "answer_text",
     "check_decision",
     "check_key",
-    "inference_choice",
+    "inference_command",
     "steering_text",
-    "tool_choice",
+    "tools_command",
     "tool_result",
     "user_message",
 ]
@@ -127,11 +128,11 @@ def check_key(key: object) -> None:
         )
 
 
-def inference_choice(
-    model: object, max_tokens: object, reset: object
-) -> tuple[str | None, int | None]:
+def inference_command(
+    model: object, max_tokens: object, reset: object, key: object
+) -> ChangeInference:
     """``change_inference``'s arguments, checked: a model name, a positive
-    token budget, a real bool, and something to change."""
+    token budget, a real bool, something to change, and a key."""
     if model is not None and (not isinstance(model, str) or not model):
         raise InvalidContentError(
             f"change_inference(model=...) takes the name of a registered model, not {model!r}; "
@@ -153,14 +154,16 @@ def inference_choice(
             "change_inference() was given nothing to change: pass model=, max_tokens= or "
             "reset=True; nothing was committed"
         )
-    return model, max_tokens
+    check_key(key)
+    return ChangeInference(model=model, max_tokens=max_tokens, reset=reset)
 
 
-def tool_choice(tools: object, definition: LoopDefinition) -> tuple[str, ...] | None:
-    """``replace_tools``'s argument as names: each a registered tool's name,
-    or a ``Tool`` with the registered one's input schema; none twice."""
+def tools_command(tools: object, definition: LoopDefinition, key: object) -> ReplaceTools:
+    """``replace_tools``'s arguments, checked: names of registered tools (a
+    ``Tool`` must have the registered one's input schema), none twice; a key."""
+    check_key(key)
     if tools is None:
-        return None
+        return ReplaceTools(tools=None)
     if isinstance(tools, str | Tool) or not isinstance(tools, Sequence):
         raise InvalidContentError(
             f"replace_tools takes a list of tool names or Tools (or None), not {tools!r}; "
@@ -189,4 +192,4 @@ def tool_choice(tools: object, definition: LoopDefinition) -> tuple[str, ...] | 
                 f"replace_tools was given tool {name!r} twice; nothing was committed"
             )
         names.append(name)
-    return tuple(names)
+    return ReplaceTools(tools=tuple(names))

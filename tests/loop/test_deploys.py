@@ -240,14 +240,16 @@ async def test_a_drift_choice_that_is_neither_is_refused_by_name() -> None:
 
 
 async def test_change_inference_takes_effect_at_the_next_turn(
-    journal_url: str, autojump_clock: trio.abc.Clock
+    autojump_clock: trio.abc.Clock,
 ) -> None:
+    # The memory journal: the choice must land while the reply streams, and a
+    # backend's commit threads would let virtual time run on meanwhile.
     slow = definition(models=("model-alt",))
     slow_model = ScriptedModel(
         lambda r: Reply(text="a slow reply", chunk_size=2, chunk_delay=1.0), name="model-a"
     )
     d = dataclasses.replace(slow, model=slow_model)
-    async with open_journal(journal_url) as journal:
+    async with open_journal("memory:") as journal:
         async with Session.create(journal, d) as s:
             await s.submit("first")
             await trio.sleep(2.5)  # the turn streams
@@ -528,3 +530,14 @@ async def test_steering_alone_waits_after_an_interrupt(autojump_clock: trio.abc.
     assert [q.steer_id for q in waiting.steering] == [steer_id]
     assert waiting.turn_index == 1
     assert len(started) == 2 and started[1].steer_ids == (steer_id,)
+
+
+def test_an_adapter_reports_its_settings_to_the_configuration() -> None:
+    from loopruntime.models import AnthropicModel
+
+    model = AnthropicModel("claude-test", max_tokens=1000, api_key="k-test", thinking=500)
+    config = describe(LoopDefinition(name="a", model=model))
+    assert config.model == "anthropic:claude-test"
+    assert config.model_settings["max_tokens"] == 1000
+    assert config.model_settings["thinking"] == {"type": "enabled", "budget_tokens": 500}
+    assert "k-test" not in repr(config)
