@@ -44,6 +44,7 @@ __all__ = [
     "CompactionCommitted",
     "CompactionRejected",
     "CompactionStarted",
+    "ConfigChange",
     "ContextMeasured",
     "DeadlinePassed",
     "Event",
@@ -53,10 +54,16 @@ __all__ = [
     "InputCancelled",
     "InputQueued",
     "LoopEvent",
+    "LoopConfig",
+    "LoopConfigured",
     "LoopImage",
+    "LoopInferenceChanged",
     "LoopModeChanged",
+    "LoopReconfigured",
     "LoopStarted",
     "LoopStopped",
+    "LoopToolsReplaced",
+    "ModeConfig",
     "ModelCallFailed",
     "ModelCallStarted",
     "ModelMessageCommitted",
@@ -71,6 +78,7 @@ __all__ = [
     "SteerQueued",
     "TaskSpec",
     "ToolAbandoned",
+    "ToolConfig",
     "ToolCompleted",
     "ToolResolved",
     "ToolStarted",
@@ -115,6 +123,102 @@ class LoopStopped(msgspec.Struct, tag="loop.stopped", **_opts):
     """The loop was shut down; it takes no more input."""
 
     reason: str = "shutdown"
+
+
+# -- configuration ------------------------------------------------------------
+#
+# What a loop runs under, as the journal sees it: recorded when the loop
+# starts, and again whenever a restore finds the definition changed
+# (docs/restore.md, "Deploys").  Digests stand for the long texts.
+
+
+class ToolConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool a loop can reach by name."""
+
+    name: str
+    schema: str
+    """Digest of the tool's input schema (its JSON, keys sorted)."""
+    replay_safe: bool = False
+    resumable: bool = False
+    atomic: bool = False
+    permission: str = "none"
+    """The policy in effect: ``allow``, ``ask``, ``deny``, ``function`` (a
+    callable decides per call) or ``none`` (denied: no policy)."""
+    offered: bool = True
+    """False for a tool only in the definition's ``tool_registry``: the model
+    sees it once ``Session.replace_tools`` names it."""
+
+
+class ModeConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """A named mode, with what it overrides (None: the definition's)."""
+
+    name: str
+    model: str | None = None
+    system: str | None = None
+    """Digest of the mode's system prompt."""
+    tools: tuple[str, ...] | None = None
+    limits: dict[str, Any] | None = None
+
+
+class LoopConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """A loop's definition, as far as it decides what the loop does."""
+
+    model: str
+    """Name of the definition's model."""
+    model_settings: dict[str, Any] = {}
+    """The model's settings (its context window, and what the adapter reports)."""
+    system: str = ""
+    """Digest of the system prompt."""
+    tools: tuple[ToolConfig, ...] = ()
+    models: tuple[str, ...] = ()
+    """Names of the alternative models registered (``LoopDefinition.models``)."""
+    modes: tuple[ModeConfig, ...] = ()
+    limits: dict[str, Any] = {}
+
+
+class ConfigChange(msgspec.Struct, frozen=True, kw_only=True):
+    """One difference between two configurations, for people and checks."""
+
+    what: str
+    """``model``, ``model_setting``, ``system``, ``tool_added``,
+    ``tool_removed``, ``tool_schema``, ``tool_flags``, ``models``,
+    ``mode_added``, ``mode_removed``, ``mode_changed`` or ``limit``."""
+    name: str = ""
+    """The tool, mode, setting or limit concerned (empty for the model and prompt)."""
+    old: str = ""
+    new: str = ""
+
+
+class LoopConfigured(msgspec.Struct, tag="loop.configured", **_opts):
+    """What the loop runs under, recorded when it starts (created, restored
+    from a journal that had none, or a child started)."""
+
+    config: LoopConfig
+    prompts: dict[str, str] = {}
+    """Digest -> text of each system prompt not recorded before in the session."""
+
+
+class LoopReconfigured(msgspec.Struct, tag="loop.reconfigured", **_opts):
+    """A restore found the loop's definition changed; ``config`` holds from here."""
+
+    config: LoopConfig
+    changes: tuple[ConfigChange, ...] = ()
+    prompts: dict[str, str] = {}
+
+
+class LoopInferenceChanged(msgspec.Struct, tag="loop.inference_changed", **_opts):
+    """The loop's model and output budget, chosen by command, from its next
+    turn on (None: the definition's)."""
+
+    model: str | None = None
+    max_tokens: int | None = None
+
+
+class LoopToolsReplaced(msgspec.Struct, tag="loop.tools_replaced", **_opts):
+    """The tools the loop offers from its next turn on, by name (delegates
+    stay); None: the definition's own again."""
+
+    tools: tuple[str, ...] | None = None
 
 
 # -- input ------------------------------------------------------------------
@@ -624,6 +728,10 @@ LoopEvent = (
     LoopStarted
     | LoopModeChanged
     | LoopStopped
+    | LoopConfigured
+    | LoopReconfigured
+    | LoopInferenceChanged
+    | LoopToolsReplaced
     | InputQueued
     | InputCancelled
     | SteerQueued

@@ -18,6 +18,7 @@ from .errors import LoopError as LoopError
 from .errors import ModelError as ModelError
 from .errors import ModeNotFoundError as ModeNotFoundError
 from .errors import NotQueuedError as NotQueuedError
+from .errors import NotRegisteredError as NotRegisteredError
 from .errors import NotUnknownEffectError as NotUnknownEffectError
 from .errors import OutsideToolCallError as OutsideToolCallError
 from .errors import QueueFullError as QueueFullError
@@ -60,6 +61,7 @@ __all__ = [
     "ModelError",
     "ModelRequest",
     "NotQueuedError",
+    "NotRegisteredError",
     "NotUnknownEffectError",
     "OutsideToolCallError",
     "QueueFullError",

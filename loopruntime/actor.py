@@ -31,9 +31,12 @@ from journal.events import (
     GateResolved,
     InputCancelled,
     InputQueued,
+    LoopConfigured,
+    LoopInferenceChanged,
     LoopModeChanged,
     LoopStarted,
     LoopStopped,
+    LoopToolsReplaced,
     Provenance,
     SteerQueued,
     ToolResolved,
@@ -47,11 +50,13 @@ from .commands import (
     PRIORITY,
     AnswerGate,
     CancelQueuedInput,
+    ChangeInference,
     ChangeMode,
     Command,
     Compact,
     DecideGate,
     Interrupt,
+    ReplaceTools,
     ResolveToolCall,
     Shutdown,
     Snapshot,
@@ -61,6 +66,7 @@ from .commands import (
     closed_error,
 )
 from .compaction import compact, needs_compaction
+from .configuration import describe, prompts_of
 from .context import RequestBuilder
 from .definition import Delegate, LoopDefinition, ResolvedDefinition
 from .delegation import run_delegate
@@ -124,6 +130,11 @@ class LoopHost(Protocol):
 
     def watch_background(self, parent: Loop, child_id: str) -> None:
         """Deliver a background child's result to ``parent`` once it settles."""
+        ...
+
+    def new_prompts(self, prompts: dict[str, str]) -> dict[str, str]:
+        """Of ``prompts`` (digest -> text), those not yet recorded in the
+        session; they count as recorded from now on (the caller commits them)."""
         ...
 
 
@@ -211,7 +222,17 @@ class Loop:
         )
 
     def resolved(self) -> ResolvedDefinition:
-        return self.definition.resolved(self.state.mode, self.toolsets.tools)
+        """The definition as the next turn runs it: the mode, the tools its
+        toolsets listed, and the choices made by command (the model by the name
+        the fold says is in use)."""
+        state = self.state
+        return self.definition.resolved(
+            state.mode,
+            self.toolsets.tools,
+            model=state.model or None,
+            max_tokens=state.chosen_max_tokens,
+            tools=state.chosen_tools,
+        )
 
     @property
     def listed(self) -> tuple[Tool, ...]:
@@ -335,13 +356,19 @@ class Loop:
                 await self.toolsets.open(nursery, taken)
                 if not self.state.loop:
                     resolved = self.resolved()
+                    # Born with what it runs under: one commit, so no record
+                    # of the loop exists without its configuration.
                     await self.commit(
                         [
                             LoopStarted(
                                 definition=self.definition.name,
                                 model=resolved.model.name,
                                 parent=self.parent,
-                            )
+                            ),
+                            LoopConfigured(
+                                config=describe(self.definition),
+                                prompts=self.host.new_prompts(prompts_of(self.definition)),
+                            ),
                         ],
                         cause=self._start_cause,
                     )
@@ -497,6 +524,24 @@ class Loop:
             case ChangeMode():
                 self.definition.mode(command.mode)  # raises ModeNotFoundError
                 await self._commit_command(command, [LoopModeChanged(mode=command.mode)])
+                command.reply.set(True)
+            case ChangeInference():
+                model = None if command.reset else state.chosen_model
+                max_tokens = None if command.reset else state.chosen_max_tokens
+                if command.model is not None:
+                    self.definition.registered_model(command.model)  # NotRegisteredError
+                    model = command.model
+                if command.max_tokens is not None:
+                    max_tokens = command.max_tokens
+                await self.commit(
+                    [LoopInferenceChanged(model=model, max_tokens=max_tokens)],
+                    cause=command.cause,
+                )
+                command.reply.set(True)
+            case ReplaceTools():
+                for name in command.tools or ():
+                    self.definition.registered_tool(name)  # NotRegisteredError
+                await self.commit([LoopToolsReplaced(tools=command.tools)], cause=command.cause)
                 command.reply.set(True)
             case Compact():
                 # Runs when no turn is working: now, or once the running turn
@@ -690,7 +735,13 @@ class Loop:
 
     async def _after_turn(self) -> None:
         self._maybe_compact()
-        if self.state.last_outcome in ("completed", "limit", "crashed", "invalid_output"):
+        state = self.state
+        if state.last_outcome in ("completed", "limit", "crashed", "invalid_output") or (
+            # A person's input that the interrupt left queued was typed to be
+            # answered: it starts the next turn once the interrupt settled.
+            # Steering alone was for the turn that was stopped: it waits.
+            state.last_outcome == "interrupted" and state.queued
+        ):
             await self._maybe_start_turn()
 
     async def _stop_turn(self, *, reason: str) -> bool:

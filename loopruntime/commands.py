@@ -19,11 +19,13 @@ from .errors import LoopClosedError
 __all__ = [
     "AnswerGate",
     "CancelQueuedInput",
+    "ChangeInference",
     "ChangeMode",
     "Command",
     "Compact",
     "DecideGate",
     "Interrupt",
+    "ReplaceTools",
     "Reply",
     "ResolveToolCall",
     "Shutdown",
@@ -135,6 +137,25 @@ class ChangeMode(_Command):
 
 
 @dataclass(eq=False, kw_only=True)
+class ChangeInference(_Command):
+    """Choose the loop's model (by registered name) and output budget from
+    its next turn on; None keeps the current choice, ``reset`` drops both
+    choices first (back to the definition's)."""
+
+    model: str | None = None
+    max_tokens: int | None = None
+    reset: bool = False
+
+
+@dataclass(eq=False, kw_only=True)
+class ReplaceTools(_Command):
+    """Offer these tools (registered names) from the next turn on; None: the
+    definition's own again.  Delegates are always offered."""
+
+    tools: tuple[str, ...] | None
+
+
+@dataclass(eq=False, kw_only=True)
 class Compact(_Command):
     attempt_id: str
 
@@ -172,6 +193,8 @@ Command = (
     | AnswerGate
     | DecideGate
     | ChangeMode
+    | ChangeInference
+    | ReplaceTools
     | Compact
     | ResolveToolCall
     | Interrupt

@@ -1,19 +1,21 @@
 """What a loop is: its model, instructions, tools, limits and modes.
 
 A definition is configuration, not state: it is never journaled whole.  The
-journal records the definition's *name* (and the mode's name); restore
-resolves both by name against the definition the host passes in.
+journal records the definition's *name*, the mode's name, what the loop runs
+under (``loop.configured``: names, digests, flags, limits) and the models
+and tools chosen by command, by name; restore resolves each name against the
+definition the host passes in (its registries: ``models``, ``tool_registry``).
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .deadlines import check_timeout
-from .errors import LoopClosedError, ModeNotFoundError
+from .errors import LoopClosedError, ModeNotFoundError, NotRegisteredError
 from .model import Model
 from .output import FINAL_ANSWER, OutputSpec, output_spec
 from .summary import Compactor
@@ -184,6 +186,15 @@ class LoopDefinition:
     """The type of each turn's answer (a msgspec Struct, or any type msgspec
     can validate); None: the answer is text.  ``loopruntime.output``."""
 
+    models: Sequence[Model] = ()
+    """Alternative models ``Session.change_inference(model=NAME)`` may choose,
+    found by their ``name`` (the definition's own model and its modes' models
+    are registered too).  Restore re-applies a choice by name, so a model the
+    journal names must stay registered in the next deploy."""
+    tool_registry: Sequence[Tool] = ()
+    """Tools ``Session.replace_tools`` may offer besides ``tools`` (found by
+    name), and that restore finds again for calls made under them."""
+
     def __post_init__(self) -> None:
         names = [t.name for t in self.tools] + [d.name for d in self.delegates]
         check_toolsets(self.name, self.toolsets, names)
@@ -195,6 +206,24 @@ class LoopDefinition:
                 f"loop definition {self.name!r} has a tool named {FINAL_ANSWER!r}, the name of "
                 "the runtime's final-answer tool for typed outputs; rename the tool"
             )
+        names = [m.name for m in self.models]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(
+                f"loop definition {self.name!r} registers more than one model named "
+                f"{', '.join(map(repr, twice))} in models=; a choice is made by name, so "
+                "each name must be one model"
+            )
+        own = {t.name: t for t in self.tools}
+        seen: set[str] = set()
+        for t in self.tool_registry:
+            if t.name in seen or (t.name in own and own[t.name] is not t):
+                raise ValueError(
+                    f"loop definition {self.name!r} registers two tools named {t.name!r} "
+                    "(in tools= and tool_registry=); a tool is chosen by name, so each "
+                    "name must be one tool"
+                )
+            seen.add(t.name)
 
     def mode(self, name: str | None) -> Mode | None:
         """The mode called ``name`` (None: the definition itself)."""
@@ -208,12 +237,20 @@ class LoopDefinition:
             f"loop definition {self.name!r} has no mode {name!r} (modes: {known})"
         )
 
+    def all_tools(self, listed: Sequence[Tool] = ()) -> tuple[Tool, ...]:
+        """Every tool reachable by name: the definition's, the ones its
+        toolsets listed (``listed``), its delegates' and its registry's, in
+        that order."""
+        tools = [*self.tools, *listed, *(_delegate_tool(d) for d in self.delegates)]
+        names = {t.name for t in tools}
+        return (*tools, *(t for t in self.tool_registry if t.name not in names))
+
     def find_tool(self, name: str, listed: Sequence[Tool] = ()) -> Tool | None:
-        """The tool called ``name`` whatever the mode: a mode only narrows the
-        definition's tools, so a call admitted under any mode is found here.
-        ``listed``: the tools the loop's toolsets listed; before they are
-        known (restore), a server's tool is what its configuration says."""
-        found = next((t for t in self.resolved(None, listed).tools if t.name == name), None)
+        """The tool called ``name`` whatever the mode or tool choice: a call
+        admitted under any of them is found here.  ``listed``: the tools the
+        loop's toolsets listed; before they are known (restore), a server's
+        tool is what its configuration says."""
+        found = next((t for t in self.all_tools(listed) if t.name == name), None)
         if found is None and name == FINAL_ANSWER:
             found = next(
                 (
@@ -228,21 +265,78 @@ class LoopDefinition:
             found = next((p for s in self.toolsets if (p := s.placeholder(name)) is not None), None)
         return found
 
-    def resolved(self, mode_name: str | None, listed: Sequence[Tool] = ()) -> ResolvedDefinition:
+    def find_model(self, name: str) -> Model | None:
+        """The registered model called ``name``: in ``models``, the
+        definition's own, or a mode's."""
+        for m in (*self.models, self.model, *(m.model for m in self.modes if m.model)):
+            if m is not None and m.name == name:
+                return m
+        return None
+
+    def registered_model(self, name: str) -> Model:
+        """``find_model``, or ``NotRegisteredError`` saying what to do."""
+        found = self.find_model(name)
+        if found is None:
+            raise NotRegisteredError(
+                f"loop definition {self.name!r} has no model named {name!r} (registered: "
+                f"{', '.join(sorted(self.model_names()))}); add it to LoopDefinition(models=[...])"
+            )
+        return found
+
+    def registered_tool(self, name: str) -> Tool:
+        """``find_tool``, or ``NotRegisteredError`` saying what to do."""
+        found = self.find_tool(name)
+        if found is None:
+            known = ", ".join(t.name for t in self.all_tools()) or "none"
+            raise NotRegisteredError(
+                f"loop definition {self.name!r} has no tool named {name!r} (registered: "
+                f"{known}); add it to LoopDefinition(tool_registry=[...])"
+            )
+        return found
+
+    def model_names(self) -> set[str]:
+        return {m.name for m in (*self.models, self.model, *(m.model for m in self.modes)) if m}
+
+    def resolved(
+        self,
+        mode_name: str | None,
+        listed: Sequence[Tool] = (),
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        tools: Sequence[str] | None = None,
+    ) -> ResolvedDefinition:
+        """The definition under mode ``mode_name``, with the tools its toolsets
+        listed (``listed``) and the choices a loop made by command: ``model``
+        (a registered model's name; when no model of that name is registered
+        the mode's or the definition's applies), ``max_tokens`` and ``tools``
+        (names; delegates are always offered)."""
         mode = self.mode(mode_name)
-        tools = [*self.tools, *listed, *(_delegate_tool(d) for d in self.delegates)]
+        delegated = [_delegate_tool(d) for d in self.delegates]
+        if tools is None:
+            offered = [*self.tools, *listed, *delegated]
+        else:
+            picked = [t for n in tools if (t := self.find_tool(n, listed)) is not None]
+            names = {t.name for t in picked}
+            offered = [*picked, *(t for t in delegated if t.name not in names)]
         if mode is not None and mode.tools is not None:
             wanted = set(mode.tools)
-            tools = [t for t in tools if t.name in wanted]
+            offered = [t for t in offered if t.name in wanted]
         output = self.output if mode is None or mode.output is INHERIT else mode.output
         spec = output_spec(output, self.name) if output is not None else None
         if spec is not None:
-            tools.append(spec.tool)
+            offered.append(spec.tool)
+        chosen = mode.model if mode and mode.model else self.model
+        if model is not None and chosen.name != model:
+            chosen = self.find_model(model) or chosen
+        limits = mode.limits if mode and mode.limits else self.limits
+        if max_tokens is not None and max_tokens != limits.max_tokens:
+            limits = replace(limits, max_tokens=max_tokens)
         return ResolvedDefinition(
-            model=(mode.model if mode and mode.model else self.model),
+            model=chosen,
             system=(mode.system if mode and mode.system is not None else self.system),
-            tools=tuple(tools),
-            limits=(mode.limits if mode and mode.limits else self.limits),
+            tools=tuple(offered),
+            limits=limits,
             output=spec,
         )
 

@@ -15,6 +15,7 @@ __all__ = [
     "ModeNotFoundError",
     "ModelError",
     "NotQueuedError",
+    "NotRegisteredError",
     "NotUnknownEffectError",
     "OutsideToolCallError",
     "QueueFullError",
@@ -97,6 +98,13 @@ class QueueFullError(CommandError):
 
 class ModeNotFoundError(CommandError):
     code = "mode.unknown"
+
+
+class NotRegisteredError(CommandError):
+    """A model or tool was named that the loop's definition does not register
+    (``LoopDefinition.models`` / ``tool_registry``); nothing was committed."""
+
+    code = "definition.not_registered"
 
 
 class GuardFailedError(LoopError):

@@ -9,11 +9,13 @@ test pins both lists, so a name moving between modules never breaks a host.
 
 from .commands import AnswerGate as AnswerGate
 from .commands import CancelQueuedInput as CancelQueuedInput
+from .commands import ChangeInference as ChangeInference
 from .commands import ChangeMode as ChangeMode
 from .commands import Command as Command
 from .commands import Compact as Compact
 from .commands import DecideGate as DecideGate
 from .commands import Interrupt as Interrupt
+from .commands import ReplaceTools as ReplaceTools
 from .commands import Reply as Reply
 from .commands import ResolveToolCall as ResolveToolCall
 from .commands import Shutdown as Shutdown
@@ -21,6 +23,11 @@ from .commands import Snapshot as Snapshot
 from .commands import Steer as Steer
 from .commands import SubagentResult as SubagentResult
 from .commands import UserInput as UserInput
+from .configuration import change_text as change_text
+from .configuration import changes as changes
+from .configuration import describe as describe
+from .configuration import digest as digest
+from .configuration import prompts_of as prompts_of
 from .context import merged as merged
 from .context import unanswered_tool_uses as unanswered_tool_uses
 from .definition import find_definition as find_definition
@@ -51,6 +58,7 @@ __all__ = [
     "Accumulator",
     "AnswerGate",
     "CancelQueuedInput",
+    "ChangeInference",
     "ChangeMode",
     "Command",
     "Compact",
@@ -60,6 +68,7 @@ __all__ = [
     "GuardFailedError",
     "Interrupt",
     "KeyUse",
+    "ReplaceTools",
     "Reply",
     "ResolveToolCall",
     "Shutdown",
@@ -69,10 +78,14 @@ __all__ = [
     "ToolInputError",
     "UserInput",
     "check_key",
+    "change_text",
+    "changes",
     "child_outcome",
     "command_digest",
     "command_name",
     "copy_state",
+    "describe",
+    "digest",
     "find_definition",
     "image_bytes",
     "image_missing",
@@ -80,6 +93,7 @@ __all__ = [
     "merged",
     "new_id",
     "repeat_of",
+    "prompts_of",
     "reply_cut_short",
     "settle_turn_events",
     "unanswered_tool_uses",

@@ -31,9 +31,14 @@ from journal.events import (
     GateResolved,
     InputCancelled,
     InputQueued,
+    LoopConfig,
+    LoopConfigured,
+    LoopInferenceChanged,
     LoopModeChanged,
+    LoopReconfigured,
     LoopStarted,
     LoopStopped,
+    LoopToolsReplaced,
     ModelCallFailed,
     ModelCallStarted,
     ModelMessageCommitted,
@@ -132,6 +137,10 @@ class LoopState(msgspec.Struct, kw_only=True):
     loop: str = ""
     definition: str = ""
     model: str = ""
+    """Name of the model the loop's model calls use: the chosen one
+    (``chosen_model``), else its mode's, else its definition's.  A choice or
+    mode change made during a turn counts once the turn ended; a
+    reconfiguration at restore at once."""
     mode: str | None = None
     parent: Provenance | None = None
     stopped: bool = False
@@ -189,6 +198,17 @@ class LoopState(msgspec.Struct, kw_only=True):
     """tool_use id -> the person's permission decision, for the open batch."""
     grants: list[str] = []
     """Tool names the user allowed for the rest of the session."""
+
+    configured: LoopConfig | None = None
+    """What the loop runs under, as last recorded (None: a journal from
+    before ``loop.configured``, until its next restore)."""
+    prompts: list[str] = []
+    """Digests of the system prompts this loop recorded the text of."""
+    chosen_model: str | None = None
+    """The model chosen by ``loop.inference_changed`` (None: the definition's)."""
+    chosen_max_tokens: int | None = None
+    chosen_tools: list[str] | None = None
+    """The tools chosen by ``loop.tools_replaced``, by name (None: the definition's)."""
 
     context: ContextMeasured | None = None
     compacting: str | None = None
@@ -359,6 +379,9 @@ def fold(state: LoopState, record: Record) -> LoopState:
             state.history_seq = record.seq
         case TurnEnded():
             state.turn_open = False
+            if state.configured is not None:
+                # A choice or mode change made during the turn holds from now.
+                state.model = _model_in_use(state, state.configured)
             state.last_outcome = event.outcome
             state.last_output = event.output
             failed = event.outcome != "completed"
@@ -372,6 +395,19 @@ def fold(state: LoopState, record: Record) -> LoopState:
             state.parent = event.parent
         case LoopModeChanged():
             state.mode = event.mode
+            if state.configured is not None and not state.turn_open:
+                state.model = _model_in_use(state, state.configured)
+        case LoopConfigured() | LoopReconfigured():
+            state.configured = event.config
+            state.prompts.extend(d for d in event.prompts if d not in state.prompts)
+            state.model = _model_in_use(state, event.config)
+        case LoopInferenceChanged():
+            state.chosen_model = event.model
+            state.chosen_max_tokens = event.max_tokens
+            if state.configured is not None and not state.turn_open:
+                state.model = _model_in_use(state, state.configured)
+        case LoopToolsReplaced():
+            state.chosen_tools = list(event.tools) if event.tools is not None else None
         case LoopStopped():
             state.stopped = True
         case InputCancelled():
@@ -481,6 +517,18 @@ def _remember_key(state: LoopState, record: Record, event: CommandKeyed) -> None
         del keys[next(iter(keys))]
     if event.command == "compact" and isinstance(event.result, str):
         state.requested_compactions = (*state.requested_compactions, (event.result, record.id))
+
+
+def _model_in_use(state: LoopState, config: LoopConfig) -> str:
+    """The model a turn starting now would call: the chosen, the mode's, or
+    the definition's."""
+    if state.chosen_model is not None:
+        return state.chosen_model
+    if state.mode is not None:
+        for mode in config.modes:
+            if mode.name == state.mode and mode.model is not None:
+                return mode.model
+    return config.model
 
 
 def _apply_steering(state: LoopState, steer_ids: tuple[str, ...]) -> None:

@@ -1,5 +1,6 @@
 """session: many loops on one journal — the runtime, restore, replay, the CLI."""
 
+from .errors import DefinitionDriftError as DefinitionDriftError
 from .errors import ForkError as ForkError
 from .errors import InvalidContentError as InvalidContentError
 from .errors import NoResultError as NoResultError
@@ -14,6 +15,7 @@ from .runtime import StreamDelta as StreamDelta
 
 __all__ = [
     "ROOT_LOOP",
+    "DefinitionDriftError",
     "ForkError",
     "InvalidContentError",
     "NoResultError",

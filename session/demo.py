@@ -2,8 +2,9 @@
 
 It shows what the runtime is for, for real: parallel tools, a permission
 gate, a crash (a child *process* killed with SIGKILL while a tool runs), the
-restore that follows, the unknown effect the host resolves, and the journal
-check.  Every reply comes from a deterministic scripted brain.
+restore that follows, the unknown effect the host resolves, a deploy that
+changed the system prompt (recorded as ``loop.reconfigured``), and the
+journal check.  Every reply comes from a deterministic scripted brain.
 """
 
 from __future__ import annotations
@@ -61,7 +62,11 @@ def _brain(request: ModelRequest) -> Reply:
     return Reply(text="I can check the weather, book a table, or send an invoice.")
 
 
-def demo_definition(workdir: Path) -> LoopDefinition:
+DEPLOYED_SYSTEM = "You are a helpful assistant. Answer in one short sentence."
+"""The system prompt of the demo's second deploy."""
+
+
+def demo_definition(workdir: Path, system: str = "You are a helpful assistant.") -> LoopDefinition:
     ledger = workdir / "invoices.log"
 
     @tool(permission="allow", concurrency="parallel", replay_safe=True)
@@ -89,7 +94,7 @@ def demo_definition(workdir: Path) -> LoopDefinition:
     return LoopDefinition(
         name="demo",
         model=ScriptedModel(_brain, name="scripted:demo"),
-        system="You are a helpful assistant.",
+        system=system,
         tools=[forecast, book_table, send_invoice],
     )
 
@@ -165,6 +170,13 @@ async def run_demo(url: str, workdir: Path, out: TextIO = sys.stdout) -> int:
                 if sent
                 else "The invoice was not sent.",
             )
+            await s.wait_idle()
+            await s.verify()
+
+        _say(out, "a deploy changes the system prompt: restore records the change and goes on")
+        deployed = demo_definition(workdir, system=DEPLOYED_SYSTEM)
+        async with Session.restore(journal, session_id, deployed) as s:
+            await s.submit("Thanks!")
             await s.wait_idle()
             await s.verify()
 

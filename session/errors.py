@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from journal.events import ConfigChange
 from loopruntime import CommandError, LoopError
 
 __all__ = [
+    "DefinitionDriftError",
     "ForkError",
     "InvalidContentError",
     "NoResultError",
@@ -20,6 +24,18 @@ class UnknownSessionError(LoopError):
     """Restore named a session the journal does not hold."""
 
     code = "session.unknown"
+
+
+class DefinitionDriftError(LoopError):
+    """``Session.restore(..., drift="refuse")`` found loops whose recorded
+    configuration differs from the definition given; ``differences`` lists
+    each (loop id, change).  Nothing was written, no lease was taken."""
+
+    code = "session.definition_drift"
+
+    def __init__(self, message: str, *, differences: Sequence[tuple[str, ConfigChange]]) -> None:
+        super().__init__(message)
+        self.differences = list(differences)
 
 
 class SessionExistsError(LoopError):

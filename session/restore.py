@@ -61,6 +61,7 @@ def settle_restored(state: LoopState, definition: LoopDefinition) -> list[Event]
         )
     if not state.turn_open:
         return _with_notices(state, events, unknown, replayed)
+    events += _gates_of_removed_tools(state, definition)
     if state.open_call is not None:
         acc = Accumulator()
         acc.feed_all(tuple(state.open_output))
@@ -114,6 +115,34 @@ def settle_restored(state: LoopState, definition: LoopDefinition) -> list[Event]
                 )
                 unknown.append(execution_id)
     return _with_notices(state, events, unknown, replayed)
+
+
+def _gates_of_removed_tools(state: LoopState, definition: LoopDefinition) -> list[Event]:
+    """A permission gate on a tool the loop no longer offers (a deploy removed
+    it) is cancelled with a notice: nobody could run the call it asks about.
+    The resumed batch answers that call "no tool named ..." to the model."""
+    offered = {
+        t.name
+        for t in definition.resolved(
+            state.mode, max_tokens=state.chosen_max_tokens, tools=state.chosen_tools
+        ).tools
+    }
+    events: list[Event] = []
+    for gate in state.gates.values():
+        if gate.kind == "permission" and gate.tool_name not in offered:
+            events += [
+                Notice(
+                    code="tool_removed",
+                    text=(
+                        f"tool {gate.tool_name} is no longer offered by the loop's definition; "
+                        f"the approval it waited for (gate {gate.gate_id}) is cancelled and the "
+                        "call will not run"
+                    ),
+                    refs=(gate.gate_id,),
+                ),
+                GateCancelled(gate_id=gate.gate_id, reason="restore_unavailable"),
+            ]
+    return events
 
 
 def _fits(tool: Tool, raw: dict[str, Any]) -> bool:

@@ -31,6 +31,7 @@ from loopruntime import (
     LoopState,
     ModeNotFoundError,
     NotUnknownEffectError,
+    Tool,
     fold,
 )
 from loopruntime.host import (
@@ -57,13 +58,21 @@ from loopruntime.host import (
 from .checkpoints import DEFAULT_EVERY, Checkpointer, SessionFolder, read_restored
 from .collaboration import Collaboration
 from .collaboration.driver import collaborate, resume
+from .drift import Drift, check_choice, check_drift, reopening
 from .errors import SessionExistsError, UnknownSessionError, VerifyError
 from .fork import plan_fork, write_fork
 from .keys import Route, send_keyed
-from .restore import settle_restored
 from .results import turn_result
 from .subscriptions import StreamDelta, Subscriptions
-from .validation import answer_text, check_decision, steering_text, tool_result, user_message
+from .validation import (
+    answer_text,
+    check_decision,
+    inference_command,
+    steering_text,
+    tool_result,
+    tools_command,
+    user_message,
+)
 from .writer import Writer
 
 __all__ = ["ROOT_LOOP", "Session", "StreamDelta"]
@@ -100,6 +109,8 @@ class Session:
         self._delivered = trio.lowlevel.ParkingLot()
         self._key_flights: dict[str, trio.Event] = {}
         """Keyed commands on their way to a loop, by key."""
+        self._prompts: set[str] = set()
+        """Digests of the system prompts whose text the journal holds."""
         self._subscriptions = Subscriptions(
             journal, session_id, head=lambda: self._writer.head, closed=lambda: self._closed
         )
@@ -165,12 +176,19 @@ class Session:
         also: Sequence[LoopDefinition] | Collaboration = (),
         checkpoint_every: int | None = DEFAULT_EVERY,
         use_checkpoints: bool = True,
+        drift: Drift = "record",
     ) -> AsyncIterator[Session]:
         """Continue a session from its journal: fold every loop (from the last
         checkpoint on, unless ``use_checkpoints`` is False), settle what a
         crash left open, and start the loops.  ``also`` names definitions of
         loops that are not delegates of ``definition`` (the workers of a
-        collaboration, or the collaboration itself)."""
+        collaboration, or the collaboration itself).
+
+        ``drift``: a definition that differs from the configuration the
+        journal recorded is recorded (``"record"``: ``loop.reconfigured``) or
+        refused before the lease (``"refuse"``: ``DefinitionDriftError``);
+        docs/restore.md, "Deploys"."""
+        check_choice(drift)
         # Built first: it refuses a bad checkpoint_every before any I/O.
         session = cls(journal, session_id, definition, checkpoint_every=checkpoint_every)
         session._also.extend(also.definitions() if isinstance(also, Collaboration) else also)
@@ -181,7 +199,7 @@ class Session:
             restored = await read_restored(journal, session_id, use_checkpoints=use_checkpoints)
         except SessionNotFoundError as exc:
             raise session._unknown() from exc
-        session._check_fits(restored.states)
+        session._check_fits(restored.states, drift)
         try:
             lease = await journal.open_session(session_id, create=False)
         except SessionNotFoundError as exc:
@@ -191,7 +209,7 @@ class Session:
             # fenced it, so the journal is final now: read it again.  Only this
             # race pays for a second read.
             restored = await read_restored(journal, session_id, use_checkpoints=use_checkpoints)
-            session._check_fits(restored.states)
+            session._check_fits(restored.states, drift)
         session._writer.checkpoints.resume(restored)
         async with session._running(lease, restored.states, restoring=True):
             yield session
@@ -237,8 +255,9 @@ class Session:
             "`loopruntime sessions` lists the ones there are"
         )
 
-    def _check_fits(self, states: dict[str, LoopState]) -> None:
-        """Refuse restored states this session's definitions cannot run."""
+    def _check_fits(self, states: dict[str, LoopState], drift: Drift = "record") -> None:
+        """Refuse restored states this session's definitions cannot run (or,
+        under ``drift="refuse"``, run under a changed definition)."""
         if ROOT_LOOP not in states:
             raise UnknownSessionError(f"session {self.id} has no loop records to restore")
         for loop_id, state in states.items():
@@ -255,6 +274,7 @@ class Session:
             # Raised here, as itself: inside the running session it would come
             # out wrapped in the nursery's exception group.
             self._definition_of(loop_id, state)
+        check_drift(self.id, states, self._definition_of, drift)
 
     @asynccontextmanager
     async def _running(
@@ -272,8 +292,9 @@ class Session:
                     restored = [
                         self._make_loop(loop_id, state) for loop_id, state in states.items()
                     ]
+                    self._prompts.update(d for st in states.values() for d in st.prompts)
                     for loop in restored:
-                        await self.commit(loop, settle_restored(loop.state, loop.definition))
+                        await self.commit(loop, reopening(loop.state, loop.definition, self))
                 for loop_id, state in states.items():
                     loop = self.loops.get(loop_id) or self._make_loop(loop_id, state)
                     if state.stopped:
@@ -375,6 +396,11 @@ class Session:
         """Continue a collaboration recorded in this session's journal."""
         self._loop(None)
         return await resume(self, collaboration, collab_id)
+
+    def new_prompts(self, prompts: dict[str, str]) -> dict[str, str]:
+        fresh = {d: text for d, text in prompts.items() if d not in self._prompts}
+        self._prompts.update(fresh)
+        return fresh
 
     def watch_background(self, parent: Loop, child_id: str) -> None:
         if child_id in self._watching:
@@ -554,6 +580,33 @@ class Session:
     ) -> None:
         key = check_key(key)
         await self._send(self._loop(loop), ChangeMode(mode=mode, key=key), _routed)
+
+    async def change_inference(
+        self,
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        reset: bool = False,
+        loop: str | None = None,
+        key: str | None = None,
+    ) -> None:
+        """Choose the loop's model (a registered name) and output budget from its
+        next turn on (None keeps a choice; ``reset`` drops both first): one
+        ``loop.inference_changed``.  docs/restore.md, "Deploys"."""
+        await self._loop(loop).send(inference_command(model, max_tokens, reset, key))
+
+    async def replace_tools(
+        self,
+        tools: Sequence[str | Tool] | None,
+        *,
+        loop: str | None = None,
+        key: str | None = None,
+    ) -> None:
+        """Offer these registered tools (names or ``Tool``s) from the next turn
+        on, in place of the definition's own (None: those again): one
+        ``loop.tools_replaced``.  docs/restore.md, "Deploys"."""
+        target = self._loop(loop)
+        await target.send(tools_command(tools, target.definition, key))
 
     async def snapshot(self, *, loop: str | None = None) -> LoopState:
         """A consistent copy of a loop's state."""

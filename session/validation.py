@@ -14,11 +14,21 @@ from typing import Any
 import msgspec
 
 from journal.content import Block, Message, ResultBlock, Text
-from loopruntime import InvalidAnswerError
+from loopruntime import InvalidAnswerError, LoopDefinition, NotRegisteredError, Tool
+from loopruntime.host import ChangeInference, ReplaceTools
 
 from .errors import InvalidContentError
 
-__all__ = ["answer_text", "check_decision", "steering_text", "tool_result", "user_message"]
+__all__ = [
+    "answer_text",
+    "check_decision",
+    "check_key",
+    "inference_command",
+    "steering_text",
+    "tools_command",
+    "tool_result",
+    "user_message",
+]
 
 _message_decoder = msgspec.msgpack.Decoder(Message)
 _result_decoder = msgspec.msgpack.Decoder(tuple[ResultBlock, ...])
@@ -108,3 +118,78 @@ def tool_result(
             f"is_error must be a bool, not {is_error!r}; nothing was committed"
         )
     return content
+
+
+def check_key(key: object) -> None:
+    """A command's key: a non-empty string, or None."""
+    if key is not None and (not isinstance(key, str) or not key):
+        raise InvalidContentError(
+            f"a command key must be a non-empty string or None, not {key!r}; nothing was committed"
+        )
+
+
+def inference_command(
+    model: object, max_tokens: object, reset: object, key: object
+) -> ChangeInference:
+    """``change_inference``'s arguments, checked: a model name, a positive
+    token budget, a real bool, something to change, and a key."""
+    if model is not None and (not isinstance(model, str) or not model):
+        raise InvalidContentError(
+            f"change_inference(model=...) takes the name of a registered model, not {model!r}; "
+            "nothing was committed"
+        )
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+    ):
+        raise InvalidContentError(
+            f"change_inference(max_tokens=...) takes a whole number of tokens, 1 or more, not "
+            f"{max_tokens!r}; nothing was committed"
+        )
+    if not isinstance(reset, bool):
+        raise InvalidContentError(
+            f"change_inference(reset=...) takes True or False, not {reset!r}; nothing was committed"
+        )
+    if model is None and max_tokens is None and not reset:
+        raise InvalidContentError(
+            "change_inference() was given nothing to change: pass model=, max_tokens= or "
+            "reset=True; nothing was committed"
+        )
+    check_key(key)
+    return ChangeInference(model=model, max_tokens=max_tokens, reset=reset)
+
+
+def tools_command(tools: object, definition: LoopDefinition, key: object) -> ReplaceTools:
+    """``replace_tools``'s arguments, checked: names of registered tools (a
+    ``Tool`` must have the registered one's input schema), none twice; a key."""
+    check_key(key)
+    if tools is None:
+        return ReplaceTools(tools=None)
+    if isinstance(tools, str | Tool) or not isinstance(tools, Sequence):
+        raise InvalidContentError(
+            f"replace_tools takes a list of tool names or Tools (or None), not {tools!r}; "
+            "nothing was committed"
+        )
+    names: list[str] = []
+    for item in tools:
+        if isinstance(item, Tool):
+            registered = definition.registered_tool(item.name)
+            if registered.schema.input_schema != item.schema.input_schema:
+                raise NotRegisteredError(
+                    f"the tool {item.name!r} given to replace_tools has another input schema "
+                    f"than the one loop definition {definition.name!r} registers under that "
+                    "name; register this tool in LoopDefinition(tool_registry=[...]) so a "
+                    "restore finds it; nothing was committed"
+                )
+            name = item.name
+        elif isinstance(item, str) and item:
+            name = item
+        else:
+            raise InvalidContentError(
+                f"replace_tools takes tool names or Tools, not {item!r}; nothing was committed"
+            )
+        if name in names:
+            raise InvalidContentError(
+                f"replace_tools was given tool {name!r} twice; nothing was committed"
+            )
+        names.append(name)
+    return ReplaceTools(tools=tuple(names))

@@ -24,6 +24,7 @@ PUBLIC = {
         "InvalidAnswerError", "LoopClosedError", "ModeNotFoundError", "ModelError",
         "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError",
         "IdempotencyKeyError", "QueueFullError",
+        "NotRegisteredError",
     },
     "loopruntime.host": {
         "AnswerGate", "CancelQueuedInput", "ChangeMode", "Compact", "DecideGate", "Interrupt",
@@ -33,6 +34,8 @@ PUBLIC = {
         "image_state", "merged", "new_id", "reply_cut_short", "settle_turn_events",
         "unanswered_tool_uses", "KEYS_KEPT", "MAX_KEY_LENGTH", "KeyUse", "check_key",
         "command_digest", "command_name", "repeat_of", "Command",
+        "ChangeInference", "ReplaceTools", "change_text", "changes",
+        "describe", "digest", "prompts_of",
     },
     "loopruntime.models": {"ScriptedModel", "Reply", "ToolCall", "AnthropicModel"},
     "loopruntime.toolsets": {
@@ -43,6 +46,7 @@ PUBLIC = {
         "Session", "ROOT_LOOP", "StreamDelta", "SessionExistsError", "SessionLagError",
         "UnknownSessionError", "VerifyError", "InvalidContentError", "SeqOutOfRangeError",
         "ForkError", "NoResultError",
+        "DefinitionDriftError",
     },
 }  # fmt: skip
 
@@ -62,6 +66,7 @@ def test_session_methods_of_the_design() -> None:
         "create", "restore", "submit", "steer", "cancel_queued", "interrupt", "answer",
         "decide", "resolve", "compact", "change_mode", "snapshot", "verify", "subscribe",
         "wait_idle", "shutdown", "collaborate", "resume_collaboration", "fork", "result",
+        "change_inference", "replace_tools",
     ):  # fmt: skip
         assert callable(getattr(Session, method))
 

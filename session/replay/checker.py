@@ -44,10 +44,14 @@ from journal.events import (
     GateResolved,
     InputCancelled,
     InputQueued,
+    LoopConfigured,
     LoopImage,
+    LoopInferenceChanged,
     LoopModeChanged,
+    LoopReconfigured,
     LoopStarted,
     LoopStopped,
+    LoopToolsReplaced,
     ModelCallFailed,
     ModelCallStarted,
     ModelMessageCommitted,
@@ -311,6 +315,14 @@ class _Checker:
                 self.deadline(seq, r.loop, e, state)
             case ModelCallStarted():
                 _check_tail(seq, state.messages, self.bad)
+                if state.configured is not None and e.model != state.model:
+                    # Journals from before loop.configured have nothing to compare.
+                    self.bad(
+                        seq,
+                        "model call uses the configured model",
+                        f"call {e.effect_id} used {e.model}, but the loop was configured "
+                        f"to use {state.model}",
+                    )
             case CompactionStarted():
                 self.compactions[e.attempt_id] = e.basis
             case CompactionCommitted():
@@ -362,6 +374,10 @@ class _Checker:
                 LoopStarted()
                 | LoopModeChanged()
                 | LoopStopped()
+                | LoopConfigured()
+                | LoopReconfigured()
+                | LoopInferenceChanged()
+                | LoopToolsReplaced()
                 | InputQueued()
                 | InputCancelled()
                 | SteerQueued()

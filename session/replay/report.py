@@ -31,6 +31,7 @@ RULES = (
     "turn ended at most once",
     "turn.ended names the open turn",
     "deadline names what it cut",
+    "model call uses the configured model",
     "compaction has a matching start",
     "compaction basis matches its start",
     "compaction basis is current",

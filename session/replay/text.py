@@ -11,7 +11,15 @@ from collections.abc import Iterable
 import msgspec
 
 from journal.content import Image, Text
-from journal.events import DeadlinePassed, ModelMessageCommitted
+from journal.events import (
+    DeadlinePassed,
+    LoopConfigured,
+    LoopInferenceChanged,
+    LoopReconfigured,
+    LoopToolsReplaced,
+    ModelMessageCommitted,
+)
+from loopruntime.host import change_text
 
 
 def short(value: object, limit: int = 160) -> str:
@@ -48,6 +56,27 @@ def notice_text(event: ModelMessageCommitted) -> str:
         return ""
     texts = [b.text for b in event.message.blocks if isinstance(b, Text)]
     return texts[-1] if texts else ""
+
+
+def config_text(
+    event: LoopConfigured | LoopReconfigured | LoopInferenceChanged | LoopToolsReplaced,
+) -> str:
+    """What a configuration record says, in one line."""
+    match event:
+        case LoopConfigured():
+            c = event.config
+            tools = ", ".join(t.name for t in c.tools if t.offered) or "none"
+            modes = f", modes {', '.join(m.name for m in c.modes)}" if c.modes else ""
+            return f"model {c.model}, system prompt {c.system[:8]}, tools {tools}{modes}"
+        case LoopReconfigured():
+            return "; ".join(change_text(c) for c in event.changes)
+        case LoopInferenceChanged():
+            model = event.model or "the definition's"
+            budget = f"{event.max_tokens} tokens" if event.max_tokens else "the definition's"
+            return f"from the next turn: model {model}, max {budget}"
+        case LoopToolsReplaced():
+            tools = ", ".join(event.tools) if event.tools is not None else "the definition's"
+            return f"from the next turn: tools {tools}"
 
 
 _DEADLINE_WHAT = {

@@ -32,9 +32,13 @@ from journal.events import (
     GateResolved,
     InputCancelled,
     InputQueued,
+    LoopConfigured,
+    LoopInferenceChanged,
     LoopModeChanged,
+    LoopReconfigured,
     LoopStarted,
     LoopStopped,
+    LoopToolsReplaced,
     ModelCallFailed,
     ModelCallStarted,
     ModelMessageCommitted,
@@ -53,7 +57,7 @@ from journal.events import (
     TurnStarted,
 )
 
-from .text import blocks_text, deadline_text, painted, short
+from .text import blocks_text, config_text, deadline_text, painted, short
 
 
 class TranscriptRenderer:
@@ -193,6 +197,14 @@ class TranscriptRenderer:
                 lines.append(prefix + paint("dim", f"└ child loop {e.child_loop} {e.status}"))
             case LoopModeChanged():
                 lines.append(prefix + paint("dim", f"(mode: {e.mode})"))
+            case LoopConfigured():
+                lines.append(prefix + paint("dim", f"(configured: {config_text(e)})"))
+                lines += self._prompts(prefix, e.prompts)
+            case LoopReconfigured():
+                lines.append(prefix + paint("notice", f"⟳ definition changed: {config_text(e)}"))
+                lines += self._prompts(prefix, e.prompts)
+            case LoopInferenceChanged() | LoopToolsReplaced():
+                lines.append(prefix + paint("dim", f"({config_text(e)})"))
             case ModelCallStarted() | ModelOutput() | ContextMeasured():
                 pass  # the committed message is what the transcript shows
             case CollabStarted():
@@ -225,6 +237,13 @@ class TranscriptRenderer:
             case _:
                 assert_never(e)
         return lines
+
+    def _prompts(self, prefix: str, prompts: dict[str, str]) -> list[str]:
+        """A system prompt's text, the first time the journal holds it."""
+        return [
+            prefix + self.paint("dim", f"  system prompt {d[:8]}: ") + short(text)
+            for d, text in prompts.items()
+        ]
 
     def _message(self, prefix: str, e: ModelMessageCommitted) -> list[str]:
         paint = self.paint

@@ -56,6 +56,17 @@ class NoticeNode(msgspec.Struct, **_S):
     refs: list[str] = []
 
 
+class ConfigNode(msgspec.Struct, **_S):
+    """What the loop runs under was recorded or changed: ``kind`` is the
+    record's tag (``loop.configured``, ``loop.reconfigured``,
+    ``loop.inference_changed``, ``loop.tools_replaced``)."""
+
+    id: str
+    seq: int
+    kind: str
+    text: str
+
+
 class GateNode(msgspec.Struct, **_S):
     id: str
     gate_id: str
@@ -202,6 +213,8 @@ class Epoch(msgspec.Struct, **_S):
     talks: list[Talk] = []
     notices: list[NoticeNode] = []
     """Notices outside any run."""
+    configs: list[ConfigNode] = []
+    """Configuration recorded or changed in this epoch (deploys, choices)."""
 
 
 class Stats(msgspec.Struct, **_S):
@@ -297,6 +310,13 @@ def render_tree(tree: Tree, *, color: bool = False) -> str:
             )
             for n in ep.notices:
                 out.append("      " + paint("notice", f"notice [{n.code}] seq {n.seq}"))
+            for cfg in ep.configs:
+                mark = "⟳ " if cfg.kind == "loop.reconfigured" else ""
+                out.append(
+                    "      "
+                    + paint("dim", f"{mark}{cfg.kind} seq {cfg.seq}: ")
+                    + short(cfg.text, 160)
+                )
             for talk in ep.talks:
                 out.append(f"      talk {talk.index} ({talk.opened_by}, seq {talk.first_seq})")
                 for run in talk.runs:

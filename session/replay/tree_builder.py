@@ -3,6 +3,10 @@
 Pure: one session's records in seq order (a prefix is fine: what is open
 shows as open).  The builder folds each stream too, for its status; a record
 the fold refuses is left to the checker.
+
+The builder is one piece on purpose: one pass over the records keeps every
+open node (run, step, call, gate) of every stream, and the relations between
+them are made as each record arrives.
 """
 
 from __future__ import annotations
@@ -33,9 +37,13 @@ from journal.events import (
     GateResolved,
     InputCancelled,
     InputQueued,
+    LoopConfigured,
+    LoopInferenceChanged,
     LoopModeChanged,
+    LoopReconfigured,
     LoopStarted,
     LoopStopped,
+    LoopToolsReplaced,
     ModelCallFailed,
     ModelCallStarted,
     ModelMessageCommitted,
@@ -58,11 +66,12 @@ from loopruntime.host import FoldError, copy_state
 
 from ..checkpoints import fork_base
 from .causes import causes_of
-from .text import agent_text, blocks_text, deadline_text, notice_text
+from .text import agent_text, blocks_text, config_text, deadline_text, notice_text
 from .tree import (
     TREE_SCHEMA,
     TREE_VERSION,
     CompactionNode,
+    ConfigNode,
     Epoch,
     GateNode,
     InputNode,
@@ -142,6 +151,14 @@ class _StreamBuilder:
                     s.parent_loop, s.parent_execution = e.parent.parent_loop, e.parent.execution_id
             case LoopModeChanged() | LoopStopped() | ContextMeasured() | CompactionRejected():
                 pass
+            case (
+                LoopConfigured() | LoopReconfigured() | LoopInferenceChanged() | LoopToolsReplaced()
+            ):
+                kind = type(e).__struct_config__.tag
+                assert isinstance(kind, str)
+                self.epoch.configs.append(
+                    ConfigNode(id=f"config:{r.seq}", seq=r.seq, kind=kind, text=config_text(e))
+                )
             case InputQueued():
                 node = InputNode(
                     id=f"input:{self.loop}:{e.input_id}",
@@ -562,6 +579,8 @@ class _TreeBuilder:
         streams = []
         for b in self.streams.values():
             b.stream.status = b.state.status.value
+            if b.state.model:
+                b.stream.model = b.state.model  # the model in use at the head
             streams.append(b.stream)
         return Tree(
             schema=TREE_SCHEMA,

@@ -31,6 +31,7 @@ from tests.support.processes import kill_when_ready
 
 CHILD_RUN = [
     "loop.started",
+    "loop.configured",
     "input.queued",
     "turn.started",
     "model.call_started",
@@ -69,7 +70,7 @@ async def test_foreground_delegate_golden_sequence() -> None:
     schema = lead_model.requests[0].tools[0]
     assert schema.name == "research"
     assert schema.input_schema["properties"] == {"task": {"type": "string"}}
-    assert main_tags[7:11] == ["tool.started", "child.started", "child.finished", "tool.completed"]
+    assert main_tags[8:12] == ["tool.started", "child.started", "child.finished", "tool.completed"]
     assert child_tags == [*CHILD_RUN, "loop.stopped"]
     [child_started] = [
         r.event for r in recs if r.loop == child_loop and isinstance(r.event, LoopStarted)

@@ -135,6 +135,7 @@ async def test_manual_compaction_golden_sequence_and_what_the_model_sees() -> No
         report = await check(journal, s.id)
     assert seq == [
         "loop.started",
+        "loop.configured",
         *(["input.queued", *TURN] * 3),
         "compaction.started",
         "compaction.committed",
@@ -272,6 +273,7 @@ async def test_automatic_compaction_at_the_threshold() -> None:
         [started] = await events_of(journal, s.id, CompactionStarted)
     assert seq == [
         "loop.started",
+        "loop.configured",
         *(["input.queued", *TURN] * 2),
         "input.queued",
         "compaction.started",

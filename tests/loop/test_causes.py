@@ -138,7 +138,8 @@ async def test_replay_shows_the_causes(tmp_path: Path, autojump_clock: trio.abc.
     assert len(lines) == len(rs)
     started = next(r for r in rs if isinstance(r.event, TurnStarted))
     line = next(ln for ln in lines if f" {started.id}" in ln)
-    assert "⟵ 2 input.queued" in line
+    queued = next(r for r in rs if isinstance(r.event, InputQueued))
+    assert f"⟵ {queued.seq} input.queued" in line
     js: list[str] = []
     assert await replay_command(url, "ses_c", fmt="json", out=js.append, err=js.append) == 0
     assert f'"cause":"{started.cause}"' in js[0] and '"cause_seq":2' in js[0]

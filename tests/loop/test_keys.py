@@ -226,7 +226,6 @@ async def test_a_submit_beyond_the_queue_bound_is_refused_and_recorded(
             state = await s.snapshot()
             assert [q.input_id for q in state.queued] == queued
             # The key was not used up: the same key goes through once there is room.
-            await s.interrupt()
             await s.cancel_queued(queued[0])
             accepted = await s.submit("one too many", key="too-many")
             await s.interrupt()

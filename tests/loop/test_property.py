@@ -4,6 +4,7 @@ the fold of the journal, and the journal passes the checker."""
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from typing import Any
 
 import trio
@@ -16,6 +17,7 @@ from journal.content import Text, ToolResult, ToolUse
 from journal.events import (
     CommandKeyed,
     InputQueued,
+    ModelCallStarted,
     ToolAbandoned,
     ToolCompleted,
     ToolResolved,
@@ -392,3 +394,130 @@ def test_gates_compaction_and_a_crash_keep_the_fold_and_the_transcript_valid(
     ops: list[tuple[str, object]], crash_at: float
 ) -> None:
     trio.run(busy_scenario, ops, crash_at, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+# -- deploys: models, tools and prompts change between restores ------------------
+
+
+@tool(name="extra", permission="allow")
+async def extra_v1(ctx: ToolContext, *, text: str) -> str:
+    """An extra tool."""
+    return "extra"
+
+
+@tool(name="extra", permission="allow")
+async def extra_v2(ctx: ToolContext, *, text: str, loud: bool = False) -> str:
+    """An extra tool whose schema grew."""
+    return "EXTRA" if loud else "extra"
+
+
+MODEL_NAMES = ("model-a", "model-b", "model-alt")
+
+deploy_op = st.one_of(
+    st.tuples(st.just("submit"), st.none()),
+    st.tuples(st.just("interrupt"), st.none()),
+    st.tuples(st.just("sleep"), st.sampled_from([0.05, 0.7, 2.0])),
+    st.tuples(st.just("infer"), st.sampled_from([*MODEL_NAMES, None, "model-z"])),
+    st.tuples(st.just("tools"), st.sampled_from([None, ("nap",), ("nap", "extra")])),
+    st.tuples(st.just("mode"), st.sampled_from([None, "other"])),
+    st.tuples(
+        st.just("deploy"),
+        st.tuples(
+            st.sampled_from(["model-a", "model-b"]),
+            st.sampled_from(["Be brief.", "Be thorough."]),
+            st.booleans(),
+            st.sampled_from([4096, 2048]),
+        ),
+    ),
+)
+
+
+def deployed(
+    models: dict[str, ScriptedModel], model: str, system: str, v2: bool, max_tokens: int
+) -> LoopDefinition:
+    """One deploy: its own model, prompt, extra tool's schema and limits;
+    every model name stays registered, so choices survive every deploy."""
+    extra = extra_v2 if v2 else extra_v1
+    return LoopDefinition(
+        name="deployed",
+        model=models[model],
+        system=system,
+        tools=[nap],
+        tool_registry=[extra],
+        models=[m for name, m in models.items() if name != model],
+        modes=[Mode(name="other", model=models["model-alt"], system="Another voice.")],
+        limits=Limits(max_tokens=max_tokens),
+    )
+
+
+async def deploy_scenario(ops: list[tuple[str, object]]) -> None:
+    # One model object per name across every deploy, so what each was asked
+    # can be counted against the journal.
+    models = {name: ScriptedModel(brain, name=name) for name in MODEL_NAMES}
+    async with open_journal("memory:") as journal:
+        current = deployed(models, "model-a", "Be brief.", False, 4096)
+        async with contextlib.AsyncExitStack() as stack:
+            s = await stack.enter_async_context(
+                Session.create(journal, current, checkpoint_every=7)
+            )
+            for name, arg in ops:
+                if name == "submit":
+                    await s.submit("hello")
+                elif name == "interrupt":
+                    await s.interrupt()
+                elif name == "sleep":
+                    assert isinstance(arg, float)
+                    await trio.sleep(arg)
+                elif name == "infer":
+                    if arg == "model-z":
+                        with contextlib.suppress(LoopError):
+                            await s.change_inference(model="model-z")
+                    elif arg is None:
+                        await s.change_inference(reset=True)
+                    else:
+                        assert isinstance(arg, str)
+                        await s.change_inference(model=arg)
+                elif name == "tools":
+                    assert arg is None or isinstance(arg, tuple)
+                    await s.replace_tools(arg)
+                elif name == "mode":
+                    assert arg is None or isinstance(arg, str)
+                    await s.change_mode(arg)
+                elif name == "deploy":
+                    assert isinstance(arg, tuple)
+                    await stack.aclose()
+                    current = deployed(models, *arg)
+                    s = await stack.enter_async_context(
+                        Session.restore(journal, s.id, current, checkpoint_every=7)
+                    )
+                    live = await s.snapshot()
+                    # The fold names what the loop runs under, and the model in use.
+                    assert live.configured is not None
+                    assert live.configured.model == current.model.name
+                    if live.chosen_model is None and live.mode is None and not live.turn_open:
+                        assert live.model == current.model.name
+                await s.verify()
+            await s.wait_idle()
+            live = await s.snapshot()
+            await s.verify()
+        folded = await read_restored(journal, s.id, use_checkpoints=False)
+        assert folded.states["main"] == live
+        report = await check(journal, s.id)
+        assert report.ok, report.summary()
+        # Each model call went to the model the journal says it used.
+        calls = Counter(
+            [
+                r.event.model
+                async for r in journal.read(s.id)
+                if isinstance(r.event, ModelCallStarted)
+            ]
+        )
+        assert calls == Counter({n: len(m.requests) for n, m in models.items() if m.requests})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(deploy_op, max_size=20))
+def test_deploys_and_choices_keep_the_fold_the_checker_and_the_models_true(
+    ops: list[tuple[str, object]],
+) -> None:
+    trio.run(deploy_scenario, ops, clock=trio.testing.MockClock(autojump_threshold=0))

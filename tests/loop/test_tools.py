@@ -85,6 +85,7 @@ async def test_tool_batch_golden_sequence_and_schema() -> None:
     state, _, seq = await run(LoopDefinition(name="t", model=model, tools=[add]))
     assert seq == [
         "loop.started",
+        "loop.configured",
         "input.queued",
         "turn.started",
         "model.call_started",
@@ -273,7 +274,7 @@ async def test_permission_gate_session_grant_applies_to_next_call_in_batch() -> 
     assert len(gates) == 1  # the grant covered the second call
     assert state.grants == ["rm"]
     assert result_texts(model.requests[1]) == ["removed a", "removed b"]
-    assert seq[6:13] == [
+    assert seq[7:14] == [
         "context.measured",
         "gate.opened",
         "gate.resolved",
@@ -574,7 +575,7 @@ async def test_steering_while_idle_starts_a_turn() -> None:
             await s.wait_idle()
             state = await s.snapshot()
         seq = squash(await tags(journal, s.id))
-    assert seq[:3] == ["loop.started", "steer.queued", "turn.started"]
+    assert seq[:4] == ["loop.started", "loop.configured", "steer.queued", "turn.started"]
     assert state.turn_index == 1 and state.steering == []
     assert model.requests[0].messages[-1].blocks == (Text(text="be terse"),)
 

@@ -51,7 +51,12 @@ async def test_plain_turn() -> None:
             await s.wait_idle()
             state = await s.snapshot()
             await s.verify()
-        assert squash(await tags(journal, s.id)) == ["loop.started", "input.queued", *TURN]
+        assert squash(await tags(journal, s.id)) == [
+            "loop.started",
+            "loop.configured",
+            "input.queued",
+            *TURN,
+        ]
         assert [m.role for m in state.messages] == ["user", "assistant"]
         assert state.messages[1].blocks == (Text(text="hi there"),)
         assert state.turn_index == 1
@@ -91,6 +96,7 @@ async def test_input_queued_during_a_turn_starts_the_next_turn(
         seq = squash(await tags(journal, s.id))
     assert seq == [
         "loop.started",
+        "loop.configured",
         "input.queued",
         "turn.started",
         "model.call_started",
@@ -126,6 +132,7 @@ async def test_cancel_queued_input(autojump_clock: trio.abc.Clock) -> None:
         seq = squash(await tags(journal, s.id))
     assert seq == [
         "loop.started",
+        "loop.configured",
         "input.queued",
         "turn.started",
         "model.call_started",
@@ -154,6 +161,7 @@ async def test_interrupt_mid_stream(autojump_clock: trio.abc.Clock) -> None:
         committed = (await events_of(journal, s.id, ModelMessageCommitted))[0]
     assert seq == [
         "loop.started",
+        "loop.configured",
         "input.queued",
         "turn.started",
         "model.call_started",
@@ -210,6 +218,7 @@ async def test_stream_failure_mid_reply(autojump_clock: trio.abc.Clock) -> None:
         cancelled = await events_of(journal, s.id, InputCancelled)
     assert seq == [
         "loop.started",
+        "loop.configured",
         "input.queued",
         "turn.started",
         "model.call_started",
@@ -240,6 +249,7 @@ async def test_shutdown_while_a_turn_runs(autojump_clock: trio.abc.Clock) -> Non
         seq = squash(await tags(journal, s.id))
     assert seq == [
         "loop.started",
+        "loop.configured",
         "input.queued",
         "turn.started",
         "model.call_started",

@@ -25,7 +25,11 @@ from journal.events import (
     GateOpened,
     GateResolved,
     InputQueued,
+    LoopConfig,
+    LoopConfigured,
+    LoopInferenceChanged,
     ModelCallStarted,
+    ModelMessageCommitted,
     SessionForked,
     ToolAbandoned,
     ToolCompleted,
@@ -105,7 +109,35 @@ def _with_forged_delta() -> list[Event]:
     return [*events, msgspec.structs.replace(honest, loops=(forged,))]
 
 
+def _configured(model: str) -> list[Event]:
+    """A loop configured to use ``model``, with a queued input and an open turn."""
+    return [
+        opening()[0],
+        LoopConfigured(config=LoopConfig(model=model)),
+        *opening()[1:3],
+    ]
+
+
 CASES: list[tuple[str, list[Event]]] = [
+    (
+        "model call uses the configured model",
+        [*_configured("m2"), ModelCallStarted(effect_id="e1", turn=1, step=0, model="m")],
+    ),
+    (
+        # A choice made during the turn counts from the next turn: the call
+        # after it in the same turn still uses m, the next turn's must use m2.
+        "model call uses the configured model",
+        [
+            *_configured("m"),
+            LoopInferenceChanged(model="m2"),
+            ModelCallStarted(effect_id="e1", turn=1, step=0, model="m"),
+            ModelMessageCommitted(effect_id="e1", turn=1, step=0, message=assistant("hi")),
+            TurnEnded(turn=1, outcome="completed"),
+            InputQueued(input_id="in2", messages=(user("again"),)),
+            TurnStarted(turn=2, input_ids=("in2",)),
+            ModelCallStarted(effect_id="e2", turn=2, step=0, model="m"),
+        ],
+    ),
     (
         "deadline names what it cut",
         [*good_turn()[:7], DeadlinePassed(deadline="tool", seconds=5, turn=1, ref="x1")],

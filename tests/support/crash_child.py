@@ -35,6 +35,9 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     "compaction": crash_scenarios.compaction,
     # COMMAND URL SESSION_ID WORKDIR: killed right after a keyed command is committed.
     "keyed": keyed.crash,
+    "reconfigure": crash_scenarios.reconfigure,
+    "inference": crash_scenarios.inference,
+    "live-host": crash_scenarios.live_host,
     # WORKDIR [KILL_AFTER], then WORKDIR
     "deadline": crash_scenarios.deadline,
     "deadline-restore": crash_scenarios.deadline_restore,

@@ -10,6 +10,8 @@ a definition from here, so both processes run loops of the same name, tools and 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
@@ -404,5 +406,64 @@ async def mcp(url: str, session_id: str, workdir: str) -> None:
             await s.submit("start the job")
             pid = await fifo.wait()
             (work / "server.pid").write_text(str(pid))
+            ready()
+            await trio.sleep_forever()
+
+
+# -- deploys: a definition that changed, a model chosen by command ----------------------
+
+
+def deploy_definition(model: str, *, delay: float = 0.0) -> LoopDefinition:
+    """The loop of the deploy scenarios: ``model`` is its model's name, and
+    ``model-alt`` is registered beside it (both answer the same way)."""
+
+    def reply(request: ModelRequest) -> Reply:
+        return Reply(text=f"answer {len(request.messages)} " * 4, chunk_size=4, chunk_delay=delay)
+
+    return LoopDefinition(
+        name="deployed",
+        model=ScriptedModel(reply, name=model),
+        system="You answer.",
+        models=[ScriptedModel(reply, name="model-alt")],
+    )
+
+
+async def reconfigure(url: str, session_id: str) -> None:
+    """A deploy restores the session under ``model-b``: killed once its
+    ``loop.reconfigured`` is durable, before any turn ran under it."""
+    async with open_journal(url) as journal:
+        async with Session.restore(journal, session_id, deploy_definition("model-b")):
+            ready()
+            await trio.sleep_forever()
+
+
+async def inference(url: str, session_id: str) -> None:
+    """Another model is chosen while a reply streams: killed once the choice
+    is durable, before the turn it is for."""
+    async with open_journal(url) as journal:
+        d = deploy_definition("model-a", delay=0.05)
+        async with Session.create(journal, d, session_id=session_id) as s:
+            await s.submit("first")
+            async for record in s.subscribe():
+                if isinstance(getattr(record, "event", None), ModelOutput):
+                    await s.change_inference(model="model-alt")
+                    ready()
+                    break
+            await trio.sleep_forever()
+
+
+async def live_host(url: str, session_id: str) -> None:
+    """A host running the session: one turn, READY; then, on a line from
+    stdin, another turn, READY again (it would fail if it had been fenced)."""
+    async with open_journal(url) as journal:
+        d = deploy_definition("model-a")
+        async with Session.create(journal, d, session_id=session_id) as s:
+            await s.submit("first")
+            await s.wait_idle()
+            ready()
+            stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+            await stdin.receive_some()
+            await s.submit("second")
+            await s.wait_idle()
             ready()
             await trio.sleep_forever()

@@ -107,6 +107,13 @@ class AnthropicModel:
                 "pass either client= or api_key/base_url/timeout: a client passed in "
                 "brings its own configuration"
             )
+        self.settings: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "thinking": thinking_param,
+            "prompt_cache": prompt_cache,
+        }
+        """What ``loop.configured`` records of this model beside its name (no
+        secrets: the key and the client are not settings)."""
         self._owns_client = client is None
         if client is None:
             key = (api_key or os.environ.get("ANTHROPIC_API_KEY") or "").strip()

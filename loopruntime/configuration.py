@@ -1,0 +1,220 @@
+"""What a loop runs under, as the journal records it (pure).
+
+``describe`` turns a definition into the ``LoopConfig`` a ``loop.configured``
+record carries: names, digests, flags and limits, never code.  ``changes``
+compares two of them field by field, so a restore can say what a deploy
+changed (``loop.reconfigured``) or refuse it.  docs/restore.md ("Deploys")
+says what each change does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from journal.events import ConfigChange, LoopConfig, ModeConfig, ToolConfig
+
+from .definition import Limits, LoopDefinition
+from .model import Model
+from .tools import PermissionPolicy, Tool
+
+__all__ = ["change_text", "changes", "describe", "digest", "prompts_of"]
+
+
+def digest(text: str) -> str:
+    """A short, stable digest of a text (a system prompt, a schema)."""
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def prompts_of(definition: LoopDefinition) -> dict[str, str]:
+    """Digest -> text of every system prompt the definition may run under."""
+    texts = [definition.system, *(m.system for m in definition.modes if m.system is not None)]
+    return {digest(t): t for t in texts}
+
+
+def describe(definition: LoopDefinition) -> LoopConfig:
+    """The configuration of ``definition``: equal for equal definitions, so a
+    restore with an unchanged one records nothing."""
+    offered = {t.name for t in definition.resolved(None).tools}
+    return LoopConfig(
+        model=definition.model.name,
+        model_settings=_settings(definition.model),
+        system=digest(definition.system),
+        tools=tuple(
+            _tool(t, definition.permissions.get(t.name, t.permission), t.name in offered)
+            for t in definition.all_tools()
+        ),
+        models=tuple(sorted({m.name for m in definition.models})),
+        modes=tuple(
+            ModeConfig(
+                name=m.name,
+                model=m.model.name if m.model else None,
+                system=digest(m.system) if m.system is not None else None,
+                tools=tuple(m.tools) if m.tools is not None else None,
+                limits=_limits(m.limits) if m.limits else None,
+            )
+            for m in definition.modes
+        ),
+        limits=_limits(definition.limits),
+    )
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as the journal gives it back (tuples become lists, ...), so a
+    configuration read back equals the one described."""
+    return msgspec.msgpack.decode(msgspec.msgpack.encode(value))
+
+
+def _settings(model: Model) -> dict[str, Any]:
+    """The context window, and the settings an adapter reports as a
+    ``settings`` mapping (optional: the ``Model`` protocol does not ask for it)."""
+    found = getattr(model, "settings", None)
+    extra = dict(found) if isinstance(found, Mapping) else {}
+    try:
+        plain = _plain(extra)
+    except (TypeError, msgspec.EncodeError):
+        plain = {k: repr(v) for k, v in extra.items()}
+    return {"context_window": model.context_window, **plain}
+
+
+def _limits(limits: Limits) -> dict[str, Any]:
+    return {f.name: getattr(limits, f.name) for f in dataclasses.fields(limits)}
+
+
+def _permission(policy: PermissionPolicy | None) -> str:
+    if policy is None:
+        return "none"
+    return "function" if callable(policy) else str(policy)
+
+
+def _tool(tool: Tool, policy: PermissionPolicy | None, offered: bool) -> ToolConfig:
+    schema = msgspec.json.encode(tool.schema.input_schema, order="sorted").decode()
+    return ToolConfig(
+        name=tool.name,
+        schema=digest(schema),
+        replay_safe=tool.replay_safe,
+        resumable=tool.resumable,
+        atomic=tool.atomic,
+        permission=_permission(policy),
+        offered=offered,
+    )
+
+
+def changes(old: LoopConfig, new: LoopConfig) -> tuple[ConfigChange, ...]:
+    """Every difference from ``old`` to ``new`` (empty when they are equal)."""
+    found: list[ConfigChange] = []
+    if old.model != new.model:
+        found.append(ConfigChange(what="model", old=old.model, new=new.model))
+    found += _mapping("model_setting", old.model_settings, new.model_settings)
+    if old.system != new.system:
+        found.append(ConfigChange(what="system", old=old.system, new=new.system))
+    before = {t.name: t for t in old.tools}
+    after = {t.name: t for t in new.tools}
+    for name in after.keys() - before.keys():
+        found.append(ConfigChange(what="tool_added", name=name))
+    for name in before.keys() - after.keys():
+        found.append(ConfigChange(what="tool_removed", name=name))
+    for name in before.keys() & after.keys():
+        was, now = before[name], after[name]
+        if was.schema != now.schema:
+            found.append(
+                ConfigChange(what="tool_schema", name=name, old=was.schema, new=now.schema)
+            )
+        if _flags(was) != _flags(now):
+            found.append(
+                ConfigChange(what="tool_flags", name=name, old=_flags(was), new=_flags(now))
+            )
+    if old.models != new.models:
+        found.append(
+            ConfigChange(what="models", old=", ".join(old.models), new=", ".join(new.models))
+        )
+    modes_before = {m.name: m for m in old.modes}
+    modes_after = {m.name: m for m in new.modes}
+    for name in modes_after.keys() - modes_before.keys():
+        found.append(ConfigChange(what="mode_added", name=name))
+    for name in modes_before.keys() - modes_after.keys():
+        found.append(ConfigChange(what="mode_removed", name=name))
+    for name in modes_before.keys() & modes_after.keys():
+        was_m, now_m = modes_before[name], modes_after[name]
+        if was_m != now_m:
+            fields = [
+                f for f in ModeConfig.__struct_fields__ if getattr(was_m, f) != getattr(now_m, f)
+            ]
+            found.append(
+                ConfigChange(
+                    what="mode_changed",
+                    name=name,
+                    old=", ".join(f"{f}={getattr(was_m, f)!r}" for f in fields),
+                    new=", ".join(f"{f}={getattr(now_m, f)!r}" for f in fields),
+                )
+            )
+    found += _mapping("limit", old.limits, new.limits)
+    return tuple(sorted(found, key=lambda c: (_ORDER.index(c.what), c.name)))
+
+
+_ORDER = (
+    "model",
+    "model_setting",
+    "system",
+    "tool_added",
+    "tool_removed",
+    "tool_schema",
+    "tool_flags",
+    "models",
+    "mode_added",
+    "mode_removed",
+    "mode_changed",
+    "limit",
+)
+
+
+def _flags(tool: ToolConfig) -> str:
+    on = [f for f in ("replay_safe", "resumable", "atomic", "offered") if getattr(tool, f)]
+    return ", ".join([*on, f"permission={tool.permission}"])
+
+
+def _mapping(what: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[ConfigChange]:
+    missing = object()
+    found = []
+    for key in sorted(old.keys() | new.keys()):
+        was, now = old.get(key, missing), new.get(key, missing)
+        if was != now:
+            found.append(
+                ConfigChange(
+                    what=what,
+                    name=key,
+                    old="" if was is missing else repr(was),
+                    new="" if now is missing else repr(now),
+                )
+            )
+    return found
+
+
+def change_text(change: ConfigChange) -> str:
+    """One change in words: ``model a → b``, ``tool added: x``, ..."""
+    c = change
+    match c.what:
+        case "model":
+            return f"model {c.old} → {c.new}"
+        case "system":
+            return f"system prompt {c.old[:8]} → {c.new[:8]}"
+        case "tool_added" | "tool_removed" | "mode_added" | "mode_removed":
+            noun, verb = c.what.split("_")
+            return f"{noun} {verb}: {c.name}"
+        case "tool_schema":
+            return f"tool {c.name}: input schema {c.old[:8]} → {c.new[:8]}"
+        case "tool_flags":
+            return f"tool {c.name}: {c.old} → {c.new}"
+        case "models":
+            return f"registered models [{c.old}] → [{c.new}]"
+        case "mode_changed":
+            return f"mode {c.name}: {c.old} → {c.new}"
+        case "limit" | "model_setting":
+            word = "limit" if c.what == "limit" else "model setting"
+            return f"{word} {c.name} {c.old or '(unset)'} → {c.new or '(unset)'}"
+        case _:
+            return f"{c.what} {c.name} {c.old} → {c.new}".strip()
