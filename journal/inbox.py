@@ -177,7 +177,7 @@ def encode_command(command: InboxCommand) -> bytes:
     """The stored bytes of ``command``, proven to decode back
     (``InvalidEventError`` naming the field otherwise): an entry that does
     not decode is refused when it is put, never stored."""
-    if not isinstance(command, InboxCommand):  # type: ignore[arg-type]
+    if not isinstance(command, InboxCommand):
         raise InvalidEventError(command, "it is not an inbox command (journal.inbox)")
     try:
         body = _encoder.encode(command)

@@ -434,4 +434,3 @@ def _entry(session: str, number: int, e: _Entry) -> InboxEntry:
         outcome=decode_outcome(e.outcome) if e.outcome is not None else None,
         damage=damage,
     )
-

@@ -270,9 +270,7 @@ def decide_release(session: str, incarnation: int, state: LeaseState, handoff: b
 # -- the inbox ------------------------------------------------------------------------
 
 
-def decide_put(
-    session: str, key: str, body: bytes, stored: tuple[int, bytes] | None
-) -> int | None:
+def decide_put(session: str, key: str, body: bytes, stored: tuple[int, bytes] | None) -> int | None:
     """A put's key against the entry stored under it (``(number, body)``):
     None when the key is new, the stored entry's number when it holds the same
     command, ``InboxKeyError`` when it holds another."""
@@ -303,9 +301,7 @@ def decide_consumes(
     marks: list[tuple[int, bytes]] = []
     for (number, outcome), stored in zip(consumes, found, strict=True):
         if stored is None:
-            raise InboxError(
-                f"session {session} has no inbox entry {number}; nothing was appended"
-            )
+            raise InboxError(f"session {session} has no inbox entry {number}; nothing was appended")
         consumed, stored_outcome = stored
         if not consumed:
             marks.append((number, outcome))

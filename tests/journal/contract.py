@@ -88,24 +88,23 @@ from hypothesis import strategies as st
 
 from journal import (
     ConflictError,
-    InboxConsumedError,
-    InboxError,
-    InboxKeyError,
-    LeaseHeldError,
     Draft,
     DuplicateEventError,
     FencedError,
+    InboxConsumedError,
+    InboxError,
+    InboxKeyError,
     InvalidEventError,
     Journal,
     JournalClosedError,
     JournalCorruptError,
+    LeaseHeldError,
     Record,
     SessionLease,
     SessionNotFoundError,
 )
 from journal.codec import GENESIS, chain, encode_event
 from journal.content import Message, Text
-from journal.inbox import Consumed, Create, InboxOutcome, Steer, Submit
 from journal.events import (
     CHECKPOINT_STREAM,
     EVENT_TYPES,
@@ -114,6 +113,7 @@ from journal.events import (
     Notice,
     SessionCheckpoint,
 )
+from journal.inbox import Consumed, Create, InboxOutcome, Steer, Submit
 
 __all__ = [
     "EVENT_STRATEGIES",
@@ -1154,16 +1154,22 @@ class _LeaseAndInboxContract:
             b = await journal.acquire(session, "host-b", ttl=60)
             # A hand-over names the owner on an expired lease: claimable now.
             await journal.release(b, handoff=True, definition="agent")
-            claims = [c for c in await journal.claimable(definitions=["agent"]) if c.session == session]
+            claims = [
+                c for c in await journal.claimable(definitions=["agent"]) if c.session == session
+            ]
             assert [(c.owner, c.pending, c.definition) for c in claims] == [("host-b", 0, "agent")]
-            assert [c for c in await journal.claimable(definitions=["other"]) if c.session == session] == []
+            assert [
+                c for c in await journal.claimable(definitions=["other"]) if c.session == session
+            ] == []
 
     async def test_put_numbers_entries_and_is_idempotent_by_key(self, backend: Backend) -> None:
         session = new_session()
         async with backend.open() as journal:
             with pytest.raises(SessionNotFoundError):
                 await journal.put(session, "k0", submit("hi"))
-            created = await journal.put(session, "k1", Create(definition="agent"), definition="agent")
+            created = await journal.put(
+                session, "k1", Create(definition="agent"), definition="agent"
+            )
             assert (created.number, created.key, created.consumed) == (1, "k1", False)
             assert created.command == Create(definition="agent")
             assert await journal.head(session) == 0
@@ -1249,28 +1255,39 @@ class _LeaseAndInboxContract:
             # A refused append consumes nothing: a conflict, a missing entry, fencing.
             with pytest.raises(ConflictError):
                 await journal.append(
-                    lease, drafts("z", 1), expected_seq=1,
+                    lease,
+                    drafts("z", 1),
+                    expected_seq=1,
                     consumes=[Consumed(entry=2, outcome=InboxOutcome())],
                 )
             with pytest.raises(InboxError):
                 await journal.append(
-                    lease, drafts("z", 1), expected_seq=2,
-                    consumes=[Consumed(entry=2, outcome=InboxOutcome()),
-                              Consumed(entry=9, outcome=InboxOutcome())],
+                    lease,
+                    drafts("z", 1),
+                    expected_seq=2,
+                    consumes=[
+                        Consumed(entry=2, outcome=InboxOutcome()),
+                        Consumed(entry=9, outcome=InboxOutcome()),
+                    ],
                 )
             newer = await journal.acquire(session, "host-a", ttl=3600)
             with pytest.raises(FencedError):
                 await journal.append(
-                    lease, drafts("z", 1), expected_seq=2,
+                    lease,
+                    drafts("z", 1),
+                    expected_seq=2,
                     consumes=[Consumed(entry=2, outcome=InboxOutcome())],
                 )
             assert await journal.head(session) == 2
             assert [e.number for e in await journal.inbox(session)] == [2]
             # An append of no records consumes alone (a command refused).
             refused = InboxOutcome(error="GateMismatchError", message="no gate")
-            assert await journal.append(
-                newer, [], expected_seq=2, consumes=[Consumed(entry=2, outcome=refused)]
-            ) == []
+            assert (
+                await journal.append(
+                    newer, [], expected_seq=2, consumes=[Consumed(entry=2, outcome=refused)]
+                )
+                == []
+            )
             assert await journal.inbox(session) == []
             entry = await journal.entry(session, "k2")
             assert entry is not None and entry.outcome == refused
