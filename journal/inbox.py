@@ -54,7 +54,7 @@ class Create(msgspec.Struct, tag="create", **_opts):
 
 
 class Submit(msgspec.Struct, tag="submit", **_opts):
-    messages: tuple[Message, ...]
+    message: Message
     loop: str | None = None
 
 

@@ -1,5 +1,8 @@
 """session: many loops on one journal — the runtime, restore, replay, the CLI."""
 
+from .client import Client as Client
+from .client import CommandRefusedError as CommandRefusedError
+from .client import open_client as open_client
 from .errors import ForkError as ForkError
 from .errors import InvalidContentError as InvalidContentError
 from .errors import SeqOutOfRangeError as SeqOutOfRangeError
@@ -7,12 +10,18 @@ from .errors import SessionExistsError as SessionExistsError
 from .errors import SessionLagError as SessionLagError
 from .errors import UnknownSessionError as UnknownSessionError
 from .errors import VerifyError as VerifyError
+from .host import Host as Host
+from .host import HostStatistics as HostStatistics
 from .runtime import ROOT_LOOP as ROOT_LOOP
 from .runtime import Session as Session
 from .runtime import StreamDelta as StreamDelta
 
 __all__ = [
     "ROOT_LOOP",
+    "Client",
+    "CommandRefusedError",
+    "Host",
+    "HostStatistics",
     "ForkError",
     "InvalidContentError",
     "SeqOutOfRangeError",
@@ -22,4 +31,5 @@ __all__ = [
     "StreamDelta",
     "UnknownSessionError",
     "VerifyError",
+    "open_client",
 ]

@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from journal import Journal, JournalError, Record, SessionNotFoundError
+from journal import Journal, JournalError, Record, SessionLease, SessionNotFoundError
 from journal.content import Block, Message, ResultBlock
 from journal.events import Provenance
 from loopruntime import (
@@ -112,13 +112,16 @@ class Session:
         *,
         session_id: str | None = None,
         checkpoint_every: int | None = DEFAULT_EVERY,
+        lease: SessionLease | None = None,
     ) -> AsyncIterator[Session]:
         """A new session with one loop running ``definition``.  On exit the
         session shuts down (a running turn is interrupted and settled).
 
         Every ``checkpoint_every`` records the writer adds a checkpoint, so a
-        restore folds only what follows the last one (None: never)."""
-        session_id = session_id or new_id("ses_")
+        restore folds only what follows the last one (None: never).  With
+        ``lease`` (taken by a host with ``Journal.acquire``) the session
+        writes under it instead of opening the session itself."""
+        session_id = lease.session if lease is not None else session_id or new_id("ses_")
         session = cls(journal, session_id, definition, checkpoint_every=checkpoint_every)
         try:
             existing = await journal.head(session_id)
@@ -130,7 +133,8 @@ class Session:
                 f"session {session_id} already has {existing} records; use "
                 "Session.restore to continue it"
             )
-        lease = await journal.open_session(session_id, create=True)
+        if lease is None:
+            lease = await journal.open_session(session_id, create=True)
         if lease.head:
             raise SessionExistsError(
                 f"session {session_id} already has {lease.head} records; use "
@@ -150,12 +154,15 @@ class Session:
         also: Sequence[LoopDefinition] | Collaboration = (),
         checkpoint_every: int | None = DEFAULT_EVERY,
         use_checkpoints: bool = True,
+        lease: SessionLease | None = None,
     ) -> AsyncIterator[Session]:
         """Continue a session from its journal: fold every loop (from the last
         checkpoint on, unless ``use_checkpoints`` is False), settle what a
         crash left open, and start the loops.  ``also`` names definitions of
         loops that are not delegates of ``definition`` (the workers of a
-        collaboration, or the collaboration itself)."""
+        collaboration, or the collaboration itself).  With ``lease`` (taken
+        by a host with ``Journal.acquire``, which fenced every earlier
+        writer) the journal is read under it, once."""
         # Built first: it refuses a bad checkpoint_every before any I/O.
         session = cls(journal, session_id, definition, checkpoint_every=checkpoint_every)
         session._also.extend(also.definitions() if isinstance(also, Collaboration) else also)
@@ -167,10 +174,11 @@ class Session:
         except SessionNotFoundError as exc:
             raise session._unknown() from exc
         session._check_fits(restored.states)
-        try:
-            lease = await journal.open_session(session_id, create=False)
-        except SessionNotFoundError as exc:
-            raise session._unknown() from exc
+        if lease is None:
+            try:
+                lease = await journal.open_session(session_id, create=False)
+            except SessionNotFoundError as exc:
+                raise session._unknown() from exc
         if lease.head != restored.head:
             # A writer appended between the read and the lease.  The lease has
             # fenced it, so the journal is final now: read it again.  Only this

@@ -37,7 +37,7 @@ PUBLIC = {
     "session": {
         "Session", "ROOT_LOOP", "StreamDelta", "SessionExistsError", "SessionLagError",
         "UnknownSessionError", "VerifyError", "InvalidContentError", "SeqOutOfRangeError",
-        "ForkError",
+        "ForkError", "Client", "CommandRefusedError", "Host", "HostStatistics", "open_client",
     },
 }  # fmt: skip
 

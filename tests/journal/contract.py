@@ -1068,7 +1068,7 @@ class _RecordContract:
 
 
 def submit(text: str) -> Submit:
-    return Submit(messages=(Message(role="user", blocks=(Text(text=text),)),))
+    return Submit(message=Message(role="user", blocks=(Text(text=text),)))
 
 
 class _LeaseAndInboxContract:
