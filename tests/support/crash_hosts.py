@@ -24,7 +24,7 @@ from session import Host
 from tests.support.crash_scenarios import effects, record_effect
 from tests.support.processes import kill_self, ready
 
-__all__ = ["LEASE_TTL", "definitions", "host_consume", "host_tool"]
+__all__ = ["LEASE_TTL", "cli_definitions", "definitions", "host_consume", "host_tool"]
 
 LEASE_TTL = 1.0
 """Short, so the next host takes over soon after a kill (tests wait for the
@@ -52,6 +52,11 @@ def definitions(side: Path) -> dict[str, LoopDefinition]:
         return Reply(tool_calls=[ToolCall(name="fetch", input={"url": "https://example.org"})])
 
     return {"fetcher": LoopDefinition(name="fetcher", model=ScriptedModel(script), tools=[fetch])}
+
+
+def cli_definitions() -> dict[str, LoopDefinition]:
+    """``loopruntime host --definitions tests.support.crash_hosts:cli_definitions``."""
+    return definitions(Path("/dev/null"))
 
 
 class KillAtConsume(ForwardingJournal):
