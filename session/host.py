@@ -80,6 +80,8 @@ class _Hosted:
         self.wake = trio.Event()
         self.scope = trio.CancelScope()
         self.stopping = False
+        self.busy = False
+        """Work was left when it stopped: its lease is handed over, not just released."""
         self.done = trio.Event()
 
 
@@ -253,11 +255,8 @@ class Host:
         lease, hosted.lease = hosted.lease, None
         if lease is None:
             return
-        busy = hosted.session is not None and not all(
-            loop.quiescent for loop in hosted.session.loops.values()
-        )
         try:
-            await self.journal.release(lease, handoff=busy, definition=definition)
+            await self.journal.release(lease, handoff=hosted.busy, definition=definition)
         except JournalError as exc:
             self.log.warning("lease_release_failed", session=hosted.id, error=str(exc))
 
@@ -306,6 +305,13 @@ class Host:
         return Session.restore(self.journal, hosted.id, definition, lease=lease)
 
     async def _serve(self, hosted: _Hosted, session: Session) -> None:
+        try:
+            await self._serving(hosted, session)
+        finally:
+            # Seen before the session shuts down (which settles a running turn).
+            hosted.busy = not all(loop.quiescent for loop in session.loops.values())
+
+    async def _serving(self, hosted: _Hosted, session: Session) -> None:
         last = 0
         quiet_since = trio.current_time()
         while not hosted.stopping:
@@ -363,7 +369,11 @@ class Host:
 
 
 async def _run(session: Session, command: ib.InboxCommand) -> str | bool | None:
-    """Send ``command`` to ``session``; what it returns."""
+    """Send ``command`` to ``session``; what it returns.
+
+    Once ``Session`` commands take an idempotency ``key=``, each call here
+    passes the entry's key (``entry.key``), and ``_expected`` matches the
+    ``command.keyed`` record carrying it, one rule for every command."""
     match command:
         case ib.Create():
             return session.id  # made by the host as it opened the session

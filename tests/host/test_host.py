@@ -8,8 +8,17 @@ import pytest
 import trio
 
 from journal import ForwardingJournal, InboxKeyError, Journal, LeaseHeldError, SessionLease
-from journal.events import GateOpened, GateResolved, InputQueued, LoopStarted, TurnEnded
-from loopruntime import InvalidAnswerError
+from journal.events import (
+    GateOpened,
+    GateResolved,
+    InputQueued,
+    LoopStarted,
+    ToolStarted,
+    TurnEnded,
+)
+from loopruntime import InvalidAnswerError, LoopDefinition, ToolContext, tool
+from loopruntime.model import ModelRequest
+from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Client, CommandRefusedError, Host, InvalidContentError, Session
 from session.replay import check
 from tests.host.support import ask_definition, counting_definition, trio_clock_journal, wait_for
@@ -21,6 +30,10 @@ DEFS = {"counter": counting_definition(), "asker": ask_definition()}
 
 async def ended_turns(journal: Journal, session_id: str, n: int) -> bool:
     return len(await events_of(journal, session_id, TurnEnded)) >= n
+
+
+async def started_tool(journal: Journal, session_id: str) -> bool:
+    return bool(await events_of(journal, session_id, ToolStarted))
 
 
 async def opened_gate(journal: Journal, session_id: str) -> bool:
@@ -151,19 +164,40 @@ async def test_an_expired_lease_is_taken_over_and_the_paused_owner_fenced(
     assert report.ok, report
 
 
+def slow_definition(release: trio.Event) -> LoopDefinition:
+    @tool(permission="allow")
+    async def slow(ctx: ToolContext) -> str:
+        """Takes a while."""
+        await release.wait()
+        return "done"
+
+    def script(request: ModelRequest) -> Reply:
+        last = request.messages[-1]
+        if last.role == "user" and any(getattr(b, "tool_use_id", None) for b in last.blocks):
+            return Reply(text="finished")
+        return Reply(tool_calls=[ToolCall(name="slow")])
+
+    return LoopDefinition(name="slow", model=ScriptedModel(script), tools=[slow])
+
+
 async def test_a_clean_stop_hands_a_busy_session_over_at_once(autojump_clock: object) -> None:
     journal = trio_clock_journal()
     client = Client(journal)
-    async with Host.open(journal, DEFS, host_id="a", poll=0.5, lease_ttl=3600):
-        sid = await client.create("counter", key="c1")
-        await client.wait(sid, "c1", timeout=30)
+    defs = {"slow": slow_definition(trio.Event())}
+    async with Host.open(journal, defs, host_id="a", poll=0.5, lease_ttl=3600):
+        sid = await client.create("slow", key="c1")
+        await client.submit(sid, "go", key="s1")
+        await wait_for(lambda: started_tool(journal, sid))
+    # Stopped mid-turn: the lease is left expired for the next host ...
     info = {i.session: i for i in await client.sessions()}[sid]
-    assert info.owner is None  # idle: released, not handed over
-    await client.submit(sid, "count", key="s1")
-    async with Host.open(journal, DEFS, host_id="b", poll=0.5, lease_ttl=3600) as b:
-        # Taken at once, though host a's lease would have lasted an hour.
-        await client.wait(sid, "s1", timeout=5)
-        assert b.statistics().claims == 1
+    assert (info.owner, info.expires_at) == ("a", 0)
+    async with Host.open(journal, defs, host_id="b", poll=0.5, lease_ttl=3600) as b:
+        # ... which takes it long before a's hour would have passed.
+        with trio.fail_after(60):
+            await wait_for(lambda: b.statistics().claims == 1)
+    # An idle session is released, not handed over: nobody takes it until it has work.
+    info = {i.session: i for i in await client.sessions()}[sid]
+    assert info.owner is None
 
 
 async def test_a_session_whose_definition_no_host_has_waits(autojump_clock: object) -> None:
