@@ -8,10 +8,16 @@ wait for the journal to show each state, never for a span of time."""
 
 from __future__ import annotations
 
+import os
 import signal
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import trio
+import trio.lowlevel
 
 from journal import Journal, open_journal
 from journal.events import InputQueued, ToolStarted, TurnEnded
@@ -21,7 +27,7 @@ from tests.host.support import wait_for
 from tests.support.crash_hosts import LEASE_TTL, definitions
 from tests.support.crash_scenarios import effects
 from tests.support.loops import events_of
-from tests.support.processes import kill_when_ready, run_child
+from tests.support.processes import CHILD, ROOT, kill_when_ready, run_child
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -98,3 +104,71 @@ async def test_a_killed_host_is_replaced_after_its_lease_expires(url: str, tmp_p
         assert [e["tool"] for e in effects(side)] == ["fetch", "fetch"]
         report = await check(journal, sid)
         assert report.ok, report
+
+
+def _write_lock_free(path: Path) -> bool:
+    """Whether no process holds the SQLite file's write lock right now."""
+    conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.close()
+
+
+async def test_a_host_paused_past_its_lease_is_fenced_when_it_resumes(tmp_path: Path) -> None:
+    # Real time, as above; every wait is for a state of the journal or a log line.
+    path = tmp_path / "journal.db"
+    url = f"sqlite:///{path}"
+    side = tmp_path / "effects.jsonl"
+    async with open_journal(url) as journal:
+        client = Client(journal)
+        sid = await client.create("fetcher", key="c1")
+        await client.submit(sid, "first", key="s1")
+    a = await trio.lowlevel.open_process(
+        [sys.executable, "-m", CHILD, "host-tool", url, str(side)],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+    )
+    assert a.stderr is not None
+    try:
+        async with open_journal(url) as journal:
+            await wait_for(lambda: completed(journal, sid))
+            # Paused (SIGSTOP) between two of its transactions, never inside one.
+            while True:
+                os.kill(a.pid, signal.SIGSTOP)
+                if _write_lock_free(path):
+                    break
+                os.kill(a.pid, signal.SIGCONT)
+                await trio.lowlevel.checkpoint()
+            await Client(journal).submit(sid, "second", key="s2")
+            async with Host.open(
+                journal, definitions(side), host_id="b", lease_ttl=LEASE_TTL, poll=0.05
+            ) as b:
+                await wait_for(lambda: b.statistics().failovers == 1)
+                await Client(journal).wait(sid, "s2", timeout=None)
+                await wait_for(lambda: turns(journal, sid, 2))
+                # Resumed: host a is fenced at its next renewal and drops the session.
+                os.kill(a.pid, signal.SIGCONT)
+                said = b""
+                while b"session_dropped" not in said:
+                    chunk = await a.stderr.receive_some()
+                    assert chunk, said
+                    said += chunk
+                info = {i.session: i for i in await journal.sessions()}[sid]
+                assert info.owner == "b"
+            queued = await events_of(journal, sid, InputQueued)
+            assert len(queued) == 2
+            report = await check(journal, sid)
+            assert report.ok, report
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+        os.kill(a.pid, signal.SIGKILL)
+        await a.wait()
+
+
+async def turns(journal: Journal, session_id: str, n: int) -> bool:
+    return len(await events_of(journal, session_id, TurnEnded)) >= n
