@@ -114,10 +114,17 @@ class TimedJournal(ForwardingJournal):
         self.records = 0
 
     async def append(
-        self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
+        self,
+        lease: SessionLease,
+        drafts: Sequence[Draft],
+        *,
+        expected_seq: int,
+        consumes: Sequence[Any] = (),
     ) -> list[Record]:
         start = time.perf_counter()
-        records = await self.inner.append(lease, drafts, expected_seq=expected_seq)
+        records = await self.inner.append(
+            lease, drafts, expected_seq=expected_seq, consumes=consumes
+        )
         self.latencies.append(time.perf_counter() - start)
         self.records += len(records)
         return records

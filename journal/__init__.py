@@ -7,12 +7,16 @@ This layer knows rows and bytes, not loop semantics; it imports nothing from
 from . import codec as codec
 from . import content as content
 from . import events as events
+from . import inbox as inbox
 from .codec import SCHEMA_VERSION as SCHEMA_VERSION
 from .codec import decode_event as decode_event
 from .codec import encode_event as encode_event
 from .errors import ConflictError as ConflictError
 from .errors import DuplicateEventError as DuplicateEventError
 from .errors import FencedError as FencedError
+from .errors import InboxConsumedError as InboxConsumedError
+from .errors import InboxError as InboxError
+from .errors import InboxKeyError as InboxKeyError
 from .errors import InvalidEventError as InvalidEventError
 from .errors import JournalClosedError as JournalClosedError
 from .errors import JournalCorruptError as JournalCorruptError
@@ -20,6 +24,7 @@ from .errors import JournalError as JournalError
 from .errors import JournalReadOnlyError as JournalReadOnlyError
 from .errors import JournalSchemaError as JournalSchemaError
 from .errors import JournalUnavailableError as JournalUnavailableError
+from .errors import LeaseHeldError as LeaseHeldError
 from .errors import NotAJournalError as NotAJournalError
 from .errors import SessionNotFoundError as SessionNotFoundError
 from .events import Event as Event
@@ -46,6 +51,9 @@ __all__ = [
     "Event",
     "FencedError",
     "ForwardingJournal",
+    "InboxConsumedError",
+    "InboxError",
+    "InboxKeyError",
     "InvalidEventError",
     "Journal",
     "JournalClosedError",
@@ -55,6 +63,7 @@ __all__ = [
     "JournalLocation",
     "JournalSchemaError",
     "JournalUnavailableError",
+    "LeaseHeldError",
     "NotAJournalError",
     "Record",
     "SessionInfo",
@@ -68,6 +77,7 @@ __all__ = [
     "decode_event",
     "encode_event",
     "events",
+    "inbox",
     "init_journal",
     "make_journal_directory",
     "open_journal",

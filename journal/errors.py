@@ -6,6 +6,9 @@ __all__ = [
     "ConflictError",
     "DuplicateEventError",
     "FencedError",
+    "InboxConsumedError",
+    "InboxError",
+    "InboxKeyError",
     "InvalidEventError",
     "JournalClosedError",
     "JournalCorruptError",
@@ -13,6 +16,7 @@ __all__ = [
     "JournalReadOnlyError",
     "JournalSchemaError",
     "JournalUnavailableError",
+    "LeaseHeldError",
     "NotAJournalError",
     "SessionNotFoundError",
 ]
@@ -109,3 +113,40 @@ class JournalClosedError(JournalError):
 
 class JournalUnavailableError(JournalError):
     """The storage could not be reached (connection refused, lost, ...)."""
+
+
+class LeaseHeldError(JournalError):
+    """Another owner holds a live lease on the session."""
+
+    def __init__(self, session: str, owner: str, expires_at: int) -> None:
+        self.session, self.owner, self.expires_at = session, owner, expires_at
+        super().__init__(
+            f"session {session} is owned by {owner!r} until its lease expires; send it "
+            "commands through the inbox (`loopruntime submit`), or stop that host first"
+        )
+
+
+class InboxError(JournalError):
+    """An inbox entry cannot be used as asked (it does not exist, ...)."""
+
+
+class InboxKeyError(InboxError):
+    """The idempotency key is already in the session's inbox with another command."""
+
+    def __init__(self, session: str, key: str, number: int) -> None:
+        self.session, self.key, self.number = session, key, number
+        super().__init__(
+            f"session {session}: key {key!r} was already used for another command (inbox "
+            f"entry {number}); a key names one command: use a new key for a new command"
+        )
+
+
+class InboxConsumedError(InboxError):
+    """An append would apply an inbox entry that another append already applied."""
+
+    def __init__(self, session: str, number: int) -> None:
+        self.session, self.number = session, number
+        super().__init__(
+            f"session {session}: inbox entry {number} was already applied with another "
+            "outcome; nothing was appended (an entry is applied exactly once)"
+        )

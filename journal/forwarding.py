@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 
+from .inbox import Claim, Consumed, InboxCommand, InboxEntry
 from .record import Draft, Record
 from .store import Journal, SessionInfo, SessionLease, StorageCheck
 
@@ -26,9 +27,51 @@ class ForwardingJournal:
         return await self.inner.open_session(session, create=create)
 
     async def append(
-        self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
+        self,
+        lease: SessionLease,
+        drafts: Sequence[Draft],
+        *,
+        expected_seq: int,
+        consumes: Sequence[Consumed] = (),
     ) -> list[Record]:
-        return await self.inner.append(lease, drafts, expected_seq=expected_seq)
+        return await self.inner.append(lease, drafts, expected_seq=expected_seq, consumes=consumes)
+
+    async def acquire(
+        self,
+        session: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: bool = False,
+        definition: str | None = None,
+    ) -> SessionLease:
+        return await self.inner.acquire(
+            session, owner, ttl=ttl, create=create, definition=definition
+        )
+
+    async def renew(self, lease: SessionLease, *, ttl: float) -> SessionLease:
+        return await self.inner.renew(lease, ttl=ttl)
+
+    async def release(
+        self, lease: SessionLease, *, handoff: bool = False, definition: str | None = None
+    ) -> None:
+        await self.inner.release(lease, handoff=handoff, definition=definition)
+
+    async def put(
+        self, session: str, key: str, command: InboxCommand, *, definition: str | None = None
+    ) -> InboxEntry:
+        return await self.inner.put(session, key, command, definition=definition)
+
+    async def inbox(self, session: str, *, after: int = 0) -> list[InboxEntry]:
+        return await self.inner.inbox(session, after=after)
+
+    async def entry(self, session: str, key: str) -> InboxEntry | None:
+        return await self.inner.entry(session, key)
+
+    async def claimable(
+        self, *, definitions: Sequence[str], owner: str | None = None, limit: int = 100
+    ) -> list[Claim]:
+        return await self.inner.claimable(definitions=definitions, owner=owner, limit=limit)
 
     def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
         return self.inner.read(session, after=after)

@@ -9,7 +9,7 @@ survives the process.  Every append is decided in full by
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import trio
 
@@ -20,8 +20,33 @@ from .errors import (
     JournalCorruptError,
     SessionNotFoundError,
 )
+from .inbox import (
+    Claim,
+    Consumed,
+    InboxCommand,
+    InboxEntry,
+    decode_entry,
+    decode_outcome,
+    encode_command,
+    encode_outcome,
+)
 from .record import Draft, Record, check_drafts, check_text
-from .rules import Mark, Row, check_lease, decide_append, repeated_id
+from .rules import (
+    LeaseState,
+    Mark,
+    Row,
+    check_lease,
+    decide_acquire,
+    decide_append,
+    decide_consumes,
+    decide_open,
+    decide_put,
+    decide_release,
+    decide_renew,
+    lease_live,
+    repeated_id,
+    ttl_ns,
+)
 from .store import SessionInfo, SessionLease, StorageCheck
 
 __all__ = ["MemoryJournal"]
@@ -33,7 +58,12 @@ class _Session:
         "changed",
         "checkpoints",
         "created_at",
+        "definition",
+        "entries",
+        "expires_at",
         "incarnation",
+        "keys",
+        "owner",
         "rows",
         "updated_at",
     )
@@ -45,15 +75,45 @@ class _Session:
         self.checkpoints: list[int] = []
         """seqs of the session's ``session.checkpoint`` records."""
         self.incarnation = 0
+        self.owner: str | None = None
+        self.expires_at = 0
+        self.definition: str | None = None
+        self.entries: list[_Entry] = []
+        """Inbox entry ``n`` is ``entries[n - 1]``."""
+        self.keys: dict[str, int] = {}
         self.created_at = self.updated_at = now
         self.changed = trio.Event()
 
+    @property
+    def lease(self) -> LeaseState:
+        return (self.incarnation, self.owner, self.expires_at)
+
+    @lease.setter
+    def lease(self, state: LeaseState) -> None:
+        self.incarnation, self.owner, self.expires_at = state
+
+    def pending(self) -> int:
+        return sum(1 for e in self.entries if e.consumed_at is None)
+
+
+class _Entry:
+    __slots__ = ("body", "consumed_at", "created_at", "key", "outcome")
+
+    def __init__(self, key: str, body: bytes, now: int) -> None:
+        self.key, self.body, self.created_at = key, body, now
+        self.consumed_at: int | None = None
+        self.outcome: bytes | None = None
+
 
 class MemoryJournal:
-    """Journal kept in process memory (``memory:``)."""
+    """Journal kept in process memory (``memory:``).
 
-    def __init__(self, url: str = "memory:") -> None:
+    ``clock`` (unix ns) times leases: tests pass one that follows trio's clock
+    so that leases expire in virtual time."""
+
+    def __init__(self, url: str = "memory:", *, clock: Callable[[], int] = time.time_ns) -> None:
         self.url = url
+        self.clock = clock
         self._sessions: dict[str, _Session] = {}
         self._closed = False
 
@@ -68,11 +128,144 @@ class MemoryJournal:
             if not create:
                 raise SessionNotFoundError(session)
             s = self._sessions[session] = _Session(time.time_ns())
-        s.incarnation += 1
+        s.lease = decide_open(session, s.lease, self.clock())
         return SessionLease(session=session, incarnation=s.incarnation, head=len(s.rows))
 
+    async def acquire(
+        self,
+        session: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: bool = False,
+        definition: str | None = None,
+    ) -> SessionLease:
+        self._check_open()
+        check_text("session id", session)
+        check_text("owner", owner)
+        span = ttl_ns(ttl)
+        await trio.lowlevel.checkpoint()
+        s = self._sessions.get(session)
+        if s is None:
+            if not create:
+                raise SessionNotFoundError(session)
+            s = self._sessions[session] = _Session(time.time_ns())
+        s.lease = decide_acquire(session, owner, s.lease, self.clock(), span)
+        if definition is not None:
+            s.definition = definition
+        return self._lease(session, s)
+
+    async def renew(self, lease: SessionLease, *, ttl: float) -> SessionLease:
+        self._check_open()
+        span = ttl_ns(ttl)
+        await trio.lowlevel.checkpoint()
+        s = self._session(lease.session)
+        s.lease = decide_renew(
+            lease.session, lease.incarnation, lease.owner, s.lease, self.clock(), span
+        )
+        return self._lease(lease.session, s)
+
+    async def release(
+        self, lease: SessionLease, *, handoff: bool = False, definition: str | None = None
+    ) -> None:
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+        s = self._session(lease.session)
+        s.lease = decide_release(lease.session, lease.incarnation, s.lease, handoff)
+        if definition is not None:
+            s.definition = definition
+
+    def _lease(self, session: str, s: _Session) -> SessionLease:
+        return SessionLease(
+            session=session,
+            incarnation=s.incarnation,
+            head=len(s.rows),
+            owner=s.owner,
+            expires_at=s.expires_at,
+        )
+
+    def _session(self, session: str) -> _Session:
+        s = self._sessions.get(session)
+        if s is None:
+            raise SessionNotFoundError(session)
+        return s
+
+    # -- the inbox ---------------------------------------------------------------
+
+    async def put(
+        self, session: str, key: str, command: InboxCommand, *, definition: str | None = None
+    ) -> InboxEntry:
+        self._check_open()
+        check_text("session id", session)
+        check_text("key", key)
+        body = encode_command(command)
+        await trio.lowlevel.checkpoint()
+        s = self._sessions.get(session)
+        if s is None:
+            if definition is None:
+                raise SessionNotFoundError(session)
+            s = self._sessions[session] = _Session(time.time_ns())
+            s.definition = definition
+        stored = s.keys.get(key)
+        number = decide_put(
+            session, key, body, (stored, s.entries[stored - 1].body) if stored else None
+        )
+        if number is None:
+            s.entries.append(_Entry(key, body, time.time_ns()))
+            number = s.keys[key] = len(s.entries)
+        return _entry(session, number, s.entries[number - 1])
+
+    async def inbox(self, session: str, *, after: int = 0) -> list[InboxEntry]:
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+        s = self._session(session)
+        return [
+            _entry(session, n, e)
+            for n, e in enumerate(s.entries[max(after, 0) :], max(after, 0) + 1)
+            if e.consumed_at is None
+        ]
+
+    async def entry(self, session: str, key: str) -> InboxEntry | None:
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+        s = self._session(session)
+        number = s.keys.get(key)
+        return None if number is None else _entry(session, number, s.entries[number - 1])
+
+    async def claimable(
+        self, *, definitions: Sequence[str], owner: str | None = None, limit: int = 100
+    ) -> list[Claim]:
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+        now = self.clock()
+        found: list[Claim] = []
+        for name, s in self._sessions.items():
+            if len(found) >= limit:
+                break
+            if s.definition is not None and s.definition not in definitions:
+                continue
+            pending = s.pending()
+            live = lease_live(s.lease, now)
+            mine = live and owner is not None and s.owner == owner
+            if (pending and (not live or mine)) or (s.owner is not None and not live):
+                found.append(
+                    Claim(
+                        session=name,
+                        owner=s.owner,
+                        expires_at=s.expires_at,
+                        pending=pending,
+                        definition=s.definition,
+                    )
+                )
+        return found
+
     async def append(
-        self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
+        self,
+        lease: SessionLease,
+        drafts: Sequence[Draft],
+        *,
+        expected_seq: int,
+        consumes: Sequence[Consumed] = (),
     ) -> list[Record]:
         self._check_open()
         check_text("session id", lease.session)
@@ -97,6 +290,18 @@ class MemoryJournal:
         records, fresh = decide_append(
             lease.session, expected_seq, head, digest, pending, hits, now, new, marks
         )
+        if consumes:
+            wanted = [(c.entry, encode_outcome(c.outcome)) for c in consumes]
+            entries = s.entries
+            found = [
+                (entries[n - 1].consumed_at is not None, entries[n - 1].outcome)
+                if 0 < n <= len(entries)
+                else None
+                for n, _ in wanted
+            ]
+            for number, outcome in decide_consumes(lease.session, wanted, found):
+                entry = entries[number - 1]
+                entry.consumed_at, entry.outcome = now, outcome
         if not fresh:
             return records
         for row in new:
@@ -193,6 +398,10 @@ class MemoryJournal:
                 incarnation=s.incarnation,
                 created_at=s.created_at,
                 updated_at=s.updated_at,
+                owner=s.owner,
+                expires_at=s.expires_at,
+                pending=s.pending(),
+                definition=s.definition,
             )
             for name, s in self._sessions.items()
         ]
@@ -211,3 +420,17 @@ class MemoryJournal:
     def _check_open(self) -> None:
         if self._closed:
             raise JournalClosedError(f"journal {self.url} is closed")
+
+
+def _entry(session: str, number: int, e: _Entry) -> InboxEntry:
+    command, damage = decode_entry(e.body)
+    return InboxEntry(
+        session=session,
+        number=number,
+        key=e.key,
+        command=command,
+        created_at=e.created_at,
+        consumed_at=e.consumed_at,
+        outcome=decode_outcome(e.outcome) if e.outcome is not None else None,
+        damage=damage,
+    )

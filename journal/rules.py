@@ -16,6 +16,14 @@ the decisions are made here and nowhere else:
   rule older records of the session were written under), and each
   ``session.checkpoint`` gets an index mark.
 
+Leases and the inbox (``journal.store`` states the contract):
+
+* ``decide_open``, ``decide_acquire``, ``decide_renew`` and ``decide_release``
+  turn a session's lease state ``(incarnation, owner, expires_at)`` into the
+  next one, or refuse;
+* ``decide_put`` says whether a put is a new entry or returns a stored one;
+* ``decide_consumes`` says which entries an append marks applied.
+
 No I/O, no clock: ``now`` is passed in.  ``plan_append`` runs once per append
 on every backend's commit path, so its loop stays inlined.
 """
@@ -27,17 +35,34 @@ from collections.abc import Sequence
 
 import msgspec
 
-from .errors import ConflictError, DuplicateEventError, FencedError
+from .errors import (
+    ConflictError,
+    DuplicateEventError,
+    FencedError,
+    InboxConsumedError,
+    InboxError,
+    InboxKeyError,
+    LeaseHeldError,
+)
 from .events import Event, SessionCheckpoint
 from .record import Record
 
 __all__ = [
+    "LeaseState",
     "Mark",
     "Pending",
     "Row",
     "check_expected_seq",
     "check_lease",
+    "decide_acquire",
     "decide_append",
+    "decide_consumes",
+    "decide_open",
+    "decide_put",
+    "decide_release",
+    "decide_renew",
+    "lease_live",
+    "ttl_ns",
     "plan_append",
     "repeated_id",
     "stored_records",
@@ -179,3 +204,107 @@ def decide_append(
         return stored, False
     check_expected_seq(session, expected_seq, head)
     return plan_append(session, head, digest, pending, now, rows, marks), True
+
+
+# -- leases ------------------------------------------------------------------------
+
+LeaseState = tuple[int, str | None, int]
+"""A session's lease: ``(incarnation, owner, expires_at)``; ``owner`` None
+and ``expires_at`` 0 when nobody holds it."""
+
+UNOWNED: LeaseState = (0, None, 0)
+"""The lease state of a session that has none yet (incarnation 0)."""
+
+
+def ttl_ns(ttl: float) -> int:
+    """A lease's duration in ns; a ``ValueError`` unless it is a positive number of seconds."""
+    if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not ttl > 0:
+        raise ValueError(f"a lease's ttl must be a positive number of seconds, not {ttl!r}")
+    return int(ttl * 1e9)
+
+
+def lease_live(state: LeaseState, now: int) -> bool:
+    """Whether an owner holds the lease and it has not expired."""
+    return state[1] is not None and state[2] > now
+
+
+def decide_open(session: str, state: LeaseState, now: int) -> LeaseState:
+    """``open_session``: a new incarnation with no owner, unless an owner's
+    lease is live (``LeaseHeldError``)."""
+    incarnation, owner, expires_at = state
+    if owner is not None and expires_at > now:
+        raise LeaseHeldError(session, owner, expires_at)
+    return (incarnation + 1, None, 0)
+
+
+def decide_acquire(session: str, owner: str, state: LeaseState, now: int, ttl: int) -> LeaseState:
+    """``acquire``: ``owner`` takes the session with a new incarnation, unless
+    another owner's lease is live.  Its own live lease it may take again (a
+    restarted host with the same id): the new incarnation fences the old one."""
+    incarnation, held_by, expires_at = state
+    if held_by is not None and held_by != owner and expires_at > now:
+        raise LeaseHeldError(session, held_by, expires_at)
+    return (incarnation + 1, owner, now + ttl)
+
+
+def decide_renew(
+    session: str, incarnation: int, owner: str | None, state: LeaseState, now: int, ttl: int
+) -> LeaseState:
+    """``renew``: the lease is still the session's current one (``FencedError``
+    otherwise), expired or not: while the incarnation has not moved, nobody
+    else has written."""
+    check_lease(session, incarnation, state[0])
+    if owner is None or state[1] != owner:
+        raise FencedError(session, incarnation, state[0])
+    return (state[0], owner, now + ttl)
+
+
+def decide_release(session: str, incarnation: int, state: LeaseState, handoff: bool) -> LeaseState:
+    """``release``: the lease ends and its incarnation with it (it can write
+    nothing more).  With ``handoff`` the owner stays named on an expired
+    lease, which makes the session claimable at once (it has work left)."""
+    check_lease(session, incarnation, state[0])
+    return (state[0] + 1, state[1] if handoff else None, 0)
+
+
+# -- the inbox ------------------------------------------------------------------------
+
+
+def decide_put(session: str, key: str, body: bytes, stored: tuple[int, bytes] | None) -> int | None:
+    """A put's key against the entry stored under it (``(number, body)``):
+    None when the key is new, the stored entry's number when it holds the same
+    command, ``InboxKeyError`` when it holds another."""
+    if stored is None:
+        return None
+    number, stored_body = stored
+    if stored_body != body:
+        raise InboxKeyError(session, key, number)
+    return number
+
+
+def decide_consumes(
+    session: str,
+    consumes: Sequence[tuple[int, bytes]],
+    found: Sequence[tuple[bool, bytes | None] | None],
+) -> list[tuple[int, bytes]]:
+    """The entries an append marks applied, each ``(number, outcome bytes)``.
+
+    ``found`` holds each entry's stored state ``(consumed, outcome)``, None
+    where the session has no such entry (``InboxError``).  An entry already
+    applied with the same outcome is a retry of this append and is left as it
+    is; with another outcome it is an ``InboxConsumedError``.  One entry
+    twice in one append is an ``InboxError``.
+    """
+    numbers = [n for n, _ in consumes]
+    if len(set(numbers)) != len(numbers):
+        raise InboxError(f"session {session}: one append names an inbox entry twice")
+    marks: list[tuple[int, bytes]] = []
+    for (number, outcome), stored in zip(consumes, found, strict=True):
+        if stored is None:
+            raise InboxError(f"session {session} has no inbox entry {number}; nothing was appended")
+        consumed, stored_outcome = stored
+        if not consumed:
+            marks.append((number, outcome))
+        elif stored_outcome != outcome:
+            raise InboxConsumedError(session, number)
+    return marks

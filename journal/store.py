@@ -25,6 +25,25 @@ append decisions themselves are ``journal.rules``):
   scanning the records); each is verified against the stored digest of the
   record before it, so a damaged checkpoint is a ``JournalCorruptError``.
   Restore starts from them and reads only what follows the last one.
+* Leases name an owner and an expiry (the journal's clock, unix ns).
+  ``acquire`` takes a session for an owner when no other owner's lease is
+  live (``LeaseHeldError``), with a new incarnation (so the last holder is
+  fenced); ``renew`` moves the expiry of a lease still current
+  (``FencedError`` otherwise); ``release`` ends it (bumping the incarnation,
+  so the released lease can write nothing more); ``open_session`` refuses a
+  session another owner holds live.  Expiry is advice for hosts choosing
+  work; fencing is the guard: an append checks the incarnation, never the
+  clock.
+* The inbox: ``put`` stores a command under an idempotency key (the same key
+  with the same command returns the stored entry; with another command it is
+  an ``InboxKeyError``); entries are numbered 1, 2, ... per session.  An
+  ``append`` with ``consumes`` marks those entries applied in the same
+  transaction as its records, all or nothing: an entry already applied with
+  another outcome is an ``InboxConsumedError`` and nothing is appended (with
+  the same outcome, a retry, it is left as it is).  ``inbox`` lists the
+  entries not yet applied, in order; ``entry`` finds one by key;
+  ``claimable`` lists the sessions a host may take: those with entries
+  waiting and no live lease, and those whose lease expired.
 * ``check_storage`` asks the storage itself whether it is intact (SQLite's
   quick check, PostgreSQL's amcheck where installed, and each backend's own
   bookkeeping); it never writes.  Damage is reported by table, never raised.
@@ -37,6 +56,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
+from .inbox import Claim, Consumed, InboxCommand, InboxEntry
 from .record import Draft, Record
 
 __all__ = ["Journal", "SessionInfo", "SessionLease", "StorageCheck", "StorageProblem"]
@@ -49,6 +69,10 @@ class SessionLease(msgspec.Struct, frozen=True, kw_only=True):
     incarnation: int
     head: int
     """The session's last seq when the lease was taken."""
+    owner: str | None = None
+    """Who holds it (a host id); None for a lease taken by ``open_session``."""
+    expires_at: int = 0
+    """When an owner's lease expires (the journal's clock, unix ns)."""
 
 
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,6 +82,13 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     created_at: int
     updated_at: int
     """unix ns of the last append (or creation)."""
+    owner: str | None = None
+    """The owner of the session's lease (live or expired), if any."""
+    expires_at: int = 0
+    pending: int = 0
+    """Inbox entries not yet applied."""
+    definition: str | None = None
+    """The definition its hosts run it with, when the inbox or a host said so."""
 
 
 class StorageProblem(msgspec.Struct, frozen=True, kw_only=True):
@@ -94,8 +125,41 @@ class Journal(Protocol):
     async def open_session(self, session: str, *, create: bool = True) -> SessionLease: ...
 
     async def append(
-        self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
+        self,
+        lease: SessionLease,
+        drafts: Sequence[Draft],
+        *,
+        expected_seq: int,
+        consumes: Sequence[Consumed] = (),
     ) -> list[Record]: ...
+
+    async def acquire(
+        self,
+        session: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: bool = False,
+        definition: str | None = None,
+    ) -> SessionLease: ...
+
+    async def renew(self, lease: SessionLease, *, ttl: float) -> SessionLease: ...
+
+    async def release(
+        self, lease: SessionLease, *, handoff: bool = False, definition: str | None = None
+    ) -> None: ...
+
+    async def put(
+        self, session: str, key: str, command: InboxCommand, *, definition: str | None = None
+    ) -> InboxEntry: ...
+
+    async def inbox(self, session: str, *, after: int = 0) -> list[InboxEntry]: ...
+
+    async def entry(self, session: str, key: str) -> InboxEntry | None: ...
+
+    async def claimable(
+        self, *, definitions: Sequence[str], owner: str | None = None, limit: int = 100
+    ) -> list[Claim]: ...
 
     def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]: ...
 

@@ -1,5 +1,8 @@
 """session: many loops on one journal — the runtime, restore, replay, the CLI."""
 
+from .client import Client as Client
+from .client import CommandRefusedError as CommandRefusedError
+from .client import open_client as open_client
 from .errors import DefinitionDriftError as DefinitionDriftError
 from .errors import ForkError as ForkError
 from .errors import InvalidContentError as InvalidContentError
@@ -9,6 +12,8 @@ from .errors import SessionExistsError as SessionExistsError
 from .errors import SessionLagError as SessionLagError
 from .errors import UnknownSessionError as UnknownSessionError
 from .errors import VerifyError as VerifyError
+from .host import Host as Host
+from .host import HostStatistics as HostStatistics
 from .runtime import ROOT_LOOP as ROOT_LOOP
 from .runtime import Session as Session
 from .runtime import StreamDelta as StreamDelta
@@ -16,6 +21,10 @@ from .runtime import StreamDelta as StreamDelta
 __all__ = [
     "ROOT_LOOP",
     "DefinitionDriftError",
+    "Client",
+    "CommandRefusedError",
+    "Host",
+    "HostStatistics",
     "ForkError",
     "InvalidContentError",
     "NoResultError",
@@ -26,4 +35,5 @@ __all__ = [
     "StreamDelta",
     "UnknownSessionError",
     "VerifyError",
+    "open_client",
 ]

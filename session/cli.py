@@ -1,4 +1,5 @@
-"""The ``loopruntime`` command: demo, chat, sessions, replay, fork, resolve, journal.
+"""The ``loopruntime`` command: demo, chat, sessions, replay, fork, resolve, journal,
+and (``hosting_cli``) host, submit, answer, decide.
 
 Every command takes ``--journal URL_OR_PATH`` (default
 ``$LOOPRUNTIME_JOURNAL``, else ``./.loopruntime/journal.db``).  Logging is
@@ -24,6 +25,7 @@ import trio
 from journal import (
     JournalError,
     JournalLocation,
+    SessionInfo,
     init_journal,
     make_journal_directory,
     parse_location,
@@ -32,6 +34,7 @@ from loopruntime import LoopError, LoopStatus
 
 from .chat import run_chat
 from .fork import lineage, plan_fork, write_fork
+from .hosting_cli import add_commands, submit_command
 from .replay import ReplayInputError, open_for_replay, replay_command
 from .restore import read_states, resolve_offline
 
@@ -90,8 +93,8 @@ class _StderrHandler(logging.Handler):
             self.handleError(record)
 
 
-def _configure_logging(json_logs: bool, verbose: bool) -> None:
-    level = logging.DEBUG if verbose else logging.WARNING
+def _configure_logging(json_logs: bool, verbose: bool, info: bool = False) -> None:
+    level = logging.DEBUG if verbose else logging.INFO if info else logging.WARNING
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if json_logs
@@ -174,7 +177,7 @@ async def _sessions(args: argparse.Namespace) -> int:
                 origin = f"  (fork of {forked.source} at seq {forked.seq})"
             rows[info.session] = (
                 f"{info.session:<24} {len(states):>5} {info.head:>8}  {when:<19}  "
-                f"{statuses}{origin}"
+                f"{statuses}{origin}{_hosting(info)}"
             )
         # Forks are listed under their source (a fork whose source is not in
         # this journal stands on its own).
@@ -210,6 +213,23 @@ async def _sessions(args: argparse.Namespace) -> int:
             )
             return 1
     return 0
+
+
+def _hosting(info: SessionInfo) -> str:
+    """Who runs the session and what waits in its inbox, when a host is involved."""
+    parts: list[str] = []
+    if info.owner is not None:
+        left = (info.expires_at - time.time_ns()) / 1e9
+        if left > 0:
+            parts.append(f"owner {info.owner}, lease {left:.0f}s left")
+        else:
+            parts.append(f"owner {info.owner} gone (lease expired): the next host takes it")
+    if info.pending:
+        parts.append(f"{info.pending} waiting in the inbox")
+        if info.owner is None:
+            what = f"definition {info.definition}" if info.definition else "its definition"
+            parts.append(f"unowned: waits for a host running {what}")
+    return f"  [{'; '.join(parts)}]" if parts else ""
 
 
 def _source_listed(session: str, forks: dict[str, list[str]], rows: dict[str, str]) -> bool:
@@ -295,6 +315,8 @@ async def _resolve(args: argparse.Namespace) -> int:
 
 
 def cmd_resolve(args: argparse.Namespace) -> int:
+    if args.key is not None:
+        return trio.run(submit_command, args, journal_url(args.journal))
     return trio.run(_resolve, args)
 
 
@@ -440,6 +462,12 @@ def parser() -> argparse.ArgumentParser:
     )
     resolve.add_argument("--result", required=True, help="the result the model will see")
     resolve.add_argument("--error", action="store_true", help="the call failed")
+    resolve.add_argument(
+        "--key",
+        help="send it through the session's inbox under this idempotency key instead (for a "
+        "session a host runs: the host applies it)",
+    )
+    resolve.add_argument("--wait", type=float, nargs="?", const=60.0, metavar="SECONDS")
     resolve.set_defaults(run=cmd_resolve)
     journal = command("journal", "journal administration", "Journal administration.")
     jsub = journal.add_subparsers(dest="journal_command", required=True, metavar="ACTION")
@@ -454,6 +482,7 @@ def parser() -> argparse.ArgumentParser:
         "url", nargs="?", metavar="URL_OR_PATH", help="the journal (the same as --journal)"
     )
     init.set_defaults(run=cmd_journal)
+    add_commands(command, lambda args: journal_url(args.journal, create=True))
     return top
 
 
@@ -500,7 +529,7 @@ def _tolerant_streams() -> None:
 def main(argv: list[str] | None = None) -> int:
     _tolerant_streams()
     args = parser().parse_args(argv)
-    _configure_logging(args.log_json, args.verbose)
+    _configure_logging(args.log_json, args.verbose, getattr(args, "info_logs", False))
     try:
         return int(args.run(args))
     except BrokenPipeError:

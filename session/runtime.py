@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from journal import Journal, JournalError, Record, SessionNotFoundError
+from journal import Journal, JournalError, Record, SessionLease, SessionNotFoundError
 from journal.content import Block, Message, ResultBlock
 from journal.events import Provenance, TurnRejected
 from loopruntime import (
@@ -138,13 +138,16 @@ class Session:
         *,
         session_id: str | None = None,
         checkpoint_every: int | None = DEFAULT_EVERY,
+        lease: SessionLease | None = None,
     ) -> AsyncIterator[Session]:
         """A new session with one loop running ``definition``.  On exit the
         session shuts down (a running turn is interrupted and settled).
 
         Every ``checkpoint_every`` records the writer adds a checkpoint, so a
-        restore folds only what follows the last one (None: never)."""
-        session_id = session_id or new_id("ses_")
+        restore folds only what follows the last one (None: never).  With
+        ``lease`` (taken by a host with ``Journal.acquire``) the session
+        writes under it instead of opening the session itself."""
+        session_id = lease.session if lease is not None else session_id or new_id("ses_")
         session = cls(journal, session_id, definition, checkpoint_every=checkpoint_every)
         try:
             existing = await journal.head(session_id)
@@ -156,7 +159,8 @@ class Session:
                 f"session {session_id} already has {existing} records; use "
                 "Session.restore to continue it"
             )
-        lease = await journal.open_session(session_id, create=True)
+        if lease is None:
+            lease = await journal.open_session(session_id, create=True)
         if lease.head:
             raise SessionExistsError(
                 f"session {session_id} already has {lease.head} records; use "
@@ -177,6 +181,7 @@ class Session:
         checkpoint_every: int | None = DEFAULT_EVERY,
         use_checkpoints: bool = True,
         drift: Drift = "record",
+        lease: SessionLease | None = None,
     ) -> AsyncIterator[Session]:
         """Continue a session from its journal: fold every loop (from the last
         checkpoint on, unless ``use_checkpoints`` is False), settle what a
@@ -187,7 +192,9 @@ class Session:
         ``drift``: a definition that differs from the configuration the
         journal recorded is recorded (``"record"``: ``loop.reconfigured``) or
         refused before the lease (``"refuse"``: ``DefinitionDriftError``);
-        docs/restore.md, "Deploys"."""
+        docs/restore.md, "Deploys".  With ``lease`` (taken by a host with
+        ``Journal.acquire``, which fenced every earlier writer) the journal
+        is read under it, once."""
         check_choice(drift)
         # Built first: it refuses a bad checkpoint_every before any I/O.
         session = cls(journal, session_id, definition, checkpoint_every=checkpoint_every)
@@ -200,10 +207,11 @@ class Session:
         except SessionNotFoundError as exc:
             raise session._unknown() from exc
         session._check_fits(restored.states, drift)
-        try:
-            lease = await journal.open_session(session_id, create=False)
-        except SessionNotFoundError as exc:
-            raise session._unknown() from exc
+        if lease is None:
+            try:
+                lease = await journal.open_session(session_id, create=False)
+            except SessionNotFoundError as exc:
+                raise session._unknown() from exc
         if lease.head != restored.head:
             # A writer appended between the read and the lease.  The lease has
             # fenced it, so the journal is final now: read it again.  Only this

@@ -14,18 +14,20 @@ from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from typing import Any, Protocol
 
+import msgspec
 import structlog
 import trio
 
 from journal import Draft, Journal, Record
 from journal.events import Event
+from journal.inbox import Consumed, InboxOutcome
 from loopruntime import Loop
 from loopruntime.host import GuardFailedError, Reply, new_id
 
 from .checkpoints import Checkpointer
 from .subscriptions import Subscriber
 
-__all__ = ["Stream", "Writer"]
+__all__ = ["Expectation", "Stream", "Writer"]
 
 log = structlog.wrap_logger(logging.getLogger(__name__))
 
@@ -38,13 +40,33 @@ class Stream(Protocol):
     def apply(self, record: Record) -> None: ...
 
 
-class _Pending:
-    __slots__ = ("drafts", "guard", "loop", "reply")
+class Expectation:
+    """An inbox entry waiting for the commit that applies it (``Writer.expect``).
 
-    def __init__(self, loop: Stream, drafts: list[Draft], guard: Callable[[], bool] | None) -> None:
+    ``match`` is shown each event committed for ``loop`` (any loop when None)
+    and returns the entry's outcome for the one the command made; that event's
+    append then consumes the entry, in its own transaction."""
+
+    __slots__ = ("entry", "loop", "match", "outcome")
+
+    def __init__(
+        self, entry: int, loop: str | None, match: Callable[[Event], InboxOutcome | None]
+    ) -> None:
+        self.entry, self.loop, self.match = entry, loop, match
+        self.outcome: InboxOutcome | None = None
+        """Set once the append that consumed the entry is durable."""
+
+
+class _Pending:
+    __slots__ = ("consumes", "drafts", "guard", "loop", "reply")
+
+    def __init__(
+        self, loop: Stream | None, drafts: list[Draft], guard: Callable[[], bool] | None
+    ) -> None:
         self.loop = loop
         self.drafts = drafts
         self.guard = guard
+        self.consumes: list[Consumed] = []
         self.reply: Reply[list[Record]] = Reply()
 
 
@@ -72,6 +94,9 @@ class Writer:
         self._writing = False
         self._failed: BaseException | None = None
         self._lease: Any = None
+        self._expecting: list[Expectation] = []
+        self._explicit = 0
+        """``consume`` calls queued and not yet appended."""
         self.log = log.bind(session=session_id)
 
     def open(self, lease: Any) -> None:
@@ -140,6 +165,55 @@ class Writer:
             records = await pending.reply.wait()
         return records
 
+    def expect(
+        self, entry: int, loop: str | None, match: Callable[[Event], InboxOutcome | None]
+    ) -> Expectation:
+        """Have the append carrying the first event ``match`` accepts consume
+        inbox entry ``entry`` (see ``Expectation``); ``forget`` it when the
+        command made no such event."""
+        expectation = Expectation(entry, loop, match)
+        self._expecting.append(expectation)
+        return expectation
+
+    def forget(self, expectation: Expectation) -> None:
+        if expectation in self._expecting:
+            self._expecting.remove(expectation)
+
+    async def consume(self, consumed: Consumed) -> None:
+        """Consume an inbox entry whose command made no records (refused, or
+        nothing to do), in an append of its own, in commit order."""
+        if self._failed is not None:
+            raise self._failed
+        pending = _Pending(None, [], None)
+        pending.consumes.append(consumed)
+        self._explicit += 1
+        self._queue.append(pending)
+        self._wake.set()
+        with trio.CancelScope(shield=True):
+            await pending.reply.wait()
+
+    def _consumes(self, group: list[_Pending]) -> list[Consumed]:
+        """The inbox entries ``group``'s append applies (only while any are expected)."""
+        found: list[Consumed] = []
+        for p in group:
+            if p.consumes:
+                found += p.consumes
+                self._explicit -= len(p.consumes)
+            if not self._expecting or p.loop is None:
+                continue
+            for draft in p.drafts:
+                for expectation in self._expecting:
+                    if expectation.loop not in (None, p.loop.id):
+                        continue
+                    outcome = expectation.match(draft.event)
+                    if outcome is not None:
+                        outcome = msgspec.structs.replace(outcome, record=draft.id)
+                        expectation.outcome = outcome
+                        self._expecting.remove(expectation)
+                        found.append(Consumed(entry=expectation.entry, outcome=outcome))
+                        break
+        return found
+
     def _fail(self, exc: BaseException, batch: list[_Pending]) -> None:
         """A journal failure stops the session: nobody may go on believing
         something is durable that is not, and nobody waits forever on a
@@ -192,7 +266,17 @@ class Writer:
         # No shield needed: the journal's append is atomic under cancellation
         # (a Cancelled append wrote nothing; one under way finishes), and all
         # that follows is synchronous.
-        records = await self.journal.append(self._lease, drafts, expected_seq=self.head)
+        if self._expecting or self._explicit:
+            consumes = self._consumes(group)
+            records = await self.journal.append(
+                self._lease, drafts, expected_seq=self.head, consumes=consumes
+            )
+        else:
+            records = await self.journal.append(self._lease, drafts, expected_seq=self.head)
+        if not records:
+            for p in group:
+                p.reply.set([])
+            return
         self.head = records[-1].seq
         at = 0
         if checkpoint is not None:
@@ -204,6 +288,7 @@ class Writer:
             mine = records[at : at + len(p.drafts)]
             at += len(p.drafts)
             for record in mine:
+                assert p.loop is not None
                 p.loop.apply(record)
                 for sub in self._subscribers:
                     sub.push(record)

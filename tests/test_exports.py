@@ -15,6 +15,7 @@ PUBLIC = {
         "SCHEMA_VERSION", "codec", "content", "events", "encode_event", "decode_event",
         "ForwardingJournal", "JournalLocation", "parse_location", "init_journal",
         "check_existing_journal", "make_journal_directory", "StorageCheck", "StorageProblem",
+        "inbox", "LeaseHeldError", "InboxError", "InboxKeyError", "InboxConsumedError",
     },
     "loopruntime": {
         "LoopDefinition", "Limits", "Mode", "Delegate", "tool", "Tool", "ToolContext",
@@ -45,8 +46,8 @@ PUBLIC = {
     "session": {
         "Session", "ROOT_LOOP", "StreamDelta", "SessionExistsError", "SessionLagError",
         "UnknownSessionError", "VerifyError", "InvalidContentError", "SeqOutOfRangeError",
-        "ForkError", "NoResultError",
-        "DefinitionDriftError",
+        "ForkError", "NoResultError", "DefinitionDriftError",
+        "Client", "CommandRefusedError", "Host", "HostStatistics", "open_client",
     },
 }  # fmt: skip
 

@@ -139,12 +139,14 @@ def _exported(module: str) -> set[str]:
 
 
 # What session may use: the public names of the lower layers, and the public submodules
-# they export by name (``journal.codec``, ``journal.content``, ``journal.events``).
+# they export by name (``journal.codec``, ``journal.content``, ``journal.events``,
+# ``journal.inbox``).
 LOWER_SURFACE = {
     "journal": _exported("journal"),
     "journal.codec": _exported("journal.codec"),
     "journal.content": _exported("journal.content"),
     "journal.events": _exported("journal.events"),
+    "journal.inbox": _exported("journal.inbox"),
     "loopruntime": _exported("loopruntime"),
     "loopruntime.host": _exported("loopruntime.host"),
     "loopruntime.models": _exported("loopruntime.models"),

@@ -11,17 +11,18 @@ sent.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from functools import partial
 
-import psycopg
 import trio
 
-from ..codec import GENESIS, encode_checked
+from ..codec import encode_checked
 from ..errors import JournalClosedError, SessionNotFoundError
+from ..inbox import Claim, Consumed, InboxCommand, InboxEntry, encode_command, encode_outcome
 from ..record import Draft, Record
+from ..rules import ttl_ns
 from ..store import SessionInfo, SessionLease, StorageCheck
+from . import leases
 from .reading import Pool, Reading
 from .schema import check_pg_text, describe, open_prepared
 from .writer import Append, GroupCommit
@@ -67,35 +68,121 @@ class PostgresJournal:
         """
         self._check_open()
         check_pg_text("session id", session)
-        now = time.time_ns()
-
-        def work(conn: psycopg.Connection[Any]) -> tuple[int, int] | None:
-            if create:
-                cur = conn.execute(
-                    "INSERT INTO loopruntime_sessions AS s "
-                    "(session, incarnation, head, digest, created_at, updated_at) "
-                    "VALUES (%s, 1, 0, %s, %s, %s) ON CONFLICT (session) "
-                    "DO UPDATE SET incarnation = s.incarnation + 1 RETURNING incarnation, head",
-                    (session, GENESIS, now, now),
-                )
-            else:
-                cur = conn.execute(
-                    "UPDATE loopruntime_sessions SET incarnation = incarnation + 1 "
-                    "WHERE session = %s RETURNING incarnation, head",
-                    (session,),
-                )
-            row = cur.fetchone()
-            return (int(row[0]), int(row[1])) if row else None
-
         # Not retried: a lost connection may have bumped the incarnation, and
         # a second bump would be harmless but surprising; the caller decides.
-        got = await self._pool.run(f"opening session {session}", work, retry=False)
+        got = await self._pool.run(
+            f"opening session {session}",
+            partial(leases.open_session, session=session, create=create),
+            retry=False,
+        )
         if got is None:
             raise SessionNotFoundError(session)
-        return SessionLease(session=session, incarnation=got[0], head=got[1])
+        return got
+
+    async def acquire(
+        self,
+        session: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: bool = False,
+        definition: str | None = None,
+    ) -> SessionLease:
+        """Take the session's lease for ``owner`` (see ``journal.store``)."""
+        self._check_open()
+        check_pg_text("session id", session)
+        check_pg_text("owner", owner)
+        check_pg_text("definition", definition)
+        work = partial(
+            leases.lease_op,
+            op="acquire",
+            session=session,
+            owner=owner,
+            ttl=ttl_ns(ttl),
+            create=create,
+            definition=definition,
+        )
+        got = await self._pool.run(f"taking the lease of session {session}", work, retry=False)
+        assert got is not None
+        return got
+
+    async def renew(self, lease: SessionLease, *, ttl: float) -> SessionLease:
+        self._check_open()
+        check_pg_text("session id", lease.session)
+        work = partial(
+            leases.lease_op,
+            op="renew",
+            session=lease.session,
+            owner=lease.owner,
+            ttl=ttl_ns(ttl),
+            incarnation=lease.incarnation,
+        )
+        # Safe to repeat: a renewal that committed is renewed again.
+        got = await self._pool.run(f"renewing the lease of session {lease.session}", work)
+        assert got is not None
+        return got
+
+    async def release(
+        self, lease: SessionLease, *, handoff: bool = False, definition: str | None = None
+    ) -> None:
+        self._check_open()
+        check_pg_text("session id", lease.session)
+        check_pg_text("definition", definition)
+        work = partial(
+            leases.lease_op,
+            op="release",
+            session=lease.session,
+            incarnation=lease.incarnation,
+            handoff=handoff,
+            definition=definition,
+        )
+        await self._pool.run(f"releasing the lease of session {lease.session}", work, retry=False)
+
+    async def put(
+        self, session: str, key: str, command: InboxCommand, *, definition: str | None = None
+    ) -> InboxEntry:
+        """Store ``command`` in the session's inbox under ``key`` (see ``journal.store``).
+
+        Safe to retry after a lost connection: the key finds the stored entry."""
+        self._check_open()
+        check_pg_text("session id", session)
+        check_pg_text("key", key)
+        check_pg_text("definition", definition)
+        body = encode_command(command)
+        work = partial(leases.put, session=session, key=key, body=body, definition=definition)
+        row = await self._pool.run(f"putting a command in the inbox of {session}", work)
+        return leases.entry_of(session, row)
+
+    async def inbox(self, session: str, *, after: int = 0) -> list[InboxEntry]:
+        self._check_open()
+        return await self._pool.run(
+            f"reading the inbox of session {session}",
+            partial(leases.inbox, session=session, after=after),
+        )
+
+    async def entry(self, session: str, key: str) -> InboxEntry | None:
+        self._check_open()
+        return await self._pool.run(
+            f"reading the inbox of session {session}",
+            partial(leases.entry, session=session, key=key),
+        )
+
+    async def claimable(
+        self, *, definitions: Sequence[str], owner: str | None = None, limit: int = 100
+    ) -> list[Claim]:
+        self._check_open()
+        return await self._pool.run(
+            "finding sessions with work",
+            partial(leases.claimable, definitions=list(definitions), owner=owner, limit=limit),
+        )
 
     async def append(
-        self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
+        self,
+        lease: SessionLease,
+        drafts: Sequence[Draft],
+        *,
+        expected_seq: int,
+        consumes: Sequence[Consumed] = (),
     ) -> list[Record]:
         """Append ``drafts`` atomically after ``expected_seq``; return them as records.
 
@@ -116,6 +203,7 @@ class PostgresJournal:
             lease,
             [(d.id, d.loop, d.cause, d.event, encode_checked(d.event)) for d in drafts],
             expected_seq,
+            [(c.entry, encode_outcome(c.outcome)) for c in consumes] if consumes else None,
         )
         return await self._commits.submit(item)
 

@@ -90,6 +90,8 @@ _JOURNAL_TABLES = (
     "loopruntime_records",
     "loopruntime_checkpoints",
     "loopruntime_chain_rule",
+    "loopruntime_leases",
+    "loopruntime_inbox",
 )
 
 
@@ -384,12 +386,27 @@ class Reading:
 
         def work(conn: psycopg.Connection[Any]) -> list[SessionInfo]:
             rows = conn.execute(
-                "SELECT session, head, incarnation, created_at, updated_at "
-                "FROM loopruntime_sessions ORDER BY created_at, session"
+                "SELECT s.session, s.head, s.incarnation, s.created_at, s.updated_at,"
+                " l.owner, coalesce(l.expires_at, 0), l.definition,"
+                " (SELECT count(*) FROM loopruntime_inbox i"
+                "  WHERE i.session = s.session AND i.consumed_at IS NULL)"
+                " FROM loopruntime_sessions s"
+                " LEFT JOIN loopruntime_leases l ON l.session = s.session"
+                " ORDER BY s.created_at, s.session"
             ).fetchall()
             return [
-                SessionInfo(session=s, head=h, incarnation=i, created_at=c, updated_at=u)
-                for s, h, i, c, u in rows
+                SessionInfo(
+                    session=s,
+                    head=h,
+                    incarnation=i,
+                    created_at=c,
+                    updated_at=u,
+                    owner=o,
+                    expires_at=e,
+                    definition=d,
+                    pending=p,
+                )
+                for s, h, i, c, u, o, e, d, p in rows
             ]
 
         return await self._pool.run("listing sessions", work)

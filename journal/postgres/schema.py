@@ -64,6 +64,32 @@ CREATE TABLE loopruntime_chain_rule (
 );
 """
 
+# Leases and the inbox (journal.store): added to a journal by the first
+# process that knows them; they change no record, so the version stays.
+_CREATE_HOST_TABLES = """
+CREATE TABLE IF NOT EXISTS loopruntime_leases (
+    session text PRIMARY KEY,
+    owner text,
+    expires_at bigint NOT NULL DEFAULT 0,
+    definition text
+);
+CREATE INDEX IF NOT EXISTS loopruntime_leases_held
+    ON loopruntime_leases (expires_at) WHERE owner IS NOT NULL;
+CREATE TABLE IF NOT EXISTS loopruntime_inbox (
+    session text NOT NULL,
+    number bigint NOT NULL,
+    key text NOT NULL,
+    body bytea NOT NULL,
+    created_at bigint NOT NULL,
+    consumed_at bigint,
+    outcome bytea,
+    PRIMARY KEY (session, number),
+    UNIQUE (session, key)
+);
+CREATE INDEX IF NOT EXISTS loopruntime_inbox_pending
+    ON loopruntime_inbox (session, number) WHERE consumed_at IS NULL;
+"""
+
 _CREATE = f"""
 CREATE TABLE loopruntime_meta (
     key text PRIMARY KEY,
@@ -91,7 +117,7 @@ CREATE TABLE loopruntime_records (
     PRIMARY KEY (session, seq),
     UNIQUE (session, id)
 );
-{_CREATE_CHECKPOINTS}{_CREATE_CHAIN_RULE}"""
+{_CREATE_CHECKPOINTS}{_CREATE_CHAIN_RULE}{_CREATE_HOST_TABLES}"""
 
 _UPGRADES = {
     1: _CREATE_CHECKPOINTS,
@@ -275,6 +301,11 @@ def _prepare_schema(conn: psycopg.Connection[Any], where: str) -> str:
                 f"{where} schema {schema}: journal schema {found} but no {missing} table; "
                 "its tables were changed by hand: restore them or use another schema"
             )
+        hosts = conn.execute(
+            "SELECT to_regclass('loopruntime_leases'), to_regclass('loopruntime_inbox')"
+        ).fetchone()
+        if hosts is None or None in hosts:
+            conn.execute(_CREATE_HOST_TABLES)
         return str(schema)
 
 

@@ -23,7 +23,16 @@ import trio
 
 from ..errors import DuplicateEventError, JournalClosedError, JournalError, SessionNotFoundError
 from ..record import Record
-from ..rules import Mark, Pending, Row, check_lease, decide_append, plan_append, repeated_id
+from ..rules import (
+    Mark,
+    Pending,
+    Row,
+    check_lease,
+    decide_append,
+    decide_consumes,
+    plan_append,
+    repeated_id,
+)
 from ..store import SessionLease
 from .arrays import Array, ArrayDumper, bytea_array, int8_array, text_array
 from .schema import channel, connect, discard, lost, translate
@@ -106,6 +115,20 @@ INSERT INTO loopruntime_checkpoints (session, seq) SELECT * FROM unnest(%b::text
 
 _NOTIFY = "SELECT pg_notify(c, '') FROM unnest(%b::text[]) AS c"
 
+# The inbox entries a batch applies, locked with their sessions' rows held.
+_FIND_ENTRIES = """
+SELECT i.session, i.number, i.consumed_at IS NOT NULL, i.outcome FROM loopruntime_inbox i
+JOIN unnest(%s::text[], %s::bigint[]) AS w(session, number)
+  ON i.session = w.session AND i.number = w.number
+FOR UPDATE OF i
+"""
+
+_CONSUME = """
+UPDATE loopruntime_inbox i SET consumed_at = %s, outcome = u.outcome
+FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) AS u(session, number, outcome)
+WHERE i.session = u.session AND i.number = u.number
+"""
+
 
 def _writer_connection(url: str) -> psycopg.Connection[Any]:
     """Blocking: a connection for the writer, which sends ``Array`` parameters."""
@@ -117,10 +140,18 @@ def _writer_connection(url: str) -> psycopg.Connection[Any]:
 class Append:
     """One append waiting for the group commit."""
 
-    __slots__ = ("expected_seq", "lease", "pending", "result", "taken")
+    __slots__ = ("consumes", "expected_seq", "lease", "pending", "result", "taken")
 
-    def __init__(self, lease: SessionLease, pending: list[Pending], expected_seq: int) -> None:
+    def __init__(
+        self,
+        lease: SessionLease,
+        pending: list[Pending],
+        expected_seq: int,
+        consumes: list[tuple[int, bytes]] | None = None,
+    ) -> None:
         self.lease, self.pending, self.expected_seq = lease, pending, expected_seq
+        self.consumes = consumes
+        """Inbox entries this append applies: ``(number, outcome bytes)``."""
         self.result: list[Record] | BaseException | None = None
         self.taken = False
         """A leader took it into a batch: its outcome is no longer ours to drop."""
@@ -252,6 +283,8 @@ class Writer:
             return None
         plan = _FastPlan(time.time_ns())
         for item in batch:
+            if item.consumes:
+                return None  # the entries must be looked up: the checked path
             known = self._known.get(item.lease.session)
             if known is None or known[0] != item.lease.incarnation or known[1] != item.expected_seq:
                 return None
@@ -363,10 +396,21 @@ class Writer:
             found = conn.execute(_FIND_IDS, (want_sessions, want_ids))
             heads = {s: _Head(inc, head, digest) for s, inc, head, digest in locked.fetchall()}
             stored: dict[tuple[str, str], Row] = {(r[0], r[2]): r for r in found.fetchall()}
+            entries: dict[tuple[str, int], tuple[bool, bytes | None]] = {}
+            wanted = [(item.lease.session, c[0]) for item in batch for c in item.consumes or ()]
+            if wanted:
+                for session, number, consumed, outcome in conn.execute(
+                    _FIND_ENTRIES, ([w[0] for w in wanted], [w[1] for w in wanted])
+                ).fetchall():
+                    entries[(session, number)] = (consumed, outcome)
             now = time.time_ns()
             rows: list[Row] = []
             marks: list[Mark] = []
-            results = [self._check(item, heads, stored, rows, marks, now) for item in batch]
+            applied: list[tuple[str, int, bytes]] = []
+            results = [
+                self._check(item, heads, stored, entries, rows, marks, applied, now)
+                for item in batch
+            ]
             written = {s: h for s, h in heads.items() if h.written}
             if written:
                 columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[]] * 8
@@ -383,6 +427,9 @@ class Writer:
                         [channel(self._schema, s) for s in written],
                     ),
                 )
+            if applied:
+                sessions_, numbers, outcomes = (list(c) for c in zip(*applied, strict=True))
+                conn.execute(_CONSUME, (now, sessions_, numbers, outcomes))
             conn.execute("COMMIT")
         for s, h in heads.items():
             self._known[s] = (h.incarnation, h.head, h.digest)
@@ -393,8 +440,10 @@ class Writer:
         item: Append,
         heads: dict[str, _Head],
         stored: dict[tuple[str, str], Row],
+        entries: dict[tuple[str, int], tuple[bool, bytes | None]],
         rows: list[Row],
         marks: list[Mark],
+        applied: list[tuple[str, int, bytes]],
         now: int,
     ) -> list[Record] | BaseException:
         """Decide one append against the locked state; queue its rows when it passes.
@@ -413,10 +462,21 @@ class Writer:
             if repeated is not None:
                 raise DuplicateEventError(session, repeated)
             hits = [stored.get((session, p[0])) for p in pending]
-            start = len(rows)
+            start, marked = len(rows), len(marks)
             records, fresh = decide_append(
                 session, item.expected_seq, h.head, h.digest, pending, hits, now, rows, marks
             )
+            if item.consumes:
+                try:
+                    found = [entries.get((session, n)) for n, _ in item.consumes]
+                    consumed = decide_consumes(session, item.consumes, found)
+                except JournalError:
+                    # Refused whole: the records it planned are not written.
+                    del rows[start:], marks[marked:]
+                    raise
+                for number, outcome in consumed:
+                    entries[(session, number)] = (True, outcome)
+                    applied.append((session, number, outcome))
         except JournalError as exc:
             return exc
         if fresh:

@@ -17,19 +17,36 @@ import trio
 
 from ..codec import encode_checked
 from ..errors import DuplicateEventError, JournalClosedError, JournalReadOnlyError
+from ..inbox import (
+    Claim,
+    Consumed,
+    InboxCommand,
+    InboxEntry,
+    encode_command,
+    encode_outcome,
+)
 from ..location import JournalLocation, parse_location
 from ..record import Draft, Record, check_drafts, check_text
-from ..rules import repeated_id
+from ..rules import repeated_id, ttl_ns
 from ..store import SessionInfo, SessionLease, StorageCheck
-from .reading import Reading
+from .reading import Reading, entry_of
 from .schema import (
     Access,
     check_existing_file,
     check_readable_version,
+    host_table_stand_ins,
     prepare,
     reader_stand_ins,
 )
-from .writer import AppendRequest, OpenRequest, Request, SQLiteStatistics, Writer
+from .writer import (
+    AppendRequest,
+    LeaseRequest,
+    OpenRequest,
+    PutRequest,
+    Request,
+    SQLiteStatistics,
+    Writer,
+)
 
 __all__ = ["SQLiteJournal"]
 
@@ -93,7 +110,8 @@ class SQLiteJournal:
         if readonly:
             access = await trio.to_thread.run_sync(check_existing_file, location.path)
             version = await trio.to_thread.run_sync(check_readable_version, location.path, access)
-            return cls(location, None, access, reader_stand_ins(version))
+            extra = await trio.to_thread.run_sync(host_table_stand_ins, location.path, access)
+            return cls(location, None, access, reader_stand_ins(version) + extra)
         conn = await trio.to_thread.run_sync(prepare, location.path, location.synchronous)
         return cls(location, conn)
 
@@ -110,8 +128,89 @@ class SQLiteJournal:
         result: SessionLease = await self._submit(OpenRequest(session, create))
         return result
 
+    async def acquire(
+        self,
+        session: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: bool = False,
+        definition: str | None = None,
+    ) -> SessionLease:
+        """Take the session's lease for ``owner`` (see ``journal.store``); durable on return."""
+        self._check_open()
+        check_text("session id", session)
+        check_text("owner", owner)
+        check_text("definition", definition)
+        request = LeaseRequest(
+            session, "acquire", owner=owner, ttl=ttl_ns(ttl), create=create, definition=definition
+        )
+        result: SessionLease = await self._submit(request)
+        return result
+
+    async def renew(self, lease: SessionLease, *, ttl: float) -> SessionLease:
+        self._check_open()
+        check_text("session id", lease.session)
+        request = LeaseRequest(
+            lease.session,
+            "renew",
+            owner=lease.owner,
+            ttl=ttl_ns(ttl),
+            incarnation=lease.incarnation,
+        )
+        result: SessionLease = await self._submit(request)
+        return result
+
+    async def release(
+        self, lease: SessionLease, *, handoff: bool = False, definition: str | None = None
+    ) -> None:
+        self._check_open()
+        check_text("session id", lease.session)
+        check_text("definition", definition)
+        await self._submit(
+            LeaseRequest(
+                lease.session,
+                "release",
+                incarnation=lease.incarnation,
+                handoff=handoff,
+                definition=definition,
+            )
+        )
+
+    async def put(
+        self, session: str, key: str, command: InboxCommand, *, definition: str | None = None
+    ) -> InboxEntry:
+        """Store ``command`` in the session's inbox under ``key`` (see ``journal.store``)."""
+        self._check_open()
+        check_text("session id", session)
+        check_text("key", key)
+        check_text("definition", definition)
+        body = encode_command(command)
+        row = await self._submit(PutRequest(session, key, body, definition))
+        return entry_of(session, row)
+
+    async def inbox(self, session: str, *, after: int = 0) -> list[InboxEntry]:
+        """The entries not yet applied, in order (after entry number ``after``)."""
+        self._check_open()
+        return await self._reading.inbox(session, after)
+
+    async def entry(self, session: str, key: str) -> InboxEntry | None:
+        self._check_open()
+        return await self._reading.entry(session, key)
+
+    async def claimable(
+        self, *, definitions: Sequence[str], owner: str | None = None, limit: int = 100
+    ) -> list[Claim]:
+        self._check_open()
+        return await self._reading.claimable(list(definitions), owner, limit)
+
     async def append(
-        self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
+        self,
+        lease: SessionLease,
+        drafts: Sequence[Draft],
+        *,
+        expected_seq: int,
+        consumes: Sequence[Consumed] = (),
     ) -> list[Record]:
         """Append ``drafts`` atomically after seq ``expected_seq``; see ``journal.store``.
 
@@ -132,7 +231,10 @@ class SQLiteJournal:
         check_drafts(drafts)
         encode = encode_checked
         pending = [(d.id, d.loop, d.cause, d.event, encode(d.event)) for d in drafts]
-        result: list[Record] = await self._submit(AppendRequest(lease, pending, expected_seq))
+        marks = [(c.entry, encode_outcome(c.outcome)) for c in consumes] if consumes else None
+        result: list[Record] = await self._submit(
+            AppendRequest(lease, pending, expected_seq, marks)
+        )
         return result
 
     async def _submit(self, request: Request) -> Any:

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
@@ -24,11 +25,12 @@ import trio
 from ..codec import GENESIS, checkpoint_records, decode_event
 from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
 from ..events import Event
+from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
 from ..record import Record
 from ..store import SessionInfo, StorageCheck, StorageProblem
 from .schema import Access, connect, damaged, unavailable
 
-__all__ = ["Reading"]
+__all__ = ["Reading", "entry_of"]
 
 # The checkpoint's record and the digest of the record before it (NULL for
 # seq 1, which chains from GENESIS, or when that record is missing).
@@ -392,10 +394,14 @@ class Reading:
         try:
             with self._readers.connection() as conn:
                 rows = conn.execute(
-                    "SELECT s.session, s.incarnation, s.created_at, last.seq, last.at"
+                    "SELECT s.session, s.incarnation, s.created_at, last.seq, last.at,"
+                    " l.owner, l.expires_at, l.definition,"
+                    " (SELECT count(*) FROM inbox AS i"
+                    "  WHERE i.session = s.session AND i.consumed_at IS NULL)"
                     " FROM sessions AS s LEFT JOIN records AS last"
                     " ON last.session = s.session AND last.seq = ("
                     "  SELECT max(seq) FROM records WHERE session = s.session)"
+                    " LEFT JOIN leases AS l ON l.session = s.session"
                     " ORDER BY s.rowid"
                 ).fetchall()
         except sqlite3.Error as exc:
@@ -407,9 +413,106 @@ class Reading:
                 incarnation=incarnation,
                 created_at=created_at,
                 updated_at=at if at is not None else created_at,
+                owner=owner,
+                expires_at=expires_at or 0,
+                pending=pending,
+                definition=definition,
             )
-            for session, incarnation, created_at, head, at in rows
+            for (
+                session,
+                incarnation,
+                created_at,
+                head,
+                at,
+                owner,
+                expires_at,
+                definition,
+                pending,
+            ) in rows
         ]
+
+    # -- the inbox ----------------------------------------------------------------
+
+    async def inbox(self, session: str, after: int) -> list[InboxEntry]:
+        rows = await trio.to_thread.run_sync(
+            self._query,
+            session,
+            f"reading the inbox of session {session}",
+            "SELECT number, key, body, created_at, consumed_at, outcome FROM inbox"
+            " WHERE session = ? AND consumed_at IS NULL AND number > ? ORDER BY number",
+            (session, after),
+        )
+        return [entry_of(session, row) for row in rows]
+
+    async def entry(self, session: str, key: str) -> InboxEntry | None:
+        rows = await trio.to_thread.run_sync(
+            self._query,
+            session,
+            f"reading the inbox of session {session}",
+            "SELECT number, key, body, created_at, consumed_at, outcome FROM inbox"
+            " WHERE session = ? AND key = ?",
+            (session, key),
+        )
+        return entry_of(session, rows[0]) if rows else None
+
+    def _query(
+        self, session: str, doing: str, statement: str, params: tuple[Any, ...]
+    ) -> list[Any]:
+        """Worker thread: ``statement``'s rows, once the session is known to exist."""
+        try:
+            with self._readers.connection() as conn:
+                if conn.execute("SELECT 1 FROM sessions WHERE session = ?", (session,)).fetchone():
+                    return conn.execute(statement, params).fetchall()
+        except sqlite3.Error as exc:
+            raise unavailable(exc, self.path, doing) from exc
+        raise SessionNotFoundError(session)
+
+    async def claimable(self, definitions: list[str], owner: str | None, limit: int) -> list[Claim]:
+        return await trio.to_thread.run_sync(self._claimable, definitions, owner, limit)
+
+    def _claimable(self, definitions: list[str], owner: str | None, limit: int) -> list[Claim]:
+        now = time.time_ns()
+        names = ", ".join("?" * len(definitions))
+        statement = (
+            "WITH candidates AS ("
+            " SELECT DISTINCT session FROM inbox WHERE consumed_at IS NULL"
+            " UNION SELECT session FROM leases WHERE owner IS NOT NULL AND expires_at <= ?)"
+            " SELECT c.session, l.owner, coalesce(l.expires_at, 0),"
+            " (SELECT count(*) FROM inbox AS i"
+            "  WHERE i.session = c.session AND i.consumed_at IS NULL),"
+            " l.definition"
+            " FROM candidates AS c LEFT JOIN leases AS l ON l.session = c.session"
+            f" WHERE (l.definition IS NULL OR l.definition IN ({names}))"
+            " AND (l.owner IS NULL OR l.expires_at <= ? OR l.owner = ?)"
+            " LIMIT ?"
+        )
+        try:
+            with self._readers.connection() as conn:
+                rows = conn.execute(statement, (now, *definitions, now, owner, limit)).fetchall()
+        except sqlite3.Error as exc:
+            raise unavailable(exc, self.path, "finding sessions with work") from exc
+        return [
+            Claim(session=s, owner=o, expires_at=e, pending=p, definition=d)
+            for s, o, e, p, d in rows
+        ]
+
+
+def entry_of(session: str, row: tuple[Any, ...]) -> InboxEntry:
+    """An inbox entry from its stored row ``(number, key, body, created_at,
+    consumed_at, outcome)``; a command that does not decode is reported in
+    ``damage``, never raised."""
+    number, key, body, created_at, consumed_at, outcome = row
+    command, damage = decode_entry(body)
+    return InboxEntry(
+        session=session,
+        number=number,
+        key=key,
+        command=command,
+        created_at=created_at,
+        consumed_at=consumed_at,
+        outcome=decode_outcome(outcome) if outcome is not None else None,
+        damage=damage,
+    )
 
 
 def _quick_check(conn: sqlite3.Connection, table: str | None) -> str | None:

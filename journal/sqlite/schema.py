@@ -27,6 +27,7 @@ __all__ = [
     "check_existing_file",
     "connect",
     "damaged",
+    "host_table_stand_ins",
     "prepare",
     "unavailable",
 ]
@@ -47,6 +48,29 @@ _CHECKPOINTS_TABLE = (
 # chained.  A session without a row was chained whole from seq 1.
 _CHAIN_RULE_TABLE = (
     "CREATE TABLE chain_rule ( session TEXT PRIMARY KEY, whole_from INTEGER NOT NULL) WITHOUT ROWID"
+)
+
+# Leases and the inbox (journal.store): tables of their own, added to a
+# journal by the first writer that knows them (``_add_host_tables``).  They
+# change no record, so the schema version stays; older code ignores them.
+_HOST_TABLES = (
+    "CREATE TABLE IF NOT EXISTS leases ("
+    " session TEXT PRIMARY KEY,"
+    " owner TEXT,"
+    " expires_at INTEGER NOT NULL DEFAULT 0,"
+    " definition TEXT) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS leases_held ON leases (expires_at) WHERE owner IS NOT NULL",
+    "CREATE TABLE IF NOT EXISTS inbox ("
+    " session TEXT NOT NULL,"
+    " number INTEGER NOT NULL,"
+    " key TEXT NOT NULL,"
+    " body BLOB NOT NULL,"
+    " created_at INTEGER NOT NULL,"
+    " consumed_at INTEGER,"
+    " outcome BLOB,"
+    " PRIMARY KEY (session, number))",
+    "CREATE UNIQUE INDEX IF NOT EXISTS inbox_by_key ON inbox (session, key)",
+    "CREATE INDEX IF NOT EXISTS inbox_pending ON inbox (session, number) WHERE consumed_at IS NULL",
 )
 
 _SCHEMA = (
@@ -71,6 +95,7 @@ _SCHEMA = (
     "CREATE UNIQUE INDEX records_by_id ON records (session, id)",
     _CHECKPOINTS_TABLE,
     _CHAIN_RULE_TABLE,
+    *_HOST_TABLES,
 )
 
 _UPGRADES: dict[int, tuple[str, ...]] = {
@@ -290,6 +315,22 @@ def _check_or_create_schema(conn: sqlite3.Connection, path: str) -> None:
     check_schema_version(version, where=f"journal {path}")
     if version < SCHEMA_VERSION:
         _upgrade(conn)
+    if not {"leases", "inbox"} <= tables:
+        _add_host_tables(conn)
+
+
+def _add_host_tables(conn: sqlite3.Connection) -> None:
+    """Add the lease and inbox tables to a journal made before them (one
+    transaction; safe against another process doing the same)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _HOST_TABLES:
+            conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _schema_version(meta: dict[str, str]) -> int:
@@ -367,6 +408,23 @@ def check_readable_version(path: str, access: Access) -> int:
     version = _schema_version(_read_meta(path, access))
     check_schema_version(version, where=f"journal {path}")
     return version
+
+
+def host_table_stand_ins(path: str, access: Access) -> tuple[str, ...]:
+    """Stand-ins (empty, per connection) for the lease and inbox tables of a
+    journal no writer that knows them has opened yet, for a read-only reader."""
+    conn = connect(path, "NORMAL", access)
+    try:
+        tables = _tables(conn)
+    finally:
+        conn.close()
+    if {"leases", "inbox"} <= tables:
+        return ()
+    return tuple(
+        statement.replace("CREATE TABLE IF NOT EXISTS", "CREATE TEMP TABLE", 1)
+        for statement in _HOST_TABLES
+        if statement.startswith("CREATE TABLE")
+    )
 
 
 def reader_stand_ins(version: int) -> tuple[str, ...]:

@@ -35,20 +35,29 @@ from ..errors import (
 )
 from ..record import Record
 from ..rules import (
+    UNOWNED,
+    LeaseState,
     Mark,
     Pending,
     Row,
     check_lease,
+    decide_acquire,
     decide_append,
+    decide_open,
+    decide_release,
+    decide_renew,
     plan_append,
     stored_records,
 )
 from ..store import SessionLease
+from .leases import EntryRow, consume, lease_state, put_entry, store_lease
 from .schema import unavailable
 
 __all__ = [
     "AppendRequest",
+    "LeaseRequest",
     "OpenRequest",
+    "PutRequest",
     "Request",
     "SQLiteStatistics",
     "Writer",
@@ -109,14 +118,52 @@ class OpenRequest(Request):
         self.create = create
 
 
-class AppendRequest(Request):
-    __slots__ = ("expected_seq", "incarnation", "pending")
+class LeaseRequest(Request):
+    """``acquire``, ``renew`` or ``release`` (``op``)."""
 
-    def __init__(self, lease: SessionLease, pending: list[Pending], expected_seq: int) -> None:
+    __slots__ = ("create", "definition", "handoff", "incarnation", "op", "owner", "ttl")
+
+    def __init__(
+        self,
+        session: str,
+        op: str,
+        *,
+        owner: str | None = None,
+        ttl: int = 0,
+        incarnation: int = 0,
+        create: bool = False,
+        handoff: bool = False,
+        definition: str | None = None,
+    ) -> None:
+        super().__init__(session)
+        self.op, self.owner, self.ttl, self.incarnation = op, owner, ttl, incarnation
+        self.create, self.handoff, self.definition = create, handoff, definition
+
+
+class PutRequest(Request):
+    __slots__ = ("body", "definition", "key")
+
+    def __init__(self, session: str, key: str, body: bytes, definition: str | None) -> None:
+        super().__init__(session)
+        self.key, self.body, self.definition = key, body, definition
+
+
+class AppendRequest(Request):
+    __slots__ = ("consumes", "expected_seq", "incarnation", "pending")
+
+    def __init__(
+        self,
+        lease: SessionLease,
+        pending: list[Pending],
+        expected_seq: int,
+        consumes: list[tuple[int, bytes]] | None = None,
+    ) -> None:
         super().__init__(lease.session)
         self.incarnation = lease.incarnation
         self.pending = pending
         self.expected_seq = expected_seq
+        self.consumes = consumes
+        """Inbox entries this append applies: ``(number, outcome bytes)``."""
 
 
 class _State:
@@ -284,10 +331,9 @@ class Writer:
         plan, value = plan_append, outcome.Value
         for request in group:
             try:
-                if type(request) is OpenRequest:
-                    request.result = value(self._open(request, cache, now))
+                if type(request) is not AppendRequest:
+                    request.result = value(self._other(request, cache, now))
                     continue
-                assert isinstance(request, AppendRequest)
                 state = cache.get(request.session)
                 if state is None or request.incarnation != state.incarnation:
                     state = self._checked_state(request, cache)
@@ -295,8 +341,14 @@ class Writer:
                     # The ids may already be stored (an idempotent retry); the
                     # lookup must also see rows this group has not flushed yet.
                     self._flush_fast(rows, marks)
-                    request.result = value(self._stored_or_conflict(request, state))
+                    stored = self._stored_or_conflict(request, state)
+                    if request.consumes:
+                        self._consume(request, now)
+                    request.result = value(stored)
                     continue
+                if request.consumes:
+                    # Decided before the plan: a refusal leaves nothing planned.
+                    self._consume(request, now)
                 records = plan(
                     request.session, state.head, state.digest, request.pending, now, rows, marks
                 )
@@ -345,8 +397,8 @@ class Writer:
             before = work.get(request.session)
             before = before.copy() if before is not None else None
             try:
-                if isinstance(request, OpenRequest):
-                    request.result = outcome.Value(self._open(request, work, now))
+                if not isinstance(request, AppendRequest):
+                    request.result = outcome.Value(self._other(request, work, now))
                 else:
                     assert isinstance(request, AppendRequest)
                     state = self._checked_state(request, work)
@@ -388,6 +440,8 @@ class Writer:
             rows,
             marks,
         )
+        if request.consumes:
+            self._consume(request, now)
         if not fresh:
             return records, False
         try:
@@ -429,23 +483,82 @@ class Writer:
 
     # -- the rules ---------------------------------------------------------------
 
+    def _other(self, request: Request, work: dict[str, _State], now: int) -> Any:
+        """A write that appends no records: a lease or an inbox entry."""
+        if isinstance(request, OpenRequest):
+            return self._open(request, work, now)
+        if isinstance(request, LeaseRequest):
+            return self._lease_op(request, work, now)
+        assert isinstance(request, PutRequest)
+        return self._put(request, work, now)
+
+    def _set_lease(
+        self, session: str, state: _State, lease: LeaseState, definition: str | None
+    ) -> None:
+        store_lease(self.conn, session, state.incarnation, lease, definition)
+        state.incarnation = lease[0]
+
+    def _new_session(self, session: str, work: dict[str, _State], now: int) -> _State:
+        self.conn.execute(
+            "INSERT INTO sessions (session, incarnation, created_at) VALUES (?, 0, ?)",
+            (session, now),
+        )
+        state = work[session] = _State(0, 0, GENESIS, now)
+        return state
+
     def _open(self, request: OpenRequest, work: dict[str, _State], now: int) -> SessionLease:
         state = self._state(request.session, work)
         if state is None:
             if not request.create:
                 raise SessionNotFoundError(request.session)
-            self.conn.execute(
-                "INSERT INTO sessions (session, incarnation, created_at) VALUES (?, 1, ?)",
-                (request.session, now),
-            )
-            state = work[request.session] = _State(1, 0, GENESIS, now)
-        else:
-            state.incarnation += 1
-            self.conn.execute(
-                "UPDATE sessions SET incarnation = ? WHERE session = ?",
-                (state.incarnation, request.session),
-            )
+            state = self._new_session(request.session, work, now)
+        lease = lease_state(self.conn, request.session, state.incarnation)
+        self._set_lease(request.session, state, decide_open(request.session, lease, now), None)
         return SessionLease(session=request.session, incarnation=state.incarnation, head=state.head)
+
+    def _lease_op(
+        self, request: LeaseRequest, work: dict[str, _State], now: int
+    ) -> SessionLease | None:
+        session = request.session
+        state = self._state(session, work)
+        if state is None:
+            if not (request.op == "acquire" and request.create):
+                raise SessionNotFoundError(session)
+            state = self._new_session(session, work, now)
+        lease = lease_state(self.conn, session, state.incarnation)
+        if request.op == "acquire":
+            assert request.owner is not None
+            after = decide_acquire(session, request.owner, lease, now, request.ttl)
+        elif request.op == "renew":
+            after = decide_renew(
+                session, request.incarnation, request.owner, lease, now, request.ttl
+            )
+        else:
+            after = decide_release(session, request.incarnation, lease, request.handoff)
+        self._set_lease(session, state, after, request.definition)
+        if request.op == "release":
+            return None
+        return SessionLease(
+            session=session,
+            incarnation=after[0],
+            head=state.head,
+            owner=after[1],
+            expires_at=after[2],
+        )
+
+    def _put(self, request: PutRequest, work: dict[str, _State], now: int) -> EntryRow:
+        session = request.session
+        if self._state(session, work) is None:
+            if request.definition is None:
+                raise SessionNotFoundError(session)
+            state = self._new_session(session, work, now)
+            self._set_lease(session, state, UNOWNED, request.definition)
+        return put_entry(self.conn, session, request.key, request.body, now)
+
+    def _consume(self, request: AppendRequest, now: int) -> None:
+        """Mark the entries ``request`` applies, as ``rules.decide_consumes`` decides."""
+        assert request.consumes
+        consume(self.conn, request.session, request.consumes, now)
 
     def _checked_state(self, request: AppendRequest, work: dict[str, _State]) -> _State:
         state = self._state(request.session, work)

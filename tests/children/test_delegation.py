@@ -225,10 +225,12 @@ class _DiesBeforeDelivery(ForwardingJournal):
     """A journal that fails (like a crash) on the append delivering a child's
     result to its parent; everything before it is durable in ``inner``."""
 
-    async def append(self, lease: Any, drafts: Any, *, expected_seq: int) -> Any:
+    async def append(
+        self, lease: Any, drafts: Any, *, expected_seq: int, consumes: Any = ()
+    ) -> Any:
         if any(isinstance(d.event, ChildFinished) for d in drafts):
             raise JournalUnavailableError("the process died here")
-        return await self.inner.append(lease, drafts, expected_seq=expected_seq)
+        return await self.inner.append(lease, drafts, expected_seq=expected_seq, consumes=consumes)
 
 
 async def test_background_result_is_delivered_exactly_once_after_a_crash() -> None:

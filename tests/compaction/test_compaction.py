@@ -680,10 +680,12 @@ class FailingJournal(ForwardingJournal):
         super().__init__(inner)
         self.fail_on = fail_on
 
-    async def append(self, lease: Any, drafts: Any, *, expected_seq: int) -> list[Record]:
+    async def append(
+        self, lease: Any, drafts: Any, *, expected_seq: int, consumes: Any = ()
+    ) -> list[Record]:
         if any(isinstance(d.event, self.fail_on) for d in drafts):
             raise JournalUnavailableError("the journal's disk went away")
-        return await self.inner.append(lease, drafts, expected_seq=expected_seq)
+        return await self.inner.append(lease, drafts, expected_seq=expected_seq, consumes=consumes)
 
 
 async def test_a_journal_failure_while_committing_stops_the_loop_not_a_rejection() -> None:

@@ -29,6 +29,13 @@ object with:
     Overwrite one other column (``id``, ``loop``, ``at`` or ``cause``) of
     record ``seq`` of ``session``, leaving the rest alone.
 
+``async expire(journal, session) -> None``
+    Move the expiry of the session's lease into the past, owner unchanged (as
+    the passing of its ttl would).
+
+``async damage_entry(journal, session, number, body) -> None``
+    Overwrite the stored command bytes of inbox entry ``number``.
+
 Example (PostgreSQL)::
 
     class PostgresBackend:
@@ -84,15 +91,20 @@ from journal import (
     Draft,
     DuplicateEventError,
     FencedError,
+    InboxConsumedError,
+    InboxError,
+    InboxKeyError,
     InvalidEventError,
     Journal,
     JournalClosedError,
     JournalCorruptError,
+    LeaseHeldError,
     Record,
     SessionLease,
     SessionNotFoundError,
 )
 from journal.codec import GENESIS, chain, encode_event
+from journal.content import Message, Text
 from journal.events import (
     CHECKPOINT_STREAM,
     EVENT_TYPES,
@@ -101,6 +113,7 @@ from journal.events import (
     Notice,
     SessionCheckpoint,
 )
+from journal.inbox import Consumed, Create, InboxOutcome, Steer, Submit
 
 __all__ = [
     "EVENT_STRATEGIES",
@@ -121,6 +134,12 @@ class Backend(Protocol):
 
     async def edit(
         self, journal: Journal, session: str, seq: int, column: str, value: object
+    ) -> None: ...
+
+    async def expire(self, journal: Journal, session: str) -> None: ...
+
+    async def damage_entry(
+        self, journal: Journal, session: str, number: int, body: bytes
     ) -> None: ...
 
 
@@ -298,7 +317,7 @@ async def receive(channel: trio.MemoryReceiveChannel[Record], n: int) -> list[Re
 # -- the suite ----------------------------------------------------------------------------
 
 
-class JournalContract:
+class _RecordContract:
     """Every test a journal backend must pass.  Subclasses provide ``backend``."""
 
     # -- vocabulary coverage --------------------------------------------------------
@@ -1040,3 +1059,258 @@ class JournalContract:
         async with backend.open() as journal:
             assert await read_all(journal, session) == written + more
             assert await journal.checkpoints(session) == more[:1]
+
+
+# -- leases and the inbox ------------------------------------------------------------------
+#
+# Written as a second class body and mixed into JournalContract below, so every
+# backend runs them: one contract, one suite.
+
+
+def submit(text: str) -> Submit:
+    return Submit(message=Message(role="user", blocks=(Text(text=text),)))
+
+
+class _LeaseAndInboxContract:
+    async def test_acquire_takes_a_new_incarnation_and_fences_the_last(
+        self, backend: Backend
+    ) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            with pytest.raises(SessionNotFoundError):
+                await journal.acquire(session, "host-a", ttl=60)
+            first = await journal.open_session(session)
+            await journal.append(first, drafts("x", 1), expected_seq=0)
+            lease = await journal.acquire(session, "host-a", ttl=60)
+            assert (lease.owner, lease.head) == ("host-a", 1)
+            assert lease.incarnation == first.incarnation + 1
+            assert lease.expires_at > 0
+            with pytest.raises(FencedError):
+                await journal.append(first, drafts("y", 1), expected_seq=1)
+            await journal.append(lease, drafts("y", 1), expected_seq=1)
+            info = {i.session: i for i in await journal.sessions()}[session]
+            assert (info.owner, info.expires_at) == ("host-a", lease.expires_at)
+
+    async def test_a_live_lease_is_held_against_other_owners(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.acquire(session, "host-a", ttl=60, create=True)
+            with pytest.raises(LeaseHeldError) as caught:
+                await journal.acquire(session, "host-b", ttl=60)
+            assert (caught.value.session, caught.value.owner) == (session, "host-a")
+            assert "loopruntime submit" in str(caught.value)
+            with pytest.raises(LeaseHeldError):
+                await journal.open_session(session)
+            # Refused takes changed nothing: the holder still writes.
+            await journal.append(lease, drafts("x", 1), expected_seq=0)
+            # Its own owner may take it again (a restarted host): a new incarnation.
+            again = await journal.acquire(session, "host-a", ttl=60)
+            assert again.incarnation == lease.incarnation + 1
+            with pytest.raises(FencedError):
+                await journal.append(lease, drafts("y", 1), expected_seq=1)
+
+    async def test_an_expired_lease_is_taken_over(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            a = await journal.acquire(session, "host-a", ttl=60, create=True)
+            await backend.expire(journal, session)
+            b = await journal.acquire(session, "host-b", ttl=60)
+            assert (b.owner, b.incarnation) == ("host-b", a.incarnation + 1)
+            # The former owner is fenced at its next append and renewal.
+            with pytest.raises(FencedError):
+                await journal.append(a, drafts("x", 1), expected_seq=0)
+            with pytest.raises(FencedError):
+                await journal.renew(a, ttl=60)
+
+    async def test_renewal_moves_the_expiry_of_a_current_lease(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.acquire(session, "host-a", ttl=1, create=True)
+            renewed = await journal.renew(lease, ttl=3600)
+            assert renewed.expires_at > lease.expires_at
+            assert (renewed.incarnation, renewed.owner) == (lease.incarnation, "host-a")
+            # Expired but not taken: still current, so it may be renewed.
+            await backend.expire(journal, session)
+            assert (await journal.renew(lease, ttl=60)).incarnation == lease.incarnation
+            with pytest.raises(ValueError, match="ttl"):
+                await journal.renew(lease, ttl=0)
+            with pytest.raises(LeaseHeldError):
+                await journal.acquire(session, "host-b", ttl=60)
+
+    async def test_release_fences_and_frees_at_once(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            a = await journal.acquire(session, "host-a", ttl=3600, create=True)
+            await journal.release(a)
+            with pytest.raises(FencedError):
+                await journal.append(a, drafts("x", 1), expected_seq=0)
+            with pytest.raises(FencedError):
+                await journal.renew(a, ttl=60)
+            with pytest.raises(FencedError):
+                await journal.release(a)
+            info = {i.session: i for i in await journal.sessions()}[session]
+            assert info.owner is None
+            assert await journal.claimable(definitions=[]) == []
+            b = await journal.acquire(session, "host-b", ttl=60)
+            # A hand-over names the owner on an expired lease: claimable now.
+            await journal.release(b, handoff=True, definition="agent")
+            claims = [
+                c for c in await journal.claimable(definitions=["agent"]) if c.session == session
+            ]
+            assert [(c.owner, c.pending, c.definition) for c in claims] == [("host-b", 0, "agent")]
+            assert [
+                c for c in await journal.claimable(definitions=["other"]) if c.session == session
+            ] == []
+
+    async def test_put_numbers_entries_and_is_idempotent_by_key(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            with pytest.raises(SessionNotFoundError):
+                await journal.put(session, "k0", submit("hi"))
+            created = await journal.put(
+                session, "k1", Create(definition="agent"), definition="agent"
+            )
+            assert (created.number, created.key, created.consumed) == (1, "k1", False)
+            assert created.command == Create(definition="agent")
+            assert await journal.head(session) == 0
+            second = await journal.put(session, "k2", submit("hello"))
+            assert second.number == 2
+            # The same key with the same command: the stored entry, nothing new.
+            assert await journal.put(session, "k2", submit("hello")) == second
+            with pytest.raises(InboxKeyError) as caught:
+                await journal.put(session, "k2", submit("other"))
+            assert (caught.value.key, caught.value.number) == ("k2", 2)
+            assert [e.number for e in await journal.inbox(session)] == [1, 2]
+            assert [e.number for e in await journal.inbox(session, after=1)] == [2]
+            assert await journal.entry(session, "k2") == second
+            assert await journal.entry(session, "nope") is None
+            info = {i.session: i for i in await journal.sessions()}[session]
+            assert (info.pending, info.definition, info.owner) == (2, "agent", None)
+
+    async def test_a_command_that_cannot_be_stored_is_refused_at_put(
+        self, backend: Backend
+    ) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            await journal.put(session, "k1", Create(definition="agent"), definition="agent")
+            with pytest.raises(InvalidEventError):
+                await journal.put(session, "k2", Steer(text=3))  # type: ignore[arg-type]
+            with pytest.raises(InvalidEventError):
+                await journal.put(session, "k3", "submit hi")  # type: ignore[arg-type]
+            assert [e.number for e in await journal.inbox(session)] == [1]
+
+    async def test_claimable_lists_waiting_work_without_a_live_owner(
+        self, backend: Backend
+    ) -> None:
+        waiting, held, other = new_session(), new_session(), new_session()
+        async with backend.open() as journal:
+            await journal.put(waiting, "k", Create(definition="agent"), definition="agent")
+            await journal.put(held, "k", Create(definition="agent"), definition="agent")
+            await journal.put(other, "k", Create(definition="other"), definition="other")
+            lease = await journal.acquire(held, "host-a", ttl=3600)
+
+            async def claims(owner: str | None = None) -> dict[str, str | None]:
+                found = await journal.claimable(definitions=["agent"], owner=owner)
+                return {c.session: c.owner for c in found if c.session in (waiting, held, other)}
+
+            assert await claims() == {waiting: None}
+            # A host learns of its own sessions' new entries in the same query.
+            assert await claims("host-a") == {waiting: None, held: "host-a"}
+            await backend.expire(journal, held)
+            assert await claims() == {waiting: None, held: "host-a"}
+            await journal.append(
+                lease, [], expected_seq=0, consumes=[Consumed(entry=1, outcome=InboxOutcome())]
+            )
+            # Expired with nothing waiting: still claimable (a host that went away).
+            assert await claims() == {waiting: None, held: "host-a"}
+
+    async def test_consuming_is_atomic_with_the_append(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            await journal.put(session, "k1", Create(definition="agent"), definition="agent")
+            await journal.put(session, "k2", submit("hi"))
+            lease = await journal.acquire(session, "host-a", ttl=3600)
+            done = InboxOutcome(record="x-0", value="in_1")
+            records = await journal.append(
+                lease, drafts("x", 2), expected_seq=0, consumes=[Consumed(entry=1, outcome=done)]
+            )
+            entry = await journal.entry(session, "k1")
+            assert entry is not None and entry.consumed and entry.outcome == done
+            assert entry.consumed_at is not None and entry.consumed_at > 0
+            assert [e.number for e in await journal.inbox(session)] == [2]
+            # A retry of that append (a lost reply) returns the records and leaves the entry.
+            again = await journal.append(
+                lease, drafts("x", 2), expected_seq=0, consumes=[Consumed(entry=1, outcome=done)]
+            )
+            assert again == records
+            # Applying it again, with records of its own, is refused whole.
+            with pytest.raises(InboxConsumedError) as caught:
+                await journal.append(
+                    lease,
+                    drafts("y", 1),
+                    expected_seq=2,
+                    consumes=[Consumed(entry=1, outcome=InboxOutcome(record="y-0"))],
+                )
+            assert caught.value.number == 1
+            # A refused append consumes nothing: a conflict, a missing entry, fencing.
+            with pytest.raises(ConflictError):
+                await journal.append(
+                    lease,
+                    drafts("z", 1),
+                    expected_seq=1,
+                    consumes=[Consumed(entry=2, outcome=InboxOutcome())],
+                )
+            with pytest.raises(InboxError):
+                await journal.append(
+                    lease,
+                    drafts("z", 1),
+                    expected_seq=2,
+                    consumes=[
+                        Consumed(entry=2, outcome=InboxOutcome()),
+                        Consumed(entry=9, outcome=InboxOutcome()),
+                    ],
+                )
+            newer = await journal.acquire(session, "host-a", ttl=3600)
+            with pytest.raises(FencedError):
+                await journal.append(
+                    lease,
+                    drafts("z", 1),
+                    expected_seq=2,
+                    consumes=[Consumed(entry=2, outcome=InboxOutcome())],
+                )
+            assert await journal.head(session) == 2
+            assert [e.number for e in await journal.inbox(session)] == [2]
+            # An append of no records consumes alone (a command refused).
+            refused = InboxOutcome(error="GateMismatchError", message="no gate")
+            assert (
+                await journal.append(
+                    newer, [], expected_seq=2, consumes=[Consumed(entry=2, outcome=refused)]
+                )
+                == []
+            )
+            assert await journal.inbox(session) == []
+            entry = await journal.entry(session, "k2")
+            assert entry is not None and entry.outcome == refused
+
+    async def test_a_damaged_entry_is_reported_not_raised(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            await journal.put(session, "k1", Create(definition="agent"), definition="agent")
+            await journal.put(session, "k2", submit("hi"))
+            await backend.damage_entry(journal, session, 1, b"\xc1 not msgpack")
+            entries = await journal.inbox(session)
+            assert [e.number for e in entries] == [1, 2]
+            assert entries[0].command is None and entries[0].damage
+            assert entries[1].command == submit("hi")
+
+    async def test_inbox_of_a_missing_session(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            with pytest.raises(SessionNotFoundError):
+                await journal.inbox(session)
+            with pytest.raises(SessionNotFoundError):
+                await journal.entry(session, "k")
+
+
+class JournalContract(_RecordContract, _LeaseAndInboxContract):
+    """The whole contract: records, then leases and the inbox."""

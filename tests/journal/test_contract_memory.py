@@ -8,7 +8,7 @@ import pytest
 
 from journal import Journal, open_journal
 from journal.memory import MemoryJournal
-from tests.support.damage import damage_record, edit_record
+from tests.support.damage import damage_entry, damage_record, edit_record, expire_lease
 
 from .contract import JournalContract
 
@@ -30,6 +30,12 @@ class MemoryBackend:
     ) -> None:
         assert isinstance(journal, MemoryJournal)
         edit_record(journal, session, seq, column, value)
+
+    async def expire(self, journal: Journal, session: str) -> None:
+        expire_lease(journal, session)
+
+    async def damage_entry(self, journal: Journal, session: str, number: int, body: bytes) -> None:
+        damage_entry(journal, session, number, body)
 
 
 class TestMemory(JournalContract):

@@ -13,7 +13,12 @@ import trio
 
 from journal import Journal, open_journal
 from journal.postgres import PostgresJournal
-from tests.support.damage import damage_postgres_record, edit_postgres_record
+from tests.support.damage import (
+    damage_postgres_entry,
+    damage_postgres_record,
+    edit_postgres_record,
+    expire_postgres_lease,
+)
 
 from .contract import JournalContract
 
@@ -39,6 +44,12 @@ class PostgresBackend:
     ) -> None:
         assert isinstance(journal, PostgresJournal)
         await trio.to_thread.run_sync(edit_postgres_record, self.url, session, seq, column, value)
+
+    async def expire(self, journal: Journal, session: str) -> None:
+        await trio.to_thread.run_sync(expire_postgres_lease, self.url, session)
+
+    async def damage_entry(self, journal: Journal, session: str, number: int, body: bytes) -> None:
+        await trio.to_thread.run_sync(damage_postgres_entry, self.url, session, number, body)
 
 
 class TestPostgres(JournalContract):

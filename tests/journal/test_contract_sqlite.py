@@ -9,7 +9,7 @@ import pytest
 
 from journal import Journal, open_journal
 from journal.sqlite import SQLiteJournal
-from tests.support.damage import damage_record, edit_record
+from tests.support.damage import damage_entry, damage_record, edit_record, expire_lease
 
 from .contract import JournalContract
 
@@ -34,6 +34,12 @@ class SQLiteBackend:
     ) -> None:
         assert isinstance(journal, SQLiteJournal)
         edit_record(journal, session, seq, column, value)
+
+    async def expire(self, journal: Journal, session: str) -> None:
+        expire_lease(journal, session)
+
+    async def damage_entry(self, journal: Journal, session: str, number: int, body: bytes) -> None:
+        damage_entry(journal, session, number, body)
 
 
 class TestSQLite(JournalContract):

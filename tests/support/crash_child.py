@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 import trio
 
-from tests.support import crash_points, crash_scenarios, crash_traces, keyed
+from tests.support import crash_hosts, crash_points, crash_scenarios, crash_traces, keyed
 from tests.support.processes import CHILD
 
 SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
@@ -47,6 +47,10 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     # WORKDIR KILL_AFTER, then WORKDIR: the same, with a trace exporter following
     "crash-traces": crash_traces.run,
     "crash-traces-restore": crash_traces.restore,
+    # URL SIDE_FILE ENTRY before|after: a host killed at the append consuming ENTRY
+    "host-consume": crash_hosts.host_consume,
+    # URL SIDE_FILE: a host killed while a tool call runs
+    "host-tool": crash_hosts.host_tool,
 }
 
 

@@ -46,6 +46,7 @@ from journal.events import (
     TurnStarted,
 )
 from journal.forwarding import ForwardingJournal
+from journal.inbox import Consumed
 from loopruntime import Limits, LoopDefinition, QueueFullError, ToolContext, tool
 from loopruntime.compaction import Summary, render_summary
 from loopruntime.model import Model, ModelRequest
@@ -231,9 +232,16 @@ class KillingJournal(ForwardingJournal):
         self.appends = 0
 
     async def append(
-        self, lease: SessionLease, drafts: Sequence[Draft], *, expected_seq: int
+        self,
+        lease: SessionLease,
+        drafts: Sequence[Draft],
+        *,
+        expected_seq: int,
+        consumes: Sequence[Consumed] = (),
     ) -> list[Record]:
-        records = await self.inner.append(lease, drafts, expected_seq=expected_seq)
+        records = await self.inner.append(
+            lease, drafts, expected_seq=expected_seq, consumes=consumes
+        )
         self.appends += 1
         _append_line(self.seen, "\n".join(f"{r.seq} {r.digest.hex()}" for r in records))
         if self.appends == self.kill_after:

@@ -20,11 +20,15 @@ from journal.memory import MemoryJournal
 from journal.sqlite import SQLiteJournal
 
 __all__ = [
+    "damage_entry",
+    "damage_postgres_entry",
     "damage_postgres_record",
     "damage_record",
     "damage_sqlite_page",
     "edit_postgres_record",
     "edit_record",
+    "expire_lease",
+    "expire_postgres_lease",
 ]
 
 _COLUMNS = {"id": 2, "loop": 3, "at": 4, "cause": 5}
@@ -117,3 +121,58 @@ def damage_sqlite_page(path: Path, name: str) -> int:
         f.seek((root - 1) * page_size + (100 if root == 1 else 0))
         f.write(b"\xff" * 12)
     return int(root)
+
+
+def _sqlite_write(path: str, statement: str, params: tuple[object, ...]) -> int:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA busy_timeout = 10000")
+        return int(conn.execute(statement, params).rowcount)
+    finally:
+        conn.close()
+
+
+def expire_lease(journal: Journal, session: str) -> None:
+    """Move the expiry of the session's lease into the past, owner kept (memory or
+    SQLite), as the passing of its ttl would."""
+    if isinstance(journal, MemoryJournal):
+        journal._sessions[session].expires_at = 1
+    elif isinstance(journal, SQLiteJournal):
+        updated = _sqlite_write(
+            journal.path, "UPDATE leases SET expires_at = 1 WHERE session = ?", (session,)
+        )
+        assert updated == 1, f"session {session} has no lease to expire"
+    else:
+        raise TypeError(f"no lease hook for {type(journal).__name__}")
+
+
+def expire_postgres_lease(url: str, session: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        updated = conn.execute(
+            "UPDATE loopruntime_leases SET expires_at = 1 WHERE session = %s", (session,)
+        ).rowcount
+    assert updated == 1, f"session {session} has no lease to expire"
+
+
+def damage_entry(journal: Journal, session: str, number: int, body: bytes) -> None:
+    """Overwrite the stored command of inbox entry ``number`` (memory or SQLite)."""
+    if isinstance(journal, MemoryJournal):
+        journal._sessions[session].entries[number - 1].body = body
+    elif isinstance(journal, SQLiteJournal):
+        updated = _sqlite_write(
+            journal.path,
+            "UPDATE inbox SET body = ? WHERE session = ? AND number = ?",
+            (body, session, number),
+        )
+        assert updated == 1, f"no inbox entry {session}/{number} to damage"
+    else:
+        raise TypeError(f"no damage hook for {type(journal).__name__}")
+
+
+def damage_postgres_entry(url: str, session: str, number: int, body: bytes) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        updated = conn.execute(
+            "UPDATE loopruntime_inbox SET body = %s WHERE session = %s AND number = %s",
+            (body, session, number),
+        ).rowcount
+    assert updated == 1, f"no inbox entry {session}/{number} to damage"

@@ -1,0 +1,208 @@
+"""The inbox's vocabulary: commands waiting for a session's owner, and their outcomes.
+
+Any process that can open the journal may ``put`` a command for a session,
+under an idempotency key; the session's owner takes the entries in order and
+applies each exactly once (``Journal.append(..., consumes=...)`` marks an
+entry applied in the transaction that stores the records it made).  These are
+data only, encoded like events; what a command *does* is the session's
+business (``session.host``).
+
+Schema rules as for events: new fields get defaults; a field never changes
+its type; a tag is never reused or renamed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from .content import Message, ResultBlock
+from .errors import InvalidEventError
+
+__all__ = [
+    "Answer",
+    "CancelQueued",
+    "ChangeMode",
+    "Claim",
+    "Compact",
+    "Consumed",
+    "Create",
+    "Decide",
+    "InboxCommand",
+    "InboxEntry",
+    "InboxOutcome",
+    "Interrupt",
+    "Resolve",
+    "Steer",
+    "Submit",
+    "command_name",
+    "decode_command",
+    "decode_entry",
+    "decode_outcome",
+    "encode_command",
+    "encode_outcome",
+]
+
+_opts: dict[str, Any] = {"frozen": True, "kw_only": True}
+
+
+class Create(msgspec.Struct, tag="create", **_opts):
+    """Start the session with one loop running the named definition."""
+
+    definition: str
+
+
+class Submit(msgspec.Struct, tag="submit", **_opts):
+    message: Message
+    loop: str | None = None
+
+
+class Steer(msgspec.Struct, tag="steer", **_opts):
+    text: str
+    loop: str | None = None
+
+
+class Answer(msgspec.Struct, tag="answer", **_opts):
+    gate_id: str
+    text: str
+
+
+class Decide(msgspec.Struct, tag="decide", **_opts):
+    gate_id: str
+    allow: bool
+    scope: Literal["once", "session"] = "once"
+
+
+class Resolve(msgspec.Struct, tag="resolve", **_opts):
+    execution_id: str
+    content: tuple[ResultBlock, ...]
+    is_error: bool = False
+
+
+class Interrupt(msgspec.Struct, tag="interrupt", **_opts):
+    loop: str | None = None
+
+
+class CancelQueued(msgspec.Struct, tag="cancel_queued", **_opts):
+    input_id: str
+    loop: str | None = None
+
+
+class Compact(msgspec.Struct, tag="compact", **_opts):
+    loop: str | None = None
+
+
+class ChangeMode(msgspec.Struct, tag="change_mode", **_opts):
+    mode: str | None
+    loop: str | None = None
+
+
+InboxCommand = (
+    Create
+    | Submit
+    | Steer
+    | Answer
+    | Decide
+    | Resolve
+    | Interrupt
+    | CancelQueued
+    | Compact
+    | ChangeMode
+)
+
+
+class InboxOutcome(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What applying an entry came to, stored with the entry when it is consumed."""
+
+    record: str | None = None
+    """Id of the first record the command made (None: it made none)."""
+    value: str | bool | None = None
+    """What the command returned: an input, steer or attempt id, a flag."""
+    error: str | None = None
+    """The name of the error the command was refused with (nothing was applied)."""
+    message: str | None = None
+    """The refusal's message."""
+
+
+class Consumed(msgspec.Struct, frozen=True, kw_only=True):
+    """An inbox entry an append applies: stored in the same transaction."""
+
+    entry: int
+    outcome: InboxOutcome
+
+
+class InboxEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One command in a session's inbox."""
+
+    session: str
+    number: int
+    """Its place in the session's inbox: 1, 2, ... in the order entries were put."""
+    key: str
+    command: InboxCommand | None
+    """None when the stored bytes do not decode (``damage`` says why)."""
+    created_at: int
+    consumed_at: int | None = None
+    outcome: InboxOutcome | None = None
+    damage: str | None = None
+
+    @property
+    def consumed(self) -> bool:
+        return self.consumed_at is not None
+
+
+class Claim(msgspec.Struct, frozen=True, kw_only=True):
+    """A session with work a host may take, as ``Journal.claimable`` found it."""
+
+    session: str
+    owner: str | None
+    """The owner of an expired lease (a host that went away), or None."""
+    expires_at: int
+    pending: int
+    """Inbox entries not yet applied."""
+    definition: str | None
+
+
+_encoder = msgspec.msgpack.Encoder()
+_command_decoder = msgspec.msgpack.Decoder(InboxCommand)
+_outcome_decoder = msgspec.msgpack.Decoder(InboxOutcome)
+
+
+def command_name(command: InboxCommand) -> str:
+    """The command's tag (``"submit"``)."""
+    return str(type(command).__struct_config__.tag)
+
+
+def encode_command(command: InboxCommand) -> bytes:
+    """The stored bytes of ``command``, proven to decode back
+    (``InvalidEventError`` naming the field otherwise): an entry that does
+    not decode is refused when it is put, never stored."""
+    if not isinstance(command, InboxCommand):
+        raise InvalidEventError(command, "it is not an inbox command (journal.inbox)")
+    try:
+        body = _encoder.encode(command)
+        _command_decoder.decode(body)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidEventError(command, str(exc)) from exc
+    return body
+
+
+def decode_command(body: bytes) -> InboxCommand:
+    """Raises ``msgspec.DecodeError`` (a ``ValueError``) for damaged bytes."""
+    return _command_decoder.decode(body)
+
+
+def encode_outcome(outcome: InboxOutcome) -> bytes:
+    return _encoder.encode(outcome)
+
+
+def decode_outcome(body: bytes) -> InboxOutcome:
+    return _outcome_decoder.decode(body)
+
+
+def decode_entry(body: bytes) -> tuple[InboxCommand | None, str | None]:
+    """A stored command, or None and why it does not decode (damage)."""
+    try:
+        return decode_command(body), None
+    except ValueError as exc:
+        return None, f"its stored command does not decode ({exc})"

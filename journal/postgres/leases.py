@@ -1,0 +1,238 @@
+"""Leases and the inbox on PostgreSQL: blocking work for the pool's threads.
+
+Rules: every lease change and every put is one transaction that first locks
+the session's row (``SELECT ... FOR UPDATE``), the lock the group commit
+takes too, so it is decided by ``journal.rules`` against the state no append
+can change meanwhile.  Lease times are the server's clock (``clock_timestamp``),
+so hosts on machines whose clocks disagree still agree on expiry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from ..codec import GENESIS
+from ..errors import SessionNotFoundError
+from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
+from ..rules import (
+    UNOWNED,
+    LeaseState,
+    decide_acquire,
+    decide_open,
+    decide_put,
+    decide_release,
+    decide_renew,
+)
+from ..store import SessionLease
+
+__all__ = [
+    "claimable",
+    "entry",
+    "inbox",
+    "lease_op",
+    "open_session",
+    "put",
+]
+
+_NOW = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
+
+_ENTRY_COLUMNS = "number, key, body, created_at, consumed_at, outcome"
+
+Conn = psycopg.Connection[Any]
+
+
+def _now(conn: Conn) -> int:
+    row = conn.execute(_NOW).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _locked(conn: Conn, session: str) -> tuple[LeaseState, int, str | None] | None:
+    """The session's lease state, head and definition, its row locked; None if absent."""
+    row = conn.execute(
+        "SELECT s.incarnation, l.owner, coalesce(l.expires_at, 0), s.head, l.definition"
+        " FROM loopruntime_sessions s LEFT JOIN loopruntime_leases l ON l.session = s.session"
+        " WHERE s.session = %s FOR UPDATE OF s",
+        (session,),
+    ).fetchone()
+    if row is None:
+        return None
+    return (int(row[0]), row[1], int(row[2])), int(row[3]), row[4]
+
+
+def _create(conn: Conn, session: str, now: int) -> None:
+    conn.execute(
+        "INSERT INTO loopruntime_sessions (session, incarnation, head, digest, created_at,"
+        " updated_at) VALUES (%s, 0, 0, %s, %s, %s) ON CONFLICT (session) DO NOTHING",
+        (session, GENESIS, now, now),
+    )
+
+
+def _store(
+    conn: Conn, session: str, before: LeaseState, after: LeaseState, definition: str | None
+) -> None:
+    if after[0] != before[0]:
+        conn.execute(
+            "UPDATE loopruntime_sessions SET incarnation = %s WHERE session = %s",
+            (after[0], session),
+        )
+    conn.execute(
+        "INSERT INTO loopruntime_leases (session, owner, expires_at, definition)"
+        " VALUES (%s, %s, %s, %s) ON CONFLICT (session) DO UPDATE SET owner = excluded.owner,"
+        " expires_at = excluded.expires_at,"
+        " definition = coalesce(excluded.definition, loopruntime_leases.definition)",
+        (session, after[1], after[2], definition),
+    )
+
+
+def open_session(conn: Conn, session: str, create: bool) -> SessionLease | None:
+    """Blocking: ``Journal.open_session``; None when the session is missing."""
+    with conn.transaction():
+        now = _now(conn)
+        found = _locked(conn, session)
+        if found is None:
+            if not create:
+                return None
+            _create(conn, session, now)
+            found = _locked(conn, session)
+            assert found is not None
+        lease, head, _ = found
+        after = decide_open(session, lease, now)
+        _store(conn, session, lease, after, None)
+        return SessionLease(session=session, incarnation=after[0], head=head)
+
+
+def lease_op(
+    conn: Conn,
+    op: str,
+    session: str,
+    *,
+    owner: str | None = None,
+    ttl: int = 0,
+    incarnation: int = 0,
+    create: bool = False,
+    handoff: bool = False,
+    definition: str | None = None,
+) -> SessionLease | None:
+    """Blocking: ``acquire``, ``renew`` or ``release`` (``op``)."""
+    with conn.transaction():
+        now = _now(conn)
+        found = _locked(conn, session)
+        if found is None:
+            if not (op == "acquire" and create):
+                raise SessionNotFoundError(session)
+            _create(conn, session, now)
+            found = _locked(conn, session)
+            assert found is not None
+        lease, head, _ = found
+        if op == "acquire":
+            assert owner is not None
+            after = decide_acquire(session, owner, lease, now, ttl)
+        elif op == "renew":
+            after = decide_renew(session, incarnation, owner, lease, now, ttl)
+        else:
+            after = decide_release(session, incarnation, lease, handoff)
+        _store(conn, session, lease, after, definition)
+    if op == "release":
+        return None
+    return SessionLease(
+        session=session, incarnation=after[0], head=head, owner=after[1], expires_at=after[2]
+    )
+
+
+def put(conn: Conn, session: str, key: str, body: bytes, definition: str | None) -> tuple[Any, ...]:
+    """Blocking: ``Journal.put``; the stored entry's row."""
+    with conn.transaction():
+        now = _now(conn)
+        if _locked(conn, session) is None:
+            if definition is None:
+                raise SessionNotFoundError(session)
+            _create(conn, session, now)
+            _locked(conn, session)
+            _store(conn, session, UNOWNED, UNOWNED, definition)
+        found = conn.execute(
+            f"SELECT {_ENTRY_COLUMNS} FROM loopruntime_inbox WHERE session = %s AND key = %s",
+            (session, key),
+        ).fetchone()
+        if decide_put(session, key, body, (found[0], found[2]) if found else None) is not None:
+            assert found is not None
+            return tuple(found)
+        row = conn.execute(
+            "INSERT INTO loopruntime_inbox (session, number, key, body, created_at)"
+            " SELECT %s, coalesce(max(number), 0) + 1, %s, %s, %s FROM loopruntime_inbox"
+            f" WHERE session = %s RETURNING {_ENTRY_COLUMNS}",
+            (session, key, body, now, session),
+        ).fetchone()
+        assert row is not None
+        return tuple(row)
+
+
+def entry_of(session: str, row: tuple[Any, ...]) -> InboxEntry:
+    number, key, body, created_at, consumed_at, outcome = row
+    command, damage = decode_entry(bytes(body))
+    return InboxEntry(
+        session=session,
+        number=int(number),
+        key=key,
+        command=command,
+        created_at=int(created_at),
+        consumed_at=consumed_at,
+        outcome=decode_outcome(bytes(outcome)) if outcome is not None else None,
+        damage=damage,
+    )
+
+
+def _exists(conn: Conn, session: str) -> None:
+    if conn.execute("SELECT 1 FROM loopruntime_sessions WHERE session = %s", (session,)).fetchone():
+        return
+    raise SessionNotFoundError(session)
+
+
+def inbox(conn: Conn, session: str, after: int) -> list[InboxEntry]:
+    _exists(conn, session)
+    rows = conn.execute(
+        f"SELECT {_ENTRY_COLUMNS} FROM loopruntime_inbox"
+        " WHERE session = %s AND consumed_at IS NULL AND number > %s ORDER BY number",
+        (session, after),
+    ).fetchall()
+    return [entry_of(session, row) for row in rows]
+
+
+def entry(conn: Conn, session: str, key: str) -> InboxEntry | None:
+    _exists(conn, session)
+    row = conn.execute(
+        f"SELECT {_ENTRY_COLUMNS} FROM loopruntime_inbox WHERE session = %s AND key = %s",
+        (session, key),
+    ).fetchone()
+    return entry_of(session, row) if row else None
+
+
+# Driven by the two partial indexes (entries waiting, leases held), never by a
+# scan of every session: passivated sessions cost nothing here.
+_CLAIMABLE = """
+WITH now AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint AS t),
+candidates AS (
+    SELECT DISTINCT session FROM loopruntime_inbox WHERE consumed_at IS NULL
+    UNION
+    SELECT session FROM loopruntime_leases, now WHERE owner IS NOT NULL AND expires_at <= now.t
+)
+SELECT c.session, l.owner, coalesce(l.expires_at, 0),
+    (SELECT count(*) FROM loopruntime_inbox i
+     WHERE i.session = c.session AND i.consumed_at IS NULL),
+    l.definition
+FROM candidates c CROSS JOIN now LEFT JOIN loopruntime_leases l ON l.session = c.session
+WHERE (l.definition IS NULL OR l.definition = ANY(%s::text[]))
+  AND (l.owner IS NULL OR l.expires_at <= now.t OR l.owner = %s)
+ORDER BY c.session
+LIMIT %s
+"""
+
+
+def claimable(conn: Conn, definitions: list[str], owner: str | None, limit: int) -> list[Claim]:
+    rows = conn.execute(_CLAIMABLE, (definitions, owner, limit)).fetchall()
+    return [
+        Claim(session=s, owner=o, expires_at=int(e), pending=int(p), definition=d)
+        for s, o, e, p, d in rows
+    ]

@@ -1,0 +1,87 @@
+"""Leases and the inbox in the SQLite file: statements the writer thread runs.
+
+Rules: called only by the writer thread, inside its transaction, after the
+writer has found the session; every decision is ``journal.rules``'s, made
+before anything is written, so a refusal leaves the transaction as it was.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from ..rules import LeaseState, decide_consumes, decide_put
+
+__all__ = ["EntryRow", "consume", "lease_state", "put_entry", "store_lease"]
+
+EntryRow = tuple[int, str, bytes, int, int | None, bytes | None]
+"""A stored inbox entry: ``(number, key, body, created_at, consumed_at, outcome)``."""
+
+
+def lease_state(conn: sqlite3.Connection, session: str, incarnation: int) -> LeaseState:
+    row = conn.execute(
+        "SELECT owner, expires_at FROM leases WHERE session = ?", (session,)
+    ).fetchone()
+    if row is None:
+        return (incarnation, None, 0)
+    return (incarnation, row[0], row[1])
+
+
+def store_lease(
+    conn: sqlite3.Connection,
+    session: str,
+    before: int,
+    after: LeaseState,
+    definition: str | None,
+) -> None:
+    """Write lease state ``after`` (the incarnation too, when it moved from ``before``)."""
+    incarnation, owner, expires_at = after
+    if incarnation != before:
+        conn.execute(
+            "UPDATE sessions SET incarnation = ? WHERE session = ?", (incarnation, session)
+        )
+    conn.execute(
+        "INSERT INTO leases (session, owner, expires_at, definition) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (session) DO UPDATE SET owner = excluded.owner,"
+        " expires_at = excluded.expires_at,"
+        " definition = coalesce(excluded.definition, leases.definition)",
+        (session, owner, expires_at, definition),
+    )
+
+
+def put_entry(conn: sqlite3.Connection, session: str, key: str, body: bytes, now: int) -> EntryRow:
+    """The entry stored under ``key``, stored now when the key is new."""
+    found = conn.execute(
+        "SELECT number, key, body, created_at, consumed_at, outcome FROM inbox"
+        " WHERE session = ? AND key = ?",
+        (session, key),
+    ).fetchone()
+    if decide_put(session, key, body, (found[0], found[2]) if found else None) is not None:
+        return tuple(found)
+    number = conn.execute(
+        "SELECT coalesce(max(number), 0) + 1 FROM inbox WHERE session = ?", (session,)
+    ).fetchone()[0]
+    conn.execute(
+        "INSERT INTO inbox (session, number, key, body, created_at) VALUES (?, ?, ?, ?, ?)",
+        (session, number, key, body, now),
+    )
+    return (number, key, body, now, None, None)
+
+
+def consume(
+    conn: sqlite3.Connection, session: str, consumes: Sequence[tuple[int, bytes]], now: int
+) -> None:
+    """Mark the entries an append applies, as ``rules.decide_consumes`` decides."""
+    found: list[Any] = []
+    for number, _ in consumes:
+        row = conn.execute(
+            "SELECT consumed_at, outcome FROM inbox WHERE session = ? AND number = ?",
+            (session, number),
+        ).fetchone()
+        found.append(None if row is None else (row[0] is not None, row[1]))
+    for number, outcome in decide_consumes(session, consumes, found):
+        conn.execute(
+            "UPDATE inbox SET consumed_at = ?, outcome = ? WHERE session = ? AND number = ?",
+            (now, outcome, session, number),
+        )

@@ -1,0 +1,468 @@
+"""Host: many sessions in one process, fed by the journal's inbox, owned by lease.
+
+Rules (docs/host.md tells the story):
+
+* a session runs here only under a lease this host took with
+  ``Journal.acquire``; the lease is renewed every ``lease_ttl / 3``; a
+  renewal or an append that finds it fenced drops the session at once;
+* work is found with ``Journal.claimable``: sessions with inbox entries and
+  no live owner (activation), and sessions whose owner's lease expired
+  (failover); each is restored under the existing restore rules;
+* entries are applied in order, one at a time per session, each through the
+  ``Session`` command it names; the append holding the records the command
+  made consumes the entry (``Writer.expect``), and a command that made none
+  consumes it in an append of its own, so an entry is applied exactly once;
+* a session with nothing to do for ``idle_after`` seconds is shut down
+  cleanly (open gates and questions stay open) and its lease released: the
+  next entry activates it again, here or on another host;
+* ``aclose`` stops claiming, shuts every session down cleanly and releases
+  its lease, handing sessions with work left to the next host at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+import msgspec
+import structlog
+import trio
+
+from journal import FencedError, Journal, JournalError, LeaseHeldError, SessionLease
+from journal import inbox as ib
+from journal.events import (
+    Event,
+    GateResolved,
+    InputCancelled,
+    InputQueued,
+    LoopModeChanged,
+    SteerQueued,
+    ToolResolved,
+    TurnEnded,
+)
+from loopruntime import LoopClosedError, LoopDefinition, LoopError
+from loopruntime.host import new_id
+
+from .checkpoints import read_restored
+from .runtime import ROOT_LOOP, Session
+
+__all__ = ["Host", "HostStatistics"]
+
+log = structlog.wrap_logger(logging.getLogger(__name__))
+
+Match = Callable[[Event], ib.InboxOutcome | None]
+
+
+class HostStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """What a host has done since it opened."""
+
+    loaded: int
+    """Sessions running here now."""
+    claims: int
+    failovers: int
+    """Claims of a session whose former owner's lease had expired."""
+    passivations: int
+    applied: int
+    """Inbox entries applied."""
+    fenced: int
+    """Sessions dropped because another host took them."""
+
+
+class _Hosted:
+    """A session this host holds."""
+
+    def __init__(self, session_id: str) -> None:
+        self.id = session_id
+        self.lease: SessionLease | None = None
+        self.session: Session | None = None
+        self.wake = trio.Event()
+        self.scope = trio.CancelScope()
+        self.stopping = False
+        self.busy = False
+        """Work was left when it stopped: its lease is handed over, not just released."""
+        self.done = trio.Event()
+
+
+class Host:
+    """Runs sessions for ``definitions`` (name -> definition) from the inbox.
+
+    Open it with ``async with Host.open(journal, definitions) as host``."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        definitions: Mapping[str, LoopDefinition],
+        *,
+        host_id: str | None = None,
+        idle_after: float = 300.0,
+        lease_ttl: float = 30.0,
+        max_sessions: int = 1000,
+        poll: float = 1.0,
+    ) -> None:
+        for name, value in (("idle_after", idle_after), ("lease_ttl", lease_ttl), ("poll", poll)):
+            if not isinstance(value, int | float) or not value > 0 or math.isinf(value):
+                raise ValueError(f"Host {name} must be a positive number of seconds, not {value!r}")
+        if not isinstance(max_sessions, int) or max_sessions < 1:
+            raise ValueError(f"Host max_sessions must be a positive int, not {max_sessions!r}")
+        for name, definition in definitions.items():
+            if name != definition.name:
+                raise ValueError(
+                    f"Host definitions: {name!r} maps to definition {definition.name!r}; "
+                    "key each definition by its own name"
+                )
+        self.journal = journal
+        self.definitions = dict(definitions)
+        self.id = host_id or new_id("host_")
+        self.idle_after, self.lease_ttl, self.poll = idle_after, lease_ttl, poll
+        self.max_sessions = max_sessions
+        self.sessions: dict[str, _Hosted] = {}
+        self._claims = self._failovers = self._passivations = self._applied = 0
+        self._fenced = 0
+        self._stopping = False
+        self._wake = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self.log = log.bind(host=self.id)
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        journal: Journal,
+        definitions: Mapping[str, LoopDefinition],
+        *,
+        host_id: str | None = None,
+        idle_after: float = 300.0,
+        lease_ttl: float = 30.0,
+        max_sessions: int = 1000,
+        poll: float = 1.0,
+    ) -> AsyncIterator[Host]:
+        """Run a host until the block ends; then ``aclose`` (a clean stop)."""
+        host = cls(
+            journal,
+            definitions,
+            host_id=host_id,
+            idle_after=idle_after,
+            lease_ttl=lease_ttl,
+            max_sessions=max_sessions,
+            poll=poll,
+        )
+        async with trio.open_nursery() as nursery:
+            host._nursery = nursery
+            nursery.start_soon(host._claimer)
+            nursery.start_soon(host._renewer)
+            try:
+                yield host
+            finally:
+                with trio.CancelScope(shield=True):
+                    await host.aclose()
+                nursery.cancel_scope.cancel()
+
+    def statistics(self) -> HostStatistics:
+        return HostStatistics(
+            loaded=len(self.sessions),
+            claims=self._claims,
+            failovers=self._failovers,
+            passivations=self._passivations,
+            applied=self._applied,
+            fenced=self._fenced,
+        )
+
+    def poke(self) -> None:
+        """Look for work now rather than at the next poll."""
+        self._wake.set()
+
+    async def aclose(self) -> None:
+        """Stop taking work, shut every session down cleanly and release its
+        lease (a session with work left is handed over at once)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._wake.set()
+        for hosted in list(self.sessions.values()):
+            hosted.stopping = True
+            hosted.wake.set()
+        while self.sessions:
+            hosted = next(iter(self.sessions.values()))
+            await hosted.done.wait()
+
+    # -- finding work ------------------------------------------------------------------
+
+    async def _claimer(self) -> None:
+        names = sorted(self.definitions)
+        while not self._stopping:
+            claims = await self.journal.claimable(
+                definitions=names, owner=self.id, limit=max(self.max_sessions, 1)
+            )
+            for claim in claims:
+                hosted = self.sessions.get(claim.session)
+                if hosted is not None:
+                    hosted.wake.set()
+                elif len(self.sessions) < self.max_sessions and not self._stopping:
+                    self._start(claim)
+            self._wake = trio.Event()
+            with trio.move_on_after(self.poll):
+                await self._wake.wait()
+
+    def _start(self, claim: ib.Claim) -> None:
+        hosted = _Hosted(claim.session)
+        self.sessions[claim.session] = hosted
+        assert self._nursery is not None
+        self._nursery.start_soon(self._host, hosted, claim)
+
+    async def _renewer(self) -> None:
+        while True:
+            await trio.sleep(self.lease_ttl / 3)
+            for hosted in list(self.sessions.values()):
+                lease = hosted.lease
+                if lease is None or hosted.stopping:
+                    continue
+                try:
+                    hosted.lease = await self.journal.renew(lease, ttl=self.lease_ttl)
+                except FencedError:
+                    self._drop(hosted, "lease_lost")
+                except JournalError as exc:
+                    self.log.warning("lease_renewal_failed", session=hosted.id, error=str(exc))
+
+    def _drop(self, hosted: _Hosted, why: str) -> None:
+        self._fenced += 1
+        self.log.warning("session_dropped", session=hosted.id, reason=why)
+        hosted.lease = None  # not ours to release
+        hosted.scope.cancel()
+
+    # -- one session ---------------------------------------------------------------------
+
+    async def _host(self, hosted: _Hosted, claim: ib.Claim) -> None:
+        try:
+            with hosted.scope:
+                await self._claim_and_run(hosted, claim)
+        except FencedError:
+            self._drop(hosted, "fenced")
+        except Exception as exc:
+            # One session's failure (a damaged journal, a definition that no
+            # longer fits) must not stop the host: it is logged, and the
+            # session is left for a person (its lease expires).
+            self.log.error("session_failed", session=hosted.id, error=repr(exc))
+            hosted.lease = None
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._release(hosted)
+            del self.sessions[hosted.id]
+            hosted.done.set()
+
+    async def _release(self, hosted: _Hosted, definition: str | None = None) -> None:
+        lease, hosted.lease = hosted.lease, None
+        if lease is None:
+            return
+        try:
+            await self.journal.release(lease, handoff=hosted.busy, definition=definition)
+        except JournalError as exc:
+            self.log.warning("lease_release_failed", session=hosted.id, error=str(exc))
+
+    async def _claim_and_run(self, hosted: _Hosted, claim: ib.Claim) -> None:
+        try:
+            lease = await self.journal.acquire(hosted.id, self.id, ttl=self.lease_ttl)
+        except LeaseHeldError:
+            return  # another host was quicker
+        hosted.lease = lease
+        self._claims += 1
+        if claim.owner is not None and claim.owner != self.id:
+            self._failovers += 1
+            self.log.info("session_failover", session=hosted.id, former_owner=claim.owner)
+        else:
+            self.log.info("session_claimed", session=hosted.id, pending=claim.pending)
+        opened = await self._opening(hosted, lease)
+        if opened is None:
+            return
+        async with opened as session:
+            hosted.session = session
+            await self._serve(hosted, session)
+
+    async def _opening(
+        self, hosted: _Hosted, lease: SessionLease
+    ) -> AbstractAsyncContextManager[Session] | None:
+        """How to open the session under ``lease``: a create (its first entry
+        is a ``Create``) or a restore; None when this host cannot run it."""
+        if lease.head == 0:
+            entries = await self.journal.inbox(hosted.id)
+            first = entries[0].command if entries else None
+            if not isinstance(first, ib.Create):
+                return None  # nothing to start it with: the entries wait
+            definition = self.definitions.get(first.definition)
+            if definition is None:
+                await self._release(hosted, definition=first.definition)
+                return None
+            return Session.create(self.journal, definition, lease=lease)
+        restored = await read_restored(self.journal, hosted.id)
+        root = restored.states.get(ROOT_LOOP)
+        name = root.definition if root is not None else None
+        definition = self.definitions.get(name) if name else None
+        if definition is None:
+            self.log.warning("session_definition_unknown", session=hosted.id, definition=name)
+            await self._release(hosted, definition=name)
+            return None
+        return Session.restore(self.journal, hosted.id, definition, lease=lease)
+
+    async def _serve(self, hosted: _Hosted, session: Session) -> None:
+        try:
+            await self._serving(hosted, session)
+        finally:
+            # Seen before the session shuts down (which settles a running turn).
+            hosted.busy = not all(loop.quiescent for loop in session.loops.values())
+
+    async def _serving(self, hosted: _Hosted, session: Session) -> None:
+        last = 0
+        quiet_since = trio.current_time()
+        while not hosted.stopping:
+            entries = await self.journal.inbox(hosted.id, after=last)
+            for entry in entries:
+                if hosted.stopping:
+                    return
+                await self._apply(session, entry)
+                last = entry.number
+            now = trio.current_time()
+            if entries or not all(loop.quiescent for loop in session.loops.values()):
+                quiet_since = now
+            elif now - quiet_since >= self.idle_after:
+                self._passivations += 1
+                self.log.info("session_passivated", session=hosted.id)
+                return
+            hosted.wake = trio.Event()
+            with trio.move_on_after(min(self.poll, self.idle_after)):
+                await hosted.wake.wait()
+
+    # -- applying one entry ------------------------------------------------------------------
+
+    async def _apply(self, session: Session, entry: ib.InboxEntry) -> None:
+        """Apply ``entry`` through its command, exactly once (see the module's rules)."""
+        writer = session._writer
+        command = entry.command
+        if command is None:
+            self.log.error(
+                "inbox_entry_damaged", session=session.id, entry=entry.number, damage=entry.damage
+            )
+            await writer.consume(
+                ib.Consumed(
+                    entry=entry.number,
+                    outcome=ib.InboxOutcome(error="InboxEntryDamaged", message=entry.damage),
+                )
+            )
+            return
+        loop, match = _expected(command)
+        expectation = writer.expect(entry.number, loop, match) if match is not None else None
+        outcome: ib.InboxOutcome
+        try:
+            value = await _run(session, command)
+            outcome = ib.InboxOutcome(value=value)
+        except LoopClosedError:
+            raise  # the session is closing: the entry waits for the next owner
+        except (LoopError, ValueError) as exc:
+            outcome = ib.InboxOutcome(error=type(exc).__name__, message=str(exc))
+        finally:
+            if expectation is not None:
+                writer.forget(expectation)
+        self._applied += 1
+        if expectation is not None and expectation.outcome is not None:
+            return  # consumed by the append that holds what the command made
+        await writer.consume(ib.Consumed(entry=entry.number, outcome=outcome))
+
+
+async def _run(session: Session, command: ib.InboxCommand) -> str | bool | None:
+    """Send ``command`` to ``session``; what it returns.
+
+    Once ``Session`` commands take an idempotency ``key=``, each call here
+    passes the entry's key (``entry.key``), and ``_expected`` matches the
+    ``command.keyed`` record carrying it, one rule for every command."""
+    match command:
+        case ib.Create():
+            return session.id  # made by the host as it opened the session
+        case ib.Submit(message=message, loop=loop):
+            return await session.submit(message, loop=loop)
+        case ib.Steer(text=text, loop=loop):
+            return await session.steer(text, loop=loop)
+        case ib.Answer(gate_id=gate_id, text=text):
+            await session.answer(gate_id, text)
+            return None
+        case ib.Decide(gate_id=gate_id, allow=allow, scope=scope):
+            await session.decide(gate_id, allow, scope)
+            return None
+        case ib.Resolve(execution_id=execution_id, content=content, is_error=is_error):
+            await session.resolve(execution_id, content, is_error)
+            return None
+        case ib.Interrupt(loop=loop):
+            return await session.interrupt(loop=loop)
+        case ib.CancelQueued(input_id=input_id, loop=loop):
+            await session.cancel_queued(input_id, loop=loop)
+            return None
+        case ib.Compact(loop=loop):
+            return await session.compact(loop=loop)
+        case ib.ChangeMode(mode=mode, loop=loop):
+            await session.change_mode(mode, loop=loop)
+            return None
+
+
+def _expected(command: ib.InboxCommand) -> tuple[str | None, Match | None]:
+    """The loop and the event of the commit that applies ``command`` (None:
+    it makes no record of its own, and is consumed on its own).
+
+    In a hosted session the host is the only sender of commands, one at a
+    time, so the first such event after the command is sent is its own.
+    """
+    outcome = ib.InboxOutcome
+    match command:
+        case ib.Submit(loop=loop):
+            return (
+                loop or ROOT_LOOP,
+                lambda e: (
+                    outcome(value=e.input_id)
+                    if isinstance(e, InputQueued) and e.trigger == "external"
+                    else None
+                ),
+            )
+        case ib.Steer(loop=loop):
+            return (
+                loop or ROOT_LOOP,
+                lambda e: outcome(value=e.steer_id) if isinstance(e, SteerQueued) else None,
+            )
+        case ib.Answer(gate_id=gate_id) | ib.Decide(gate_id=gate_id):
+            return (
+                None,
+                lambda e: (
+                    outcome() if isinstance(e, GateResolved) and e.gate_id == gate_id else None
+                ),
+            )
+        case ib.Resolve(execution_id=execution_id):
+            return (
+                None,
+                lambda e: (
+                    outcome()
+                    if isinstance(e, ToolResolved) and e.execution_id == execution_id
+                    else None
+                ),
+            )
+        case ib.CancelQueued(input_id=input_id, loop=loop):
+            return (
+                loop or ROOT_LOOP,
+                lambda e: (
+                    outcome(value=True)
+                    if isinstance(e, InputCancelled) and e.input_id == input_id
+                    else None
+                ),
+            )
+        case ib.ChangeMode(loop=loop):
+            return (
+                loop or ROOT_LOOP,
+                lambda e: outcome(value=True) if isinstance(e, LoopModeChanged) else None,
+            )
+        case ib.Interrupt(loop=loop):
+            return (
+                loop or ROOT_LOOP,
+                lambda e: (
+                    outcome(value=True)
+                    if isinstance(e, TurnEnded) and e.outcome == "interrupted"
+                    else None
+                ),
+            )
+        case ib.Create() | ib.Compact():
+            return None, None

@@ -1,0 +1,189 @@
+"""The ``loopruntime host`` and ``loopruntime submit`` commands.
+
+``host`` runs a ``Host`` for the definitions a module names until SIGTERM or
+SIGINT, then stops cleanly (its sessions handed over at once); it logs its
+claims, failovers and passivations.  ``submit`` writes a command into a
+session's inbox under ``--key`` and, with ``--wait``, prints its outcome.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import trio
+
+from journal import open_journal
+from loopruntime import LoopDefinition
+
+from .client import Client
+from .host import Host
+
+__all__ = ["add_commands", "load_definitions", "submit_command"]
+
+
+def load_definitions(spec: str) -> dict[str, LoopDefinition]:
+    """``module:NAME``: a ``LoopDefinition``, a sequence or mapping of them, or a
+    function returning one; keyed by each definition's name."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(
+            f"--definitions takes module:NAME (for example myapp.agents:DEFINITIONS), not {spec!r}"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"--definitions: cannot import {module_name!r} ({exc})") from exc
+    try:
+        found: Any = getattr(module, attribute)
+    except AttributeError:
+        raise ValueError(f"--definitions: module {module_name} has no {attribute!r}") from None
+    if callable(found) and not isinstance(found, LoopDefinition):
+        found = found()
+    if isinstance(found, LoopDefinition):
+        found = [found]
+    if isinstance(found, Mapping):
+        found = list(found.values())
+    definitions = list(found) if isinstance(found, list | tuple) else None
+    if not definitions or not all(isinstance(d, LoopDefinition) for d in definitions):
+        raise ValueError(
+            f"--definitions {spec}: expected a LoopDefinition, a list or mapping of them, or a "
+            f"function returning one, not {type(found).__name__}"
+        )
+    return {d.name: d for d in definitions}
+
+
+async def _host(args: argparse.Namespace, url: str) -> int:
+    definitions = load_definitions(args.definitions)
+    async with open_journal(url) as journal:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with Host.open(
+                journal,
+                definitions,
+                host_id=args.host_id,
+                idle_after=args.idle_after,
+                lease_ttl=args.lease_ttl,
+                max_sessions=args.max_sessions,
+                poll=args.poll,
+            ) as host:
+                print(
+                    f"host {host.id} runs {', '.join(sorted(definitions))} on {url}; "
+                    "SIGTERM or Ctrl-C stops it cleanly",
+                    flush=True,
+                )
+                async for _ in signals:
+                    break
+    return 0
+
+
+async def submit_command(args: argparse.Namespace, url: str) -> int:
+    async with open_journal(url) as journal:
+        client = Client(journal)
+        session, key = args.session, args.key
+        match args.command:
+            case "submit":
+                if args.create is not None:
+                    # The same key makes the pair safe to resend: each entry once.
+                    await client.create(args.create, session_id=session, key=f"{key}/create")
+                entry = await client.submit(session, args.text, key=key)
+            case "answer":
+                entry = await client.answer(session, args.gate_id, args.text, key=key)
+            case "decide":
+                entry = await client.decide(
+                    session, args.gate_id, args.allow == "allow", args.scope, key=key
+                )
+            case _:
+                entry = await client.resolve(
+                    session, args.execution_id, args.result, args.error, key=key
+                )
+        print(f"inbox entry {entry.number} of session {session} (key {key})", flush=True)
+        if args.wait is not None:
+            outcome = await client.wait(session, key, timeout=args.wait)
+            print(
+                "applied"
+                + (f": {outcome.value}" if outcome.value is not None else "")
+                + (f" (record {outcome.record})" if outcome.record else "")
+            )
+    return 0
+
+
+def add_commands(
+    command: Callable[[str, str, str], argparse.ArgumentParser],
+    url: Callable[[argparse.Namespace], str],
+) -> None:
+    """Add ``host``, ``submit``, and the inbox forms of ``answer`` and ``decide``."""
+    host = command(
+        "host",
+        "run sessions from the inbox until SIGTERM",
+        "Run a host: take sessions that have inbox entries and no live owner, or whose "
+        "owner's lease expired, and run them with the definitions named by --definitions; "
+        "stop cleanly on SIGTERM or Ctrl-C (sessions with work are handed over at once).",
+    )
+    host.add_argument(
+        "--definitions",
+        required=True,
+        metavar="MODULE:NAME",
+        help="the loop definitions to run: a LoopDefinition, a list or mapping of them, or "
+        "a function returning one",
+    )
+    host.add_argument("--host-id", help="this host's id (default: a fresh one)")
+    host.add_argument("--lease-ttl", type=float, default=30.0, help="lease seconds (default 30)")
+    host.add_argument(
+        "--idle-after", type=float, default=300.0, help="passivate after idle seconds"
+    )
+    host.add_argument("--max-sessions", type=int, default=1000, help="sessions loaded at most")
+    host.add_argument("--poll", type=float, default=1.0, help="seconds between looks for work")
+
+    def run_host(args: argparse.Namespace) -> int:
+        return trio.run(_host, args, url(args))
+
+    # Its claims, failovers and passivations are what a person runs it to see.
+    host.set_defaults(run=run_host, info_logs=True)
+
+    def run_submit(args: argparse.Namespace) -> int:
+        return trio.run(submit_command, args, url(args))
+
+    def inbox_options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--key", required=True, help="idempotency key: resending is safe")
+        parser.add_argument(
+            "--wait",
+            type=float,
+            nargs="?",
+            const=60.0,
+            metavar="SECONDS",
+            help="wait for the command's outcome (default 60 s)",
+        )
+        parser.set_defaults(run=run_submit)
+
+    submit = command(
+        "submit",
+        "send input to a session through its inbox",
+        "Write input for SESSION into its inbox; the host that owns it applies it once.",
+    )
+    submit.add_argument("session")
+    submit.add_argument("text")
+    submit.add_argument(
+        "--create",
+        metavar="DEFINITION",
+        help="start the session first (when new) with this definition; a host running it "
+        "takes the session",
+    )
+    inbox_options(submit)
+    answer = command(
+        "answer", "answer a question through the inbox", "Answer an open question gate."
+    )
+    answer.add_argument("session")
+    answer.add_argument("gate_id")
+    answer.add_argument("text")
+    inbox_options(answer)
+    decide = command(
+        "decide", "allow or deny a permission through the inbox", "Decide a permission gate."
+    )
+    decide.add_argument("session")
+    decide.add_argument("gate_id")
+    decide.add_argument("allow", choices=("allow", "deny"))
+    decide.add_argument("--scope", choices=("once", "session"), default="once")
+    inbox_options(decide)

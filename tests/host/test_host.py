@@ -1,0 +1,238 @@
+"""The host on the memory journal, in trio's virtual time: the inbox applied
+exactly once, refusals, passivation and activation, takeover after expiry,
+a paused host fenced, a clean stop that hands over at once."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from journal import ForwardingJournal, InboxKeyError, Journal, LeaseHeldError, SessionLease
+from journal.events import (
+    GateOpened,
+    GateResolved,
+    InputQueued,
+    LoopStarted,
+    ToolStarted,
+    TurnEnded,
+)
+from loopruntime import InvalidAnswerError, LoopDefinition, ToolContext, tool
+from loopruntime.model import ModelRequest
+from loopruntime.models import Reply, ScriptedModel, ToolCall
+from session import Client, CommandRefusedError, Host, InvalidContentError, Session
+from session.replay import check
+from tests.host.support import ask_definition, counting_definition, trio_clock_journal, wait_for
+from tests.support.damage import damage_entry
+from tests.support.loops import events_of
+
+DEFS = {"counter": counting_definition(), "asker": ask_definition()}
+
+
+async def ended_turns(journal: Journal, session_id: str, n: int) -> bool:
+    return len(await events_of(journal, session_id, TurnEnded)) >= n
+
+
+async def started_tool(journal: Journal, session_id: str) -> bool:
+    return bool(await events_of(journal, session_id, ToolStarted))
+
+
+async def opened_gate(journal: Journal, session_id: str) -> bool:
+    return bool(await events_of(journal, session_id, GateOpened))
+
+
+async def test_a_session_created_and_fed_through_the_inbox(autojump_clock: object) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    async with Host.open(journal, DEFS, host_id="h1", poll=0.5) as host:
+        sid = await client.create("counter", key="c1")
+        await client.submit(sid, "count once", key="s1")
+        outcome = await client.wait(sid, "s1", timeout=30)
+        assert isinstance(outcome.value, str) and outcome.value.startswith("in_")
+        await wait_for(lambda: ended_turns(journal, sid, 1))
+        assert (await client.wait(sid, "c1", timeout=30)).value == sid
+        # The same key again: the stored entry, applied once.
+        again = await client.submit(sid, "count once", key="s1")
+        assert again.consumed
+        with pytest.raises(InboxKeyError):
+            await client.submit(sid, "count twice", key="s1")
+        await trio.sleep(5)
+        queued = await events_of(journal, sid, InputQueued)
+        assert [q.input_id for q in queued] == [outcome.value]
+        # The submit's entry was consumed by the append that holds its input.
+        entry = await journal.entry(sid, "s1")
+        assert entry is not None and entry.outcome is not None
+        records = [r async for r in journal.read(sid)]
+        holder = next(r for r in records if r.id == entry.outcome.record)
+        assert isinstance(holder.event, InputQueued)
+        assert host.statistics().applied == 2
+        info = {i.session: i for i in await client.sessions()}[sid]
+        assert (info.owner, info.pending) == ("h1", 0)
+    report = await check(journal, sid)
+    assert report.ok, report
+
+
+async def test_a_refused_command_is_consumed_with_its_error(autojump_clock: object) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    async with Host.open(journal, DEFS, host_id="h1", poll=0.5):
+        sid = await client.create("counter", key="c1")
+        await client.answer(sid, "gate_nope", "yes", key="a1")
+        with pytest.raises(CommandRefusedError) as caught:
+            await client.wait(sid, "a1", timeout=30)
+        assert caught.value.outcome.error == "GateMismatchError"
+        await client.submit(sid, "after the refusal", key="s1")
+        await client.wait(sid, "s1", timeout=30)
+    assert await events_of(journal, sid, GateResolved) == []
+
+
+async def test_a_damaged_entry_is_reported_and_skipped(autojump_clock: object) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    sid = await client.create("counter", key="c1")
+    await client.submit(sid, "one", key="s1")
+    await client.submit(sid, "two", key="s2")
+    damage_entry(journal, sid, 2, b"\xc1")
+    async with Host.open(journal, DEFS, host_id="h1", poll=0.5):
+        with pytest.raises(CommandRefusedError) as caught:
+            await client.wait(sid, "s1", timeout=30)
+        assert caught.value.outcome.error == "InboxEntryDamaged"
+        await client.wait(sid, "s2", timeout=30)
+    assert len(await events_of(journal, sid, InputQueued)) == 1
+
+
+async def test_an_idle_session_is_passivated_and_activated_again(autojump_clock: object) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    async with Host.open(journal, DEFS, host_id="h1", poll=0.5, idle_after=10) as host:
+        sid = await client.create("asker", key="c1")
+        await client.submit(sid, "go", key="s1")
+        await wait_for(lambda: opened_gate(journal, sid))
+        # Waiting on a person counts as idle: unloaded with its gate kept open.
+        await wait_for(lambda: host.statistics().passivations >= 1)
+        assert sid not in host.sessions
+        info = {i.session: i for i in await client.sessions()}[sid]
+        assert info.owner is None
+        gate = (await events_of(journal, sid, GateOpened))[0]
+        await client.answer(sid, gate.gate_id, "yes", key="a1")
+        await client.wait(sid, "a1", timeout=60)
+        await wait_for(lambda: ended_turns(journal, sid, 1))
+        assert host.statistics().claims == 2
+    ended = await events_of(journal, sid, TurnEnded)
+    assert [e.outcome for e in ended] == ["completed"]
+    report = await check(journal, sid)
+    assert report.ok, report
+
+
+class PausedRenewals(ForwardingJournal):
+    """A host's view of the journal while its process is paused: renewals
+    wait until ``resume`` (the rest goes on, as it would for a host whose
+    renewing task is starved)."""
+
+    def __init__(self, inner: Journal) -> None:
+        super().__init__(inner)
+        self.resumed = trio.Event()
+
+    async def renew(self, lease: SessionLease, *, ttl: float) -> SessionLease:
+        await self.resumed.wait()
+        return await self.inner.renew(lease, ttl=ttl)
+
+
+async def test_an_expired_lease_is_taken_over_and_the_paused_owner_fenced(
+    autojump_clock: object,
+) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    paused = PausedRenewals(journal)
+    async with Host.open(paused, DEFS, host_id="a", poll=0.5, lease_ttl=3) as a:
+        sid = await client.create("counter", key="c1")
+        await client.wait(sid, "c1", timeout=30)
+        # Host a renews no more: its lease expires in 3 s of trio time.
+        async with Host.open(journal, DEFS, host_id="b", poll=0.5, lease_ttl=3) as b:
+            await wait_for(lambda: b.statistics().failovers >= 1)
+            await client.submit(sid, "count", key="s1")
+            await client.wait(sid, "s1", timeout=30)
+            # Resumed, host a is fenced at its next renewal and drops the session.
+            paused.resumed.set()
+            await wait_for(lambda: sid not in a.sessions)
+            assert a.statistics().fenced == 1
+            await wait_for(lambda: ended_turns(journal, sid, 1))
+            info = {i.session: i for i in await client.sessions()}[sid]
+            assert info.owner == "b"
+    assert len(await events_of(journal, sid, LoopStarted)) == 1
+    assert len(await events_of(journal, sid, InputQueued)) == 1
+    report = await check(journal, sid)
+    assert report.ok, report
+
+
+def slow_definition(release: trio.Event) -> LoopDefinition:
+    @tool(permission="allow")
+    async def slow(ctx: ToolContext) -> str:
+        """Takes a while."""
+        await release.wait()
+        return "done"
+
+    def script(request: ModelRequest) -> Reply:
+        last = request.messages[-1]
+        if last.role == "user" and any(getattr(b, "tool_use_id", None) for b in last.blocks):
+            return Reply(text="finished")
+        return Reply(tool_calls=[ToolCall(name="slow")])
+
+    return LoopDefinition(name="slow", model=ScriptedModel(script), tools=[slow])
+
+
+async def test_a_clean_stop_hands_a_busy_session_over_at_once(autojump_clock: object) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    defs = {"slow": slow_definition(trio.Event())}
+    async with Host.open(journal, defs, host_id="a", poll=0.5, lease_ttl=3600):
+        sid = await client.create("slow", key="c1")
+        await client.submit(sid, "go", key="s1")
+        await wait_for(lambda: started_tool(journal, sid))
+    # Stopped mid-turn: the lease is left expired for the next host ...
+    info = {i.session: i for i in await client.sessions()}[sid]
+    assert (info.owner, info.expires_at) == ("a", 0)
+    async with Host.open(journal, defs, host_id="b", poll=0.5, lease_ttl=3600) as b:
+        # ... which takes it long before a's hour would have passed.
+        with trio.fail_after(60):
+            await wait_for(lambda: b.statistics().claims == 1)
+    # An idle session is released, not handed over: nobody takes it until it has work.
+    info = {i.session: i for i in await client.sessions()}[sid]
+    assert info.owner is None
+
+
+async def test_a_session_whose_definition_no_host_has_waits(autojump_clock: object) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    async with Host.open(journal, {"counter": counting_definition()}, host_id="h1", poll=0.5):
+        sid = await client.create("asker", key="c1")
+        with pytest.raises(TimeoutError, match="waits in the inbox"):
+            await client.wait(sid, "c1", timeout=5)
+    info = {i.session: i for i in await client.sessions()}[sid]
+    assert (info.pending, info.definition, info.owner) == (1, "asker", None)
+    async with Host.open(journal, DEFS, host_id="h2", poll=0.5):
+        assert (await client.wait(sid, "c1", timeout=5)).value == sid
+
+
+async def test_bad_input_to_the_client_and_the_host(autojump_clock: object) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    with pytest.raises(ValueError, match="idempotency key"):
+        await client.create("counter", key="")
+    with pytest.raises(ValueError, match="lease_ttl"):
+        Host(journal, DEFS, lease_ttl=0)
+    with pytest.raises(ValueError, match="its own name"):
+        Host(journal, {"other": counting_definition()})
+    sid = await client.create("counter", key="c1")
+    with pytest.raises(InvalidContentError):
+        await client.steer(sid, 3, key="k")  # type: ignore[arg-type]
+    with pytest.raises(InvalidAnswerError):
+        await client.decide(sid, "gate_1", "no", key="k")  # type: ignore[arg-type]
+    assert [e.number for e in await journal.inbox(sid)] == [1]
+    with pytest.raises(KeyError):
+        await client.wait(sid, "never-sent", timeout=1)
+    # A session a host owns refuses a direct writer, with what to do instead.
+    async with Host.open(journal, DEFS, host_id="h1", poll=0.5, lease_ttl=3600):
+        await client.wait(sid, "c1", timeout=30)
+        with pytest.raises(LeaseHeldError, match="loopruntime submit"):
+            async with Session.restore(journal, sid, counting_definition()):
+                pass
