@@ -533,15 +533,14 @@ class Loop:
                     model = command.model
                 if command.max_tokens is not None:
                     max_tokens = command.max_tokens
-                await self.commit(
-                    [LoopInferenceChanged(model=model, max_tokens=max_tokens)],
-                    cause=command.cause,
+                await self._commit_command(
+                    command, [LoopInferenceChanged(model=model, max_tokens=max_tokens)]
                 )
                 command.reply.set(True)
             case ReplaceTools():
                 for name in command.tools or ():
                     self.definition.registered_tool(name)  # NotRegisteredError
-                await self.commit([LoopToolsReplaced(tools=command.tools)], cause=command.cause)
+                await self._commit_command(command, [LoopToolsReplaced(tools=command.tools)])
                 command.reply.set(True)
             case Compact():
                 # Runs when no turn is working: now, or once the running turn

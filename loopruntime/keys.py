@@ -15,11 +15,13 @@ import msgspec
 from .commands import (
     AnswerGate,
     CancelQueuedInput,
+    ChangeInference,
     ChangeMode,
     Command,
     Compact,
     DecideGate,
     Interrupt,
+    ReplaceTools,
     ResolveToolCall,
     Steer,
     UserInput,
@@ -76,6 +78,10 @@ def command_name(command: Command) -> str:
             return "compact"
         case ChangeMode():
             return "change_mode"
+        case ChangeInference():
+            return "change_inference"
+        case ReplaceTools():
+            return "replace_tools"
         case _:
             raise TypeError(f"{type(command).__name__} takes no idempotency key")
 
@@ -99,6 +105,10 @@ def command_digest(command: Command, loop: str) -> str:
             content = (command.execution_id, command.content, command.is_error)
         case ChangeMode():
             content = (loop, command.mode)
+        case ChangeInference():
+            content = (loop, command.model, command.max_tokens, command.reset)
+        case ReplaceTools():
+            content = (loop, command.tools)
         case _:
             content = (loop,)
     data = _encoder.encode((command_name(command), content))

@@ -601,7 +601,8 @@ class Session:
         """Choose the loop's model (a registered name) and output budget from its
         next turn on (None keeps a choice; ``reset`` drops both first): one
         ``loop.inference_changed``.  docs/restore.md, "Deploys"."""
-        await self._loop(loop).send(inference_command(model, max_tokens, reset, key))
+        command = inference_command(model, max_tokens, reset, check_key(key))
+        await self._send(self._loop(loop), command, _routed)
 
     async def replace_tools(
         self,
@@ -614,7 +615,7 @@ class Session:
         on, in place of the definition's own (None: those again): one
         ``loop.tools_replaced``.  docs/restore.md, "Deploys"."""
         target = self._loop(loop)
-        await target.send(tools_command(tools, target.definition, key))
+        await self._send(target, tools_command(tools, target.definition, check_key(key)), _routed)
 
     async def snapshot(self, *, loop: str | None = None) -> LoopState:
         """A consistent copy of a loop's state."""

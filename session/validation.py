@@ -22,7 +22,6 @@ from .errors import InvalidContentError
 __all__ = [
     "answer_text",
     "check_decision",
-    "check_key",
     "inference_command",
     "steering_text",
     "tools_command",
@@ -120,19 +119,12 @@ def tool_result(
     return content
 
 
-def check_key(key: object) -> None:
-    """A command's key: a non-empty string, or None."""
-    if key is not None and (not isinstance(key, str) or not key):
-        raise InvalidContentError(
-            f"a command key must be a non-empty string or None, not {key!r}; nothing was committed"
-        )
-
-
 def inference_command(
-    model: object, max_tokens: object, reset: object, key: object
+    model: object, max_tokens: object, reset: object, key: str | None
 ) -> ChangeInference:
     """``change_inference``'s arguments, checked: a model name, a positive
-    token budget, a real bool, something to change, and a key."""
+    token budget, a real bool, something to change (``key`` was checked by
+    the caller)."""
     if model is not None and (not isinstance(model, str) or not model):
         raise InvalidContentError(
             f"change_inference(model=...) takes the name of a registered model, not {model!r}; "
@@ -154,16 +146,15 @@ def inference_command(
             "change_inference() was given nothing to change: pass model=, max_tokens= or "
             "reset=True; nothing was committed"
         )
-    check_key(key)
-    return ChangeInference(model=model, max_tokens=max_tokens, reset=reset)
+    return ChangeInference(model=model, max_tokens=max_tokens, reset=reset, key=key)
 
 
-def tools_command(tools: object, definition: LoopDefinition, key: object) -> ReplaceTools:
+def tools_command(tools: object, definition: LoopDefinition, key: str | None) -> ReplaceTools:
     """``replace_tools``'s arguments, checked: names of registered tools (a
-    ``Tool`` must have the registered one's input schema), none twice; a key."""
-    check_key(key)
+    ``Tool`` must have the registered one's input schema), none twice; ``key``
+    was checked by the caller."""
     if tools is None:
-        return ReplaceTools(tools=None)
+        return ReplaceTools(tools=None, key=key)
     if isinstance(tools, str | Tool) or not isinstance(tools, Sequence):
         raise InvalidContentError(
             f"replace_tools takes a list of tool names or Tools (or None), not {tools!r}; "
@@ -192,4 +183,4 @@ def tools_command(tools: object, definition: LoopDefinition, key: object) -> Rep
                 f"replace_tools was given tool {name!r} twice; nothing was committed"
             )
         names.append(name)
-    return ReplaceTools(tools=tuple(names))
+    return ReplaceTools(tools=tuple(names), key=key)

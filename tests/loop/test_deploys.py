@@ -28,6 +28,7 @@ from journal.events import (
     TurnStarted,
 )
 from loopruntime import (
+    IdempotencyKeyError,
     Limits,
     LoopDefinition,
     LoopStatus,
@@ -541,3 +542,22 @@ def test_an_adapter_reports_its_settings_to_the_configuration() -> None:
     assert config.model_settings["max_tokens"] == 1000
     assert config.model_settings["thinking"] == {"type": "enabled", "budget_tokens": 500}
     assert "k-test" not in repr(config)
+
+
+async def test_model_and_tool_choices_take_idempotency_keys() -> None:
+    d = definition(models=("model-alt",), registry=(note,))
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, d) as s:
+            await s.change_inference(model="model-alt", key="choose-alt")
+            await s.change_inference(model="model-alt", key="choose-alt")  # a retry
+            await s.replace_tools(["note"], key="tools-1")
+            await s.replace_tools(["note"], key="tools-1")
+            with pytest.raises(IdempotencyKeyError, match="first used at seq"):
+                await s.change_inference(max_tokens=100, key="choose-alt")
+            with pytest.raises(IdempotencyKeyError):
+                await s.replace_tools(["lookup"], key="tools-1")
+            await s.verify()
+        assert len(await events_of(journal, s.id, LoopInferenceChanged)) == 1
+        assert len(await events_of(journal, s.id, LoopToolsReplaced)) == 1
+        report = await check(journal, s.id)
+    assert report.ok, report.summary()
