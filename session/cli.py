@@ -303,15 +303,31 @@ def cmd_fork(args: argparse.Namespace) -> int:
 async def _resolve(args: argparse.Namespace) -> int:
     # A missing or foreign file is refused before anything could create it.
     async with open_for_replay(journal_url(args.journal), write=True) as journal:
+        session_id = _checked_text(args.session, "session id")
+        if not args.force:
+            _refuse_live_owner(await journal.sessions(), session_id)
         await resolve_offline(
             journal,
-            _checked_text(args.session, "session id"),
+            session_id,
             _checked_text(args.execution_id, "execution id"),
             _checked_text(args.result, "result"),
             is_error=args.error,
         )
     print(f"resolved {args.execution_id}; the session continues when its host restores it")
     return 0
+
+
+def _refuse_live_owner(infos: list[SessionInfo], session_id: str) -> None:
+    """Resolving takes the session's lease and so fences its owner: refused
+    while a host holds a live lease on it, unless ``--force``."""
+    info = next((i for i in infos if i.session == session_id), None)
+    if info is None or info.owner is None or info.expires_at <= time.time_ns():
+        return
+    raise ValueError(
+        f"session {session_id} is run by host {info.owner} (its lease is live); resolving "
+        "here would fence that host: send the resolution through the inbox (--key KEY), "
+        "or pass --force if that host is gone"
+    )
 
 
 def cmd_resolve(args: argparse.Namespace) -> int:
@@ -453,8 +469,9 @@ def parser() -> argparse.ArgumentParser:
         "settle a tool call whose outcome is unknown",
         "Settle a tool call that a crash left with an unknown outcome, with the result the "
         "model will see.  This takes the session's lease: a process still running the session "
-        "is fenced (its next write fails), so stop it first; the session continues when a "
-        "host restores it.",
+        "is fenced (its next write fails), so it is refused while a host holds a live lease "
+        "(--force to go ahead; --key sends it through the inbox instead); the session "
+        "continues when a host restores it.",
     )
     resolve.add_argument("session", help="the session id")
     resolve.add_argument(
@@ -462,6 +479,11 @@ def parser() -> argparse.ArgumentParser:
     )
     resolve.add_argument("--result", required=True, help="the result the model will see")
     resolve.add_argument("--error", action="store_true", help="the call failed")
+    resolve.add_argument(
+        "--force",
+        action="store_true",
+        help="resolve even while a host holds a live lease on the session (that host is fenced)",
+    )
     resolve.add_argument(
         "--key",
         help="send it through the session's inbox under this idempotency key instead (for a "

@@ -326,3 +326,34 @@ def test_a_full_disk_at_creation_is_named_and_leaves_nothing(tmp_path: Path) -> 
     assert "Traceback" not in err
     assert "disk is full" in err and "j.db" in err
     assert done.stdout.decode().split() == []  # nothing half made was left
+
+
+async def test_resolve_refuses_while_a_host_holds_a_live_lease(tmp_path: Path) -> None:
+    db = tmp_path / "j.db"
+    async with open_journal(f"sqlite:///{db}") as journal:
+        lease = await journal.acquire("ses_hosted", "host-a", ttl=3600, create=True)
+    done = await trio.to_thread.run_sync(
+        lambda: run(
+            "resolve", "ses_hosted", "exe_x", "--result", "r", "--journal", str(db), cwd=tmp_path
+        )
+    )
+    line = one_line_error(done)
+    assert "run by host host-a" in line and "--force" in line
+    async with open_journal(f"sqlite:///{db}") as journal:
+        [info] = await journal.sessions()
+    assert info.incarnation == lease.incarnation  # not fenced
+    forced = await trio.to_thread.run_sync(
+        lambda: run(
+            "resolve",
+            "ses_hosted",
+            "exe_x",
+            "--result",
+            "r",
+            "--force",
+            "--journal",
+            str(db),
+            cwd=tmp_path,
+        )
+    )
+    # Past the refusal: now it is the call that is not there.
+    assert "run by host" not in one_line_error(forced)
