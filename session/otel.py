@@ -43,6 +43,8 @@ from journal.events import (
     GateCancelled,
     GateOpened,
     GateResolved,
+    GateReviewed,
+    HookDecided,
     InputQueued,
     LoopModeChanged,
     LoopStarted,
@@ -340,6 +342,33 @@ class SpanBuilder:
                     r.at,
                     {"loopruntime.notice.code": e.code, "loopruntime.notice.refs": e.refs}
                     | ({"loopruntime.notice.text": e.text} if self.capture_content else {}),
+                )
+            case HookDecided():
+                self._event(
+                    loop,
+                    "loopruntime.hook.decided",
+                    r.at,
+                    {
+                        "loopruntime.hook": e.hook,
+                        "loopruntime.hook.point": e.point,
+                        "loopruntime.hook.action": e.action,
+                        "gen_ai.tool.call.id": e.tool_use_id,
+                    }
+                    | ({"loopruntime.reason": e.reason} if self.capture_content else {}),
+                )
+            case GateReviewed():
+                self._event(
+                    loop,
+                    "loopruntime.gate.reviewed",
+                    r.at,
+                    {
+                        "loopruntime.classifier": e.classifier,
+                        "loopruntime.verdict": e.verdict,
+                        "loopruntime.failed": e.failed,
+                        "gen_ai.tool.name": e.tool_name,
+                        "gen_ai.tool.call.id": e.tool_use_id,
+                    }
+                    | ({"loopruntime.reason": e.reason} if self.capture_content else {}),
                 )
             case CompactionCommitted():
                 self._event(
