@@ -28,9 +28,9 @@ from loopruntime import (
     tool,
 )
 from loopruntime.hooks import Hook
-from loopruntime.state import LoopState
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
+from loopruntime.state import LoopState
 from session import Session
 from session.replay import check, render_transcript
 from tests.support.loops import crashed_copy, events_of, records, tags
