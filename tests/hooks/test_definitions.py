@@ -91,6 +91,6 @@ def test_classifiers_sync_and_async_are_accepted_and_named_once() -> None:
 
 
 def test_hook_timeout_in_limits_is_checked() -> None:
-    with pytest.raises(ValueError, match="Limits.hook_timeout must be a positive"):
+    with pytest.raises(ValueError, match=r"Limits\.hook_timeout must be a positive"):
         Limits(hook_timeout=-1)
     assert Limits(hook_timeout=None).hook_timeout is None

@@ -274,9 +274,7 @@ async def test_a_hook_returning_what_its_point_cannot_take_fails_closed() -> Non
     )
 
 
-async def test_a_restore_after_a_rewritten_call_keeps_the_rewrite_and_does_not_run_the_hook_again() -> (
-    None
-):
+async def test_restore_after_a_rewritten_call_keeps_the_rewrite_and_runs_no_hook_again() -> None:
     """Cut after the rewrite and the start are durable, before the result:
     restore sees the started call with the rewritten input (a replay-safe
     tool runs again with it, the hook does not run again), and the model's
@@ -555,7 +553,7 @@ async def test_a_hook_is_not_run_at_the_other_points() -> None:
     ran: list[str] = []
     async with open_journal("memory:") as journal:
         hooks = [spy(p) for p in ("before_model", "before_tool", "after_tool", "turn_end")]
-        sid, _ = await run(journal, definition(hooks, ran))
+        await run(journal, definition(hooks, ran))
     assert points == [
         "before_model",
         "before_tool",
