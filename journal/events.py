@@ -176,6 +176,10 @@ class LoopConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Names of the alternative models registered (``LoopDefinition.models``)."""
     modes: tuple[ModeConfig, ...] = ()
     limits: dict[str, Any] = {}
+    hooks: tuple[str, ...] = ()
+    """The definition's hooks, in order, as ``point:name``."""
+    classifiers: tuple[str, ...] = ()
+    """The definition's permission classifiers' names, in order."""
 
 
 class ConfigChange(msgspec.Struct, frozen=True, kw_only=True):
@@ -184,7 +188,8 @@ class ConfigChange(msgspec.Struct, frozen=True, kw_only=True):
     what: str
     """``model``, ``model_setting``, ``system``, ``tool_added``,
     ``tool_removed``, ``tool_schema``, ``tool_flags``, ``models``,
-    ``mode_added``, ``mode_removed``, ``mode_changed`` or ``limit``."""
+    ``mode_added``, ``mode_removed``, ``mode_changed``, ``limit``, ``hooks`` or
+    ``classifiers``."""
     name: str = ""
     """The tool, mode, setting or limit concerned (empty for the model and prompt)."""
     old: str = ""

@@ -3,8 +3,8 @@
 * ``SpanBuilder`` is pure: records in, finished spans out, following the
   OpenTelemetry GenAI conventions: ``invoke_agent`` per turn, ``chat`` per
   model call, ``execute_tool`` per tool call, a child loop's turns under the
-  parent's ``execute_tool``; gates, notices, compactions, mode changes and
-  unknown effects are span events.
+  parent's ``execute_tool``; gates and their reviews, hook decisions,
+  notices, compactions, mode changes and unknown effects are span events.
 * A span is finished by the record that closes it, once.  Its ids are derived
   from the session, loop and record ids alone, so the same journal always
   gives the same trace: a restored session's spans (or an export made later
@@ -12,6 +12,10 @@
 * ``Exporter`` hands the finished spans to an SDK ``TracerProvider``, live
   (``follow``) or from the journal (``export``).  Message content is left out
   unless ``capture_content``.
+
+The module is one piece: ``SpanBuilder`` is one ``match`` over every kind
+of record, whose cases share the spans still open, and the exporter is the
+thin shell that feeds it.
 
 docs/traces.md tells the whole story.
 """

@@ -69,7 +69,12 @@ def config_text(
             c = event.config
             tools = ", ".join(t.name for t in c.tools if t.offered) or "none"
             modes = f", modes {', '.join(m.name for m in c.modes)}" if c.modes else ""
-            return f"model {c.model}, system prompt {c.system[:8]}, tools {tools}{modes}"
+            hooks = f", hooks {', '.join(c.hooks)}" if c.hooks else ""
+            reviewers = f", classifiers {', '.join(c.classifiers)}" if c.classifiers else ""
+            return (
+                f"model {c.model}, system prompt {c.system[:8]}, tools {tools}{modes}"
+                f"{hooks}{reviewers}"
+            )
         case LoopReconfigured():
             return "; ".join(change_text(c) for c in event.changes)
         case LoopInferenceChanged():

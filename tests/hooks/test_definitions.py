@@ -7,8 +7,12 @@ from typing import Any
 
 import pytest
 
+from journal import open_journal
+from journal.events import LoopConfigured, LoopReconfigured
 from loopruntime import Limits, LoopDefinition, ToolContext, classifier, hook, tool
 from loopruntime.models import ScriptedModel
+from session import Session
+from tests.support.loops import events_of
 
 
 async def on_call(shown: Any) -> None:
@@ -94,3 +98,21 @@ def test_hook_timeout_in_limits_is_checked() -> None:
     with pytest.raises(ValueError, match=r"Limits\.hook_timeout must be a positive"):
         Limits(hook_timeout=-1)
     assert Limits(hook_timeout=None).hook_timeout is None
+
+
+async def test_the_configuration_names_hooks_and_classifiers_and_a_deploy_changing_them() -> None:
+    guard = hook("before_tool", name="guard")(on_call)
+    audit = hook("after_tool", name="audit")(on_call)
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, make(hooks=[guard], classifiers=[sync_function])) as s:
+            pass
+        async with Session.restore(journal, s.id, make(hooks=[guard, audit])):
+            pass
+        [configured] = await events_of(journal, s.id, LoopConfigured)
+        [reconfigured] = await events_of(journal, s.id, LoopReconfigured)
+    assert configured.config.hooks == ("before_tool:guard",)
+    assert configured.config.classifiers == ("sync_function",)
+    assert [(c.what, c.old, c.new) for c in reconfigured.changes] == [
+        ("hooks", "before_tool:guard", "before_tool:guard, after_tool:audit"),
+        ("classifiers", "sync_function", ""),
+    ]
