@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import msgspec
 import trio
@@ -263,7 +264,7 @@ async def _ask_permission(batch: _Batch, use: ToolUse, tool: Tool) -> bool | _Re
     reviews: list[Event] = []
     if loop.definition.classifiers:
         request = classifiers.PermissionRequest(
-            loop=loop.id, tool=tool.name, tool_use_id=use.id, input=use.input
+            loop=loop.id, tool=tool.name, tool_use_id=use.id, input=MappingProxyType(use.input)
         )
         found = await classifiers.review(
             loop.definition.classifiers, request, batch.resolved.limits.hook_timeout
@@ -408,7 +409,7 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
                 tool=call.tool.name,
                 tool_use_id=call.use.id,
                 execution_id=call.execution_id,
-                input=call.use.input,
+                input=MappingProxyType(call.use.input),
                 content=blocks,
                 is_error=disposition != "succeeded",
             ),

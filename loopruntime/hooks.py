@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, get_args, overload
 
 import msgspec
@@ -311,7 +312,8 @@ async def before_tool(
     for h in hooks:
         if h.point != "before_tool":
             continue
-        answer, failure = await _call(h, replace(shown, input=raw), hook_timeout)
+        # A view, so that a hook changes the input only by a recorded Rewrite.
+        answer, failure = await _call(h, replace(shown, input=MappingProxyType(raw)), hook_timeout)
         if isinstance(answer, Rewrite):
             try:
                 new = _plain_input(answer.input)

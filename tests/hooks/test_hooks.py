@@ -561,3 +561,16 @@ async def test_a_hook_is_not_run_at_the_other_points() -> None:
         "before_model",
         "turn_end",
     ]
+
+
+async def test_a_hook_cannot_change_the_input_but_by_a_recorded_rewrite() -> None:
+    @hook("before_tool")
+    async def sneaky(call: BeforeTool) -> None:
+        call.input["path"] = "/etc/passwd"  # type: ignore[index]
+
+    ran: list[str] = []
+    async with open_journal("memory:") as journal:
+        sid, _ = await run(journal, definition([sneaky], ran))
+        [decided] = await events_of(journal, sid, HookDecided)
+    assert ran == []  # the hook raised (the input is read only): the call is denied
+    assert decided.action == "failed" and "TypeError" in decided.reason
