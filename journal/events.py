@@ -51,6 +51,8 @@ __all__ = [
     "GateCancelled",
     "GateOpened",
     "GateResolved",
+    "GateReviewed",
+    "HookDecided",
     "InputCancelled",
     "InputQueued",
     "LoopEvent",
@@ -174,6 +176,10 @@ class LoopConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Names of the alternative models registered (``LoopDefinition.models``)."""
     modes: tuple[ModeConfig, ...] = ()
     limits: dict[str, Any] = {}
+    hooks: tuple[str, ...] = ()
+    """The definition's hooks, in order, as ``point:name``."""
+    classifiers: tuple[str, ...] = ()
+    """The definition's permission classifiers' names, in order."""
 
 
 class ConfigChange(msgspec.Struct, frozen=True, kw_only=True):
@@ -182,7 +188,8 @@ class ConfigChange(msgspec.Struct, frozen=True, kw_only=True):
     what: str
     """``model``, ``model_setting``, ``system``, ``tool_added``,
     ``tool_removed``, ``tool_schema``, ``tool_flags``, ``models``,
-    ``mode_added``, ``mode_removed``, ``mode_changed`` or ``limit``."""
+    ``mode_added``, ``mode_removed``, ``mode_changed``, ``limit``, ``hooks`` or
+    ``classifiers``."""
     name: str = ""
     """The tool, mode, setting or limit concerned (empty for the model and prompt)."""
     old: str = ""
@@ -491,6 +498,61 @@ class GateCancelled(msgspec.Struct, tag="gate.cancelled", **_opts):
     reason: Literal["interrupted", "restore_unavailable", "shutdown"] = "interrupted"
 
 
+class GateReviewed(msgspec.Struct, tag="gate.reviewed", **_opts):
+    """A permission classifier reviewed a call before any person was asked.
+
+    ``allow`` and ``deny`` decide the call (no gate opens; a ``deny`` comes
+    in one commit with the call's rejection); ``ask`` leaves it to the next
+    classifier, then to the permission gate, whose ``gate.opened`` comes in
+    the same commit as the reviews before it."""
+
+    tool_use_id: str
+    tool_name: str
+    classifier: str
+    verdict: Literal["allow", "deny", "ask"]
+    reason: str = ""
+    failed: bool = False
+    """The classifier raised, passed its deadline or answered something that
+    is not a verdict: counted as ``ask``, ``reason`` says what happened."""
+
+
+# -- hooks ------------------------------------------------------------------
+
+HookPoint = Literal["before_model", "before_tool", "after_tool", "turn_end"]
+HookAction = Literal["context", "stop", "deny", "rewrite", "replace", "failed"]
+
+
+class HookDecided(msgspec.Struct, tag="hook.decided", **_opts):
+    """A hook of the definition changed what happens, or failed and the
+    runtime failed closed.  A hook that lets things go on as they were
+    leaves no record.
+
+    ``context``: ``text`` enters the model context (a user message) before
+    the model call of ``step``.  ``stop``: the turn ends before that call
+    (its ``turn.ended`` in the same commit).  ``deny``: the call
+    ``tool_use_id`` never runs (its rejection in the same commit).
+    ``rewrite``: the call runs with ``input`` instead of ``original``, and
+    the model's own tool call reads ``input`` from here on (committed with
+    the call's ``tool.started``).  ``replace``: the call's ``tool.completed``
+    in the same commit carries the hook's result, not the tool's (which is
+    not kept).  ``failed``: the hook raised, passed its deadline or returned
+    what its point cannot take; ``reason`` says which, and what was refused
+    follows as for ``stop``, ``deny`` or ``replace``."""
+
+    hook: str
+    point: HookPoint
+    action: HookAction
+    reason: str = ""
+    turn: int = 0
+    step: int = 0
+    """For ``before_model``: the step of the model call the hook ran before."""
+    tool_use_id: str = ""
+    execution_id: str = ""
+    text: str = ""
+    input: dict[str, Any] | None = None
+    original: dict[str, Any] | None = None
+
+
 # -- context ----------------------------------------------------------------
 
 
@@ -752,6 +814,8 @@ LoopEvent = (
     | GateOpened
     | GateResolved
     | GateCancelled
+    | GateReviewed
+    | HookDecided
     | ContextMeasured
     | CompactionStarted
     | CompactionCommitted

@@ -5,6 +5,10 @@ Built on ``journal`` (it never imports ``session``).
 
 from .actor import Loop as Loop
 from .actor import LoopHost as LoopHost
+from .classifiers import Classifier as Classifier
+from .classifiers import PermissionRequest as PermissionRequest
+from .classifiers import Review as Review
+from .classifiers import classifier as classifier
 from .definition import Delegate as Delegate
 from .definition import Limits as Limits
 from .definition import LoopDefinition as LoopDefinition
@@ -22,6 +26,17 @@ from .errors import NotRegisteredError as NotRegisteredError
 from .errors import NotUnknownEffectError as NotUnknownEffectError
 from .errors import OutsideToolCallError as OutsideToolCallError
 from .errors import QueueFullError as QueueFullError
+from .hooks import AddContext as AddContext
+from .hooks import AfterTool as AfterTool
+from .hooks import BeforeModel as BeforeModel
+from .hooks import BeforeTool as BeforeTool
+from .hooks import Deny as Deny
+from .hooks import Hook as Hook
+from .hooks import ReplaceResult as ReplaceResult
+from .hooks import Rewrite as Rewrite
+from .hooks import StopTurn as StopTurn
+from .hooks import TurnEnd as TurnEnd
+from .hooks import hook as hook
 from .model import Model as Model
 from .model import ModelRequest as ModelRequest
 from .notices import INTERRUPTED_NOTICE as INTERRUPTED_NOTICE
@@ -40,10 +55,17 @@ from .tools import tool as tool
 __all__ = [
     "INTERRUPTED_NOTICE",
     "TRUNCATED_NOTICE",
+    "AddContext",
+    "AfterTool",
+    "BeforeModel",
+    "BeforeTool",
+    "Classifier",
     "CommandError",
     "Compactor",
     "Delegate",
+    "Deny",
     "GateMismatchError",
+    "Hook",
     "IdempotencyKeyError",
     "InvalidAnswerError",
     "Limits",
@@ -64,11 +86,19 @@ __all__ = [
     "NotRegisteredError",
     "NotUnknownEffectError",
     "OutsideToolCallError",
+    "PermissionRequest",
     "QueueFullError",
+    "ReplaceResult",
+    "Review",
+    "Rewrite",
+    "StopTurn",
     "Tool",
     "ToolContext",
+    "TurnEnd",
     "ask_user",
     "ask_user_tool",
+    "classifier",
     "fold",
+    "hook",
     "tool",
 ]

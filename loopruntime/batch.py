@@ -29,7 +29,8 @@ question) are re-entered under their original execution id.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import msgspec
 import trio
@@ -45,8 +46,9 @@ from journal.events import (
     ToolStarted,
 )
 
-from . import deadlines, gates
+from . import classifiers, deadlines, gates, hooks
 from .definition import ResolvedDefinition
+from .hooks import Hook
 from .ids import new_id
 from .notices import (
     DENIED_RESULT,
@@ -55,12 +57,15 @@ from .notices import (
     deadline_unknown,
     rejected,
 )
+from .output import OutputTool
 from .ports import ToolsPort
 from .tools import (
+    Middleware,
     Tool,
     ToolContext,
     ToolInputError,
     ToolOutput,
+    call_tool,
     decide,
     is_empty_result,
     shape_result,
@@ -77,6 +82,8 @@ class _Call:
     execution_id: str
     new: bool
     """False when re-entering a call started before a restart."""
+    decided: list[Event] = field(default_factory=list)
+    """The before_tool hooks' rewrites, committed with the call's start."""
 
 
 @dataclass
@@ -86,12 +93,30 @@ class _Batch:
     """The definition as the turn resolved it when it started."""
     entered: set[str]
     """The turn's record of the calls whose tool function really ran."""
+    before: list[Hook] = field(default_factory=list)
+    after: list[Hook] = field(default_factory=list)
+    middleware: tuple[Middleware, ...] = ()
+
+
+@dataclass
+class _Refused:
+    """A call that will not run: what the model reads, and the records that
+    decided it (committed with its rejection)."""
+
+    text: str
+    events: list[Event] = field(default_factory=list)
 
 
 async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[str]) -> None:
     """Run the calls of the last reply still waiting for a result; adds the
     execution id of every call whose tool function it enters to ``entered``."""
-    batch = _Batch(loop, resolved, entered)
+    definition = loop.definition
+    batch = _Batch(loop, resolved, entered, middleware=tuple(definition.tool_middleware))
+    for h in definition.hooks:
+        if h.point == "before_tool":
+            batch.before.append(h)
+        elif h.point == "after_tool":
+            batch.after.append(h)
     state = loop.state
     limits = resolved.limits
     tools: dict[str, Tool] = {t.name: t for t in resolved.tools}
@@ -122,9 +147,31 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
                     )
                 )
             continue
-        rejection = await _admit(batch, use, tool, budget - len(admitted))
-        if rejection is not None:
-            await loop.commit([rejected(use.id, rejection)], cause=state.message_record)
+        refusal = await _admit(batch, use, tool, budget - len(admitted))
+        decided: list[Event] = []
+        if refusal is None and batch.before:
+            assert tool is not None
+            verdict = await hooks.before_tool(
+                batch.before,
+                hooks.BeforeTool(
+                    loop=loop.id,
+                    turn=state.turn_index,
+                    tool=tool.name,
+                    tool_use_id=use.id,
+                    input=use.input,
+                ),
+                tool,
+                resolved.limits.hook_timeout,
+            )
+            if verdict.denial is not None:
+                refusal = _Refused(verdict.denial, verdict.events)
+            elif verdict.events:
+                decided = verdict.events
+                use = msgspec.structs.replace(use, input=verdict.input)
+        if refusal is not None:
+            await loop.commit(
+                [*refusal.events, rejected(use.id, refusal.text)], cause=state.message_record
+            )
             continue
         assert tool is not None
         admitted.append(
@@ -134,29 +181,34 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
                 parsed=tool.parse(use.input),
                 execution_id=new_id("exe_"),
                 new=True,
+                decided=decided,
             )
         )
 
-    starts: list[Event] = [
-        ToolStarted(
-            execution_id=c.execution_id,
-            tool_use_id=c.use.id,
-            name=c.tool.name,
-            input=c.use.input,
-            turn=state.turn_index,
-            step=state.step,
+    starts: list[Event] = []
+    ids: list[str | None] = []
+    for c in admitted:
+        if not c.new:
+            continue
+        # A hook's rewrite comes first: the fold gives the model's call the
+        # new input before the start that runs with it.
+        starts += c.decided
+        ids += [None] * len(c.decided)
+        starts.append(
+            ToolStarted(
+                execution_id=c.execution_id,
+                tool_use_id=c.use.id,
+                name=c.tool.name,
+                input=c.use.input,
+                turn=state.turn_index,
+                step=state.step,
+            )
         )
-        for c in admitted
-        if c.new
-    ]
+        ids.append(c.execution_id)
     if starts:
         # Each start's record id is its execution id: the call's later
         # records (its gates, its result, a child loop) name it as their cause.
-        await loop.commit(
-            starts,
-            cause=state.message_record,
-            ids=[c.execution_id for c in admitted if c.new],
-        )
+        await loop.commit(starts, cause=state.message_record, ids=ids)
     await _execute(batch, admitted)
 
 
@@ -165,19 +217,19 @@ async def _admit(
     use: ToolUse,
     tool: Tool | None,
     budget: int,
-) -> str | None:
-    """None when the call may run; otherwise the model-visible reason it won't."""
+) -> _Refused | None:
+    """None when the call may run; otherwise why it won't."""
     loop = batch.loop
     state = loop.state
     if tool is None:
         known = ", ".join(sorted(t.name for t in batch.resolved.tools)) or "none"
-        return f"[error: there is no tool named {use.name!r}; available tools: {known}]"
+        return _Refused(f"[error: there is no tool named {use.name!r}; available tools: {known}]")
     try:
         tool.parse(use.input)
     except ToolInputError as exc:
-        return f"[error: {exc}]"
+        return _Refused(f"[error: {exc}]")
     if budget <= 0:
-        return "[not run: the turn's tool call limit was reached]"
+        return _Refused("[not run: the turn's tool call limit was reached]")
     policy = loop.definition.permissions.get(tool.name, tool.permission)
     verdict = decide(policy, tool.name, use.input)
     if verdict == "ask" and tool.name in state.grants:
@@ -185,27 +237,49 @@ async def _admit(
     if verdict == "ask":
         allowed = state.decided.get(use.id)
         if allowed is None:
-            allowed = await _ask_permission(loop, use, tool)
+            asked = await _ask_permission(batch, use, tool)
+            if isinstance(asked, _Refused):
+                return asked
+            allowed = asked
         verdict = "allow" if allowed else "deny"
     if verdict == "deny":
         if policy is None:
-            return (
+            return _Refused(
                 f"[denied: no permission policy is configured for tool {tool.name}; "
                 "the runtime denies it]"
             )
-        return DENIED_RESULT
+        return _Refused(DENIED_RESULT)
     return None
 
 
-async def _ask_permission(loop: ToolsPort, use: ToolUse, tool: Tool) -> bool:
+async def _ask_permission(batch: _Batch, use: ToolUse, tool: Tool) -> bool | _Refused:
+    """Whether a person (or a classifier, before one is asked) allows the
+    call; a classifier's denial is returned as the refusal, to be committed
+    with the call's rejection."""
+    loop = batch.loop
+    cause = loop.state.message_record
     gate = gates.open_permission(loop.state, use.id)
-    if gate is None:
-        answer = await gates.open_and_wait(
-            loop, gates.permission_request(use, tool.name), cause=loop.state.message_record
+    if gate is not None:
+        return bool((await loop.wait_gate(gate.gate_id)).allow)  # opened before a restart
+    reviews: list[Event] = []
+    if loop.definition.classifiers:
+        request = classifiers.PermissionRequest(
+            loop=loop.id, tool=tool.name, tool_use_id=use.id, input=MappingProxyType(use.input)
         )
-    else:
-        answer = await loop.wait_gate(gate.gate_id)  # opened before a restart
-    return bool(answer.allow)
+        found = await classifiers.review(
+            loop.definition.classifiers, request, batch.resolved.limits.hook_timeout
+        )
+        last = found[-1]
+        if last.verdict == "allow":
+            await loop.commit(found, cause=cause)
+            return True
+        if last.verdict == "deny":
+            return _Refused(f"[denied by {last.classifier}: {last.reason}]", [*found])
+        reviews = [*found]
+    # The gate opens in the same commit as the reviews that left it to a person.
+    opened = gates.permission_request(use, tool.name)
+    await loop.commit([*reviews, opened], cause=cause)
+    return bool((await loop.wait_gate(opened.gate_id)).allow)
 
 
 async def _execute(batch: _Batch, calls: list[_Call]) -> None:
@@ -279,6 +353,8 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
 
     limits = batch.resolved.limits
     timeout = call.tool.timeout_under(limits.tool_timeout)
+    # The runtime's final-answer tool is no function of the host's to wrap.
+    middleware = () if isinstance(call.tool, OutputTool) else batch.middleware
     started = time.perf_counter_ns()
     structured = None
     while True:
@@ -290,11 +366,12 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
             ask=ask,
             continuation=continuation,
             runtime=loop,
+            input=call.use.input,
         )
         batch.entered.add(call.execution_id)
         with deadlines.timer(timeout) as deadline:
             try:
-                value = await call.tool.invoke(ctx, call.parsed)
+                value = await call_tool(call.tool, ctx, call.parsed, middleware)
                 blocks, cut = shape_result(value, limit)
                 if isinstance(value, ToolOutput):
                     structured = value.structured
@@ -321,17 +398,42 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
         if not any(isinstance(e, DeadlinePassed) and e.action == "retried" for e in events):
             return
         continuation = None  # an answer given to an earlier run was used there
+    duration = time.perf_counter_ns() - started
+    decided: list[Event] = []
+    if batch.after:
+        verdict = await hooks.after_tool(
+            batch.after,
+            hooks.AfterTool(
+                loop=loop.id,
+                turn=loop.state.turn_index,
+                tool=call.tool.name,
+                tool_use_id=call.use.id,
+                execution_id=call.execution_id,
+                input=MappingProxyType(call.use.input),
+                content=blocks,
+                is_error=disposition != "succeeded",
+            ),
+            limit,
+            limits.hook_timeout,
+        )
+        if verdict.changed:
+            # The tool's own result (and structured value) is not kept.
+            decided, blocks, cut, structured = verdict.events, verdict.content, verdict.cut, None
+            disposition = "failed" if verdict.is_error else "succeeded"
+            if is_empty_result(blocks):
+                blocks, disposition = (Text(text=EMPTY_RESULT),), "failed"
     await loop.commit(
         [
+            *decided,
             ToolCompleted(
                 execution_id=call.execution_id,
                 tool_use_id=call.use.id,
                 content=blocks,
                 disposition=disposition,  # type: ignore[arg-type]
                 truncated_bytes=cut,
-                duration_ns=time.perf_counter_ns() - started,
+                duration_ns=duration,
                 structured=structured,
-            )
+            ),
         ],
         cause=cause,
     )

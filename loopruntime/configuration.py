@@ -18,6 +18,7 @@ import msgspec
 
 from journal.events import ConfigChange, LoopConfig, ModeConfig, ToolConfig
 
+from .classifiers import as_classifier
 from .definition import Limits, LoopDefinition
 from .model import Model
 from .tools import PermissionPolicy, Tool
@@ -60,6 +61,8 @@ def describe(definition: LoopDefinition) -> LoopConfig:
             for m in definition.modes
         ),
         limits=_limits(definition.limits),
+        hooks=tuple(f"{h.point}:{h.name}" for h in definition.hooks),
+        classifiers=tuple(as_classifier(c).name for c in definition.classifiers),
     )
 
 
@@ -153,6 +156,10 @@ def changes(old: LoopConfig, new: LoopConfig) -> tuple[ConfigChange, ...]:
                 )
             )
     found += _mapping("limit", old.limits, new.limits)
+    for what in ("hooks", "classifiers"):
+        was_n, now_n = getattr(old, what), getattr(new, what)
+        if was_n != now_n:
+            found.append(ConfigChange(what=what, old=", ".join(was_n), new=", ".join(now_n)))
     return tuple(sorted(found, key=lambda c: (_ORDER.index(c.what), c.name)))
 
 
@@ -169,6 +176,8 @@ _ORDER = (
     "mode_removed",
     "mode_changed",
     "limit",
+    "hooks",
+    "classifiers",
 )
 
 
@@ -211,6 +220,8 @@ def change_text(change: ConfigChange) -> str:
             return f"tool {c.name}: {c.old} → {c.new}"
         case "models":
             return f"registered models [{c.old}] → [{c.new}]"
+        case "hooks" | "classifiers":
+            return f"{c.what} [{c.old}] → [{c.new}]"
         case "mode_changed":
             return f"mode {c.name}: {c.old} → {c.new}"
         case "limit" | "model_setting":

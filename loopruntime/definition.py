@@ -10,16 +10,26 @@ definition the host passes in (its registries: ``models``, ``tool_registry``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from .classifiers import Classifier, PermissionRequest, as_classifier
 from .deadlines import check_timeout
 from .errors import LoopClosedError, ModeNotFoundError, NotRegisteredError
+from .hooks import Hook
 from .model import Model
 from .output import FINAL_ANSWER, OutputSpec, output_spec
 from .summary import Compactor
-from .tools import PermissionPolicy, Tool, ToolContext, tool
+from .tools import (
+    Middleware,
+    PermissionPolicy,
+    Tool,
+    ToolContext,
+    check_async_callable,
+    sequence_of,
+    tool,
+)
 from .toolsets import McpServer, check_toolsets
 
 __all__ = [
@@ -82,6 +92,10 @@ class Limits:
     max_queued_inputs: int = 64
     """Inputs a loop holds queued behind its running turn; one more is refused
     (``QueueFullError``, and a ``turn.rejected`` record)."""
+    hook_timeout: float | None = 30.0
+    """Seconds a hook or an async permission classifier may take (its own
+    ``timeout=`` overrides it); one that passes it fails closed (a hook) or
+    counts as ``ask`` (a classifier)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -101,6 +115,7 @@ class Limits:
             "model_first_token_timeout",
             "model_call_timeout",
             "turn_timeout",
+            "hook_timeout",
         ):
             check_timeout(f"Limits.{name}", getattr(self, name))
         compact_at = self.compact_at
@@ -195,7 +210,18 @@ class LoopDefinition:
     """Tools ``Session.replace_tools`` may offer besides ``tools`` (found by
     name), and that restore finds again for calls made under them."""
 
+    hooks: Sequence[Hook] = ()
+    """Async functions at named points of every turn, made with ``@hook(point)``
+    (``loopruntime.hooks``): in every mode, in this order."""
+    tool_middleware: Sequence[Middleware] = ()
+    """Wrappers around every tool call's function (the final-answer tool's
+    excepted), outside each tool's own; the first is outermost."""
+    classifiers: Sequence[Classifier | Callable[[PermissionRequest], Any]] = ()
+    """Reviewers of a call the permission policy would ask a person about
+    (``loopruntime.classifiers``), in this order."""
+
     def __post_init__(self) -> None:
+        self._check_hooks()
         names = [t.name for t in self.tools] + [d.name for d in self.delegates]
         check_toolsets(self.name, self.toolsets, names)
         outputs = [self.output, *(m.output for m in self.modes)]
@@ -224,6 +250,36 @@ class LoopDefinition:
                     "name must be one tool"
                 )
             seen.add(t.name)
+
+    def _check_hooks(self) -> None:
+        """Hooks, middleware and classifiers, refused when they cannot run."""
+        where = f"loop definition {self.name!r}"
+        hooks = sequence_of(f"{where}: hooks", self.hooks)
+        for h in hooks:
+            if not isinstance(h, Hook):
+                raise TypeError(
+                    f"{where}: hooks takes hooks made with @hook(point), e.g. "
+                    f'@hook("before_tool") on an async function; got {type(h).__name__} {h!r}'
+                )
+        names = [h.name for h in hooks]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(
+                f"{where} has more than one hook named {', '.join(map(repr, twice))}; records "
+                "name the hook that decided, so give each its own name (@hook(point, name=...))"
+            )
+        for m in sequence_of(f"{where}: tool_middleware", self.tool_middleware):
+            check_async_callable(f"{where}: tool_middleware", m)
+        reviewers = [
+            as_classifier(c) for c in sequence_of(f"{where}: classifiers", self.classifiers)
+        ]
+        names = [c.name for c in reviewers]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(
+                f"{where} has more than one classifier named {', '.join(map(repr, twice))}; "
+                "records name the classifier, so give each its own name (classifier(name=...))"
+            )
 
     def mode(self, name: str | None) -> Mode | None:
         """The mode called ``name`` (None: the definition itself)."""

@@ -29,6 +29,8 @@ from journal.events import (
     GateCancelled,
     GateOpened,
     GateResolved,
+    GateReviewed,
+    HookDecided,
     InputCancelled,
     InputQueued,
     LoopConfig,
@@ -225,6 +227,9 @@ class LoopState(msgspec.Struct, kw_only=True):
     """Id of the open (or last) turn's ``turn.started`` record."""
     message_record: str | None = None
     """Id of the last ``model.message_committed`` record (its tool calls' cause)."""
+    hooks_step: int = -1
+    """The step of the open turn whose model call the ``before_model`` hooks
+    already added context for (-1: none), so a restore does not add it twice."""
 
     @property
     def status(self) -> LoopStatus:
@@ -376,6 +381,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
             state.step = -1
             state.turn_model_calls = state.turn_tool_batches = state.turn_tool_calls = 0
             state.turn_output_failures = 0
+            state.hooks_step = -1
             state.history_seq = record.seq
         case TurnEnded():
             state.turn_open = False
@@ -460,6 +466,19 @@ def fold(state: LoopState, record: Record) -> LoopState:
                 state.grants.append(gate.tool_name)
         case GateCancelled():
             state.gates.pop(event.gate_id, None)
+        case GateReviewed():
+            if event.verdict != "ask" and event.tool_use_id in state.tool_uses:
+                state.decided[event.tool_use_id] = event.verdict == "allow"
+        case HookDecided():
+            if event.action == "context":
+                state.messages.append(
+                    Message(role="user", blocks=(Text(text=event.text),), synthetic=True)
+                )
+                state.hooks_step = event.step
+                state.history_seq = record.seq
+            elif event.action == "rewrite" and event.input is not None:
+                _rewrite(state, event.tool_use_id, event.input)
+                state.history_seq = record.seq
         case CompactionStarted():
             state.compacting = event.attempt_id
             if state.requested_compactions:
@@ -506,6 +525,24 @@ def fold(state: LoopState, record: Record) -> LoopState:
         case _:
             assert_never(event)
     return state
+
+
+def _rewrite(state: LoopState, tool_use_id: str, raw: dict[str, Any]) -> None:
+    """A hook rewrote the input of call ``tool_use_id``: the call and the
+    assistant message that made it read the new input from here on."""
+    use = state.tool_uses.get(tool_use_id)
+    if use is None:
+        return
+    new = msgspec.structs.replace(use, input=raw)
+    state.tool_uses[tool_use_id] = new
+    for i in range(len(state.messages) - 1, -1, -1):
+        message = state.messages[i]
+        if message.role == "assistant":
+            blocks = tuple(
+                new if isinstance(b, ToolUse) and b.id == tool_use_id else b for b in message.blocks
+            )
+            state.messages[i] = msgspec.structs.replace(message, blocks=blocks)
+            return
 
 
 def _remember_key(state: LoopState, record: Record, event: CommandKeyed) -> None:

@@ -19,6 +19,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal, get_type_hints, overload
 
 import msgspec
@@ -32,6 +33,7 @@ from .model import ToolSchema
 from .notices import tool_output_cut
 
 __all__ = [
+    "Middleware",
     "Permission",
     "PermissionPolicy",
     "Tool",
@@ -39,6 +41,9 @@ __all__ = [
     "ToolInputError",
     "ToolOutput",
     "ask_user",
+    "call_tool",
+    "check_async_callable",
+    "sequence_of",
     "current_tool_context",
     "shape_result",
     "tool",
@@ -48,6 +53,11 @@ Concurrency = Literal["exclusive", "parallel"]
 Permission = Literal["allow", "ask", "deny"]
 PermissionPolicy = Permission | Callable[[str, Mapping[str, Any]], Permission]
 """A fixed answer, or a function of (tool name, input) giving one."""
+Middleware = Callable[["ToolContext", Callable[[], Awaitable[Any]]], Awaitable[Any]]
+"""``async def mw(ctx, call_next)``: runs around a tool's function inside its
+call (after ``tool.started`` is durable) and returns the call's value; it
+may call ``call_next()`` once, several times (a retry) or not at all (a
+cache)."""
 
 log = structlog.wrap_logger(logging.getLogger(__name__))
 
@@ -85,8 +95,12 @@ class ToolContext:
         ask: Callable[[str, tuple[str, ...] | None], Awaitable[str]],
         continuation: str | None = None,
         runtime: Any = None,
+        input: Mapping[str, Any] | None = None,
     ) -> None:
         self.loop = loop
+        self.input: Mapping[str, Any] = MappingProxyType(input if input is not None else {})
+        """The call's input as the tool runs with it (read only): what a
+        middleware keys a cache on."""
         self.runtime = runtime
         """The loop running this call, for the runtime's own tools (a delegate
         reaches it as a ``definition.Delegator``); ordinary tools have no need
@@ -169,10 +183,15 @@ class Tool:
     """Its effect happens entirely or not at all: a call cancelled at its
     deadline did nothing, so it fails visibly to the model instead of
     leaving an unknown outcome."""
+    middleware: tuple[Middleware, ...] = ()
+    """Wrappers around this tool's function, the first outermost (inside the
+    definition's ``tool_middleware``)."""
 
     def __post_init__(self) -> None:
         if self.timeout is not FROM_LIMITS:
             check_timeout(f"tool {self.name}: timeout", self.timeout)
+        for m in self.middleware:
+            check_async_callable(f"tool {self.name}: middleware", m)
 
     def timeout_under(self, tool_timeout: float | None) -> float | None:
         """This tool's deadline in seconds when the limits say ``tool_timeout``."""
@@ -204,6 +223,59 @@ class Tool:
         finally:
             ctx._close()
             _current.reset(token)
+
+
+async def call_tool(
+    tool: Tool, ctx: ToolContext, parsed: msgspec.Struct, outer: Sequence[Middleware] = ()
+) -> Any:
+    """Run one call of ``tool`` through ``outer`` (the definition's
+    middleware), then the tool's own, then the tool: the first of each list
+    is outermost.  Each ``call_next`` runs the tool afresh with the same
+    context (a retry may ask the person again)."""
+    chain = (*outer, *tool.middleware)
+    if not chain:
+        return await tool.invoke(ctx, parsed)
+
+    async def innermost() -> Any:
+        ctx._active = True
+        return await tool.invoke(ctx, parsed)
+
+    def wrap(mw: Middleware, inner: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+        async def step() -> Any:
+            return await mw(ctx, inner)
+
+        return step
+
+    run: Callable[[], Awaitable[Any]] = innermost
+    for mw in reversed(chain):
+        run = wrap(mw, run)
+    try:
+        return await run()
+    finally:
+        ctx._close()
+
+
+def sequence_of(what: str, value: object) -> tuple[Any, ...]:
+    """``value`` (a list or tuple) as a tuple; a ``TypeError`` naming
+    ``what`` for anything else (one function where a list belongs)."""
+    if not isinstance(value, list | tuple):
+        raise TypeError(
+            f"{what} must be a list, not {type(value).__name__} {value!r}; "
+            "wrap a single one in [...]"
+        )
+    return tuple(value)
+
+
+def check_async_callable(what: str, value: object) -> None:
+    """Raise ``TypeError`` naming ``what`` unless ``value`` is an async
+    function (or an object whose ``__call__`` is one)."""
+    call: object = value if inspect.isfunction(value) or inspect.ismethod(value) else None
+    if call is None and callable(value) and not isinstance(value, type):
+        call = type(value).__call__
+    if call is None or not inspect.iscoroutinefunction(call):
+        raise TypeError(
+            f"{what} must be an async function (async def), not {type(value).__name__} {value!r}"
+        )
 
 
 def decide(policy: PermissionPolicy | None, name: str, raw: Mapping[str, Any]) -> Permission:
@@ -280,6 +352,7 @@ def tool(
     resumable: bool = False,
     timeout: float | _FromLimits | None = FROM_LIMITS,
     atomic: bool = False,
+    middleware: Sequence[Middleware] = (),
 ) -> Callable[[Callable[..., Awaitable[Any]]], Tool]: ...
 
 
@@ -296,6 +369,7 @@ def tool(
     resumable: bool = False,
     timeout: float | _FromLimits | None = FROM_LIMITS,
     atomic: bool = False,
+    middleware: Sequence[Middleware] = (),
 ) -> Tool | Callable[[Callable[..., Awaitable[Any]]], Tool]:
     """Make an async function a tool; bare (``@tool``) or with options.
 
@@ -303,7 +377,8 @@ def tool(
     ``permission`` here or in the definition's ``permissions``, the tool is
     denied when called (fail closed).  ``timeout`` (seconds, None for no
     deadline) overrides ``Limits.tool_timeout`` for this tool; ``atomic``
-    declares that a call cancelled at its deadline did nothing.
+    declares that a call cancelled at its deadline did nothing;
+    ``middleware`` wraps the function inside each call (``call_tool``).
     """
 
     def build(f: Callable[..., Awaitable[Any]]) -> Tool:
@@ -324,6 +399,7 @@ def tool(
             resumable=resumable,
             timeout=timeout,
             atomic=atomic,
+            middleware=sequence_of(f"tool {tool_name}: middleware", middleware),
         )
 
     return build(fn) if fn is not None else build

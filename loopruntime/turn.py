@@ -43,7 +43,7 @@ from journal.events import (
     TurnEnded,
 )
 
-from . import deadlines
+from . import deadlines, hooks
 from .batch import run_batch
 from .errors import ModelError
 from .ids import new_id
@@ -79,6 +79,9 @@ class TurnRunner:
         self.log = loop.log.bind(turn=loop.state.turn_index)
         self.parked = False
         """The turn waits for the host to resolve an unknown outcome."""
+        every = loop.definition.hooks
+        self.before_model = [h for h in every if h.point == "before_model"]
+        self.turn_end = [h for h in every if h.point == "turn_end"]
 
     @property
     def state(self) -> LoopState:
@@ -108,7 +111,24 @@ class TurnRunner:
                 self._settle_interrupted(reason),
                 cause=self.loop.stop_cause or self.state.turn_record,
             )
+        if self.turn_end and not self.state.turn_open:
+            await self._turn_end_hooks()
         self.log.debug("turn_finished", outcome=self.state.last_outcome, parked=self.parked)
+
+    async def _turn_end_hooks(self) -> None:
+        """The turn has ended: its hooks see the outcome and change nothing
+        (a failure is logged; there is nothing left to refuse)."""
+        state = self.state
+        shown = hooks.TurnEnd(
+            loop=self.loop.id,
+            turn=state.turn_index,
+            outcome=state.last_outcome or "",
+            code=state.last_failure_code or None,
+        )
+        for name, failure in await hooks.turn_end(
+            self.turn_end, shown, self.resolved.limits.hook_timeout
+        ):
+            self.log.warning("turn_end_hook_failed", hook=name, error=failure)
 
     # -- the steps --------------------------------------------------------------
 
@@ -258,6 +278,8 @@ class TurnRunner:
         if state.turn_model_calls >= resolved.limits.max_model_calls_per_turn:
             await self.end("limit", kind="limit", code="limit.model_calls")
         step = state.step + 1
+        if self.before_model and state.hooks_step != step:
+            await self._before_model_hooks(step)
         schemas = [t.schema for t in resolved.tools]
         request, fp = loop.requests.build(
             system=resolved.system,
@@ -422,6 +444,24 @@ class TurnRunner:
             await self.end("completed", settle=events, cause=call_record)
         await loop.commit(events, ids=ids, causes=causes)
         self.acc = None
+
+    async def _before_model_hooks(self, step: int) -> None:
+        """Run the ``before_model`` hooks: commit the context they add (in one
+        commit, so a restore runs none of them twice), or end the turn."""
+        state = self.state
+        verdict = await hooks.before_model(
+            self.before_model,
+            hooks.BeforeModel(
+                loop=self.loop.id, turn=state.turn_index, step=step, messages=tuple(state.messages)
+            ),
+            self.resolved.limits.hook_timeout,
+        )
+        if verdict.stop is not None:
+            code, detail = verdict.stop
+            self.log.warning("turn_stopped_by_hook", code=code, detail=detail)
+            await self.end("failed", kind="hook", code=code, detail=detail, settle=verdict.events)
+        if verdict.events:
+            await self.loop.commit(verdict.events, cause=state.turn_record)
 
     def _ends_the_turn(self, acc: Accumulator) -> bool:
         """A reply after which the turn simply completes (what _after_reply

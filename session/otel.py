@@ -3,8 +3,8 @@
 * ``SpanBuilder`` is pure: records in, finished spans out, following the
   OpenTelemetry GenAI conventions: ``invoke_agent`` per turn, ``chat`` per
   model call, ``execute_tool`` per tool call, a child loop's turns under the
-  parent's ``execute_tool``; gates, notices, compactions, mode changes and
-  unknown effects are span events.
+  parent's ``execute_tool``; gates and their reviews, hook decisions,
+  notices, compactions, mode changes and unknown effects are span events.
 * A span is finished by the record that closes it, once.  Its ids are derived
   from the session, loop and record ids alone, so the same journal always
   gives the same trace: a restored session's spans (or an export made later
@@ -12,6 +12,10 @@
 * ``Exporter`` hands the finished spans to an SDK ``TracerProvider``, live
   (``follow``) or from the journal (``export``).  Message content is left out
   unless ``capture_content``.
+
+The module is one piece: ``SpanBuilder`` is one ``match`` over every kind
+of record, whose cases share the spans still open, and the exporter is the
+thin shell that feeds it.
 
 docs/traces.md tells the whole story.
 """
@@ -43,6 +47,8 @@ from journal.events import (
     GateCancelled,
     GateOpened,
     GateResolved,
+    GateReviewed,
+    HookDecided,
     InputQueued,
     LoopModeChanged,
     LoopStarted,
@@ -340,6 +346,33 @@ class SpanBuilder:
                     r.at,
                     {"loopruntime.notice.code": e.code, "loopruntime.notice.refs": e.refs}
                     | ({"loopruntime.notice.text": e.text} if self.capture_content else {}),
+                )
+            case HookDecided():
+                self._event(
+                    loop,
+                    "loopruntime.hook.decided",
+                    r.at,
+                    {
+                        "loopruntime.hook": e.hook,
+                        "loopruntime.hook.point": e.point,
+                        "loopruntime.hook.action": e.action,
+                        "gen_ai.tool.call.id": e.tool_use_id,
+                    }
+                    | ({"loopruntime.reason": e.reason} if self.capture_content else {}),
+                )
+            case GateReviewed():
+                self._event(
+                    loop,
+                    "loopruntime.gate.reviewed",
+                    r.at,
+                    {
+                        "loopruntime.classifier": e.classifier,
+                        "loopruntime.verdict": e.verdict,
+                        "loopruntime.failed": e.failed,
+                        "gen_ai.tool.name": e.tool_name,
+                        "gen_ai.tool.call.id": e.tool_use_id,
+                    }
+                    | ({"loopruntime.reason": e.reason} if self.capture_content else {}),
                 )
             case CompactionCommitted():
                 self._event(

@@ -26,6 +26,9 @@ PUBLIC = {
         "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError",
         "IdempotencyKeyError", "QueueFullError",
         "NotRegisteredError",
+        "hook", "Hook", "AddContext", "StopTurn", "Deny", "Rewrite", "ReplaceResult",
+        "BeforeModel", "BeforeTool", "AfterTool", "TurnEnd",
+        "classifier", "Classifier", "PermissionRequest", "Review",
     },
     "loopruntime.host": {
         "AnswerGate", "CancelQueuedInput", "ChangeMode", "Compact", "DecideGate", "Interrupt",

@@ -42,6 +42,8 @@ from journal.events import (
     GateCancelled,
     GateOpened,
     GateResolved,
+    GateReviewed,
+    HookDecided,
     InputCancelled,
     InputQueued,
     LoopConfigured,
@@ -313,6 +315,13 @@ class _Checker:
                     self.bad(seq, "turn.ended names the open turn", f"turn {e.turn} ≠ {open_turn}")
             case DeadlinePassed():
                 self.deadline(seq, r.loop, e, state)
+            case HookDecided() | GateReviewed():
+                if e.tool_use_id and e.tool_use_id not in state.tool_uses:
+                    self.bad(
+                        seq,
+                        "decision names an open tool_use",
+                        f"no committed assistant message awaits {e.tool_use_id}",
+                    )
             case ModelCallStarted():
                 _check_tail(seq, state.messages, self.bad)
                 if state.configured is not None and e.model != state.model:

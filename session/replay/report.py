@@ -31,6 +31,7 @@ RULES = (
     "turn ended at most once",
     "turn.ended names the open turn",
     "deadline names what it cut",
+    "decision names an open tool_use",
     "model call uses the configured model",
     "compaction has a matching start",
     "compaction basis matches its start",

@@ -13,6 +13,8 @@ import msgspec
 from journal.content import Image, Text
 from journal.events import (
     DeadlinePassed,
+    GateReviewed,
+    HookDecided,
     LoopConfigured,
     LoopInferenceChanged,
     LoopReconfigured,
@@ -67,7 +69,12 @@ def config_text(
             c = event.config
             tools = ", ".join(t.name for t in c.tools if t.offered) or "none"
             modes = f", modes {', '.join(m.name for m in c.modes)}" if c.modes else ""
-            return f"model {c.model}, system prompt {c.system[:8]}, tools {tools}{modes}"
+            hooks = f", hooks {', '.join(c.hooks)}" if c.hooks else ""
+            reviewers = f", classifiers {', '.join(c.classifiers)}" if c.classifiers else ""
+            return (
+                f"model {c.model}, system prompt {c.system[:8]}, tools {tools}{modes}"
+                f"{hooks}{reviewers}"
+            )
         case LoopReconfigured():
             return "; ".join(change_text(c) for c in event.changes)
         case LoopInferenceChanged():
@@ -118,3 +125,31 @@ _RESET = "\x1b[0m"
 def painted(kind: str, text: str, *, color: bool) -> str:
     """``text`` in the colour of ``kind`` (ANSI codes) when ``color``, else as it is."""
     return f"{_COLOURS[kind]}{text}{_RESET}" if color else text
+
+
+def hook_text(e: HookDecided) -> str:
+    """A hook's decision in words: ``hook guard (before_tool) denied call tu_1: no``."""
+    who = f"hook {e.hook} ({e.point})"
+    call = f" call {e.tool_use_id}" if e.tool_use_id else ""
+    match e.action:
+        case "context":
+            return f"{who} added context: {short(e.text)}"
+        case "stop":
+            return f"{who} stopped the turn: {e.reason}"
+        case "deny":
+            return f"{who} denied{call}: {e.reason}"
+        case "rewrite":
+            return f"{who} rewrote{call}: {short(e.original or {})} → {short(e.input or {})}"
+        case "replace":
+            why = f": {e.reason}" if e.reason else ""
+            return f"{who} replaced the result of{call}{why}"
+        case "failed":
+            return f"{who} failed{call} (the runtime failed closed): {e.reason}"
+    return f"{who} {e.action}"
+
+
+def review_text(e: GateReviewed) -> str:
+    """A classifier's review in words: ``classifier rules: allow deploy (staging only)``."""
+    failed = " (failed, so ask)" if e.failed else ""
+    why = f": {e.reason}" if e.reason else ""
+    return f"classifier {e.classifier}: {e.verdict} {e.tool_name}{failed}{why}"

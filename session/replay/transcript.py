@@ -30,6 +30,8 @@ from journal.events import (
     GateCancelled,
     GateOpened,
     GateResolved,
+    GateReviewed,
+    HookDecided,
     InputCancelled,
     InputQueued,
     LoopConfigured,
@@ -57,7 +59,15 @@ from journal.events import (
     TurnStarted,
 )
 
-from .text import blocks_text, config_text, deadline_text, painted, short
+from .text import (
+    blocks_text,
+    config_text,
+    deadline_text,
+    hook_text,
+    painted,
+    review_text,
+    short,
+)
 
 
 class TranscriptRenderer:
@@ -161,6 +171,10 @@ class TranscriptRenderer:
                     lines.append(prefix + paint("gate", f"! {verdict} ({e.scope})"))
             case GateCancelled():
                 lines.append(prefix + paint("gate", f"! gate {e.gate_id} cancelled ({e.reason})"))
+            case GateReviewed():
+                lines.append(prefix + paint("gate", "~ " + review_text(e)))
+            case HookDecided():
+                lines.append(prefix + paint("notice", "⚑ " + hook_text(e)))
             case Notice():
                 lines.append(prefix + paint("notice", f"notice [{e.code}]: {e.text}"))
             case SessionCheckpoint():

@@ -35,6 +35,8 @@ from journal.events import (
     GateCancelled,
     GateOpened,
     GateResolved,
+    GateReviewed,
+    HookDecided,
     InputCancelled,
     InputQueued,
     LoopConfigured,
@@ -66,7 +68,15 @@ from loopruntime.host import FoldError, copy_state
 
 from ..checkpoints import fork_base
 from .causes import causes_of
-from .text import agent_text, blocks_text, config_text, deadline_text, notice_text
+from .text import (
+    agent_text,
+    blocks_text,
+    config_text,
+    deadline_text,
+    hook_text,
+    notice_text,
+    review_text,
+)
 from .tree import (
     TREE_SCHEMA,
     TREE_VERSION,
@@ -321,6 +331,19 @@ class _StreamBuilder:
                         code=f"deadline.{e.deadline}",
                         text=deadline_text(e),
                         refs=(e.ref,) if e.ref else (),
+                    ),
+                )
+            case HookDecided():
+                # The host's hook on what happens; the step shows the consequence.
+                refs = tuple(x for x in (e.tool_use_id, e.execution_id) if x)
+                self.notice(r, Notice(code=f"hook.{e.action}", text=hook_text(e), refs=refs))
+            case GateReviewed():
+                self.notice(
+                    r,
+                    Notice(
+                        code=f"gate.reviewed.{e.verdict}",
+                        text=review_text(e),
+                        refs=(e.tool_use_id,),
                     ),
                 )
             case SessionCheckpoint() | SessionForked():

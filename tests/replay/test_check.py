@@ -24,6 +24,8 @@ from journal.events import (
     GateCancelled,
     GateOpened,
     GateResolved,
+    GateReviewed,
+    HookDecided,
     InputQueued,
     LoopConfig,
     LoopConfigured,
@@ -153,6 +155,20 @@ CASES: list[tuple[str, list[Event]]] = [
     (
         "deadline names what it cut",
         [*good_turn(), DeadlinePassed(deadline="turn", seconds=5, turn=1, action="interrupted")],
+    ),
+    (
+        "decision names an open tool_use",
+        [
+            *opening(),
+            HookDecided(hook="guard", point="before_tool", action="deny", tool_use_id="tu9"),
+        ],
+    ),
+    (
+        "decision names an open tool_use",
+        [
+            *good_turn(),
+            GateReviewed(tool_use_id="tu1", tool_name="t", classifier="c", verdict="allow"),
+        ],
     ),
     ("tool started once", [*opening(), started("x1"), started("x1")]),
     ("settlement follows its start", [*opening(), done("x9", "tu1")]),

@@ -28,6 +28,7 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     "replay": crash_scenarios.replay,
     "survey": crash_scenarios.survey,
     "steer": crash_scenarios.steer,
+    "hooks": crash_scenarios.hooks,
     # URL SESSION_ID WORKDIR: killed while an MCP server runs a call
     "mcp": crash_scenarios.mcp,
     # URL SESSION_ID

@@ -27,7 +27,20 @@ from journal.events import (
     TurnEnded,
     TurnStarted,
 )
-from loopruntime import Delegate, Limits, LoopDefinition, ToolContext, tool
+from loopruntime import (
+    AfterTool,
+    BeforeTool,
+    Delegate,
+    Limits,
+    LoopDefinition,
+    PermissionRequest,
+    ReplaceResult,
+    Review,
+    Rewrite,
+    ToolContext,
+    hook,
+    tool,
+)
 from loopruntime.model import Model, ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
@@ -172,6 +185,61 @@ async def steer(url: str, session_id: str, side: str) -> None:
             ready()
 
     await _tools("steer", url, session_id, side, react)
+
+
+# -- a call reviewed by a classifier and rewritten by hooks, killed while it runs ----------
+
+
+def hooks_definition(side: Path, replies: list[Reply]) -> LoopDefinition:
+    """A replay-safe ``fetch`` that needs approval: a classifier allows it, a
+    before_tool hook moves its url to a mirror, an after_tool hook marks its
+    result; each notes in ``side`` when it runs.  The first run of the tool
+    ever says READY and waits to be killed."""
+
+    @tool(permission="ask", replay_safe=True)
+    async def fetch(ctx: ToolContext, *, url: str) -> str:
+        """Read a page (idempotent)."""
+        first = not any(e.get("tool") == "fetch" for e in effects(side))
+        record_effect(side, tool="fetch", execution=ctx.execution_id, url=url)
+        if first:
+            ready()
+            await trio.sleep(3600)
+        return f"contents of {url}"
+
+    def mirrors(request: PermissionRequest) -> Review:
+        record_effect(side, hook="classifier", call=request.tool_use_id)
+        return Review("allow", "reads from the mirror are safe")
+
+    @hook("before_tool")
+    async def mirror(call: BeforeTool) -> Rewrite:
+        record_effect(side, hook="before_tool", call=call.tool_use_id)
+        return Rewrite({"url": call.input["url"].replace("example.org", "mirror.example.org")})
+
+    @hook("after_tool")
+    async def stamp(call: AfterTool) -> ReplaceResult:
+        record_effect(side, hook="after_tool", call=call.tool_use_id)
+        text = " ".join(b.text for b in call.content if isinstance(b, Text))
+        return ReplaceResult(f"[checked] {text}")
+
+    return LoopDefinition(
+        name="crash-hooks",
+        model=ScriptedModel(replies),
+        tools=[fetch],
+        classifiers=[mirrors],
+        hooks=[mirror, stamp],
+    )
+
+
+HOOKS_SCRIPT = [Reply(tool_calls=[ToolCall(name="fetch", input={"url": "https://example.org"})])]
+
+
+async def hooks(url: str, session_id: str, side: str) -> None:
+    """Killed while the reviewed, rewritten call runs (the tool says READY)."""
+    async with open_journal(url) as journal:
+        d = hooks_definition(Path(side), HOOKS_SCRIPT)
+        async with Session.create(journal, d, session_id=session_id) as s:
+            await s.submit("read the page")
+            await trio.sleep_forever()
 
 
 # -- a lead with three researchers -------------------------------------------------------
