@@ -1,4 +1,6 @@
-"""The loops the web service's host runs (``--definitions examples.web_service.agents:DEFINITIONS``).
+"""The loops the web service's host runs.
+
+``loopruntime host --definitions examples.web_service.agents:DEFINITIONS``.
 
 Scripted models, so the example runs with no API key: ``echo`` answers each
 message at once; ``confirm`` asks a person through a gate (``POST /gates/{id}``)
