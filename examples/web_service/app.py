@@ -134,17 +134,17 @@ def _resume_from(request: Request) -> int:
 async def session_events(request: Request) -> Response:
     session_id = request.path_params["session_id"]
     after = _resume_from(request)
-    client = _client(request)
-    records = client.subscribe(session_id, after)
-    # Read the first record (or learn the session is missing) before answering 200.
-    first = await anext(aiter(records), None)
+    records = _client(request).subscribe(session_id, after)
 
     async def stream() -> AsyncIterator[bytes]:
-        if first is None:
-            return
-        yield _event(first)
-        async for record in records:
-            yield _event(record)
+        # A comment first, so the response starts at once even when the
+        # session has no records yet (its host has not started it).
+        yield b": records after seq %d\n\n" % after
+        try:
+            async for record in records:
+                yield _event(record)
+        except SessionNotFoundError as exc:
+            yield b"event: error\ndata: %s\n\n" % _json.encode({"error": str(exc)})
 
     return StreamingResponse(
         stream(),
