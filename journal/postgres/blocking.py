@@ -69,7 +69,7 @@ class PostgresBlocking:
         return self._run(f"reading the inbox of session {session}", work)
 
     def read(self, session: str, *, after: int = 0, limit: int = 512) -> list[Record]:
-        """Up to a page of records after ``after`` (``limit`` is advice: a page is 5000)."""
+        """Up to ``limit`` records after ``after`` (and at most a page, 5000)."""
         check_pg_text("session id", session)
         after = max(after, 0)
         first = self._run(
@@ -81,7 +81,7 @@ class PostgresBlocking:
         if after and not rows:
             return []
         return chained_records(
-            session, rows, after=after, previous=bytes(previous), whole_from=whole_from
+            session, rows[:limit], after=after, previous=bytes(previous), whole_from=whole_from
         )
 
     def sessions(self) -> list[SessionInfo]:
