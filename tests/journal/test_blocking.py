@@ -6,6 +6,7 @@ the same rules as ``Journal.put``."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ async def test_reads_what_the_journal_reads_from_any_seq(url: str) -> None:
     try:
         assert await trio.to_thread.run_sync(lambda: blocking.read("s1", limit=10_000)) == stored
         for after in (1, 5, len(stored) - 1, len(stored), len(stored) + 3):
-            got = await trio.to_thread.run_sync(lambda: blocking.read("s1", after=after))
+            got = await trio.to_thread.run_sync(partial(blocking.read, "s1", after=after))
             assert got == stored[after:]
         with pytest.raises(SessionNotFoundError):
             blocking.read("nope")
