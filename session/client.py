@@ -283,19 +283,22 @@ class Client:
     Safe to use from many tasks at once.
     """
 
-    def __init__(self, journal: Journal | None = None, *, poll: float = 0.05) -> None:
+    def __init__(
+        self, journal: Journal | None = None, *, poll: float = 0.05, url: str | None = None
+    ) -> None:
+        """``Client(journal)`` on an open trio journal, or ``Client(url=...)``
+        (what ``open_client`` makes): opened by ``async with``."""
+        if (journal is None) == (url is None):
+            raise TypeError(
+                "a Client needs either an open trio journal (Client(journal)) or a journal "
+                "URL (async with open_client(url) as client:)"
+            )
         self.poll = poll
-        self._url: str | None = None
+        self._url = url
         self._inbox: _Inbox | None = None
         self._closed = False
         if journal is not None:
             self._inbox = _JournalInbox(journal)
-
-    @classmethod
-    def _for_url(cls, url: str, poll: float) -> Client:
-        client = cls(poll=poll)
-        client._url = url
-        return client
 
     @property
     def url(self) -> str:
@@ -443,4 +446,4 @@ def open_client(url: str, *, poll: float = 0.05) -> Client:
     """A client of the journal at ``url``, for ``async with`` (trio or asyncio):
     the block opens the journal (creating it when missing) and closes it.
     ``poll``: seconds between looks at the journal while waiting or following."""
-    return Client._for_url(url, poll)
+    return Client(url=url, poll=poll)

@@ -44,11 +44,20 @@ class SyncClient:
     (or ``SyncClient.open(url)``), or ``SyncClient(blocking)`` on an open
     ``BlockingJournal`` (its owner closes it).  Safe to share between threads."""
 
-    def __init__(self, journal: BlockingJournal | None = None, *, poll: float = 0.05) -> None:
+    def __init__(
+        self, journal: BlockingJournal | None = None, *, poll: float = 0.05, url: str | None = None
+    ) -> None:
+        """``SyncClient(journal)`` on an open ``BlockingJournal``, or
+        ``SyncClient(url=...)`` (what ``open_sync_client`` makes): opened by ``with``."""
+        if (journal is None) == (url is None):
+            raise TypeError(
+                "a SyncClient needs either an open BlockingJournal (SyncClient(journal)) or a "
+                "journal URL (with open_sync_client(url) as client:)"
+            )
         self.poll = poll
         self._journal = journal
         self._owned = False
-        self._url = journal.url if journal is not None else ""
+        self._url = journal.url if journal is not None else str(url)
         self._closed = False
         self._lock = threading.Lock()
 
@@ -229,6 +238,4 @@ class SyncClient:
 
 def open_sync_client(url: str, *, poll: float = 0.05) -> SyncClient:
     """A client of the journal at ``url`` for ``with``: the block opens it and closes it."""
-    client = SyncClient(poll=poll)
-    client._url = url
-    return client
+    return SyncClient(url=url, poll=poll)

@@ -174,3 +174,40 @@ def test_one_client_shared_by_asyncio_tasks(url: str) -> None:
 
     numbers = asyncio.run(main())
     assert sorted(set(numbers)) == list(range(2, 12))
+
+
+def test_under_asyncio_no_trio_run_is_started(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every call a client makes under asyncio is asyncio's and its worker
+    threads': starting a trio run anywhere fails this test."""
+    import trio
+    import trio.lowlevel
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a trio run was started behind an asyncio caller")
+
+    monkeypatch.setattr(trio, "run", refuse)
+    monkeypatch.setattr(trio.lowlevel, "start_guest_run", refuse)
+
+    async def main() -> None:
+        async with open_client(url, poll=0.01) as client:
+            sid = await client.create("echo", key="c1")
+            entry = await client.submit(sid, "hi", key="m1")
+            assert entry.number == 2
+            with pytest.raises(TimeoutError):  # no host here: the command waits
+                await client.wait(sid, "m1", timeout=0.05)
+            assert [i.session for i in await client.sessions()] == [sid]
+            stream = client.subscribe(sid)
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.1):
+                    await anext(aiter(stream))
+
+    asyncio.run(main())
+
+
+def test_a_client_needs_a_journal_or_a_url() -> None:
+    from session import Client
+
+    with pytest.raises(TypeError, match="either an open trio journal"):
+        Client()
+    with pytest.raises(TypeError, match="either an open BlockingJournal"):
+        SyncClient()
