@@ -41,7 +41,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from journal import InboxKeyError, SessionNotFoundError
-from session import Client, InvalidContentError, open_client
+from loopruntime import CommandError
+from session import Client, open_client
 
 __all__ = ["app", "create_app"]
 
@@ -204,7 +205,7 @@ def create_app(journal_url: str | None = None) -> Starlette:
             _Problem: _problem,
             SessionNotFoundError: _problem,
             InboxKeyError: _problem,
-            InvalidContentError: _problem,
+            CommandError: _problem,
             ValueError: _problem,
         },
         lifespan=lifespan,

@@ -214,5 +214,14 @@ def test_the_web_service_refuses_bad_requests(service: tuple[str, str]) -> None:
         )
         assert (first.status_code, other.status_code) == (202, 409)
         assert http.post("/gates/g1", content=b"not json").status_code == 400
+        number = http.post("/gates/g1", json={"session": sid, "answer": 5})
+        assert number.status_code == 422 and "must be text" in number.json()["error"]
+        # A lone surrogate, escaped in the JSON: text the journal could not store.
+        surrogate = http.post(
+            f"/sessions/{sid}/messages",
+            content=b'{"text": "\\ud800"}',
+            headers={"Idempotency-Key": "u", "Content-Type": "application/json"},
+        )
+        assert surrogate.status_code == 422, surrogate.text
         resume = http.get(f"/sessions/{sid}/events", headers={"Last-Event-ID": "x"})
         assert resume.status_code == 400
