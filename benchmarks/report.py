@@ -482,7 +482,7 @@ def clients_section(rows: Sequence[dict[str, Any]]) -> list[str]:
         "record streamed back (its commit to a `subscribe` consumer), one turn at a time, "
         "against a `loopruntime host` process on SQLite (`benchmarks/clients.py`); the host "
         "looks at its inbox every 10 ms, the clients at the journal every 50 ms (their default "
-        "`poll`).",
+        "`poll`), sooner right after records came.",
         "",
         *_table(
             ["client", "turns", "submit p50 ms", "submit p99 ms", "stream p50 ms", "stream p99 ms"],

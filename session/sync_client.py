@@ -20,6 +20,7 @@ from journal.content import Block, Message, ResultBlock
 from loopruntime.host import new_id
 
 from .client import (
+    Backoff,
     ClientClosedError,
     ClientNotOpenError,
     CommandRefusedError,
@@ -215,6 +216,7 @@ class SyncClient:
         self, journal: BlockingJournal, session_id: str, after: int, limit: float
     ) -> Iterator[Record]:
         quiet_since = time.monotonic()
+        backoff = Backoff(self.poll)
         while not self._closed:
             try:
                 records = journal.read(session_id, after=after)
@@ -225,12 +227,13 @@ class SyncClient:
                 after = record.seq
             if records:
                 quiet_since = time.monotonic()
+                backoff.found()
                 continue
             if time.monotonic() - quiet_since >= limit:
                 raise TimeoutError(
                     f"session {session_id}: no record after seq {after} within {limit} s"
                 )
-            time.sleep(self.poll)
+            time.sleep(backoff.pause())
 
     def sessions(self) -> list[SessionInfo]:
         return self._open().sessions()
