@@ -19,10 +19,10 @@ is the blocking twin for threaded programs.  The story: ``docs/clients.md``.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -59,6 +59,9 @@ __all__ = [
     "submit_command",
     "timeout_error",
 ]
+
+
+T = TypeVar("T")
 
 
 class ClientError(Exception):
@@ -263,14 +266,22 @@ class _ThreadedInbox:
         self.blocking, self.url = blocking, blocking.url
         self.closed = False
 
+    async def _run(self, call: Callable[[], T]) -> T:
+        try:
+            return await anyio.to_thread.run_sync(call)
+        except JournalClosedError as exc:
+            # Closed by another task while this call ran.
+            raise ClientClosedError(self.url) from exc
+
     async def put(
         self, session: str, key: str, command: ib.InboxCommand, definition: str | None
     ) -> ib.InboxEntry:
-        put = partial(self.blocking.put, session, key, command, definition=definition)
-        return await anyio.to_thread.run_sync(put)
+        return await self._run(
+            partial(self.blocking.put, session, key, command, definition=definition)
+        )
 
     async def entry(self, session: str, key: str) -> ib.InboxEntry | None:
-        return await anyio.to_thread.run_sync(self.blocking.entry, session, key)
+        return await self._run(partial(self.blocking.entry, session, key))
 
     async def subscribe(self, session: str, after: int, poll: float) -> AsyncIterator[Record]:
         read = self.blocking.read
@@ -291,7 +302,7 @@ class _ThreadedInbox:
                 await anyio.sleep(backoff.pause())
 
     async def sessions(self) -> list[SessionInfo]:
-        return await anyio.to_thread.run_sync(self.blocking.sessions)
+        return await self._run(self.blocking.sessions)
 
     async def aclose(self) -> None:
         self.closed = True

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
+from typing import TypeVar
 
 from journal import BlockingJournal, JournalClosedError, Record, SessionInfo, open_blocking
 from journal import inbox as ib
@@ -35,6 +36,8 @@ from .client import (
 )
 
 __all__ = ["SyncClient", "open_sync_client"]
+
+T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds ``SyncClient.wait`` waits unless told: a thread never waits unbounded by accident."""
@@ -110,14 +113,19 @@ class SyncClient:
             raise ClientNotOpenError(self.url, "with open_sync_client(url) as client:")
         return journal
 
+    def _run(self, call: Callable[[BlockingJournal], T]) -> T:
+        journal = self._open()
+        try:
+            return call(journal)
+        except JournalClosedError as exc:
+            # Closed by another thread while this call ran.
+            raise ClientClosedError(self.url) from exc
+
     def _call_put(
         self, session: str, key: str, command: ib.InboxCommand, definition: str | None = None
     ) -> ib.InboxEntry:
-        journal = self._open()
-        try:
-            return journal.put(session, check_key(key), command, definition=definition)
-        except JournalClosedError as exc:
-            raise ClientClosedError(self.url) from exc
+        key = check_key(key)
+        return self._run(lambda j: j.put(session, key, command, definition=definition))
 
     # -- commands ------------------------------------------------------------------
 
@@ -181,7 +189,7 @@ class SyncClient:
     def wait(self, session_id: str, key: str, timeout: float = DEFAULT_TIMEOUT) -> ib.InboxOutcome:
         """``Client.wait``, blocking, bounded by ``timeout`` seconds (never None
         here): ``WaitTimeoutError`` then, saying whether a host holds the session."""
-        journal = self._open()
+        self._open()
         if timeout is None:
             raise ValueError(
                 "SyncClient.wait needs a timeout in seconds: a thread must never wait unbounded"
@@ -189,7 +197,7 @@ class SyncClient:
         limit = check_timeout(timeout)
         deadline = time.monotonic() + limit
         while True:
-            entry = journal.entry(session_id, key)
+            entry = self._run(lambda j: j.entry(session_id, key))
             if entry is None:
                 raise KeyError(f"session {session_id} has no command with key {key!r}")
             if entry.outcome is not None:
@@ -198,7 +206,7 @@ class SyncClient:
                 return entry.outcome
             left = deadline - time.monotonic()
             if left <= 0:
-                raise timeout_error(session_id, key, limit, journal.sessions())
+                raise timeout_error(session_id, key, limit, self._run(lambda j: j.sessions()))
             time.sleep(min(self.poll, left))
 
     def subscribe(
@@ -236,7 +244,7 @@ class SyncClient:
             time.sleep(backoff.pause())
 
     def sessions(self) -> list[SessionInfo]:
-        return self._open().sessions()
+        return self._run(lambda j: j.sessions())
 
 
 def open_sync_client(url: str, *, poll: float = 0.05) -> SyncClient:

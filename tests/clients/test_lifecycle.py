@@ -211,3 +211,26 @@ def test_a_client_needs_a_journal_or_a_url() -> None:
         Client()
     with pytest.raises(TypeError, match="either an open BlockingJournal"):
         SyncClient()
+
+
+def test_a_sync_wait_ends_with_a_named_error_when_another_thread_closes_the_client(
+    url: str,
+) -> None:
+    client = SyncClient.open(url, poll=0.01)
+    sid = client.create("echo", key="c1")
+    client.submit(sid, "hi", key="m1")
+    raised: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            client.wait(sid, "m1", timeout=60)
+        except BaseException as exc:
+            raised.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    client.close()
+    waiter.join(timeout=60)  # a hang guard, not a timing bound
+    assert not waiter.is_alive()
+    [error] = raised
+    assert isinstance(error, ClientClosedError) and "is closed" in str(error)
