@@ -71,9 +71,11 @@ async def converse(client: Any, host_id: str) -> None:
     records = await read_until(client, sid, ended)
     assert [r.seq for r in records] == list(range(1, len(records) + 1))
     [queued] = [r for r in records if isinstance(r.event, InputQueued)]
+    assert isinstance(queued.event, InputQueued)
     assert queued.id == outcome.record and queued.event.input_id == outcome.value
     assert reply_text(records) == "You said: hello there"
-    assert records[-1].event.outcome == "completed"  # type: ignore[attr-defined]
+    last = records[-1].event
+    assert isinstance(last, TurnEnded) and last.outcome == "completed"
     # Subscribing after a seq starts right after it.
     later = await read_until(client, sid, ended, after=queued.seq)
     assert later[0].seq == queued.seq + 1
@@ -105,7 +107,7 @@ async def retries_are_one_input(client: Any, host_id: str) -> None:
 
 
 def second_end(record: Record) -> bool:
-    return ended(record) and record.event.turn == 2  # type: ignore[attr-defined]
+    return isinstance(record.event, TurnEnded) and record.event.turn == 2
 
 
 async def answers_a_gate(client: Any, host_id: str) -> None:
@@ -153,7 +155,7 @@ async def other_commands(client: Any, host_id: str) -> None:
         with pytest.raises(CommandRefusedError):
             await client.wait(sid, key, timeout=HANG_GUARD)
     records = await read_until(client, sid, lambda r: isinstance(r.event, SteerQueued))
-    assert not any(isinstance(r.event, LoopModeChanged) and r.event.mode for r in records)  # type: ignore[attr-defined]
+    assert not any(isinstance(r.event, LoopModeChanged) and r.event.mode for r in records)
 
 
 async def lists_sessions(client: Any, host_id: str) -> None:
