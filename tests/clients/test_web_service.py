@@ -196,6 +196,27 @@ def test_the_web_service_end_to_end_across_a_killed_host(
         http.close()
 
 
+def test_a_permission_is_decided_over_http(service: tuple[str, str], tmp_path: Path) -> None:
+    base, journal = service
+    with (
+        host_process(journal, "a", tmp_path / "host.log"),
+        httpx.Client(base_url=base, timeout=HANG_GUARD) as http,
+    ):
+        sid = http.post("/sessions", json={"definition": "operator"}).json()["session"]
+        http.post(f"/sessions/{sid}/messages", json={"text": "billing"},
+                  headers={"Idempotency-Key": "m1"})  # fmt: skip
+        stream = EventStream(base, sid)
+        gate = stream.until(is_type("gate.opened"))["data"]["event"]
+        assert (gate["kind"], gate["tool_name"]) == ("permission", "restart")
+        decided = http.post(f"/gates/{gate['gate_id']}", json={"session": sid, "allow": True})
+        assert decided.status_code == 202, decided.text
+        stream.until(turn_ended(1))
+        assert reply_of(stream.seen)[-1] == "Result: billing restarted"
+        resolved = [e for e in stream.seen if e["type"] == "gate.resolved"]
+        assert [e["data"]["event"]["allow"] for e in resolved] == [True]
+        stream.close()
+
+
 def test_the_web_service_refuses_bad_requests(service: tuple[str, str]) -> None:
     base, _ = service
     with httpx.Client(base_url=base, timeout=HANG_GUARD) as http:
