@@ -5,8 +5,9 @@
 Scripted models, so the example runs with no API key: ``echo`` answers each
 message at once; ``confirm`` asks a person a question through a gate
 (``POST /gates/{id}`` with an ``answer``); ``operator`` restarts a service only
-once a person allows it (a permission gate: ``POST /gates/{id}`` with ``allow``).  For a real model, give a definition
-``AnthropicModel(model="claude-...")`` (from ``loopruntime.models``) instead.
+once a person allows it (a permission gate: ``POST /gates/{id}`` with ``allow``).
+For a real model, give a definition ``AnthropicModel(model="claude-...")`` (from
+``loopruntime.models``) instead.
 """
 
 from __future__ import annotations
