@@ -7,6 +7,9 @@ Sections, run in this order (``--only NAME``, repeatable, picks some):
 * ``restore``  restoring sessions of 1k / 10k / 100k records (``benchmarks.restore``);
 * ``peers``    LangGraph + SQLite checkpointer and eventsourcing doing the same work
   (``benchmarks.peers``); a peer that is not installed is reported as skipped;
+* ``clients``  a command from outside the host and a record streamed back, for ``Client``
+  under trio and asyncio and ``SyncClient``, beside the in-process ``Session``
+  (``benchmarks.clients``);
 * ``postgres`` the PostgreSQL journal (``benchmarks.postgres``), when that module exists and
   a server can be had (``LOOPRUNTIME_TEST_PG_DSN``, or PostgreSQL binaries to start one).
 
@@ -34,7 +37,7 @@ from typing import Any
 
 import msgspec
 
-from . import harness, loops, machine, peers, report, restore
+from . import clients, harness, loops, machine, peers, report, restore
 from . import journal as journal_bench
 from .report import SECTIONS
 
@@ -116,6 +119,8 @@ def _run_section(
         return {"status": "ok", "rows": restore.run(quick=quick, progress=say)}
     if name == "peers":
         return {"status": "ok", **_run_peers(quick, peer_budget, results, say)}
+    if name == "clients":
+        return {"status": "ok", "rows": clients.run(quick=quick, progress=say)}
     if name == "postgres":
         try:
             module = importlib.import_module("benchmarks.postgres")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-SECTIONS = ("journal", "loops", "restore", "peers", "postgres")
+SECTIONS = ("journal", "loops", "restore", "peers", "clients", "postgres")
 """The sections of a run, in the order they run and their failures are listed."""
 INFO = "info"
 """The verdict of a row printed beside the targets for information, not as a target."""
@@ -470,6 +470,37 @@ def journal_targets(rows: Sequence[dict[str, Any]], targets: Targets) -> None:
         targets.append(("journal / bare loop + chain check", _ratio(checked), INFO))
 
 
+# -- clients ------------------------------------------------------------------------------
+
+
+def clients_section(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The clients section's rows: one per client kind, the in-process ``Session`` first."""
+    return [
+        "### Clients",
+        "",
+        "A command sent from outside the host (`submit` to its `input.queued` record) and a "
+        "record streamed back (its commit to a `subscribe` consumer), one turn at a time, "
+        "against a `loopruntime host` process on SQLite (`benchmarks/clients.py`); the host "
+        "looks at its inbox every 10 ms, the clients at the journal every 50 ms (their default "
+        "`poll`), sooner right after records came.",
+        "",
+        *_table(
+            ["client", "turns", "submit p50 ms", "submit p99 ms", "stream p50 ms", "stream p99 ms"],
+            [
+                [
+                    r["client"],
+                    str(r["turns"]),
+                    _ms(r["submit_p50_seconds"]),
+                    _ms(r["submit_p99_seconds"]),
+                    _ms(r["stream_p50_seconds"]),
+                    _ms(r["stream_p99_seconds"]),
+                ]
+                for r in rows
+            ],
+        ),
+    ]
+
+
 # -- the report ---------------------------------------------------------------------------
 
 
@@ -517,6 +548,8 @@ def render(results: dict[str, Any]) -> str:
             "",
             *_rate_rows(results["journal"]["rows"]),
         ]
+    if _ok(results, "clients"):
+        lines += ["", *clients_section(results["clients"]["rows"])]
     pg = results.get("postgres")
     if pg is not None:
         lines += ["", "### PostgreSQL journal", ""]

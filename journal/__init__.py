@@ -8,6 +8,8 @@ from . import codec as codec
 from . import content as content
 from . import events as events
 from . import inbox as inbox
+from .blocking import BlockingJournal as BlockingJournal
+from .blocking import open_blocking as open_blocking
 from .codec import SCHEMA_VERSION as SCHEMA_VERSION
 from .codec import decode_event as decode_event
 from .codec import encode_event as encode_event
@@ -45,6 +47,7 @@ from .store import StorageProblem as StorageProblem
 
 __all__ = [
     "SCHEMA_VERSION",
+    "BlockingJournal",
     "ConflictError",
     "Draft",
     "DuplicateEventError",
@@ -80,6 +83,7 @@ __all__ = [
     "inbox",
     "init_journal",
     "make_journal_directory",
+    "open_blocking",
     "open_journal",
     "parse_location",
 ]

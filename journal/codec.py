@@ -27,8 +27,10 @@ from .record import Record
 __all__ = [
     "GENESIS",
     "SCHEMA_VERSION",
+    "RecordRow",
     "chain",
     "chain_body",
+    "chained_records",
     "check_schema_version",
     "checkpoint_records",
     "decode_event",
@@ -148,6 +150,57 @@ def check_schema_version(found: int, *, where: str) -> None:
         )
     if found < 1:
         raise JournalSchemaError(f"{where} has an invalid journal schema version {found}")
+
+
+RecordRow = tuple[int, str, str, int, str | None, bytes, bytes]
+"""A stored record as the readers fetch it: ``seq, id, loop, at, cause, digest, body``."""
+
+
+def chained_records(
+    session: str,
+    rows: Iterable[RecordRow],
+    *,
+    after: int,
+    previous: bytes,
+    whole_from: int = 1,
+) -> list[Record]:
+    """The records of ``rows`` (the ones after seq ``after``, in order), each
+    verified against the chain from ``previous`` (the digest of the record at
+    ``after``; ``GENESIS`` for 0) and decoded.  Damage (a gap, a broken
+    digest, bytes that do not decode) ends the list before the damaged record,
+    so every good record before it is returned; a list that would start with
+    damage is a ``JournalCorruptError`` naming its seq instead.  The blocking
+    readers' loop; the trio readers inline the same steps for speed."""
+    found: list[Record] = []
+    expected = after + 1
+    try:
+        for seq, id, loop, at, cause, digest, body in rows:
+            if seq != expected:
+                raise JournalCorruptError(session, expected, "it is missing")
+            if seq >= whole_from:
+                computed = chain(previous, seq, id, session, loop, at, cause, body)
+            else:
+                computed = chain_body(previous, body)
+            if computed != digest:
+                raise JournalCorruptError(session, seq, "digest chain broken")
+            found.append(
+                Record(
+                    seq=seq,
+                    id=id,
+                    session=session,
+                    loop=loop,
+                    at=at,
+                    cause=cause,
+                    digest=digest,
+                    event=decode_event(body, session=session, seq=seq),
+                )
+            )
+            previous = digest
+            expected += 1
+    except (JournalCorruptError, JournalSchemaError):
+        if not found:
+            raise
+    return found
 
 
 CheckpointRow = tuple[int, str | None, str, int, str | None, bytes, bytes | None, bytes | None]

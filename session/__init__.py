@@ -1,7 +1,11 @@
 """session: many loops on one journal — the runtime, restore, replay, the CLI."""
 
 from .client import Client as Client
+from .client import ClientClosedError as ClientClosedError
+from .client import ClientError as ClientError
+from .client import ClientNotOpenError as ClientNotOpenError
 from .client import CommandRefusedError as CommandRefusedError
+from .client import WaitTimeoutError as WaitTimeoutError
 from .client import open_client as open_client
 from .errors import DefinitionDriftError as DefinitionDriftError
 from .errors import ForkError as ForkError
@@ -17,11 +21,16 @@ from .host import HostStatistics as HostStatistics
 from .runtime import ROOT_LOOP as ROOT_LOOP
 from .runtime import Session as Session
 from .runtime import StreamDelta as StreamDelta
+from .sync_client import SyncClient as SyncClient
+from .sync_client import open_sync_client as open_sync_client
 
 __all__ = [
     "ROOT_LOOP",
     "DefinitionDriftError",
     "Client",
+    "ClientClosedError",
+    "ClientError",
+    "ClientNotOpenError",
     "CommandRefusedError",
     "Host",
     "HostStatistics",
@@ -33,7 +42,10 @@ __all__ = [
     "SessionExistsError",
     "SessionLagError",
     "StreamDelta",
+    "SyncClient",
     "UnknownSessionError",
     "VerifyError",
+    "WaitTimeoutError",
     "open_client",
+    "open_sync_client",
 ]

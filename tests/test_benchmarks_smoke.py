@@ -14,9 +14,9 @@ from typing import Any
 
 import trio
 
+from benchmarks import clients, loops, restore
 from benchmarks import journal as journal_bench
-from benchmarks import loops, restore
-from benchmarks.report import INFO, Targets, journal_targets
+from benchmarks.report import INFO, Targets, clients_section, journal_targets
 
 STEP_KEYS = {
     "scenario",
@@ -180,3 +180,34 @@ def test_journal_targets_name_each_ratio_and_its_ceiling() -> None:
         ("ceiling: bare loop + chain check / bare loop", "0.70x", INFO),
         ("journal / bare loop + chain check", "0.90x", INFO),
     ]
+
+
+CLIENT_KEYS = {
+    "client",
+    "backend",
+    "turns",
+    "records",
+    "submit_p50_seconds",
+    "submit_p99_seconds",
+    "stream_p50_seconds",
+    "stream_p99_seconds",
+}
+
+
+def test_clients_benchmark_rows() -> None:
+    # Synchronous: run() starts its own host process and event loops, as the command does.
+    rows = clients.run(turns=2, progress=lambda line: None)
+    assert [r["client"] for r in rows] == [
+        "Session (in process)",
+        "Client (trio)",
+        "Client (asyncio)",
+        "SyncClient (threads)",
+    ]
+    for row in rows:
+        assert set(row) == CLIENT_KEYS
+        assert row["turns"] == 2
+        # Every turn streams at least its input, its start, a model call and its end.
+        assert row["records"] >= 4 * 2
+        _positive(row, CLIENT_KEYS)
+    table = clients_section(rows)
+    assert table[0] == "### Clients" and len([line for line in table if "|" in line]) == 6

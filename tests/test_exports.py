@@ -16,6 +16,7 @@ PUBLIC = {
         "ForwardingJournal", "JournalLocation", "parse_location", "init_journal",
         "check_existing_journal", "make_journal_directory", "StorageCheck", "StorageProblem",
         "inbox", "LeaseHeldError", "InboxError", "InboxKeyError", "InboxConsumedError",
+        "BlockingJournal", "open_blocking",
     },
     "loopruntime": {
         "LoopDefinition", "Limits", "Mode", "Delegate", "tool", "Tool", "ToolContext",
@@ -51,6 +52,8 @@ PUBLIC = {
         "UnknownSessionError", "VerifyError", "InvalidContentError", "SeqOutOfRangeError",
         "ForkError", "NoResultError", "DefinitionDriftError",
         "Client", "CommandRefusedError", "Host", "HostStatistics", "open_client",
+        "ClientError", "ClientClosedError", "ClientNotOpenError", "WaitTimeoutError",
+        "SyncClient", "open_sync_client",
     },
 }  # fmt: skip
 

@@ -29,7 +29,7 @@ from ..record import Record
 from ..store import SessionInfo, StorageCheck, StorageProblem
 from .schema import channel, connect, discard, lost, translate
 
-__all__ = ["Pool", "Reading"]
+__all__ = ["Pool", "Reading", "first_page", "list_sessions"]
 
 log = structlog.wrap_logger(logging.getLogger(__name__))
 
@@ -223,21 +223,8 @@ class Reading:
         """
         self._check_open()
 
-        def start(
-            conn: psycopg.Connection[Any],
-        ) -> tuple[bytes, int, list[tuple[Any, ...]]] | None:
-            row = conn.execute(
-                "SELECT (SELECT digest FROM loopruntime_records WHERE session = %s AND seq = %s),"
-                " (SELECT whole_from FROM loopruntime_chain_rule WHERE session = %s)"
-                " FROM loopruntime_sessions WHERE session = %s",
-                (session, after, session, session),
-            ).fetchone()
-            if row is None:
-                return None
-            return row[0] or GENESIS, row[1] or 1, _page(conn, session, after)
-
         doing = f"reading session {session}"
-        first = await self._pool.run(doing, start)
+        first = await self._pool.run(doing, partial(first_page, session=session, after=after))
         if first is None:
             raise SessionNotFoundError(session)
         previous, whole_from, page = first
@@ -383,33 +370,7 @@ class Reading:
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first."""
-
-        def work(conn: psycopg.Connection[Any]) -> list[SessionInfo]:
-            rows = conn.execute(
-                "SELECT s.session, s.head, s.incarnation, s.created_at, s.updated_at,"
-                " l.owner, coalesce(l.expires_at, 0), l.definition,"
-                " (SELECT count(*) FROM loopruntime_inbox i"
-                "  WHERE i.session = s.session AND i.consumed_at IS NULL)"
-                " FROM loopruntime_sessions s"
-                " LEFT JOIN loopruntime_leases l ON l.session = s.session"
-                " ORDER BY s.created_at, s.session"
-            ).fetchall()
-            return [
-                SessionInfo(
-                    session=s,
-                    head=h,
-                    incarnation=i,
-                    created_at=c,
-                    updated_at=u,
-                    owner=o,
-                    expires_at=e,
-                    definition=d,
-                    pending=p,
-                )
-                for s, h, i, c, u, o, e, d, p in rows
-            ]
-
-        return await self._pool.run("listing sessions", work)
+        return await self._pool.run("listing sessions", list_sessions)
 
     async def check_storage(self) -> StorageCheck:
         """Every session row against its last record, and amcheck's heap and
@@ -482,6 +443,50 @@ def _amcheck(conn: psycopg.Connection[Any], extension_schema: str) -> list[Stora
             except (psycopg.errors.IndexCorrupted, psycopg.errors.DataCorrupted) as exc:
                 problems.append(StorageProblem(table=table, detail=f"index {index}: {exc}"))
     return problems
+
+
+def first_page(
+    conn: psycopg.Connection[Any], session: str, after: int
+) -> tuple[bytes, int, list[tuple[Any, ...]]] | None:
+    """Blocking: the digest of the record at ``after`` (what the next one chains
+    from), the first seq chained over the whole record, and the first page
+    after ``after``; None when the session does not exist."""
+    row = conn.execute(
+        "SELECT (SELECT digest FROM loopruntime_records WHERE session = %s AND seq = %s),"
+        " (SELECT whole_from FROM loopruntime_chain_rule WHERE session = %s)"
+        " FROM loopruntime_sessions WHERE session = %s",
+        (session, after, session, session),
+    ).fetchone()
+    if row is None:
+        return None
+    return row[0] or GENESIS, row[1] or 1, _page(conn, session, after)
+
+
+def list_sessions(conn: psycopg.Connection[Any]) -> list[SessionInfo]:
+    """Blocking: every session, oldest first."""
+    rows = conn.execute(
+        "SELECT s.session, s.head, s.incarnation, s.created_at, s.updated_at,"
+        " l.owner, coalesce(l.expires_at, 0), l.definition,"
+        " (SELECT count(*) FROM loopruntime_inbox i"
+        "  WHERE i.session = s.session AND i.consumed_at IS NULL)"
+        " FROM loopruntime_sessions s"
+        " LEFT JOIN loopruntime_leases l ON l.session = s.session"
+        " ORDER BY s.created_at, s.session"
+    ).fetchall()
+    return [
+        SessionInfo(
+            session=s,
+            head=h,
+            incarnation=i,
+            created_at=c,
+            updated_at=u,
+            owner=o,
+            expires_at=e,
+            definition=d,
+            pending=p,
+        )
+        for s, h, i, c, u, o, e, d, p in rows
+    ]
 
 
 def _page(conn: psycopg.Connection[Any], session: str, after: int) -> list[tuple[Any, ...]]:

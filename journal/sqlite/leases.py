@@ -13,10 +13,18 @@ from typing import Any
 
 from ..rules import LeaseState, decide_consumes, decide_put
 
-__all__ = ["EntryRow", "consume", "lease_state", "put_entry", "store_lease"]
+__all__ = ["EntryRow", "consume", "insert_session", "lease_state", "put_entry", "store_lease"]
 
 EntryRow = tuple[int, str, bytes, int, int | None, bytes | None]
 """A stored inbox entry: ``(number, key, body, created_at, consumed_at, outcome)``."""
+
+
+def insert_session(conn: sqlite3.Connection, session: str, now: int) -> None:
+    """Store a new session, with no records and incarnation 0."""
+    conn.execute(
+        "INSERT INTO sessions (session, incarnation, created_at) VALUES (?, 0, ?)",
+        (session, now),
+    )
 
 
 def lease_state(conn: sqlite3.Connection, session: str, incarnation: int) -> LeaseState:

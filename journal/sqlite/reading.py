@@ -30,7 +30,15 @@ from ..record import Record
 from ..store import SessionInfo, StorageCheck, StorageProblem
 from .schema import Access, connect, damaged, unavailable
 
-__all__ = ["Reading", "entry_of"]
+__all__ = [
+    "SELECT_BATCH",
+    "SELECT_SESSION",
+    "Readers",
+    "Reading",
+    "entry_of",
+    "list_sessions",
+    "query_session",
+]
 
 # The checkpoint's record and the digest of the record before it (NULL for
 # seq 1, which chains from GENESIS, or when that record is missing).
@@ -41,13 +49,13 @@ _SELECT_CHECKPOINTS = (
     " LEFT JOIN records AS p ON p.session = c.session AND p.seq = c.seq - 1"
     " WHERE c.session = ? ORDER BY c.seq"
 )
-_SELECT_BATCH = (
+SELECT_BATCH = (
     "SELECT seq, id, loop, at, cause, digest, body FROM records"
     " WHERE session = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
 # Whether the session exists, and the first seq chained over the whole record
 # (NULL: from seq 1).
-_SELECT_SESSION = (
+SELECT_SESSION = (
     "SELECT (SELECT 1 FROM sessions WHERE session = ?),"
     " (SELECT whole_from FROM chain_rule WHERE session = ?)"
 )
@@ -69,7 +77,7 @@ _pack = msgspec.msgpack.Encoder().encode
 _decoder = msgspec.msgpack.Decoder(Event)
 
 
-class _Readers:
+class Readers:
     """A pool of reader connections, each lent to one worker thread at a time."""
 
     def __init__(
@@ -167,7 +175,7 @@ class Reading:
         self.url, self.path, self.poll = url, path, poll
         self.closed = False
         """Set by the journal as it starts closing: reads end, tails return."""
-        self._readers = _Readers(path, synchronous, access, stand_ins)
+        self._readers = Readers(path, synchronous, access, stand_ins)
         self._changed: dict[str, trio.Event] = {}
         self._token = token
 
@@ -290,16 +298,14 @@ class Reading:
         try:
             with self._readers.connection() as conn:
                 if check:
-                    exists, whole_from = conn.execute(
-                        _SELECT_SESSION, (session, session)
-                    ).fetchone()
+                    exists, whole_from = conn.execute(SELECT_SESSION, (session, session)).fetchone()
                     if not exists:
                         raise SessionNotFoundError(session)
                     rule = whole_from or 1
                 if self._readers.closed:
                     raise JournalClosedError(f"journal {self.url} was closed during a read")
                 start = after - 1 if with_previous else after
-                return conn.execute(_SELECT_BATCH, (session, start, limit)).fetchall(), rule
+                return conn.execute(SELECT_BATCH, (session, start, limit)).fetchall(), rule
         except sqlite3.Error as exc:
             if damaged(exc):
                 # Every record up to ``after`` was read and verified (or is
@@ -338,7 +344,7 @@ class Reading:
             with self._readers.connection() as conn:
                 if self._readers.closed:
                     raise JournalClosedError(f"journal {self.url} was closed during a read")
-                exists, whole_from = conn.execute(_SELECT_SESSION, (session, session)).fetchone()
+                exists, whole_from = conn.execute(SELECT_SESSION, (session, session)).fetchone()
                 if not exists:
                     raise SessionNotFoundError(session)
                 rows = conn.execute(_SELECT_CHECKPOINTS, (session,)).fetchall()
@@ -391,45 +397,7 @@ class Reading:
         return StorageCheck(checked=checked, problems=tuple(problems))
 
     def _sessions(self) -> list[SessionInfo]:
-        try:
-            with self._readers.connection() as conn:
-                rows = conn.execute(
-                    "SELECT s.session, s.incarnation, s.created_at, last.seq, last.at,"
-                    " l.owner, l.expires_at, l.definition,"
-                    " (SELECT count(*) FROM inbox AS i"
-                    "  WHERE i.session = s.session AND i.consumed_at IS NULL)"
-                    " FROM sessions AS s LEFT JOIN records AS last"
-                    " ON last.session = s.session AND last.seq = ("
-                    "  SELECT max(seq) FROM records WHERE session = s.session)"
-                    " LEFT JOIN leases AS l ON l.session = s.session"
-                    " ORDER BY s.rowid"
-                ).fetchall()
-        except sqlite3.Error as exc:
-            raise unavailable(exc, self.path, "listing sessions") from exc
-        return [
-            SessionInfo(
-                session=session,
-                head=head or 0,
-                incarnation=incarnation,
-                created_at=created_at,
-                updated_at=at if at is not None else created_at,
-                owner=owner,
-                expires_at=expires_at or 0,
-                pending=pending,
-                definition=definition,
-            )
-            for (
-                session,
-                incarnation,
-                created_at,
-                head,
-                at,
-                owner,
-                expires_at,
-                definition,
-                pending,
-            ) in rows
-        ]
+        return list_sessions(self._readers, self.path)
 
     # -- the inbox ----------------------------------------------------------------
 
@@ -458,14 +426,7 @@ class Reading:
     def _query(
         self, session: str, doing: str, statement: str, params: tuple[Any, ...]
     ) -> list[Any]:
-        """Worker thread: ``statement``'s rows, once the session is known to exist."""
-        try:
-            with self._readers.connection() as conn:
-                if conn.execute("SELECT 1 FROM sessions WHERE session = ?", (session,)).fetchone():
-                    return conn.execute(statement, params).fetchall()
-        except sqlite3.Error as exc:
-            raise unavailable(exc, self.path, doing) from exc
-        raise SessionNotFoundError(session)
+        return query_session(self._readers, self.path, session, doing, statement, params)
 
     async def claimable(self, definitions: list[str], owner: str | None, limit: int) -> list[Claim]:
         return await trio.to_thread.run_sync(self._claimable, definitions, owner, limit)
@@ -495,6 +456,62 @@ class Reading:
             Claim(session=s, owner=o, expires_at=e, pending=p, definition=d)
             for s, o, e, p, d in rows
         ]
+
+
+def list_sessions(readers: Readers, path: str) -> list[SessionInfo]:
+    """Blocking: every session, in creation order."""
+    try:
+        with readers.connection() as conn:
+            rows = conn.execute(
+                "SELECT s.session, s.incarnation, s.created_at, last.seq, last.at,"
+                " l.owner, l.expires_at, l.definition,"
+                " (SELECT count(*) FROM inbox AS i"
+                "  WHERE i.session = s.session AND i.consumed_at IS NULL)"
+                " FROM sessions AS s LEFT JOIN records AS last"
+                " ON last.session = s.session AND last.seq = ("
+                "  SELECT max(seq) FROM records WHERE session = s.session)"
+                " LEFT JOIN leases AS l ON l.session = s.session"
+                " ORDER BY s.rowid"
+            ).fetchall()
+    except sqlite3.Error as exc:
+        raise unavailable(exc, path, "listing sessions") from exc
+    return [
+        SessionInfo(
+            session=session,
+            head=head or 0,
+            incarnation=incarnation,
+            created_at=created_at,
+            updated_at=at if at is not None else created_at,
+            owner=owner,
+            expires_at=expires_at or 0,
+            pending=pending,
+            definition=definition,
+        )
+        for (
+            session,
+            incarnation,
+            created_at,
+            head,
+            at,
+            owner,
+            expires_at,
+            definition,
+            pending,
+        ) in rows
+    ]
+
+
+def query_session(
+    readers: Readers, path: str, session: str, doing: str, statement: str, params: tuple[Any, ...]
+) -> list[Any]:
+    """Blocking: ``statement``'s rows, once the session is known to exist."""
+    try:
+        with readers.connection() as conn:
+            if conn.execute("SELECT 1 FROM sessions WHERE session = ?", (session,)).fetchone():
+                return conn.execute(statement, params).fetchall()
+    except sqlite3.Error as exc:
+        raise unavailable(exc, path, doing) from exc
+    raise SessionNotFoundError(session)
 
 
 def entry_of(session: str, row: tuple[Any, ...]) -> InboxEntry:

@@ -50,7 +50,7 @@ from ..rules import (
     stored_records,
 )
 from ..store import SessionLease
-from .leases import EntryRow, consume, lease_state, put_entry, store_lease
+from .leases import EntryRow, consume, insert_session, lease_state, put_entry, store_lease
 from .schema import unavailable
 
 __all__ = [
@@ -499,10 +499,7 @@ class Writer:
         state.incarnation = lease[0]
 
     def _new_session(self, session: str, work: dict[str, _State], now: int) -> _State:
-        self.conn.execute(
-            "INSERT INTO sessions (session, incarnation, created_at) VALUES (?, 0, ?)",
-            (session, now),
-        )
+        insert_session(self.conn, session, now)
         state = work[session] = _State(0, 0, GENESIS, now)
         return state
 

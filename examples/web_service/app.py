@@ -1,0 +1,215 @@
+"""A web service on asyncio that talks to loopruntime sessions through the journal.
+
+Run a host and the service beside it, on one journal::
+
+    export LOOPRUNTIME_JOURNAL=sqlite:///$PWD/service.db
+    PYTHONPATH=. loopruntime host --definitions examples.web_service.agents:DEFINITIONS &
+    uvicorn examples.web_service.app:app
+
+The routes (JSON in, JSON or Server-Sent Events out):
+
+* ``POST /sessions`` ``{"definition": "echo"}``: a new session; with an
+  ``Idempotency-Key`` header a retry returns the same session.
+* ``POST /sessions/{id}/messages`` ``{"text": "..."}``: the message, sent with
+  the request's ``Idempotency-Key`` as its command key (required): a retried
+  request is one input.
+* ``GET /sessions/{id}/events``: the session's records as Server-Sent Events,
+  from the start or after the ``Last-Event-ID`` header (or ``?after=SEQ``);
+  each event's id is its seq, so a browser that reconnects resumes exactly.
+* ``POST /gates/{gate_id}`` ``{"session": id, "answer": "..."}`` or
+  ``{"session": id, "allow": true, "scope": "once"}``: answer a question or
+  decide a permission.  The key is the ``Idempotency-Key`` header, else the
+  gate id (a gate is answered once).
+* ``GET /sessions``: every session with its owner and waiting commands.
+
+The service runs no loops: it writes commands into the inbox and reads
+records back, so it can restart, or run as many copies, at any time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from journal import InboxKeyError, SessionNotFoundError
+from loopruntime import CommandError
+from session import Client, open_client
+
+__all__ = ["app", "create_app"]
+
+DEFAULT_JOURNAL = "sqlite:///.loopruntime/journal.db"
+
+
+def _client(request: Request) -> Client:
+    client: Client = request.app.state.client
+    return client
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise _Problem(400, "the body must be a JSON object")
+    return body
+
+
+class _Problem(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+def _session_for(key: str) -> str:
+    """The session a creation key names: the same key, the same session."""
+    return "ses_" + hashlib.blake2b(key.encode(), digest_size=10).hexdigest()
+
+
+async def create_session(request: Request) -> Response:
+    body = await _body(request)
+    definition = body.get("definition", "echo")
+    if not isinstance(definition, str) or not definition:
+        raise _Problem(400, "`definition` must name a definition the host runs")
+    key = request.headers.get("idempotency-key")
+    session_id = _session_for(key) if key else None
+    client = _client(request)
+    session_id = await client.create(
+        definition, session_id=session_id, key=f"create/{key or session_id or os.urandom(8).hex()}"
+    )
+    return JSONResponse({"session": session_id, "definition": definition}, status_code=201)
+
+
+async def post_message(request: Request) -> Response:
+    session_id = request.path_params["session_id"]
+    key = request.headers.get("idempotency-key")
+    if not key:
+        raise _Problem(400, "send an Idempotency-Key header: it makes a retried message one input")
+    body = await _body(request)
+    text = body.get("text")
+    if not isinstance(text, str) or not text:
+        raise _Problem(400, "`text` must be a non-empty string")
+    entry = await _client(request).submit(session_id, text, key=key)
+    return JSONResponse({"session": session_id, "key": key, "entry": entry.number}, status_code=202)
+
+
+async def answer_gate(request: Request) -> Response:
+    gate_id = request.path_params["gate_id"]
+    body = await _body(request)
+    session_id = body.get("session")
+    if not isinstance(session_id, str):
+        raise _Problem(400, "`session` must name the gate's session")
+    key = request.headers.get("idempotency-key") or f"gate/{gate_id}"
+    client = _client(request)
+    if "answer" in body:
+        entry = await client.answer(session_id, gate_id, body["answer"], key=key)
+    elif isinstance(body.get("allow"), bool):
+        scope = body.get("scope", "once")
+        entry = await client.decide(session_id, gate_id, body["allow"], scope, key=key)
+    else:
+        raise _Problem(400, "send `answer` (a question) or `allow` (a permission)")
+    return JSONResponse(
+        {"session": session_id, "gate": gate_id, "key": key, "entry": entry.number},
+        status_code=202,
+    )
+
+
+def _resume_from(request: Request) -> int:
+    given = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    try:
+        after = int(given)
+    except ValueError:
+        raise _Problem(400, f"Last-Event-ID / after must be a seq, not {given!r}") from None
+    return max(after, 0)
+
+
+async def session_events(request: Request) -> Response:
+    session_id = request.path_params["session_id"]
+    after = _resume_from(request)
+    records = _client(request).subscribe(session_id, after)
+
+    async def stream() -> AsyncIterator[bytes]:
+        # A comment first, so the response starts at once even when the
+        # session has no records yet (its host has not started it).
+        yield b": records after seq %d\n\n" % after
+        try:
+            async for record in records:
+                yield _event(record)
+        except SessionNotFoundError as exc:
+            yield b"event: error\ndata: %s\n\n" % _json.encode({"error": str(exc)})
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+_json = msgspec.json.Encoder()
+
+
+def _event(record: Any) -> bytes:
+    data = {
+        "seq": record.seq,
+        "id": record.id,
+        "loop": record.loop,
+        "at": record.at,
+        "event": msgspec.to_builtins(record.event),
+    }
+    tag = type(record.event).__struct_config__.tag
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (record.seq, tag.encode(), _json.encode(data))
+
+
+async def list_sessions(request: Request) -> Response:
+    return JSONResponse([msgspec.to_builtins(info) for info in await _client(request).sessions()])
+
+
+async def _problem(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, _Problem):
+        return JSONResponse({"error": exc.detail}, status_code=exc.status)
+    if isinstance(exc, SessionNotFoundError):
+        return JSONResponse({"error": str(exc)}, status_code=404)
+    if isinstance(exc, InboxKeyError):
+        return JSONResponse({"error": str(exc)}, status_code=409)
+    return JSONResponse({"error": str(exc)}, status_code=422)
+
+
+def create_app(journal_url: str | None = None) -> Starlette:
+    """The service on the journal at ``journal_url`` (default ``$LOOPRUNTIME_JOURNAL``)."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        url = journal_url or os.environ.get("LOOPRUNTIME_JOURNAL") or DEFAULT_JOURNAL
+        async with open_client(url) as client:
+            app.state.client = client
+            yield
+
+    return Starlette(
+        routes=[
+            Route("/sessions", create_session, methods=["POST"]),
+            Route("/sessions", list_sessions, methods=["GET"]),
+            Route("/sessions/{session_id}/messages", post_message, methods=["POST"]),
+            Route("/sessions/{session_id}/events", session_events, methods=["GET"]),
+            Route("/gates/{gate_id}", answer_gate, methods=["POST"]),
+        ],
+        exception_handlers={
+            _Problem: _problem,
+            SessionNotFoundError: _problem,
+            InboxKeyError: _problem,
+            CommandError: _problem,
+            ValueError: _problem,
+        },
+        lifespan=lifespan,
+    )
+
+
+app = create_app()
