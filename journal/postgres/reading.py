@@ -22,6 +22,7 @@ import structlog
 import trio
 from psycopg import sql
 
+from ..blobs import is_split, join, references
 from ..codec import GENESIS, checkpoint_records, decode_event
 from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
 from ..events import Event
@@ -90,6 +91,7 @@ _JOURNAL_TABLES = (
     "loopruntime_records",
     "loopruntime_checkpoints",
     "loopruntime_chain_rule",
+    "loopruntime_blobs",
     "loopruntime_leases",
     "loopruntime_inbox",
 )
@@ -195,6 +197,16 @@ class _Ahead:
         return self._rows
 
 
+def _blobs(conn: psycopg.Connection[Any], digests: list[bytes]) -> dict[bytes, bytes]:
+    """The stored blobs among ``digests`` (a missing one is left out)."""
+    with conn.cursor(binary=True) as cur:
+        rows = cur.execute(
+            "SELECT digest, body FROM loopruntime_blobs WHERE digest = ANY(%s)",
+            (list(dict.fromkeys(digests)),),
+        ).fetchall()
+    return {bytes(d): bytes(b) for d, b in rows}
+
+
 class Reading:
     """Everything a ``PostgresJournal`` reads with: the pool and the tails' waits."""
 
@@ -270,6 +282,13 @@ class Reading:
                 try:
                     event: Event = decode(body)
                 except msgspec.DecodeError:
+                    if is_split(body):
+                        # Stored with references: the one moment blobs are read.
+                        found = await self._pool.run(
+                            f"reading the blobs of session {session}",
+                            partial(_blobs, digests=references(body)),
+                        )
+                        body = join(session, seq, body, found)
                     event = decode_event(body, session=session, seq=seq)
                 yield Record(
                     seq=seq,
@@ -372,8 +391,13 @@ class Reading:
             if not rows:
                 return None
             # A session without checkpoints is its one row of NULLs.
+            wanted = [d for row in rows if row[6] and is_split(row[6]) for d in references(row[6])]
+            found = _blobs(conn, wanted) if wanted else {}
             return checkpoint_records(
-                session, [row[:8] for row in rows if row[0] is not None], rows[0][8] or 1
+                session,
+                [row[:8] for row in rows if row[0] is not None],
+                rows[0][8] or 1,
+                resolve=lambda seq, body: join(session, seq, body, found),
             )
 
         found = await self._pool.run(f"reading the checkpoints of session {session}", work)

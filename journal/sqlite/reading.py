@@ -22,6 +22,7 @@ import msgspec
 import outcome
 import trio
 
+from ..blobs import is_split, join, references
 from ..codec import GENESIS, checkpoint_records, decode_event
 from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
 from ..events import Event
@@ -67,6 +68,19 @@ _pack = msgspec.msgpack.Encoder().encode
 # A decoder of our own so the read loop calls it directly; failures go through
 # codec.decode_event, which names the seq and tells a schema error from damage.
 _decoder = msgspec.msgpack.Decoder(Event)
+
+
+def _blobs(conn: sqlite3.Connection, digests: list[bytes]) -> dict[bytes, bytes]:
+    """The stored blobs among ``digests`` (a missing one is left out)."""
+    found: dict[bytes, bytes] = {}
+    unique = list(dict.fromkeys(digests))
+    for start in range(0, len(unique), 500):
+        chunk = unique[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        found.update(
+            conn.execute(f"SELECT digest, body FROM blobs WHERE digest IN ({marks})", chunk)
+        )
+    return found
 
 
 class _Readers:
@@ -243,6 +257,11 @@ class Reading:
                     try:
                         event: Event = decode(body)
                     except msgspec.DecodeError:
+                        if is_split(body):
+                            # Stored with references: the one moment blobs are read.
+                            body = await trio.to_thread.run_sync(
+                                self._join, session, seq, body
+                            )
                         # decode_event raises the translated error for these bytes.
                         event = decode_event(body, session=session, seq=seq)
                     yield Record(
@@ -312,6 +331,19 @@ class Reading:
                 ) from exc
             raise unavailable(exc, self.path, f"reading session {session}") from exc
 
+    def _join(self, session: str, seq: int, body: bytes) -> bytes:
+        """Worker thread: the event bytes of a record stored with references."""
+        try:
+            with self._readers.connection() as conn:
+                found = _blobs(conn, references(body))
+        except sqlite3.Error as exc:
+            if damaged(exc):
+                raise JournalCorruptError(
+                    session, seq, f"a damaged database page holds a blob it refers to ({exc})"
+                ) from exc
+            raise unavailable(exc, self.path, f"reading the blobs of session {session}") from exc
+        return join(session, seq, body, found)
+
     async def head(self, session: str) -> int:
         return await trio.to_thread.run_sync(self._head, session)
 
@@ -342,6 +374,8 @@ class Reading:
                 if not exists:
                     raise SessionNotFoundError(session)
                 rows = conn.execute(_SELECT_CHECKPOINTS, (session,)).fetchall()
+                wanted = [d for row in rows if row[6] and is_split(row[6]) for d in references(row[6])]
+                found = _blobs(conn, wanted) if wanted else {}
         except sqlite3.Error as exc:
             if damaged(exc):
                 # Checkpoints are derived data: restore reads the records instead.
@@ -351,7 +385,12 @@ class Reading:
             raise unavailable(
                 exc, self.path, f"reading the checkpoints of session {session}"
             ) from exc
-        return checkpoint_records(session, rows, whole_from or 1)
+        return checkpoint_records(
+            session,
+            rows,
+            whole_from or 1,
+            resolve=lambda seq, body: join(session, seq, body, found),
+        )
 
     async def sessions(self) -> list[SessionInfo]:
         return await trio.to_thread.run_sync(self._sessions)

@@ -68,6 +68,8 @@ _INSERT = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_CHECKPOINT = "INSERT INTO checkpoints (session, seq) VALUES (?, ?)"
+# A blob is content-addressed: one already stored is the same bytes.
+_INSERT_BLOB = "INSERT OR IGNORE INTO blobs (digest, body) VALUES (?, ?)"
 
 _MAX_GROUP = 4096
 """Requests per transaction (roughly: a hand-over is never split), so one commit
@@ -149,7 +151,7 @@ class PutRequest(Request):
 
 
 class AppendRequest(Request):
-    __slots__ = ("consumes", "expected_seq", "incarnation", "pending")
+    __slots__ = ("blobs", "consumes", "expected_seq", "incarnation", "pending")
 
     def __init__(
         self,
@@ -157,6 +159,7 @@ class AppendRequest(Request):
         pending: list[Pending],
         expected_seq: int,
         consumes: list[tuple[int, bytes]] | None = None,
+        blobs: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         super().__init__(lease.session)
         self.incarnation = lease.incarnation
@@ -164,6 +167,8 @@ class AppendRequest(Request):
         self.expected_seq = expected_seq
         self.consumes = consumes
         """Inbox entries this append applies: ``(number, outcome bytes)``."""
+        self.blobs = blobs
+        """The blobs its records refer to (``journal.blobs``), stored with them."""
 
 
 class _State:
@@ -355,6 +360,8 @@ class Writer:
                 if records:
                     last = records[-1]
                     state.head, state.digest = last.seq, last.digest
+                if request.blobs:
+                    self._store_blobs(request.blobs)
             except JournalError as exc:
                 request.result = outcome.Error(exc)
                 continue
@@ -385,6 +392,11 @@ class Writer:
             raise _Retry from exc
         rows.clear()
         marks.clear()
+
+    def _store_blobs(self, blobs: list[tuple[bytes, bytes]]) -> None:
+        """Store the blobs an append's records refer to, in its transaction (a
+        failure goes the way of a failed record insert on either path)."""
+        self.conn.executemany(_INSERT_BLOB, blobs)
 
     def _apply_slow(self, group: list[Request]) -> tuple[dict[str, _State], set[str]]:
         """Each request under its own savepoint, with every check made explicitly."""
@@ -444,6 +456,8 @@ class Writer:
             self._consume(request, now)
         if not fresh:
             return records, False
+        if request.blobs:
+            self._store_blobs(request.blobs)
         try:
             self.conn.executemany(_INSERT, rows)
             if marks:
