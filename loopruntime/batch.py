@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 import trio
@@ -55,7 +56,9 @@ from .notices import (
     deadline_unknown,
     rejected,
 )
+from .errors import RedactedInputError
 from .ports import ToolsPort
+from .redaction import REDACTED, Originals, input_digest, recovered_input
 from .tools import (
     Tool,
     ToolContext,
@@ -77,6 +80,9 @@ class _Call:
     execution_id: str
     new: bool
     """False when re-entering a call started before a restart."""
+    input: dict[str, Any]
+    """The real input (``use.input`` is what the journal holds: redacted, for
+    a tool that redacts)."""
 
 
 @dataclass
@@ -86,12 +92,21 @@ class _Batch:
     """The definition as the turn resolved it when it started."""
     entered: set[str]
     """The turn's record of the calls whose tool function really ran."""
+    originals: Originals
+    """The real inputs and results of redacted calls (``redaction``)."""
 
 
-async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[str]) -> None:
+async def run_batch(
+    loop: ToolsPort,
+    resolved: ResolvedDefinition,
+    entered: set[str],
+    originals: Originals | None = None,
+) -> None:
     """Run the calls of the last reply still waiting for a result; adds the
-    execution id of every call whose tool function it enters to ``entered``."""
-    batch = _Batch(loop, resolved, entered)
+    execution id of every call whose tool function it enters to ``entered``.
+    ``originals``: the real inputs of redacted calls, and where their real
+    results go (the model is shown them while the loop lives)."""
+    batch = _Batch(loop, resolved, entered, originals if originals is not None else Originals())
     state = loop.state
     limits = resolved.limits
     tools: dict[str, Tool] = {t.name: t for t in resolved.tools}
@@ -112,17 +127,33 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
                 # call is never finished and the turn spins on it.
                 started = loop.definition.find_tool(use.name, loop.listed) if tool is None else tool
                 assert started is not None, f"restore kept {execution} running without its tool"
+                real = batch.originals.inputs.get(use.id)
+                if real is None and started.redact_input is not None:
+                    real = await _recover(batch, started, execution, use)
+                    if real is None:
+                        continue
+                real = real if real is not None else use.input
                 admitted.append(
                     _Call(
                         use=use,
                         tool=started,
-                        parsed=started.parse(use.input),
+                        parsed=started.parse(real),
                         execution_id=execution,
                         new=False,
+                        input=real,
                     )
                 )
             continue
-        rejection = await _admit(batch, use, tool, budget - len(admitted))
+        real = batch.originals.inputs.get(use.id)
+        if real is None and tool is not None and tool.redact_input is not None:
+            # Redacted, and the loop restarted before it ran: the real input is gone.
+            await loop.commit(
+                [rejected(use.id, _REDACTED_NOT_RUN.format(tool=tool.name))],
+                cause=state.message_record,
+            )
+            continue
+        real = real if real is not None else use.input
+        rejection = await _admit(batch, use, real, tool, budget - len(admitted))
         if rejection is not None:
             await loop.commit([rejected(use.id, rejection)], cause=state.message_record)
             continue
@@ -131,9 +162,10 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
             _Call(
                 use=use,
                 tool=tool,
-                parsed=tool.parse(use.input),
+                parsed=tool.parse(real),
                 execution_id=new_id("exe_"),
                 new=True,
+                input=real,
             )
         )
 
@@ -145,6 +177,7 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
             input=c.use.input,
             turn=state.turn_index,
             step=state.step,
+            input_digest=input_digest(c.input) if c.tool.redact_input is not None else "",
         )
         for c in admitted
         if c.new
@@ -160,22 +193,59 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
     await _execute(batch, admitted)
 
 
+_REDACTED_NOT_RUN = (
+    "[not run: the input of this {tool} call was redacted and the loop restarted before "
+    "it ran, so its real input is gone; call the tool again]"
+)
+
+
+async def _recover(
+    batch: _Batch, tool: Tool, execution: str, use: ToolUse
+) -> dict[str, Any] | None:
+    """The real input of a redacted call re-entered after a restore, from the
+    host; None when there is none, after committing the call's outcome as
+    unknown with a notice saying why (the host resolves it)."""
+    loop = batch.loop
+    started = loop.state.running[execution]
+    try:
+        real = recovered_input(
+            tool.name, tool.recover_input, started.input_digest, execution, use.input
+        )
+    except RedactedInputError as exc:
+        loop.log.warning("redacted_input_unavailable", tool=tool.name, execution=execution)
+        await loop.commit(
+            [
+                ToolAbandoned(
+                    execution_id=execution, tool_use_id=use.id, reason="restore_unavailable"
+                ),
+                Notice(code="redacted_input_unavailable", text=str(exc), refs=(execution,)),
+            ],
+            cause=loop.state.message_record,
+        )
+        return None
+    batch.originals.inputs[use.id] = real
+    return real
+
+
 async def _admit(
     batch: _Batch,
     use: ToolUse,
+    real: dict[str, Any],
     tool: Tool | None,
     budget: int,
 ) -> str | None:
-    """None when the call may run; otherwise the model-visible reason it won't."""
+    """None when the call may run; otherwise the model-visible reason it won't.
+    ``real`` is the input the tool would run with; the permission policy and
+    the gate see ``use.input``, the journal's (redacted) form."""
     loop = batch.loop
     state = loop.state
     if tool is None:
         known = ", ".join(sorted(t.name for t in batch.resolved.tools)) or "none"
         return f"[error: there is no tool named {use.name!r}; available tools: {known}]"
     try:
-        tool.parse(use.input)
+        tool.parse(real)
     except ToolInputError as exc:
-        return f"[error: {exc}]"
+        return f"[error: {_scrub(str(exc), real, use.input)}]"
     if budget <= 0:
         return "[not run: the turn's tool call limit was reached]"
     policy = loop.definition.permissions.get(tool.name, tool.permission)
@@ -226,7 +296,7 @@ async def _execute(batch: _Batch, calls: list[_Call]) -> None:
                 await _run_one(batch, call)
                 continue
             done = trio.Event()
-            target = call.tool.target(call.use.input)
+            target = call.tool.target(call.input)
             before = last_for_target.get(target) if target is not None else None
             if target is not None:
                 last_for_target[target] = done
@@ -293,23 +363,26 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
         )
         batch.entered.add(call.execution_id)
         with deadlines.timer(timeout) as deadline:
+            shown = None
             try:
                 value = await call.tool.invoke(ctx, call.parsed)
+                if call.tool.redact_output is not None:
+                    # The model is shown the real result; the journal the redacted one.
+                    shown, _ = shape_result(value, limit)
+                    value = call.tool.redact_output(value)
                 blocks, cut = shape_result(value, limit)
                 if isinstance(value, ToolOutput):
                     structured = value.structured
                 disposition = "succeeded"
                 if is_empty_result(blocks):
                     blocks, disposition = (Text(text=EMPTY_RESULT),), "failed"
+                    shown = None
             except Exception as exc:
-                loop.log.info("tool_failed", tool=call.tool.name, error=repr(exc))
+                shown = None
+                error = _scrub(f"{type(exc).__name__}: {exc}", call.input, call.use.input)
+                loop.log.info("tool_failed", tool=call.tool.name, error=error)
                 blocks, cut = (
-                    (
-                        Text(
-                            text=f"[error: tool {call.tool.name} failed: "
-                            f"{type(exc).__name__}: {exc}]"
-                        ),
-                    ),
+                    (Text(text=f"[error: tool {call.tool.name} failed: {error}]"),),
                     0,
                 )
                 disposition = "failed"
@@ -321,6 +394,8 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
         if not any(isinstance(e, DeadlinePassed) and e.action == "retried" for e in events):
             return
         continuation = None  # an answer given to an earlier run was used there
+    if shown is not None:
+        batch.originals.results[call.use.id] = shown
     await loop.commit(
         [
             ToolCompleted(
@@ -335,6 +410,17 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
         ],
         cause=cause,
     )
+
+
+def _scrub(text: str, real: dict[str, Any], recorded: dict[str, Any]) -> str:
+    """``text`` without the values redaction took out of ``recorded`` (an error
+    message may quote the input)."""
+    if real is recorded:
+        return text
+    for key, value in real.items():
+        if recorded.get(key) == REDACTED and isinstance(value, str | int | float) and str(value):
+            text = text.replace(str(value), REDACTED)
+    return text
 
 
 def _deadline_passed(loop: ToolsPort, call: _Call, seconds: float, retries: int) -> list[Event]:

@@ -30,6 +30,12 @@ from .deadlines import check_timeout
 from .errors import OutsideToolCallError
 from .model import ToolSchema
 from .notices import tool_output_cut
+from .redaction import (
+    InputRedaction,
+    ResultRedaction,
+    compile_input_redaction,
+    compile_result_redaction,
+)
 
 __all__ = [
     "Permission",
@@ -169,6 +175,13 @@ class Tool:
     """Its effect happens entirely or not at all: a call cancelled at its
     deadline did nothing, so it fails visibly to the model instead of
     leaving an unknown outcome."""
+    redact_input: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    """The input as the journal, logs and traces see it (``redaction``)."""
+    redact_output: Callable[[Any], Any] | None = None
+    """The returned value as the journal sees it (``redaction``)."""
+    recover_input: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None
+    """The host's way back to a redacted call's real input after a restore:
+    (execution id, redacted input) -> the input, or None."""
 
     def __post_init__(self) -> None:
         if self.timeout is not FROM_LIMITS:
@@ -280,6 +293,9 @@ def tool(
     resumable: bool = False,
     timeout: float | _FromLimits | None = FROM_LIMITS,
     atomic: bool = False,
+    redact: InputRedaction | None = None,
+    redact_result: ResultRedaction | None = None,
+    recover_input: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Tool]: ...
 
 
@@ -296,6 +312,9 @@ def tool(
     resumable: bool = False,
     timeout: float | _FromLimits | None = FROM_LIMITS,
     atomic: bool = False,
+    redact: InputRedaction | None = None,
+    redact_result: ResultRedaction | None = None,
+    recover_input: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
 ) -> Tool | Callable[[Callable[..., Awaitable[Any]]], Tool]:
     """Make an async function a tool; bare (``@tool``) or with options.
 
@@ -304,6 +323,13 @@ def tool(
     denied when called (fail closed).  ``timeout`` (seconds, None for no
     deadline) overrides ``Limits.tool_timeout`` for this tool; ``atomic``
     declares that a call cancelled at its deadline did nothing.
+
+    ``redact`` (input field names, or a function of the input) and
+    ``redact_result`` (field names of the returned value, or a function of
+    it) keep secrets out of the journal, logs and traces; ``recover_input``
+    gives a replay-safe call its real input back after a restore (see
+    ``docs/tools.md``, "Redaction").  A field the input does not have is a
+    ``ValueError`` here.
     """
 
     def build(f: Callable[..., Awaitable[Any]]) -> Tool:
@@ -311,6 +337,8 @@ def tool(
             raise TypeError(f"tool {f.__name__}: must be an async function")
         tool_name = name or f.__name__
         input_type, unpack = _input_type(f, tool_name)
+        if recover_input is not None and not callable(recover_input):
+            raise TypeError(f"tool {tool_name}: recover_input must be a function")
         return Tool(
             name=tool_name,
             description=description or inspect.cleandoc(f.__doc__ or tool_name),
@@ -324,6 +352,11 @@ def tool(
             resumable=resumable,
             timeout=timeout,
             atomic=atomic,
+            redact_input=compile_input_redaction(
+                tool_name, input_type.__struct_fields__, redact
+            ),
+            redact_output=compile_result_redaction(tool_name, redact_result),
+            recover_input=recover_input,
         )
 
     return build(fn) if fn is not None else build
