@@ -95,7 +95,9 @@ async def _measure(
     conn = sqlite3.connect(path)
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        blobs = conn.execute("SELECT count(*), coalesce(sum(length(body)), 0) FROM blobs").fetchone()
+        blobs = conn.execute(
+            "SELECT count(*), coalesce(sum(length(body)), 0) FROM blobs"
+        ).fetchone()
     finally:
         conn.close()
     stored = sqlite_bytes(path)

@@ -48,6 +48,7 @@ from journal.events import (
 
 from . import deadlines, gates
 from .definition import ResolvedDefinition
+from .errors import RedactedInputError
 from .ids import new_id
 from .notices import (
     DENIED_RESULT,
@@ -56,7 +57,6 @@ from .notices import (
     deadline_unknown,
     rejected,
 )
-from .errors import RedactedInputError
 from .ports import ToolsPort
 from .redaction import REDACTED, Originals, input_digest, recovered_input
 from .tools import (

@@ -132,7 +132,9 @@ def compile_result_redaction(
         from .tools import ToolOutput  # tools imports this module
 
         if isinstance(value, ToolOutput):
-            return ToolOutput(content=by_names(value.content), structured=by_names(value.structured))
+            return ToolOutput(
+                content=by_names(value.content), structured=by_names(value.structured)
+            )
         if isinstance(value, msgspec.Struct):
             value = msgspec.to_builtins(value)
         if isinstance(value, Mapping):

@@ -352,9 +352,7 @@ def tool(
             resumable=resumable,
             timeout=timeout,
             atomic=atomic,
-            redact_input=compile_input_redaction(
-                tool_name, input_type.__struct_fields__, redact
-            ),
+            redact_input=compile_input_redaction(tool_name, input_type.__struct_fields__, redact),
             redact_output=compile_result_redaction(tool_name, redact_result),
             recover_input=recover_input,
         )

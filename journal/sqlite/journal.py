@@ -117,9 +117,7 @@ class SQLiteJournal:
             access = await trio.to_thread.run_sync(check_existing_file, location.path)
             version = await trio.to_thread.run_sync(check_readable_version, location.path, access)
             extra = await trio.to_thread.run_sync(host_table_stand_ins, location.path, access)
-            return cls(
-                location, None, access, reader_stand_ins(version) + extra, blob_threshold
-            )
+            return cls(location, None, access, reader_stand_ins(version) + extra, blob_threshold)
         conn = await trio.to_thread.run_sync(prepare, location.path, location.synchronous)
         return cls(location, conn, blob_threshold=blob_threshold)
 

@@ -259,9 +259,7 @@ class Reading:
                     except msgspec.DecodeError:
                         if is_split(body):
                             # Stored with references: the one moment blobs are read.
-                            body = await trio.to_thread.run_sync(
-                                self._join, session, seq, body
-                            )
+                            body = await trio.to_thread.run_sync(self._join, session, seq, body)
                         # decode_event raises the translated error for these bytes.
                         event = decode_event(body, session=session, seq=seq)
                     yield Record(
@@ -374,7 +372,9 @@ class Reading:
                 if not exists:
                     raise SessionNotFoundError(session)
                 rows = conn.execute(_SELECT_CHECKPOINTS, (session,)).fetchall()
-                wanted = [d for row in rows if row[6] and is_split(row[6]) for d in references(row[6])]
+                wanted = [
+                    d for row in rows if row[6] and is_split(row[6]) for d in references(row[6])
+                ]
                 found = _blobs(conn, wanted) if wanted else {}
         except sqlite3.Error as exc:
             if damaged(exc):

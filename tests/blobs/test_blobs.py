@@ -59,9 +59,7 @@ async def test_a_large_result_is_stored_once_by_digest_and_read_back(backend: Ba
     async with backend.open() as journal:
         lease = await journal.open_session("s")
         small = completed(3, "small")
-        written = await journal.append(
-            lease, [completed(1), completed(2), small], expected_seq=0
-        )
+        written = await journal.append(lease, [completed(1), completed(2), small], expected_seq=0)
         assert [r.event for r in await read_all(journal, "s")] == [r.event for r in written]
         blobs = await backend.blobs()
         # The two results are the same content: one blob.
@@ -113,7 +111,8 @@ async def test_every_kind_of_unit_goes_by_reference(backend: Backend) -> None:
         events[0].messages[0],  # type: ignore[attr-defined]
         events[1].message,  # type: ignore[attr-defined]
         Message(
-            role="user", blocks=(ToolResult(tool_use_id="t1", content=events[3].content),)  # type: ignore[attr-defined]
+            role="user",
+            blocks=(ToolResult(tool_use_id="t1", content=events[3].content),),  # type: ignore[attr-defined]
         ),
     )
     checkpoint = SessionCheckpoint(loops=(LoopImage(loop="main", state=b"", messages=history),))

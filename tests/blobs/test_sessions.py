@@ -65,9 +65,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 async def test_a_session_with_large_results_restores_and_checks(backend: Backend) -> None:
     threshold = 256 * 1024
     async with backend.open(threshold) as journal:
-        async with Session.create(
-            journal, definition(), session_id="big", checkpoint_every=7
-        ) as s:
+        async with Session.create(journal, definition(), session_id="big", checkpoint_every=7) as s:
             for i in range(3):
                 await s.submit(f"dump {i}")
                 await s.wait_idle()

@@ -56,9 +56,7 @@ def definition(seen: Seen, **options: Any) -> LoopDefinition:
         last = request.messages[-1]
         if last.role == "user" and any(isinstance(b, ToolResult) for b in last.blocks):
             return Reply(text="logged in")
-        return Reply(
-            tool_calls=[ToolCall(name="login", input={"user": "bob", "password": SECRET})]
-        )
+        return Reply(tool_calls=[ToolCall(name="login", input={"user": "bob", "password": SECRET})])
 
     return LoopDefinition(name="login", model=ScriptedModel(script), tools=[login])
 
@@ -163,7 +161,7 @@ async def test_postgres_tables_hold_no_secret(postgres_url: str) -> None:
             ]
             out = b""
             for table in tables:
-                for row in conn.execute(f"SELECT * FROM {table}"):  # noqa: S608
+                for row in conn.execute(f"SELECT * FROM {table}"):
                     out += repr(row).encode()
                     out += b"".join(c for c in row if isinstance(c, bytes))
             return out
