@@ -120,8 +120,9 @@ def compile_result_redaction(
     tool: str, redact_result: ResultRedaction | None
 ) -> Callable[[Any], Any] | None:
     """The function ``@tool(redact_result=...)`` stands for.  Field names apply
-    to a returned mapping or msgspec Struct (and to ``ToolOutput``'s content and
-    structured value); other values are recorded as they are."""
+    to a returned mapping or msgspec Struct (``tools`` applies them to a
+    ``ToolOutput``'s content and structured value); other values are recorded
+    as they are."""
     if redact_result is None:
         return None
     if callable(redact_result):
@@ -129,12 +130,6 @@ def compile_result_redaction(
     names = _names(tool, "redact_result", redact_result)
 
     def by_names(value: Any) -> Any:
-        from .tools import ToolOutput  # tools imports this module
-
-        if isinstance(value, ToolOutput):
-            return ToolOutput(
-                content=by_names(value.content), structured=by_names(value.structured)
-            )
         if isinstance(value, msgspec.Struct):
             value = msgspec.to_builtins(value)
         if isinstance(value, Mapping):

@@ -353,11 +353,26 @@ def tool(
             timeout=timeout,
             atomic=atomic,
             redact_input=compile_input_redaction(tool_name, input_type.__struct_fields__, redact),
-            redact_output=compile_result_redaction(tool_name, redact_result),
+            redact_output=_result_redaction(tool_name, redact_result),
             recover_input=recover_input,
         )
 
     return build(fn) if fn is not None else build
+
+
+def _result_redaction(name: str, redact_result: ResultRedaction | None) -> Any:
+    """``redaction.compile_result_redaction``, with field names applied inside a
+    ``ToolOutput`` too (a function is given the value as the tool returned it)."""
+    fn = compile_result_redaction(name, redact_result)
+    if fn is None or callable(redact_result):
+        return fn
+
+    def by_names(value: Any) -> Any:
+        if isinstance(value, ToolOutput):
+            return ToolOutput(content=fn(value.content), structured=fn(value.structured))
+        return fn(value)
+
+    return by_names
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundErr
 from ..events import Event
 from ..record import Record
 from ..store import SessionInfo, StorageCheck, StorageProblem
+from .blobs import fetch as fetch_blobs
 from .schema import channel, connect, discard, lost, translate
 
 __all__ = ["Pool", "Reading"]
@@ -197,16 +198,6 @@ class _Ahead:
         return self._rows
 
 
-def _blobs(conn: psycopg.Connection[Any], digests: list[bytes]) -> dict[bytes, bytes]:
-    """The stored blobs among ``digests`` (a missing one is left out)."""
-    with conn.cursor(binary=True) as cur:
-        rows = cur.execute(
-            "SELECT digest, body FROM loopruntime_blobs WHERE digest = ANY(%s)",
-            (list(dict.fromkeys(digests)),),
-        ).fetchall()
-    return {bytes(d): bytes(b) for d, b in rows}
-
-
 class Reading:
     """Everything a ``PostgresJournal`` reads with: the pool and the tails' waits."""
 
@@ -286,7 +277,7 @@ class Reading:
                         # Stored with references: the one moment blobs are read.
                         found = await self._pool.run(
                             f"reading the blobs of session {session}",
-                            partial(_blobs, digests=references(body)),
+                            partial(fetch_blobs, digests=references(body)),
                         )
                         body = join(session, seq, body, found)
                     event = decode_event(body, session=session, seq=seq)
@@ -392,7 +383,7 @@ class Reading:
                 return None
             # A session without checkpoints is its one row of NULLs.
             wanted = [d for row in rows if row[6] and is_split(row[6]) for d in references(row[6])]
-            found = _blobs(conn, wanted) if wanted else {}
+            found = fetch_blobs(conn, wanted) if wanted else {}
             return checkpoint_records(
                 session,
                 [row[:8] for row in rows if row[0] is not None],

@@ -35,6 +35,7 @@ from ..rules import (
 )
 from ..store import SessionLease
 from .arrays import Array, ArrayDumper, bytea_array, int8_array, text_array
+from .blobs import store as store_blobs
 from .schema import channel, connect, discard, lost, translate
 
 __all__ = ["Append", "GroupCommit", "Writer"]
@@ -115,13 +116,6 @@ INSERT INTO loopruntime_checkpoints (session, seq) SELECT * FROM unnest(%b::text
 
 _NOTIFY = "SELECT pg_notify(c, '') FROM unnest(%b::text[]) AS c"
 
-# The blobs a batch's records refer to (journal.blobs): content-addressed, so
-# one already stored is the same bytes.
-_INSERT_BLOBS = """
-INSERT INTO loopruntime_blobs (digest, body) SELECT * FROM unnest(%b::bytea[], %b::bytea[])
-ON CONFLICT (digest) DO NOTHING
-"""
-
 # The inbox entries a batch applies, locked with their sessions' rows held.
 _FIND_ENTRIES = """
 SELECT i.session, i.number, i.consumed_at IS NOT NULL, i.outcome FROM loopruntime_inbox i
@@ -158,10 +152,8 @@ class Append:
         blobs: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         self.lease, self.pending, self.expected_seq = lease, pending, expected_seq
-        self.consumes = consumes
-        """Inbox entries this append applies: ``(number, outcome bytes)``."""
-        self.blobs = blobs
-        """The blobs its records refer to (``journal.blobs``), stored with them."""
+        self.consumes, self.blobs = consumes, blobs
+        """Inbox entries it applies (number, outcome); its records' blobs."""
         self.result: list[Record] | BaseException | None = None
         self.taken = False
         """A leader took it into a batch: its outcome is no longer ours to drop."""
@@ -363,7 +355,6 @@ class Writer:
             int8_array([m[1] for m in marks]),
         )
         notify = (text_array([channel(self._schema, s) for s in sessions], encoding),)
-        blobs = _blob_columns([b for item in batch for b in item.blobs or ()])
         try:
             with conn.pipeline():
                 # Explicit BEGIN and COMMIT on an autocommit connection: the whole
@@ -378,8 +369,7 @@ class Writer:
                     conn.execute(_INSERT_RECORDS, insert)
                 if marks:
                     conn.execute(_INSERT_CHECKPOINTS, index)
-                if blobs is not None:
-                    conn.execute(_INSERT_BLOBS, blobs)
+                store_blobs(conn, batch)
                 conn.execute(_NOTIFY, notify)
                 conn.execute("COMMIT")
         except psycopg.Error:
@@ -443,17 +433,7 @@ class Writer:
             if applied:
                 sessions_, numbers, outcomes = (list(c) for c in zip(*applied, strict=True))
                 conn.execute(_CONSUME, (now, sessions_, numbers, outcomes))
-            # The blobs of the appends that passed (a retried one's are stored already).
-            blobs = _blob_columns(
-                [
-                    b
-                    for item, result in zip(batch, results, strict=True)
-                    if not isinstance(result, BaseException)
-                    for b in item.blobs or ()
-                ]
-            )
-            if blobs is not None:
-                conn.execute(_INSERT_BLOBS, blobs)
+            store_blobs(conn, batch, results)
             conn.execute("COMMIT")
         for s, h in heads.items():
             self._known[s] = (h.incarnation, h.head, h.digest)
@@ -511,14 +491,6 @@ class Writer:
                 h.head, h.digest = records[-1].seq, records[-1].digest
             h.written = True
         return records
-
-
-def _blob_columns(blobs: list[tuple[bytes, bytes]]) -> tuple[Any, Any] | None:
-    """The parameters of ``_INSERT_BLOBS``, each digest once (None: no blobs)."""
-    if not blobs:
-        return None
-    unique = dict(blobs)
-    return bytea_array(list(unique)), bytea_array(list(unique.values()))
 
 
 class GroupCommit:

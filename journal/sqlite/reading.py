@@ -29,6 +29,7 @@ from ..events import Event
 from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
 from ..record import Record
 from ..store import SessionInfo, StorageCheck, StorageProblem
+from .blobs import fetch as fetch_blobs
 from .schema import Access, connect, damaged, unavailable
 
 __all__ = ["Reading", "entry_of"]
@@ -68,19 +69,6 @@ _pack = msgspec.msgpack.Encoder().encode
 # A decoder of our own so the read loop calls it directly; failures go through
 # codec.decode_event, which names the seq and tells a schema error from damage.
 _decoder = msgspec.msgpack.Decoder(Event)
-
-
-def _blobs(conn: sqlite3.Connection, digests: list[bytes]) -> dict[bytes, bytes]:
-    """The stored blobs among ``digests`` (a missing one is left out)."""
-    found: dict[bytes, bytes] = {}
-    unique = list(dict.fromkeys(digests))
-    for start in range(0, len(unique), 500):
-        chunk = unique[start : start + 500]
-        marks = ", ".join("?" * len(chunk))
-        found.update(
-            conn.execute(f"SELECT digest, body FROM blobs WHERE digest IN ({marks})", chunk)
-        )
-    return found
 
 
 class _Readers:
@@ -333,7 +321,7 @@ class Reading:
         """Worker thread: the event bytes of a record stored with references."""
         try:
             with self._readers.connection() as conn:
-                found = _blobs(conn, references(body))
+                found = fetch_blobs(conn, references(body))
         except sqlite3.Error as exc:
             if damaged(exc):
                 raise JournalCorruptError(
@@ -375,7 +363,7 @@ class Reading:
                 wanted = [
                     d for row in rows if row[6] and is_split(row[6]) for d in references(row[6])
                 ]
-                found = _blobs(conn, wanted) if wanted else {}
+                found = fetch_blobs(conn, wanted) if wanted else {}
         except sqlite3.Error as exc:
             if damaged(exc):
                 # Checkpoints are derived data: restore reads the records instead.

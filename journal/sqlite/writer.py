@@ -50,6 +50,7 @@ from ..rules import (
     stored_records,
 )
 from ..store import SessionLease
+from .blobs import store as store_blobs
 from .leases import EntryRow, consume, lease_state, put_entry, store_lease
 from .schema import unavailable
 
@@ -68,8 +69,6 @@ _INSERT = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_CHECKPOINT = "INSERT INTO checkpoints (session, seq) VALUES (?, ?)"
-# A blob is content-addressed: one already stored is the same bytes.
-_INSERT_BLOB = "INSERT OR IGNORE INTO blobs (digest, body) VALUES (?, ?)"
 
 _MAX_GROUP = 4096
 """Requests per transaction (roughly: a hand-over is never split), so one commit
@@ -167,8 +166,7 @@ class AppendRequest(Request):
         self.expected_seq = expected_seq
         self.consumes = consumes
         """Inbox entries this append applies: ``(number, outcome bytes)``."""
-        self.blobs = blobs
-        """The blobs its records refer to (``journal.blobs``), stored with them."""
+        self.blobs = blobs  # stored with its records (journal.blobs)
 
 
 class _State:
@@ -361,7 +359,7 @@ class Writer:
                     last = records[-1]
                     state.head, state.digest = last.seq, last.digest
                 if request.blobs:
-                    self._store_blobs(request.blobs)
+                    store_blobs(self.conn, request.blobs)
             except JournalError as exc:
                 request.result = outcome.Error(exc)
                 continue
@@ -392,11 +390,6 @@ class Writer:
             raise _Retry from exc
         rows.clear()
         marks.clear()
-
-    def _store_blobs(self, blobs: list[tuple[bytes, bytes]]) -> None:
-        """Store the blobs an append's records refer to, in its transaction (a
-        failure goes the way of a failed record insert on either path)."""
-        self.conn.executemany(_INSERT_BLOB, blobs)
 
     def _apply_slow(self, group: list[Request]) -> tuple[dict[str, _State], set[str]]:
         """Each request under its own savepoint, with every check made explicitly."""
@@ -457,7 +450,7 @@ class Writer:
         if not fresh:
             return records, False
         if request.blobs:
-            self._store_blobs(request.blobs)
+            store_blobs(self.conn, request.blobs)
         try:
             self.conn.executemany(_INSERT, rows)
             if marks:
