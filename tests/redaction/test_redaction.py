@@ -17,6 +17,7 @@ import psycopg
 import pytest
 import structlog
 import trio
+import trio.testing
 from structlog.testing import capture_logs
 
 from journal import Journal, open_journal
@@ -342,3 +343,30 @@ def test_an_error_quoting_the_secret_is_recorded_and_logged_without_it() -> None
     assert "wrong password [redacted]" in text and SECRET not in text
     (line,) = [e for e in logs if e["event"] == "tool_failed"]
     assert SECRET not in repr(line) and "[redacted]" in line["error"]
+
+
+async def test_subscribers_see_no_streamed_secret() -> None:
+    from journal.content import BlockStarted, InputJsonDelta
+
+    seen = Seen()
+    items: list[Any] = []
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition(seen), session_id="s") as s:
+
+            async def follow() -> None:
+                async for item in s.subscribe(after=0, deltas=True):
+                    items.append(item)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(follow)
+                await trio.testing.wait_all_tasks_blocked()
+                await s.submit("log me in")
+                await s.wait_idle()
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.cancel_scope.cancel()
+    deltas = [i.delta for i in items if not hasattr(i, "seq")]
+    # The call's start is shown; its streamed input is not.
+    assert any(isinstance(d, BlockStarted) and d.name == "login" for d in deltas)
+    assert not any(isinstance(d, InputJsonDelta) for d in deltas)
+    assert SECRET not in repr(items) and TOKEN not in repr(items)
+    assert seen.tool_inputs == [{"user": "bob", "password": SECRET}]
