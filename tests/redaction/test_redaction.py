@@ -370,3 +370,36 @@ async def test_subscribers_see_no_streamed_secret() -> None:
     assert not any(isinstance(d, InputJsonDelta) for d in deltas)
     assert SECRET not in repr(items) and TOKEN not in repr(items)
     assert seen.tool_inputs == [{"user": "bob", "password": SECRET}]
+
+
+async def test_a_permission_policy_and_gate_see_the_redacted_input() -> None:
+    asked: list[dict[str, Any]] = []
+    ran: list[str] = []
+
+    def policy(name: str, value: Mapping[str, Any]) -> Any:
+        asked.append(dict(value))
+        return "ask"
+
+    @tool(permission=policy, redact=["password"])
+    async def login(ctx: ToolContext, *, user: str, password: str) -> str:
+        """Logs in."""
+        ran.append(password)
+        return "ok"
+
+    model = ScriptedModel(
+        [
+            Reply(tool_calls=[ToolCall(name="login", input={"user": "bob", "password": SECRET})]),
+            Reply(text="done"),
+        ]
+    )
+    async with open_journal("memory:") as journal:
+        defn = LoopDefinition(name="login", model=model, tools=[login])
+        async with Session.create(journal, defn, session_id="s") as s:
+            await s.submit("log in")
+            await s.wait_idle()
+            [gate] = (await s.snapshot()).open_gates
+            assert gate.preview == {"tool": "login", "input": {"user": "bob", "password": REDACTED}}
+            await s.decide(gate.gate_id, allow=True)
+            await s.wait_idle()
+    assert asked == [{"user": "bob", "password": REDACTED}]
+    assert ran == [SECRET]
