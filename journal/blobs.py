@@ -143,6 +143,8 @@ def _unit(value: Any, threshold: int, blobs: dict[bytes, bytes], found: list[byt
 def _walk(value: Any, threshold: int, blobs: dict[bytes, bytes], found: list[bytes]) -> Any:
     if isinstance(value, dict):
         tag = value.get("type")
+        if tag == "session.checkpoint":
+            return _checkpoint(value, threshold, blobs, found)
         if tag in _BLOCKS:
             # Checked by the caller's size test when it is a unit; here it
             # is small, or a part of a unit's parent that is walked through.
@@ -165,6 +167,29 @@ def _walk(value: Any, threshold: int, blobs: dict[bytes, bytes], found: list[byt
             for item in value
         ]
     return value
+
+
+def _checkpoint(
+    value: dict[str, Any], threshold: int, blobs: dict[bytes, bytes], found: list[bytes]
+) -> dict[str, Any]:
+    """A checkpoint's images: their messages as any, and the fold's other state
+    (opaque bytes to this layer, msgpack all the same: the calls of an open
+    batch, queued input) split in place, so a checkpoint copies no large unit.
+    The references inside a split state are listed in the record's own list."""
+    out = dict(value)
+    images = []
+    for image in value.get("loops") or ():
+        image = _walk(image, threshold, blobs, found)
+        state = image.get("state") if isinstance(image, dict) else None
+        if isinstance(state, bytes) and len(state) > threshold and not is_split(state):
+            inner: list[bytes] = []
+            tree = _walk(_decode_raw(state), threshold, blobs, inner)
+            if inner:
+                found.extend(d for d in inner if d not in found)
+                image["state"] = bytes((MARK,)) + _encode((inner, msgspec.Raw(_encode(tree))))
+        images.append(image)
+    out["loops"] = images
+    return out
 
 
 def references(body: bytes) -> list[bytes]:
@@ -210,6 +235,11 @@ def join(session: str, seq: int, body: bytes, found: Mapping[bytes, bytes | None
         whole = msgspec.msgpack.decode(tree, ext_hook=resolve)
     except msgspec.DecodeError as exc:
         raise JournalCorruptError(session, seq, f"undecodable bytes ({exc})") from exc
+    if isinstance(whole, dict) and whole.get("type") == "session.checkpoint":
+        for image in whole.get("loops") or ():
+            state = image.get("state") if isinstance(image, dict) else None
+            if isinstance(state, bytes) and is_split(state):
+                image["state"] = join(session, seq, state, blobs)
     return _encode(whole)
 
 

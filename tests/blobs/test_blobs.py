@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
 
@@ -192,3 +193,25 @@ async def test_the_default_threshold_keeps_ordinary_records_whole() -> None:
     assert not is_split(journal._sessions["s"].rows[0][7])
     assert is_split(journal._sessions["s"].rows[1][7])
     await trio.lowlevel.checkpoint()
+
+
+async def test_a_checkpoints_fold_state_refers_to_blobs_too(backend: Backend) -> None:
+    """The calls of an open batch live in the fold's state of a checkpoint image
+    (opaque bytes to the journal): a large input there goes by reference too."""
+    big_input = {"path": "b.txt", "data": BIG}
+    started = ToolStarted(execution_id="x1", tool_use_id="t1", name="write", input=big_input)
+    state = msgspec.msgpack.encode({"loop": "main", "running": {"x1": started}, "turn_open": True})
+    checkpoint = SessionCheckpoint(loops=(LoopImage(loop="main", state=state),))
+    async with backend.open() as journal:
+        lease = await journal.open_session("s")
+        await journal.append(lease, [Draft(id="st", loop="main", event=started)], expected_seq=0)
+        before = await backend.blobs()
+        assert len(before) == 1
+        cp = await journal.append(
+            lease, [Draft(id="cp", loop="~checkpoint", event=checkpoint)], expected_seq=1
+        )
+        assert await backend.blobs() == before
+        body = await backend.stored_body("s", 2)
+        assert is_split(body) and BIG.encode() not in body
+        assert [r.event for r in await read_all(journal, "s")] == [started, checkpoint]
+        assert await journal.checkpoints("s") == cp
