@@ -5,6 +5,8 @@ Sections, run in this order (``--only NAME``, repeatable, picks some):
 * ``journal``  journal appends and reads beside bare SQLite (``benchmarks.journal``);
 * ``loops``    agent-loop steps, many concurrent loops, idle footprint (``benchmarks.loops``);
 * ``restore``  restoring sessions of 1k / 10k / 100k records (``benchmarks.restore``);
+* ``blobs``    a session of 100 results of 1 MiB, stored by reference and inline
+  (``benchmarks.blobs``);
 * ``peers``    LangGraph + SQLite checkpointer and eventsourcing doing the same work
   (``benchmarks.peers``); a peer that is not installed is reported as skipped;
 * ``clients``  a command from outside the host and a record streamed back, for ``Client``
@@ -37,7 +39,7 @@ from typing import Any
 
 import msgspec
 
-from . import clients, harness, loops, machine, peers, report, restore
+from . import blobs, clients, harness, loops, machine, peers, report, restore
 from . import journal as journal_bench
 from .report import SECTIONS
 
@@ -117,6 +119,8 @@ def _run_section(
         return {"status": "ok", "rows": rows}
     if name == "restore":
         return {"status": "ok", "rows": restore.run(quick=quick, progress=say)}
+    if name == "blobs":
+        return {"status": "ok", "rows": blobs.run(quick=quick, progress=say)}
     if name == "peers":
         return {"status": "ok", **_run_peers(quick, peer_budget, results, say)}
     if name == "clients":

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-SECTIONS = ("journal", "loops", "restore", "peers", "clients", "postgres")
+SECTIONS = ("journal", "loops", "restore", "blobs", "peers", "clients", "postgres")
 """The sections of a run, in the order they run and their failures are listed."""
 INFO = "info"
 """The verdict of a row printed beside the targets for information, not as a target."""
@@ -499,6 +499,26 @@ def clients_section(rows: Sequence[dict[str, Any]]) -> list[str]:
             ],
         ),
     ]
+# -- large records by reference ----------------------------------------------------------
+
+
+def blob_rows(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The blobs section: the same session stored by reference and inline."""
+    return _table(
+        ["storage", "records", "results", "append s", "restore s", "on disk", "blobs"],
+        [
+            [
+                r["storage"],
+                f"{r['records']:,}",
+                f"{r['results']} x {format_bytes(r['result_bytes'])}",
+                f"{r['append_seconds']:.3f}",
+                f"{r['restore_seconds']:.3f}",
+                format_bytes(r["bytes"]),
+                f"{r['blobs']} ({format_bytes(r['blob_bytes'])})",
+            ]
+            for r in rows
+        ],
+    )
 
 
 # -- the report ---------------------------------------------------------------------------
@@ -538,6 +558,17 @@ def render(results: dict[str, Any]) -> str:
         lines += ["", *_restore_section(results)]
     if _ok(results, "loops"):
         lines += ["", *_loops_section(results)]
+    if _ok(results, "blobs"):
+        lines += [
+            "",
+            "### Large records by reference",
+            "",
+            "A session whose tool calls return 1 MiB each, appended into SQLite and "
+            "restored, stored by reference (the default 256 KiB threshold) and inline, "
+            "in the same run (`benchmarks/blobs.py`).",
+            "",
+            *blob_rows(results["blobs"]["rows"]),
+        ]
     if _ok(results, "journal"):
         lines += [
             "",

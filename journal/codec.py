@@ -16,7 +16,7 @@ not an event at all are a ``JournalCorruptError`` naming the seq.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import msgspec
 
@@ -38,7 +38,7 @@ __all__ = [
     "encode_event",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the record format this code writes and reads.
 
 2 added ``session.checkpoint`` records and each backend's index of them; a
@@ -46,7 +46,10 @@ version-1 journal is upgraded in place when opened (it holds no checkpoints,
 so the upgrade only creates the empty index).  3 chains the whole record
 (``chain``) instead of the event bytes alone (``chain_body``); upgrading a
 version-2 journal records, per session, the seq from which the new rule
-applies (one past the session's head at the upgrade)."""
+applies (one past the session's head at the upgrade).  4 stores large
+units by reference (``journal.blobs``): each backend gains a blob table, and
+a record may start with ``blobs.MARK``; an older journal is upgraded by
+creating the empty table (its records stay as they are)."""
 
 GENESIS = bytes(16)
 """The digest that the first record of every session chains from."""
@@ -210,12 +213,17 @@ and the digest of the record before it (None when that one is gone)."""
 
 
 def checkpoint_records(
-    session: str, rows: Iterable[CheckpointRow], whole_from: int = 1
+    session: str,
+    rows: Iterable[CheckpointRow],
+    whole_from: int = 1,
+    *,
+    resolve: Callable[[int, bytes], bytes] | None = None,
 ) -> list[Record]:
     """The records of a session's indexed checkpoints, each verified against
     the stored digest of the record before it (``GENESIS`` for seq 1), by the
     whole-record rule from seq ``whole_from`` on and the body-only rule
-    before it."""
+    before it.  ``resolve(seq, body)`` gives the event bytes of a body stored
+    with references to blobs (``journal.blobs``: it starts with ``0xC1``)."""
     found = []
     for seq, id, loop, at, cause, digest, body, previous in rows:
         if body is None or id is None:
@@ -230,6 +238,8 @@ def checkpoint_records(
             expected = chain_body(previous, body)
         if expected != digest:
             raise JournalCorruptError(session, seq, "digest chain broken")
+        if resolve is not None and body[:1] == b"\xc1":
+            body = resolve(seq, body)
         event = decode_event(body, session=session, seq=seq)
         if not isinstance(event, SessionCheckpoint):
             raise JournalCorruptError(

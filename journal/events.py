@@ -388,6 +388,10 @@ class ToolStarted(msgspec.Struct, tag="tool.started", **_opts):
     turn: int = 0
     step: int = 0
     attempt: int = 1
+    input_digest: str = ""
+    """For a tool that redacts its input (``input`` is then the redacted form):
+    blake2b-256 (hex) of the real input's JSON with sorted keys, so a re-run
+    after a restore can prove it runs the input the call started with."""
 
 
 Disposition = Literal["succeeded", "failed", "rejected"]

@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import trio
 
-from .codec import GENESIS, chain, checkpoint_records, decode_event, encode_checked
+from .blobs import DEFAULT_BLOB_THRESHOLD, check_threshold, encode_pending, is_split, join
+from .codec import GENESIS, chain, checkpoint_records, decode_event
 from .errors import (
     DuplicateEventError,
     JournalClosedError,
@@ -111,9 +112,18 @@ class MemoryJournal:
     ``clock`` (unix ns) times leases: tests pass one that follows trio's clock
     so that leases expire in virtual time."""
 
-    def __init__(self, url: str = "memory:", *, clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self,
+        url: str = "memory:",
+        *,
+        clock: Callable[[], int] = time.time_ns,
+        blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+    ) -> None:
         self.url = url
         self.clock = clock
+        self.blob_threshold = check_threshold(blob_threshold)
+        self._blobs: dict[bytes, bytes] = {}
+        """The blob table (``journal.blobs``): digest -> bytes, shared by every session."""
         self._sessions: dict[str, _Session] = {}
         self._closed = False
 
@@ -279,7 +289,7 @@ class MemoryJournal:
         repeated = repeated_id([d.id for d in drafts])
         if repeated is not None:
             raise DuplicateEventError(lease.session, repeated)
-        pending = [(d.id, d.loop, d.cause, d.event, encode_checked(d.event)) for d in drafts]
+        pending, blobs = encode_pending(drafts, self.blob_threshold)
         rows, by_id = s.rows, s.by_id
         hits = [rows[by_id[p[0]] - 1] if p[0] in by_id else None for p in pending]
         head = len(rows)
@@ -304,6 +314,7 @@ class MemoryJournal:
                 entry.consumed_at, entry.outcome = now, outcome
         if not fresh:
             return records
+        self._blobs.update(blobs)
         for row in new:
             rows.append(row)
             by_id[row[2]] = row[1]
@@ -317,6 +328,8 @@ class MemoryJournal:
 
     def _record(self, row: Row) -> Record:
         session, seq, id, loop, at, cause, digest, body = row
+        if is_split(body):
+            body = join(session, seq, body, self._blobs)
         return Record(
             seq=seq,
             id=id,
@@ -386,7 +399,9 @@ class MemoryJournal:
             _, _, id, loop, at, cause, digest, body = rows[seq - 1]
             previous = rows[seq - 2][6] if seq > 1 else None
             stored.append((seq, id, loop, at, cause, digest, body, previous))
-        return checkpoint_records(session, stored)
+        return checkpoint_records(
+            session, stored, resolve=lambda seq, body: join(session, seq, body, self._blobs)
+        )
 
     async def sessions(self) -> list[SessionInfo]:
         self._check_open()

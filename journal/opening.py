@@ -23,6 +23,7 @@ from pathlib import Path
 
 import trio
 
+from .blobs import DEFAULT_BLOB_THRESHOLD, check_threshold
 from .errors import JournalUnavailableError
 from .location import JournalLocation, parse_location
 from .memory import MemoryJournal
@@ -38,26 +39,34 @@ __all__ = [
 ]
 
 
-async def _open(location: JournalLocation, readonly: bool) -> Journal:
+async def _open(location: JournalLocation, readonly: bool, blob_threshold: int) -> Journal:
     if location.scheme == "memory":
-        return MemoryJournal(location.url)
+        return MemoryJournal(location.url, blob_threshold=blob_threshold)
     if location.scheme == "sqlite":
-        return await SQLiteJournal.open(location.url, readonly=readonly)
+        return await SQLiteJournal.open(
+            location.url, readonly=readonly, blob_threshold=blob_threshold
+        )
     from .postgres import PostgresJournal  # psycopg is optional
 
-    return await PostgresJournal.open(location.url)
+    return await PostgresJournal.open(location.url, blob_threshold=blob_threshold)
 
 
 @asynccontextmanager
-async def open_journal(url: str, *, readonly: bool = False) -> AsyncIterator[Journal]:
+async def open_journal(
+    url: str, *, readonly: bool = False, blob_threshold: int = DEFAULT_BLOB_THRESHOLD
+) -> AsyncIterator[Journal]:
     """Open the journal at ``url`` (or a plain path: a SQLite file) and close it on exit.
 
     ``readonly``: a SQLite journal is opened without creating or writing
     anything (a reader such as replay; a file on a read-only file system works),
     and refuses writes with ``JournalReadOnlyError``; the other backends open as
-    usual.  ``ValueError`` for a malformed URL (see ``journal.location``).
+    usual.  ``blob_threshold``: the bytes above which a content block, a
+    tool's input or a tool's result is stored once by digest beside the
+    records (``journal.blobs``).  ``ValueError`` for a malformed URL (see
+    ``journal.location``) or a threshold that is not a positive number of bytes.
     """
-    journal = await _open(parse_location(url), readonly)
+    check_threshold(blob_threshold)
+    journal = await _open(parse_location(url), readonly, blob_threshold)
     try:
         yield journal
     finally:

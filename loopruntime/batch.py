@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 import msgspec
 import trio
@@ -40,6 +41,7 @@ from journal.events import (
     DeadlinePassed,
     Event,
     GateCancelled,
+    HookDecided,
     Notice,
     ToolAbandoned,
     ToolCompleted,
@@ -48,6 +50,7 @@ from journal.events import (
 
 from . import classifiers, deadlines, gates, hooks
 from .definition import ResolvedDefinition
+from .errors import RedactedInputError
 from .hooks import Hook
 from .ids import new_id
 from .notices import (
@@ -59,6 +62,7 @@ from .notices import (
 )
 from .output import OutputTool
 from .ports import ToolsPort
+from .redaction import REDACTED, Originals, input_digest, recovered_input
 from .tools import (
     Middleware,
     Tool,
@@ -82,6 +86,9 @@ class _Call:
     execution_id: str
     new: bool
     """False when re-entering a call started before a restart."""
+    input: dict[str, Any]
+    """The real input (``use.input`` is what the journal holds: redacted, for
+    a tool that redacts)."""
     decided: list[Event] = field(default_factory=list)
     """The before_tool hooks' rewrites, committed with the call's start."""
 
@@ -93,6 +100,8 @@ class _Batch:
     """The definition as the turn resolved it when it started."""
     entered: set[str]
     """The turn's record of the calls whose tool function really ran."""
+    originals: Originals
+    """The real inputs and results of redacted calls (``redaction``)."""
     before: list[Hook] = field(default_factory=list)
     after: list[Hook] = field(default_factory=list)
     middleware: tuple[Middleware, ...] = ()
@@ -107,11 +116,24 @@ class _Refused:
     events: list[Event] = field(default_factory=list)
 
 
-async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[str]) -> None:
+async def run_batch(
+    loop: ToolsPort,
+    resolved: ResolvedDefinition,
+    entered: set[str],
+    originals: Originals | None = None,
+) -> None:
     """Run the calls of the last reply still waiting for a result; adds the
-    execution id of every call whose tool function it enters to ``entered``."""
+    execution id of every call whose tool function it enters to ``entered``.
+    ``originals``: the real inputs of redacted calls, and where their real
+    results go (the model is shown them while the loop lives)."""
     definition = loop.definition
-    batch = _Batch(loop, resolved, entered, middleware=tuple(definition.tool_middleware))
+    batch = _Batch(
+        loop,
+        resolved,
+        entered,
+        originals if originals is not None else Originals(),
+        middleware=tuple(definition.tool_middleware),
+    )
     for h in definition.hooks:
         if h.point == "before_tool":
             batch.before.append(h)
@@ -137,17 +159,33 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
                 # call is never finished and the turn spins on it.
                 started = loop.definition.find_tool(use.name, loop.listed) if tool is None else tool
                 assert started is not None, f"restore kept {execution} running without its tool"
+                real = batch.originals.inputs.get(use.id)
+                if real is None and started.redact_input is not None:
+                    real = await _recover(batch, started, execution, use)
+                    if real is None:
+                        continue
+                real = real if real is not None else use.input
                 admitted.append(
                     _Call(
                         use=use,
                         tool=started,
-                        parsed=started.parse(use.input),
+                        parsed=started.parse(real),
                         execution_id=execution,
                         new=False,
+                        input=real,
                     )
                 )
             continue
-        refusal = await _admit(batch, use, tool, budget - len(admitted))
+        real = batch.originals.inputs.get(use.id)
+        if real is None and tool is not None and tool.redact_input is not None:
+            # Redacted, and the loop restarted before it ran: the real input is gone.
+            await loop.commit(
+                [rejected(use.id, _REDACTED_NOT_RUN.format(tool=tool.name))],
+                cause=state.message_record,
+            )
+            continue
+        real = real if real is not None else use.input
+        refusal = await _admit(batch, use, real, tool, budget - len(admitted))
         decided: list[Event] = []
         if refusal is None and batch.before:
             assert tool is not None
@@ -158,7 +196,7 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
                     turn=state.turn_index,
                     tool=tool.name,
                     tool_use_id=use.id,
-                    input=use.input,
+                    input=real,
                 ),
                 tool,
                 resolved.limits.hook_timeout,
@@ -166,8 +204,14 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
             if verdict.denial is not None:
                 refusal = _Refused(verdict.denial, verdict.events)
             elif verdict.events:
-                decided = verdict.events
-                use = msgspec.structs.replace(use, input=verdict.input)
+                decided, real = verdict.events, verdict.input
+                journaled = real
+                if tool.redact_input is not None:
+                    # The hook saw the real input; the journal keeps the redacted forms.
+                    decided = [_redacted_rewrite(e, tool) for e in decided]
+                    journaled = tool.redact_input(real)
+                    batch.originals.inputs[use.id] = real
+                use = msgspec.structs.replace(use, input=journaled)
         if refusal is not None:
             await loop.commit(
                 [*refusal.events, rejected(use.id, refusal.text)], cause=state.message_record
@@ -178,9 +222,10 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
             _Call(
                 use=use,
                 tool=tool,
-                parsed=tool.parse(use.input),
+                parsed=tool.parse(real),
                 execution_id=new_id("exe_"),
                 new=True,
+                input=real,
                 decided=decided,
             )
         )
@@ -202,6 +247,7 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
                 input=c.use.input,
                 turn=state.turn_index,
                 step=state.step,
+                input_digest=input_digest(c.input) if c.tool.redact_input is not None else "",
             )
         )
         ids.append(c.execution_id)
@@ -212,22 +258,59 @@ async def run_batch(loop: ToolsPort, resolved: ResolvedDefinition, entered: set[
     await _execute(batch, admitted)
 
 
+_REDACTED_NOT_RUN = (
+    "[not run: the input of this {tool} call was redacted and the loop restarted before "
+    "it ran, so its real input is gone; call the tool again]"
+)
+
+
+async def _recover(
+    batch: _Batch, tool: Tool, execution: str, use: ToolUse
+) -> dict[str, Any] | None:
+    """The real input of a redacted call re-entered after a restore, from the
+    host; None when there is none, after committing the call's outcome as
+    unknown with a notice saying why (the host resolves it)."""
+    loop = batch.loop
+    started = loop.state.running[execution]
+    try:
+        real = recovered_input(
+            tool.name, tool.recover_input, started.input_digest, execution, use.input
+        )
+    except RedactedInputError as exc:
+        loop.log.warning("redacted_input_unavailable", tool=tool.name, execution=execution)
+        await loop.commit(
+            [
+                ToolAbandoned(
+                    execution_id=execution, tool_use_id=use.id, reason="restore_unavailable"
+                ),
+                Notice(code="redacted_input_unavailable", text=str(exc), refs=(execution,)),
+            ],
+            cause=loop.state.message_record,
+        )
+        return None
+    batch.originals.inputs[use.id] = real
+    return real
+
+
 async def _admit(
     batch: _Batch,
     use: ToolUse,
+    real: dict[str, Any],
     tool: Tool | None,
     budget: int,
 ) -> _Refused | None:
-    """None when the call may run; otherwise why it won't."""
+    """None when the call may run; otherwise why it won't.  ``real`` is the
+    input the tool would run with; the permission policy and the gate see
+    ``use.input``, the journal's (redacted) form."""
     loop = batch.loop
     state = loop.state
     if tool is None:
         known = ", ".join(sorted(t.name for t in batch.resolved.tools)) or "none"
         return _Refused(f"[error: there is no tool named {use.name!r}; available tools: {known}]")
     try:
-        tool.parse(use.input)
+        tool.parse(real)
     except ToolInputError as exc:
-        return _Refused(f"[error: {exc}]")
+        return _Refused(f"[error: {_scrub(str(exc), real, use.input)}]")
     if budget <= 0:
         return _Refused("[not run: the turn's tool call limit was reached]")
     policy = loop.definition.permissions.get(tool.name, tool.permission)
@@ -300,7 +383,7 @@ async def _execute(batch: _Batch, calls: list[_Call]) -> None:
                 await _run_one(batch, call)
                 continue
             done = trio.Event()
-            target = call.tool.target(call.use.input)
+            target = call.tool.target(call.input)
             before = last_for_target.get(target) if target is not None else None
             if target is not None:
                 last_for_target[target] = done
@@ -366,27 +449,30 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
             ask=ask,
             continuation=continuation,
             runtime=loop,
-            input=call.use.input,
+            input=call.input,
         )
         batch.entered.add(call.execution_id)
         with deadlines.timer(timeout) as deadline:
+            shown = None
             try:
                 value = await call_tool(call.tool, ctx, call.parsed, middleware)
+                if call.tool.redact_output is not None:
+                    # The model is shown the real result; the journal the redacted one.
+                    shown, _ = shape_result(value, limit)
+                    value = call.tool.redact_output(value)
                 blocks, cut = shape_result(value, limit)
                 if isinstance(value, ToolOutput):
                     structured = value.structured
                 disposition = "succeeded"
                 if is_empty_result(blocks):
                     blocks, disposition = (Text(text=EMPTY_RESULT),), "failed"
+                    shown = None
             except Exception as exc:
-                loop.log.info("tool_failed", tool=call.tool.name, error=repr(exc))
+                shown = None
+                error = _scrub(f"{type(exc).__name__}: {exc}", call.input, call.use.input)
+                loop.log.info("tool_failed", tool=call.tool.name, error=error)
                 blocks, cut = (
-                    (
-                        Text(
-                            text=f"[error: tool {call.tool.name} failed: "
-                            f"{type(exc).__name__}: {exc}]"
-                        ),
-                    ),
+                    (Text(text=f"[error: tool {call.tool.name} failed: {error}]"),),
                     0,
                 )
                 disposition = "failed"
@@ -422,6 +508,9 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
             disposition = "failed" if verdict.is_error else "succeeded"
             if is_empty_result(blocks):
                 blocks, disposition = (Text(text=EMPTY_RESULT),), "failed"
+            shown = None  # the model reads the hook's result, as the journal does
+    if shown is not None:
+        batch.originals.results[call.use.id] = shown
     await loop.commit(
         [
             *decided,
@@ -437,6 +526,30 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
         ],
         cause=cause,
     )
+
+
+def _redacted_rewrite(event: Event, tool: Tool) -> Event:
+    """A before_tool hook's record with the tool's redaction applied to the
+    inputs it holds: the hook saw the real input, the journal keeps neither."""
+    redact = tool.redact_input
+    if not isinstance(event, HookDecided) or redact is None:
+        return event
+    return msgspec.structs.replace(
+        event,
+        input=redact(event.input) if event.input is not None else None,
+        original=redact(event.original) if event.original is not None else None,
+    )
+
+
+def _scrub(text: str, real: dict[str, Any], recorded: dict[str, Any]) -> str:
+    """``text`` without the values redaction took out of ``recorded`` (an error
+    message may quote the input)."""
+    if real is recorded:
+        return text
+    for key, value in real.items():
+        if recorded.get(key) == REDACTED and isinstance(value, str | int | float) and str(value):
+            text = text.replace(str(value), REDACTED)
+    return text
 
 
 def _deadline_passed(loop: ToolsPort, call: _Call, seconds: float, retries: int) -> list[Event]:

@@ -15,6 +15,7 @@ import msgspec
 from journal.content import Block, Message, ToolResult, ToolUse
 
 from .model import ModelRequest, ToolSchema
+from .redaction import Originals
 
 __all__ = ["RequestBuilder", "merged", "unanswered_tool_uses"]
 
@@ -63,6 +64,9 @@ class RequestBuilder:
     cost of a step flat however long the conversation is."""
 
     def __init__(self) -> None:
+        self.originals = Originals()
+        """The real inputs and results of redacted calls (``redaction``): the
+        model is shown them in place of the journal's redacted forms."""
         self._merged: list[Message] = []
         self._source: list[Message] = []
         self._digests: list[bytes] = []
@@ -76,9 +80,13 @@ class RequestBuilder:
         for m in messages[n:]:
             self._source.append(m)
             previous = self._digests[-1] if self._digests else b""
+            # The digest (journaled as the call's fingerprint) is of the
+            # message as the journal holds it, never of a redacted original.
             self._digests.append(
                 hashlib.blake2b(previous + _encoder.encode(m), digest_size=8).digest()
             )
+            if self.originals:
+                m = _shown(m, self.originals)
             if self._merged and self._merged[-1].role == m.role:
                 self._merged[-1] = merged((self._merged[-1], m))[0]
             else:
@@ -110,3 +118,10 @@ class RequestBuilder:
 
 
 _encoder = msgspec.msgpack.Encoder()
+
+
+def _shown(m: Message, originals: Originals) -> Message:
+    blocks = tuple(originals.shown(b) for b in m.blocks)
+    if all(a is b for a, b in zip(blocks, m.blocks, strict=True)):
+        return m
+    return msgspec.structs.replace(m, blocks=blocks)

@@ -19,6 +19,7 @@ __all__ = [
     "NotUnknownEffectError",
     "OutsideToolCallError",
     "QueueFullError",
+    "RedactedInputError",
     "ScriptExhaustedError",
     "UnknownCommandError",
 ]
@@ -167,3 +168,12 @@ class ScriptExhaustedError(ModelError):
             kind="script",
             code="model.script_exhausted",
         )
+
+
+class RedactedInputError(LoopError):
+    """A redacted tool call cannot run again after a restore: its real input is
+    not available (the tool has no ``recover_input``, or it gave none), or the
+    host gave one whose digest is not the one the call started with."""
+
+    kind = "tool"
+    code = "tool.redacted_input_unavailable"

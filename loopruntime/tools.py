@@ -31,6 +31,12 @@ from .deadlines import check_timeout
 from .errors import OutsideToolCallError
 from .model import ToolSchema
 from .notices import tool_output_cut
+from .redaction import (
+    InputRedaction,
+    ResultRedaction,
+    compile_input_redaction,
+    compile_result_redaction,
+)
 
 __all__ = [
     "Middleware",
@@ -186,6 +192,13 @@ class Tool:
     middleware: tuple[Middleware, ...] = ()
     """Wrappers around this tool's function, the first outermost (inside the
     definition's ``tool_middleware``)."""
+    redact_input: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    """The input as the journal, logs and traces see it (``redaction``)."""
+    redact_output: Callable[[Any], Any] | None = None
+    """The returned value as the journal sees it (``redaction``)."""
+    recover_input: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None
+    """The host's way back to a redacted call's real input after a restore:
+    (execution id, redacted input) -> the input, or None."""
 
     def __post_init__(self) -> None:
         if self.timeout is not FROM_LIMITS:
@@ -353,6 +366,9 @@ def tool(
     timeout: float | _FromLimits | None = FROM_LIMITS,
     atomic: bool = False,
     middleware: Sequence[Middleware] = (),
+    redact: InputRedaction | None = None,
+    redact_result: ResultRedaction | None = None,
+    recover_input: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Tool]: ...
 
 
@@ -370,6 +386,9 @@ def tool(
     timeout: float | _FromLimits | None = FROM_LIMITS,
     atomic: bool = False,
     middleware: Sequence[Middleware] = (),
+    redact: InputRedaction | None = None,
+    redact_result: ResultRedaction | None = None,
+    recover_input: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
 ) -> Tool | Callable[[Callable[..., Awaitable[Any]]], Tool]:
     """Make an async function a tool; bare (``@tool``) or with options.
 
@@ -379,6 +398,13 @@ def tool(
     deadline) overrides ``Limits.tool_timeout`` for this tool; ``atomic``
     declares that a call cancelled at its deadline did nothing;
     ``middleware`` wraps the function inside each call (``call_tool``).
+
+    ``redact`` (input field names, or a function of the input) and
+    ``redact_result`` (field names of the returned value, or a function of
+    it) keep secrets out of the journal, logs and traces; ``recover_input``
+    gives a replay-safe call its real input back after a restore (see
+    ``docs/tools.md``, "Redaction").  A field the input does not have is a
+    ``ValueError`` here.
     """
 
     def build(f: Callable[..., Awaitable[Any]]) -> Tool:
@@ -386,6 +412,8 @@ def tool(
             raise TypeError(f"tool {f.__name__}: must be an async function")
         tool_name = name or f.__name__
         input_type, unpack = _input_type(f, tool_name)
+        if recover_input is not None and not callable(recover_input):
+            raise TypeError(f"tool {tool_name}: recover_input must be a function")
         return Tool(
             name=tool_name,
             description=description or inspect.cleandoc(f.__doc__ or tool_name),
@@ -400,9 +428,27 @@ def tool(
             timeout=timeout,
             atomic=atomic,
             middleware=sequence_of(f"tool {tool_name}: middleware", middleware),
+            redact_input=compile_input_redaction(tool_name, input_type.__struct_fields__, redact),
+            redact_output=_result_redaction(tool_name, redact_result),
+            recover_input=recover_input,
         )
 
     return build(fn) if fn is not None else build
+
+
+def _result_redaction(name: str, redact_result: ResultRedaction | None) -> Any:
+    """``redaction.compile_result_redaction``, with field names applied inside a
+    ``ToolOutput`` too (a function is given the value as the tool returned it)."""
+    fn = compile_result_redaction(name, redact_result)
+    if fn is None or callable(redact_result):
+        return fn
+
+    def by_names(value: Any) -> Any:
+        if isinstance(value, ToolOutput):
+            return ToolOutput(content=fn(value.content), structured=fn(value.structured))
+        return fn(value)
+
+    return by_names
 
 
 @dataclass(frozen=True)

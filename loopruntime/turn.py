@@ -30,7 +30,15 @@ from typing import Any, Literal
 import msgspec
 import trio
 
-from journal.content import BlockStopped, Piece, ToolUse
+from journal.content import (
+    Block,
+    BlockStarted,
+    BlockStopped,
+    InputJsonDelta,
+    Message,
+    Piece,
+    ToolUse,
+)
 from journal.events import (
     ContextMeasured,
     DeadlinePassed,
@@ -82,6 +90,8 @@ class TurnRunner:
         every = loop.definition.hooks
         self.before_model = [h for h in every if h.point == "before_model"]
         self.turn_end = [h for h in every if h.point == "turn_end"]
+        self.redacting = {t.name: t for t in self.resolved.tools if t.redact_input is not None}
+        """The tools whose calls' inputs the journal holds redacted (``redaction``)."""
 
     @property
     def state(self) -> LoopState:
@@ -160,7 +170,9 @@ class TurnRunner:
                             uses, "[not run: the turn's tool iteration limit was reached]"
                         ),
                     )
-                await run_batch(self.loop, self.resolved, self.entered)
+                await run_batch(
+                    self.loop, self.resolved, self.entered, self.loop.requests.originals
+                )
                 continue
             output = self.resolved.output
             if output is not None:
@@ -306,6 +318,9 @@ class TurnRunner:
         opening = min((t for t in (first_token, whole) if t is not None), default=None)
         attempt = 1
         buffer: list[Piece] = []
+        secret: set[int] = set()
+        """Indexes of the reply's calls to redacting tools: their streamed
+        input is neither journaled nor shown to subscribers."""
 
         async def flush() -> None:
             nonlocal buffer
@@ -328,6 +343,8 @@ class TurnRunner:
                     async with resolved.model.stream(request) as stream:
                         async for delta in stream:
                             acc.feed(delta)
+                            if self.redacting and self._secret(delta, secret):
+                                continue
                             loop.host.publish_delta(loop.id, effect_id, delta)
                             if isinstance(delta, Piece):
                                 if not output:
@@ -474,6 +491,15 @@ class TurnRunner:
             and not self.state.steering
         )
 
+    def _secret(self, delta: Any, secret: set[int]) -> bool:
+        """Whether ``delta`` is a piece of a redacting tool's input (noting the
+        index of such a call as it starts)."""
+        if isinstance(delta, BlockStarted) and delta.kind == "tool_use":
+            if delta.name in self.redacting:
+                secret.add(delta.index)
+            return False
+        return isinstance(delta, InputJsonDelta) and delta.index in secret
+
     @staticmethod
     def _rest(effect_id: str, buffer: list[Piece]) -> list[Event]:
         """The stream pieces not yet journaled, to commit with what ends the call."""
@@ -481,14 +507,38 @@ class TurnRunner:
 
     def _message(self, effect_id: str, step: int) -> ModelMessageCommitted:
         acc = self.acc or Accumulator()
+        message = acc.message()
+        if self.redacting:
+            message = self._redacted(message)
         return ModelMessageCommitted(
             effect_id=effect_id,
             turn=self.state.turn_index,
             step=step,
-            message=acc.message(),
+            message=message,
             stop_reason=acc.stop_reason,
             usage=acc.usage,
         )
+
+    def _redacted(self, message: Message) -> Message:
+        """``message`` as the journal holds it: each call to a redacting tool
+        with its redacted input, the real one kept for the live loop."""
+        blocks: list[Block] = []
+        originals = self.loop.requests.originals
+        for block in message.blocks:
+            tool = self.redacting.get(block.name) if isinstance(block, ToolUse) else None
+            if tool is not None and tool.redact_input is not None:
+                assert isinstance(block, ToolUse)
+                try:
+                    recorded = tool.redact_input(block.input)
+                except Exception as exc:
+                    # Fail closed: nothing of the input is recorded (the call
+                    # itself runs with the real input, kept below).
+                    self.log.warning("redaction_failed", tool=tool.name, error=type(exc).__name__)
+                    recorded = {}
+                originals.inputs[block.id] = block.input
+                block = msgspec.structs.replace(block, input=recorded)
+            blocks.append(block)
+        return msgspec.structs.replace(message, blocks=tuple(blocks))
 
     # -- interruption ----------------------------------------------------------------
 

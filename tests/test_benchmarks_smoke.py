@@ -211,3 +211,16 @@ def test_clients_benchmark_rows() -> None:
         _positive(row, CLIENT_KEYS)
     table = clients_section(rows)
     assert table[0] == "### Clients" and len([line for line in table if "|" in line]) == 6
+def test_blobs_benchmark_rows() -> None:
+    """Both storages measured on the same session: by reference its results are blobs."""
+    from benchmarks import blobs
+    from benchmarks.report import blob_rows
+
+    ref, inline = blobs.run(count=3, size=300_000, progress=lambda line: None)
+    assert (ref["storage"], inline["storage"]) == ("by reference", "inline")
+    assert ref["records"] == inline["records"] and ref["results"] == 3
+    assert ref["blobs"] == 3 and inline["blobs"] == 0
+    assert ref["blob_bytes"] >= 3 * 300_000
+    for row in (ref, inline):
+        assert row["append_seconds"] > 0 and row["restore_seconds"] > 0 and row["bytes"] > 0
+    assert len(blob_rows([ref, inline])) == 4

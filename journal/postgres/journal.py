@@ -16,7 +16,7 @@ from functools import partial
 
 import trio
 
-from ..codec import encode_checked
+from ..blobs import DEFAULT_BLOB_THRESHOLD, check_threshold, encode_pending
 from ..errors import JournalClosedError, SessionNotFoundError
 from ..inbox import Claim, Consumed, InboxCommand, InboxEntry, encode_command, encode_outcome
 from ..record import Draft, Record
@@ -38,25 +38,38 @@ class PostgresJournal:
     database: fencing and the row locks keep each session single-writer.
     """
 
-    def __init__(self, url: str, where: str, schema: str, pool: Pool) -> None:
+    def __init__(
+        self,
+        url: str,
+        where: str,
+        schema: str,
+        pool: Pool,
+        blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+    ) -> None:
         self.url = url
+        self.blob_threshold = check_threshold(blob_threshold)
         self._where, self._pool = where, pool
         self._commits = GroupCommit(url, where, schema)
         self._reading = Reading(url, where, schema, pool)
         self._closed = False
 
     @classmethod
-    async def open(cls, url: str) -> PostgresJournal:
+    async def open(
+        cls, url: str, *, blob_threshold: int = DEFAULT_BLOB_THRESHOLD
+    ) -> PostgresJournal:
         """Connect, create the tables when absent, and check the schema version.
 
         Raises ``JournalUnavailableError`` when the server cannot be reached,
-        ``JournalSchemaError`` when the database holds a newer schema.
+        ``JournalSchemaError`` when the database holds a newer schema,
+        ``ValueError`` for a ``blob_threshold`` that is not a positive number
+        of bytes (``journal.blobs``).
         """
+        check_threshold(blob_threshold)
         where = describe(url)
         conn, schema = await trio.to_thread.run_sync(open_prepared, url, where)
         pool = Pool(url, where)
         pool.give(conn)
-        return cls(url, where, schema, pool)
+        return cls(url, where, schema, pool, blob_threshold)
 
     # -- writing --------------------------------------------------------------------
 
@@ -199,11 +212,13 @@ class PostgresJournal:
             check_pg_text("event id", d.id)
             check_pg_text("loop id", d.loop)
             check_pg_text("cause", d.cause)
+        pending, blobs = encode_pending(drafts, self.blob_threshold)
         item = Append(
             lease,
-            [(d.id, d.loop, d.cause, d.event, encode_checked(d.event)) for d in drafts],
+            pending,
             expected_seq,
             [(c.entry, encode_outcome(c.outcome)) for c in consumes] if consumes else None,
+            blobs or None,
         )
         return await self._commits.submit(item)
 

@@ -22,11 +22,13 @@ import structlog
 import trio
 from psycopg import sql
 
+from ..blobs import is_split, join, references
 from ..codec import GENESIS, checkpoint_records, decode_event
 from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
 from ..events import Event
 from ..record import Record
 from ..store import SessionInfo, StorageCheck, StorageProblem
+from .blobs import fetch as fetch_blobs
 from .schema import channel, connect, discard, lost, translate
 
 __all__ = ["Pool", "Reading", "first_page", "list_sessions"]
@@ -90,6 +92,7 @@ _JOURNAL_TABLES = (
     "loopruntime_records",
     "loopruntime_checkpoints",
     "loopruntime_chain_rule",
+    "loopruntime_blobs",
     "loopruntime_leases",
     "loopruntime_inbox",
 )
@@ -257,6 +260,13 @@ class Reading:
                 try:
                     event: Event = decode(body)
                 except msgspec.DecodeError:
+                    if is_split(body):
+                        # Stored with references: the one moment blobs are read.
+                        found = await self._pool.run(
+                            f"reading the blobs of session {session}",
+                            partial(fetch_blobs, digests=references(body)),
+                        )
+                        body = join(session, seq, body, found)
                     event = decode_event(body, session=session, seq=seq)
                 yield Record(
                     seq=seq,
@@ -359,8 +369,13 @@ class Reading:
             if not rows:
                 return None
             # A session without checkpoints is its one row of NULLs.
+            wanted = [d for row in rows if row[6] and is_split(row[6]) for d in references(row[6])]
+            found = fetch_blobs(conn, wanted) if wanted else {}
             return checkpoint_records(
-                session, [row[:8] for row in rows if row[0] is not None], rows[0][8] or 1
+                session,
+                [row[:8] for row in rows if row[0] is not None],
+                rows[0][8] or 1,
+                resolve=lambda seq, body: join(session, seq, body, found),
             )
 
         found = await self._pool.run(f"reading the checkpoints of session {session}", work)

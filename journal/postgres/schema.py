@@ -64,6 +64,14 @@ CREATE TABLE loopruntime_chain_rule (
 );
 """
 
+# Large units stored once by digest (journal.blobs; schema version 4).
+_CREATE_BLOBS = """
+CREATE TABLE loopruntime_blobs (
+    digest bytea PRIMARY KEY,
+    body bytea NOT NULL
+);
+"""
+
 # Leases and the inbox (journal.store): added to a journal by the first
 # process that knows them; they change no record, so the version stays.
 _CREATE_HOST_TABLES = """
@@ -117,7 +125,7 @@ CREATE TABLE loopruntime_records (
     PRIMARY KEY (session, seq),
     UNIQUE (session, id)
 );
-{_CREATE_CHECKPOINTS}{_CREATE_CHAIN_RULE}{_CREATE_HOST_TABLES}"""
+{_CREATE_CHECKPOINTS}{_CREATE_CHAIN_RULE}{_CREATE_BLOBS}{_CREATE_HOST_TABLES}"""
 
 _UPGRADES = {
     1: _CREATE_CHECKPOINTS,
@@ -133,11 +141,14 @@ SELECT session, head + 1 FROM loopruntime_sessions WHERE head > 0;
 -- than write records that do not verify.
 UPDATE loopruntime_sessions SET incarnation = incarnation + 1;
 """,
+    # No record written before refers to a blob: only the table is new.
+    3: _CREATE_BLOBS,
 }
 """The statements that take a schema from version ``key`` to ``key + 1``.
 Version 1 could not write ``session.checkpoint`` records, so the index it
 lacks starts empty and no record is read.  Version 2 chained the event bytes
-alone; its records keep that rule (``loopruntime_chain_rule``)."""
+alone; its records keep that rule (``loopruntime_chain_rule``).  Version 3
+stored every record whole; version 4 adds ``loopruntime_blobs``."""
 
 # -- connections and errors -----------------------------------------------------
 
@@ -254,12 +265,12 @@ def _prepare_schema(conn: psycopg.Connection[Any], where: str) -> str:
         tables = conn.execute(
             "SELECT to_regclass('loopruntime_meta'), to_regclass('loopruntime_sessions'), "
             "to_regclass('loopruntime_records'), to_regclass('loopruntime_checkpoints'), "
-            "to_regclass('loopruntime_chain_rule')"
+            "to_regclass('loopruntime_chain_rule'), to_regclass('loopruntime_blobs')"
         ).fetchone()
         assert tables is not None
-        meta, sessions, records, checkpoints, chain_rule = tables
+        meta, sessions, records, checkpoints, chain_rule, blobs = tables
         if meta is None:
-            if any(t is not None for t in (sessions, records, checkpoints, chain_rule)):
+            if any(t is not None for t in (sessions, records, checkpoints, chain_rule, blobs)):
                 raise NotAJournalError(
                     f"{where} schema {schema} has loopruntime tables but no loopruntime_meta "
                     "table; it is not a journal this code wrote: use another schema"
@@ -295,8 +306,14 @@ def _prepare_schema(conn: psycopg.Connection[Any], where: str) -> str:
                 version=SCHEMA_VERSION,
                 was=found,
             )
-        elif checkpoints is None or chain_rule is None:
-            missing = "loopruntime_checkpoints" if checkpoints is None else "loopruntime_chain_rule"
+        elif checkpoints is None or chain_rule is None or blobs is None:
+            missing = (
+                "loopruntime_checkpoints"
+                if checkpoints is None
+                else "loopruntime_chain_rule"
+                if chain_rule is None
+                else "loopruntime_blobs"
+            )
             raise NotAJournalError(
                 f"{where} schema {schema}: journal schema {found} but no {missing} table; "
                 "its tables were changed by hand: restore them or use another schema"

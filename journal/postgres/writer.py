@@ -35,6 +35,7 @@ from ..rules import (
 )
 from ..store import SessionLease
 from .arrays import Array, ArrayDumper, bytea_array, int8_array, text_array
+from .blobs import store as store_blobs
 from .schema import channel, connect, discard, lost, translate
 
 __all__ = ["Append", "GroupCommit", "Writer"]
@@ -140,7 +141,7 @@ def _writer_connection(url: str) -> psycopg.Connection[Any]:
 class Append:
     """One append waiting for the group commit."""
 
-    __slots__ = ("consumes", "expected_seq", "lease", "pending", "result", "taken")
+    __slots__ = ("blobs", "consumes", "expected_seq", "lease", "pending", "result", "taken")
 
     def __init__(
         self,
@@ -148,10 +149,11 @@ class Append:
         pending: list[Pending],
         expected_seq: int,
         consumes: list[tuple[int, bytes]] | None = None,
+        blobs: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         self.lease, self.pending, self.expected_seq = lease, pending, expected_seq
-        self.consumes = consumes
-        """Inbox entries this append applies: ``(number, outcome bytes)``."""
+        self.consumes, self.blobs = consumes, blobs
+        """Inbox entries it applies (number, outcome); its records' blobs."""
         self.result: list[Record] | BaseException | None = None
         self.taken = False
         """A leader took it into a batch: its outcome is no longer ours to drop."""
@@ -367,6 +369,7 @@ class Writer:
                     conn.execute(_INSERT_RECORDS, insert)
                 if marks:
                     conn.execute(_INSERT_CHECKPOINTS, index)
+                store_blobs(conn, batch)
                 conn.execute(_NOTIFY, notify)
                 conn.execute("COMMIT")
         except psycopg.Error:
@@ -430,6 +433,7 @@ class Writer:
             if applied:
                 sessions_, numbers, outcomes = (list(c) for c in zip(*applied, strict=True))
                 conn.execute(_CONSUME, (now, sessions_, numbers, outcomes))
+            store_blobs(conn, batch, results)
             conn.execute("COMMIT")
         for s, h in heads.items():
             self._known[s] = (h.incarnation, h.head, h.digest)

@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from ..codec import encode_checked
+from ..blobs import DEFAULT_BLOB_THRESHOLD, check_threshold, encode_pending
 from ..errors import DuplicateEventError, JournalClosedError, JournalReadOnlyError
 from ..inbox import (
     Claim,
@@ -69,11 +69,13 @@ class SQLiteJournal:
         writer_conn: sqlite3.Connection | None,
         access: Access = "write",
         stand_ins: tuple[str, ...] = (),
+        blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
     ) -> None:
         """``writer_conn`` None: opened read-only (``access`` says how readers
         connect, ``stand_ins`` how they read an older schema)."""
         assert location.path is not None
         self.url = location.url
+        self.blob_threshold = check_threshold(blob_threshold)
         self.path = location.path
         self.synchronous = location.synchronous
         self.poll = location.poll
@@ -92,7 +94,9 @@ class SQLiteJournal:
             self._writer.thread.start()
 
     @classmethod
-    async def open(cls, url: str, *, readonly: bool = False) -> SQLiteJournal:
+    async def open(
+        cls, url: str, *, readonly: bool = False, blob_threshold: int = DEFAULT_BLOB_THRESHOLD
+    ) -> SQLiteJournal:
         """Open (or create, mode 0600) the journal file named by ``url``.
 
         With ``readonly`` nothing is created or written, not even by SQLite
@@ -101,8 +105,10 @@ class SQLiteJournal:
         file that is not a SQLite database or a database that is not a journal
         (with ``readonly``: also for a missing or empty file),
         ``JournalSchemaError`` for a journal written by a newer schema,
-        ``ValueError`` for a malformed URL.
+        ``ValueError`` for a malformed URL or a ``blob_threshold`` that is not a
+        positive number of bytes (``journal.blobs``).
         """
+        check_threshold(blob_threshold)
         location = parse_location(url)
         if location.scheme != "sqlite":
             raise ValueError(f"{url!r} is not a sqlite: journal URL")
@@ -111,9 +117,9 @@ class SQLiteJournal:
             access = await trio.to_thread.run_sync(check_existing_file, location.path)
             version = await trio.to_thread.run_sync(check_readable_version, location.path, access)
             extra = await trio.to_thread.run_sync(host_table_stand_ins, location.path, access)
-            return cls(location, None, access, reader_stand_ins(version) + extra)
+            return cls(location, None, access, reader_stand_ins(version) + extra, blob_threshold)
         conn = await trio.to_thread.run_sync(prepare, location.path, location.synchronous)
-        return cls(location, conn)
+        return cls(location, conn, blob_threshold=blob_threshold)
 
     # -- writing --------------------------------------------------------------
 
@@ -229,11 +235,10 @@ class SQLiteJournal:
             if repeated is not None:
                 raise DuplicateEventError(lease.session, repeated)
         check_drafts(drafts)
-        encode = encode_checked
-        pending = [(d.id, d.loop, d.cause, d.event, encode(d.event)) for d in drafts]
+        pending, blobs = encode_pending(drafts, self.blob_threshold)
         marks = [(c.entry, encode_outcome(c.outcome)) for c in consumes] if consumes else None
         result: list[Record] = await self._submit(
-            AppendRequest(lease, pending, expected_seq, marks)
+            AppendRequest(lease, pending, expected_seq, marks, blobs or None)
         )
         return result
 

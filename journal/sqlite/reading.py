@@ -22,12 +22,14 @@ import msgspec
 import outcome
 import trio
 
+from ..blobs import is_split, join, references
 from ..codec import GENESIS, checkpoint_records, decode_event
 from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
 from ..events import Event
 from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
 from ..record import Record
 from ..store import SessionInfo, StorageCheck, StorageProblem
+from .blobs import fetch as fetch_blobs
 from .schema import Access, connect, damaged, unavailable
 
 __all__ = [
@@ -251,6 +253,9 @@ class Reading:
                     try:
                         event: Event = decode(body)
                     except msgspec.DecodeError:
+                        if is_split(body):
+                            # Stored with references: the one moment blobs are read.
+                            body = await trio.to_thread.run_sync(self._join, session, seq, body)
                         # decode_event raises the translated error for these bytes.
                         event = decode_event(body, session=session, seq=seq)
                     yield Record(
@@ -318,6 +323,19 @@ class Reading:
                 ) from exc
             raise unavailable(exc, self.path, f"reading session {session}") from exc
 
+    def _join(self, session: str, seq: int, body: bytes) -> bytes:
+        """Worker thread: the event bytes of a record stored with references."""
+        try:
+            with self._readers.connection() as conn:
+                found = fetch_blobs(conn, references(body))
+        except sqlite3.Error as exc:
+            if damaged(exc):
+                raise JournalCorruptError(
+                    session, seq, f"a damaged database page holds a blob it refers to ({exc})"
+                ) from exc
+            raise unavailable(exc, self.path, f"reading the blobs of session {session}") from exc
+        return join(session, seq, body, found)
+
     async def head(self, session: str) -> int:
         return await trio.to_thread.run_sync(self._head, session)
 
@@ -348,6 +366,10 @@ class Reading:
                 if not exists:
                     raise SessionNotFoundError(session)
                 rows = conn.execute(_SELECT_CHECKPOINTS, (session,)).fetchall()
+                wanted = [
+                    d for row in rows if row[6] and is_split(row[6]) for d in references(row[6])
+                ]
+                found = fetch_blobs(conn, wanted) if wanted else {}
         except sqlite3.Error as exc:
             if damaged(exc):
                 # Checkpoints are derived data: restore reads the records instead.
@@ -357,7 +379,12 @@ class Reading:
             raise unavailable(
                 exc, self.path, f"reading the checkpoints of session {session}"
             ) from exc
-        return checkpoint_records(session, rows, whole_from or 1)
+        return checkpoint_records(
+            session,
+            rows,
+            whole_from or 1,
+            resolve=lambda seq, body: join(session, seq, body, found),
+        )
 
     async def sessions(self) -> list[SessionInfo]:
         return await trio.to_thread.run_sync(self._sessions)

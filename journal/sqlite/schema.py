@@ -50,6 +50,10 @@ _CHAIN_RULE_TABLE = (
     "CREATE TABLE chain_rule ( session TEXT PRIMARY KEY, whole_from INTEGER NOT NULL) WITHOUT ROWID"
 )
 
+# Large units stored once by digest (journal.blobs; schema version 4).  A
+# rowid table: blobs are large, which WITHOUT ROWID tables store badly.
+_BLOBS_TABLE = "CREATE TABLE blobs ( digest BLOB PRIMARY KEY, body BLOB NOT NULL)"
+
 # Leases and the inbox (journal.store): tables of their own, added to a
 # journal by the first writer that knows them (``_add_host_tables``).  They
 # change no record, so the schema version stays; older code ignores them.
@@ -95,6 +99,7 @@ _SCHEMA = (
     "CREATE UNIQUE INDEX records_by_id ON records (session, id)",
     _CHECKPOINTS_TABLE,
     _CHAIN_RULE_TABLE,
+    _BLOBS_TABLE,
     *_HOST_TABLES,
 )
 
@@ -111,6 +116,8 @@ _UPGRADES: dict[int, tuple[str, ...]] = {
         # must fail (FencedError) rather than write records that do not verify.
         "UPDATE sessions SET incarnation = incarnation + 1",
     ),
+    # Records written before hold no references: only the table is new.
+    3: (_BLOBS_TABLE,),
 }
 """The statements that take a file from schema version ``key`` to ``key + 1``."""
 _WAL_CHECKPOINT_PAGES = 4000
@@ -442,6 +449,9 @@ def reader_stand_ins(version: int) -> tuple[str, ...]:
             "CREATE TEMP VIEW chain_rule AS"
             f" SELECT session, {2**63 - 1} AS whole_from FROM main.sessions"
         )
+    if version < 4:
+        # No record of such a file refers to a blob.
+        statements.append(_BLOBS_TABLE.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
     return tuple(statements)
 
 

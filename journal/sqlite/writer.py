@@ -50,6 +50,7 @@ from ..rules import (
     stored_records,
 )
 from ..store import SessionLease
+from .blobs import store as store_blobs
 from .leases import EntryRow, consume, insert_session, lease_state, put_entry, store_lease
 from .schema import unavailable
 
@@ -149,7 +150,7 @@ class PutRequest(Request):
 
 
 class AppendRequest(Request):
-    __slots__ = ("consumes", "expected_seq", "incarnation", "pending")
+    __slots__ = ("blobs", "consumes", "expected_seq", "incarnation", "pending")
 
     def __init__(
         self,
@@ -157,6 +158,7 @@ class AppendRequest(Request):
         pending: list[Pending],
         expected_seq: int,
         consumes: list[tuple[int, bytes]] | None = None,
+        blobs: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         super().__init__(lease.session)
         self.incarnation = lease.incarnation
@@ -164,6 +166,7 @@ class AppendRequest(Request):
         self.expected_seq = expected_seq
         self.consumes = consumes
         """Inbox entries this append applies: ``(number, outcome bytes)``."""
+        self.blobs = blobs  # stored with its records (journal.blobs)
 
 
 class _State:
@@ -355,6 +358,8 @@ class Writer:
                 if records:
                     last = records[-1]
                     state.head, state.digest = last.seq, last.digest
+                if request.blobs:
+                    store_blobs(self.conn, request.blobs)
             except JournalError as exc:
                 request.result = outcome.Error(exc)
                 continue
@@ -444,6 +449,8 @@ class Writer:
             self._consume(request, now)
         if not fresh:
             return records, False
+        if request.blobs:
+            store_blobs(self.conn, request.blobs)
         try:
             self.conn.executemany(_INSERT, rows)
             if marks:

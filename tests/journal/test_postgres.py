@@ -737,14 +737,14 @@ def _no_digests(records: list[Record]) -> list[Record]:
 
 
 async def test_a_version_1_schema_is_upgraded_when_opened(postgres_url: str) -> None:
-    assert SCHEMA_VERSION == 3, "add the upgrade from the previous version, and its test"
+    assert SCHEMA_VERSION == 4, "add the upgrade from the previous version, and its test"
     async with open_journal(postgres_url) as journal:
         lease = await journal.open_session("old")
         written = await journal.append(lease, [_draft("o-1"), _draft("o-2")], expected_seq=0)
     await trio.to_thread.run_sync(to_version_1_postgres, postgres_url)
 
     # Opened by several at once: the advisory lock lets one upgrade, the
-    # others find version 3 (a second upgrade would fail creating the table).
+    # others find the current version (a second upgrade would fail creating the table).
     journals: list[PostgresJournal] = []
 
     async def open_one() -> None:
@@ -770,7 +770,7 @@ async def test_a_version_1_schema_is_upgraded_when_opened(postgres_url: str) -> 
     rows = await trio.to_thread.run_sync(
         _sql, postgres_url, "SELECT key, value FROM loopruntime_meta"
     )
-    assert rows == [("schema_version", "3")]
+    assert rows == [("schema_version", str(SCHEMA_VERSION))]
     async with open_journal(postgres_url) as journal:
         assert [r async for r in journal.read("old")] == old + more
         assert await journal.checkpoints("old") == [more[0], more[2]]

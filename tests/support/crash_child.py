@@ -16,7 +16,14 @@ from collections.abc import Awaitable, Callable
 import structlog
 import trio
 
-from tests.support import crash_hosts, crash_points, crash_scenarios, crash_traces, keyed
+from tests.support import (
+    crash_hosts,
+    crash_points,
+    crash_redaction,
+    crash_scenarios,
+    crash_traces,
+    keyed,
+)
 from tests.support.processes import CHILD
 
 SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
@@ -52,6 +59,8 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     "host-consume": crash_hosts.host_consume,
     # URL SIDE_FILE: a host killed while a tool call runs
     "host-tool": crash_hosts.host_tool,
+    # URL SESSION_ID WORKDIR: a replay-safe tool that redacts its input, killed as it runs
+    "redacted": crash_redaction.redacted,
 }
 
 

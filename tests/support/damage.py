@@ -20,7 +20,9 @@ from journal.memory import MemoryJournal
 from journal.sqlite import SQLiteJournal
 
 __all__ = [
+    "damage_blob",
     "damage_entry",
+    "damage_postgres_blob",
     "damage_postgres_entry",
     "damage_postgres_record",
     "damage_record",
@@ -52,6 +54,41 @@ def damage_record(journal: Journal, session: str, seq: int, body: bytes) -> None
             conn.close()
     else:
         raise TypeError(f"no damage hook for {type(journal).__name__}")
+
+
+def damage_blob(journal: Journal, digest: bytes, body: bytes | None) -> None:
+    """Overwrite the bytes of blob ``digest`` (``None``: delete it) in an open
+    memory or SQLite journal, leaving the records that refer to it alone."""
+    if isinstance(journal, MemoryJournal):
+        assert digest in journal._blobs, f"no blob {digest.hex()}"
+        if body is None:
+            del journal._blobs[digest]
+        else:
+            journal._blobs[digest] = body
+    elif isinstance(journal, SQLiteJournal):
+        if body is None:
+            changed = _sqlite_write(journal.path, "DELETE FROM blobs WHERE digest = ?", (digest,))
+        else:
+            changed = _sqlite_write(
+                journal.path, "UPDATE blobs SET body = ? WHERE digest = ?", (body, digest)
+            )
+        assert changed == 1, f"no blob {digest.hex()}"
+    else:
+        raise TypeError(f"no damage hook for {type(journal).__name__}")
+
+
+def damage_postgres_blob(url: str, digest: bytes, body: bytes | None) -> None:
+    """``damage_blob`` for the PostgreSQL journal at ``url`` (blocking)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        if body is None:
+            changed = conn.execute(
+                "DELETE FROM loopruntime_blobs WHERE digest = %s", (digest,)
+            ).rowcount
+        else:
+            changed = conn.execute(
+                "UPDATE loopruntime_blobs SET body = %s WHERE digest = %s", (body, digest)
+            ).rowcount
+    assert changed == 1, f"no blob {digest.hex()}"
 
 
 def damage_postgres_record(url: str, session: str, seq: int, body: bytes) -> None:
