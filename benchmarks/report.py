@@ -499,6 +499,8 @@ def clients_section(rows: Sequence[dict[str, Any]]) -> list[str]:
             ],
         ),
     ]
+
+
 # -- large records by reference ----------------------------------------------------------
 
 

@@ -41,7 +41,6 @@ from journal.events import (
     DeadlinePassed,
     Event,
     GateCancelled,
-    HookDecided,
     Notice,
     ToolAbandoned,
     ToolCompleted,
@@ -62,7 +61,7 @@ from .notices import (
 )
 from .output import OutputTool
 from .ports import ToolsPort
-from .redaction import REDACTED, Originals, input_digest, recovered_input
+from .redaction import Originals, input_digest, recovered_input, redacted_rewrite, scrub
 from .tools import (
     Middleware,
     Tool,
@@ -208,7 +207,7 @@ async def run_batch(
                 journaled = real
                 if tool.redact_input is not None:
                     # The hook saw the real input; the journal keeps the redacted forms.
-                    decided = [_redacted_rewrite(e, tool) for e in decided]
+                    decided = [redacted_rewrite(e, tool.redact_input) for e in decided]
                     journaled = tool.redact_input(real)
                     batch.originals.inputs[use.id] = real
                 use = msgspec.structs.replace(use, input=journaled)
@@ -310,7 +309,7 @@ async def _admit(
     try:
         tool.parse(real)
     except ToolInputError as exc:
-        return _Refused(f"[error: {_scrub(str(exc), real, use.input)}]")
+        return _Refused(f"[error: {scrub(str(exc), real, use.input)}]")
     if budget <= 0:
         return _Refused("[not run: the turn's tool call limit was reached]")
     policy = loop.definition.permissions.get(tool.name, tool.permission)
@@ -469,7 +468,7 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
                     shown = None
             except Exception as exc:
                 shown = None
-                error = _scrub(f"{type(exc).__name__}: {exc}", call.input, call.use.input)
+                error = scrub(f"{type(exc).__name__}: {exc}", call.input, call.use.input)
                 loop.log.info("tool_failed", tool=call.tool.name, error=error)
                 blocks, cut = (
                     (Text(text=f"[error: tool {call.tool.name} failed: {error}]"),),
@@ -526,30 +525,6 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
         ],
         cause=cause,
     )
-
-
-def _redacted_rewrite(event: Event, tool: Tool) -> Event:
-    """A before_tool hook's record with the tool's redaction applied to the
-    inputs it holds: the hook saw the real input, the journal keeps neither."""
-    redact = tool.redact_input
-    if not isinstance(event, HookDecided) or redact is None:
-        return event
-    return msgspec.structs.replace(
-        event,
-        input=redact(event.input) if event.input is not None else None,
-        original=redact(event.original) if event.original is not None else None,
-    )
-
-
-def _scrub(text: str, real: dict[str, Any], recorded: dict[str, Any]) -> str:
-    """``text`` without the values redaction took out of ``recorded`` (an error
-    message may quote the input)."""
-    if real is recorded:
-        return text
-    for key, value in real.items():
-        if recorded.get(key) == REDACTED and isinstance(value, str | int | float) and str(value):
-            text = text.replace(str(value), REDACTED)
-    return text
 
 
 def _deadline_passed(loop: ToolsPort, call: _Call, seconds: float, retries: int) -> list[Event]:

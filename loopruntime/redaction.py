@@ -33,7 +33,16 @@ from typing import Any
 
 import msgspec
 
-from journal.content import ResultBlock, ToolResult, ToolUse
+from journal.content import (
+    Block,
+    BlockStarted,
+    InputJsonDelta,
+    Message,
+    ResultBlock,
+    ToolResult,
+    ToolUse,
+)
+from journal.events import Event, HookDecided
 
 from .errors import RedactedInputError
 
@@ -45,7 +54,11 @@ __all__ = [
     "compile_input_redaction",
     "compile_result_redaction",
     "input_digest",
+    "journaled_message",
     "recovered_input",
+    "redacted_rewrite",
+    "scrub",
+    "secret_piece",
 ]
 
 REDACTED = "[redacted]"
@@ -205,3 +218,63 @@ class Originals:
             if content is not None:
                 return msgspec.structs.replace(block, content=content)
         return block
+
+
+def redacted_rewrite(event: Event, redact: Callable[[Mapping[str, Any]], dict[str, Any]]) -> Event:
+    """A before_tool hook's record with the tool's redaction applied to the
+    inputs it holds: the hook saw the real input, the journal keeps neither."""
+    if not isinstance(event, HookDecided):
+        return event
+    return msgspec.structs.replace(
+        event,
+        input=redact(event.input) if event.input is not None else None,
+        original=redact(event.original) if event.original is not None else None,
+    )
+
+
+def scrub(text: str, real: dict[str, Any], recorded: dict[str, Any]) -> str:
+    """``text`` without the values redaction took out of ``recorded`` (an error
+    message may quote the input)."""
+    if real is recorded:
+        return text
+    for key, value in real.items():
+        if recorded.get(key) == REDACTED and isinstance(value, str | int | float) and str(value):
+            text = text.replace(str(value), REDACTED)
+    return text
+
+
+def journaled_message(
+    message: Message,
+    redacting: Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]],
+    originals: Originals,
+    log: Any,
+) -> Message:
+    """``message`` as the journal holds it: each call to a redacting tool
+    (``redacting``: tool name -> its input redaction) with its redacted input,
+    the real one kept in ``originals`` for the live loop."""
+    blocks: list[Block] = []
+    for block in message.blocks:
+        redact = redacting.get(block.name) if isinstance(block, ToolUse) else None
+        if redact is not None:
+            assert isinstance(block, ToolUse)
+            try:
+                recorded = redact(block.input)
+            except Exception as exc:
+                # Fail closed: nothing of the input is recorded (the call
+                # itself runs with the real input, kept below).
+                log.warning("redaction_failed", tool=block.name, error=type(exc).__name__)
+                recorded = {}
+            originals.inputs[block.id] = block.input
+            block = msgspec.structs.replace(block, input=recorded)
+        blocks.append(block)
+    return msgspec.structs.replace(message, blocks=tuple(blocks))
+
+
+def secret_piece(delta: object, redacting: Mapping[str, object], secret: set[int]) -> bool:
+    """Whether the stream piece ``delta`` is part of a redacting tool's input
+    (noting, in ``secret``, the index of such a call as it starts)."""
+    if isinstance(delta, BlockStarted) and delta.kind == "tool_use":
+        if delta.name in redacting:
+            secret.add(delta.index)
+        return False
+    return isinstance(delta, InputJsonDelta) and delta.index in secret

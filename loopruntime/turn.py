@@ -31,11 +31,7 @@ import msgspec
 import trio
 
 from journal.content import (
-    Block,
-    BlockStarted,
     BlockStopped,
-    InputJsonDelta,
-    Message,
     Piece,
     ToolUse,
 )
@@ -62,6 +58,7 @@ from .notices import (
 )
 from .output import output_reminder, output_verdict
 from .ports import TurnPort
+from .redaction import journaled_message, secret_piece
 from .settling import queue_consequences, reply_cut_short, settle_turn_events
 from .state import LoopState
 
@@ -90,7 +87,9 @@ class TurnRunner:
         every = loop.definition.hooks
         self.before_model = [h for h in every if h.point == "before_model"]
         self.turn_end = [h for h in every if h.point == "turn_end"]
-        self.redacting = {t.name: t for t in self.resolved.tools if t.redact_input is not None}
+        self.redacting = {
+            t.name: t.redact_input for t in self.resolved.tools if t.redact_input is not None
+        }
         """The tools whose calls' inputs the journal holds redacted (``redaction``)."""
 
     @property
@@ -343,7 +342,7 @@ class TurnRunner:
                     async with resolved.model.stream(request) as stream:
                         async for delta in stream:
                             acc.feed(delta)
-                            if self.redacting and self._secret(delta, secret):
+                            if self.redacting and secret_piece(delta, self.redacting, secret):
                                 continue
                             loop.host.publish_delta(loop.id, effect_id, delta)
                             if isinstance(delta, Piece):
@@ -491,15 +490,6 @@ class TurnRunner:
             and not self.state.steering
         )
 
-    def _secret(self, delta: Any, secret: set[int]) -> bool:
-        """Whether ``delta`` is a piece of a redacting tool's input (noting the
-        index of such a call as it starts)."""
-        if isinstance(delta, BlockStarted) and delta.kind == "tool_use":
-            if delta.name in self.redacting:
-                secret.add(delta.index)
-            return False
-        return isinstance(delta, InputJsonDelta) and delta.index in secret
-
     @staticmethod
     def _rest(effect_id: str, buffer: list[Piece]) -> list[Event]:
         """The stream pieces not yet journaled, to commit with what ends the call."""
@@ -509,7 +499,9 @@ class TurnRunner:
         acc = self.acc or Accumulator()
         message = acc.message()
         if self.redacting:
-            message = self._redacted(message)
+            message = journaled_message(
+                message, self.redacting, self.loop.requests.originals, self.log
+            )
         return ModelMessageCommitted(
             effect_id=effect_id,
             turn=self.state.turn_index,
@@ -518,27 +510,6 @@ class TurnRunner:
             stop_reason=acc.stop_reason,
             usage=acc.usage,
         )
-
-    def _redacted(self, message: Message) -> Message:
-        """``message`` as the journal holds it: each call to a redacting tool
-        with its redacted input, the real one kept for the live loop."""
-        blocks: list[Block] = []
-        originals = self.loop.requests.originals
-        for block in message.blocks:
-            tool = self.redacting.get(block.name) if isinstance(block, ToolUse) else None
-            if tool is not None and tool.redact_input is not None:
-                assert isinstance(block, ToolUse)
-                try:
-                    recorded = tool.redact_input(block.input)
-                except Exception as exc:
-                    # Fail closed: nothing of the input is recorded (the call
-                    # itself runs with the real input, kept below).
-                    self.log.warning("redaction_failed", tool=tool.name, error=type(exc).__name__)
-                    recorded = {}
-                originals.inputs[block.id] = block.input
-                block = msgspec.structs.replace(block, input=recorded)
-            blocks.append(block)
-        return msgspec.structs.replace(message, blocks=tuple(blocks))
 
     # -- interruption ----------------------------------------------------------------
 

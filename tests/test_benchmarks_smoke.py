@@ -211,6 +211,8 @@ def test_clients_benchmark_rows() -> None:
         _positive(row, CLIENT_KEYS)
     table = clients_section(rows)
     assert table[0] == "### Clients" and len([line for line in table if "|" in line]) == 6
+
+
 def test_blobs_benchmark_rows() -> None:
     """Both storages measured on the same session: by reference its results are blobs."""
     from benchmarks import blobs
