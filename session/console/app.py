@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib.resources import files
 from typing import Any
@@ -73,6 +74,7 @@ class Console:
         read_only: bool,
         wait: float,
         list_poll: float,
+        clock: Callable[[], int],
     ) -> None:
         self.journal = journal
         self.client = Client(journal)
@@ -80,7 +82,7 @@ class Console:
         self.read_only = read_only
         self.wait = wait
         self.list_poll = list_poll
-        self.overview = Overview(journal, fresh=list_poll / 2)
+        self.overview = Overview(journal, fresh=list_poll / 2, clock=clock)
 
     # -- the guards --------------------------------------------------------------
 
@@ -502,12 +504,16 @@ def create_app(
     read_only: bool = False,
     wait: float = 10.0,
     list_poll: float = 0.5,
+    clock: Callable[[], int] = time.time_ns,
 ) -> Starlette:
     """The console over an open ``journal``.  ``token`` guards every request;
     ``wait`` bounds how long an action waits for its outcome before answering
     202 (queued); ``list_poll`` is how often the live session list asks the
-    journal for changes.  The caller owns the journal."""
-    console = Console(journal, token=token, read_only=read_only, wait=wait, list_poll=list_poll)
+    journal for changes; ``clock`` is the journal's (unix ns: leases expire by
+    it).  The caller owns the journal."""
+    console = Console(
+        journal, token=token, read_only=read_only, wait=wait, list_poll=list_poll, clock=clock
+    )
 
     def refused(request: Request, status: int, message: str) -> Response:
         if _wants_html(request):

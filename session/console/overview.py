@@ -6,6 +6,7 @@ journal again.  One per console, shared by every page that shows the list."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import structlog
 import trio
@@ -26,8 +27,12 @@ class Overview:
     states.  ``rows`` is safe to call from many tasks: one refresh at a time,
     and a refresh younger than ``fresh`` seconds is shared."""
 
-    def __init__(self, journal: Journal, *, fresh: float = 0.2) -> None:
+    def __init__(
+        self, journal: Journal, *, fresh: float = 0.2, clock: Callable[[], int] = time.time_ns
+    ) -> None:
         self.journal = journal
+        self.clock = clock
+        """The journal's clock (unix ns), against which leases expire."""
         self.fresh = fresh
         self._folders: dict[str, SessionFolder] = {}
         self._problems: dict[str, str] = {}
@@ -45,7 +50,7 @@ class Overview:
 
     async def _refresh(self) -> list[SessionRow]:
         infos = await self.journal.sessions()
-        now_ns = time.time_ns()
+        now_ns = self.clock()
         rows = []
         for info in infos:
             try:
