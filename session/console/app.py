@@ -11,10 +11,11 @@ takes a lease.  An error is a 4xx/5xx with a JSON reason, never a traceback.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from typing import Any
 
@@ -29,7 +30,6 @@ from starlette.responses import (
     JSONResponse,
     RedirectResponse,
     Response,
-    StreamingResponse,
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -210,14 +210,14 @@ def _routes(console: Console) -> list[Route | Mount]:
 
     async def sessions_events(request: Request) -> Response:
         console.check_read(request)
-        return _sse(_list_stream(console))
+        return EventStream(functools.partial(_list_stream, console))
 
     async def session_events(request: Request) -> Response:
         console.check_read(request)
         sid = request.path_params["session"]
         await console.head(sid)
         after = _int(request.headers.get("last-event-id") or request.query_params.get("after", "0"), "after")
-        return _sse(_session_stream(console, sid, after))
+        return EventStream(functools.partial(_session_stream, console, sid, after))
 
     async def tree(request: Request) -> Response:
         console.check_read(request)
@@ -405,12 +405,51 @@ async def _settled_effect(console: Console, sid: str, execution: str) -> tuple[i
 # -- live streams -----------------------------------------------------------------
 
 
-def _sse(stream: AsyncIterator[bytes]) -> Response:
-    return StreamingResponse(
-        stream,
-        media_type="text/event-stream",
-        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
-    )
+Emit = Callable[[bytes], Awaitable[None]]
+
+
+class EventStream(Response):
+    """A Server-Sent Events response: ``produce(emit)`` runs until it returns
+    or the page goes away (then it is cancelled).  Not a generator: the
+    producer may run tasks of its own, which a generator must not."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, produce: Callable[[Emit], Awaitable[None]]) -> None:
+        # No Response.__init__: it would declare a Content-Length for a body
+        # that never ends.
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-store"),
+            (b"x-accel-buffering", b"no"),
+        ]
+        self.produce = produce
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+        )
+
+        async def emit(chunk: bytes) -> None:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+        left = False
+        async with trio.open_nursery() as nursery:
+
+            async def gone() -> None:
+                nonlocal left
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                left = True
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(gone)
+            await self.produce(emit)
+            nursery.cancel_scope.cancel()
+        if not left:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _message(event: str, data: object, last: int | None = None) -> bytes:
@@ -418,13 +457,12 @@ def _message(event: str, data: object, last: int | None = None) -> bytes:
     return head.encode() + b"data: " + msgspec.json.encode(data) + b"\n\n"
 
 
-async def _session_stream(console: Console, sid: str, after: int) -> AsyncIterator[bytes]:
-    """The session's records as page items: its history in batches, then each
-    record as it is committed (the journal's ``tail``), with the actions open
-    after it whenever they change.  Items up to ``after`` are folded, not sent
-    (a page that reconnects)."""
+async def _session_stream(console: Console, sid: str, after: int, emit: Emit) -> None:
+    """The session's records as page items: its history in batches, then the
+    records committed later (the journal's ``tail``), each batch as soon as
+    it is read, with the actions open after it whenever they change.  Items
+    up to ``after`` are folded, not sent (a page that reconnects)."""
     feed, folder = TranscriptFeed(), SessionFolder()
-    shown: bytes | None = None
     batch: list[dict[str, Any]] = []
     head = 0
     try:
@@ -435,28 +473,49 @@ async def _session_stream(console: Console, sid: str, after: int) -> AsyncIterat
             if r.seq > after:
                 batch.append(item)
             if len(batch) >= BATCH:
-                yield _message("items", batch, head)
+                await emit(_message("items", batch, head))
                 batch = []
         if batch:
-            yield _message("items", batch, head)
+            await emit(_message("items", batch, head))
         actions = actions_of(folder.states)
         shown = msgspec.json.encode(actions)
-        yield _message("actions", actions)
-        yield _message("ready", {"head": head})
-        async for r in console.client.subscribe(sid, after=head):
-            folder.feed(r)
-            yield _message("items", [feed.item(r)], r.seq)
-            actions = actions_of(folder.states)
-            encoded = msgspec.json.encode(actions)
-            if encoded != shown:
-                shown = encoded
-                yield _message("actions", actions)
+        await emit(_message("actions", actions))
+        await emit(_message("ready", {"head": head}))
+        send, receive = trio.open_memory_channel[Record](BATCH)
+
+        async def pump() -> None:
+            async with send:
+                async for r in console.client.subscribe(sid, after=head):
+                    await send.send(r)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump)
+            async for first in receive:
+                # What the tail already read goes in one message: a burst of
+                # commits costs the page one update, not one per record.
+                records = [first]
+                while len(records) < BATCH:
+                    try:
+                        records.append(receive.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                items = []
+                for r in records:
+                    folder.feed(r)
+                    items.append(feed.item(r))
+                await emit(_message("items", items, records[-1].seq))
+                actions = actions_of(folder.states)
+                encoded = msgspec.json.encode(actions)
+                if encoded != shown:
+                    shown = encoded
+                    await emit(_message("actions", actions))
     except (JournalError, FoldError) as exc:
         log.warning("console_stream_failed", session=sid, error=str(exc))
-        yield _message("problem", {"message": f"{exc}; `loopruntime replay {sid} --check` says more"})
+        message = f"{exc}; `loopruntime replay {sid} --check` says more"
+        await emit(_message("problem", {"message": message}))
 
 
-async def _list_stream(console: Console) -> AsyncIterator[bytes]:
+async def _list_stream(console: Console, emit: Emit) -> None:
     """The session list whenever it changes (the journal is asked every
     ``list_poll`` seconds: no journal offers a tail of all sessions)."""
     shown: bytes | None = None
@@ -464,12 +523,12 @@ async def _list_stream(console: Console) -> AsyncIterator[bytes]:
         try:
             rows = await console.overview.rows()
         except JournalError as exc:
-            yield _message("problem", {"message": str(exc)})
+            await emit(_message("problem", {"message": str(exc)}))
             return
         encoded = msgspec.json.encode(rows)
         if encoded != shown:
             shown = encoded
-            yield b"event: sessions\ndata: " + encoded + b"\n\n"
+            await emit(b"event: sessions\ndata: " + encoded + b"\n\n")
         await trio.sleep(console.list_poll)
 
 

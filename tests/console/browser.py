@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -164,29 +162,33 @@ def _browser_or_skip() -> None:
         )
 
 
+class Browser:
+    """The launched browser: ``new_page`` opens a page in a context of its
+    own, so each page has its own connections (a browser keeps at most six
+    HTTP/1.1 connections to one address, and a live page holds one)."""
+
+    def __init__(self, browser: Any) -> None:
+        self.browser = browser
+
+    def new_page(self) -> Any:
+        context = self.browser.new_context(viewport={"width": 1100, "height": 760})
+        context.set_default_timeout(HANG)
+        return context.new_page()
+
+
 @contextmanager
-def browser_context() -> Iterator[Any]:
-    """A Playwright browser context on the system's Chromium, with a fresh
-    profile directory (the network is closed: no component updates, no sync)."""
+def browser_context() -> Iterator[Browser]:
+    """The system's Chromium, headless, launched by Playwright with a fresh
+    profile directory of its own (the network is closed: no component
+    updates, no sync, no QUIC)."""
     _browser_or_skip()
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.skip("the playwright package is not installed (it is in the test extra)")
-    profile = tempfile.mkdtemp(prefix="console-chromium-")
-    try:
-        with sync_playwright() as p:
-            context = p.chromium.launch_persistent_context(
-                profile,
-                executable_path=str(CHROMIUM),
-                headless=True,
-                args=ARGS,
-                viewport={"width": 1100, "height": 760},
-            )
-            context.set_default_timeout(HANG)
-            try:
-                yield context
-            finally:
-                context.close()
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
+        try:
+            yield Browser(browser)
+        finally:
+            browser.close()

@@ -39,7 +39,7 @@ def page(browser: Any, shared: Stack) -> Iterator[Any]:
     p.on("pageerror", lambda e: problems.append(str(e)))
     p.goto(shared.link)
     yield p
-    p.close()
+    p.context.close()
     assert problems == [], problems
 
 

@@ -100,14 +100,32 @@ function listPage() {
     document.getElementById("empty").hidden = rows.length > 0;
   }
 
-  const source = new EventSource("/api/sessions/events");
-  source.addEventListener("sessions", (ev) => {
-    rows = JSON.parse(ev.data);
-    showProblem("");
-    render();
+  whileVisible(() => {
+    const source = new EventSource("/api/sessions/events");
+    source.addEventListener("sessions", (ev) => {
+      rows = JSON.parse(ev.data);
+      showProblem("");
+      render();
+    });
+    source.addEventListener("problem", (ev) => showProblem(JSON.parse(ev.data).message));
+    source.onerror = () => showProblem("the console is not answering; retrying…");
+    return source;
   });
-  source.addEventListener("problem", (ev) => showProblem(JSON.parse(ev.data).message));
-  source.onerror = () => showProblem("the console is not answering; retrying…");
+}
+
+// A browser keeps at most six HTTP/1.1 connections to one address and each
+// live page holds one: a page in a hidden tab lets its stream go, and takes
+// it up again (from where it was) when shown.
+function whileVisible(connect) {
+  let source = connect();
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden && source) {
+      source.close();
+      source = null;
+    } else if (!document.hidden && !source) {
+      source = connect();
+    }
+  });
 }
 
 // -- a session --------------------------------------------------------------------
@@ -180,7 +198,18 @@ function sessionPage() {
     }
   }
 
+  // Items are drawn once per frame: a burst of records costs one layout.
+  let pending = [];
   function addItems(items) {
+    if (!pending.length) requestAnimationFrame(() => {
+      const batch = pending;
+      pending = [];
+      drawItems(batch);
+    });
+    pending.push(...items);
+  }
+
+  function drawItems(items) {
     follow(() => {
       const frag = document.createDocumentFragment();
       for (const item of items) {
@@ -383,23 +412,27 @@ function sessionPage() {
     });
   }
 
-  const source = new EventSource(`${base}/events`);
-  source.addEventListener("items", (ev) => addItems(JSON.parse(ev.data)));
-  source.addEventListener("actions", (ev) => showActions(JSON.parse(ev.data)));
-  source.addEventListener("ready", () => {
-    live.textContent = "live";
-    live.classList.add("on");
-    main.dataset.ready = "true";
-    showProblem("");
+  whileVisible(() => {
+    // From the last record shown: a page shown again gets only what it missed.
+    const source = new EventSource(`${base}/events?after=${head}`);
+    source.addEventListener("items", (ev) => addItems(JSON.parse(ev.data)));
+    source.addEventListener("actions", (ev) => showActions(JSON.parse(ev.data)));
+    source.addEventListener("ready", () => {
+      live.textContent = "live";
+      live.classList.add("on");
+      main.dataset.ready = "true";
+      showProblem("");
+    });
+    source.addEventListener("problem", (ev) => {
+      showProblem(JSON.parse(ev.data).message);
+      source.close();
+    });
+    source.onerror = () => {
+      live.textContent = "reconnecting…";
+      live.classList.remove("on");
+    };
+    return source;
   });
-  source.addEventListener("problem", (ev) => {
-    showProblem(JSON.parse(ev.data).message);
-    source.close();
-  });
-  source.onerror = () => {
-    live.textContent = "reconnecting…";
-    live.classList.remove("on");
-  };
 }
 
 if (document.body.dataset.page === "list") listPage();
