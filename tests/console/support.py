@@ -80,7 +80,7 @@ class SseReader:
     def __init__(self, app: Any, path: str, headers: dict[str, str]) -> None:
         self.app, self.path, self.headers = app, path, headers
         self.status: int | None = None
-        self.headers: dict[str, str] = {}
+        self.response_headers: dict[str, str] = {}
         self._buffer = b""
         self._chunks_send, self._chunks = trio.open_memory_channel[bytes](1000)
         self._gone = trio.Event()
@@ -116,7 +116,7 @@ class SseReader:
         async def send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 self.status = message["status"]
-                self.headers = {k.decode(): v.decode() for k, v in message["headers"]}
+                self.response_headers = {k.decode(): v.decode() for k, v in message["headers"]}
             elif message["type"] == "http.response.body":
                 await self._chunks_send.send(message.get("body", b""))
                 if not message.get("more_body", False):

@@ -336,8 +336,8 @@ async def test_a_session_stream_sends_history_then_each_new_record_and_the_actio
         async with SseReader(env.app, f"/api/sessions/{sid}/events", {"x-console-token": TOKEN}) as sse:
             items = await sse.until("items")
             assert sse.status == 200
-            assert sse.headers["content-type"].startswith("text/event-stream")
-            assert "content-length" not in sse.headers  # the body never ends
+            assert sse.response_headers["content-type"].startswith("text/event-stream")
+            assert "content-length" not in sse.response_headers  # the body never ends
             assert [i["seq"] for i in items] == list(range(1, head + 1))
             assert await sse.until("actions") == {"gates": [], "unknown": []}
             assert (await sse.until("ready")) == {"head": head}
