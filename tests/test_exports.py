@@ -49,6 +49,7 @@ PUBLIC = {
         "ForkError", "NoResultError", "DefinitionDriftError",
         "Client", "CommandRefusedError", "Host", "HostStatistics", "open_client",
     },
+    "session.console": {"parse_bind", "serve_console"},
 }  # fmt: skip
 
 

@@ -21,13 +21,11 @@ from typing import Any
 
 import msgspec
 import structlog
-import trio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
-    JSONResponse,
     RedirectResponse,
     Response,
 )
@@ -39,20 +37,17 @@ from journal.events import GateCancelled, GateResolved, ToolResolved
 from loopruntime import LoopError
 from loopruntime.host import FoldError
 
-from ..checkpoints import SessionFolder
 from ..client import Client, CommandRefusedError
 from ..replay import build_tree, render_states, states_at, tree_json
 from ..restore import read_states
 from .overview import Overview
 from .pages import list_page, message_page, session_page
-from .views import STATUS_ORDER, TranscriptFeed, actions_of
+from .streams import EventStream, list_stream, session_stream
+from .views import STATUS_ORDER
 
 __all__ = ["ConsoleError", "create_app"]
 
 log = structlog.get_logger(__name__)
-
-BATCH = 500
-"""Records per message while a page loads a session's history."""
 
 
 class ConsoleError(Exception):
@@ -114,9 +109,7 @@ class Console:
     def check_write(self, request: Request) -> None:
         """A state-changing request: same origin, token in the header, not read-only."""
         if self.read_only:
-            raise ConsoleError(
-                403, "this console is read-only (--read-only): it sends no commands"
-            )
+            raise ConsoleError(403, "this console is read-only (--read-only): it sends no commands")
         origin = request.headers.get("origin")
         own = f"{request.url.scheme}://{request.headers.get('host', '')}"
         if origin is not None and origin != own:
@@ -141,7 +134,8 @@ class Console:
             return await self.journal.head(session)
         except SessionNotFoundError:
             raise ConsoleError(
-                404, f"there is no session {session} in this journal; the list shows those there are"
+                404,
+                f"there is no session {session} in this journal; the list shows those there are",
             ) from None
 
     async def records(self, session: str) -> list[Record]:
@@ -202,22 +196,24 @@ def _routes(console: Console) -> list[Route | Mount]:
         console.check_read(request)
         wanted = request.query_params.get("status")
         if wanted is not None and wanted not in STATUS_ORDER:
-            raise ConsoleError(
-                400, f"status {wanted!r} is not one of {', '.join(STATUS_ORDER)}"
-            )
+            raise ConsoleError(400, f"status {wanted!r} is not one of {', '.join(STATUS_ORDER)}")
         rows = await console.overview.rows()
         return _json([r for r in rows if wanted is None or r.status == wanted])
 
     async def sessions_events(request: Request) -> Response:
         console.check_read(request)
-        return EventStream(functools.partial(_list_stream, console))
+        return EventStream(functools.partial(list_stream, console.overview, console.list_poll))
 
     async def session_events(request: Request) -> Response:
         console.check_read(request)
         sid = request.path_params["session"]
         await console.head(sid)
-        after = _int(request.headers.get("last-event-id") or request.query_params.get("after", "0"), "after")
-        return EventStream(functools.partial(_session_stream, console, sid, after))
+        after = _int(
+            request.headers.get("last-event-id") or request.query_params.get("after", "0"), "after"
+        )
+        return EventStream(
+            functools.partial(session_stream, console.journal, console.client, sid, after)
+        )
 
     async def tree(request: Request) -> Response:
         console.check_read(request)
@@ -232,7 +228,9 @@ def _routes(console: Console) -> list[Route | Mount]:
         records = await console.records(sid)
         head = records[-1].seq if records else 0
         if not 1 <= seq <= head:
-            raise ConsoleError(400, f"seq {seq} is out of range: session {sid} has seqs 1 to {head}")
+            raise ConsoleError(
+                400, f"seq {seq} is out of range: session {sid} has seqs 1 to {head}"
+            )
         try:
             found = states_at(records, seq)
         except FoldError as exc:
@@ -249,9 +247,7 @@ def _routes(console: Console) -> list[Route | Mount]:
             }
             for loop, st in found.items()
         ]
-        return _json(
-            {"seq": seq, "head": head, "loops": loops, "text": render_states(found, seq)}
-        )
+        return _json({"seq": seq, "head": head, "loops": loops, "text": render_states(found, seq)})
 
     async def record(request: Request) -> Response:
         console.check_read(request)
@@ -280,12 +276,16 @@ def _routes(console: Console) -> list[Route | Mount]:
             raise ConsoleError(*await _closed_gate(console, sid, gate_id))
         action = body.get("action")
         if open_gate.kind == "permission":
-            choices = {"allow_once": (True, "once"), "allow_session": (True, "session"),
-                       "deny": (False, "once")}
+            choices = {
+                "allow_once": (True, "once"),
+                "allow_session": (True, "session"),
+                "deny": (False, "once"),
+            }
             if action not in choices:
                 raise ConsoleError(
-                    400, f"gate {gate_id} asks for permission: action must be allow_once, "
-                    f"allow_session or deny, not {action!r}"
+                    400,
+                    f"gate {gate_id} asks for permission: action must be allow_once, "
+                    f"allow_session or deny, not {action!r}",
                 )
             allow, scope = choices[action]
             send = console.client.decide(sid, gate_id, allow, scope, key=key)
@@ -355,9 +355,7 @@ def _key(body: dict[str, Any]) -> str:
     return key
 
 
-async def _sent(
-    console: Console, sid: str, key: str, send: Awaitable[object]
-) -> Response:
+async def _sent(console: Console, sid: str, key: str, send: Awaitable[object]) -> Response:
     """Put the command, then wait a while for its owner to apply it: 200 with
     the record it made, 409 when refused, 202 when it still waits."""
     try:
@@ -388,9 +386,15 @@ async def _closed_gate(console: Console, sid: str, gate_id: str) -> tuple[int, s
         e = r.event
         if isinstance(e, GateResolved) and e.gate_id == gate_id:
             how = e.answer if e.kind == "user_input" else ("allowed" if e.allow else "denied")
-            return 409, f"gate {gate_id} was already answered at seq {r.seq} ({how}); nothing was sent"
+            return (
+                409,
+                f"gate {gate_id} was already answered at seq {r.seq} ({how}); nothing was sent",
+            )
         if isinstance(e, GateCancelled) and e.gate_id == gate_id:
-            return 409, f"gate {gate_id} was cancelled at seq {r.seq} ({e.reason}); nothing was sent"
+            return (
+                409,
+                f"gate {gate_id} was cancelled at seq {r.seq} ({e.reason}); nothing was sent",
+            )
     return 404, f"session {sid} has no gate {gate_id}"
 
 
@@ -398,138 +402,11 @@ async def _settled_effect(console: Console, sid: str, execution: str) -> tuple[i
     for r in await console.records(sid):
         e = r.event
         if isinstance(e, ToolResolved) and e.execution_id == execution:
-            return 409, f"tool call {execution} was already resolved at seq {r.seq}; nothing was sent"
+            return (
+                409,
+                f"tool call {execution} was already resolved at seq {r.seq}; nothing was sent",
+            )
     return 404, f"session {sid} has no tool call {execution} whose outcome is unknown"
-
-
-# -- live streams -----------------------------------------------------------------
-
-
-Emit = Callable[[bytes], Awaitable[None]]
-
-
-class EventStream(Response):
-    """A Server-Sent Events response: ``produce(emit)`` runs until it returns
-    or the page goes away (then it is cancelled).  Not a generator: the
-    producer may run tasks of its own, which a generator must not."""
-
-    media_type = "text/event-stream"
-
-    def __init__(self, produce: Callable[[Emit], Awaitable[None]]) -> None:
-        # No Response.__init__: it would declare a Content-Length for a body
-        # that never ends.
-        self.status_code = 200
-        self.background = None
-        self.raw_headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-store"),
-            (b"x-accel-buffering", b"no"),
-        ]
-        self.produce = produce
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send(
-            {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
-        )
-
-        async def emit(chunk: bytes) -> None:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-
-        left = False
-        async with trio.open_nursery() as nursery:
-
-            async def gone() -> None:
-                nonlocal left
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                left = True
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(gone)
-            await self.produce(emit)
-            nursery.cancel_scope.cancel()
-        if not left:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def _message(event: str, data: object, last: int | None = None) -> bytes:
-    head = f"event: {event}\n" + (f"id: {last}\n" if last is not None else "")
-    return head.encode() + b"data: " + msgspec.json.encode(data) + b"\n\n"
-
-
-async def _session_stream(console: Console, sid: str, after: int, emit: Emit) -> None:
-    """The session's records as page items: its history in batches, then the
-    records committed later (the journal's ``tail``), each batch as soon as
-    it is read, with the actions open after it whenever they change.  Items
-    up to ``after`` are folded, not sent (a page that reconnects)."""
-    feed, folder = TranscriptFeed(), SessionFolder()
-    batch: list[dict[str, Any]] = []
-    head = 0
-    try:
-        async for r in console.journal.read(sid):
-            head = r.seq
-            item = feed.item(r)
-            folder.feed(r)
-            if r.seq > after:
-                batch.append(item)
-            if len(batch) >= BATCH:
-                await emit(_message("items", batch, head))
-                batch = []
-        if batch:
-            await emit(_message("items", batch, head))
-        actions = actions_of(folder.states)
-        shown = msgspec.json.encode(actions)
-        await emit(_message("actions", actions))
-        await emit(_message("ready", {"head": head}))
-        send, receive = trio.open_memory_channel[Record](BATCH)
-
-        async def pump() -> None:
-            async with send:
-                async for r in console.client.subscribe(sid, after=head):
-                    await send.send(r)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(pump)
-            async for first in receive:
-                # What the tail already read goes in one message: a burst of
-                # commits costs the page one update, not one per record.
-                records = [first]
-                while len(records) < BATCH:
-                    try:
-                        records.append(receive.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                items = []
-                for r in records:
-                    folder.feed(r)
-                    items.append(feed.item(r))
-                await emit(_message("items", items, records[-1].seq))
-                actions = actions_of(folder.states)
-                encoded = msgspec.json.encode(actions)
-                if encoded != shown:
-                    shown = encoded
-                    await emit(_message("actions", actions))
-    except (JournalError, FoldError) as exc:
-        log.warning("console_stream_failed", session=sid, error=str(exc))
-        message = f"{exc}; `loopruntime replay {sid} --check` says more"
-        await emit(_message("problem", {"message": message}))
-
-
-async def _list_stream(console: Console, emit: Emit) -> None:
-    """The session list whenever it changes (the journal is asked every
-    ``list_poll`` seconds: no journal offers a tail of all sessions)."""
-    shown: bytes | None = None
-    while True:
-        try:
-            rows = await console.overview.rows()
-        except JournalError as exc:
-            await emit(_message("problem", {"message": str(exc)}))
-            return
-        encoded = msgspec.json.encode(rows)
-        if encoded != shown:
-            shown = encoded
-            await emit(b"event: sessions\ndata: " + encoded + b"\n\n")
-        await trio.sleep(console.list_poll)
 
 
 # -- helpers ------------------------------------------------------------------------
@@ -576,8 +453,9 @@ def create_app(
 
     def refused(request: Request, status: int, message: str) -> Response:
         if _wants_html(request):
-            return HTMLResponse(message_page(status, message), status_code=status,
-                                headers=_PAGE_HEADERS)
+            return HTMLResponse(
+                message_page(status, message), status_code=status, headers=_PAGE_HEADERS
+            )
         return _json({"error": message}, status=status)
 
     async def console_error(request: Request, exc: Exception) -> Response:
@@ -595,7 +473,9 @@ def create_app(
     async def bug(request: Request, exc: Exception) -> Response:
         # The traceback goes to the console's log, never to the page.
         log.exception("console_request_failed", path=request.url.path)
-        return refused(request, 500, f"the console failed ({type(exc).__name__}); its log has the details")
+        return refused(
+            request, 500, f"the console failed ({type(exc).__name__}); its log has the details"
+        )
 
     app = Starlette(
         routes=_routes(console),

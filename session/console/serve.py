@@ -11,6 +11,7 @@ import ipaddress
 import secrets
 import signal
 from collections.abc import Callable
+from typing import Any, cast
 
 import trio
 
@@ -74,7 +75,11 @@ async def serve_console(
                     return
 
             async with trio.open_nursery() as nursery:
-                binds = await nursery.start(functools.partial(serve, app, config, shutdown_trigger=stop))
+                # Starlette's ASGI signature is looser than Hypercorn's types.
+                asgi = cast("Any", app)
+                binds = await nursery.start(
+                    functools.partial(serve, asgi, config, shutdown_trigger=stop)
+                )
                 where = binds[0] if binds else f"http://{host}:{port}"
                 mode = " (read-only)" if read_only else ""
                 out(f"console{mode} on {url}")

@@ -91,9 +91,7 @@ def session_row(
 ) -> SessionRow:
     """The row of ``info``; ``states`` None when its records could not be read."""
     now_ns = time.time_ns() if now_ns is None else now_ns
-    status: Status = (
-        "damaged" if states is None else session_status(states.values(), info, now_ns)
-    )
+    status: Status = "damaged" if states is None else session_status(states.values(), info, now_ns)
     return SessionRow(
         session=info.session,
         status=status,

@@ -141,7 +141,9 @@ class Stack:
 
 
 @contextmanager
-def stack(tmp: Path, *, hosts: tuple[str, ...] = ("a",), read_only: bool = False) -> Iterator[Stack]:
+def stack(
+    tmp: Path, *, hosts: tuple[str, ...] = ("a",), read_only: bool = False
+) -> Iterator[Stack]:
     s = Stack(tmp, read_only=read_only)
     try:
         for h in hosts:

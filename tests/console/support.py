@@ -51,17 +51,25 @@ class Env:
             path, headers={"x-console-token": TOKEN, **(headers or {})}, **kw
         )
 
-    async def post(self, path: str, body: object, headers: dict[str, str] | None = None) -> httpx.Response:
+    async def post(
+        self, path: str, body: object, headers: dict[str, str] | None = None
+    ) -> httpx.Response:
         return await self.http.post(
             path, content=json.dumps(body), headers=WRITE if headers is None else headers
         )
 
 
 @asynccontextmanager
-async def running(*, read_only: bool = False, host: bool = True, wait: float = 5.0) -> AsyncIterator[Env]:
+async def running(
+    *, read_only: bool = False, host: bool = True, wait: float = 5.0
+) -> AsyncIterator[Env]:
     journal = trio_clock_journal()
     app = create_app(
-        journal, token=TOKEN, read_only=read_only, wait=wait, clock=lambda: int(trio.current_time() * 1e9)
+        journal,
+        token=TOKEN,
+        read_only=read_only,
+        wait=wait,
+        clock=lambda: int(trio.current_time() * 1e9),
     )
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url=BASE) as http:

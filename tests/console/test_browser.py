@@ -187,9 +187,7 @@ def test_an_unknown_effect_after_a_sigkilled_host_is_resolved_from_the_page(
         sid = new_session(s, "invoice ACME", key="kill")
 
         async def started(client: Any) -> bool:
-            return any(
-                [isinstance(r.event, ToolStarted) async for r in client.journal.read(sid)]
-            )
+            return any([isinstance(r.event, ToolStarted) async for r in client.journal.read(sid)])
 
         page = browser.new_page()
         page.goto(s.link)

@@ -4,12 +4,10 @@ actions through the inbox (applied once, refused when already answered)."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
-import trio
 
-from journal.events import GateResolved, ToolResolved
 from journal import inbox as ib
+from journal.events import GateResolved, ToolResolved
 from tests.console.scenario import HOSTILE
 from tests.console.support import BASE, TOKEN, WRITE, SseReader, running, text_of, wait_for
 from tests.support.loops import events_of
@@ -81,7 +79,9 @@ async def test_an_action_needs_the_token_in_a_header_not_the_cookie_alone() -> N
         path = f"/api/sessions/{sid}/gates/{gate}"
         r = await env.post(path, {"action": "allow_once"}, headers={"origin": BASE})
         assert r.status_code == 401 and "X-Console-Token" in r.json()["error"]
-        r = await env.post(path, {"action": "allow_once"}, headers={**WRITE, "x-console-token": "x"})
+        r = await env.post(
+            path, {"action": "allow_once"}, headers={**WRITE, "x-console-token": "x"}
+        )
         assert r.status_code == 403
         assert await env.journal.inbox(sid, after=0) == []
 
@@ -163,7 +163,9 @@ async def test_allow_for_the_session_and_deny() -> None:
         assert (resolved.allow, resolved.scope) == (True, "session")
         other = await env.session("book it", key="t")
         gate = await open_gate(env, other)
-        assert (await env.post(f"/api/sessions/{other}/gates/{gate}", {"action": "deny"})).status_code == 200
+        assert (
+            await env.post(f"/api/sessions/{other}/gates/{gate}", {"action": "deny"})
+        ).status_code == 200
         [denied] = await events_of(env.journal, other, GateResolved)
         assert denied.allow is False
 
@@ -186,9 +188,13 @@ async def test_a_refused_answer_says_why_and_the_gate_stays_open() -> None:
     async with running() as env:
         sid = await env.session("ask me")
         gate = await open_gate(env, sid)
-        r = await env.post(f"/api/sessions/{sid}/gates/{gate}", {"action": "answer", "text": "green"})
+        r = await env.post(
+            f"/api/sessions/{sid}/gates/{gate}", {"action": "answer", "text": "green"}
+        )
         assert r.status_code == 409 and "refused" in r.json()["error"]
-        assert [g.gate_id for st in (await states_of(env, sid)).values() for g in st.open_gates] == [gate]
+        assert [
+            g.gate_id for st in (await states_of(env, sid)).values() for g in st.open_gates
+        ] == [gate]
 
 
 async def test_an_unknown_effect_is_resolved_through_the_inbox_once() -> None:
@@ -237,7 +243,9 @@ async def test_bad_action_bodies_get_a_reason() -> None:
         r = await env.post(path, {"action": "maybe"})
         assert r.status_code == 400 and "allow_once, allow_session or deny" in r.json()["error"]
         assert (await env.post(path, {"action": "deny", "key": ""})).status_code == 400
-        assert (await env.post(f"/api/sessions/{sid}/gates/gate_nope", {"action": "deny"})).status_code == 404
+        assert (
+            await env.post(f"/api/sessions/{sid}/gates/gate_nope", {"action": "deny"})
+        ).status_code == 404
         assert (await env.post("/api/sessions/nope/gates/g", {"action": "deny"})).status_code == 404
         assert await events_of(env.journal, sid, GateResolved) == []
 
@@ -316,12 +324,16 @@ async def test_markup_from_the_journal_is_escaped_in_html_and_json() -> None:
     async with running() as env:
         sid = await env.session("page please")
         await wait_for(lambda: _has(env, sid, "Done: "))
-        async with SseReader(env.app, f"/api/sessions/{sid}/events", {"x-console-token": TOKEN}) as sse:
+        async with SseReader(
+            env.app, f"/api/sessions/{sid}/events", {"x-console-token": TOKEN}
+        ) as sse:
             items = await sse.until("items", lambda d: any(i["tag"] == "tool.completed" for i in d))
         [done] = [i for i in items if i["tag"] == "tool.completed"]
         assert HOSTILE in "".join(text for line in done["lines"] for _, text in line["spans"])
         # The 404 page of a session id holding markup shows it escaped.
-        page = await env.get("/sessions/<img src=x onerror=alert(1)>", headers={"accept": "text/html"})
+        page = await env.get(
+            "/sessions/<img src=x onerror=alert(1)>", headers={"accept": "text/html"}
+        )
         assert page.status_code == 404
         assert "<img" not in page.text and "&lt;img src=x onerror=alert(1)&gt;" in page.text
 
@@ -333,7 +345,9 @@ async def test_a_session_stream_sends_history_then_each_new_record_and_the_actio
     async with running() as env:
         sid = await env.session("hello")
         head = await env.journal.head(sid)
-        async with SseReader(env.app, f"/api/sessions/{sid}/events", {"x-console-token": TOKEN}) as sse:
+        async with SseReader(
+            env.app, f"/api/sessions/{sid}/events", {"x-console-token": TOKEN}
+        ) as sse:
             items = await sse.until("items")
             assert sse.status == 200
             assert sse.response_headers["content-type"].startswith("text/event-stream")
@@ -345,9 +359,14 @@ async def test_a_session_stream_sends_history_then_each_new_record_and_the_actio
             gates = await sse.until("actions", lambda d: d["gates"])
             [gate] = gates["gates"]
             assert gate["kind"] == "permission" and gate["tool"] == "book_table"
-            r = await env.post(f"/api/sessions/{sid}/gates/{gate['gate_id']}", {"action": "allow_once"})
+            r = await env.post(
+                f"/api/sessions/{sid}/gates/{gate['gate_id']}", {"action": "allow_once"}
+            )
             assert r.status_code == 200
-            assert await sse.until("actions", lambda d: not d["gates"]) == {"gates": [], "unknown": []}
+            assert await sse.until("actions", lambda d: not d["gates"]) == {
+                "gates": [],
+                "unknown": [],
+            }
             done = await sse.until("items", lambda d: any(i["tag"] == "tool.completed" for i in d))
             assert "Table booked at Chez Loop." in str(done)
 
@@ -365,7 +384,9 @@ async def test_a_reconnecting_page_gets_only_what_it_has_not_seen() -> None:
 async def test_streamed_output_reaches_the_page_before_the_message_is_committed() -> None:
     async with running() as env:
         sid = await env.session(key="x")
-        async with SseReader(env.app, f"/api/sessions/{sid}/events", {"x-console-token": TOKEN}) as sse:
+        async with SseReader(
+            env.app, f"/api/sessions/{sid}/events", {"x-console-token": TOKEN}
+        ) as sse:
             await sse.until("ready")
             await env.inbox.submit(sid, "stream it", key="x/s")
             seen, committed = "", False
@@ -409,7 +430,9 @@ async def test_a_failing_journal_or_a_bug_is_a_reason_never_a_traceback(
 
         monkeypatch.setattr(env.journal, "sessions", broken)
         r = await env.get("/api/sessions")
-        assert r.status_code == 503 and r.json() == {"error": "the journal failed: the disk went away"}
+        assert r.status_code == 503 and r.json() == {
+            "error": "the journal failed: the disk went away"
+        }
 
         async def bug() -> list:
             raise RuntimeError("secret internals")

@@ -21,13 +21,15 @@ import trio
 
 from journal import open_journal
 from session import Session
-from tests.console.browser import HANG, Stack, browser_context, stack
+from tests.console.browser import HANG, browser_context, stack
 from tests.console.scenario import definition
 from tests.support.processes import ROOT
 
 pytestmark = pytest.mark.slow
 
-FIGURES = Path(os.environ.get("LOOPRUNTIME_CONSOLE_FIGURES", ROOT / "benchmarks" / "results-console.json"))
+FIGURES = Path(
+    os.environ.get("LOOPRUNTIME_CONSOLE_FIGURES", ROOT / "benchmarks" / "results-console.json")
+)
 
 
 async def _talk(journal: Any, sid: str, said: list[str], create: bool) -> None:
@@ -42,7 +44,9 @@ async def _talk(journal: Any, sid: str, said: list[str], create: bool) -> None:
             await s.wait_idle()
 
 
-def append(url: str, sessions: list[str], rounds: int, *, start: int = 0, create: bool = False) -> None:
+def append(
+    url: str, sessions: list[str], rounds: int, *, start: int = 0, create: bool = False
+) -> None:
     """Every session in ``sessions`` takes ``rounds`` turns, all at once."""
 
     async def run() -> None:
@@ -100,7 +104,15 @@ def test_fifty_appending_sessions_keep_every_page_current_and_memory_flat(tmp_pa
         wait_up_to_date(list_page, watched, expected)
         after = s.console_rss()
         records = sum(expected.values())
-        _record({"load_50_sessions": {"records": records, "rss_kb_before": before, "rss_kb_after": after}})
+        _record(
+            {
+                "load_50_sessions": {
+                    "records": records,
+                    "rss_kb_before": before,
+                    "rss_kb_after": after,
+                }
+            }
+        )
         # Four times the records, and the console holds about what it held.
         assert after / before < 1.3, (before, after)
 
@@ -116,12 +128,16 @@ def test_figures_commit_to_page_and_a_large_session_loads(tmp_path: Path) -> Non
         # When each record reached the page, in the browser's clock: the page
         # moves data-head once it has shown a record (a line, or streamed text).
         page.evaluate(
-            """() => { window.seen = {}; const main = document.getElementById('session');
-            new MutationObserver(changes => { const now = performance.timeOrigin + performance.now();
+            """() => {
+            window.seen = {};
+            const main = document.getElementById('session');
+            new MutationObserver(changes => {
+              const now = performance.timeOrigin + performance.now();
               for (const c of changes) {
                 for (let seq = Number(c.oldValue) + 1; seq <= Number(main.dataset.head); seq++)
                   if (!(seq in window.seen)) window.seen[seq] = now; } })
-            .observe(main, {attributes: true, attributeFilter: ['data-head'], attributeOldValue: true}); }"""
+            .observe(main, {
+              attributes: true, attributeFilter: ['data-head'], attributeOldValue: true}); }"""
         )
         rounds = 0
         writing = time.perf_counter()

@@ -28,15 +28,24 @@ from tests.host.support import trio_clock_journal
 NOW = 1_000_000_000_000
 
 
-def info(owner: str | None = None, expires: int = 0, updated: int = 1, session: str = "s") -> SessionInfo:
+def info(
+    owner: str | None = None, expires: int = 0, updated: int = 1, session: str = "s"
+) -> SessionInfo:
     return SessionInfo(
-        session=session, head=3, incarnation=1, created_at=0, updated_at=updated,
-        owner=owner, expires_at=expires,
+        session=session,
+        head=3,
+        incarnation=1,
+        created_at=0,
+        updated_at=updated,
+        owner=owner,
+        expires_at=expires,
     )
 
 
 def gate() -> GateOpened:
-    return GateOpened(gate_id="g1", kind="permission", execution_id="e1", tool_name="t", prompt="ok?")
+    return GateOpened(
+        gate_id="g1", kind="permission", execution_id="e1", tool_name="t", prompt="ok?"
+    )
 
 
 def started() -> ToolStarted:
@@ -62,7 +71,9 @@ def test_the_list_puts_what_needs_a_person_first_then_the_newest() -> None:
     rows = [
         session_row(info(session="old", updated=1), {"m": LoopState()}, now_ns=NOW),
         session_row(info(session="new", updated=5), {"m": LoopState()}, now_ns=NOW),
-        session_row(info(session="ask", updated=0), {"m": LoopState(gates={"g1": gate()})}, now_ns=NOW),
+        session_row(
+            info(session="ask", updated=0), {"m": LoopState(gates={"g1": gate()})}, now_ns=NOW
+        ),
         session_row(info(session="bad", updated=9), None, now_ns=NOW, problem="damaged at 3"),
         session_row(
             info(session="lost", updated=2), {"m": LoopState(unknown={"e2": started()})}, now_ns=NOW
@@ -76,10 +87,19 @@ def test_actions_are_the_open_gates_and_unknown_effects() -> None:
     states = {"main": LoopState(gates={"g1": gate()}, unknown={"e2": started()})}
     assert actions_of(states) == {
         "gates": [
-            {"loop": "main", "gate_id": "g1", "kind": "permission", "prompt": "ok?",
-             "choices": None, "tool": "t", "preview": None}
+            {
+                "loop": "main",
+                "gate_id": "g1",
+                "kind": "permission",
+                "prompt": "ok?",
+                "choices": None,
+                "tool": "t",
+                "preview": None,
+            }
         ],
-        "unknown": [{"loop": "main", "execution_id": "e2", "name": "charge", "input": {"amount": 1}}],
+        "unknown": [
+            {"loop": "main", "execution_id": "e2", "name": "charge", "input": {"amount": 1}}
+        ],
     }
 
 
@@ -105,7 +125,9 @@ async def test_items_say_what_the_replay_transcript_says(autojump_clock: Any) ->
         item = feed.item(r)
         assert item["seq"] == r.seq and item["id"] == r.id
         for line in item["lines"]:
-            shown.append(f"{r.seq:>5} " + "    " * line["depth"] + "".join(t for _, t in line["spans"]))
+            shown.append(
+                f"{r.seq:>5} " + "    " * line["depth"] + "".join(t for _, t in line["spans"])
+            )
     assert "\n".join(shown) == render_transcript(records)
 
 
