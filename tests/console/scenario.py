@@ -4,6 +4,7 @@ person said, so one definition shows every thing the console must show.
 ``loopruntime host --definitions tests.console.scenario:definitions`` runs it
 in a host process; the HTTP tests run it in a ``Host`` of their own.
 
+* "weather ..." two ``forecast`` calls in parallel;
 * "stream ..."  a long reply streamed in small chunks, slowly (model.output records);
 * "book ..."    ``book_table``, which asks permission (a permission gate);
 * "ask ..."     ``choose``, which asks a question with choices (a question gate);
@@ -28,6 +29,14 @@ STREAMED = (
     "watches the journal sees it grow before the message is committed."
 )
 HOSTILE = "<script>document.title='owned'</script><b id=\"bold\">not bold</b>"
+
+
+@tool(permission="allow", concurrency="parallel")
+async def forecast(ctx: ToolContext, *, city: str) -> str:
+    """Today's weather for a city."""
+    return {"Paris": "Paris: 14°C, light rain.", "Oslo": "Oslo: -3°C, clear skies."}.get(
+        city, f"{city}: no forecast."
+    )
 
 
 @tool(permission="ask")
@@ -82,6 +91,14 @@ def _brain(request: ModelRequest) -> Reply:
     }
     if word in calls:
         return Reply(tool_calls=[calls[word]])
+    if word == "weather":
+        return Reply(
+            text="Let me check both cities at once.",
+            tool_calls=[
+                ToolCall(name="forecast", input={"city": "Paris"}),
+                ToolCall(name="forecast", input={"city": "Oslo"}),
+            ],
+        )
     return Reply(text=f"echo: {said}")
 
 
@@ -89,7 +106,8 @@ def definition() -> LoopDefinition:
     return LoopDefinition(
         name="console",
         model=ScriptedModel(_brain, name="scripted:console"),
-        tools=[book_table, choose, charge, send_invoice, fetch_page],
+        system="You are a helpful assistant.",
+        tools=[forecast, book_table, choose, charge, send_invoice, fetch_page],
     )
 
 
