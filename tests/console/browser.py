@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import pytest
 import trio
 
-from journal import init_journal, open_journal
+from journal import Journal, init_journal, open_journal
 from session import Client
 from tests.support.processes import ROOT
 
@@ -46,12 +46,13 @@ ARGS = [
 T = TypeVar("T")
 
 
-def in_journal(url: str, work: Callable[[Client], Awaitable[T]]) -> T:
-    """Run ``work`` with a client of the journal, from a synchronous test."""
+def in_journal(url: str, work: Callable[[Client, Journal], Awaitable[T]]) -> T:
+    """Run ``work`` with a client of the journal and the journal itself, from a
+    synchronous test."""
 
     async def run() -> T:
         async with open_journal(url) as journal:
-            return await work(Client(journal))
+            return await work(Client(journal), journal)
 
     return trio.run(run)
 

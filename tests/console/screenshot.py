@@ -19,7 +19,7 @@ def shoot(out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="console-shot-") as tmp:
         with stack(Path(tmp)) as s, browser_context() as browser:
 
-            async def work(client: Any) -> str:
+            async def work(client: Any, journal: Any) -> str:
                 sid = await client.create("console", session_id="ses_7f3a9c2e41d8b605", key="c")
                 for i, text in enumerate(
                     ["weather in Paris and Oslo?", "book a table at Chez Loop for two"]

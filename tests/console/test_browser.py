@@ -44,7 +44,7 @@ def page(browser: Any, shared: Stack) -> Iterator[Any]:
 
 
 def new_session(s: Stack, *said: str, key: str) -> str:
-    async def work(client: Any) -> str:
+    async def work(client: Any, journal: Any) -> str:
         sid = await client.create("console", key=f"{key}/c")
         for i, text in enumerate(said):
             await client.submit(sid, text, key=f"{key}/{i}")
@@ -54,7 +54,7 @@ def new_session(s: Stack, *said: str, key: str) -> str:
 
 
 def submit(s: Stack, sid: str, text: str, key: str) -> None:
-    async def work(client: Any) -> None:
+    async def work(client: Any, journal: Any) -> None:
         await client.submit(sid, text, key=key)
 
     in_journal(s.url, work)
@@ -186,8 +186,8 @@ def test_an_unknown_effect_after_a_sigkilled_host_is_resolved_from_the_page(
     with stack(tmp_path, hosts=("a",)) as s:
         sid = new_session(s, "invoice ACME", key="kill")
 
-        async def started(client: Any) -> bool:
-            return any([isinstance(r.event, ToolStarted) async for r in client.journal.read(sid)])
+        async def started(client: Any, journal: Any) -> bool:
+            return any([isinstance(r.event, ToolStarted) async for r in journal.read(sid)])
 
         page = browser.new_page()
         page.goto(s.link)
@@ -204,10 +204,8 @@ def test_an_unknown_effect_after_a_sigkilled_host_is_resolved_from_the_page(
         wait_text(page, "resolved by")
         wait_text(page, "Done: sent, the ledger shows it")
 
-        async def abandoned(client: Any) -> int:
-            return len(
-                [r async for r in client.journal.read(sid) if isinstance(r.event, ToolAbandoned)]
-            )
+        async def abandoned(client: Any, journal: Any) -> int:
+            return len([r async for r in journal.read(sid) if isinstance(r.event, ToolAbandoned)])
 
         assert in_journal(s.url, abandoned) == 1
         page.close()

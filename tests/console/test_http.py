@@ -77,13 +77,13 @@ async def test_an_action_needs_the_token_in_a_header_not_the_cookie_alone() -> N
         gate = await open_gate(env, sid)
         await env.http.get(f"/?token={TOKEN}")  # the cookie is set
         path = f"/api/sessions/{sid}/gates/{gate}"
-        r = await env.post(path, {"action": "allow_once"}, headers={"origin": BASE})
+        body = {"action": "allow_once", "key": "k"}
+        r = await env.post(path, body, headers={"origin": BASE})
         assert r.status_code == 401 and "X-Console-Token" in r.json()["error"]
-        r = await env.post(
-            path, {"action": "allow_once"}, headers={**WRITE, "x-console-token": "x"}
-        )
+        r = await env.post(path, body, headers={**WRITE, "x-console-token": "x"})
         assert r.status_code == 403
-        assert await env.journal.inbox(sid, after=0) == []
+        assert await env.journal.entry(sid, "k") is None
+        assert await events_of(env.journal, sid, GateResolved) == []
 
 
 @pytest.mark.parametrize(
@@ -98,9 +98,10 @@ async def test_a_cross_site_action_is_refused_and_sends_nothing(headers: dict[st
     async with running() as env:
         sid = await env.session("book it")
         gate = await open_gate(env, sid)
-        r = await env.post(f"/api/sessions/{sid}/gates/{gate}", {"action": "allow_once"}, headers)
+        body = {"action": "allow_once", "key": "k"}
+        r = await env.post(f"/api/sessions/{sid}/gates/{gate}", body, headers)
         assert r.status_code == 403 and "cross-site request refused" in r.json()["error"]
-        assert [e.key for e in await env.journal.inbox(sid)] == []
+        assert await env.journal.entry(sid, "k") is None
         assert await events_of(env.journal, sid, GateResolved) == []
 
 
@@ -110,11 +111,13 @@ async def test_read_only_hides_and_refuses_every_action() -> None:
         gate = await open_gate(env, sid)
         page = await env.get(f"/sessions/{sid}")
         assert 'data-mode="read-only"' in page.text and "read-only</span>" in page.text
-        r = await env.post(f"/api/sessions/{sid}/gates/{gate}", {"action": "allow_once"})
+        body = {"action": "allow_once", "key": "k"}
+        r = await env.post(f"/api/sessions/{sid}/gates/{gate}", body)
         assert r.status_code == 403 and "read-only" in r.json()["error"]
-        r = await env.post(f"/api/sessions/{sid}/effects/exe_1", {"result": "x"})
+        r = await env.post(f"/api/sessions/{sid}/effects/exe_1", {"result": "x", "key": "r"})
         assert r.status_code == 403
-        assert await env.journal.inbox(sid) == []
+        assert await env.journal.entry(sid, "k") is None
+        assert await env.journal.entry(sid, "r") is None
 
 
 # -- acting ----------------------------------------------------------------------------
