@@ -25,11 +25,13 @@ __all__ = [
     "STATUS_ORDER",
     "SessionRow",
     "Status",
+    "Summary",
     "TranscriptFeed",
     "actions_of",
     "session_row",
     "session_status",
     "sorted_rows",
+    "summary_of",
 ]
 
 Status = Literal["waiting", "unknown", "crashed", "running", "idle", "damaged"]
@@ -47,18 +49,39 @@ STATUS_WORDS: dict[Status, str] = {
 }
 
 
-def session_status(states: Iterable[LoopState], info: SessionInfo, now_ns: int) -> Status:
+class Summary(msgspec.Struct, frozen=True, kw_only=True):
+    """What a session's status needs of its loop states: a few counts, small
+    enough to keep for every session in the journal."""
+
+    head: int
+    """The last seq folded into the states these counts come from."""
+    loops: int
+    gates: int
+    unknown: int
+    open_turns: int
+
+
+def summary_of(states: dict[str, LoopState], head: int) -> Summary:
+    return Summary(
+        head=head,
+        loops=len(states),
+        gates=sum(len(s.gates) for s in states.values()),
+        unknown=sum(len(s.unknown) for s in states.values()),
+        open_turns=sum(1 for s in states.values() if s.turn_open and not s.stopped),
+    )
+
+
+def session_status(summary: Summary, info: SessionInfo, now_ns: int) -> Status:
     """One word for a session: an open gate first (a person is needed), then an
     unknown effect (a person must resolve it), then an open turn: ``running``
     while a host holds a live lease on it, ``crashed`` when no live owner does
     (a process died mid-turn, or a session run outside any host stopped;
     restoring settles it), else ``idle``."""
-    states = list(states)
-    if any(s.gates for s in states):
+    if summary.gates:
         return "waiting"
-    if any(s.unknown for s in states):
+    if summary.unknown:
         return "unknown"
-    if any(s.turn_open and not s.stopped for s in states):
+    if summary.open_turns:
         live = info.owner is not None and info.expires_at > now_ns
         return "running" if live else "crashed"
     return "idle"
@@ -84,14 +107,14 @@ class SessionRow(msgspec.Struct, kw_only=True):
 
 def session_row(
     info: SessionInfo,
-    states: dict[str, LoopState] | None,
+    summary: Summary | None,
     *,
     now_ns: int | None = None,
     problem: str | None = None,
 ) -> SessionRow:
-    """The row of ``info``; ``states`` None when its records could not be read."""
+    """The row of ``info``; ``summary`` None when its records could not be read."""
     now_ns = time.time_ns() if now_ns is None else now_ns
-    status: Status = "damaged" if states is None else session_status(states.values(), info, now_ns)
+    status: Status = "damaged" if summary is None else session_status(summary, info, now_ns)
     return SessionRow(
         session=info.session,
         status=status,
@@ -101,7 +124,7 @@ def session_row(
         last_activity=info.updated_at,
         records=info.head,
         pending=info.pending,
-        loops=0 if states is None else len(states),
+        loops=0 if summary is None else summary.loops,
         definition=info.definition,
         problem=problem,
     )

@@ -19,6 +19,7 @@ from session.console.views import (
     actions_of,
     session_row,
     session_status,
+    summary_of,
     sorted_rows,
 )
 from session.replay import render_transcript
@@ -61,22 +62,27 @@ def started() -> ToolStarted:
         (LoopState(turn_open=True), "h", NOW + 1, "running"),
         (LoopState(turn_open=True), "h", NOW - 1, "crashed"),
         (LoopState(turn_open=True), None, 0, "crashed"),
+        (LoopState(turn_open=True, stopped=True), None, 0, "idle"),
     ],
 )
 def test_a_sessions_status(state: LoopState, owner: str | None, expires: int, status: str) -> None:
-    assert session_status([state], info(owner, expires), NOW) == status
+    assert session_status(summary_of({"m": state}, 3), info(owner, expires), NOW) == status
 
 
 def test_the_list_puts_what_needs_a_person_first_then_the_newest() -> None:
     rows = [
-        session_row(info(session="old", updated=1), {"m": LoopState()}, now_ns=NOW),
-        session_row(info(session="new", updated=5), {"m": LoopState()}, now_ns=NOW),
+        session_row(info(session="old", updated=1), summary_of({"m": LoopState()}, 3), now_ns=NOW),
+        session_row(info(session="new", updated=5), summary_of({"m": LoopState()}, 3), now_ns=NOW),
         session_row(
-            info(session="ask", updated=0), {"m": LoopState(gates={"g1": gate()})}, now_ns=NOW
+            info(session="ask", updated=0),
+            summary_of({"m": LoopState(gates={"g1": gate()})}, 3),
+            now_ns=NOW,
         ),
         session_row(info(session="bad", updated=9), None, now_ns=NOW, problem="damaged at 3"),
         session_row(
-            info(session="lost", updated=2), {"m": LoopState(unknown={"e2": started()})}, now_ns=NOW
+            info(session="lost", updated=2),
+            summary_of({"m": LoopState(unknown={"e2": started()})}, 3),
+            now_ns=NOW,
         ),
     ]
     assert [r.session for r in sorted_rows(rows)] == ["ask", "lost", "bad", "new", "old"]
@@ -173,3 +179,24 @@ async def test_the_list_folds_only_the_records_after_the_last_it_saw(autojump_cl
         journal.read_from.clear()
         await overview.rows()
         assert journal.read_from == []  # nothing changed, nothing read
+
+
+async def test_the_list_keeps_the_states_of_the_latest_sessions_only(autojump_clock: Any) -> None:
+    journal = trio_clock_journal()
+    overview = Overview(journal, fresh=0, clock=lambda: 0, keep=1)
+    async with (
+        Session.create(journal, definition(), session_id="a") as a,
+        Session.create(journal, definition(), session_id="b") as b,
+    ):
+        for s in (a, b):
+            await s.submit("hello")
+            await s.wait_idle()
+        assert {r.session: r.status for r in await overview.rows()} == {"a": "idle", "b": "idle"}
+        assert overview.folded == 1
+        # a's states were let go: its next change is read from the journal again.
+        await a.submit("book it")
+        await a.wait_idle()
+        rows = await overview.rows()
+        assert [(r.session, r.status) for r in rows] == [("a", "waiting"), ("b", "idle")]
+        assert rows[0].records == await journal.head("a")
+        assert overview.folded == 1
