@@ -19,8 +19,8 @@ from session.console.views import (
     actions_of,
     session_row,
     session_status,
-    summary_of,
     sorted_rows,
+    summary_of,
 )
 from session.replay import render_transcript
 from tests.console.scenario import definition
