@@ -5,7 +5,7 @@ the app directly, and a reader of its live streams."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +14,6 @@ import httpx
 import trio
 
 from journal import Journal
-from journal.memory import MemoryJournal
 from session import Client, Host
 from session.console.app import create_app
 from tests.console.scenario import definitions
@@ -30,7 +29,7 @@ WRITE = {"x-console-token": TOKEN, "origin": BASE, "sec-fetch-site": "same-origi
 
 @dataclass
 class Env:
-    journal: MemoryJournal
+    journal: Journal
     app: Any
     http: httpx.AsyncClient
     inbox: Client
@@ -61,15 +60,23 @@ class Env:
 
 @asynccontextmanager
 async def running(
-    *, read_only: bool = False, host: bool = True, wait: float = 5.0
+    *,
+    read_only: bool = False,
+    host: bool = True,
+    wait: float = 5.0,
+    journal: Journal | None = None,
+    clock: Callable[[], int] = lambda: int(trio.current_time() * 1e9),
 ) -> AsyncIterator[Env]:
-    journal = trio_clock_journal()
+    """The console over ``journal`` (default: a memory journal on trio's
+    clock; ``clock`` is the journal's), with a host running the scenario
+    unless ``host`` is False."""
+    journal = journal or trio_clock_journal()
     app = create_app(
         journal,
         token=TOKEN,
         read_only=read_only,
         wait=wait,
-        clock=lambda: int(trio.current_time() * 1e9),
+        clock=clock,
     )
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url=BASE) as http:

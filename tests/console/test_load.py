@@ -100,8 +100,10 @@ def test_fifty_appending_sessions_keep_every_page_current_and_memory_flat(tmp_pa
         wait_up_to_date(list_page, watched, heads(s.url, sessions))
         before = s.console_rss()
         append(s.url, sessions, 12, start=4)
+        written = time.perf_counter()
         expected = heads(s.url, sessions)
         wait_up_to_date(list_page, watched, expected)
+        caught_up = time.perf_counter() - written
         after = s.console_rss()
         records = sum(expected.values())
         _record(
@@ -110,6 +112,7 @@ def test_fifty_appending_sessions_keep_every_page_current_and_memory_flat(tmp_pa
                     "records": records,
                     "rss_kb_before": before,
                     "rss_kb_after": after,
+                    "pages_current_s_after_last_commit": round(caught_up, 2),
                 }
             }
         )
