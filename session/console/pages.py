@@ -20,6 +20,7 @@ def _shell(title: str, body: str, *, token: str | None, read_only: bool, page: s
 <meta name="viewport" content="width=device-width, initial-scale=1">
 {meta}
 <title>{escape(title)}</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="/static/console.css">
 </head>
 <body data-page="{escape(page)}" data-mode="{mode}">
@@ -58,6 +59,7 @@ def session_page(session: str, token: str, read_only: bool) -> str:
 <div id="gates"></div>
 <div id="unknown"></div>
 </section>
+<section aria-label="your actions"><ol id="outcomes" class="outcomes" hidden></ol></section>
 <div class="tabs" role="tablist">
 <button type="button" data-tab="transcript" class="on">transcript</button>
 <button type="button" data-tab="tree">conversation tree</button>

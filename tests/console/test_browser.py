@@ -120,7 +120,16 @@ def test_approving_a_gate_shows_the_tools_result(page: Any, shared: Stack) -> No
     wait_text(page, "Table booked at Chez Loop.")
     wait_text(page, "! allowed (once)")
     page.locator("#actions").wait_for(state="hidden")
-    assert page.locator("#lines li.landed").count() >= 1
+    # The record the decision made is named, marked, and opens.
+    done = page.locator("#outcomes li.done")
+    done.wait_for()
+    assert "Allow once (book_table" in done.inner_text()
+    assert "(gate.resolved)" in done.inner_text()
+    landed = page.locator("#lines li.landed")
+    assert landed.get_attribute("data-tag") == "gate.resolved"
+    done.locator("button").click()
+    page.wait_for_function("() => document.getElementById('record-json').textContent.length > 0")
+    assert json.loads(page.locator("#record-json").inner_text())["event"]["type"] == "gate.resolved"
 
 
 def test_a_question_is_answered_with_a_choice(page: Any, shared: Stack) -> None:
@@ -128,6 +137,7 @@ def test_a_question_is_answered_with_a_choice(page: Any, shared: Stack) -> None:
     open_session(page, sid)
     page.locator(".gate.user_input button", has_text="blue").click()
     wait_text(page, "Done: picked blue")
+    assert 'answered "blue"' in page.locator("#outcomes li.done").inner_text()
 
 
 def test_markup_in_a_tool_result_is_shown_as_text(page: Any, shared: Stack) -> None:

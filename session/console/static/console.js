@@ -221,8 +221,7 @@ function sessionPage() {
           frag.append(node);
           const waiting = awaited.get(item.id);
           if (waiting) {
-            node.classList.add("landed");
-            waiting.textContent = `done: record ${item.seq} (${item.tag})`;
+            waiting(node);
             awaited.delete(item.id);
           }
         }
@@ -245,22 +244,47 @@ function sessionPage() {
     return keys.get(what);
   }
 
-  async function act(path, body, status, what) {
+  // What each action came to, kept after its box is gone: sent, then the
+  // record it made once that record is on the page.
+  function outcome(label) {
+    const list = document.getElementById("outcomes");
+    const text = el("span", { text: `${label}: sending…` });
+    const li = el("li", {}, text);
+    list.append(li);
+    list.hidden = false;
+    return { li, text };
+  }
+
+  function landedAt(entry, label, li) {
+    li.classList.add("landed");
+    entry.li.classList.add("done");
+    entry.text.textContent = `${label}: done, record ${li.dataset.seq} (${li.dataset.tag}) `;
+    entry.li.append(el("button", { type: "button", text: "show", onclick: () => showRecord(Number(li.dataset.seq)) }));
+  }
+
+  async function act(path, body, status, what, label) {
+    const entry = outcome(label);
     status.textContent = "sending…";
-    for (const b of status.parentElement.querySelectorAll("button, input, textarea")) b.disabled = true;
+    status.classList.remove("problem");
+    const controls = status.parentElement.querySelectorAll("button, input, textarea");
+    for (const c of controls) c.disabled = true;
     const { status: code, body: answer } = await postJSON(path, { ...body, key: keyFor(what) });
     if (code === 200) {
-      status.textContent = `applied; waiting for record ${answer.record || ""}`;
-      const landed = lines.querySelector(`li[data-id="${CSS.escape(answer.record || "")}"]`);
-      if (landed) {
-        landed.classList.add("landed");
-        status.textContent = `done: record ${landed.dataset.seq} (${landed.dataset.tag})`;
-      } else if (answer.record) awaited.set(answer.record, status);
+      status.textContent = "applied";
+      entry.text.textContent = `${label}: applied, waiting for its record`;
+      const li = lines.querySelector(`li[data-id="${CSS.escape(answer.record || "")}"]`);
+      if (li) landedAt(entry, label, li);
+      else if (answer.record) awaited.set(answer.record, (node) => landedAt(entry, label, node));
     } else if (code === 202) {
       status.textContent = answer.message;
+      entry.text.textContent = `${label}: ${answer.message}`;
     } else {
-      status.textContent = answer.error || `refused (${code})`;
+      const why = answer.error || `refused (${code})`;
+      status.textContent = why;
       status.classList.add("problem");
+      entry.text.textContent = `${label}: ${why}`;
+      entry.li.classList.add("problem");
+      for (const c of controls) c.disabled = false;
     }
   }
 
@@ -275,16 +299,16 @@ function sessionPage() {
       if (g.kind === "permission") {
         const choices = [["allow_once", "Allow once"], ["allow_session", "Allow for the session"], ["deny", "Deny"]];
         box.append(el("div", { class: "buttons" }, ...choices.map(([action, label]) =>
-          el("button", { type: "button", class: action, text: label, onclick: () => act(path, { action }, status, g.gate_id) }))));
+          el("button", { type: "button", class: action, text: label, onclick: () => act(path, { action }, status, g.gate_id, `${label} (${g.tool}, gate ${g.gate_id})`) }))));
       } else if (g.choices && g.choices.length) {
         box.append(el("div", { class: "buttons" }, ...g.choices.map((c) =>
-          el("button", { type: "button", text: c, onclick: () => act(path, { action: "answer", text: c }, status, g.gate_id) }))));
+          el("button", { type: "button", text: c, onclick: () => act(path, { action: "answer", text: c }, status, g.gate_id, `answered "${c}" (gate ${g.gate_id})`) }))));
       } else {
         const input = el("input", { type: "text", "aria-label": "answer", placeholder: "your answer" });
         const form = el("form", { class: "answer" }, input, el("button", { type: "submit", text: "Answer" }));
         form.addEventListener("submit", (ev) => {
           ev.preventDefault();
-          act(path, { action: "answer", text: input.value }, status, g.gate_id);
+          act(path, { action: "answer", text: input.value }, status, g.gate_id, `answered (gate ${g.gate_id})`);
         });
         box.append(form);
       }
@@ -308,7 +332,7 @@ function sessionPage() {
       const form = el("form", { class: "resolve" }, result, el("label", {}, error, " it failed (is_error)"), el("button", { type: "submit", text: "Resolve" }));
       form.addEventListener("submit", (ev) => {
         ev.preventDefault();
-        act(path, { result: result.value, is_error: error.checked }, status, u.execution_id);
+        act(path, { result: result.value, is_error: error.checked }, status, u.execution_id, `resolved ${u.name} (${u.execution_id})`);
       });
       box.append(form);
     }
@@ -320,9 +344,11 @@ function sessionPage() {
     const section = document.getElementById("actions");
     const gates = document.getElementById("gates");
     const unknown = document.getElementById("unknown");
-    // A box whose outcome is on its way stays until the next change shows it closed.
-    gates.replaceChildren(...actions.gates.map(gateNode));
-    unknown.replaceChildren(...actions.unknown.map(unknownNode));
+    // A box still open keeps its node (and what the person typed or sent).
+    const reuse = (parent, key, id, make, value) =>
+      parent.querySelector(`[${key}="${CSS.escape(id)}"]`) || make(value);
+    gates.replaceChildren(...actions.gates.map((g) => reuse(gates, "data-gate", g.gate_id, gateNode, g)));
+    unknown.replaceChildren(...actions.unknown.map((u) => reuse(unknown, "data-execution", u.execution_id, unknownNode, u)));
     section.hidden = !(actions.gates.length || actions.unknown.length);
   }
 
