@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from typing import Any
+from urllib.parse import urlencode
 
 import msgspec
 import structlog
@@ -154,7 +155,7 @@ def _page(console: Console, request: Request, render: Callable[[], str]) -> Resp
     without the token in the address bar (nor in its history)."""
     token = request.query_params.get("token")
     if token is not None and console._matches(token):
-        query = "&".join(f"{k}={v}" for k, v in request.query_params.items() if k != "token")
+        query = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
         target = request.url.path + (f"?{query}" if query else "")
         response: Response = RedirectResponse(target, status_code=303)
         response.set_cookie(

@@ -54,6 +54,9 @@ async def test_the_printed_link_sets_a_cookie_and_drops_the_token_from_the_addre
         page = await env.http.get("/")  # the client keeps the cookie
         assert page.status_code == 200 and 'data-page="list"' in page.text
         assert "default-src 'self'" in page.headers["content-security-policy"]
+        # Other parameters survive the redirect, encoded.
+        r = await env.http.get(f"/?status=waiting&token={TOKEN}&x=a%26b")
+        assert r.headers["location"] == "/?status=waiting&x=a%26b"
         # A link with a wrong token sets nothing.
         env.http.cookies.clear()
         assert (await env.http.get("/?token=nope")).status_code == 403
