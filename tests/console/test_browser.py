@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from journal.events import ToolAbandoned, ToolStarted
+from journal.events import GateResolved, ToolAbandoned, ToolStarted
 from tests.console.browser import HANG, Stack, browser_context, in_journal, stack
 from tests.console.scenario import HOSTILE, STREAMED
 
@@ -231,3 +232,44 @@ def test_a_read_only_console_shows_no_action(browser: Any, tmp_path: Path) -> No
         assert page.locator(".gate button").count() == 0
         assert page.locator("header .badge").inner_text() == "read-only"
         page.close()
+
+
+def test_a_gate_answered_elsewhere_is_shown_as_answered_and_nothing_is_sent_twice(
+    browser: Any, shared: Stack
+) -> None:
+    sid = new_session(shared, "book a table", key="twice")
+    fresh = browser.new_page()
+    fresh.goto(f"{shared.address}/sessions/{sid}?token={shared.token}")
+    fresh.locator(".gate.permission").wait_for()
+    # A second page that stays as it was when the gate opened: its stream is
+    # replayed from a copy taken now, so it never learns the gate closed.
+    events = f"{shared.address}/api/sessions/{sid}/events"
+    snapshot = b""
+    with httpx.stream("GET", events, headers={"x-console-token": shared.token}) as r:
+        for chunk in r.iter_bytes():
+            snapshot += chunk
+            if b"event: ready" in snapshot:
+                break
+    stale = browser.new_page()
+    stale.route(
+        "**/events*",
+        lambda route: route.fulfill(
+            status=200, headers={"content-type": "text/event-stream"}, body=snapshot
+        ),
+    )
+    stale.goto(f"{shared.address}/sessions/{sid}?token={shared.token}")
+    stale.locator(".gate.permission").wait_for()
+    fresh.locator(".gate.permission button.allow_once").click()
+    fresh.locator("#outcomes li.done").wait_for()
+    stale.locator(".gate.permission button.deny").click()
+    refused = stale.locator("#outcomes li.problem")
+    refused.wait_for()
+    assert "was already answered at seq" in refused.inner_text()
+    assert "(allowed)" in refused.inner_text()
+
+    async def resolutions(client: Any, journal: Any) -> int:
+        return len([r async for r in journal.read(sid) if isinstance(r.event, GateResolved)])
+
+    assert in_journal(shared.url, resolutions) == 1
+    fresh.context.close()
+    stale.context.close()
