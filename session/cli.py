@@ -504,7 +504,11 @@ def parser() -> argparse.ArgumentParser:
         "url", nargs="?", metavar="URL_OR_PATH", help="the journal (the same as --journal)"
     )
     init.set_defaults(run=cmd_journal)
-    add_commands(command, lambda args: journal_url(args.journal, create=True))
+    add_commands(
+        command,
+        lambda args: journal_url(args.journal, create=True),
+        lambda args: args.journal or os.environ.get("LOOPRUNTIME_JOURNAL") or DEFAULT_JOURNAL,
+    )
     return top
 
 

@@ -1,4 +1,4 @@
-"""The ``loopruntime host`` and ``loopruntime submit`` commands.
+"""The ``loopruntime host``, ``submit`` and ``console`` commands.
 
 ``host`` runs a ``Host`` for the definitions a module names until SIGTERM or
 SIGINT, then stops cleanly (its sessions handed over at once); it logs its
@@ -9,6 +9,7 @@ session's inbox under ``--key`` and, with ``--wait``, prints its outcome.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import signal
 from collections.abc import Callable, Mapping
@@ -113,8 +114,10 @@ async def submit_command(args: argparse.Namespace, url: str) -> int:
 def add_commands(
     command: Callable[[str, str, str], argparse.ArgumentParser],
     url: Callable[[argparse.Namespace], str],
+    console_url: Callable[[argparse.Namespace], str],
 ) -> None:
-    """Add ``host``, ``submit``, and the inbox forms of ``answer`` and ``decide``."""
+    """Add ``host``, ``submit``, the inbox forms of ``answer`` and ``decide``, and
+    ``console`` (whose journal must exist: ``console_url`` creates nothing)."""
     host = command(
         "host",
         "run sessions from the inbox until SIGTERM",
@@ -187,3 +190,33 @@ def add_commands(
     decide.add_argument("allow", choices=("allow", "deny"))
     decide.add_argument("--scope", choices=("once", "session"), default="once")
     inbox_options(decide)
+    console = command(
+        "console",
+        "a web page to watch sessions live and answer what waits on a person",
+        "Serve the console: the sessions, each one's transcript live, its conversation tree, "
+        "its state at any seq, and forms to answer gates and resolve unknown effects (sent "
+        "through the inbox).  It prints an address holding a token; every request needs it.",
+    )
+    console.add_argument(
+        "--bind",
+        default="127.0.0.1:8740",
+        metavar="HOST:PORT",
+        help="where to listen (default 127.0.0.1:8740, loopback only; port 0 picks a free one)",
+    )
+    console.add_argument(
+        "--read-only", action="store_true", help="show sessions only: no action is offered"
+    )
+
+    def run_console(args: argparse.Namespace) -> int:
+        from .console import serve_console
+
+        def out(text: str) -> None:
+            print(text, flush=True)
+
+        return trio.run(
+            functools.partial(serve_console, read_only=args.read_only, out=out),
+            console_url(args),
+            args.bind,
+        )
+
+    console.set_defaults(run=run_console)

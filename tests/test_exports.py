@@ -55,6 +55,7 @@ PUBLIC = {
         "ClientError", "ClientClosedError", "ClientNotOpenError", "WaitTimeoutError",
         "SyncClient", "open_sync_client",
     },
+    "session.console": {"parse_bind", "serve_console"},
 }  # fmt: skip
 
 

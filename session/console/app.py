@@ -1,0 +1,491 @@
+"""The console's ASGI application (Starlette): pages, JSON, live streams, actions.
+
+Rules: every request needs the console's token (the cookie set by the link
+the console printed, the ``X-Console-Token`` header, or ``?token=``); a
+request that changes anything (POST) needs it in the header, never the
+cookie alone, and is refused when it comes from another site (``Origin``,
+``Sec-Fetch-Site``) or when the console is read-only.  Commands go through
+the session's inbox (``Client``) under an idempotency key; the console never
+takes a lease.  An error is a 4xx/5xx with a JSON reason, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from importlib.resources import files
+from typing import Any
+from urllib.parse import urlencode
+
+import msgspec
+import structlog
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    RedirectResponse,
+    Response,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from journal import InboxKeyError, Journal, JournalError, Record, SessionNotFoundError
+from journal.events import GateCancelled, GateResolved, ToolResolved
+from loopruntime import LoopError
+from loopruntime.host import FoldError
+
+from ..client import Client, CommandRefusedError
+from ..replay import build_tree, render_states, states_at, tree_json
+from ..restore import read_states
+from .overview import Overview
+from .pages import list_page, message_page, session_page
+from .streams import EventStream, list_stream, session_stream
+from .views import STATUS_ORDER
+
+__all__ = ["ConsoleError", "create_app"]
+
+log = structlog.get_logger(__name__)
+
+
+class ConsoleError(Exception):
+    """A request the console refuses: an HTTP status and a reason for a person."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class Console:
+    """What every request shares: the journal, the client, the token."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        *,
+        token: str,
+        read_only: bool,
+        wait: float,
+        list_poll: float,
+        clock: Callable[[], int],
+    ) -> None:
+        self.journal = journal
+        self.client = Client(journal)
+        self.token = token
+        self.read_only = read_only
+        self.wait = wait
+        self.list_poll = list_poll
+        self.overview = Overview(journal, fresh=list_poll / 2, clock=clock)
+
+    # -- the guards --------------------------------------------------------------
+
+    def cookie_name(self, request: Request) -> str:
+        # One cookie per port: two consoles on one machine keep their own.
+        port = request.url.port or (443 if request.url.scheme == "https" else 80)
+        return f"loopruntime_console_{port}"
+
+    def _matches(self, given: str | None) -> bool:
+        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
+
+    def check_read(self, request: Request) -> None:
+        given = (
+            request.headers.get("x-console-token")
+            or request.cookies.get(self.cookie_name(request))
+            or request.query_params.get("token")
+        )
+        if given is None:
+            raise ConsoleError(
+                401,
+                "this console needs its token: open the address the console printed when it "
+                "started (it ends with ?token=...)",
+            )
+        if not self._matches(given):
+            raise ConsoleError(
+                403, "the token is not this console's: open the address it printed at start"
+            )
+
+    def check_write(self, request: Request) -> None:
+        """A state-changing request: same origin, token in the header, not read-only."""
+        if self.read_only:
+            raise ConsoleError(403, "this console is read-only (--read-only): it sends no commands")
+        origin = request.headers.get("origin")
+        own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+        if origin is not None and origin != own:
+            raise ConsoleError(
+                403, f"cross-site request refused: it comes from {origin}, not from {own}"
+            )
+        site = request.headers.get("sec-fetch-site")
+        if site is not None and site not in ("same-origin", "none"):
+            raise ConsoleError(403, f"cross-site request refused (Sec-Fetch-Site: {site})")
+        given = request.headers.get("x-console-token")
+        if given is None:
+            raise ConsoleError(
+                401,
+                "a request that changes a session needs the console's token in the "
+                "X-Console-Token header (the console's own page sends it)",
+            )
+        if not self._matches(given):
+            raise ConsoleError(403, "the X-Console-Token header does not hold this console's token")
+
+    async def head(self, session: str) -> int:
+        try:
+            return await self.journal.head(session)
+        except SessionNotFoundError:
+            raise ConsoleError(
+                404,
+                f"there is no session {session} in this journal; the list shows those there are",
+            ) from None
+
+    async def records(self, session: str) -> list[Record]:
+        try:
+            return [r async for r in self.journal.read(session)]
+        except SessionNotFoundError:
+            await self.head(session)
+            raise
+
+
+# -- pages ------------------------------------------------------------------------
+
+
+def _page(console: Console, request: Request, render: Callable[[], str]) -> Response:
+    """A page: a ``?token=`` link sets the cookie and sends the browser on
+    without the token in the address bar (nor in its history)."""
+    token = request.query_params.get("token")
+    if token is not None and console._matches(token):
+        query = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
+        target = request.url.path + (f"?{query}" if query else "")
+        response: Response = RedirectResponse(target, status_code=303)
+        response.set_cookie(
+            console.cookie_name(request),
+            console.token,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+    console.check_read(request)
+    return HTMLResponse(render(), headers=_PAGE_HEADERS)
+
+
+_PAGE_HEADERS = {
+    # Nothing from elsewhere: no remote script, style, frame or connection.
+    "content-security-policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+def _routes(console: Console) -> list[Route | Mount]:
+    async def index(request: Request) -> Response:
+        return _page(console, request, lambda: list_page(console.token, console.read_only))
+
+    async def session(request: Request) -> Response:
+        sid = request.path_params["session"]
+        if request.query_params.get("token") is None:
+            console.check_read(request)
+            await console.head(sid)
+        return _page(console, request, lambda: session_page(sid, console.token, console.read_only))
+
+    async def sessions(request: Request) -> Response:
+        console.check_read(request)
+        wanted = request.query_params.get("status")
+        if wanted is not None and wanted not in STATUS_ORDER:
+            raise ConsoleError(400, f"status {wanted!r} is not one of {', '.join(STATUS_ORDER)}")
+        rows = await console.overview.rows()
+        return _json([r for r in rows if wanted is None or r.status == wanted])
+
+    async def sessions_events(request: Request) -> Response:
+        console.check_read(request)
+        return EventStream(functools.partial(list_stream, console.overview, console.list_poll))
+
+    async def session_events(request: Request) -> Response:
+        console.check_read(request)
+        sid = request.path_params["session"]
+        await console.head(sid)
+        after = _int(
+            request.headers.get("last-event-id") or request.query_params.get("after", "0"), "after"
+        )
+        return EventStream(
+            functools.partial(session_stream, console.journal, console.client, sid, after)
+        )
+
+    async def tree(request: Request) -> Response:
+        console.check_read(request)
+        sid = request.path_params["session"]
+        records = await console.records(sid)
+        return Response(tree_json(build_tree(sid, records)), media_type="application/json")
+
+    async def states(request: Request) -> Response:
+        console.check_read(request)
+        sid = request.path_params["session"]
+        seq = _int(request.query_params.get("seq"), "seq")
+        records = await console.records(sid)
+        head = records[-1].seq if records else 0
+        if not 1 <= seq <= head:
+            raise ConsoleError(
+                400, f"seq {seq} is out of range: session {sid} has seqs 1 to {head}"
+            )
+        try:
+            found = states_at(records, seq)
+        except FoldError as exc:
+            raise ConsoleError(
+                422, f"{exc}; `loopruntime replay {sid} --check` reports every problem"
+            ) from exc
+        loops = [
+            {
+                "loop": loop,
+                "status": st.status.value,
+                "turn": st.turn_index,
+                "messages": len(st.messages),
+                "last_seq": st.last_seq,
+            }
+            for loop, st in found.items()
+        ]
+        return _json({"seq": seq, "head": head, "loops": loops, "text": render_states(found, seq)})
+
+    async def record(request: Request) -> Response:
+        console.check_read(request)
+        sid = request.path_params["session"]
+        seq = _int(request.path_params["seq"], "seq")
+        head = await console.head(sid)
+        if not 1 <= seq <= head:
+            raise ConsoleError(404, f"session {sid} has no record {seq} (its seqs are 1 to {head})")
+        async for r in console.journal.read(sid, after=seq - 1):
+            return Response(
+                msgspec.json.encode(msgspec.to_builtins(r)), media_type="application/json"
+            )
+        raise ConsoleError(404, f"session {sid} has no record {seq}")
+
+    async def gate(request: Request) -> Response:
+        console.check_write(request)
+        sid = request.path_params["session"]
+        gate_id = request.path_params["gate"]
+        body = await _body(request)
+        key = _key(body)
+        states = await read_states(console.journal, sid) if await console.head(sid) else {}
+        open_gate = next(
+            (g for st in states.values() for g in st.open_gates if g.gate_id == gate_id), None
+        )
+        if open_gate is None:
+            raise ConsoleError(*await _closed_gate(console, sid, gate_id))
+        action = body.get("action")
+        if open_gate.kind == "permission":
+            choices = {
+                "allow_once": (True, "once"),
+                "allow_session": (True, "session"),
+                "deny": (False, "once"),
+            }
+            if action not in choices:
+                raise ConsoleError(
+                    400,
+                    f"gate {gate_id} asks for permission: action must be allow_once, "
+                    f"allow_session or deny, not {action!r}",
+                )
+            allow, scope = choices[action]
+            send = console.client.decide(sid, gate_id, allow, scope, key=key)
+        else:
+            text = body.get("text")
+            if action != "answer" or not isinstance(text, str) or not text.strip():
+                raise ConsoleError(
+                    400, f"gate {gate_id} asks a question: send action 'answer' with its text"
+                )
+            send = console.client.answer(sid, gate_id, text, key=key)
+        return await _sent(console, sid, key, send)
+
+    async def effect(request: Request) -> Response:
+        console.check_write(request)
+        sid = request.path_params["session"]
+        execution = request.path_params["execution"]
+        body = await _body(request)
+        key = _key(body)
+        result, is_error = body.get("result"), body.get("is_error", False)
+        if not isinstance(result, str) or not result.strip():
+            raise ConsoleError(400, "a resolution needs the result the model will see (text)")
+        if not isinstance(is_error, bool):
+            raise ConsoleError(400, f"is_error must be true or false, not {is_error!r}")
+        states = await read_states(console.journal, sid) if await console.head(sid) else {}
+        if not any(execution in st.unknown for st in states.values()):
+            raise ConsoleError(*await _settled_effect(console, sid, execution))
+        send = console.client.resolve(sid, execution, result, is_error, key=key)
+        return await _sent(console, sid, key, send)
+
+    static = StaticFiles(directory=str(files("session.console") / "static"))
+    return [
+        Route("/", index),
+        Route("/sessions/{session}", session),
+        Route("/api/sessions", sessions),
+        Route("/api/sessions/events", sessions_events),
+        Route("/api/sessions/{session}/events", session_events),
+        Route("/api/sessions/{session}/tree", tree),
+        Route("/api/sessions/{session}/states", states),
+        Route("/api/sessions/{session}/records/{seq}", record),
+        Route("/api/sessions/{session}/gates/{gate}", gate, methods=["POST"]),
+        Route("/api/sessions/{session}/effects/{execution}", effect, methods=["POST"]),
+        Mount("/static", static),
+    ]
+
+
+# -- acting ---------------------------------------------------------------------
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        body = msgspec.json.decode(await request.body())
+    except msgspec.DecodeError as exc:
+        raise ConsoleError(400, f"the request body must be a JSON object ({exc})") from None
+    if not isinstance(body, dict):
+        raise ConsoleError(400, "the request body must be a JSON object")
+    return body
+
+
+def _key(body: dict[str, Any]) -> str:
+    """The page's idempotency key for this action (one per form shown, so a
+    double click or a retry is the same command), else a fresh one."""
+    key = body.get("key")
+    if key is None:
+        return f"console/{secrets.token_hex(12)}"
+    if not isinstance(key, str) or not 0 < len(key) <= 200:
+        raise ConsoleError(400, "key must be a string of 1 to 200 characters")
+    return key
+
+
+async def _sent(console: Console, sid: str, key: str, send: Awaitable[object]) -> Response:
+    """Put the command, then wait a while for its owner to apply it: 200 with
+    the record it made, 409 when refused, 202 when it still waits."""
+    try:
+        await send
+    except InboxKeyError as exc:
+        raise ConsoleError(409, str(exc)) from exc
+    except (LoopError, ValueError) as exc:
+        raise ConsoleError(400, str(exc)) from exc
+    try:
+        outcome = await console.client.wait(sid, key, timeout=console.wait)
+    except CommandRefusedError as exc:
+        raise ConsoleError(409, f"the session refused it: {exc.outcome.message}") from exc
+    except TimeoutError:
+        return _json(
+            {
+                "status": "queued",
+                "key": key,
+                "message": "sent to the session's inbox; no host has applied it yet (a host "
+                "running its definition applies it when it takes the session)",
+            },
+            status=202,
+        )
+    return _json({"status": "applied", "key": key, "record": outcome.record})
+
+
+async def _closed_gate(console: Console, sid: str, gate_id: str) -> tuple[int, str]:
+    for r in await console.records(sid):
+        e = r.event
+        if isinstance(e, GateResolved) and e.gate_id == gate_id:
+            how = e.answer if e.kind == "user_input" else ("allowed" if e.allow else "denied")
+            return (
+                409,
+                f"gate {gate_id} was already answered at seq {r.seq} ({how}); nothing was sent",
+            )
+        if isinstance(e, GateCancelled) and e.gate_id == gate_id:
+            return (
+                409,
+                f"gate {gate_id} was cancelled at seq {r.seq} ({e.reason}); nothing was sent",
+            )
+    return 404, f"session {sid} has no gate {gate_id}"
+
+
+async def _settled_effect(console: Console, sid: str, execution: str) -> tuple[int, str]:
+    for r in await console.records(sid):
+        e = r.event
+        if isinstance(e, ToolResolved) and e.execution_id == execution:
+            return (
+                409,
+                f"tool call {execution} was already resolved at seq {r.seq}; nothing was sent",
+            )
+    return 404, f"session {sid} has no tool call {execution} whose outcome is unknown"
+
+
+# -- helpers ------------------------------------------------------------------------
+
+
+def _json(value: object, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(value), status_code=status, media_type="application/json")
+
+
+def _int(value: str | None, what: str) -> int:
+    try:
+        return int(value) if value is not None else _missing(what)
+    except ValueError:
+        raise ConsoleError(400, f"{what} must be a whole number, not {value!r}") from None
+
+
+def _missing(what: str) -> int:
+    raise ConsoleError(400, f"{what} is missing (a whole number)")
+
+
+def _wants_html(request: Request) -> bool:
+    return not request.url.path.startswith("/api/") and "text/html" in request.headers.get(
+        "accept", ""
+    )
+
+
+def create_app(
+    journal: Journal,
+    *,
+    token: str,
+    read_only: bool = False,
+    wait: float = 10.0,
+    list_poll: float = 0.5,
+    clock: Callable[[], int] = time.time_ns,
+) -> Starlette:
+    """The console over an open ``journal``.  ``token`` guards every request;
+    ``wait`` bounds how long an action waits for its outcome before answering
+    202 (queued); ``list_poll`` is how often the live session list asks the
+    journal for changes; ``clock`` is the journal's (unix ns: leases expire by
+    it).  The caller owns the journal."""
+    console = Console(
+        journal, token=token, read_only=read_only, wait=wait, list_poll=list_poll, clock=clock
+    )
+
+    def refused(request: Request, status: int, message: str) -> Response:
+        if _wants_html(request):
+            return HTMLResponse(
+                message_page(status, message), status_code=status, headers=_PAGE_HEADERS
+            )
+        return _json({"error": message}, status=status)
+
+    async def console_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ConsoleError)
+        return refused(request, exc.status, str(exc))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return refused(request, exc.status_code, str(exc.detail))
+
+    async def journal_error(request: Request, exc: Exception) -> Response:
+        log.warning("console_journal_error", path=request.url.path, error=str(exc))
+        return refused(request, 503, f"the journal failed: {exc}")
+
+    async def bug(request: Request, exc: Exception) -> Response:
+        # The traceback goes to the console's log, never to the page.
+        log.exception("console_request_failed", path=request.url.path)
+        return refused(
+            request, 500, f"the console failed ({type(exc).__name__}); its log has the details"
+        )
+
+    app = Starlette(
+        routes=_routes(console),
+        exception_handlers={
+            ConsoleError: console_error,
+            HTTPException: http_error,
+            JournalError: journal_error,
+            Exception: bug,
+        },
+    )
+    app.state.console = console
+    return app

@@ -1,0 +1,252 @@
+"""What the console's pages show, computed from records and states (pure).
+
+No I/O and no framework here: the session list's rows and their statuses,
+one record as the transcript shows it (words from the replay tool), the
+streaming text a ``model.output`` record carries, and the actions a person
+can take on a session's loop states.  ``app`` turns these into JSON.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import msgspec
+
+from journal import Record, SessionInfo
+from journal.content import TextDelta
+from journal.events import ModelCallStarted, ModelMessageCommitted, ModelOutput
+from loopruntime import LoopState
+
+from ..replay import TranscriptRenderer
+
+__all__ = [
+    "STATUS_ORDER",
+    "SessionRow",
+    "Status",
+    "Summary",
+    "TranscriptFeed",
+    "actions_of",
+    "session_row",
+    "session_status",
+    "sorted_rows",
+    "summary_of",
+]
+
+Status = Literal["waiting", "unknown", "crashed", "running", "idle", "damaged"]
+
+STATUS_ORDER: tuple[Status, ...] = ("waiting", "unknown", "crashed", "damaged", "running", "idle")
+"""The list's order: what needs a person first."""
+
+STATUS_WORDS: dict[Status, str] = {
+    "waiting": "waiting on a person",
+    "unknown": "unknown effects",
+    "crashed": "crashed, unowned",
+    "damaged": "damaged",
+    "running": "running",
+    "idle": "idle",
+}
+
+
+class Summary(msgspec.Struct, frozen=True, kw_only=True):
+    """What a session's status needs of its loop states: a few counts, small
+    enough to keep for every session in the journal."""
+
+    head: int
+    """The last seq folded into the states these counts come from."""
+    loops: int
+    gates: int
+    unknown: int
+    open_turns: int
+
+
+def summary_of(states: dict[str, LoopState], head: int) -> Summary:
+    return Summary(
+        head=head,
+        loops=len(states),
+        gates=sum(len(s.gates) for s in states.values()),
+        unknown=sum(len(s.unknown) for s in states.values()),
+        open_turns=sum(1 for s in states.values() if s.turn_open and not s.stopped),
+    )
+
+
+def session_status(summary: Summary, info: SessionInfo, now_ns: int) -> Status:
+    """One word for a session: an open gate first (a person is needed), then an
+    unknown effect (a person must resolve it), then an open turn: ``running``
+    while a host holds a live lease on it, ``crashed`` when no live owner does
+    (a process died mid-turn, or a session run outside any host stopped;
+    restoring settles it), else ``idle``."""
+    if summary.gates:
+        return "waiting"
+    if summary.unknown:
+        return "unknown"
+    if summary.open_turns:
+        live = info.owner is not None and info.expires_at > now_ns
+        return "running" if live else "crashed"
+    return "idle"
+
+
+class SessionRow(msgspec.Struct, kw_only=True):
+    """One line of the session list."""
+
+    session: str
+    status: Status
+    status_text: str
+    owner: str | None
+    owner_live: bool
+    last_activity: int
+    """unix ns of the last append."""
+    records: int
+    pending: int
+    loops: int
+    definition: str | None = None
+    problem: str | None = None
+    """Why the session could not be read (status ``damaged``)."""
+
+
+def session_row(
+    info: SessionInfo,
+    summary: Summary | None,
+    *,
+    now_ns: int | None = None,
+    problem: str | None = None,
+) -> SessionRow:
+    """The row of ``info``; ``summary`` None when its records could not be read."""
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    status: Status = "damaged" if summary is None else session_status(summary, info, now_ns)
+    return SessionRow(
+        session=info.session,
+        status=status,
+        status_text=STATUS_WORDS[status],
+        owner=info.owner,
+        owner_live=info.owner is not None and info.expires_at > now_ns,
+        last_activity=info.updated_at,
+        records=info.head,
+        pending=info.pending,
+        loops=0 if summary is None else summary.loops,
+        definition=info.definition,
+        problem=problem,
+    )
+
+
+def sorted_rows(rows: Iterable[SessionRow]) -> list[SessionRow]:
+    """Waiting on a person first, then by status, newest activity first."""
+    rank = {s: i for i, s in enumerate(STATUS_ORDER)}
+    return sorted(rows, key=lambda r: (rank[r.status], -r.last_activity, r.session))
+
+
+# -- the transcript ---------------------------------------------------------------
+
+_MARK, _TEXT, _END = "\ue000", "\ue001", "\ue002"
+"""Private-use characters that bracket a painted span: the renderer's words
+are kept as they are and only split into spans for the page's colours."""
+
+
+class _Marked(TranscriptRenderer):
+    def paint(self, kind: str, text: str) -> str:
+        return f"{_MARK}{kind}{_TEXT}{text}{_END}"
+
+
+def _spans(line: str) -> list[list[str]]:
+    """``[[kind, text], ...]`` of a marked line; kind "" for plain text."""
+    out: list[list[str]] = []
+    rest = line
+    while rest:
+        start = rest.find(_MARK)
+        if start < 0:
+            out.append(["", rest])
+            break
+        if start:
+            out.append(["", rest[:start]])
+        middle = rest.find(_TEXT, start)
+        end = rest.find(_END, middle)
+        if middle < 0 or end < 0:
+            # Journal text holding the markers themselves: shown as it is.
+            out.append(["", rest[start:]])
+            break
+        out.append([rest[start + 1 : middle], rest[middle + 1 : end]])
+        rest = rest[end + 1 :]
+    return out
+
+
+def event_tag(record: Record) -> str:
+    return str(type(record.event).__struct_config__.tag)
+
+
+class TranscriptFeed:
+    """Records in seq order, one at a time, to what the page shows of each:
+    ``{"seq", "id", "loop", "tag", "lines": [{"depth", "spans"}], "stream"}``.
+
+    The lines are the replay transcript's lines (``TranscriptRenderer``), so
+    the page says what ``loopruntime replay`` says.  ``stream`` is set on the
+    records of a model call in progress: ``{"effect", "text", "state"}``
+    with ``state`` ``open`` (``model.call_started``), ``more`` (a
+    ``model.output`` chunk, its text deltas joined) or ``closed`` (the
+    committed message, which the lines then show)."""
+
+    def __init__(self) -> None:
+        self._renderer = _Marked()
+
+    def item(self, record: Record) -> dict[str, Any]:
+        prefix = len(f"{record.seq:>5} ")
+        lines = []
+        for marked in self._renderer.feed(record):
+            # The renderer's own seq column is dropped (the page shows seq apart).
+            body = _strip_seq(marked, prefix)
+            stripped = body.lstrip(" ")
+            depth = (len(body) - len(stripped)) // 4
+            lines.append({"depth": depth, "spans": _spans(stripped)})
+        item: dict[str, Any] = {
+            "seq": record.seq,
+            "id": record.id,
+            "loop": record.loop,
+            "tag": event_tag(record),
+            "lines": lines,
+            "stream": None,
+        }
+        e = record.event
+        if isinstance(e, ModelCallStarted):
+            item["stream"] = {"effect": e.effect_id, "text": "", "state": "open"}
+        elif isinstance(e, ModelOutput):
+            text = "".join(p.text for p in e.pieces if isinstance(p, TextDelta))
+            item["stream"] = {"effect": e.effect_id, "text": text, "state": "more"}
+        elif isinstance(e, ModelMessageCommitted):
+            item["stream"] = {"effect": e.effect_id, "text": "", "state": "closed"}
+        return item
+
+
+def _strip_seq(marked: str, prefix: int) -> str:
+    """The line without the renderer's seq column (painted ``dim``)."""
+    if marked.startswith(_MARK):
+        end = marked.find(_END)
+        return marked[end + 1 :]
+    return marked[prefix:]
+
+
+# -- actions ------------------------------------------------------------------------
+
+
+def actions_of(states: dict[str, LoopState]) -> dict[str, list[dict[str, Any]]]:
+    """What a person can do now: open gates (allow / deny, or answer) and tool
+    calls whose outcome is unknown (resolve), per loop, in the order opened."""
+    gates: list[dict[str, Any]] = []
+    unknown: list[dict[str, Any]] = []
+    for loop, state in states.items():
+        for g in state.open_gates:
+            gates.append(
+                {
+                    "loop": loop,
+                    "gate_id": g.gate_id,
+                    "kind": g.kind,
+                    "prompt": g.prompt,
+                    "choices": list(g.choices) if g.choices else None,
+                    "tool": g.tool_name,
+                    "preview": g.preview,
+                }
+            )
+        for u in state.unknown_effects:
+            unknown.append(
+                {"loop": loop, "execution_id": u.execution_id, "name": u.name, "input": u.input}
+            )
+    return {"gates": gates, "unknown": unknown}
