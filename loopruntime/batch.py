@@ -46,6 +46,7 @@ from journal.events import (
 )
 
 from . import deadlines, gates
+from .deferred import not_loaded
 from .definition import ResolvedDefinition
 from .ids import new_id
 from .notices import (
@@ -172,6 +173,8 @@ async def _admit(
     if tool is None:
         known = ", ".join(sorted(t.name for t in batch.resolved.tools)) or "none"
         return f"[error: there is no tool named {use.name!r}; available tools: {known}]"
+    if tool.name in batch.resolved.deferred and tool.name not in state.loaded:
+        return not_loaded(tool.name)
     try:
         tool.parse(use.input)
     except ToolInputError as exc:

@@ -169,6 +169,9 @@ class Tool:
     """Its effect happens entirely or not at all: a call cancelled at its
     deadline did nothing, so it fails visibly to the model instead of
     leaving an unknown outcome."""
+    deferred: bool = False
+    """The model sees only its name and first description line until it
+    loads it with the built-in ``load_tools`` tool (``loopruntime.deferred``)."""
 
     def __post_init__(self) -> None:
         if self.timeout is not FROM_LIMITS:
@@ -280,6 +283,7 @@ def tool(
     resumable: bool = False,
     timeout: float | _FromLimits | None = FROM_LIMITS,
     atomic: bool = False,
+    deferred: bool = False,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Tool]: ...
 
 
@@ -296,6 +300,7 @@ def tool(
     resumable: bool = False,
     timeout: float | _FromLimits | None = FROM_LIMITS,
     atomic: bool = False,
+    deferred: bool = False,
 ) -> Tool | Callable[[Callable[..., Awaitable[Any]]], Tool]:
     """Make an async function a tool; bare (``@tool``) or with options.
 
@@ -303,7 +308,9 @@ def tool(
     ``permission`` here or in the definition's ``permissions``, the tool is
     denied when called (fail closed).  ``timeout`` (seconds, None for no
     deadline) overrides ``Limits.tool_timeout`` for this tool; ``atomic``
-    declares that a call cancelled at its deadline did nothing.
+    declares that a call cancelled at its deadline did nothing; ``deferred``
+    keeps its schema out of the model's requests until the model loads it
+    (``load_tools``).
     """
 
     def build(f: Callable[..., Awaitable[Any]]) -> Tool:
@@ -324,6 +331,7 @@ def tool(
             resumable=resumable,
             timeout=timeout,
             atomic=atomic,
+            deferred=deferred,
         )
 
     return build(fn) if fn is not None else build

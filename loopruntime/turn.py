@@ -45,6 +45,7 @@ from journal.events import (
 
 from . import deadlines
 from .batch import run_batch
+from .deferred import advertised
 from .errors import ModelError
 from .ids import new_id
 from .model import Accumulator, coalesce
@@ -258,7 +259,7 @@ class TurnRunner:
         if state.turn_model_calls >= resolved.limits.max_model_calls_per_turn:
             await self.end("limit", kind="limit", code="limit.model_calls")
         step = state.step + 1
-        schemas = [t.schema for t in resolved.tools]
+        schemas = advertised(resolved.tools, resolved.deferred, state.loaded)
         request, fp = loop.requests.build(
             system=resolved.system,
             messages=state.messages,

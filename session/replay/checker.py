@@ -64,6 +64,7 @@ from journal.events import (
     ToolAbandoned,
     ToolCompleted,
     ToolResolved,
+    ToolsLoaded,
     ToolStarted,
     TurnEnded,
     TurnRejected,
@@ -378,6 +379,7 @@ class _Checker:
                 | LoopReconfigured()
                 | LoopInferenceChanged()
                 | LoopToolsReplaced()
+                | ToolsLoaded()
                 | InputQueued()
                 | InputCancelled()
                 | SteerQueued()

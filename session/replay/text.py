@@ -18,6 +18,7 @@ from journal.events import (
     LoopReconfigured,
     LoopToolsReplaced,
     ModelMessageCommitted,
+    ToolsLoaded,
 )
 from loopruntime.host import change_text
 
@@ -59,7 +60,11 @@ def notice_text(event: ModelMessageCommitted) -> str:
 
 
 def config_text(
-    event: LoopConfigured | LoopReconfigured | LoopInferenceChanged | LoopToolsReplaced,
+    event: LoopConfigured
+    | LoopReconfigured
+    | LoopInferenceChanged
+    | LoopToolsReplaced
+    | ToolsLoaded,
 ) -> str:
     """What a configuration record says, in one line."""
     match event:
@@ -77,6 +82,8 @@ def config_text(
         case LoopToolsReplaced():
             tools = ", ".join(event.tools) if event.tools is not None else "the definition's"
             return f"from the next turn: tools {tools}"
+        case ToolsLoaded():
+            return f"tools loaded: {', '.join(event.tools)}"
 
 
 _DEADLINE_WHAT = {

@@ -51,6 +51,7 @@ from journal.events import (
     ToolAbandoned,
     ToolCompleted,
     ToolResolved,
+    ToolsLoaded,
     ToolStarted,
     TurnEnded,
     TurnRejected,
@@ -203,7 +204,7 @@ class TranscriptRenderer:
             case LoopReconfigured():
                 lines.append(prefix + paint("notice", f"⟳ definition changed: {config_text(e)}"))
                 lines += self._prompts(prefix, e.prompts)
-            case LoopInferenceChanged() | LoopToolsReplaced():
+            case LoopInferenceChanged() | LoopToolsReplaced() | ToolsLoaded():
                 lines.append(prefix + paint("dim", f"({config_text(e)})"))
             case ModelCallStarted() | ModelOutput() | ContextMeasured():
                 pass  # the committed message is what the transcript shows

@@ -56,6 +56,7 @@ from journal.events import (
     ToolAbandoned,
     ToolCompleted,
     ToolResolved,
+    ToolsLoaded,
     ToolStarted,
     TurnEnded,
     TurnRejected,
@@ -152,7 +153,11 @@ class _StreamBuilder:
             case LoopModeChanged() | LoopStopped() | ContextMeasured() | CompactionRejected():
                 pass
             case (
-                LoopConfigured() | LoopReconfigured() | LoopInferenceChanged() | LoopToolsReplaced()
+                LoopConfigured()
+                | LoopReconfigured()
+                | LoopInferenceChanged()
+                | LoopToolsReplaced()
+                | ToolsLoaded()
             ):
                 kind = type(e).__struct_config__.tag
                 assert isinstance(kind, str)
