@@ -115,6 +115,11 @@ class TurnPort(ToolsPort, Protocol):
         """Id of the record of the command stopping the turn, if it has one."""
         ...
 
+    @property
+    def stop_principal(self) -> str | None:
+        """Who asked for the interrupt stopping the turn, if it said."""
+        ...
+
     def enter_turn_scope(self, scope: trio.CancelScope) -> None:
         """The scope the loop cancels to stop the turn."""
         ...

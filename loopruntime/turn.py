@@ -55,6 +55,7 @@ from .notices import (
 )
 from .output import output_reminder, output_verdict
 from .ports import TurnPort
+from .principals import stamped_end
 from .settling import queue_consequences, reply_cut_short, settle_turn_events
 from .state import LoopState
 
@@ -106,7 +107,7 @@ class TurnRunner:
             # people is left open as the journal holds it, for restore.
             reason = self.loop.stop_reason
             await self.loop.commit(
-                self._settle_interrupted(reason),
+                stamped_end(self._settle_interrupted(reason), self.loop.stop_principal),
                 cause=self.loop.stop_cause or self.state.turn_record,
             )
         self.log.debug("turn_finished", outcome=self.state.last_outcome, parked=self.parked)

@@ -18,7 +18,7 @@ import trio
 from journal import Journal, Record, SessionInfo, open_journal
 from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
-from loopruntime.host import new_id
+from loopruntime.host import check_principal, new_id
 
 from .validation import answer_text, check_decision, steering_text, tool_result, user_message
 
@@ -52,16 +52,19 @@ class Client:
         self.journal = journal
         self.poll = poll
 
-    async def create(self, definition_name: str, *, session_id: str | None = None, key: str) -> str:
+    async def create(
+        self,
+        definition_name: str,
+        *,
+        session_id: str | None = None,
+        key: str,
+        principal: str | None = None,
+    ) -> str:
         """Ask for a new session running ``definition_name``; returns its id.
         A host offering that definition starts it."""
         session_id = session_id or new_id("ses_")
-        await self.journal.put(
-            session_id,
-            _key(key),
-            ib.Create(definition=definition_name),
-            definition=definition_name,
-        )
+        command = ib.Create(definition=definition_name, principal=check_principal(principal))
+        await self.journal.put(session_id, _key(key), command, definition=definition_name)
         return session_id
 
     async def _put(self, session_id: str, key: str, command: ib.InboxCommand) -> ib.InboxEntry:
@@ -74,23 +77,58 @@ class Client:
         *,
         key: str,
         loop: str | None = None,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return await self._put(session_id, key, ib.Submit(message=user_message(content), loop=loop))
+        command = ib.Submit(
+            message=user_message(content), loop=loop, principal=check_principal(principal)
+        )
+        return await self._put(session_id, key, command)
 
     async def steer(
-        self, session_id: str, text: str, *, key: str, loop: str | None = None
+        self,
+        session_id: str,
+        text: str,
+        *,
+        key: str,
+        loop: str | None = None,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return await self._put(session_id, key, ib.Steer(text=steering_text(text), loop=loop))
+        command = ib.Steer(
+            text=steering_text(text), loop=loop, principal=check_principal(principal)
+        )
+        return await self._put(session_id, key, command)
 
-    async def answer(self, session_id: str, gate_id: str, text: str, *, key: str) -> ib.InboxEntry:
-        command = ib.Answer(gate_id=gate_id, text=answer_text(gate_id, text))
+    async def answer(
+        self,
+        session_id: str,
+        gate_id: str,
+        text: str,
+        *,
+        key: str,
+        principal: str | None = None,
+    ) -> ib.InboxEntry:
+        command = ib.Answer(
+            gate_id=gate_id, text=answer_text(gate_id, text), principal=check_principal(principal)
+        )
         return await self._put(session_id, key, command)
 
     async def decide(
-        self, session_id: str, gate_id: str, allow: bool, scope: str = "once", *, key: str
+        self,
+        session_id: str,
+        gate_id: str,
+        allow: bool,
+        scope: str = "once",
+        *,
+        key: str,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
         check_decision(gate_id, allow, scope)
-        command = ib.Decide(gate_id=gate_id, allow=allow, scope=scope)  # type: ignore[arg-type]
+        command = ib.Decide(
+            gate_id=gate_id,
+            allow=allow,
+            scope=scope,  # type: ignore[arg-type]
+            principal=check_principal(principal),
+        )
         return await self._put(session_id, key, command)
 
     async def resolve(
@@ -101,28 +139,64 @@ class Client:
         is_error: bool = False,
         *,
         key: str,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
         content = tool_result(execution_id, result, is_error)
-        command = ib.Resolve(execution_id=execution_id, content=content, is_error=is_error)
+        command = ib.Resolve(
+            execution_id=execution_id,
+            content=content,
+            is_error=is_error,
+            principal=check_principal(principal),
+        )
         return await self._put(session_id, key, command)
 
     async def interrupt(
-        self, session_id: str, *, key: str, loop: str | None = None
+        self,
+        session_id: str,
+        *,
+        key: str,
+        loop: str | None = None,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return await self._put(session_id, key, ib.Interrupt(loop=loop))
+        command = ib.Interrupt(loop=loop, principal=check_principal(principal))
+        return await self._put(session_id, key, command)
 
     async def cancel_queued(
-        self, session_id: str, input_id: str, *, key: str, loop: str | None = None
+        self,
+        session_id: str,
+        input_id: str,
+        *,
+        key: str,
+        loop: str | None = None,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return await self._put(session_id, key, ib.CancelQueued(input_id=input_id, loop=loop))
+        command = ib.CancelQueued(
+            input_id=input_id, loop=loop, principal=check_principal(principal)
+        )
+        return await self._put(session_id, key, command)
 
-    async def compact(self, session_id: str, *, key: str, loop: str | None = None) -> ib.InboxEntry:
-        return await self._put(session_id, key, ib.Compact(loop=loop))
+    async def compact(
+        self,
+        session_id: str,
+        *,
+        key: str,
+        loop: str | None = None,
+        principal: str | None = None,
+    ) -> ib.InboxEntry:
+        command = ib.Compact(loop=loop, principal=check_principal(principal))
+        return await self._put(session_id, key, command)
 
     async def change_mode(
-        self, session_id: str, mode: str | None, *, key: str, loop: str | None = None
+        self,
+        session_id: str,
+        mode: str | None,
+        *,
+        key: str,
+        loop: str | None = None,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return await self._put(session_id, key, ib.ChangeMode(mode=mode, loop=loop))
+        command = ib.ChangeMode(mode=mode, loop=loop, principal=check_principal(principal))
+        return await self._put(session_id, key, command)
 
     async def wait(
         self,

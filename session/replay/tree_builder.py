@@ -172,6 +172,7 @@ class _StreamBuilder:
                     trigger=e.trigger,
                     text=" ".join(blocks_text(m.blocks) for m in e.messages),
                     synthetic=bool(e.messages) and all(m.synthetic for m in e.messages),
+                    principal=e.principal,
                 )
                 self.inputs[e.input_id] = node
                 s.inputs.append(node)
@@ -285,6 +286,8 @@ class _StreamBuilder:
                     seq=r.seq,
                     prompt=e.prompt,
                     choices=list(e.choices) if e.choices is not None else None,
+                    form=e.form,
+                    url=e.url,
                 )
                 self.gates[e.gate_id] = gate
                 owner = self.by_execution.get(e.execution_id) if e.execution_id else None
@@ -301,6 +304,7 @@ class _StreamBuilder:
                 if gate_r is not None:
                     gate_r.status, gate_r.closed_seq = "resolved", r.seq
                     gate_r.answer, gate_r.allow, gate_r.scope = e.answer, e.allow, e.scope
+                    gate_r.answered_by = e.principal
             case GateCancelled():
                 gate_r = self.gates.get(e.gate_id)
                 if gate_r is not None:
