@@ -173,6 +173,8 @@ class Loop:
         self._turn_scope: trio.CancelScope | None = None
         self._turn_finished = trio.Event()
         self._answers = gates.Answers()
+        self.forms = gates.Forms(self._resend_answer)
+        """The types open form gates' answers must fit (``gates.Forms``)."""
         self._active = 0
         """Tasks of this loop doing work (not waiting on a person)."""
         self._quiet = trio.lowlevel.ParkingLot()
@@ -348,6 +350,15 @@ class Loop:
         self._quiet_changed()
         return await command.reply.wait()
 
+    def _resend_answer(self, command: AnswerGate) -> None:
+        """Take a held answer again (its form's type is known, or the turn ended)."""
+        try:
+            self._mailbox.send_priority(command)
+        except LoopClosedError as exc:
+            command.reply.fail(exc)
+            return
+        self._quiet_changed()
+
     def _quiet_changed(self) -> None:
         self._quiet.unpark_all()
 
@@ -390,6 +401,7 @@ class Loop:
                     self.busy(+1)
                     try:
                         if isinstance(command, _TurnDone):
+                            self.forms.release_all()
                             await self._after_turn()
                             continue
                         if isinstance(command, _CompactionDone):
@@ -418,6 +430,7 @@ class Loop:
                 if not isinstance(item, _TurnDone | _CompactionDone):
                     item.reply.fail(closed_error(self.id))
             self._answers.fail_all(closed_error(self.id))
+            self.forms.fail_all(closed_error(self.id))
             self._stopped.set()
             self._quiet.unpark_all()
 
@@ -504,7 +517,12 @@ class Loop:
                 command.reply.set(command.steer_id)
                 await self._maybe_start_turn()
             case AnswerGate() | DecideGate():
-                resolution = gates.resolution(state, command)
+                if isinstance(command, AnswerGate) and self.forms.waits_for_type(state, command):
+                    # A form gate restored open: its type comes back when the
+                    # re-entered tool asks again; the answer is checked then.
+                    self.forms.hold(command)
+                    return
+                resolution = gates.resolution(state, command, self.forms)
                 await self._commit_command(command, [resolution])
                 # The turn may not be waiting yet (just resumed): the answer
                 # is kept until it does.

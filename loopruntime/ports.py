@@ -20,6 +20,7 @@ from journal.record import Record
 from .commands import Command
 from .context import RequestBuilder
 from .definition import Delegator, LoopDefinition, ResolvedDefinition
+from .forms import Forms
 from .model import Delta
 from .state import LoopState
 from .tools import Tool
@@ -79,6 +80,11 @@ class ToolsPort(LoopPort, Delegator, Protocol):
     @property
     def listed(self) -> Sequence[Tool]:
         """The tools the loop's toolsets listed when it started."""
+        ...
+
+    @property
+    def forms(self) -> Forms:
+        """The types open form gates' answers must fit (this process only)."""
         ...
 
     async def wait_gate(self, gate_id: str) -> GateResolved:

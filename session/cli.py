@@ -31,6 +31,7 @@ from journal import (
     parse_location,
 )
 from loopruntime import LoopError, LoopStatus
+from loopruntime.host import check_principal
 
 from .chat import run_chat
 from .fork import lineage, plan_fork, write_fork
@@ -312,6 +313,7 @@ async def _resolve(args: argparse.Namespace) -> int:
             _checked_text(args.execution_id, "execution id"),
             _checked_text(args.result, "result"),
             is_error=args.error,
+            principal=check_principal(args.principal),
         )
     print(f"resolved {args.execution_id}; the session continues when its host restores it")
     return 0
@@ -490,6 +492,10 @@ def parser() -> argparse.ArgumentParser:
         "session a host runs: the host applies it)",
     )
     resolve.add_argument("--wait", type=float, nargs="?", const=60.0, metavar="SECONDS")
+    resolve.add_argument(
+        "--principal",
+        help="who resolves it (a user id, a service name), recorded on the resolution",
+    )
     resolve.set_defaults(run=cmd_resolve)
     journal = command("journal", "journal administration", "Journal administration.")
     jsub = journal.add_subparsers(dest="journal_command", required=True, metavar="ACTION")

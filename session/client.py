@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import trio
 
@@ -102,13 +103,17 @@ class Client:
         self,
         session_id: str,
         gate_id: str,
-        text: str,
+        text: str | Any,
         *,
         key: str,
         principal: str | None = None,
     ) -> ib.InboxEntry:
+        """Answer an open question (``Session.answer``); a form's answer may be
+        given as data, sent as its JSON text and checked by the session's owner."""
         command = ib.Answer(
-            gate_id=gate_id, text=answer_text(gate_id, text), principal=check_principal(principal)
+            gate_id=gate_id,
+            text=answer_text(gate_id, text, data=True),
+            principal=check_principal(principal),
         )
         return await self._put(session_id, key, command)
 

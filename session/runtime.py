@@ -550,13 +550,20 @@ class Session:
     async def answer(
         self,
         gate_id: str,
-        text: str,
+        text: str | Any,
         *,
         key: str | None = None,
         principal: str | None = None,
     ) -> None:
+        """Answer an open question: text for a question (one of its choices
+        when it has them) or a URL gate (the value it asks for, if any); for
+        a form, JSON text or the data itself (a dict, a Struct...), which must
+        validate as the form's type.  An answer that does not fit raises
+        ``InvalidAnswerError`` naming why (the field, for a form), and the gate
+        stays open."""
         key, principal = check_key(key), check_principal(principal)
-        text = answer_text(gate_id, text)
+        gate = next((g for lp in self.loops.values() if (g := lp.state.gates.get(gate_id))), None)
+        text = answer_text(gate_id, text, data=gate is not None and gate.form is not None)
         self._loop(None)  # refuse when closed, before a repeat is answered
         command = AnswerGate(gate_id=gate_id, answer=text, key=key, principal=principal)
         await self._send(None, command, lambda: self._gate_loop(gate_id))
