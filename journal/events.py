@@ -151,6 +151,8 @@ class ToolConfig(msgspec.Struct, frozen=True, kw_only=True):
     offered: bool = True
     """False for a tool only in the definition's ``tool_registry``: the model
     sees it once ``Session.replace_tools`` names it."""
+    deferred: bool = False
+    """The model sees it by name only until it loads it (``load_tools``)."""
 
 
 class ModeConfig(msgspec.Struct, frozen=True, kw_only=True):

@@ -197,3 +197,24 @@ def test_an_mcp_server_can_defer_its_tools() -> None:
     resolved = d.resolved(None, [listed])
     assert resolved.deferred == {"crm__lookup"}
     assert [t.name for t in resolved.tools] == ["weather", "crm__lookup", LOAD_TOOLS]
+
+
+async def test_deferring_a_tool_in_a_new_deploy_is_recorded_at_restore() -> None:
+    from journal.events import LoopReconfigured
+
+    plain = LoopDefinition(name="billing", model=ScriptedModel([]), tools=[weather, refund])
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, plain, session_id="s"):
+            pass
+        deferring = LoopDefinition(
+            name="billing",
+            model=ScriptedModel([]),
+            tools=[weather, refund],
+            deferred_tools=["refund"],
+        )
+        async with Session.restore(journal, "s", deferring):
+            pass
+        (reconfigured,) = await events_of(journal, "s", LoopReconfigured)
+        (change,) = reconfigured.changes
+        assert (change.what, change.name) == ("tool_flags", "refund")
+        assert "deferred" in change.new and "deferred" not in change.old

@@ -275,3 +275,19 @@ async def test_traces_carry_principals(autojump_clock: object) -> None:
     assert turns[0].attributes["enduser.id"] == "alice"
     assert "enduser.id" not in turns[1].attributes
     assert turns[1].attributes["loopruntime.interrupted_by"] == "bob"
+
+
+async def test_inference_and_tool_choices_record_their_principal(autojump_clock: object) -> None:
+    from journal.events import LoopInferenceChanged, LoopToolsReplaced
+
+    alt = ScriptedModel([], name="alt")
+    d = LoopDefinition(
+        name="t", model=ScriptedModel([]), models=[alt], tools=[deploy], tool_registry=[confirm]
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, d, session_id="s") as s:
+            await s.change_inference(model="alt", principal="ops")
+            await s.replace_tools(["confirm"], principal="ops")
+        (inference,) = await events_of(journal, "s", LoopInferenceChanged)
+        (tools,) = await events_of(journal, "s", LoopToolsReplaced)
+        assert (inference.principal, tools.principal) == ("ops", "ops")
