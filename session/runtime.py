@@ -563,7 +563,9 @@ class Session:
         stays open."""
         key, principal = check_key(key), check_principal(principal)
         gate = next((g for lp in self.loops.values() if (g := lp.state.gates.get(gate_id))), None)
-        text = answer_text(gate_id, text, data=gate is not None and gate.form is not None)
+        # Data is a form's answer; for a gate not open here (a keyed repeat
+        # after it closed) the loop's answer decides.
+        text = answer_text(gate_id, text, data=gate is None or gate.form is not None)
         self._loop(None)  # refuse when closed, before a repeat is answered
         command = AnswerGate(gate_id=gate_id, answer=text, key=key, principal=principal)
         await self._send(None, command, lambda: self._gate_loop(gate_id))

@@ -306,3 +306,21 @@ async def test_forms_are_answered_through_the_inbox(autojump_clock: object) -> N
         await wait_for(completed)
     assert (await events_of(journal, sid, ToolCompleted))[0].content[0].text == "a rug → Oslo 1 NO"  # type: ignore[union-attr]
     assert len(await events_of(journal, sid, GateResolved)) == 1
+
+
+async def test_a_keyed_form_answer_repeated_as_data_is_answered_once(
+    autojump_clock: object,
+) -> None:
+    d, model = loop_of(ToolCall(name="ship", input={"item": "a vase"}))
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, d, session_id="s") as s:
+            await s.submit("ship")
+            await s.wait_idle()
+            (gate,) = (await s.snapshot()).open_gates
+            address = {"city": "Oslo", "zip": 1}
+            await s.answer(gate.gate_id, address, key="form-1")
+            await s.wait_idle()
+            # The gate is closed: the repeat is recognised by its key.
+            await s.answer(gate.gate_id, address, key="form-1")
+        assert len(await events_of(journal, "s", GateResolved)) == 1
+    assert last_result(model) == "a vase → Oslo 1 NO"
