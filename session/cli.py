@@ -34,6 +34,7 @@ from loopruntime import LoopError, LoopStatus
 from loopruntime.host import check_principal
 
 from .chat import run_chat
+from .client import CommandRefusedError
 from .fork import lineage, plan_fork, write_fork
 from .hosting_cli import add_commands, submit_command
 from .replay import ReplayInputError, open_for_replay, replay_command
@@ -536,7 +537,9 @@ def _user_error(exc: BaseException) -> str | None:
         if len(leaves) != 1:
             return None
         exc = leaves[0]
-    if isinstance(exc, JournalError | LoopError | ReplayInputError | ValueError):
+    if isinstance(
+        exc, JournalError | LoopError | ReplayInputError | ValueError | CommandRefusedError
+    ):
         return str(exc)
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""

@@ -68,6 +68,7 @@ async def _host(args: argparse.Namespace, url: str) -> int:
                 lease_ttl=args.lease_ttl,
                 max_sessions=args.max_sessions,
                 poll=args.poll,
+                principals=args.known_principals,
             ) as host:
                 print(
                     f"host {host.id} runs {', '.join(sorted(definitions))} on {url}; "
@@ -140,6 +141,14 @@ def add_commands(
     )
     host.add_argument("--max-sessions", type=int, default=1000, help="sessions loaded at most")
     host.add_argument("--poll", type=float, default=1.0, help="seconds between looks for work")
+    host.add_argument(
+        "--known-principal",
+        dest="known_principals",
+        action="append",
+        metavar="PRINCIPAL",
+        help="take commands only from this principal (repeat for each); commands from "
+        "others, or naming none, are refused with UnknownPrincipalError (default: anyone)",
+    )
 
     def run_host(args: argparse.Namespace) -> int:
         return trio.run(_host, args, url(args))

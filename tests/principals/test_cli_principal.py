@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 import trio
@@ -42,3 +45,32 @@ async def test_inbox_commands_carry_the_principal_given(tmp_path: Path) -> None:
     assert isinstance(commands[2], ib.Answer) and commands[2].principal == "bob"
     assert commands[2].text == '{"city": "Oslo", "zip": 150}'
     assert len(commands) == 3
+
+
+async def test_a_host_process_takes_only_its_known_principals(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    host = await trio.lowlevel.open_process(
+        cli(
+            "host", "--journal", url, "--definitions",
+            "tests.support.crash_hosts:cli_definitions", "--host-id", "h1", "--poll", "0.05",
+            "--known-principal", "ann", "--known-principal", "ops",
+        ),
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        ok = await run(
+            "submit", "s1", "fetch it", "--key", "k1", "--create", "fetcher", "--principal",
+            "ann", "--wait", "--journal", url,
+        )  # fmt: skip
+        assert ok.returncode == 0, ok.stderr.decode()
+        refused = await run(
+            "submit", "s1", "fetch more", "--key", "k2", "--principal", "bob", "--wait",
+            "--journal", url,
+        )  # fmt: skip
+        assert refused.returncode == 2
+        said = refused.stderr.decode()
+        assert "UnknownPrincipalError" in said and "principal 'bob' is not one host h1" in said
+    finally:
+        os.kill(host.pid, signal.SIGTERM)
+        await host.wait()
+    assert host.returncode == 0
