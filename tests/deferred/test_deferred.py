@@ -218,3 +218,39 @@ async def test_deferring_a_tool_in_a_new_deploy_is_recorded_at_restore() -> None
         (change,) = reconfigured.changes
         assert (change.what, change.name) == ("tool_flags", "refund")
         assert "deferred" in change.new and "deferred" not in change.old
+
+
+@pytest.mark.slow
+async def test_a_deferred_mcp_server_shows_names_until_loaded(tmp_path: Path) -> None:
+    # A real server over stdio, on trio's real clock (tests/toolsets/test_mcp.py).
+    pytest.importorskip("mcp")
+    from tests.support.mcp_servers import calls_of, stdio_server
+
+    calls = tmp_path / "calls.jsonl"
+    model = ScriptedModel(
+        [
+            call("srv__add", a=2, b=3),
+            call(LOAD_TOOLS, names=["srv__add"]),
+            call("srv__add", a=2, b=3),
+            Reply(text="5"),
+        ]
+    )
+    d = LoopDefinition(
+        name="m",
+        model=model,
+        tools=[weather],
+        toolsets=[stdio_server(calls, permission="allow", deferred=True)],
+    )
+    async with open_journal(f"sqlite:///{tmp_path / 'j.db'}") as journal:
+        async with Session.create(journal, d, session_id="s") as s:
+            await s.submit("add")
+            await s.wait_idle()
+        assert offered(model, 0) == ["weather", LOAD_TOOLS]
+        (loader,) = [t for t in model.requests[0].tools if t.name == LOAD_TOOLS]
+        assert "- srv__add: Add two integers." in loader.description
+        assert "srv__echo" in loader.description
+        assert "deferred and not loaded" in results(model.requests[1].messages)[0]
+        assert offered(model, 2) == ["weather", "srv__add", LOAD_TOOLS]
+        assert results(model.requests[3].messages)[-1] == "5"
+        assert calls_of(calls) == ["add"]  # the refused call never reached the server
+        assert not (await check(journal, "s")).problems
