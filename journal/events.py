@@ -84,6 +84,7 @@ __all__ = [
     "ToolCompleted",
     "ToolResolved",
     "ToolStarted",
+    "ToolsLoaded",
     "TurnEnded",
     "TurnRejected",
     "TurnStarted",
@@ -119,6 +120,9 @@ class LoopModeChanged(msgspec.Struct, tag="loop.mode_changed", **_opts):
     """The loop switched to another named mode of its definition."""
 
     mode: str | None
+    principal: str | None = None
+    """Who gave the command that made this record (a user id, a service
+    name; None: not said).  Recorded, never checked: no authorization."""
 
 
 class LoopStopped(msgspec.Struct, tag="loop.stopped", **_opts):
@@ -149,6 +153,8 @@ class ToolConfig(msgspec.Struct, frozen=True, kw_only=True):
     offered: bool = True
     """False for a tool only in the definition's ``tool_registry``: the model
     sees it once ``Session.replace_tools`` names it."""
+    deferred: bool = False
+    """The model sees it by name only until it loads it (``load_tools``)."""
 
 
 class ModeConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -219,6 +225,9 @@ class LoopInferenceChanged(msgspec.Struct, tag="loop.inference_changed", **_opts
 
     model: str | None = None
     max_tokens: int | None = None
+    principal: str | None = None
+    """Who gave the command that made this record (a user id, a service
+    name; None: not said).  Recorded, never checked: no authorization."""
 
 
 class LoopToolsReplaced(msgspec.Struct, tag="loop.tools_replaced", **_opts):
@@ -226,6 +235,9 @@ class LoopToolsReplaced(msgspec.Struct, tag="loop.tools_replaced", **_opts):
     stay); None: the definition's own again."""
 
     tools: tuple[str, ...] | None = None
+    principal: str | None = None
+    """Who gave the command that made this record (a user id, a service
+    name; None: not said).  Recorded, never checked: no authorization."""
 
 
 # -- input ------------------------------------------------------------------
@@ -243,6 +255,9 @@ class InputQueued(msgspec.Struct, tag="input.queued", **_opts):
     input_id: str
     messages: tuple[Message, ...]
     trigger: Trigger = "external"
+    principal: str | None = None
+    """Who gave the command that made this record (a user id, a service
+    name; None: not said).  Recorded, never checked: no authorization."""
 
 
 class InputCancelled(msgspec.Struct, tag="input.cancelled", **_opts):
@@ -250,6 +265,9 @@ class InputCancelled(msgspec.Struct, tag="input.cancelled", **_opts):
 
     input_id: str
     reason: Literal["requested", "turn_failed", "turn_interrupted", "shutdown"] = "requested"
+    principal: str | None = None
+    """Who gave the command that made this record (a user id, a service
+    name; None: not said).  Recorded, never checked: no authorization."""
 
 
 class SteerQueued(msgspec.Struct, tag="steer.queued", **_opts):
@@ -257,6 +275,9 @@ class SteerQueued(msgspec.Struct, tag="steer.queued", **_opts):
 
     steer_id: str
     text: str
+    principal: str | None = None
+    """Who gave the command that made this record (a user id, a service
+    name; None: not said).  Recorded, never checked: no authorization."""
 
 
 class SteerApplied(msgspec.Struct, tag="steer.applied", **_opts):
@@ -274,6 +295,9 @@ class TurnRejected(msgspec.Struct, tag="turn.rejected", **_opts):
     reason: Literal["queue_full", "shutting_down"]
     key: str | None = None
     """The idempotency key the refused submit carried (it stays unused)."""
+    principal: str | None = None
+    """Who gave the command that made this record (a user id, a service
+    name; None: not said).  Recorded, never checked: no authorization."""
 
 
 # -- commands ---------------------------------------------------------------
@@ -294,6 +318,9 @@ class CommandKeyed(msgspec.Struct, tag="command.keyed", **_opts):
     """blake2b of the command's content, to refuse the key on other content."""
     result: str | bool | None = None
     """What the first call returned (an input id, an attempt id, a flag)."""
+    principal: str | None = None
+    """Who gave the command that made this record (a user id, a service
+    name; None: not said).  Recorded, never checked: no authorization."""
 
 
 # -- turn -------------------------------------------------------------------
@@ -323,6 +350,8 @@ class TurnEnded(msgspec.Struct, tag="turn.ended", **_opts):
     """The turn's validated typed answer as plain data (JSON-like builtins),
     when the loop asks for one (``LoopDefinition.output``); decoded into the
     output type on read (``Session.result``)."""
+    principal: str | None = None
+    """Who interrupted the turn, when an interrupt ended it and said so."""
 
 
 # -- model ------------------------------------------------------------------
@@ -439,6 +468,17 @@ class ToolResolved(msgspec.Struct, tag="tool.resolved", **_opts):
     content: tuple[ResultBlock, ...]
     is_error: bool = False
     by: Literal["host", "replay"] = "host"
+    principal: str | None = None
+    """Who gave the command that made this record (a user id, a service
+    name; None: not said).  Recorded, never checked: no authorization."""
+
+
+class ToolsLoaded(msgspec.Struct, tag="tools.loaded", **_opts):
+    """Deferred tools the model loaded (``load_tools``): from the loop's next
+    model call on, their schemas are in its requests.  Kept by restore and
+    compaction; the loop's advertised tools are the union of every load."""
+
+    tools: tuple[str, ...]
 
 
 # -- deadlines ----------------------------------------------------------------
@@ -483,6 +523,14 @@ class GateOpened(msgspec.Struct, tag="gate.opened", **_opts):
     prompt: str = ""
     choices: tuple[str, ...] | None = None
     preview: dict[str, Any] | None = None
+    form: dict[str, Any] | None = None
+    """A form question (``ToolContext.ask_form``): the JSON Schema its answer
+    must validate against, for a console to render; the answer is JSON."""
+    url: str | None = None
+    """A URL for the person to open and then confirm (``ask_open_url``); the
+    runtime records it and never fetches it."""
+    needs_value: bool = False
+    """A URL gate whose confirmation must carry a value (a code, an id)."""
 
 
 class GateResolved(msgspec.Struct, tag="gate.resolved", **_opts):
@@ -493,6 +541,8 @@ class GateResolved(msgspec.Struct, tag="gate.resolved", **_opts):
     answer: str | None = None
     allow: bool | None = None
     scope: Literal["once", "session"] | None = None
+    principal: str | None = None
+    """Who answered the gate (as the command said; None: not said)."""
 
 
 class GateCancelled(msgspec.Struct, tag="gate.cancelled", **_opts):
@@ -576,6 +626,9 @@ class CompactionStarted(msgspec.Struct, tag="compaction.started", **_opts):
     attempt_id: str
     basis: int
     trigger: Literal["manual", "auto"] = "manual"
+    principal: str | None = None
+    """Who gave the command that made this record (a user id, a service
+    name; None: not said).  Recorded, never checked: no authorization."""
 
 
 class CompactionCommitted(msgspec.Struct, tag="compaction.committed", **_opts):
@@ -814,6 +867,7 @@ LoopEvent = (
     | ToolCompleted
     | ToolAbandoned
     | ToolResolved
+    | ToolsLoaded
     | DeadlinePassed
     | GateOpened
     | GateResolved

@@ -5,7 +5,8 @@ under an idempotency key; the session's owner takes the entries in order and
 applies each exactly once (``Journal.append(..., consumes=...)`` marks an
 entry applied in the transaction that stores the records it made).  These are
 data only, encoded like events; what a command *does* is the session's
-business (``session.host``).
+business (``session.host``).  Every command may name its ``principal`` (who
+gave it): recorded on the records it makes, never a proof of anything.
 
 Schema rules as for events: new fields get defaults; a field never changes
 its type; a tag is never reused or renamed.
@@ -51,51 +52,61 @@ class Create(msgspec.Struct, tag="create", **_opts):
     """Start the session with one loop running the named definition."""
 
     definition: str
+    principal: str | None = None
 
 
 class Submit(msgspec.Struct, tag="submit", **_opts):
     message: Message
     loop: str | None = None
+    principal: str | None = None
 
 
 class Steer(msgspec.Struct, tag="steer", **_opts):
     text: str
     loop: str | None = None
+    principal: str | None = None
 
 
 class Answer(msgspec.Struct, tag="answer", **_opts):
     gate_id: str
     text: str
+    principal: str | None = None
 
 
 class Decide(msgspec.Struct, tag="decide", **_opts):
     gate_id: str
     allow: bool
     scope: Literal["once", "session"] = "once"
+    principal: str | None = None
 
 
 class Resolve(msgspec.Struct, tag="resolve", **_opts):
     execution_id: str
     content: tuple[ResultBlock, ...]
     is_error: bool = False
+    principal: str | None = None
 
 
 class Interrupt(msgspec.Struct, tag="interrupt", **_opts):
     loop: str | None = None
+    principal: str | None = None
 
 
 class CancelQueued(msgspec.Struct, tag="cancel_queued", **_opts):
     input_id: str
     loop: str | None = None
+    principal: str | None = None
 
 
 class Compact(msgspec.Struct, tag="compact", **_opts):
     loop: str | None = None
+    principal: str | None = None
 
 
 class ChangeMode(msgspec.Struct, tag="change_mode", **_opts):
     mode: str | None
     loop: str | None = None
+    principal: str | None = None
 
 
 InboxCommand = (

@@ -82,6 +82,7 @@ from .ids import new_id
 from .keys import command_digest, command_name, repeat_of
 from .mailbox import Mailbox
 from .model import Delta
+from .principals import stamped
 from .state import LoopState, copy_state, fold
 from .tools import Tool
 from .toolsets import Toolsets
@@ -172,6 +173,8 @@ class Loop:
         self._turn_scope: trio.CancelScope | None = None
         self._turn_finished = trio.Event()
         self._answers = gates.Answers()
+        self.forms = gates.Forms(self._resend_answer)
+        """The types open form gates' answers must fit (``gates.Forms``)."""
         self._active = 0
         """Tasks of this loop doing work (not waiting on a person)."""
         self._quiet = trio.lowlevel.ParkingLot()
@@ -183,6 +186,11 @@ class Loop:
         self.stop_cause: str | None = None
         """Id of the record of the command stopping the turn (a keyed
         interrupt's), the cause of the settlement; None: the turn's own."""
+        self.stop_principal: str | None = None
+        """Who asked for the interrupt stopping the turn (its ``turn.ended``
+        records it)."""
+        self._compaction_principals: dict[str, str] = {}
+        """attempt id -> who asked for that compaction (this process only)."""
         self._cancel_on_start = False
         self._flush_deadline: float | None = None
         self._flush: Callable[[], Awaitable[None]] | None = None
@@ -342,6 +350,15 @@ class Loop:
         self._quiet_changed()
         return await command.reply.wait()
 
+    def _resend_answer(self, command: AnswerGate) -> None:
+        """Take a held answer again (its form's type is known, or the turn ended)."""
+        try:
+            self._mailbox.send_priority(command)
+        except LoopClosedError as exc:
+            command.reply.fail(exc)
+            return
+        self._quiet_changed()
+
     def _quiet_changed(self) -> None:
         self._quiet.unpark_all()
 
@@ -384,6 +401,7 @@ class Loop:
                     self.busy(+1)
                     try:
                         if isinstance(command, _TurnDone):
+                            self.forms.release_all()
                             await self._after_turn()
                             continue
                         if isinstance(command, _CompactionDone):
@@ -412,6 +430,7 @@ class Loop:
                 if not isinstance(item, _TurnDone | _CompactionDone):
                     item.reply.fail(closed_error(self.id))
             self._answers.fail_all(closed_error(self.id))
+            self.forms.fail_all(closed_error(self.id))
             self._stopped.set()
             self._quiet.unpark_all()
 
@@ -441,7 +460,10 @@ class Loop:
                     await self.commit(
                         [
                             TurnRejected(
-                                input_id=command.input_id, reason="queue_full", key=command.key
+                                input_id=command.input_id,
+                                reason="queue_full",
+                                key=command.key,
+                                principal=command.principal,
                             )
                         ],
                         cause=command.cause,
@@ -495,7 +517,12 @@ class Loop:
                 command.reply.set(command.steer_id)
                 await self._maybe_start_turn()
             case AnswerGate() | DecideGate():
-                resolution = gates.resolution(state, command)
+                if isinstance(command, AnswerGate) and self.forms.waits_for_type(state, command):
+                    # A form gate restored open: its type comes back when the
+                    # re-entered tool asks again; the answer is checked then.
+                    self.forms.hold(command)
+                    return
+                resolution = gates.resolution(state, command, self.forms)
                 await self._commit_command(command, [resolution])
                 # The turn may not be waiting yet (just resumed): the answer
                 # is kept until it does.
@@ -547,6 +574,8 @@ class Loop:
                 # ends or parks at a person's gate.  Never an error.  With a
                 # key the request is durable (the fold keeps it until it starts).
                 cause = await self._commit_command(command, [], command.attempt_id)
+                if command.principal is not None:
+                    self._compaction_principals[command.attempt_id] = command.principal
                 if command.key is None:
                     self._pending_compactions.append((command.attempt_id, command.cause))
                 else:
@@ -556,10 +585,11 @@ class Loop:
             case Interrupt():
                 stopping = self._turn_task_running
                 self.stop_cause = await self._commit_command(command, [], stopping)
+                self.stop_principal = command.principal
                 try:
                     command.reply.set(await self._stop_turn(reason="interrupted"))
                 finally:
-                    self.stop_cause = None
+                    self.stop_cause = self.stop_principal = None
             case Shutdown():
                 self._stopping = True
                 if not command.final and self._waits_only_on_people():
@@ -587,6 +617,7 @@ class Loop:
         every record after it names it as its cause.  Returns the cause the
         command's later records name (the keyed record's id, or the command's
         own cause)."""
+        events = stamped(events, command.principal)
         if command.key is None:
             await self.commit(events, cause=command.cause)
             return command.cause
@@ -605,6 +636,7 @@ class Loop:
             command=command_name(command),
             digest=command_digest(command, self.id),
             result=result,
+            principal=command.principal,
         )
         return keyed, new_id("cmd_")
 
@@ -651,6 +683,8 @@ class Loop:
             steer_ids=tuple(s.steer_id for s in state.steering),
         )
         by = command.cause if command is not None else None
+        if command is not None:
+            first = stamped(first, command.principal)
         ids: list[str | None] = [new_id("ev_") for _ in first]
         causes: list[str | None] = [by for _ in first]
         if command is not None and command.key is not None:
@@ -689,9 +723,11 @@ class Loop:
         self._start_compaction(attempt_id, "manual", cause)
 
     def _start_compaction(self, attempt_id: str, trigger: str, cause: str | None) -> None:
+        principal = self._compaction_principals.pop(attempt_id, None)
+
         async def run() -> None:
             try:
-                await compact(self, attempt_id, trigger=trigger, cause=cause)
+                await compact(self, attempt_id, trigger=trigger, cause=cause, principal=principal)
             finally:
                 self._compacting = False
                 if not self._mailbox.closed:

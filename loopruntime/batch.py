@@ -41,6 +41,7 @@ from journal.events import (
     DeadlinePassed,
     Event,
     GateCancelled,
+    GateOpened,
     Notice,
     ToolAbandoned,
     ToolCompleted,
@@ -48,6 +49,7 @@ from journal.events import (
 )
 
 from . import classifiers, deadlines, gates, hooks
+from .deferred import not_loaded
 from .definition import ResolvedDefinition
 from .errors import RedactedInputError
 from .hooks import Hook
@@ -63,6 +65,7 @@ from .output import OutputTool
 from .ports import ToolsPort
 from .redaction import Originals, input_digest, recovered_input, redacted_rewrite, scrub
 from .tools import (
+    Form,
     Middleware,
     Tool,
     ToolContext,
@@ -306,6 +309,8 @@ async def _admit(
     if tool is None:
         known = ", ".join(sorted(t.name for t in batch.resolved.tools)) or "none"
         return _Refused(f"[error: there is no tool named {use.name!r}; available tools: {known}]")
+    if tool.name in batch.resolved.deferred and tool.name not in state.loaded:
+        return _Refused(not_loaded(tool.name))
     try:
         tool.parse(real)
     except ToolInputError as exc:
@@ -416,22 +421,56 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
     # a restore (its record may predate record ids chosen so) names the message.
     cause = call.execution_id if call.new else loop.state.message_record
     continuation: str | None = None
+    reattach: GateOpened | None = None
     if not call.new:
         # Re-entered after a restore: a question still open is answered first,
-        # and the answer becomes the call's continuation.
+        # and the answer becomes the call's continuation.  A form is re-entered
+        # at once instead: its answer can only be checked once the tool has
+        # named the form's type again, by asking it.
         gate = gates.open_question(loop.state, call.execution_id)
-        if gate is not None:
+        if gate is not None and gate.form is not None:
+            reattach = gate
+        elif gate is not None:
             continuation = (await loop.wait_gate(gate.gate_id)).answer or ""
 
-    async def ask(question: str, choices: tuple[str, ...] | None) -> str:
+    async def ask(
+        question: str,
+        choices: tuple[str, ...] | None,
+        *,
+        form: Form | None = None,
+        url: str | None = None,
+        needs_value: bool = False,
+    ) -> str:
+        nonlocal reattach
         gate = gates.question(
             execution_id=call.execution_id,
             tool_use_id=call.use.id,
             tool_name=call.tool.name,
             prompt=question,
             choices=choices,
+            form=form.schema if form is not None else None,
+            url=url,
+            needs_value=needs_value,
         )
-        return (await gates.open_and_wait(loop, gate, cause=cause)).answer or ""
+        waiting, reattach = reattach, None
+        if waiting is not None:
+            if form is not None and (waiting.prompt, waiting.form) == (question, gate.form):
+                # The form asked before the restart, asked again: it waits on.
+                gate = waiting
+            else:
+                await loop.commit(
+                    [GateCancelled(gate_id=waiting.gate_id, reason="restore_unavailable")],
+                    cause=cause,
+                )
+        if form is not None:
+            loop.forms.expect(gate.gate_id, form.type)
+        try:
+            if gate is waiting:
+                return (await loop.wait_gate(gate.gate_id)).answer or ""
+            return (await gates.open_and_wait(loop, gate, cause=cause)).answer or ""
+        finally:
+            if form is not None:
+                loop.forms.forget(gate.gate_id)
 
     limits = batch.resolved.limits
     timeout = call.tool.timeout_under(limits.tool_timeout)
@@ -510,8 +549,16 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
             shown = None  # the model reads the hook's result, as the journal does
     if shown is not None:
         batch.originals.results[call.use.id] = shown
+    # A gate of this call still open (a restored form the re-entered tool
+    # never asked again) closes with it: nobody is left to take its answer.
+    closed: list[Event] = [
+        GateCancelled(gate_id=g.gate_id, reason="restore_unavailable")
+        for g in loop.state.gates.values()
+        if g.execution_id == call.execution_id
+    ]
     await loop.commit(
         [
+            *closed,
             *decided,
             ToolCompleted(
                 execution_id=call.execution_id,

@@ -85,6 +85,9 @@ class _Command:
     """Id of the record that asked for this (the first resulting record's cause)."""
     key: str | None = None
     """The caller's idempotency key (checked text, see ``keys``)."""
+    principal: str | None = None
+    """Who gave the command (checked text, see ``principals``): recorded on
+    the records it makes."""
 
 
 @dataclass(eq=False, kw_only=True)

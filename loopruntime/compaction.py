@@ -135,6 +135,7 @@ async def compact(
     *,
     trigger: str,
     cause: str | None = None,
+    principal: str | None = None,
 ) -> None:
     """Run one compaction attempt to its ``compaction.committed`` or
     ``compaction.rejected`` end.
@@ -152,7 +153,8 @@ async def compact(
     (they stop the loop): they are never reported as a rejection.  Cancelled
     (the loop shutting down) before its end, the attempt leaves only its
     ``compaction.started``: the context is unchanged.  ``trigger`` is
-    ``"auto"`` for the threshold, anything else records ``"manual"``."""
+    ``"auto"`` for the threshold, anything else records ``"manual"``.
+    ``principal``: who asked for it (recorded on ``compaction.started``)."""
     kind: Literal["manual", "auto"] = "auto" if trigger == "auto" else "manual"
     state = loop.state
     limits = loop.resolved().limits
@@ -162,7 +164,8 @@ async def compact(
     cut = split_for_compaction(messages, limits.retained_exchanges)
     replaced, retained = messages[:cut], len(messages) - cut
     started = await loop.commit(
-        [CompactionStarted(attempt_id=attempt_id, basis=basis, trigger=kind)], cause=cause
+        [CompactionStarted(attempt_id=attempt_id, basis=basis, trigger=kind, principal=principal)],
+        cause=cause,
     )
     # The attempt's outcome names its compaction.started record.
     cause = started[0].id

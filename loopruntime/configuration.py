@@ -46,7 +46,12 @@ def describe(definition: LoopDefinition) -> LoopConfig:
         model_settings=_settings(definition.model),
         system=digest(definition.system),
         tools=tuple(
-            _tool(t, definition.permissions.get(t.name, t.permission), t.name in offered)
+            _tool(
+                t,
+                definition.permissions.get(t.name, t.permission),
+                t.name in offered,
+                deferred=definition.is_deferred(t),
+            )
             for t in definition.all_tools()
         ),
         models=tuple(sorted({m.name for m in definition.models})),
@@ -94,7 +99,9 @@ def _permission(policy: PermissionPolicy | None) -> str:
     return "function" if callable(policy) else str(policy)
 
 
-def _tool(tool: Tool, policy: PermissionPolicy | None, offered: bool) -> ToolConfig:
+def _tool(
+    tool: Tool, policy: PermissionPolicy | None, offered: bool, *, deferred: bool = False
+) -> ToolConfig:
     schema = msgspec.json.encode(tool.schema.input_schema, order="sorted").decode()
     return ToolConfig(
         name=tool.name,
@@ -104,6 +111,7 @@ def _tool(tool: Tool, policy: PermissionPolicy | None, offered: bool) -> ToolCon
         atomic=tool.atomic,
         permission=_permission(policy),
         offered=offered,
+        deferred=deferred,
     )
 
 
@@ -182,7 +190,9 @@ _ORDER = (
 
 
 def _flags(tool: ToolConfig) -> str:
-    on = [f for f in ("replay_safe", "resumable", "atomic", "offered") if getattr(tool, f)]
+    on = [
+        f for f in ("replay_safe", "resumable", "atomic", "offered", "deferred") if getattr(tool, f)
+    ]
     return ", ".join([*on, f"permission={tool.permission}"])
 
 

@@ -10,12 +10,13 @@ definition the host passes in (its registries: ``models``, ``tool_registry``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .classifiers import Classifier, PermissionRequest, as_classifier
 from .deadlines import check_timeout
+from .deferred import LOAD_TOOLS, load_tools_tool
 from .errors import LoopClosedError, ModeNotFoundError, NotRegisteredError
 from .hooks import Hook
 from .model import Model
@@ -209,6 +210,10 @@ class LoopDefinition:
     tool_registry: Sequence[Tool] = ()
     """Tools ``Session.replace_tools`` may offer besides ``tools`` (found by
     name), and that restore finds again for calls made under them."""
+    deferred_tools: Collection[str] = ()
+    """Names of tools (in ``tools`` or ``tool_registry``) the model sees by
+    name only until it loads them, as if made with ``@tool(deferred=True)``
+    (``loopruntime.deferred``)."""
 
     hooks: Sequence[Hook] = ()
     """Async functions at named points of every turn, made with ``@hook(point)``
@@ -224,6 +229,7 @@ class LoopDefinition:
         self._check_hooks()
         names = [t.name for t in self.tools] + [d.name for d in self.delegates]
         check_toolsets(self.name, self.toolsets, names)
+        self._check_deferred(names)
         outputs = [self.output, *(m.output for m in self.modes)]
         if self.output is not None:
             output_spec(self.output, f"loop definition {self.name!r}")
@@ -281,6 +287,35 @@ class LoopDefinition:
                 "records name the classifier, so give each its own name (classifier(name=...))"
             )
 
+    def _check_deferred(self, names: list[str]) -> None:
+        if isinstance(self.deferred_tools, str) or not isinstance(self.deferred_tools, Collection):
+            raise TypeError(
+                f"loop definition {self.name!r}: deferred_tools takes a collection of tool "
+                f"names, not {self.deferred_tools!r}"
+            )
+        known = {*names, *(t.name for t in self.tool_registry)}
+        for name in self.deferred_tools:
+            if name not in known:
+                raise ValueError(
+                    f"loop definition {self.name!r} names {name!r} in deferred_tools, but has "
+                    f"no such tool (tools: {', '.join(sorted(known)) or 'none'}); defer a tool "
+                    "of tools= or tool_registry=, or an MCP server's with McpServer(deferred=True)"
+                )
+        deferring = (
+            bool(self.deferred_tools)
+            or any(t.deferred for t in (*self.tools, *self.tool_registry))
+            or any(s.deferred for s in self.toolsets)
+        )
+        if deferring and LOAD_TOOLS in known:
+            raise ValueError(
+                f"loop definition {self.name!r} has a tool named {LOAD_TOOLS!r}, the name of "
+                "the runtime's tool that loads deferred tools; rename the tool"
+            )
+
+    def is_deferred(self, tool: Tool) -> bool:
+        """Whether the model sees ``tool`` by name only until it loads it."""
+        return tool.deferred or tool.name in self.deferred_tools
+
     def mode(self, name: str | None) -> Mode | None:
         """The mode called ``name`` (None: the definition itself)."""
         if name is None:
@@ -319,6 +354,10 @@ class LoopDefinition:
             )
         if found is None:
             found = next((p for s in self.toolsets if (p := s.placeholder(name)) is not None), None)
+        if found is None and name == LOAD_TOOLS:
+            # A load re-run after a restore, whatever tools are offered now.
+            deferred = [t for t in self.all_tools(listed) if self.is_deferred(t)]
+            found = load_tools_tool(deferred) if deferred else None
         return found
 
     def find_model(self, name: str) -> Model | None:
@@ -382,6 +421,9 @@ class LoopDefinition:
         spec = output_spec(output, self.name) if output is not None else None
         if spec is not None:
             offered.append(spec.tool)
+        deferred = [t for t in offered if self.is_deferred(t)]
+        if deferred:
+            offered.append(load_tools_tool(deferred))
         chosen = mode.model if mode and mode.model else self.model
         if model is not None and chosen.name != model:
             chosen = self.find_model(model) or chosen
@@ -394,6 +436,7 @@ class LoopDefinition:
             tools=tuple(offered),
             limits=limits,
             output=spec,
+            deferred=frozenset(t.name for t in deferred),
         )
 
 
@@ -407,6 +450,8 @@ class ResolvedDefinition:
     limits: Limits
     output: OutputSpec | None = None
     """The typed answer each turn must give (None: text)."""
+    deferred: frozenset[str] = frozenset()
+    """Offered tools the model sees by name only until it loads them."""
 
 
 class Delegator(Protocol):

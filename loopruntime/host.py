@@ -41,6 +41,8 @@ from .keys import command_name as command_name
 from .keys import repeat_of as repeat_of
 from .model import Accumulator as Accumulator
 from .model import Delta as Delta
+from .principals import MAX_PRINCIPAL_LENGTH as MAX_PRINCIPAL_LENGTH
+from .principals import check_principal as check_principal
 from .settling import reply_cut_short as reply_cut_short
 from .settling import settle_turn_events as settle_turn_events
 from .state import KEYS_KEPT as KEYS_KEPT
@@ -55,6 +57,7 @@ from .tools import ToolInputError as ToolInputError
 __all__ = [
     "KEYS_KEPT",
     "MAX_KEY_LENGTH",
+    "MAX_PRINCIPAL_LENGTH",
     "Accumulator",
     "AnswerGate",
     "CancelQueuedInput",
@@ -78,6 +81,7 @@ __all__ = [
     "ToolInputError",
     "UserInput",
     "check_key",
+    "check_principal",
     "change_text",
     "changes",
     "child_outcome",

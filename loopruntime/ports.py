@@ -20,6 +20,7 @@ from journal.record import Record
 from .commands import Command
 from .context import RequestBuilder
 from .definition import Delegator, LoopDefinition, ResolvedDefinition
+from .forms import Forms
 from .model import Delta
 from .state import LoopState
 from .tools import Tool
@@ -81,6 +82,11 @@ class ToolsPort(LoopPort, Delegator, Protocol):
         """The tools the loop's toolsets listed when it started."""
         ...
 
+    @property
+    def forms(self) -> Forms:
+        """The types open form gates' answers must fit (this process only)."""
+        ...
+
     async def wait_gate(self, gate_id: str) -> GateResolved:
         """Wait until a person closes the open gate ``gate_id``; the loop counts
         as quiet (and a requested compaction may run) meanwhile, and the
@@ -113,6 +119,11 @@ class TurnPort(ToolsPort, Protocol):
     @property
     def stop_cause(self) -> str | None:
         """Id of the record of the command stopping the turn, if it has one."""
+        ...
+
+    @property
+    def stop_principal(self) -> str | None:
+        """Who asked for the interrupt stopping the turn, if it said."""
         ...
 
     def enter_turn_scope(self, scope: trio.CancelScope) -> None:

@@ -53,6 +53,7 @@ from journal.events import (
     ToolAbandoned,
     ToolCompleted,
     ToolResolved,
+    ToolsLoaded,
     ToolStarted,
     TurnEnded,
     TurnRejected,
@@ -211,6 +212,9 @@ class LoopState(msgspec.Struct, kw_only=True):
     chosen_max_tokens: int | None = None
     chosen_tools: list[str] | None = None
     """The tools chosen by ``loop.tools_replaced``, by name (None: the definition's)."""
+    loaded: list[str] = []
+    """Deferred tools the model loaded (``tools.loaded``), in load order:
+    advertised in its requests from then on."""
 
     context: ContextMeasured | None = None
     compacting: str | None = None
@@ -414,6 +418,8 @@ def fold(state: LoopState, record: Record) -> LoopState:
                 state.model = _model_in_use(state, state.configured)
         case LoopToolsReplaced():
             state.chosen_tools = list(event.tools) if event.tools is not None else None
+        case ToolsLoaded():
+            state.loaded.extend(t for t in event.tools if t not in state.loaded)
         case LoopStopped():
             state.stopped = True
         case InputCancelled():

@@ -17,10 +17,11 @@ import enum
 import functools
 import inspect
 import logging
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal, get_type_hints, overload
+from typing import Any, Literal, TypeVar, get_type_hints, overload
 
 import msgspec
 import structlog
@@ -40,6 +41,7 @@ from .redaction import (
 
 __all__ = [
     "Middleware",
+    "Form",
     "Permission",
     "PermissionPolicy",
     "Tool",
@@ -82,13 +84,60 @@ class ToolInputError(Exception):
     """The model's input does not fit the tool's schema (shown to the model)."""
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, eq=False)
+class Form:
+    """What a form question asks for: the msgspec type its answer must fit,
+    and that type's JSON Schema (the gate records the schema; the type stays
+    in the process, to check answers against)."""
+
+    type: Any
+    schema: dict[str, Any]
+
+    @classmethod
+    def of(cls, schema_type: Any) -> Form:
+        """The form for ``schema_type``; ``TypeError`` when msgspec cannot
+        describe it as a JSON Schema or decode JSON into it."""
+        try:
+            schema = _json_schema(schema_type)
+            msgspec.json.Decoder(schema_type)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"ask_form: msgspec cannot describe {schema_type!r} as a form ({exc}); use a "
+                "msgspec Struct, a dataclass, a TypedDict or builtin types"
+            ) from exc
+        return cls(schema_type, schema)
+
+    def parse(self, answer: str) -> Any:
+        """The typed value of ``answer`` (JSON); ``msgspec.ValidationError``
+        naming the field, or ``msgspec.DecodeError`` for text that is not JSON."""
+        return msgspec.json.decode(answer, type=self.type)
+
+
+def check_url(url: object) -> str:
+    """An address a person can open: an absolute http(s) URL.  Anything else
+    (another scheme a console would run, such as ``javascript:``, or a
+    relative path) is a ``ValueError``; a non-text a ``TypeError``."""
+    if not isinstance(url, str):
+        raise TypeError(f"ask_open_url: the url must be text, not {type(url).__name__}")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.netloc or any(c.isspace() for c in url):
+        raise ValueError(
+            f"ask_open_url: {url!r} is not an absolute http(s) URL; a person is asked to open "
+            "it, so only https:// (or http://) addresses are accepted"
+        )
+    return url
+
+
 class ToolContext:
     """What a running tool call can see and do.
 
     ``continuation`` holds the answer to a question the tool asked before a
     restart (resumable tools only); ``ask_user`` returns it instead of asking
-    again.  The context is only valid while its call runs: asking afterwards
-    raises ``OutsideToolCallError``.
+    again (``ask_form`` and ``ask_open_url`` likewise).  The context is only
+    valid while its call runs: asking afterwards raises ``OutsideToolCallError``.
     """
 
     def __init__(
@@ -98,7 +147,7 @@ class ToolContext:
         execution_id: str,
         tool_use_id: str,
         tool_name: str,
-        ask: Callable[[str, tuple[str, ...] | None], Awaitable[str]],
+        ask: Callable[..., Awaitable[str]],
         continuation: str | None = None,
         runtime: Any = None,
         input: Mapping[str, Any] | None = None,
@@ -125,11 +174,7 @@ class ToolContext:
         The gate is durable before anyone can answer it; the answer must be one
         of ``choices`` when they are given.
         """
-        if not self._active:
-            raise OutsideToolCallError(
-                f"ask_user called after tool call {self.execution_id} ({self.tool_name}) "
-                "finished; questions can only be asked while the call runs"
-            )
+        self._check_active("ask_user")
         if choices is not None and not choices:
             # A gate nobody could ever answer would hold the turn for good.
             raise ValueError(
@@ -140,6 +185,46 @@ class ToolContext:
             answer, self.continuation = self.continuation, None
             return answer
         return await self._ask(question, tuple(choices) if choices is not None else None)
+
+    async def ask_form(self, prompt: str, schema_type: type[T]) -> T:
+        """Ask the person to fill in a form and wait for it: the answer must
+        validate as ``schema_type`` (a msgspec Struct, a dataclass, a TypedDict,
+        builtins...), whose JSON Schema the gate records for a console to
+        render.  An answer that does not fit is refused with the field named,
+        and the gate stays open.  Returns the typed value.
+
+        ``TypeError`` (before any gate opens) when msgspec cannot describe the
+        type."""
+        self._check_active("ask_form")
+        form = Form.of(schema_type)
+        if self.continuation is not None:
+            answer, self.continuation = self.continuation, None
+        else:
+            answer = await self._ask(prompt, None, form=form)
+        value: T = form.parse(answer)
+        return value
+
+    async def ask_open_url(self, prompt: str, url: str, *, value: bool = False) -> str:
+        """Ask the person to open ``url`` (a consent page, a payment page) and
+        confirm once done; returns what they answered with the confirmation
+        (with ``value=True`` an answer is required: a code, an id).  The URL is
+        recorded in the gate and never fetched by the runtime.
+
+        ``ValueError`` (before any gate opens) for anything but an absolute
+        http(s) URL."""
+        self._check_active("ask_open_url")
+        check_url(url)
+        if self.continuation is not None:
+            answer, self.continuation = self.continuation, None
+            return answer
+        return await self._ask(prompt, None, url=url, needs_value=value)
+
+    def _check_active(self, what: str) -> None:
+        if not self._active:
+            raise OutsideToolCallError(
+                f"{what} called after tool call {self.execution_id} ({self.tool_name}) "
+                "finished; questions can only be asked while the call runs"
+            )
 
     def _close(self) -> None:
         self._active = False
@@ -199,6 +284,9 @@ class Tool:
     recover_input: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None
     """The host's way back to a redacted call's real input after a restore:
     (execution id, redacted input) -> the input, or None."""
+    deferred: bool = False
+    """The model sees only its name and first description line until it
+    loads it with the built-in ``load_tools`` tool (``loopruntime.deferred``)."""
 
     def __post_init__(self) -> None:
         if self.timeout is not FROM_LIMITS:
@@ -307,7 +395,7 @@ def decide(policy: PermissionPolicy | None, name: str, raw: Mapping[str, Any]) -
     return policy
 
 
-def _json_schema(t: type[msgspec.Struct]) -> dict[str, Any]:
+def _json_schema(t: Any) -> dict[str, Any]:
     """The input schema, inlined at the top (models want an object schema,
     not a ``$ref``); nested types stay in ``$defs``."""
     schema = msgspec.json.schema(t)
@@ -369,6 +457,7 @@ def tool(
     redact: InputRedaction | None = None,
     redact_result: ResultRedaction | None = None,
     recover_input: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
+    deferred: bool = False,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Tool]: ...
 
 
@@ -389,6 +478,7 @@ def tool(
     redact: InputRedaction | None = None,
     redact_result: ResultRedaction | None = None,
     recover_input: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
+    deferred: bool = False,
 ) -> Tool | Callable[[Callable[..., Awaitable[Any]]], Tool]:
     """Make an async function a tool; bare (``@tool``) or with options.
 
@@ -404,7 +494,8 @@ def tool(
     it) keep secrets out of the journal, logs and traces; ``recover_input``
     gives a replay-safe call its real input back after a restore (see
     ``docs/tools.md``, "Redaction").  A field the input does not have is a
-    ``ValueError`` here.
+    ``ValueError`` here.  ``deferred`` keeps its schema out of the model's
+    requests until the model loads it (``load_tools``).
     """
 
     def build(f: Callable[..., Awaitable[Any]]) -> Tool:
@@ -431,6 +522,7 @@ def tool(
             redact_input=compile_input_redaction(tool_name, input_type.__struct_fields__, redact),
             redact_output=_result_redaction(tool_name, redact_result),
             recover_input=recover_input,
+            deferred=deferred,
         )
 
     return build(fn) if fn is not None else build

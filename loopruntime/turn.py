@@ -49,6 +49,7 @@ from journal.events import (
 
 from . import deadlines, hooks
 from .batch import run_batch
+from .deferred import advertised
 from .errors import ModelError
 from .ids import new_id
 from .model import Accumulator, coalesce
@@ -58,6 +59,7 @@ from .notices import (
 )
 from .output import output_reminder, output_verdict
 from .ports import TurnPort
+from .principals import stamped_end
 from .redaction import journaled_message, secret_piece
 from .settling import queue_consequences, reply_cut_short, settle_turn_events
 from .state import LoopState
@@ -117,7 +119,7 @@ class TurnRunner:
             # people is left open as the journal holds it, for restore.
             reason = self.loop.stop_reason
             await self.loop.commit(
-                self._settle_interrupted(reason),
+                stamped_end(self._settle_interrupted(reason), self.loop.stop_principal),
                 cause=self.loop.stop_cause or self.state.turn_record,
             )
         if self.turn_end and not self.state.turn_open:
@@ -291,7 +293,7 @@ class TurnRunner:
         step = state.step + 1
         if self.before_model and state.hooks_step != step:
             await self._before_model_hooks(step)
-        schemas = [t.schema for t in resolved.tools]
+        schemas = advertised(resolved.tools, resolved.deferred, state.loaded)
         request, fp = loop.requests.build(
             system=resolved.system,
             messages=state.messages,

@@ -31,8 +31,10 @@ from journal import (
     parse_location,
 )
 from loopruntime import LoopError, LoopStatus
+from loopruntime.host import check_principal
 
 from .chat import run_chat
+from .client import CommandRefusedError
 from .fork import lineage, plan_fork, write_fork
 from .hosting_cli import add_commands, submit_command
 from .replay import ReplayInputError, open_for_replay, replay_command
@@ -312,6 +314,7 @@ async def _resolve(args: argparse.Namespace) -> int:
             _checked_text(args.execution_id, "execution id"),
             _checked_text(args.result, "result"),
             is_error=args.error,
+            principal=check_principal(args.principal),
         )
     print(f"resolved {args.execution_id}; the session continues when its host restores it")
     return 0
@@ -490,6 +493,10 @@ def parser() -> argparse.ArgumentParser:
         "session a host runs: the host applies it)",
     )
     resolve.add_argument("--wait", type=float, nargs="?", const=60.0, metavar="SECONDS")
+    resolve.add_argument(
+        "--principal",
+        help="who resolves it (a user id, a service name), recorded on the resolution",
+    )
     resolve.set_defaults(run=cmd_resolve)
     journal = command("journal", "journal administration", "Journal administration.")
     jsub = journal.add_subparsers(dest="journal_command", required=True, metavar="ACTION")
@@ -534,7 +541,9 @@ def _user_error(exc: BaseException) -> str | None:
         if len(leaves) != 1:
             return None
         exc = leaves[0]
-    if isinstance(exc, JournalError | LoopError | ReplayInputError | ValueError):
+    if isinstance(
+        exc, JournalError | LoopError | ReplayInputError | ValueError | CommandRefusedError
+    ):
         return str(exc)
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""

@@ -22,10 +22,11 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
+import msgspec
 
 from journal import (
     BlockingJournal,
@@ -37,7 +38,7 @@ from journal import (
 )
 from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
-from loopruntime.host import new_id
+from loopruntime.host import check_principal, new_id
 
 from .validation import answer_text, check_decision, steering_text, tool_result, user_message
 
@@ -62,6 +63,7 @@ __all__ = [
 
 
 T = TypeVar("T")
+C = TypeVar("C", bound=ib.InboxCommand)
 
 
 class ClientError(Exception):
@@ -181,8 +183,16 @@ def steer_command(text: str, loop: str | None) -> ib.Steer:
     return ib.Steer(text=steering_text(text), loop=loop)
 
 
-def answer_command(gate_id: str, text: str) -> ib.Answer:
-    return ib.Answer(gate_id=gate_id, text=answer_text(gate_id, text))
+def answer_command(gate_id: str, text: str | Any) -> ib.Answer:
+    """A question's answer; a form's may be given as data, sent as its JSON
+    text and checked by the session's owner."""
+    return ib.Answer(gate_id=gate_id, text=answer_text(gate_id, text, data=True))
+
+
+def with_principal(command: C, principal: str | None) -> C:
+    """``command`` carrying who sent it (checked: text of at most 200 characters)."""
+    principal = check_principal(principal)
+    return command if principal is None else msgspec.structs.replace(command, principal=principal)
 
 
 def decide_command(gate_id: str, allow: bool, scope: str) -> ib.Decide:
@@ -377,17 +387,32 @@ class Client:
             raise ClientNotOpenError(self.url, "async with open_client(url) as client:")
         return self._inbox
 
-    async def create(self, definition_name: str, *, session_id: str | None = None, key: str) -> str:
+    async def create(
+        self,
+        definition_name: str,
+        *,
+        session_id: str | None = None,
+        key: str,
+        principal: str | None = None,
+    ) -> str:
         """Ask for a new session running ``definition_name``; returns its id.
         A host offering that definition starts it."""
-        inbox = self._open()
         session_id = session_id or new_id("ses_")
         command = ib.Create(definition=definition_name)
-        await inbox.put(session_id, check_key(key), command, definition_name)
+        await self._put(session_id, key, command, definition_name, principal=principal)
         return session_id
 
-    async def _put(self, session_id: str, key: str, command: ib.InboxCommand) -> ib.InboxEntry:
-        return await self._open().put(session_id, check_key(key), command, None)
+    async def _put(
+        self,
+        session_id: str,
+        key: str,
+        command: ib.InboxCommand,
+        definition: str | None = None,
+        *,
+        principal: str | None,
+    ) -> ib.InboxEntry:
+        command = with_principal(command, principal)
+        return await self._open().put(session_id, check_key(key), command, definition)
 
     async def submit(
         self,
@@ -396,21 +421,45 @@ class Client:
         *,
         key: str,
         loop: str | None = None,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return await self._put(session_id, key, submit_command(content, loop))
+        return await self._put(session_id, key, submit_command(content, loop), principal=principal)
 
     async def steer(
-        self, session_id: str, text: str, *, key: str, loop: str | None = None
+        self,
+        session_id: str,
+        text: str,
+        *,
+        key: str,
+        loop: str | None = None,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return await self._put(session_id, key, steer_command(text, loop))
+        return await self._put(session_id, key, steer_command(text, loop), principal=principal)
 
-    async def answer(self, session_id: str, gate_id: str, text: str, *, key: str) -> ib.InboxEntry:
-        return await self._put(session_id, key, answer_command(gate_id, text))
+    async def answer(
+        self,
+        session_id: str,
+        gate_id: str,
+        text: str | Any,
+        *,
+        key: str,
+        principal: str | None = None,
+    ) -> ib.InboxEntry:
+        return await self._put(session_id, key, answer_command(gate_id, text), principal=principal)
 
     async def decide(
-        self, session_id: str, gate_id: str, allow: bool, scope: str = "once", *, key: str
+        self,
+        session_id: str,
+        gate_id: str,
+        allow: bool,
+        scope: str = "once",
+        *,
+        key: str,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return await self._put(session_id, key, decide_command(gate_id, allow, scope))
+        return await self._put(
+            session_id, key, decide_command(gate_id, allow, scope), principal=principal
+        )
 
     async def resolve(
         self,
@@ -420,26 +469,47 @@ class Client:
         is_error: bool = False,
         *,
         key: str,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return await self._put(session_id, key, resolve_command(execution_id, result, is_error))
+        return await self._put(
+            session_id, key, resolve_command(execution_id, result, is_error), principal=principal
+        )
 
     async def interrupt(
-        self, session_id: str, *, key: str, loop: str | None = None
+        self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
     ) -> ib.InboxEntry:
-        return await self._put(session_id, key, ib.Interrupt(loop=loop))
+        return await self._put(session_id, key, ib.Interrupt(loop=loop), principal=principal)
 
     async def cancel_queued(
-        self, session_id: str, input_id: str, *, key: str, loop: str | None = None
+        self,
+        session_id: str,
+        input_id: str,
+        *,
+        key: str,
+        loop: str | None = None,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return await self._put(session_id, key, ib.CancelQueued(input_id=input_id, loop=loop))
+        return await self._put(
+            session_id, key, ib.CancelQueued(input_id=input_id, loop=loop), principal=principal
+        )
 
-    async def compact(self, session_id: str, *, key: str, loop: str | None = None) -> ib.InboxEntry:
-        return await self._put(session_id, key, ib.Compact(loop=loop))
+    async def compact(
+        self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
+    ) -> ib.InboxEntry:
+        return await self._put(session_id, key, ib.Compact(loop=loop), principal=principal)
 
     async def change_mode(
-        self, session_id: str, mode: str | None, *, key: str, loop: str | None = None
+        self,
+        session_id: str,
+        mode: str | None,
+        *,
+        key: str,
+        loop: str | None = None,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return await self._put(session_id, key, ib.ChangeMode(mode=mode, loop=loop))
+        return await self._put(
+            session_id, key, ib.ChangeMode(mode=mode, loop=loop), principal=principal
+        )
 
     async def wait(
         self,

@@ -16,14 +16,17 @@ Rules (docs/host.md tells the story):
   cleanly (open gates and questions stay open) and its lease released: the
   next entry activates it again, here or on another host;
 * ``aclose`` stops claiming, shuts every session down cleanly and releases
-  its lease, handing sessions with work left to the next host at once.
+  its lease, handing sessions with work left to the next host at once;
+* with ``principals``, an entry whose principal the host does not know is
+  consumed with the error ``UnknownPrincipalError`` and applies nothing (a
+  ``Create`` so refused starts no session).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import msgspec
@@ -43,7 +46,7 @@ from journal.events import (
     TurnEnded,
 )
 from loopruntime import LoopClosedError, LoopDefinition, LoopError
-from loopruntime.host import new_id
+from loopruntime.host import check_principal, new_id
 
 from .checkpoints import read_restored
 from .runtime import ROOT_LOOP, Session
@@ -53,6 +56,10 @@ __all__ = ["Host", "HostStatistics"]
 log = structlog.wrap_logger(logging.getLogger(__name__))
 
 Match = Callable[[Event], ib.InboxOutcome | None]
+
+Principals = Collection[str] | Callable[[str | None], bool]
+"""The principals a host takes commands from: a collection of them, or a
+predicate on the command's principal (None when it names none)."""
 
 
 class HostStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,6 +107,7 @@ class Host:
         lease_ttl: float = 30.0,
         max_sessions: int = 1000,
         poll: float = 1.0,
+        principals: Principals | None = None,
     ) -> None:
         for name, value in (("idle_after", idle_after), ("lease_ttl", lease_ttl), ("poll", poll)):
             if not isinstance(value, int | float) or not value > 0 or math.isinf(value):
@@ -112,6 +120,8 @@ class Host:
                     f"Host definitions: {name!r} maps to definition {definition.name!r}; "
                     "key each definition by its own name"
                 )
+        self.principals = _principals(principals)
+        """Who this host takes commands from (None: anyone, named or not)."""
         self.journal = journal
         self.definitions = dict(definitions)
         self.id = host_id or new_id("host_")
@@ -137,8 +147,12 @@ class Host:
         lease_ttl: float = 30.0,
         max_sessions: int = 1000,
         poll: float = 1.0,
+        principals: Principals | None = None,
     ) -> AsyncIterator[Host]:
-        """Run a host until the block ends; then ``aclose`` (a clean stop)."""
+        """Run a host until the block ends; then ``aclose`` (a clean stop).
+        ``principals``: take commands only from these (a collection, or a
+        predicate on the principal); others are refused, with the reason in
+        the entry's outcome.  Knowing a principal authorizes nothing more."""
         host = cls(
             journal,
             definitions,
@@ -147,6 +161,7 @@ class Host:
             lease_ttl=lease_ttl,
             max_sessions=max_sessions,
             poll=poll,
+            principals=principals,
         )
         async with trio.open_nursery() as nursery:
             host._nursery = nursery
@@ -289,6 +304,13 @@ class Host:
             first = entries[0].command if entries else None
             if not isinstance(first, ib.Create):
                 return None  # nothing to start it with: the entries wait
+            refusal = self.refusal(first)
+            if refusal is not None:
+                # Consumed with its reason: no session is started for it.
+                consumed = ib.Consumed(entry=entries[0].number, outcome=refusal)
+                await self.journal.append(lease, [], expected_seq=0, consumes=[consumed])
+                self._applied += 1
+                return None
             definition = self.definitions.get(first.definition)
             if definition is None:
                 await self._release(hosted, definition=first.definition)
@@ -349,6 +371,11 @@ class Host:
                 )
             )
             return
+        refusal = None if isinstance(command, ib.Create) else self.refusal(command)
+        if refusal is not None:
+            self._applied += 1
+            await writer.consume(ib.Consumed(entry=entry.number, outcome=refusal))
+            return
         loop, match = _expected(command)
         expectation = writer.expect(entry.number, loop, match) if match is not None else None
         outcome: ib.InboxOutcome
@@ -367,6 +394,43 @@ class Host:
             return  # consumed by the append that holds what the command made
         await writer.consume(ib.Consumed(entry=entry.number, outcome=outcome))
 
+    def refusal(self, command: ib.InboxCommand) -> ib.InboxOutcome | None:
+        """The outcome refusing ``command`` for its principal (None: taken)."""
+        known = self.principals
+        principal = command.principal
+        if known is None:
+            return None
+        try:
+            taken = known(principal) if callable(known) else principal in known
+        except Exception as exc:
+            # The host's own predicate failing must refuse, not apply.
+            self.log.warning("principal_check_failed", principal=principal, error=repr(exc))
+            taken = False
+        if taken is True:
+            return None
+        who = "a command naming no principal"
+        if principal is not None:
+            who = f"principal {principal!r}"
+        message = (
+            f"{who} is not one host {self.id} takes commands from; nothing was applied: send "
+            "it with principal= set to a principal the host knows (Host(principals=...))"
+        )
+        self.log.info("command_refused", principal=principal, command=ib.command_name(command))
+        return ib.InboxOutcome(error="UnknownPrincipalError", message=message)
+
+
+def _principals(principals: Principals | None) -> Principals | None:
+    """``principals`` checked: a predicate, or a collection of principals."""
+    if principals is None or callable(principals):
+        return principals
+    if isinstance(principals, str) or not isinstance(principals, Collection):
+        raise TypeError(
+            f"Host principals takes a collection of principals or a predicate, not {principals!r}"
+        )
+    for p in principals:
+        check_principal(p)
+    return frozenset(principals)
+
 
 async def _run(session: Session, command: ib.InboxCommand) -> str | bool | None:
     """Send ``command`` to ``session``; what it returns.
@@ -374,31 +438,32 @@ async def _run(session: Session, command: ib.InboxCommand) -> str | bool | None:
     Once ``Session`` commands take an idempotency ``key=``, each call here
     passes the entry's key (``entry.key``), and ``_expected`` matches the
     ``command.keyed`` record carrying it, one rule for every command."""
+    who = command.principal
     match command:
         case ib.Create():
             return session.id  # made by the host as it opened the session
         case ib.Submit(message=message, loop=loop):
-            return await session.submit(message, loop=loop)
+            return await session.submit(message, loop=loop, principal=who)
         case ib.Steer(text=text, loop=loop):
-            return await session.steer(text, loop=loop)
+            return await session.steer(text, loop=loop, principal=who)
         case ib.Answer(gate_id=gate_id, text=text):
-            await session.answer(gate_id, text)
+            await session.answer(gate_id, text, principal=who)
             return None
         case ib.Decide(gate_id=gate_id, allow=allow, scope=scope):
-            await session.decide(gate_id, allow, scope)
+            await session.decide(gate_id, allow, scope, principal=who)
             return None
         case ib.Resolve(execution_id=execution_id, content=content, is_error=is_error):
-            await session.resolve(execution_id, content, is_error)
+            await session.resolve(execution_id, content, is_error, principal=who)
             return None
         case ib.Interrupt(loop=loop):
-            return await session.interrupt(loop=loop)
+            return await session.interrupt(loop=loop, principal=who)
         case ib.CancelQueued(input_id=input_id, loop=loop):
-            await session.cancel_queued(input_id, loop=loop)
+            await session.cancel_queued(input_id, loop=loop, principal=who)
             return None
         case ib.Compact(loop=loop):
-            return await session.compact(loop=loop)
+            return await session.compact(loop=loop, principal=who)
         case ib.ChangeMode(mode=mode, loop=loop):
-            await session.change_mode(mode, loop=loop)
+            await session.change_mode(mode, loop=loop, principal=who)
             return None
 
 

@@ -69,6 +69,7 @@ async def _host(args: argparse.Namespace, url: str) -> int:
                 lease_ttl=args.lease_ttl,
                 max_sessions=args.max_sessions,
                 poll=args.poll,
+                principals=args.known_principals,
             ) as host:
                 print(
                     f"host {host.id} runs {', '.join(sorted(definitions))} on {url}; "
@@ -83,22 +84,26 @@ async def _host(args: argparse.Namespace, url: str) -> int:
 async def submit_command(args: argparse.Namespace, url: str) -> int:
     async with open_journal(url) as journal:
         client = Client(journal)
-        session, key = args.session, args.key
+        session, key, who = args.session, args.key, args.principal
         match args.command:
             case "submit":
                 if args.create is not None:
                     # The same key makes the pair safe to resend: each entry once.
-                    await client.create(args.create, session_id=session, key=f"{key}/create")
-                entry = await client.submit(session, args.text, key=key)
+                    await client.create(
+                        args.create, session_id=session, key=f"{key}/create", principal=who
+                    )
+                entry = await client.submit(session, args.text, key=key, principal=who)
             case "answer":
-                entry = await client.answer(session, args.gate_id, args.text, key=key)
+                entry = await client.answer(
+                    session, args.gate_id, args.text, key=key, principal=who
+                )
             case "decide":
                 entry = await client.decide(
-                    session, args.gate_id, args.allow == "allow", args.scope, key=key
+                    session, args.gate_id, args.allow == "allow", args.scope, key=key, principal=who
                 )
             case _:
                 entry = await client.resolve(
-                    session, args.execution_id, args.result, args.error, key=key
+                    session, args.execution_id, args.result, args.error, key=key, principal=who
                 )
         print(f"inbox entry {entry.number} of session {session} (key {key})", flush=True)
         if args.wait is not None:
@@ -139,6 +144,14 @@ def add_commands(
     )
     host.add_argument("--max-sessions", type=int, default=1000, help="sessions loaded at most")
     host.add_argument("--poll", type=float, default=1.0, help="seconds between looks for work")
+    host.add_argument(
+        "--known-principal",
+        dest="known_principals",
+        action="append",
+        metavar="PRINCIPAL",
+        help="take commands only from this principal (repeat for each); commands from "
+        "others, or naming none, are refused with UnknownPrincipalError (default: anyone)",
+    )
 
     def run_host(args: argparse.Namespace) -> int:
         return trio.run(_host, args, url(args))
@@ -151,6 +164,10 @@ def add_commands(
 
     def inbox_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--key", required=True, help="idempotency key: resending is safe")
+        parser.add_argument(
+            "--principal",
+            help="who sends the command (a user id, a service name), recorded on what it makes",
+        )
         parser.add_argument(
             "--wait",
             type=float,
@@ -176,7 +193,10 @@ def add_commands(
     )
     inbox_options(submit)
     answer = command(
-        "answer", "answer a question through the inbox", "Answer an open question gate."
+        "answer",
+        "answer a question through the inbox",
+        "Answer an open question gate: text; for a form, JSON that fits its schema; for a "
+        "URL gate, the confirmation (and the value it asks for).",
     )
     answer.add_argument("session")
     answer.add_argument("gate_id")

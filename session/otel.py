@@ -12,6 +12,12 @@
 * ``Exporter`` hands the finished spans to an SDK ``TracerProvider``, live
   (``follow``) or from the journal (``export``).  Message content is left out
   unless ``capture_content``.
+* Who gave a command (its principal) is ``enduser.id``: on the turn its
+  input started, on a gate's resolution; an interrupt's is
+  ``loopruntime.interrupted_by`` on the turn it ended.
+
+The module is one piece: one builder whose ``match`` reads every record
+kind a span or span event comes from, and the exporter that hands them on.
 
 The module is one piece: ``SpanBuilder`` is one ``match`` over every kind
 of record, whose cases share the spans still open, and the exporter is the
@@ -140,6 +146,8 @@ class SpanBuilder:
         self.calls: dict[str, FinishedSpan] = {}
         self.tools: dict[str, FinishedSpan] = {}
         self.inputs: dict[str, tuple[Message, ...]] = {}
+        self.principals: dict[str, str] = {}
+        """input id -> who queued it, until a turn takes it."""
         self.forked: SessionForked | None = None
 
     def _span_id(self, *parts: str) -> int:
@@ -169,6 +177,8 @@ class SpanBuilder:
             case InputQueued():
                 if self.capture_content:
                     self.inputs[e.input_id] = e.messages
+                if e.principal is not None:
+                    self.principals[e.input_id] = e.principal
             case TurnStarted():
                 attributes: dict[str, Any] = {
                     "gen_ai.operation.name": "invoke_agent",
@@ -177,6 +187,9 @@ class SpanBuilder:
                     "gen_ai.conversation.id": self.session,
                     "loopruntime.turn": e.turn,
                 }
+                who = [p for i in e.input_ids if (p := self.principals.pop(i, None))]
+                if who:
+                    attributes["enduser.id"] = who[0]
                 if self.forked is not None:
                     attributes["loopruntime.forked_from"] = self.forked.source
                     attributes["loopruntime.forked_at"] = self.forked.seq
@@ -198,6 +211,8 @@ class SpanBuilder:
                 turn = loop.turn
                 if turn is not None:
                     turn.attributes["loopruntime.outcome"] = e.outcome
+                    if e.principal is not None:
+                        turn.attributes["loopruntime.interrupted_by"] = e.principal
                     if e.outcome in ("failed", "crashed"):
                         turn.error = e.code or e.outcome
                         if e.code:
@@ -331,6 +346,8 @@ class SpanBuilder:
                     attributes["loopruntime.gate.scope"] = e.scope or ""
                 if e.answer is not None and self.capture_content:
                     attributes["loopruntime.gate.answer"] = e.answer
+                if e.principal is not None:
+                    attributes["enduser.id"] = e.principal
                 self._event(loop, "loopruntime.gate.resolved", r.at, attributes)
             case GateCancelled():
                 self._event(

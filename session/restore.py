@@ -198,7 +198,13 @@ def _with_notices(
 
 
 async def resolve_offline(
-    journal: Journal, session_id: str, execution_id: str, result: str, *, is_error: bool = False
+    journal: Journal,
+    session_id: str,
+    execution_id: str,
+    result: str,
+    *,
+    is_error: bool = False,
+    principal: str | None = None,
 ) -> None:
     """Settle an unknown effect without running the session (the CLI's
     ``resolve``).  It takes the session's lease, so a host still running the
@@ -239,6 +245,7 @@ async def resolve_offline(
                 tool_use_id=started.tool_use_id,
                 content=(Text(text=result),),
                 is_error=is_error,
+                principal=principal,
             )
         )
         drafts = [Draft(id=new_id("ev_"), loop=loop_id, event=event) for event in events]

@@ -49,6 +49,7 @@ from loopruntime.host import (
     SubagentResult,
     UserInput,
     check_key,
+    check_principal,
     child_outcome,
     copy_state,
     find_definition,
@@ -469,54 +470,75 @@ class Session:
         *,
         loop: str | None = None,
         key: str | None = None,
+        principal: str | None = None,
     ) -> str:
         """Queue input; returns its id once it is durable.  ``key`` makes the
         call idempotent: a repeat returns the first call's input id and
         commits nothing (see docs/boundaries.md).  Beyond
         ``Limits.max_queued_inputs`` queued inputs it raises ``QueueFullError``."""
-        key = check_key(key)
+        key, principal = check_key(key), check_principal(principal)
         message = user_message(content)
         input_id = new_id("in_")
-        command = UserInput(input_id=input_id, messages=(message,), key=key)
+        command = UserInput(input_id=input_id, messages=(message,), key=key, principal=principal)
         try:
             target = self._loop(loop)
             result: str = await self._send(target, command, _routed)
         except LoopClosedError:
-            await self._reject_closed(loop, input_id, key)
+            await self._reject_closed(loop, input_id, key, principal)
             raise
         return result
 
-    async def _reject_closed(self, loop: str | None, input_id: str, key: str | None) -> None:
+    async def _reject_closed(
+        self, loop: str | None, input_id: str, key: str | None, principal: str | None
+    ) -> None:
         """Record that input arrived while the session shut down, when the
         journal can still take it; the caller raises ``LoopClosedError`` either way."""
         target = self.loops.get(loop or ROOT_LOOP)
         if target is None:
             return
-        rejection = TurnRejected(input_id=input_id, reason="shutting_down", key=key)
+        rejection = TurnRejected(
+            input_id=input_id, reason="shutting_down", key=key, principal=principal
+        )
         try:
             with trio.CancelScope(shield=True):
                 await self._writer.commit(target, [rejection])
         except (JournalError, LoopError):
             pass  # the journal is closed, or another writer holds the session
 
-    async def steer(self, text: str, *, loop: str | None = None, key: str | None = None) -> str:
-        key = check_key(key)
+    async def steer(
+        self,
+        text: str,
+        *,
+        loop: str | None = None,
+        key: str | None = None,
+        principal: str | None = None,
+    ) -> str:
+        key, principal = check_key(key), check_principal(principal)
         text = steering_text(text)
-        command = Steer(steer_id=new_id("st_"), text=text, key=key)
+        command = Steer(steer_id=new_id("st_"), text=text, key=key, principal=principal)
         steer_id: str = await self._send(self._loop(loop), command, _routed)
         return steer_id
 
     async def cancel_queued(
-        self, input_id: str, *, loop: str | None = None, key: str | None = None
+        self,
+        input_id: str,
+        *,
+        loop: str | None = None,
+        key: str | None = None,
+        principal: str | None = None,
     ) -> None:
-        key = check_key(key)
-        await self._send(self._loop(loop), CancelQueuedInput(input_id=input_id, key=key), _routed)
+        key, principal = check_key(key), check_principal(principal)
+        command = CancelQueuedInput(input_id=input_id, key=key, principal=principal)
+        await self._send(self._loop(loop), command, _routed)
 
-    async def interrupt(self, *, loop: str | None = None, key: str | None = None) -> bool:
+    async def interrupt(
+        self, *, loop: str | None = None, key: str | None = None, principal: str | None = None
+    ) -> bool:
         """Stop the running turn; True when one was stopped (a keyed repeat
         answers what the first call did)."""
-        key = check_key(key)
-        return bool(await self._send(self._loop(loop), Interrupt(key=key), _routed))
+        key, principal = check_key(key), check_principal(principal)
+        command = Interrupt(key=key, principal=principal)
+        return bool(await self._send(self._loop(loop), command, _routed))
 
     def _gate_loop(self, gate_id: str) -> Loop:
         for loop in self.loops.values():
@@ -525,17 +547,39 @@ class Session:
         self._loop(None)  # raises when closed
         raise GateMismatchError(f"gate {gate_id} is not open in session {self.id}")
 
-    async def answer(self, gate_id: str, text: str, *, key: str | None = None) -> None:
-        key = check_key(key)
-        text = answer_text(gate_id, text)
+    async def answer(
+        self,
+        gate_id: str,
+        text: str | Any,
+        *,
+        key: str | None = None,
+        principal: str | None = None,
+    ) -> None:
+        """Answer an open question: text for a question (one of its choices
+        when it has them) or a URL gate (the value it asks for, if any); for
+        a form, JSON text or the data itself (a dict, a Struct...), which must
+        validate as the form's type.  An answer that does not fit raises
+        ``InvalidAnswerError`` naming why (the field, for a form), and the gate
+        stays open."""
+        key, principal = check_key(key), check_principal(principal)
+        gate = next((g for lp in self.loops.values() if (g := lp.state.gates.get(gate_id))), None)
+        # Data is a form's answer; for a gate not open here (a keyed repeat
+        # after it closed) the loop's answer decides.
+        text = answer_text(gate_id, text, data=gate is None or gate.form is not None)
         self._loop(None)  # refuse when closed, before a repeat is answered
-        command = AnswerGate(gate_id=gate_id, answer=text, key=key)
+        command = AnswerGate(gate_id=gate_id, answer=text, key=key, principal=principal)
         await self._send(None, command, lambda: self._gate_loop(gate_id))
 
     async def decide(
-        self, gate_id: str, allow: bool, scope: str = "once", *, key: str | None = None
+        self,
+        gate_id: str,
+        allow: bool,
+        scope: str = "once",
+        *,
+        key: str | None = None,
+        principal: str | None = None,
     ) -> None:
-        key = check_key(key)
+        key, principal = check_key(key), check_principal(principal)
         # Checked before the gate is looked up: a malformed decision is refused
         # whatever the gate, and the gate stays open.
         check_decision(gate_id, allow, scope)
@@ -545,6 +589,7 @@ class Session:
             allow=allow,
             scope=scope,  # type: ignore[arg-type]
             key=key,
+            principal=principal,
         )
         await self._send(None, command, lambda: self._gate_loop(gate_id))
 
@@ -555,13 +600,18 @@ class Session:
         is_error: bool = False,
         *,
         key: str | None = None,
+        principal: str | None = None,
     ) -> None:
         """Settle a tool call whose outcome is unknown (after a crash)."""
-        key = check_key(key)
+        key, principal = check_key(key), check_principal(principal)
         content = tool_result(execution_id, result, is_error)
         self._loop(None)
         command = ResolveToolCall(
-            execution_id=execution_id, content=content, is_error=is_error, key=key
+            execution_id=execution_id,
+            content=content,
+            is_error=is_error,
+            key=key,
+            principal=principal,
         )
         await self._send(None, command, lambda: self._unknown_loop(execution_id))
 
@@ -574,20 +624,28 @@ class Session:
             f"execution {execution_id} has no unknown outcome in session {self.id}"
         )
 
-    async def compact(self, *, loop: str | None = None, key: str | None = None) -> str:
+    async def compact(
+        self, *, loop: str | None = None, key: str | None = None, principal: str | None = None
+    ) -> str:
         """Ask for a compaction; its outcome is a compaction.committed or
         compaction.rejected record.  Returns the attempt id.  With ``key`` the
         request is durable: a restored session runs it if it had not started."""
-        key = check_key(key)
-        command = Compact(attempt_id=new_id("cmp_"), key=key)
+        key, principal = check_key(key), check_principal(principal)
+        command = Compact(attempt_id=new_id("cmp_"), key=key, principal=principal)
         attempt_id: str = await self._send(self._loop(loop), command, _routed)
         return attempt_id
 
     async def change_mode(
-        self, mode: str | None, *, loop: str | None = None, key: str | None = None
+        self,
+        mode: str | None,
+        *,
+        loop: str | None = None,
+        key: str | None = None,
+        principal: str | None = None,
     ) -> None:
-        key = check_key(key)
-        await self._send(self._loop(loop), ChangeMode(mode=mode, key=key), _routed)
+        key, principal = check_key(key), check_principal(principal)
+        command = ChangeMode(mode=mode, key=key, principal=principal)
+        await self._send(self._loop(loop), command, _routed)
 
     async def change_inference(
         self,
@@ -597,11 +655,13 @@ class Session:
         reset: bool = False,
         loop: str | None = None,
         key: str | None = None,
+        principal: str | None = None,
     ) -> None:
         """Choose the loop's model (a registered name) and output budget from its
         next turn on (None keeps a choice; ``reset`` drops both first): one
         ``loop.inference_changed``.  docs/restore.md, "Deploys"."""
         command = inference_command(model, max_tokens, reset, check_key(key))
+        command.principal = check_principal(principal)
         await self._send(self._loop(loop), command, _routed)
 
     async def replace_tools(
@@ -610,12 +670,16 @@ class Session:
         *,
         loop: str | None = None,
         key: str | None = None,
+        principal: str | None = None,
     ) -> None:
         """Offer these registered tools (names or ``Tool``s) from the next turn
         on, in place of the definition's own (None: those again): one
         ``loop.tools_replaced``.  docs/restore.md, "Deploys"."""
+        key, principal = check_key(key), check_principal(principal)
         target = self._loop(loop)
-        await self._send(target, tools_command(tools, target.definition, check_key(key)), _routed)
+        command = tools_command(tools, target.definition, key)
+        command.principal = principal
+        await self._send(target, command, _routed)
 
     async def snapshot(self, *, loop: str | None = None) -> LoopState:
         """A consistent copy of a loop's state."""

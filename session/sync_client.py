@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from journal import BlockingJournal, JournalClosedError, Record, SessionInfo, open_blocking
 from journal import inbox as ib
@@ -33,6 +33,7 @@ from .client import (
     steer_command,
     submit_command,
     timeout_error,
+    with_principal,
 )
 
 __all__ = ["SyncClient", "open_sync_client"]
@@ -122,16 +123,36 @@ class SyncClient:
             raise ClientClosedError(self.url) from exc
 
     def _call_put(
-        self, session: str, key: str, command: ib.InboxCommand, definition: str | None = None
+        self,
+        session: str,
+        key: str,
+        command: ib.InboxCommand,
+        definition: str | None = None,
+        *,
+        principal: str | None,
     ) -> ib.InboxEntry:
         key = check_key(key)
+        command = with_principal(command, principal)
         return self._run(lambda j: j.put(session, key, command, definition=definition))
 
     # -- commands ------------------------------------------------------------------
 
-    def create(self, definition_name: str, *, session_id: str | None = None, key: str) -> str:
+    def create(
+        self,
+        definition_name: str,
+        *,
+        session_id: str | None = None,
+        key: str,
+        principal: str | None = None,
+    ) -> str:
         session_id = session_id or new_id("ses_")
-        self._call_put(session_id, key, ib.Create(definition=definition_name), definition_name)
+        self._call_put(
+            session_id,
+            key,
+            ib.Create(definition=definition_name),
+            definition_name,
+            principal=principal,
+        )
         return session_id
 
     def submit(
@@ -141,21 +162,45 @@ class SyncClient:
         *,
         key: str,
         loop: str | None = None,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return self._call_put(session_id, key, submit_command(content, loop))
+        return self._call_put(session_id, key, submit_command(content, loop), principal=principal)
 
     def steer(
-        self, session_id: str, text: str, *, key: str, loop: str | None = None
+        self,
+        session_id: str,
+        text: str,
+        *,
+        key: str,
+        loop: str | None = None,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return self._call_put(session_id, key, steer_command(text, loop))
+        return self._call_put(session_id, key, steer_command(text, loop), principal=principal)
 
-    def answer(self, session_id: str, gate_id: str, text: str, *, key: str) -> ib.InboxEntry:
-        return self._call_put(session_id, key, answer_command(gate_id, text))
+    def answer(
+        self,
+        session_id: str,
+        gate_id: str,
+        text: str | Any,
+        *,
+        key: str,
+        principal: str | None = None,
+    ) -> ib.InboxEntry:
+        return self._call_put(session_id, key, answer_command(gate_id, text), principal=principal)
 
     def decide(
-        self, session_id: str, gate_id: str, allow: bool, scope: str = "once", *, key: str
+        self,
+        session_id: str,
+        gate_id: str,
+        allow: bool,
+        scope: str = "once",
+        *,
+        key: str,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return self._call_put(session_id, key, decide_command(gate_id, allow, scope))
+        return self._call_put(
+            session_id, key, decide_command(gate_id, allow, scope), principal=principal
+        )
 
     def resolve(
         self,
@@ -165,24 +210,47 @@ class SyncClient:
         is_error: bool = False,
         *,
         key: str,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return self._call_put(session_id, key, resolve_command(execution_id, result, is_error))
+        return self._call_put(
+            session_id, key, resolve_command(execution_id, result, is_error), principal=principal
+        )
 
-    def interrupt(self, session_id: str, *, key: str, loop: str | None = None) -> ib.InboxEntry:
-        return self._call_put(session_id, key, ib.Interrupt(loop=loop))
+    def interrupt(
+        self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
+    ) -> ib.InboxEntry:
+        return self._call_put(session_id, key, ib.Interrupt(loop=loop), principal=principal)
 
     def cancel_queued(
-        self, session_id: str, input_id: str, *, key: str, loop: str | None = None
+        self,
+        session_id: str,
+        input_id: str,
+        *,
+        key: str,
+        loop: str | None = None,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return self._call_put(session_id, key, ib.CancelQueued(input_id=input_id, loop=loop))
+        return self._call_put(
+            session_id, key, ib.CancelQueued(input_id=input_id, loop=loop), principal=principal
+        )
 
-    def compact(self, session_id: str, *, key: str, loop: str | None = None) -> ib.InboxEntry:
-        return self._call_put(session_id, key, ib.Compact(loop=loop))
+    def compact(
+        self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
+    ) -> ib.InboxEntry:
+        return self._call_put(session_id, key, ib.Compact(loop=loop), principal=principal)
 
     def change_mode(
-        self, session_id: str, mode: str | None, *, key: str, loop: str | None = None
+        self,
+        session_id: str,
+        mode: str | None,
+        *,
+        key: str,
+        loop: str | None = None,
+        principal: str | None = None,
     ) -> ib.InboxEntry:
-        return self._call_put(session_id, key, ib.ChangeMode(mode=mode, loop=loop))
+        return self._call_put(
+            session_id, key, ib.ChangeMode(mode=mode, loop=loop), principal=principal
+        )
 
     # -- reading -------------------------------------------------------------------
 

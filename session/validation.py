@@ -73,13 +73,23 @@ def steering_text(text: object) -> str:
     return text
 
 
-def answer_text(gate_id: str, text: object) -> str:
-    if not isinstance(text, str):
-        raise InvalidAnswerError(
-            f"the answer to gate {gate_id} must be text, not {type(text).__name__}; "
-            "the gate stays open"
-        )
-    return text
+def answer_text(gate_id: str, text: object, *, data: bool = False) -> str:
+    """An answer as the text the gate is answered with.  With ``data`` (a
+    form's answer) a value that is not text (a dict, a Struct, a number...)
+    is taken as its JSON."""
+    if isinstance(text, str):
+        return text
+    if data:
+        try:
+            return msgspec.json.encode(text).decode()
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise InvalidAnswerError(
+                f"the answer to form gate {gate_id} cannot be written as JSON ({exc}); "
+                "the gate stays open"
+            ) from exc
+    raise InvalidAnswerError(
+        f"the answer to gate {gate_id} must be text, not {type(text).__name__}; the gate stays open"
+    )
 
 
 def check_decision(gate_id: str, allow: object, scope: str) -> None:

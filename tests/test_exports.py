@@ -41,6 +41,7 @@ PUBLIC = {
         "command_digest", "command_name", "repeat_of", "Command",
         "ChangeInference", "ReplaceTools", "change_text", "changes",
         "describe", "digest", "prompts_of",
+        "MAX_PRINCIPAL_LENGTH", "check_principal",
     },
     "loopruntime.models": {"ScriptedModel", "Reply", "ToolCall", "AnthropicModel"},
     "loopruntime.toolsets": {

@@ -102,7 +102,9 @@ class McpServer:
     * ``timeout``: seconds a call may run (default: ``Limits.tool_timeout``);
     * ``parallel``: its calls may run beside others of the same batch;
     * ``connect_attempts``: tries to connect, with backoff, before a call
-      (or the listing when the loop starts) gives up.
+      (or the listing when the loop starts) gives up;
+    * ``deferred``: the model sees its tools by name only until it loads
+      them (``load_tools``, ``loopruntime.deferred``): for servers with many.
     """
 
     name: str
@@ -115,6 +117,7 @@ class McpServer:
     timeout: float | _FromLimits | None = FROM_LIMITS
     parallel: bool = False
     connect_attempts: int = 3
+    deferred: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -285,6 +288,7 @@ def mcp_tool(
         replay_safe=server.is_replay_safe(remote, annotations),
         resumable=server.resumable,
         timeout=server.timeout,
+        deferred=server.deferred,
         server=server,
         remote=remote,
         input_schema=input_schema,

@@ -66,6 +66,7 @@ from journal.events import (
     ToolAbandoned,
     ToolCompleted,
     ToolResolved,
+    ToolsLoaded,
     ToolStarted,
     TurnEnded,
     TurnRejected,
@@ -387,6 +388,7 @@ class _Checker:
                 | LoopReconfigured()
                 | LoopInferenceChanged()
                 | LoopToolsReplaced()
+                | ToolsLoaded()
                 | InputQueued()
                 | InputCancelled()
                 | SteerQueued()

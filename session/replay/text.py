@@ -13,6 +13,7 @@ import msgspec
 from journal.content import Image, Text
 from journal.events import (
     DeadlinePassed,
+    GateOpened,
     GateReviewed,
     HookDecided,
     LoopConfigured,
@@ -20,6 +21,7 @@ from journal.events import (
     LoopReconfigured,
     LoopToolsReplaced,
     ModelMessageCommitted,
+    ToolsLoaded,
 )
 from loopruntime.host import change_text
 
@@ -61,7 +63,11 @@ def notice_text(event: ModelMessageCommitted) -> str:
 
 
 def config_text(
-    event: LoopConfigured | LoopReconfigured | LoopInferenceChanged | LoopToolsReplaced,
+    event: LoopConfigured
+    | LoopReconfigured
+    | LoopInferenceChanged
+    | LoopToolsReplaced
+    | ToolsLoaded,
 ) -> str:
     """What a configuration record says, in one line."""
     match event:
@@ -84,6 +90,36 @@ def config_text(
         case LoopToolsReplaced():
             tools = ", ".join(event.tools) if event.tools is not None else "the definition's"
             return f"from the next turn: tools {tools}"
+        case ToolsLoaded():
+            return f"tools loaded: {', '.join(event.tools)}"
+
+
+def gate_text(event: GateOpened) -> str:
+    """One line for an opened gate: what it asks, and how it is answered (a
+    form's fields, a URL to open; the URL is shown, never fetched)."""
+    head = f"? gate {event.gate_id} ({event.kind}"
+    if event.form is not None:
+        fields = sorted(_form_fields(event.form))
+        listed = f" fields {', '.join(fields)}" if fields else ""
+        return f"{head}, form{listed}): {event.prompt}"
+    if event.url is not None:
+        then = "confirm with a value" if event.needs_value else "confirm"
+        return f"{head}, open url): {event.prompt} → {event.url} ({then})"
+    if event.kind == "user_input":
+        choices = f" {list(event.choices)}" if event.choices else ""
+        return f"{head}): {event.prompt}{choices}"
+    return f"{head}): {event.prompt} {short(event.preview or {})}"
+
+
+def _form_fields(schema: dict[str, object]) -> list[str]:
+    """The top-level field names of a form's JSON Schema (through one ``$ref``)."""
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        defs = schema.get("$defs")
+        target = defs.get(ref.rsplit("/", 1)[-1]) if isinstance(defs, dict) else None
+        schema = target if isinstance(target, dict) else schema
+    properties = schema.get("properties")
+    return list(properties) if isinstance(properties, dict) else []
 
 
 _DEADLINE_WHAT = {

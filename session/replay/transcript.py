@@ -53,6 +53,7 @@ from journal.events import (
     ToolAbandoned,
     ToolCompleted,
     ToolResolved,
+    ToolsLoaded,
     ToolStarted,
     TurnEnded,
     TurnRejected,
@@ -63,11 +64,17 @@ from .text import (
     blocks_text,
     config_text,
     deadline_text,
+    gate_text,
     hook_text,
     painted,
     review_text,
     short,
 )
+
+
+def _by(principal: str | None) -> str:
+    """`` [alice]`` after what a principal's command made; nothing without one."""
+    return f" [{principal}]" if principal is not None else ""
 
 
 class TranscriptRenderer:
@@ -106,21 +113,25 @@ class TranscriptRenderer:
             case LoopStopped():
                 lines.append(prefix + paint("dim", f"loop {r.loop} stopped ({e.reason})"))
             case InputQueued():
-                who = "user" if e.trigger == "external" else e.trigger
+                who = ("user" if e.trigger == "external" else e.trigger) + _by(e.principal)
                 for m in e.messages:
                     mark = " (synthetic)" if m.synthetic else ""
                     lines.append(prefix + paint("user", f"{who}{mark}: ") + blocks_text(m.blocks))
             case InputCancelled():
-                lines.append(prefix + paint("dim", f"(input {e.input_id} cancelled: {e.reason})"))
+                lines.append(
+                    prefix
+                    + paint("dim", f"(input {e.input_id} cancelled: {e.reason}{_by(e.principal)})")
+                )
             case SteerQueued():
-                lines.append(prefix + paint("user", "steer: ") + e.text)
+                lines.append(prefix + paint("user", f"steer{_by(e.principal)}: ") + e.text)
             case SteerApplied():
                 lines.append(prefix + paint("dim", f"(steering applied: {len(e.steer_ids)})"))
             case TurnStarted():
                 lines.append(prefix + paint("dim", f"── turn {e.turn} ──"))
             case TurnEnded():
                 why = f" ({e.code})" if e.code else ""
-                lines.append(prefix + paint("dim", f"── turn {e.turn} {e.outcome}{why} ──"))
+                who = f" by {e.principal}" if e.principal is not None else ""
+                lines.append(prefix + paint("dim", f"── turn {e.turn} {e.outcome}{who}{why} ──"))
             case ModelMessageCommitted():
                 lines.extend(self._message(prefix, e))
             case ModelCallFailed():
@@ -151,24 +162,24 @@ class TranscriptRenderer:
             case ToolResolved():
                 lines.append(
                     prefix
-                    + paint("tool", f"← resolved by {e.by}{' (error)' if e.is_error else ''}: ")
+                    + paint(
+                        "tool",
+                        f"← resolved by {e.by}{_by(e.principal)}"
+                        f"{' (error)' if e.is_error else ''}: ",
+                    )
                     + short(blocks_text(e.content))
                 )
             case DeadlinePassed():
                 lines.append(prefix + paint("notice", deadline_text(e)))
             case GateOpened():
-                if e.kind == "user_input":
-                    choices = f" {list(e.choices)}" if e.choices else ""
-                    what = e.prompt + choices
-                else:
-                    what = f"{e.prompt} {short(e.preview or {})}"
-                lines.append(prefix + paint("gate", f"? gate {e.gate_id} ({e.kind}): {what}"))
+                lines.append(prefix + paint("gate", gate_text(e)))
             case GateResolved():
+                by = f" by {e.principal}" if e.principal is not None else ""
                 if e.kind == "user_input":
-                    lines.append(prefix + paint("gate", f"! answered: {e.answer}"))
+                    lines.append(prefix + paint("gate", f"! answered{by}: {e.answer}"))
                 else:
                     verdict = "allowed" if e.allow else "denied"
-                    lines.append(prefix + paint("gate", f"! {verdict} ({e.scope})"))
+                    lines.append(prefix + paint("gate", f"! {verdict}{by} ({e.scope})"))
             case GateCancelled():
                 lines.append(prefix + paint("gate", f"! gate {e.gate_id} cancelled ({e.reason})"))
             case GateReviewed():
@@ -189,11 +200,17 @@ class TranscriptRenderer:
                     )
                 )
             case CommandKeyed():
-                lines.append(prefix + paint("dim", f"({e.command}, key {e.key!r})"))
+                lines.append(
+                    prefix + paint("dim", f"({e.command}, key {e.key!r}{_by(e.principal)})")
+                )
             case TurnRejected():
-                lines.append(prefix + paint("notice", f"input {e.input_id} refused ({e.reason})"))
+                lines.append(
+                    prefix
+                    + paint("notice", f"input {e.input_id}{_by(e.principal)} refused ({e.reason})")
+                )
             case CompactionStarted():
-                pass
+                if e.principal is not None:
+                    lines.append(prefix + paint("dim", f"(compaction asked by {e.principal})"))
             case CompactionCommitted():
                 lines.append(
                     prefix
@@ -210,14 +227,14 @@ class TranscriptRenderer:
             case ChildFinished():
                 lines.append(prefix + paint("dim", f"└ child loop {e.child_loop} {e.status}"))
             case LoopModeChanged():
-                lines.append(prefix + paint("dim", f"(mode: {e.mode})"))
+                lines.append(prefix + paint("dim", f"(mode: {e.mode}{_by(e.principal)})"))
             case LoopConfigured():
                 lines.append(prefix + paint("dim", f"(configured: {config_text(e)})"))
                 lines += self._prompts(prefix, e.prompts)
             case LoopReconfigured():
                 lines.append(prefix + paint("notice", f"⟳ definition changed: {config_text(e)}"))
                 lines += self._prompts(prefix, e.prompts)
-            case LoopInferenceChanged() | LoopToolsReplaced():
+            case LoopInferenceChanged() | LoopToolsReplaced() | ToolsLoaded():
                 lines.append(prefix + paint("dim", f"({config_text(e)})"))
             case ModelCallStarted() | ModelOutput() | ContextMeasured():
                 pass  # the committed message is what the transcript shows

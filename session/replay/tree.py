@@ -80,6 +80,12 @@ class GateNode(msgspec.Struct, **_S):
     allow: bool | None = None
     scope: str | None = None
     reason: str | None = None
+    form: dict[str, Any] | None = None
+    """A form question's JSON Schema (its answer is JSON that fits it)."""
+    url: str | None = None
+    """The URL a person was asked to open and confirm."""
+    answered_by: str | None = None
+    """The principal that answered, when the command said."""
 
 
 class InputNode(msgspec.Struct, **_S):
@@ -94,6 +100,8 @@ class InputNode(msgspec.Struct, **_S):
     run: str | None = None
     cancelled_seq: int | None = None
     reason: str | None = None
+    principal: str | None = None
+    """Who queued it, when the command said."""
 
 
 class ModelStep(msgspec.Struct, tag="model", tag_field="kind", **_S):

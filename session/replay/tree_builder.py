@@ -58,6 +58,7 @@ from journal.events import (
     ToolAbandoned,
     ToolCompleted,
     ToolResolved,
+    ToolsLoaded,
     ToolStarted,
     TurnEnded,
     TurnRejected,
@@ -162,7 +163,11 @@ class _StreamBuilder:
             case LoopModeChanged() | LoopStopped() | ContextMeasured() | CompactionRejected():
                 pass
             case (
-                LoopConfigured() | LoopReconfigured() | LoopInferenceChanged() | LoopToolsReplaced()
+                LoopConfigured()
+                | LoopReconfigured()
+                | LoopInferenceChanged()
+                | LoopToolsReplaced()
+                | ToolsLoaded()
             ):
                 kind = type(e).__struct_config__.tag
                 assert isinstance(kind, str)
@@ -177,6 +182,7 @@ class _StreamBuilder:
                     trigger=e.trigger,
                     text=" ".join(blocks_text(m.blocks) for m in e.messages),
                     synthetic=bool(e.messages) and all(m.synthetic for m in e.messages),
+                    principal=e.principal,
                 )
                 self.inputs[e.input_id] = node
                 s.inputs.append(node)
@@ -290,6 +296,8 @@ class _StreamBuilder:
                     seq=r.seq,
                     prompt=e.prompt,
                     choices=list(e.choices) if e.choices is not None else None,
+                    form=e.form,
+                    url=e.url,
                 )
                 self.gates[e.gate_id] = gate
                 owner = self.by_execution.get(e.execution_id) if e.execution_id else None
@@ -306,6 +314,7 @@ class _StreamBuilder:
                 if gate_r is not None:
                     gate_r.status, gate_r.closed_seq = "resolved", r.seq
                     gate_r.answer, gate_r.allow, gate_r.scope = e.answer, e.allow, e.scope
+                    gate_r.answered_by = e.principal
             case GateCancelled():
                 gate_r = self.gates.get(e.gate_id)
                 if gate_r is not None:

@@ -382,4 +382,5 @@ def test_scripts_cover_the_scenarios() -> None:
         "replay",
         "survey",
         "steer",
+        "form",
     }

@@ -34,6 +34,7 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     "effect": crash_scenarios.effect,
     "replay": crash_scenarios.replay,
     "survey": crash_scenarios.survey,
+    "form": crash_scenarios.form,
     "steer": crash_scenarios.steer,
     "hooks": crash_scenarios.hooks,
     # URL SESSION_ID WORKDIR: killed while an MCP server runs a call

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+import msgspec
 import trio
 
 from journal import Record, open_journal
@@ -63,6 +64,13 @@ def effects(side: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in side.read_text().splitlines() if line]
 
 
+class Shipping(msgspec.Struct, forbid_unknown_fields=True):
+    """The form the ``form`` scenario's tool asks for."""
+
+    city: str
+    zip: int
+
+
 def definition(scenario: str, side: Path, replies: list[Reply]) -> LoopDefinition:
     @tool(permission="ask")
     async def deploy(ctx: ToolContext, *, target: str) -> str:
@@ -95,6 +103,14 @@ def definition(scenario: str, side: Path, replies: list[Reply]) -> LoopDefinitio
             await trio.sleep(3600)
         return f"contents of {url}"
 
+    @tool(permission="allow", resumable=True)
+    async def ship(ctx: ToolContext, *, item: str) -> str:
+        """Ask for an address with a form, then ship (resumable)."""
+        record_effect(side, tool="ship", phase="entered", execution=ctx.execution_id)
+        address = await ctx.ask_form(f"Where should {item} go?", Shipping)
+        record_effect(side, tool="ship", phase="acted", execution=ctx.execution_id)
+        return f"{item} shipped to {address.city} {address.zip}"
+
     @tool(permission="allow")
     async def survey(ctx: ToolContext, *, question: str) -> str:
         """Ask, then act (NOT resumable)."""
@@ -105,7 +121,7 @@ def definition(scenario: str, side: Path, replies: list[Reply]) -> LoopDefinitio
     return LoopDefinition(
         name=f"crash-{scenario}",
         model=ScriptedModel(replies),
-        tools=[deploy, confirm, charge, fetch, survey],
+        tools=[deploy, confirm, charge, fetch, survey, ship],
     )
 
 
@@ -116,6 +132,7 @@ SCRIPTS: dict[str, list[Reply]] = {
     "effect": [Reply(tool_calls=[ToolCall(name="charge", input={"amount": 7})])],
     "replay": [Reply(tool_calls=[ToolCall(name="fetch", input={"url": "https://example.org"})])],
     "survey": [Reply(tool_calls=[ToolCall(name="survey", input={"question": "why?"})])],
+    "form": [Reply(tool_calls=[ToolCall(name="ship", input={"item": "a lamp"})])],
     "steer": [Reply(tool_calls=[ToolCall(name="deploy", input={"target": "staging"})])],
 }
 """The model's replies in the child, per scenario: each one's first turn."""
@@ -158,6 +175,11 @@ async def permission(url: str, session_id: str, side: str) -> None:
 async def question(url: str, session_id: str, side: str) -> None:
     """Killed while a resumable tool waits on its question to the user."""
     await _tools("question", url, session_id, side, _ready_at(GateOpened))
+
+
+async def form(url: str, session_id: str, side: str) -> None:
+    """Killed while a resumable tool waits on the form it asked for."""
+    await _tools("form", url, session_id, side, _ready_at(GateOpened))
 
 
 async def survey(url: str, session_id: str, side: str) -> None:
