@@ -57,24 +57,21 @@ from .ids import new_id
 from .notices import (
     DENIED_RESULT,
     EMPTY_RESULT,
-    deadline_failure,
-    deadline_unknown,
     rejected,
 )
 from .output import OutputTool
+from .overruns import overrun
 from .ports import ToolsPort
 from .redaction import Originals, input_digest, recovered_input, redacted_rewrite, scrub
+from .results import ToolOutput, is_empty_result, shape_result
 from .tools import (
     Form,
     Middleware,
     Tool,
     ToolContext,
     ToolInputError,
-    ToolOutput,
     call_tool,
     decide,
-    is_empty_result,
-    shape_result,
 )
 
 __all__ = ["run_batch"]
@@ -517,7 +514,9 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
         if not deadline.passed:
             break
         assert timeout is not None
-        events = _deadline_passed(loop, call, timeout, limits.tool_retries)
+        events = overrun(
+            loop, call.tool, call.execution_id, call.use.id, timeout, limits.tool_retries
+        )
         await loop.commit(events, cause=cause)
         if not any(isinstance(e, DeadlinePassed) and e.action == "retried" for e in events):
             return
@@ -572,60 +571,3 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
         ],
         cause=cause,
     )
-
-
-def _deadline_passed(loop: ToolsPort, call: _Call, seconds: float, retries: int) -> list[Event]:
-    """What a call cut by its deadline commits: the ``deadline.passed`` record
-    and its consequence (a retry, a visible failure, or an unknown outcome)."""
-    running = loop.state.running.get(call.execution_id)
-    attempt = running.attempt if running is not None else 1
-    tool = call.tool
-    loop.log.warning(
-        "tool_deadline_passed",
-        tool=tool.name,
-        execution=call.execution_id,
-        seconds=seconds,
-        attempt=attempt,
-    )
-
-    def passed(action: str) -> DeadlinePassed:
-        return DeadlinePassed(
-            deadline="tool",
-            seconds=seconds,
-            turn=loop.state.turn_index,
-            ref=call.execution_id,
-            attempt=attempt,
-            action=action,  # type: ignore[arg-type]
-        )
-
-    # A question the call had just opened closes with it (the wait itself is
-    # paused, so only a gate opened as the deadline passed can be left).
-    closed: list[Event] = [
-        GateCancelled(gate_id=g.gate_id, reason="interrupted")
-        for g in loop.state.gates.values()
-        if g.execution_id == call.execution_id
-    ]
-    if tool.replay_safe and attempt <= retries:
-        return [*closed, passed("retried")]
-    if tool.replay_safe or tool.atomic:
-        text = deadline_failure(tool.name, seconds, attempts=attempt, atomic=not tool.replay_safe)
-        return [
-            *closed,
-            passed("failed"),
-            ToolCompleted(
-                execution_id=call.execution_id,
-                tool_use_id=call.use.id,
-                content=(Text(text=text),),
-                disposition="failed",
-            ),
-        ]
-    return [
-        *closed,
-        passed("unknown"),
-        ToolAbandoned(execution_id=call.execution_id, tool_use_id=call.use.id, reason="deadline"),
-        Notice(
-            code="unknown_effects",
-            text=deadline_unknown(call.execution_id, tool.name, seconds),
-            refs=(call.execution_id,),
-        ),
-    ]

@@ -37,13 +37,13 @@ from journal.content import Message, ResultBlock, Text
 from journal.events import Event, HookAction, HookDecided, HookPoint
 
 from .deadlines import check_timeout
+from .results import shape_result
 from .tools import (
     FROM_LIMITS,
     Tool,
     ToolInputError,
     _FromLimits,
     check_async_callable,
-    shape_result,
 )
 
 __all__ = [

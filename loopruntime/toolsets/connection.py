@@ -22,7 +22,8 @@ import trio
 from journal.content import Image, ResultBlock, Text
 
 from .. import deadlines
-from ..tools import ToolContext, ToolOutput
+from ..results import ToolOutput
+from ..tools import ToolContext
 from .mcp import McpServer, McpServerError, McpTool, McpToolError, Stdio, mcp_tool
 
 if TYPE_CHECKING:
