@@ -22,6 +22,7 @@ from journal import (
 )
 from loopruntime.host import FoldError
 
+from ..terminal import progress
 from .causes import render_causes
 from .checker import check
 from .states import render_states, states_at
@@ -100,7 +101,8 @@ async def replay_command(
         async with open_for_replay(url) as journal:
             if check_only:
                 try:
-                    report = await check(journal, session_id)
+                    with progress(f"reading session {session_id}", None) as bar:
+                        report = await check(journal, session_id, progress=bar)
                 except SessionNotFoundError as exc:
                     raise _no_session(journal, session_id) from exc
                 for problem in report.problems:
