@@ -48,6 +48,8 @@ class McpConnection:
     def __init__(self, server: McpServer) -> None:
         self.server = server
         self.tools: tuple[McpTool, ...] = ()
+        self.listed = False
+        """The server answered the listing when the loop started."""
         self.log = log.bind(mcp_server=server.name)
         self._nursery: trio.Nursery | None = None
         self._session: ClientSession | None = None
@@ -78,6 +80,7 @@ class McpConnection:
             )
             for t in listed
         )
+        self.listed = True
         self.log.info("mcp_server_listed", tools=[t.name for t in self.tools])
 
     def close(self) -> None:
