@@ -215,24 +215,111 @@ async def _execute(batch: _Batch, calls: list[_Call]) -> None:
             await _run_one(batch, call)
         return
     limiter = trio.CapacityLimiter(max(1, batch.resolved.limits.max_parallel_tool_calls))
-    async with trio.open_nursery() as nursery:
-        running: list[trio.Event] = []
-        last_for_target: dict[str, trio.Event] = {}
-        for call in calls:
-            if call.tool.concurrency == "exclusive":
-                for done in running:
-                    await done.wait()
-                running.clear()
-                await _run_one(batch, call)
-                continue
-            done = trio.Event()
-            target = call.tool.target(call.use.input)
-            before = last_for_target.get(target) if target is not None else None
-            if target is not None:
-                last_for_target[target] = done
-            await limiter.acquire_on_behalf_of(done)
-            nursery.start_soon(_run_parallel, batch, call, before, done, limiter)
-            running.append(done)
+    calls_of = _Parallel(batch.loop)
+    turn = calls_of.turn
+    try:
+        async with trio.open_nursery() as nursery:
+            running: list[trio.Event] = []
+            last_for_target: dict[str, trio.Event] = {}
+            for call in calls:
+                if call.tool.concurrency == "exclusive":
+                    for done in running:
+                        if not done.is_set():
+                            turn.begin(done)
+                            await done.wait()
+                            turn.end()
+                    running.clear()
+                    await _run_one(batch, call)
+                    continue
+                done = trio.Event()
+                target = call.tool.target(call.use.input)
+                before = last_for_target.get(target) if target is not None else None
+                if target is not None:
+                    last_for_target[target] = done
+                try:
+                    limiter.acquire_on_behalf_of_nowait(done)
+                except trio.WouldBlock:
+                    turn.begin(_ANY)
+                    await limiter.acquire_on_behalf_of(done)
+                    turn.end()
+                follower = calls_of.started(done, before)
+                nursery.start_soon(
+                    _run_parallel, batch, call, before, done, limiter, calls_of, follower
+                )
+                running.append(done)
+            if calls_of.live:
+                turn.begin(_ALL)
+    finally:
+        turn.end()
+
+
+_ANY = object()
+"""The turn waits for any parallel call to end (a free slot)."""
+_ALL = object()
+"""The turn waits for every parallel call to end."""
+
+
+class _Waiter:
+    """A task's part in the loop's busy count while it waits on parallel calls."""
+
+    def __init__(self, loop: ToolsPort) -> None:
+        self.loop = loop
+        self.on: object = None
+        """What it waits for: a call's ``done`` event, ``_ANY`` or ``_ALL``
+        (None: it is not waiting)."""
+
+    def begin(self, on: object) -> None:
+        self.on = on
+        self.loop.busy(-1)
+
+    def end(self) -> None:
+        """It counts itself again (idempotent)."""
+        if self.on is not None:
+            self.on = None
+            self.loop.busy(+1)
+
+
+class _Parallel:
+    """The parallel calls of a batch and who waits on them.
+
+    Each call counts itself busy; a task that only waits on calls (the turn,
+    or a call queued behind another on the same target) does not, so when
+    each running call waits on a person (a question) the loop is quiet, as
+    with one exclusive call asking.  The call whose end lets a waiter go on
+    gives it its count back before it stops counting itself: the loop never
+    looks quiet between a call ending and its waiter going on.
+    """
+
+    def __init__(self, loop: ToolsPort) -> None:
+        self.loop = loop
+        self.turn = _Waiter(loop)
+        self.live = 0
+        """Calls started and not ended."""
+        self.followers: dict[trio.Event, _Waiter] = {}
+        """The call queued behind each call on its target."""
+
+    def started(self, done: trio.Event, before: trio.Event | None) -> _Waiter | None:
+        """A call is started (its task may not run yet): counted busy from now,
+        since the turn may stop counting itself before then; returns the
+        waiter of a call queued behind ``before``."""
+        self.loop.busy(+1)
+        self.live += 1
+        if before is None:
+            return None
+        follower = self.followers[before] = _Waiter(self.loop)
+        return follower
+
+    def ended(self, done: trio.Event) -> None:
+        """A call ended (``done`` is set): give back the count of whoever it lets
+        go on, then stop counting it."""
+        self.live -= 1
+        follower = self.followers.pop(done, None)
+        if follower is not None:
+            follower.end()
+        on = self.turn.on
+        if on is _ANY or on is done or (on is _ALL and not self.live):
+            self.turn.end()
+        self.loop.busy(-1)
 
 
 async def _run_parallel(
@@ -241,16 +328,22 @@ async def _run_parallel(
     before: trio.Event | None,
     done: trio.Event,
     limiter: trio.CapacityLimiter,
+    calls_of: _Parallel,
+    follower: _Waiter | None,
 ) -> None:
-    batch.loop.busy(+1)
+    # Counted busy by the turn when it started this task (``_Parallel.started``).
     try:
-        if before is not None:
+        if before is not None and follower is not None and not before.is_set():
+            follower.begin(before)
             await before.wait()
+            follower.end()
         await _run_one(batch, call)
     finally:
+        if follower is not None:
+            follower.end()
         limiter.release_on_behalf_of(done)
         done.set()
-        batch.loop.busy(-1)
+        calls_of.ended(done)
 
 
 async def _run_one(batch: _Batch, call: _Call) -> None:

@@ -100,7 +100,9 @@ class McpServer:
       process stopped is sent again after restore and the question answered
       with the stored answer; otherwise such a call is abandoned (unknown);
     * ``timeout``: seconds a call may run (default: ``Limits.tool_timeout``);
-    * ``parallel``: its calls may run beside others of the same batch;
+    * ``parallel``: its calls may run beside others of the same batch (each
+      overlapping call on an MCP session of its own, so a question the server
+      asks is routed to its call);
     * ``connect_attempts``: tries to connect, with backoff, before a call
       (or the listing when the loop starts) gives up.
     """

@@ -6,7 +6,7 @@ HTTP on a loopback port it binds first and prints (``PORT <n>``) before serving,
 so the parent can connect at once.
 
 ``changed`` serves the next version of the server, as after its own deploy:
-``echo``, ``launch`` and ``hang`` are gone and ``add`` takes a third number.
+``echo``, ``launch``, ``ask`` and ``hang`` are gone and ``add`` takes a third number.
 
 Every tool call appends one JSON line to CALLS_FILE (the tool and its
 arguments) before it acts: the tests count what really reached the server.
@@ -40,6 +40,21 @@ PIXEL = base64.b64decode(
 class Approval(BaseModel):
     approve: bool
     note: str = ""
+
+
+class Count(BaseModel):
+    count: int
+
+
+class Go(BaseModel):
+    go: bool
+
+
+class Name(BaseModel):
+    name: str
+
+
+ONE_FIELD: dict[str, type[BaseModel]] = {"count": Count, "go": Go, "name": Name}
 
 
 def build(calls: Path, variant: str = "") -> MCPServer:
@@ -96,6 +111,15 @@ def build(calls: Path, variant: str = "") -> MCPServer:
         if answer.action == "accept" and answer.data is not None and answer.data.approve:
             return f"launched {target} ({answer.data.note})"
         return f"not launched ({answer.action})"
+
+    @server.tool()
+    async def ask(kind: str, ctx: Context) -> str:
+        """Ask a question of one field: ``count`` (integer), ``go`` (boolean) or ``name``."""
+        note("ask", kind=kind)
+        answer = await ctx.elicit(f"which {kind}?", ONE_FIELD[kind])
+        if answer.action == "accept" and answer.data is not None:
+            return f"{kind}={answer.data.model_dump()[kind]!r}"
+        return f"no {kind} ({answer.action})"
 
     @server.tool()
     async def hang(signal: str) -> str:

@@ -65,6 +65,7 @@ async def test_listing_and_calling_over_stdio(tmp_path: Path) -> None:
             "srv__fail",
             "srv__picture",
             "srv__launch",
+            "srv__ask",
             "srv__hang",
         }
         # The server's input schema, passed through unchanged.

@@ -36,7 +36,15 @@ from tests.toolsets.test_mcp import calling, results, texts
 
 pytestmark = pytest.mark.slow
 
-SERVED = ["srv__add", "srv__echo", "srv__fail", "srv__hang", "srv__launch", "srv__picture"]
+SERVED = [
+    "srv__add",
+    "srv__ask",
+    "srv__echo",
+    "srv__fail",
+    "srv__hang",
+    "srv__launch",
+    "srv__picture",
+]
 
 
 def url_of(tmp_path: Path) -> str:
@@ -99,6 +107,7 @@ async def test_a_restore_records_tools_that_vanished_or_changed_their_schema(
             await s.wait_idle()
         (reconfigured,) = await events_of(journal, "s", LoopReconfigured)
         assert kinds(reconfigured.changes) == [
+            ("tool_removed", "srv__ask"),
             ("tool_removed", "srv__echo"),
             ("tool_removed", "srv__hang"),
             ("tool_removed", "srv__launch"),
