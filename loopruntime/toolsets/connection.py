@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,8 @@ class _Link:
         self.drop = trio.Event()
         self.call: tuple[ToolContext, tuple[deadlines.Timer, ...]] | None = None
         """The call in flight, with its timers (None: idle)."""
+        self.broken: str | None = None
+        """Why the session was dropped, when the server broke the protocol."""
 
     @property
     def live(self) -> bool:
@@ -82,7 +85,13 @@ class McpConnection:
             async with self._connecting:
                 link = await self._connect()
             assert link.session is not None
-            listed = await _list_tools(link.session)
+            with trio.move_on_after(_seconds(self.server.connect_timeout)) as waited:
+                listed = await _list_tools(link.session)
+            if waited.cancelled_caught:
+                self._drop(link)
+                raise McpServerError(
+                    f"listing its tools took longer than {self.server.connect_timeout}s"
+                )
         except McpServerError as exc:
             self.log.warning("mcp_server_unavailable", error=str(exc))
             self.close()
@@ -109,11 +118,16 @@ class McpConnection:
     async def call(self, remote: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         """Run tool ``remote`` on the server; raises ``McpServerError`` (the
         server failed) or ``McpToolError`` (the tool reported an error)."""
-        link = await self._take((ctx, deadlines.current()))
+        timers = deadlines.current()
+        link = await self._take((ctx, timers))
         try:
             assert link.session is not None
             result = await link.session.call_tool(remote, arguments)
         except trio.Cancelled:
+            if any(t.scope.cancel_called for t in timers):
+                # The batch commits what the deadline means; the log names
+                # the server that did not answer in time.
+                self.log.warning("mcp_call_timed_out", tool=remote)
             raise
         except Exception as exc:
             # A JSON-RPC error is the server's answer; anything else means the
@@ -121,10 +135,10 @@ class McpConnection:
             # drop it, and the next call connects again.
             if not _is_rpc_error(exc):
                 self._drop(link)
-            self.log.warning("mcp_call_failed", tool=remote, error=_describe(exc))
+            error = link.broken or _invalid(exc) or _describe(exc)
+            self.log.warning("mcp_call_failed", tool=remote, error=error)
             raise McpServerError(
-                f"MCP server {self.server.name} failed during the call of {remote}: "
-                f"{_describe(exc)}"
+                f"MCP server {self.server.name} failed during the call of {remote}: {error}"
             ) from exc
         finally:
             link.call = None
@@ -151,7 +165,12 @@ class McpConnection:
             link = _Link()
             try:
                 assert self._nursery is not None, "McpConnection.open was never called"
-                link.session = await self._nursery.start(self._hold, link)
+                with trio.move_on_after(_seconds(self.server.connect_timeout)) as waited:
+                    link.session = await self._nursery.start(self._hold, link)
+                if waited.cancelled_caught:
+                    raise McpServerError(
+                        f"it did not answer within {self.server.connect_timeout}s of starting"
+                    )
             except McpServerError as exc:
                 last = exc
                 self.log.warning("mcp_connect_failed", attempt=attempt, error=str(exc))
@@ -186,10 +205,21 @@ class McpConnection:
         ) -> ElicitResult | ErrorData:
             return await self._elicit(link, params)
 
+        async def received(message: Any) -> None:
+            # A transport fault: over stdio, a line that is not an MCP message.
+            # The stream can no longer be trusted to carry the call's answer:
+            # the session is dropped, which fails the call in flight.
+            if isinstance(message, Exception):
+                link.broken = f"it sent something that is not an MCP message ({_describe(message)})"
+                self.log.warning("mcp_malformed_message", error=_describe(message))
+                self._drop(link)
+
         try:
             async with (
                 self._transport() as streams,
-                ClientSession(streams[0], streams[1], elicitation_callback=elicit) as session,
+                ClientSession(
+                    streams[0], streams[1], elicitation_callback=elicit, message_handler=received
+                ) as session,
             ):
                 await session.initialize()
                 started = True
@@ -272,6 +302,23 @@ class _http:
             return await self._inner.__aexit__(*exc)
         finally:
             await self._client.__aexit__(None, None, None)
+
+
+def _invalid(exc: BaseException) -> str | None:
+    """What was wrong with an answer the SDK could not read as the result it
+    asked for (a pydantic validation error), field by field; None otherwise."""
+    errors = getattr(exc, "errors", None)
+    if type(exc).__name__ != "ValidationError" or not callable(errors):
+        return None
+    fields = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ())) or 'result'}: {e.get('msg', '')}"
+        for e in errors()
+    )
+    return f"its answer is not a valid MCP result ({fields})"
+
+
+def _seconds(timeout: float | None) -> float:
+    return math.inf if timeout is None else timeout
 
 
 def _content(schema: Mapping[str, Any], answer: str) -> dict[str, Any] | None:

@@ -104,7 +104,9 @@ class McpServer:
       overlapping call on an MCP session of its own, so a question the server
       asks is routed to its call);
     * ``connect_attempts``: tries to connect, with backoff, before a call
-      (or the listing when the loop starts) gives up.
+      (or the listing when the loop starts) gives up;
+    * ``connect_timeout``: seconds one attempt may take to start the server
+      and hear its answer (and the listing may take); None: no limit.
     """
 
     name: str
@@ -117,6 +119,7 @@ class McpServer:
     timeout: float | _FromLimits | None = FROM_LIMITS
     parallel: bool = False
     connect_attempts: int = 3
+    connect_timeout: float | None = 30.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -141,6 +144,7 @@ class McpServer:
                 f"MCP server {self.name}: connect_attempts must be 1 or more, "
                 f"not {self.connect_attempts}"
             )
+        deadlines.check_timeout(f"MCP server {self.name}: connect_timeout", self.connect_timeout)
         if self.timeout is not FROM_LIMITS:
             deadlines.check_timeout(f"MCP server {self.name}: timeout", self.timeout)
         if isinstance(self.replay_safe, str):
