@@ -1,12 +1,14 @@
 """What the ``loopruntime`` command shows a person at a terminal: progress of
-long work, and notes.
+long work, notes, and tables.
 
 Rules: everything drawn here goes to stderr, and only when stderr is a
 terminal (not ``TERM=dumb``) and ``rich`` is installed (the extra ``cli``);
 otherwise nothing is drawn, and what the command prints is byte for byte what
 it prints without this module (a pipe, a file, a test's capture).  stdout is
 never touched while progress is drawn, so the command's output stays plain
-however it is redirected.  ``rich`` is imported only when drawing.
+however it is redirected.  A table is drawn on stdout only when stdout is a
+terminal too, and only when it fits its width; else the caller prints its
+plain lines.  ``rich`` is imported only when drawing.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-__all__ = ["Bar", "drawing", "note", "progress", "tracked"]
+__all__ = ["Bar", "drawing", "note", "progress", "table", "tracked"]
 
 T = TypeVar("T")
 
@@ -120,3 +122,35 @@ def note(line: str) -> None:
         _console().print(Text(line, style="dim"))
         return
     print(line, file=sys.stderr, flush=True)
+
+
+TABLE_ROWS = 10_000
+"""Beyond this many rows a listing stays plain: a table is measured whole
+before the first line is drawn."""
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> bool:
+    """Draw ``rows`` under ``header`` as a table on stdout when stdout and
+    stderr are a terminal, rich is installed and the table fits the
+    terminal's width; True when drawn (else the caller prints its plain
+    lines, and nothing was written)."""
+    if not drawing() or len(rows) > TABLE_ROWS:
+        return False
+    try:
+        if not sys.stdout.isatty():
+            return False
+    except (AttributeError, ValueError):
+        return False
+    from rich import box
+    from rich.table import Table
+
+    console = _console(stderr=False)
+    widths = [max(len(c) for c in column) for column in zip(header, *rows, strict=True)]
+    # Two spaces of padding a column, and the table's edges.
+    if sum(widths) + 2 * len(widths) + 2 > console.width:
+        return False
+    grid = Table(*header, box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+    for row in rows:
+        grid.add_row(*row)
+    console.print(grid)
+    return True

@@ -22,8 +22,8 @@ from journal import (
 )
 from loopruntime.host import FoldError
 
-from ..terminal import progress
-from .causes import render_causes
+from ..terminal import progress, table
+from .causes import CAUSE_COLUMNS, cause_rows, render_causes
 from .checker import check
 from .states import render_states, states_at
 from .transcript import TranscriptRenderer, render_transcript
@@ -136,7 +136,8 @@ async def replay_command(
                 if code:
                     return code
             elif causes:
-                out(render_causes(records, color=color))
+                if not table(CAUSE_COLUMNS, cause_rows(records)):
+                    out(render_causes(records, color=color))
             elif fmt == "transcript":
                 out(render_transcript(records, color=color))
             elif fmt == "tree":

@@ -26,7 +26,7 @@ ESC = "\x1b["
 
 def environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPRUNTIME_")}
-    env.update(TERM="xterm-256color", COLUMNS="120", **extra)
+    env.update({"TERM": "xterm-256color", "COLUMNS": "120", **extra})
     env.pop("NO_COLOR", None)
     return env
 
@@ -48,13 +48,15 @@ def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
-def on_terminal(db: Path, *args: str, python: tuple[str, ...] = ("-m", "session.cli")) -> str:
+def on_terminal(
+    db: Path, *args: str, python: tuple[str, ...] = ("-m", "session.cli"), columns: int = 120
+) -> str:
     """What a person at a terminal sees (stdout and stderr share the pty)."""
     out, status = pexpect.run(
         sys.executable,
         args=[*python, *args, "--journal", str(db)],
         cwd=str(ROOT),
-        env=environment(),
+        env=environment(COLUMNS=str(columns)),
         encoding="utf-8",
         withexitstatus=True,
         timeout=120,  # a hung child must not hang CI; not a timing assertion
@@ -104,6 +106,24 @@ def test_replay_check_piped_prints_the_summary_only(journal: Path) -> None:
     assert done.stderr == b""
     (summary,) = done.stdout.decode().splitlines()
     assert ESC not in summary and "s03" in summary
+
+
+def test_replay_causes_is_a_table_on_a_terminal_wide_enough(journal: Path) -> None:
+    seen = on_terminal(journal, "replay", "s05", "--causes", columns=160)
+    assert "caused by" in seen and "───" in seen
+    assert "⟵" not in seen
+    # Too narrow for the table: the plain listing, as piped.
+    narrow = on_terminal(journal, "replay", "s05", "--causes", columns=60)
+    assert "caused by" not in narrow and "⟵" in narrow
+
+
+def test_replay_causes_piped_is_the_plain_listing(journal: Path) -> None:
+    done = piped(journal, "replay", "s05", "--causes")
+    assert done.stderr == b""
+    lines = done.stdout.decode().splitlines()
+    assert lines[0].split()[:3] == ["1", "main", "loop.started"]
+    assert any("  ⟵ " in line for line in lines)
+    assert ESC.encode() not in done.stdout
 
 
 def test_without_rich_nothing_is_drawn_on_a_terminal(journal: Path) -> None:
