@@ -163,6 +163,7 @@ class McpConnection:
             if attempt > 1:
                 await trio.sleep(_CONNECT_BACKOFF * 2 ** (attempt - 2))
             link = _Link()
+            self.log.debug("mcp_connecting", attempt=attempt)
             try:
                 assert self._nursery is not None, "McpConnection.open was never called"
                 with trio.move_on_after(_seconds(self.server.connect_timeout)) as waited:
