@@ -6,7 +6,8 @@ HTTP on a loopback port it binds first and prints (``PORT <n>``) before serving,
 so the parent can connect at once.
 
 ``changed`` serves the next version of the server, as after its own deploy:
-``echo``, ``launch``, ``ask`` and ``hang`` are gone and ``add`` takes a third number.
+``echo``, ``ask`` and ``hang`` are gone, ``add`` takes a third number and
+``launch`` a region.
 
 Every tool call appends one JSON line to CALLS_FILE (the tool and its
 arguments) before it acts: the tests count what really reached the server.
@@ -99,18 +100,27 @@ def build(calls: Path, variant: str = "") -> MCPServer:
         note("picture")
         return Image(data=PIXEL, format="png")
 
-    if changed:
-        return server
-
-    @server.tool()
-    async def launch(target: str, ctx: Context) -> str:
-        """Launch, once the user approves (asks through elicitation)."""
+    async def launching(target: str, ctx: Context) -> str:
         note("launch", target=target, phase="asking")
         answer = await ctx.elicit(f"launch {target}?", Approval)
         note("launch", target=target, phase="answered", action=answer.action)
         if answer.action == "accept" and answer.data is not None and answer.data.approve:
             return f"launched {target} ({answer.data.note})"
         return f"not launched ({answer.action})"
+
+    if changed:
+
+        @server.tool(name="launch")
+        async def launch_in(target: str, region: str, ctx: Context) -> str:
+            """Launch in a region, once the user approves (asks through elicitation)."""
+            return await launching(target, ctx)
+
+        return server
+
+    @server.tool()
+    async def launch(target: str, ctx: Context) -> str:
+        """Launch, once the user approves (asks through elicitation)."""
+        return await launching(target, ctx)
 
     @server.tool()
     async def ask(kind: str, ctx: Context) -> str:

@@ -22,8 +22,8 @@ SERVER = "tests.support.mcp_server"
 
 def stdio_server(calls: Path, *, changed: bool = False, **options: Any) -> McpServer:
     """The test server over stdio, named ``srv`` (tools ``srv__add`` ...);
-    ``changed``: its next version (``echo``, ``launch``, ``ask``, ``hang`` gone,
-    ``add`` with another schema)."""
+    ``changed``: its next version (``echo``, ``ask``, ``hang`` gone, ``add``
+    and ``launch`` with another schema)."""
     options.setdefault("name", "srv")
     args = ["-m", SERVER, "stdio", str(calls), *(["changed"] if changed else [])]
     return McpServer.stdio(sys.executable, args, cwd=str(ROOT), **options)

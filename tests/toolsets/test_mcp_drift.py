@@ -110,12 +110,13 @@ async def test_a_restore_records_tools_that_vanished_or_changed_their_schema(
             ("tool_removed", "srv__ask"),
             ("tool_removed", "srv__echo"),
             ("tool_removed", "srv__hang"),
-            ("tool_removed", "srv__launch"),
             ("tool_schema", "srv__add"),
+            ("tool_schema", "srv__launch"),
         ]
         assert sorted(t.name for t in reconfigured.config.tools) == [
             "srv__add",
             "srv__fail",
+            "srv__launch",
             "srv__picture",
         ]
         assert not (await check(journal, "s")).problems
@@ -206,16 +207,25 @@ async def test_a_permission_gate_on_a_tool_that_vanished_is_cancelled(tmp_path: 
     assert calls_of(calls) == []
 
 
-async def test_a_question_of_a_tool_that_vanished_becomes_an_unknown_effect(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("call", "what"),
+    [
+        (ToolCall(name="srv__ask", input={"kind": "name"}), "vanished"),
+        (ToolCall(name="srv__launch", input={"target": "prod"}), "changed its schema"),
+    ],
+)
+async def test_a_question_of_a_tool_that_vanished_or_changed_becomes_an_unknown_effect(
+    tmp_path: Path, call: ToolCall, what: str
 ) -> None:
+    # The server is resumable, so the call would be sent again with its stored
+    # answer; the tool is gone, or its input was written for another schema.
     calls, url = tmp_path / "calls.jsonl", url_of(tmp_path)
-    first = calling(ToolCall(name="srv__launch", input={"target": "prod"}))
+    first = calling(call)
     async with open_journal(url) as journal:
         async with Session.create(
             journal, definition(first, calls, permission="allow", resumable=True), session_id="s"
         ) as s:
-            await s.submit("launch")
+            await s.submit("go")
             await s.wait_idle()
             (gate,) = (await s.snapshot()).open_gates
             assert gate.kind == "user_input"
@@ -226,9 +236,9 @@ async def test_a_question_of_a_tool_that_vanished_becomes_an_unknown_effect(
         async with Session.restore(journal, "s", changed) as s:
             await s.wait_idle()
             state = await s.snapshot()
-            assert state.open_gates == []
+            assert state.open_gates == [], what
             (unknown,) = state.unknown_effects
-            assert unknown.name == "srv__launch"
+            assert unknown.name == call.name
         (cancelled,) = await events_of(journal, "s", GateCancelled)
         assert (cancelled.gate_id, cancelled.reason) == (gate.gate_id, "restore_unavailable")
         (abandoned,) = await events_of(journal, "s", ToolAbandoned)
@@ -240,5 +250,5 @@ async def test_a_question_of_a_tool_that_vanished_becomes_an_unknown_effect(
         notices = await events_of(journal, "s", Notice)
         assert any(n.code == "unknown_effects" and started.execution_id in n.refs for n in notices)
         assert not (await check(journal, "s")).problems
-    # Asked once, never sent again to a server that no longer has the tool.
-    assert calls_of(calls) == ["launch"]
+    # Asked once, never sent again.
+    assert len(calls_of(calls)) == 1
