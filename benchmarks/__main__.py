@@ -39,6 +39,8 @@ from typing import Any
 
 import msgspec
 
+from session.terminal import note
+
 from . import blobs, clients, harness, loops, machine, peers, report, restore
 from . import journal as journal_bench
 from .report import SECTIONS
@@ -48,7 +50,7 @@ DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results.json"
 
 def _progress(section: str) -> Callable[[str], None]:
     def say(line: str) -> None:
-        print(f"[{section}] {line}", file=sys.stderr, flush=True)
+        note(f"[{section}] {line}")
 
     return say
 

@@ -16,6 +16,7 @@ import structlog
 
 from loopruntime import ModelRequest, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel
+from session.terminal import note
 
 __all__ = [
     "Progress",
@@ -30,7 +31,7 @@ Progress = Callable[[str], None]
 
 
 def stderr_progress(line: str) -> None:
-    print(f"  .. {line}", file=sys.stderr, flush=True)
+    note(f"  .. {line}")
 
 
 def quiet_logs() -> None:

@@ -16,7 +16,6 @@ import os
 import queue
 import shutil
 import sqlite3
-import sys
 import tempfile
 import threading
 import time
@@ -30,6 +29,7 @@ from journal import Draft, Journal, open_journal
 from journal.codec import GENESIS, chain, encode_event
 from journal.content import TextDelta
 from journal.events import Event, ModelOutput
+from session.terminal import note
 
 from . import tables
 
@@ -69,7 +69,7 @@ def stored_rows(sessions: Sequence[str], per_session: int) -> list[tuple[Any, ..
 
 
 def _progress(text: str) -> None:
-    print(f"  .. {text}", file=sys.stderr, flush=True)
+    note(f"  .. {text}")
 
 
 # -- bare counterparts ------------------------------------------------------------

@@ -212,7 +212,8 @@ class LoopConfigured(msgspec.Struct, tag="loop.configured", **_opts):
 
 
 class LoopReconfigured(msgspec.Struct, tag="loop.reconfigured", **_opts):
-    """A restore found the loop's definition changed; ``config`` holds from here."""
+    """A restore found the loop's definition changed, or its MCP servers listed other
+    tools than recorded; ``config`` holds from here."""
 
     config: LoopConfig
     changes: tuple[ConfigChange, ...] = ()

@@ -83,6 +83,7 @@ from .keys import command_digest, command_name, repeat_of
 from .mailbox import Mailbox
 from .model import Delta
 from .principals import stamped
+from .relisting import relisting_events
 from .state import LoopState, copy_state, fold
 from .tools import Tool
 from .toolsets import Toolsets
@@ -383,12 +384,21 @@ class Loop:
                                 parent=self.parent,
                             ),
                             LoopConfigured(
-                                config=describe(self.definition),
+                                config=describe(self.definition, self.listed),
                                 prompts=self.host.new_prompts(prompts_of(self.definition)),
                             ),
                         ],
                         cause=self._start_cause,
                     )
+                elif self.definition.toolsets:
+                    # Restored: a server's tools that vanished or changed
+                    # since the journal recorded them are drift, settled
+                    # before anything resumes.
+                    relisted = relisting_events(
+                        self.state, self.definition, self.listed, self.toolsets.answered
+                    )
+                    if relisted:
+                        await self.commit(relisted)
                 task_status.started(self)
                 self.busy(+1)
                 try:

@@ -61,6 +61,7 @@ from .notices import (
 )
 from .output import OutputTool
 from .overruns import overrun
+from .parallel import ALL, ANY, ParallelCalls, Waiter
 from .ports import ToolsPort
 from .redaction import Originals, input_digest, recovered_input, redacted_rewrite, scrub
 from .results import ToolOutput, is_empty_result, shape_result
@@ -373,24 +374,42 @@ async def _execute(batch: _Batch, calls: list[_Call]) -> None:
             await _run_one(batch, call)
         return
     limiter = trio.CapacityLimiter(max(1, batch.resolved.limits.max_parallel_tool_calls))
-    async with trio.open_nursery() as nursery:
-        running: list[trio.Event] = []
-        last_for_target: dict[str, trio.Event] = {}
-        for call in calls:
-            if call.tool.concurrency == "exclusive":
-                for done in running:
-                    await done.wait()
-                running.clear()
-                await _run_one(batch, call)
-                continue
-            done = trio.Event()
-            target = call.tool.target(call.input)
-            before = last_for_target.get(target) if target is not None else None
-            if target is not None:
-                last_for_target[target] = done
-            await limiter.acquire_on_behalf_of(done)
-            nursery.start_soon(_run_parallel, batch, call, before, done, limiter)
-            running.append(done)
+    calls_of = ParallelCalls(batch.loop)
+    turn = calls_of.turn
+    try:
+        async with trio.open_nursery() as nursery:
+            running: list[trio.Event] = []
+            last_for_target: dict[str, trio.Event] = {}
+            for call in calls:
+                if call.tool.concurrency == "exclusive":
+                    for done in running:
+                        if not done.is_set():
+                            turn.begin(done)
+                            await done.wait()
+                            turn.end()
+                    running.clear()
+                    await _run_one(batch, call)
+                    continue
+                done = trio.Event()
+                target = call.tool.target(call.input)
+                before = last_for_target.get(target) if target is not None else None
+                if target is not None:
+                    last_for_target[target] = done
+                try:
+                    limiter.acquire_on_behalf_of_nowait(done)
+                except trio.WouldBlock:
+                    turn.begin(ANY)
+                    await limiter.acquire_on_behalf_of(done)
+                    turn.end()
+                follower = calls_of.started(done, before)
+                nursery.start_soon(
+                    _run_parallel, batch, call, before, done, limiter, calls_of, follower
+                )
+                running.append(done)
+            if calls_of.live:
+                turn.begin(ALL)
+    finally:
+        turn.end()
 
 
 async def _run_parallel(
@@ -399,16 +418,22 @@ async def _run_parallel(
     before: trio.Event | None,
     done: trio.Event,
     limiter: trio.CapacityLimiter,
+    calls_of: ParallelCalls,
+    follower: Waiter | None,
 ) -> None:
-    batch.loop.busy(+1)
+    # Counted busy by the turn when it started this task (``ParallelCalls.started``).
     try:
-        if before is not None:
+        if before is not None and follower is not None and not before.is_set():
+            follower.begin(before)
             await before.wait()
+            follower.end()
         await _run_one(batch, call)
     finally:
+        if follower is not None:
+            follower.end()
         limiter.release_on_behalf_of(done)
         done.set()
-        batch.loop.busy(-1)
+        calls_of.ended(done)
 
 
 async def _run_one(batch: _Batch, call: _Call) -> None:

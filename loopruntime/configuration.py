@@ -5,13 +5,19 @@ record carries: names, digests, flags and limits, never code.  ``changes``
 compares two of them field by field, so a restore can say what a deploy
 changed (``loop.reconfigured``) or refuse it.  docs/restore.md ("Deploys")
 says what each change does.
+
+The tools an MCP server lists are part of the configuration, but only a
+connected server can tell them: a loop records them when it starts, and a
+restore, which decides before any server is connected, carries the recorded
+ones over (``restore_config``) until the loop lists them again
+(``relisted_config``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -23,7 +29,16 @@ from .definition import Limits, LoopDefinition
 from .model import Model
 from .tools import PermissionPolicy, Tool
 
-__all__ = ["change_text", "changes", "describe", "digest", "prompts_of"]
+__all__ = [
+    "change_text",
+    "changes",
+    "describe",
+    "digest",
+    "prompts_of",
+    "relisted_config",
+    "restore_config",
+    "server_of",
+]
 
 
 def digest(text: str) -> str:
@@ -37,10 +52,11 @@ def prompts_of(definition: LoopDefinition) -> dict[str, str]:
     return {digest(t): t for t in texts}
 
 
-def describe(definition: LoopDefinition) -> LoopConfig:
-    """The configuration of ``definition``: equal for equal definitions, so a
-    restore with an unchanged one records nothing."""
-    offered = {t.name for t in definition.resolved(None).tools}
+def describe(definition: LoopDefinition, listed: Sequence[Tool] = ()) -> LoopConfig:
+    """The configuration of ``definition``, with the tools its servers listed
+    (``listed``): equal for equal definitions and listings, so a restore with
+    an unchanged one records nothing."""
+    offered = {t.name for t in definition.resolved(None, listed).tools}
     return LoopConfig(
         model=definition.model.name,
         model_settings=_settings(definition.model),
@@ -52,7 +68,7 @@ def describe(definition: LoopDefinition) -> LoopConfig:
                 t.name in offered,
                 deferred=definition.is_deferred(t),
             )
-            for t in definition.all_tools()
+            for t in definition.all_tools(listed)
         ),
         models=tuple(sorted({m.name for m in definition.models})),
         modes=tuple(
@@ -69,6 +85,41 @@ def describe(definition: LoopDefinition) -> LoopConfig:
         hooks=tuple(f"{h.point}:{h.name}" for h in definition.hooks),
         classifiers=tuple(as_classifier(c).name for c in definition.classifiers),
     )
+
+
+def server_of(definition: LoopDefinition, name: str) -> str | None:
+    """The name of the definition's MCP server whose tool ``name`` is (by its
+    prefix), or None for a tool of the definition's own."""
+    return next((s.name for s in definition.toolsets if s.remote_name(name) is not None), None)
+
+
+def restore_config(recorded: LoopConfig, definition: LoopDefinition) -> LoopConfig:
+    """``describe(definition)`` as a restore can know it, before any server is
+    connected: each of the definition's servers with the tools the journal
+    last recorded for it (a server the definition dropped has none)."""
+    now = describe(definition)
+    carried = tuple(t for t in recorded.tools if server_of(definition, t.name) is not None)
+    return msgspec.structs.replace(now, tools=(*now.tools, *carried))
+
+
+def relisted_config(
+    recorded: LoopConfig,
+    definition: LoopDefinition,
+    listed: Sequence[Tool],
+    answered: Collection[str],
+) -> LoopConfig:
+    """``recorded`` with the tools of each server that answered the listing
+    (``answered``, by server name) as it listed them now (``listed``).  A
+    server that could not be reached says nothing about its tools: the
+    recorded ones stay."""
+    now = describe(definition, listed)
+
+    def relisting(name: str) -> bool:
+        return server_of(definition, name) in answered
+
+    kept = tuple(t for t in recorded.tools if not relisting(t.name))
+    fresh = tuple(t for t in now.tools if relisting(t.name))
+    return msgspec.structs.replace(recorded, tools=(*kept, *fresh))
 
 
 def _plain(value: Any) -> Any:

@@ -28,6 +28,8 @@ from .configuration import changes as changes
 from .configuration import describe as describe
 from .configuration import digest as digest
 from .configuration import prompts_of as prompts_of
+from .configuration import restore_config as restore_config
+from .configuration import server_of as server_of
 from .context import merged as merged
 from .context import unanswered_tool_uses as unanswered_tool_uses
 from .definition import find_definition as find_definition
@@ -99,6 +101,8 @@ __all__ = [
     "repeat_of",
     "prompts_of",
     "reply_cut_short",
+    "restore_config",
+    "server_of",
     "settle_turn_events",
     "unanswered_tool_uses",
 ]

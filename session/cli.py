@@ -39,6 +39,7 @@ from .fork import lineage, plan_fork, write_fork
 from .hosting_cli import add_commands, submit_command
 from .replay import ReplayInputError, open_for_replay, replay_command
 from .restore import read_states, resolve_offline
+from .terminal import tracked
 
 __all__ = ["main"]
 
@@ -153,7 +154,7 @@ async def _sessions(args: argparse.Namespace) -> int:
         open_turns = False
         rows: dict[str, str] = {}
         forks: dict[str, list[str]] = {}
-        for info in sorted(infos, key=lambda i: i.updated_at):
+        for info in tracked(sorted(infos, key=lambda i: i.updated_at), "reading sessions"):
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.updated_at / 1e9))
             try:
                 states = await read_states(journal, info.session)

@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 
 from journal.events import ConfigChange, Event, LoopConfigured, LoopReconfigured
 from loopruntime import LoopDefinition, LoopState, NotRegisteredError
-from loopruntime.host import change_text, changes, describe, prompts_of
+from loopruntime.host import change_text, changes, describe, prompts_of, restore_config
 
 from .errors import DefinitionDriftError
 from .restore import settle_restored
@@ -61,7 +61,8 @@ def check_drift(
         definition = definition_of(loop_id, state)
         _check_registered(session_id, loop_id, state, definition)
         if drift == "refuse" and state.configured is not None:
-            found += [(loop_id, c) for c in changes(state.configured, describe(definition))]
+            now = restore_config(state.configured, definition)
+            found += [(loop_id, c) for c in changes(state.configured, now)]
     if found:
         listed = "; ".join(f"loop {loop}: {change_text(c)}" for loop, c in found)
         raise DefinitionDriftError(
@@ -96,9 +97,12 @@ def configuration_events(
     one, else ``loop.reconfigured`` with every change."""
     if state.stopped:
         return []
-    config = describe(definition)
     if state.configured is None:
+        config = describe(definition)
         return [LoopConfigured(config=config, prompts=new_prompts(prompts_of(definition)))]
+    # The servers' tools are compared once the loop lists them again
+    # (``loopruntime.relisting``): until then, what the journal recorded.
+    config = restore_config(state.configured, definition)
     found = changes(state.configured, config)
     if not found:
         return []

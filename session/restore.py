@@ -28,6 +28,7 @@ from loopruntime.host import (
     ToolInputError,
     new_id,
     reply_cut_short,
+    server_of,
     settle_turn_events,
 )
 
@@ -130,7 +131,13 @@ def _gates_of_removed_tools(state: LoopState, definition: LoopDefinition) -> lis
     }
     events: list[Event] = []
     for gate in state.gates.values():
-        if gate.kind == "permission" and gate.tool_name not in offered:
+        # A server's tool is known once the loop lists the server's tools
+        # again; its gate is decided then (``loopruntime.relisting``).
+        if (
+            gate.kind == "permission"
+            and gate.tool_name not in offered
+            and server_of(definition, gate.tool_name) is None
+        ):
             events += [
                 Notice(
                     code="tool_removed",

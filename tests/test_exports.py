@@ -40,7 +40,7 @@ PUBLIC = {
         "unanswered_tool_uses", "KEYS_KEPT", "MAX_KEY_LENGTH", "KeyUse", "check_key",
         "command_digest", "command_name", "repeat_of", "Command",
         "ChangeInference", "ReplaceTools", "change_text", "changes",
-        "describe", "digest", "prompts_of",
+        "describe", "digest", "prompts_of", "restore_config", "server_of",
         "MAX_PRINCIPAL_LENGTH", "check_principal",
     },
     "loopruntime.models": {"ScriptedModel", "Reply", "ToolCall", "AnthropicModel"},

@@ -72,6 +72,9 @@ class Toolsets:
     def __init__(self, servers: Sequence[McpServer] = ()) -> None:
         self.connections = [McpConnection(s) for s in servers]
         self.tools: tuple[Tool, ...] = ()
+        self.answered: frozenset[str] = frozenset()
+        """The names of the servers that answered the listing (the others
+        could not be reached, and their tools are not known)."""
 
     async def open(self, nursery: trio.Nursery, taken: Sequence[str]) -> None:
         """Connect every server at once and list its tools; a server that
@@ -92,6 +95,7 @@ class Toolsets:
                 names.add(t.name)
                 tools.append(t)
         self.tools = tuple(tools)
+        self.answered = frozenset(c.server.name for c in self.connections if c.listed)
 
     def close(self) -> None:
         for connection in self.connections:

@@ -1,10 +1,11 @@
 """One loop's connection to one MCP server: connecting, listing, calling.
 
-Rules: the SDK's session is entered and left by one task of the loop's
-nursery (``_hold``), and calls come from the batch's tasks; a connection
-that broke is dropped, and the next call connects again (bounded attempts,
-with backoff).  A question the server asks (elicitation) is asked as a gate
-of the one call in flight, with that call's deadlines paused.  The ``mcp``
+Rules: each SDK session is entered and left by one task of the loop's
+nursery (``_hold``), and calls come from the batch's tasks; a session
+carries one call at a time, so a question the server asks (elicitation) is
+asked as a gate of that session's call, with its deadlines paused.  A
+session that broke is dropped, and the next call connects again (bounded
+attempts, with backoff).  The ``mcp``
 SDK is imported inside functions only: without it, connecting fails with an
 error naming the extra.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -39,34 +41,61 @@ _CONNECT_BACKOFF = 0.5
 """Seconds before the second connection attempt, doubling after each."""
 
 
+class _Link:
+    """One MCP session with the server, and the one call it carries at a time:
+    a question that comes over it belongs to that call."""
+
+    def __init__(self) -> None:
+        self.session: ClientSession | None = None
+        self.drop = trio.Event()
+        self.call: tuple[ToolContext, tuple[deadlines.Timer, ...]] | None = None
+        """The call in flight, with its timers (None: idle)."""
+        self.broken: str | None = None
+        """Why the session was dropped, when the server broke the protocol."""
+
+    @property
+    def live(self) -> bool:
+        return self.session is not None and not self.drop.is_set()
+
+
 class McpConnection:
     """One loop's connection to one server: its listed tools, and the calls.
 
-    The connection lives in a task of the loop's nursery (the SDK's session
+    Each MCP session lives in a task of the loop's nursery (the SDK's session
     must be entered and left by one task); calls come from the batch's tasks.
-    A connection that failed is dropped and made again by the next call."""
+    A session carries one call at a time, so a question the server asks is
+    that call's: calls of a ``parallel`` server that run at once each get a
+    session of their own (kept for the next calls).  A session that failed is
+    dropped and made again by the next call."""
 
     def __init__(self, server: McpServer) -> None:
         self.server = server
         self.tools: tuple[McpTool, ...] = ()
+        self.listed = False
+        """The server answered the listing when the loop started."""
         self.log = log.bind(mcp_server=server.name)
         self._nursery: trio.Nursery | None = None
-        self._session: ClientSession | None = None
-        self._drop = trio.Event()
+        self._links: list[_Link] = []
         self._connecting = trio.Lock()
-        self._calls: list[tuple[ToolContext, tuple[deadlines.Timer, ...]]] = []
-        """The calls in flight, with their timers: whom a question belongs to."""
 
     async def open(self, nursery: trio.Nursery) -> None:
         """Connect and list the tools; a server that cannot be reached is
         logged and offers no tools (the loop runs without them)."""
         self._nursery = nursery
         try:
-            session = await self._connected()
-            listed = await _list_tools(session)
+            async with self._connecting:
+                link = await self._connect()
+            assert link.session is not None
+            with trio.move_on_after(_seconds(self.server.connect_timeout)) as waited:
+                listed = await _list_tools(link.session)
+            if waited.cancelled_caught:
+                self._drop(link)
+                raise McpServerError(
+                    f"listing its tools took longer than {self.server.connect_timeout}s"
+                )
         except McpServerError as exc:
             self.log.warning("mcp_server_unavailable", error=str(exc))
-            self._dropped()
+            self.close()
             return
         self.tools = tuple(
             mcp_tool(
@@ -79,68 +108,92 @@ class McpConnection:
             )
             for t in listed
         )
+        self.listed = True
         self.log.info("mcp_server_listed", tools=[t.name for t in self.tools])
 
     def close(self) -> None:
-        self._dropped()
+        for link in self._links:
+            link.drop.set()
+        self._links.clear()
 
     async def call(self, remote: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         """Run tool ``remote`` on the server; raises ``McpServerError`` (the
         server failed) or ``McpToolError`` (the tool reported an error)."""
-        session = await self._connected()
-        entry = (ctx, deadlines.current())
-        self._calls.append(entry)
+        timers = deadlines.current()
+        link = await self._take((ctx, timers))
         try:
-            result = await session.call_tool(remote, arguments)
+            assert link.session is not None
+            result = await link.session.call_tool(remote, arguments)
         except trio.Cancelled:
+            if any(t.scope.cancel_called for t in timers):
+                # The batch commits what the deadline means; the log names
+                # the server that did not answer in time.
+                self.log.warning("mcp_call_timed_out", tool=remote)
             raise
         except Exception as exc:
             # A JSON-RPC error is the server's answer; anything else means the
             # connection broke (or the server sent something that is not MCP):
             # drop it, and the next call connects again.
             if not _is_rpc_error(exc):
-                self._dropped()
-            self.log.warning("mcp_call_failed", tool=remote, error=_describe(exc))
+                self._drop(link)
+            error = link.broken or _invalid(exc) or _describe(exc)
+            self.log.warning("mcp_call_failed", tool=remote, error=error)
             raise McpServerError(
-                f"MCP server {self.server.name} failed during the call of {remote}: "
-                f"{_describe(exc)}"
+                f"MCP server {self.server.name} failed during the call of {remote}: {error}"
             ) from exc
         finally:
-            self._calls.remove(entry)
+            link.call = None
         return _result(self.server, remote, result)
 
     # -- the connection ------------------------------------------------------------
 
-    async def _connected(self) -> ClientSession:
-        """The live session, connecting first when there is none."""
+    async def _take(self, call: tuple[ToolContext, tuple[deadlines.Timer, ...]]) -> _Link:
+        """An idle live session for ``call`` (marked busy with it), connecting
+        a new one when there is none."""
         async with self._connecting:
-            if self._session is not None and not self._drop.is_set():
-                return self._session
-            last: BaseException | None = None
-            for attempt in range(1, self.server.connect_attempts + 1):
-                if attempt > 1:
-                    await trio.sleep(_CONNECT_BACKOFF * 2 ** (attempt - 2))
-                try:
-                    assert self._nursery is not None, "McpConnection.open was never called"
-                    self._drop = trio.Event()
-                    self._session = await self._nursery.start(self._hold, self._drop)
-                    return self._session
-                except McpServerError as exc:
-                    last = exc
-                    self.log.warning("mcp_connect_failed", attempt=attempt, error=str(exc))
-            assert last is not None
-            raise McpServerError(
-                f"MCP server {self.server.name} could not be reached in "
-                f"{self.server.connect_attempts} attempt(s): {last}"
-            )
+            link = next((k for k in self._links if k.live and k.call is None), None)
+            if link is None:
+                link = await self._connect()
+            link.call = call
+            return link
 
-    def _dropped(self) -> None:
-        self._drop.set()
-        self._session = None
+    async def _connect(self) -> _Link:
+        """A new session (under ``_connecting``): bounded attempts, with backoff."""
+        last: BaseException | None = None
+        for attempt in range(1, self.server.connect_attempts + 1):
+            if attempt > 1:
+                await trio.sleep(_CONNECT_BACKOFF * 2 ** (attempt - 2))
+            link = _Link()
+            self.log.debug("mcp_connecting", attempt=attempt)
+            try:
+                assert self._nursery is not None, "McpConnection.open was never called"
+                with trio.move_on_after(_seconds(self.server.connect_timeout)) as waited:
+                    link.session = await self._nursery.start(self._hold, link)
+                if waited.cancelled_caught:
+                    raise McpServerError(
+                        f"it did not answer within {self.server.connect_timeout}s of starting"
+                    )
+            except McpServerError as exc:
+                last = exc
+                self.log.warning("mcp_connect_failed", attempt=attempt, error=str(exc))
+                continue
+            self._links.append(link)
+            return link
+        assert last is not None
+        raise McpServerError(
+            f"MCP server {self.server.name} could not be reached in "
+            f"{self.server.connect_attempts} attempt(s): {last}"
+        )
 
-    async def _hold(self, drop: trio.Event, *, task_status: trio.TaskStatus[ClientSession]) -> None:
+    def _drop(self, link: _Link) -> None:
+        link.drop.set()
+        link.session = None
+        if link in self._links:
+            self._links.remove(link)
+
+    async def _hold(self, link: _Link, *, task_status: trio.TaskStatus[ClientSession]) -> None:
         """Open the transport and the session, hand the session over, and
-        hold both open until the connection is dropped (or the loop stops)."""
+        hold both open until the link is dropped (or the loop stops)."""
         started = False
         try:
             from mcp import ClientSession
@@ -148,15 +201,32 @@ class McpConnection:
             raise McpServerError(
                 "MCP toolsets need the mcp package: install loopruntime[mcp]"
             ) from exc
+
+        async def elicit(
+            context: ClientRequestContext, params: ElicitRequestParams
+        ) -> ElicitResult | ErrorData:
+            return await self._elicit(link, params)
+
+        async def received(message: Any) -> None:
+            # A transport fault: over stdio, a line that is not an MCP message.
+            # The stream can no longer be trusted to carry the call's answer:
+            # the session is dropped, which fails the call in flight.
+            if isinstance(message, Exception):
+                link.broken = f"it sent something that is not an MCP message ({_describe(message)})"
+                self.log.warning("mcp_malformed_message", error=_describe(message))
+                self._drop(link)
+
         try:
             async with (
                 self._transport() as streams,
-                ClientSession(streams[0], streams[1], elicitation_callback=self._elicit) as session,
+                ClientSession(
+                    streams[0], streams[1], elicitation_callback=elicit, message_handler=received
+                ) as session,
             ):
                 await session.initialize()
                 started = True
                 task_status.started(session)
-                await drop.wait()
+                await link.drop.wait()
         except Exception as exc:
             if not started:
                 raise McpServerError(_describe(exc)) from exc
@@ -164,8 +234,7 @@ class McpConnection:
             # used it has already failed; the next one connects again.
             self.log.warning("mcp_connection_lost", error=_describe(exc))
         finally:
-            if self._session is not None and drop is self._drop:
-                self._session = None
+            self._drop(link)
 
     def _transport(self) -> Any:
         transport = self.server.transport
@@ -186,22 +255,19 @@ class McpConnection:
         client = create_mcp_http_client(headers=dict(transport.headers or {}))
         return _http(streamable_http_client(transport.url, http_client=client), client)
 
-    async def _elicit(
-        self, context: ClientRequestContext, params: ElicitRequestParams
-    ) -> ElicitResult | ErrorData:
-        """A question from the server: asked as a gate of the call in flight."""
+    async def _elicit(self, link: _Link, params: ElicitRequestParams) -> ElicitResult | ErrorData:
+        """A question from the server: asked as a gate of the call its
+        session carries."""
         from mcp.types import INVALID_REQUEST, ElicitResult, ErrorData
 
-        if len(self._calls) != 1:
-            # With several calls in flight nobody can say whose question it is.
-            self.log.warning("mcp_elicitation_unroutable", calls=len(self._calls))
+        if link.call is None:
+            self.log.warning("mcp_elicitation_without_call")
             return ErrorData(
-                code=INVALID_REQUEST,
-                message="the client cannot tell which call this question belongs to",
+                code=INVALID_REQUEST, message="no tool call is running to ask this question for"
             )
         if getattr(params, "mode", "form") != "form":
             return ErrorData(code=INVALID_REQUEST, message="only form elicitation is supported")
-        ctx, timers = self._calls[0]
+        ctx, timers = link.call
         schema = getattr(params, "requested_schema", {}) or {}
         prompt = (
             f"{params.message}\n[MCP server {self.server.name} asks; answer with a JSON object "
@@ -212,11 +278,8 @@ class McpConnection:
             answer = (await ctx.ask_user(prompt)).strip()
         if answer in ("decline", "cancel"):
             return ElicitResult(action=answer)  # type: ignore[arg-type]
-        try:
-            content = json.loads(answer)
-        except ValueError:
-            content = _single_field(schema, answer)
-        if not isinstance(content, dict):
+        content = _content(schema, answer)
+        if content is None:
             self.log.warning("mcp_elicitation_answer_unusable", answer=answer[:200])
             return ElicitResult(action="cancel")
         return ElicitResult(action="accept", content=content)
@@ -241,6 +304,38 @@ class _http:
             return await self._inner.__aexit__(*exc)
         finally:
             await self._client.__aexit__(None, None, None)
+
+
+def _invalid(exc: BaseException) -> str | None:
+    """What was wrong with an answer the SDK could not read as the result it
+    asked for (a pydantic validation error), field by field; None otherwise."""
+    errors = getattr(exc, "errors", None)
+    if type(exc).__name__ != "ValidationError" or not callable(errors):
+        return None
+    fields = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ())) or 'result'}: {e.get('msg', '')}"
+        for e in errors()
+    )
+    return f"its answer is not a valid MCP result ({fields})"
+
+
+def _seconds(timeout: float | None) -> float:
+    return math.inf if timeout is None else timeout
+
+
+def _content(schema: Mapping[str, Any], answer: str) -> dict[str, Any] | None:
+    """The fields a person's answer gives: a JSON object as it is, else the
+    answer as the value of a question's one field (``42``, ``yes``, ``"a b"``
+    and ``a b`` alike); None when it gives neither."""
+    try:
+        parsed = json.loads(answer)
+    except ValueError:
+        return _single_field(schema, answer)
+    if isinstance(parsed, dict):
+        return parsed
+    # Valid JSON but not an object: a plain answer that happens to parse
+    # (``true``, ``42``, a quoted string) is still the one field's value.
+    return _single_field(schema, parsed if isinstance(parsed, str) else answer)
 
 
 def _single_field(schema: Mapping[str, Any], answer: str) -> dict[str, Any] | None:

@@ -100,11 +100,15 @@ class McpServer:
       process stopped is sent again after restore and the question answered
       with the stored answer; otherwise such a call is abandoned (unknown);
     * ``timeout``: seconds a call may run (default: ``Limits.tool_timeout``);
-    * ``parallel``: its calls may run beside others of the same batch;
+    * ``parallel``: its calls may run beside others of the same batch (each
+      overlapping call on an MCP session of its own, so a question the server
+      asks is routed to its call);
     * ``connect_attempts``: tries to connect, with backoff, before a call
       (or the listing when the loop starts) gives up;
     * ``deferred``: the model sees its tools by name only until it loads
       them (``load_tools``, ``loopruntime.deferred``): for servers with many.
+    * ``connect_timeout``: seconds one attempt may take to start the server
+      and hear its answer (and the listing may take); None: no limit.
     """
 
     name: str
@@ -118,6 +122,7 @@ class McpServer:
     parallel: bool = False
     connect_attempts: int = 3
     deferred: bool = False
+    connect_timeout: float | None = 30.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -142,6 +147,7 @@ class McpServer:
                 f"MCP server {self.name}: connect_attempts must be 1 or more, "
                 f"not {self.connect_attempts}"
             )
+        deadlines.check_timeout(f"MCP server {self.name}: connect_timeout", self.connect_timeout)
         if self.timeout is not FROM_LIMITS:
             deadlines.check_timeout(f"MCP server {self.name}: timeout", self.timeout)
         if isinstance(self.replay_safe, str):

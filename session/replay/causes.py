@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-__all__ = ["Cause", "causes_of", "chain_of", "render_causes"]
+__all__ = ["CAUSE_COLUMNS", "Cause", "cause_rows", "causes_of", "chain_of", "render_causes"]
 
 from journal import Record
 
@@ -56,6 +56,23 @@ def chain_of(records: list[Record], seq: int) -> list[Record]:
         chain.append(found)
         found = by_id.get(found.cause) if found.cause is not None else None
     return chain
+
+
+CAUSE_COLUMNS = ("seq", "loop", "kind", "id", "caused by")
+
+
+def cause_rows(records: list[Record]) -> list[tuple[str, ...]]:
+    """``render_causes`` as rows of ``CAUSE_COLUMNS`` (a table on a terminal)."""
+    by_id = {r.id: r for r in records}
+    rows: list[tuple[str, ...]] = []
+    for r in records:
+        caused = ""
+        if r.cause is not None:
+            cause = by_id.get(r.cause)
+            named = f"{cause.seq} {_kind(cause)}" if cause is not None else "?"
+            caused = f"{named} ({r.cause})"
+        rows.append((str(r.seq), r.loop, _kind(r), r.id, caused))
+    return rows
 
 
 def render_causes(records: list[Record], *, color: bool = False) -> str:

@@ -82,10 +82,12 @@ from loopruntime.host import (
 )
 
 from .lineage import fork_source_problem
-from .report import RULES, CheckReport, Problem
+from .report import EVERY, RULES, CheckReport, Problem, Progress
 
 
-async def check(journal: Journal, session_id: str, *, storage: bool = True) -> CheckReport:
+async def check(
+    journal: Journal, session_id: str, *, storage: bool = True, progress: Progress | None = None
+) -> CheckReport:
     """Read a session and check every invariant (never writes).
 
     A record the backend cannot read (damaged bytes, an edited column, a
@@ -98,21 +100,29 @@ async def check(journal: Journal, session_id: str, *, storage: bool = True) -> C
     (``Journal.check_storage``: SQLite's quick check, PostgreSQL's amcheck
     where installed); each damaged table is a ``storage intact`` problem.
     ``SessionNotFoundError`` propagates: a missing session is not a broken
-    journal."""
+    journal.  ``progress`` hears how far reading and checking got (the
+    command draws it on a terminal)."""
     records: list[Record] = []
     unreadable: Problem | None = None
     try:
         async for record in journal.read(session_id):
             records.append(record)
+            if progress is not None and not record.seq % EVERY:
+                progress.advance(EVERY)
     except SessionNotFoundError:
         raise
     except JournalError as exc:
         seq = getattr(exc, "seq", None) or ((records[-1].seq + 1) if records else 1)
         unreadable = Problem(seq, "journal readable", str(exc))
-    report = await check_read(journal, session_id, records)
+    if progress is not None:
+        progress.advance(len(records) % EVERY)
+        progress.phase("checking records", len(records))
+    report = await check_read(journal, session_id, records, progress=progress)
     if unreadable is not None:
         report.problems.append(unreadable)
     if storage:
+        if progress is not None:
+            progress.phase("checking the storage")
         try:
             report.storage = await journal.check_storage()
         except SessionNotFoundError:
@@ -129,11 +139,17 @@ async def check(journal: Journal, session_id: str, *, storage: bool = True) -> C
     return report
 
 
-async def check_read(journal: Journal, session_id: str, records: Sequence[Record]) -> CheckReport:
+async def check_read(
+    journal: Journal,
+    session_id: str,
+    records: Sequence[Record],
+    *,
+    progress: Progress | None = None,
+) -> CheckReport:
     """``check_records`` over records read from ``journal`` (all of a
     session's, or a prefix), and for a fork, its starting state compared with
     its source when the source is in ``journal``."""
-    report = check_records(session_id, records, verify_digests=False)
+    report = check_records(session_id, records, verify_digests=False, progress=progress)
     if len(records) >= 2 and isinstance(records[0].event, SessionForked):
         problem, note = await fork_source_problem(journal, records[0].event, records[1])
         if note:
@@ -145,15 +161,20 @@ async def check_read(journal: Journal, session_id: str, records: Sequence[Record
 
 
 def check_records(
-    session_id: str, records: Sequence[Record], *, verify_digests: bool = True
+    session_id: str,
+    records: Sequence[Record],
+    *,
+    verify_digests: bool = True,
+    progress: Progress | None = None,
 ) -> CheckReport:
     """Check the invariants over records already read (pure).
 
     With ``verify_digests`` each record's digest is recomputed from the
     previous digest, the record's fields and the re-encoded event (exact for
     records chained by today's whole-record rule, not for those a journal
-    kept from schema 2).  Problems are sorted by seq."""
-    return _Checker(session_id).run(records, verify_digests)
+    kept from schema 2).  Problems are sorted by seq.  ``progress`` hears
+    every ``EVERY`` records checked."""
+    return _Checker(session_id).run(records, verify_digests, progress)
 
 
 class _Checker:
@@ -181,11 +202,15 @@ class _Checker:
         assert rule in RULES, rule
         self.problems.append(Problem(seq, rule, detail))
 
-    def run(self, records: Sequence[Record], verify_digests: bool) -> CheckReport:
+    def run(
+        self, records: Sequence[Record], verify_digests: bool, progress: Progress | None = None
+    ) -> CheckReport:
         expected = 1
         previous = GENESIS
         ids: set[str] = set()
-        for r in records:
+        for done, r in enumerate(records, 1):
+            if progress is not None and not done % EVERY:
+                progress.advance(EVERY)
             # A fork goes on from its source's state: its records may name
             # records of the source, which are not in the fork.
             if r.cause is not None and r.cause not in ids and not self.forked:

@@ -22,7 +22,8 @@ from journal import (
 )
 from loopruntime.host import FoldError
 
-from .causes import render_causes
+from ..terminal import progress, table
+from .causes import CAUSE_COLUMNS, cause_rows, render_causes
 from .checker import check
 from .states import render_states, states_at
 from .transcript import TranscriptRenderer, render_transcript
@@ -100,7 +101,8 @@ async def replay_command(
         async with open_for_replay(url) as journal:
             if check_only:
                 try:
-                    report = await check(journal, session_id)
+                    with progress(f"reading session {session_id}", None) as bar:
+                        report = await check(journal, session_id, progress=bar)
                 except SessionNotFoundError as exc:
                     raise _no_session(journal, session_id) from exc
                 for problem in report.problems:
@@ -134,7 +136,8 @@ async def replay_command(
                 if code:
                     return code
             elif causes:
-                out(render_causes(records, color=color))
+                if not table(CAUSE_COLUMNS, cause_rows(records)):
+                    out(render_causes(records, color=color))
             elif fmt == "transcript":
                 out(render_transcript(records, color=color))
             elif fmt == "tree":

@@ -1,13 +1,15 @@
 """What the checker reports: the rules it checks, each problem it finds (at
-a seq, or below the records, at seq 0), and the verdict."""
+a seq, or below the records, at seq 0), and the verdict; and who hears how
+far a check got."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from journal import StorageCheck
 
-__all__ = ["RULES", "CheckReport", "Problem"]
+__all__ = ["EVERY", "RULES", "CheckReport", "Problem", "Progress"]
 
 RULES = (
     "storage intact",
@@ -100,3 +102,16 @@ class CheckReport:
         first = next(p for p in self.problems if p.seq == first_seq)
         damaged = "; the storage is damaged too" if self.problems[0].seq == 0 else ""
         return f"FAILED at seq {first_seq}: {first}{damaged} {counted}"
+
+
+class Progress(Protocol):
+    """Who hears how far a check got (``session.terminal.Bar`` draws it)."""
+
+    def advance(self, n: int = 1) -> None: ...
+
+    def phase(self, what: str, total: int | None = None) -> None: ...
+
+
+EVERY = 512
+"""Records between two reports to a ``Progress``: a report costs a lock in
+the drawing library, so not one per record."""

@@ -235,8 +235,9 @@ def test_the_web_service_refuses_bad_requests(service: tuple[str, str]) -> None:
         )
         assert (first.status_code, other.status_code) == (202, 409)
         assert http.post("/gates/g1", content=b"not json").status_code == 400
-        number = http.post("/gates/g1", json={"session": sid, "answer": 5})
-        assert number.status_code == 422 and "must be text" in number.json()["error"]
+        # An answer may be data (a form's), but a decision's scope is one of two words.
+        scope = http.post("/gates/g1", json={"session": sid, "allow": True, "scope": "always"})
+        assert scope.status_code == 422 and "'once' or 'session'" in scope.json()["error"]
         # A lone surrogate, escaped in the JSON: text the journal could not store.
         surrogate = http.post(
             f"/sessions/{sid}/messages",

@@ -697,3 +697,52 @@ async def test_shutdown_still_settles_a_turn_that_does_more_than_wait(
         assert [c.reason for c in cancelled] == ["shutdown"]
         assert [e.outcome for e in ended] == ["interrupted"]
         assert state.open_gates == [] and state.unknown_effects == []
+
+
+async def test_questions_of_parallel_calls_leave_the_loop_quiet(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Two parallel calls ask at once, a third waits behind one of them on its
+    # target, a fourth for a free slot: the loop has nothing to do without a
+    # person, so wait_idle returns with both questions open; answered, the
+    # rest runs.
+    ran: list[str] = []
+
+    @tool(permission="allow", concurrency="parallel", write_target=lambda i: i.get("path"))
+    async def ask(ctx: ToolContext, *, name: str, path: str | None = None) -> str:
+        """Asks, then says the answer."""
+        answer = await ctx.ask_user(f"{name}?")
+        ran.append(name)
+        return f"{name}={answer}"
+
+    @tool(permission="allow", concurrency="parallel", write_target=lambda i: i.get("path"))
+    async def note(ctx: ToolContext, *, name: str, path: str | None = None) -> str:
+        """Runs at once."""
+        ran.append(name)
+        return name
+
+    calls = [
+        ToolCall(name="ask", input={"name": "a", "path": "x"}),
+        ToolCall(name="ask", input={"name": "b"}),
+        ToolCall(name="note", input={"name": "after-a", "path": "x"}),
+        ToolCall(name="note", input={"name": "later"}),
+    ]
+    model = ScriptedModel([Reply(tool_calls=calls), Reply(text="ok")])
+    d = LoopDefinition(
+        name="t", model=model, tools=[ask, note], limits=Limits(max_parallel_tool_calls=3)
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, d) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            gates = {g.prompt: g for g in (await s.snapshot()).open_gates}
+            assert sorted(gates) == ["a?", "b?"] and ran == []
+            await s.answer(gates["b?"].gate_id, "2")
+            await s.wait_idle()
+            assert ran == ["b", "later"]  # "later" took the slot b freed
+            await s.answer(gates["a?"].gate_id, "1")
+            await s.wait_idle()
+            assert (await s.snapshot()).last_outcome == "completed"
+        assert ran == ["b", "later", "a", "after-a"]
+        assert not (await check(journal, s.id)).problems
+    assert result_texts(model.requests[1]) == ["a=1", "b=2", "after-a", "later"]

@@ -1,9 +1,13 @@
 """A real MCP server, written with the official SDK, for the toolset tests.
 
-``python -m tests.support.mcp_server stdio CALLS_FILE`` serves it over stdio;
+``python -m tests.support.mcp_server stdio CALLS_FILE [changed]`` serves it over stdio;
 ``python -m tests.support.mcp_server http CALLS_FILE`` serves it over streamable
 HTTP on a loopback port it binds first and prints (``PORT <n>``) before serving,
 so the parent can connect at once.
+
+``changed`` serves the next version of the server, as after its own deploy:
+``echo``, ``ask`` and ``hang`` are gone, ``add`` takes a third number and
+``launch`` a region.
 
 Every tool call appends one JSON line to CALLS_FILE (the tool and its
 arguments) before it acts: the tests count what really reached the server.
@@ -39,24 +43,50 @@ class Approval(BaseModel):
     note: str = ""
 
 
-def build(calls: Path) -> MCPServer:
+class Count(BaseModel):
+    count: int
+
+
+class Go(BaseModel):
+    go: bool
+
+
+class Name(BaseModel):
+    name: str
+
+
+ONE_FIELD: dict[str, type[BaseModel]] = {"count": Count, "go": Go, "name": Name}
+
+
+def build(calls: Path, variant: str = "") -> MCPServer:
     server = MCPServer("testsrv")
+    changed = variant == "changed"
 
     def note(tool: str, **arguments: object) -> None:
         with calls.open("a") as f:
             f.write(json.dumps({"tool": tool, "pid": os.getpid(), **arguments}) + "\n")
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
-    def add(a: int, b: int) -> int:
-        """Add two integers."""
-        note("add", a=a, b=b)
-        return a + b
+    if changed:
 
-    @server.tool()
-    def echo(text: str) -> str:
-        """Say the text back."""
-        note("echo", text=text)
-        return text
+        @server.tool(name="add", annotations=ToolAnnotations(readOnlyHint=True))
+        def add3(a: int, b: int, c: int) -> int:
+            """Add three integers."""
+            note("add", a=a, b=b, c=c)
+            return a + b + c
+
+    else:
+
+        @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+        def add(a: int, b: int) -> int:
+            """Add two integers."""
+            note("add", a=a, b=b)
+            return a + b
+
+        @server.tool()
+        def echo(text: str) -> str:
+            """Say the text back."""
+            note("echo", text=text)
+            return text
 
     @server.tool()
     def fail(reason: str) -> str:
@@ -70,15 +100,36 @@ def build(calls: Path) -> MCPServer:
         note("picture")
         return Image(data=PIXEL, format="png")
 
-    @server.tool()
-    async def launch(target: str, ctx: Context) -> str:
-        """Launch, once the user approves (asks through elicitation)."""
+    async def launching(target: str, ctx: Context) -> str:
         note("launch", target=target, phase="asking")
         answer = await ctx.elicit(f"launch {target}?", Approval)
         note("launch", target=target, phase="answered", action=answer.action)
         if answer.action == "accept" and answer.data is not None and answer.data.approve:
             return f"launched {target} ({answer.data.note})"
         return f"not launched ({answer.action})"
+
+    if changed:
+
+        @server.tool(name="launch")
+        async def launch_in(target: str, region: str, ctx: Context) -> str:
+            """Launch in a region, once the user approves (asks through elicitation)."""
+            return await launching(target, ctx)
+
+        return server
+
+    @server.tool()
+    async def launch(target: str, ctx: Context) -> str:
+        """Launch, once the user approves (asks through elicitation)."""
+        return await launching(target, ctx)
+
+    @server.tool()
+    async def ask(kind: str, ctx: Context) -> str:
+        """Ask a question of one field: ``count`` (integer), ``go`` (boolean) or ``name``."""
+        note("ask", kind=kind)
+        answer = await ctx.elicit(f"which {kind}?", ONE_FIELD[kind])
+        if answer.action == "accept" and answer.data is not None:
+            return f"{kind}={answer.data.model_dump()[kind]!r}"
+        return f"no {kind} ({answer.action})"
 
     @server.tool()
     async def hang(signal: str) -> str:
@@ -106,9 +157,11 @@ async def _serve_http(server: MCPServer) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 2 or argv[0] not in ("stdio", "http"):
-        raise SystemExit("usage: python -m tests.support.mcp_server {stdio,http} CALLS_FILE")
-    server = build(Path(argv[1]))
+    if len(argv) not in (2, 3) or argv[0] not in ("stdio", "http"):
+        raise SystemExit(
+            "usage: python -m tests.support.mcp_server {stdio,http} CALLS_FILE [changed]"
+        )
+    server = build(Path(argv[1]), *argv[2:])
     if argv[0] == "stdio":
         server.run("stdio")
     else:

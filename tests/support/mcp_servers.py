@@ -20,12 +20,13 @@ from tests.support.processes import ROOT
 SERVER = "tests.support.mcp_server"
 
 
-def stdio_server(calls: Path, **options: Any) -> McpServer:
-    """The test server over stdio, named ``srv`` (tools ``srv__add`` ...)."""
+def stdio_server(calls: Path, *, changed: bool = False, **options: Any) -> McpServer:
+    """The test server over stdio, named ``srv`` (tools ``srv__add`` ...);
+    ``changed``: its next version (``echo``, ``ask``, ``hang`` gone, ``add``
+    and ``launch`` with another schema)."""
     options.setdefault("name", "srv")
-    return McpServer.stdio(
-        sys.executable, ["-m", SERVER, "stdio", str(calls)], cwd=str(ROOT), **options
-    )
+    args = ["-m", SERVER, "stdio", str(calls), *(["changed"] if changed else [])]
+    return McpServer.stdio(sys.executable, args, cwd=str(ROOT), **options)
 
 
 def calls_of(calls: Path) -> list[str]:

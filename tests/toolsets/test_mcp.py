@@ -65,6 +65,7 @@ async def test_listing_and_calling_over_stdio(tmp_path: Path) -> None:
             "srv__fail",
             "srv__picture",
             "srv__launch",
+            "srv__ask",
             "srv__hang",
         }
         # The server's input schema, passed through unchanged.
@@ -319,19 +320,25 @@ async def test_the_server_killed_during_a_call_is_a_model_visible_failure(
 
 async def test_a_deadline_cuts_a_server_call(tmp_path: Path, autojump_clock: Any) -> None:
     # Under the virtual clock the call's deadline passes as soon as the loop
-    # waits on the server: the call is cut like any tool's.
+    # waits on the server: the call is cut like any tool's.  (No connect
+    # timeout: the virtual clock would pass it while the server starts.)
     model = calling(ToolCall(name="srv__hang", input={"signal": str(tmp_path / "none")}))
-    server = stdio_server(tmp_path / "c.jsonl", permission="allow", timeout=30.0)
+    server = stdio_server(
+        tmp_path / "c.jsonl", permission="allow", timeout=30.0, connect_timeout=None
+    )
     definition = LoopDefinition(name="m", model=model, toolsets=[server])
-    async with open_journal("memory://") as journal:
-        async with Session.create(journal, definition, session_id="s") as s:
-            await s.submit("hang")
-            await s.wait_idle()
-            state = await s.snapshot()
-            # Not replay-safe, not atomic: its outcome is unknown, never re-sent.
-            assert [u.name for u in state.unknown_effects] == ["srv__hang"]
-        (passed,) = await events_of(journal, "s", DeadlinePassed)
-        assert (passed.deadline, passed.seconds, passed.action) == ("tool", 30.0, "unknown")
+    with structlog.testing.capture_logs() as logs:
+        async with open_journal("memory://") as journal:
+            async with Session.create(journal, definition, session_id="s") as s:
+                await s.submit("hang")
+                await s.wait_idle()
+                state = await s.snapshot()
+                # Not replay-safe, not atomic: its outcome is unknown, never re-sent.
+                assert [u.name for u in state.unknown_effects] == ["srv__hang"]
+            (passed,) = await events_of(journal, "s", DeadlinePassed)
+    assert (passed.deadline, passed.seconds, passed.action) == ("tool", 30.0, "unknown")
+    (timed_out,) = [e for e in logs if e["event"] == "mcp_call_timed_out"]
+    assert (timed_out["mcp_server"], timed_out["tool"]) == ("srv", "hang")
 
 
 @tool(permission="allow")
