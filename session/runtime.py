@@ -720,10 +720,16 @@ class Session:
             if record.seq >= 2:
                 break
         for loop_id, loop in list(self.loops.items()):
-            # A stopped loop's actor is gone; its state is final.
-            snap = (
-                copy_state(loop.state) if loop.state.stopped else await self.snapshot(loop=loop_id)
-            )
+            # A stopped loop's actor is gone; its state is final.  A loop
+            # that stops while asked (a failed child winding down) is too.
+            try:
+                snap = (
+                    copy_state(loop.state)
+                    if loop.state.stopped
+                    else await self.snapshot(loop=loop_id)
+                )
+            except LoopClosedError:
+                snap = copy_state(loop.state)
             start = base.states.get(loop_id) if base.forked is not None else None
             fresh = copy_state(start) if start is not None else LoopState()
             async for record in self.journal.read(self.id):
