@@ -32,16 +32,7 @@ import trio
 
 from journal import FencedError, Journal, JournalError, LeaseHeldError, SessionLease
 from journal import inbox as ib
-from journal.events import (
-    Event,
-    GateResolved,
-    InputCancelled,
-    InputQueued,
-    LoopModeChanged,
-    SteerQueued,
-    ToolResolved,
-    TurnEnded,
-)
+from journal.events import CommandKeyed, Event
 from loopruntime import LoopClosedError, LoopDefinition, LoopError
 from loopruntime.host import new_id
 
@@ -349,11 +340,11 @@ class Host:
                 )
             )
             return
-        loop, match = _expected(command)
-        expectation = writer.expect(entry.number, loop, match) if match is not None else None
+        match = _expected(command, entry.key)
+        expectation = writer.expect(entry.number, None, match) if match is not None else None
         outcome: ib.InboxOutcome
         try:
-            value = await _run(session, command)
+            value = await _run(session, command, entry.key)
             outcome = ib.InboxOutcome(value=value)
         except LoopClosedError:
             raise  # the session is closing: the entry waits for the next owner
@@ -368,101 +359,49 @@ class Host:
         await writer.consume(ib.Consumed(entry=entry.number, outcome=outcome))
 
 
-async def _run(session: Session, command: ib.InboxCommand) -> str | bool | None:
-    """Send ``command`` to ``session``; what it returns.
-
-    Once ``Session`` commands take an idempotency ``key=``, each call here
-    passes the entry's key (``entry.key``), and ``_expected`` matches the
-    ``command.keyed`` record carrying it, one rule for every command."""
+async def _run(session: Session, command: ib.InboxCommand, key: str) -> str | bool | None:
+    """Send ``command`` to ``session`` under the entry's idempotency ``key``;
+    what it returns (a repeat of the key is answered from the fold and
+    commits nothing)."""
     match command:
         case ib.Create():
             return session.id  # made by the host as it opened the session
         case ib.Submit(message=message, loop=loop):
-            return await session.submit(message, loop=loop)
+            return await session.submit(message, loop=loop, key=key)
         case ib.Steer(text=text, loop=loop):
-            return await session.steer(text, loop=loop)
+            return await session.steer(text, loop=loop, key=key)
         case ib.Answer(gate_id=gate_id, text=text):
-            await session.answer(gate_id, text)
+            await session.answer(gate_id, text, key=key)
             return None
         case ib.Decide(gate_id=gate_id, allow=allow, scope=scope):
-            await session.decide(gate_id, allow, scope)
+            await session.decide(gate_id, allow, scope, key=key)
             return None
         case ib.Resolve(execution_id=execution_id, content=content, is_error=is_error):
-            await session.resolve(execution_id, content, is_error)
+            await session.resolve(execution_id, content, is_error, key=key)
             return None
         case ib.Interrupt(loop=loop):
-            return await session.interrupt(loop=loop)
+            return await session.interrupt(loop=loop, key=key)
         case ib.CancelQueued(input_id=input_id, loop=loop):
-            await session.cancel_queued(input_id, loop=loop)
+            await session.cancel_queued(input_id, loop=loop, key=key)
             return None
         case ib.Compact(loop=loop):
-            return await session.compact(loop=loop)
+            return await session.compact(loop=loop, key=key)
         case ib.ChangeMode(mode=mode, loop=loop):
-            await session.change_mode(mode, loop=loop)
+            await session.change_mode(mode, loop=loop, key=key)
             return None
 
 
-def _expected(command: ib.InboxCommand) -> tuple[str | None, Match | None]:
-    """The loop and the event of the commit that applies ``command`` (None:
-    it makes no record of its own, and is consumed on its own).
+def _expected(command: ib.InboxCommand, key: str) -> Match | None:
+    """What the commit applying ``command`` holds: the ``command.keyed``
+    record carrying the entry's ``key``, which every keyed command commits
+    first, in the append holding what it made (one rule for every command).
+    None for ``Create``, which the host's opening of the session applies."""
+    if isinstance(command, ib.Create):
+        return None
 
-    In a hosted session the host is the only sender of commands, one at a
-    time, so the first such event after the command is sent is its own.
-    """
-    outcome = ib.InboxOutcome
-    match command:
-        case ib.Submit(loop=loop):
-            return (
-                loop or ROOT_LOOP,
-                lambda e: (
-                    outcome(value=e.input_id)
-                    if isinstance(e, InputQueued) and e.trigger == "external"
-                    else None
-                ),
-            )
-        case ib.Steer(loop=loop):
-            return (
-                loop or ROOT_LOOP,
-                lambda e: outcome(value=e.steer_id) if isinstance(e, SteerQueued) else None,
-            )
-        case ib.Answer(gate_id=gate_id) | ib.Decide(gate_id=gate_id):
-            return (
-                None,
-                lambda e: (
-                    outcome() if isinstance(e, GateResolved) and e.gate_id == gate_id else None
-                ),
-            )
-        case ib.Resolve(execution_id=execution_id):
-            return (
-                None,
-                lambda e: (
-                    outcome()
-                    if isinstance(e, ToolResolved) and e.execution_id == execution_id
-                    else None
-                ),
-            )
-        case ib.CancelQueued(input_id=input_id, loop=loop):
-            return (
-                loop or ROOT_LOOP,
-                lambda e: (
-                    outcome(value=True)
-                    if isinstance(e, InputCancelled) and e.input_id == input_id
-                    else None
-                ),
-            )
-        case ib.ChangeMode(loop=loop):
-            return (
-                loop or ROOT_LOOP,
-                lambda e: outcome(value=True) if isinstance(e, LoopModeChanged) else None,
-            )
-        case ib.Interrupt(loop=loop):
-            return (
-                loop or ROOT_LOOP,
-                lambda e: (
-                    outcome(value=True)
-                    if isinstance(e, TurnEnded) and e.outcome == "interrupted"
-                    else None
-                ),
-            )
-        case ib.Create() | ib.Compact():
-            return None, None
+    def match(event: Event) -> ib.InboxOutcome | None:
+        if isinstance(event, CommandKeyed) and event.key == key:
+            return ib.InboxOutcome(value=event.result)
+        return None
+
+    return match

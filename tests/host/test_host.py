@@ -9,6 +9,7 @@ import trio
 
 from journal import ForwardingJournal, InboxKeyError, Journal, LeaseHeldError, SessionLease
 from journal.events import (
+    CommandKeyed,
     GateOpened,
     GateResolved,
     InputQueued,
@@ -63,7 +64,8 @@ async def test_a_session_created_and_fed_through_the_inbox(autojump_clock: objec
         assert entry is not None and entry.outcome is not None
         records = [r async for r in journal.read(sid)]
         holder = next(r for r in records if r.id == entry.outcome.record)
-        assert isinstance(holder.event, InputQueued)
+        assert isinstance(holder.event, CommandKeyed) and holder.event.key == "s1"
+        assert any(r.cause == holder.id and isinstance(r.event, InputQueued) for r in records)
         assert host.statistics().applied == 2
         info = {i.session: i for i in await client.sessions()}[sid]
         assert (info.owner, info.pending) == ("h1", 0)
@@ -236,3 +238,55 @@ async def test_bad_input_to_the_client_and_the_host(autojump_clock: object) -> N
         with pytest.raises(LeaseHeldError, match="loopruntime submit"):
             async with Session.restore(journal, sid, counting_definition()):
                 pass
+
+
+async def test_a_command_delivered_twice_makes_one_effect(autojump_clock: object) -> None:
+    # The key an inbox entry carries is the key its Session command is sent
+    # with: a command the session already holds (here delivered once straight
+    # to the session, then through the inbox) is answered from the fold.
+    journal = trio_clock_journal()
+    client = Client(journal)
+    async with Session.create(journal, counting_definition()) as direct:
+        sid = direct.id
+        first = await direct.submit("count once", key="s1")
+        await direct.wait_idle()
+        await direct.steer("and mind the time", key="t1")
+        await direct.wait_idle()
+        attempt = await direct.compact(key="k1")
+        await direct.wait_idle()
+    async with Host.open(journal, DEFS, host_id="h1", poll=0.5):
+        await client.submit(sid, "count once", key="s1")
+        assert (await client.wait(sid, "s1", timeout=30)).value == first
+        await client.compact(sid, key="k1")
+        assert (await client.wait(sid, "k1", timeout=30)).value == attempt
+        # Other content under a held key is refused, nothing committed.
+        await client.steer(sid, "mind something else", key="t1")
+        with pytest.raises(CommandRefusedError) as caught:
+            await client.wait(sid, "t1", timeout=30)
+        assert caught.value.outcome.error == "IdempotencyKeyError"
+    assert [q.input_id for q in await events_of(journal, sid, InputQueued)] == [first]
+    assert len(await events_of(journal, sid, CommandKeyed)) == 3
+    report = await check(journal, sid)
+    assert report.ok, report
+
+
+async def test_every_command_is_consumed_by_its_keyed_record(autojump_clock: object) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    async with Host.open(journal, DEFS, host_id="h1", poll=0.5):
+        sid = await client.create("counter", key="c1")
+        await client.submit(sid, "count", key="s1")
+        await client.wait(sid, "s1", timeout=30)
+        await wait_for(lambda: ended_turns(journal, sid, 1))
+        await client.compact(sid, key="k1")
+        await client.interrupt(sid, key="i1")
+        await client.change_mode(sid, None, key="m1")
+        for key in ("s1", "k1", "i1", "m1"):
+            await client.wait(sid, key, timeout=30)
+    records = {r.id: r for r in [r async for r in journal.read(sid)]}
+    for key in ("s1", "k1", "i1", "m1"):
+        entry = await journal.entry(sid, key)
+        assert entry is not None and entry.outcome is not None, key
+        holder = records[entry.outcome.record or ""]
+        assert isinstance(holder.event, CommandKeyed) and holder.event.key == key
+        assert entry.outcome.value == holder.event.result

@@ -66,12 +66,17 @@ async def test_an_entry_is_applied_once_across_a_kill_at_its_consuming_append(
         else:
             # Neither: the entry waits for the next owner.
             assert not stored.consumed and queued == []
+        # The client never heard back: it retries with the same key, and is
+        # given the stored entry (applied, or still waiting), never a second.
+        retry = await Client(journal).submit(sid, "fetch it", key="s1")
+        assert (retry.number, retry.consumed) == (entry.number, when == "after")
         async with Host.open(
             journal, definitions(side), host_id="b", lease_ttl=LEASE_TTL, poll=0.05
         ) as b:
             await wait_for(lambda: completed(journal, sid))
             assert b.statistics().failovers == 1
         assert len(await events_of(journal, sid, InputQueued)) == 1
+        assert len(await journal.inbox(sid)) == 2
         outcome = await Client(journal).wait(sid, "s1", timeout=5)
         assert outcome.value == (await events_of(journal, sid, InputQueued))[0].input_id
         report = await check(journal, sid)
