@@ -391,6 +391,7 @@ class MemoryJournal:
     async def sessions(self) -> list[SessionInfo]:
         self._check_open()
         await trio.lowlevel.checkpoint()
+        now = self.clock()
         return [
             SessionInfo(
                 session=name,
@@ -402,6 +403,7 @@ class MemoryJournal:
                 expires_at=s.expires_at,
                 pending=s.pending(),
                 definition=s.definition,
+                live=lease_live(s.lease, now),
             )
             for name, s in self._sessions.items()
         ]

@@ -89,6 +89,9 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Inbox entries not yet applied."""
     definition: str | None = None
     """The definition its hosts run it with, when the inbox or a host said so."""
+    live: bool = False
+    """Whether ``owner``'s lease was live when the session was listed, judged
+    by the clock the journal judges leases by (the server's, on PostgreSQL)."""
 
 
 class StorageProblem(msgspec.Struct, frozen=True, kw_only=True):

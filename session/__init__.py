@@ -17,6 +17,8 @@ from .host import HostStatistics as HostStatistics
 from .runtime import ROOT_LOOP as ROOT_LOOP
 from .runtime import Session as Session
 from .runtime import StreamDelta as StreamDelta
+from .status import SessionStatus as SessionStatus
+from .status import Status as Status
 
 __all__ = [
     "ROOT_LOOP",
@@ -32,6 +34,8 @@ __all__ = [
     "Session",
     "SessionExistsError",
     "SessionLagError",
+    "SessionStatus",
+    "Status",
     "StreamDelta",
     "UnknownSessionError",
     "VerifyError",

@@ -15,11 +15,12 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from journal import Journal, Record, SessionInfo, open_journal
+from journal import Journal, Record, open_journal
 from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
 from loopruntime.host import new_id
 
+from .status import SessionStatus, statuses
 from .validation import answer_text, check_decision, steering_text, tool_result, user_message
 
 __all__ = ["Client", "CommandRefusedError", "open_client"]
@@ -156,9 +157,10 @@ class Client:
         """The session's records after ``after``, then those committed later."""
         return self.journal.tail(session_id, after=after)
 
-    async def sessions(self) -> list[SessionInfo]:
-        """Every session with its owner, lease expiry and waiting entries."""
-        return await self.journal.sessions()
+    async def sessions(self) -> list[SessionStatus]:
+        """Every session with its owner, lease expiry, waiting entries and
+        status (``session.status``: "running" only under a live lease)."""
+        return await statuses(self.journal)
 
 
 def math_inf(timeout: float | None) -> float:

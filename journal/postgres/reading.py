@@ -389,7 +389,10 @@ class Reading:
                 "SELECT s.session, s.head, s.incarnation, s.created_at, s.updated_at,"
                 " l.owner, coalesce(l.expires_at, 0), l.definition,"
                 " (SELECT count(*) FROM loopruntime_inbox i"
-                "  WHERE i.session = s.session AND i.consumed_at IS NULL)"
+                "  WHERE i.session = s.session AND i.consumed_at IS NULL),"
+                # Judged by the server's clock, as every lease is.
+                " l.owner IS NOT NULL AND l.expires_at >"
+                " (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
                 " FROM loopruntime_sessions s"
                 " LEFT JOIN loopruntime_leases l ON l.session = s.session"
                 " ORDER BY s.created_at, s.session"
@@ -405,8 +408,9 @@ class Reading:
                     expires_at=e,
                     definition=d,
                     pending=p,
+                    live=bool(v),
                 )
-                for s, h, i, c, u, o, e, d, p in rows
+                for s, h, i, c, u, o, e, d, p, v in rows
             ]
 
         return await self._pool.run("listing sessions", work)

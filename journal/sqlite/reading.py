@@ -406,6 +406,7 @@ class Reading:
                 ).fetchall()
         except sqlite3.Error as exc:
             raise unavailable(exc, self.path, "listing sessions") from exc
+        now = time.time_ns()  # the clock the writer judges leases by
         return [
             SessionInfo(
                 session=session,
@@ -417,6 +418,7 @@ class Reading:
                 expires_at=expires_at or 0,
                 pending=pending,
                 definition=definition,
+                live=owner is not None and (expires_at or 0) > now,
             )
             for (
                 session,

@@ -56,7 +56,8 @@ async def test_a_host_process_fed_by_submit_and_stopped_by_sigterm(tmp_path: Pat
         listed = await trio.run_process(
             cli("sessions", "--journal", url), cwd=ROOT, capture_stdout=True, check=False
         )
-        assert "owner h1, lease" in listed.stdout.decode()
+        [row] = [r for r in listed.stdout.decode().splitlines() if r.startswith("s1 ")]
+        assert "  idle  [owner h1, lease until " in row
     finally:
         os.kill(host.pid, signal.SIGTERM)
         await host.wait()

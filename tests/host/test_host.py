@@ -20,11 +20,19 @@ from journal.events import (
 from loopruntime import InvalidAnswerError, LoopDefinition, ToolContext, tool
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
-from session import Client, CommandRefusedError, Host, InvalidContentError, Session
+from session import (
+    Client,
+    CommandRefusedError,
+    Host,
+    InvalidContentError,
+    Session,
+    SessionStatus,
+    Status,
+)
 from session.replay import check
 from tests.host.support import ask_definition, counting_definition, trio_clock_journal, wait_for
 from tests.support.damage import damage_entry
-from tests.support.loops import events_of
+from tests.support.loops import crashed_copy, events_of
 
 DEFS = {"counter": counting_definition(), "asker": ask_definition()}
 
@@ -290,3 +298,58 @@ async def test_every_command_is_consumed_by_its_keyed_record(autojump_clock: obj
         holder = records[entry.outcome.record or ""]
         assert isinstance(holder.event, CommandKeyed) and holder.event.key == key
         assert entry.outcome.value == holder.event.result
+
+
+async def test_sessions_say_what_each_session_is_doing(autojump_clock: object) -> None:
+    # "running" only while the owner's lease is live; the same turn left by a
+    # host that went away is crashed and unowned.
+    journal = trio_clock_journal()
+    client = Client(journal)
+    release = trio.Event()
+    defs = {"slow": slow_definition(release), **DEFS}
+
+    def by_id(found: list[SessionStatus]) -> dict[str, SessionStatus]:
+        return {s.session: s for s in found}
+
+    paused = PausedRenewals(journal)
+    async with Host.open(paused, defs, host_id="a", poll=0.5, lease_ttl=3, idle_after=600):
+        slow = await client.create("slow", key="c1")
+        await client.submit(slow, "go", key="s1")
+        asks = await client.create("asker", key="c1")
+        await client.submit(asks, "go", key="s1")
+        idle = await client.create("counter", key="c1")
+        await wait_for(lambda: started_tool(journal, slow))
+        await wait_for(lambda: opened_gate(journal, asks))
+        await client.wait(idle, "c1", timeout=30)
+        now = by_id(await client.sessions())
+        assert now[slow].status is Status.RUNNING and now[slow].live
+        assert now[slow].owner == "a"
+        assert now[asks].status is Status.WAITING_ON_PERSON
+        assert now[idle].status is Status.IDLE
+        # Host a stops renewing: past its lease the open turn is nobody's.
+        await trio.sleep(4)
+        now = by_id(await client.sessions())
+        assert now[slow].status is Status.CRASHED and not now[slow].live
+        assert "owner a is gone" in now[slow].detail
+        # A command for a definition no host runs waits, and says why.
+        lost = await client.create("nobody-runs-this", key="c1")
+        await trio.sleep(2)
+        waiting = by_id(await client.sessions())[lost]
+        assert waiting.status is Status.WAITING_FOR_HOST
+        assert "definition 'nobody-runs-this'" in waiting.detail
+        release.set()
+        paused.resumed.set()
+
+
+async def test_an_unknown_effect_is_shown_as_such(autojump_clock: object) -> None:
+    journal = trio_clock_journal()
+    async with Session.create(journal, counting_definition()) as s:
+        await s.submit("count")
+        await s.wait_idle()
+    [started] = [r.seq async for r in journal.read(s.id) if isinstance(r.event, ToolStarted)]
+    crashed = await crashed_copy(journal, s.id, started)
+    async with Session.restore(journal, crashed, counting_definition()) as restored:
+        await restored.wait_idle()
+        listed = {x.session: x for x in await Client(journal).sessions()}
+    assert listed[crashed].status is Status.UNKNOWN_EFFECTS
+    assert "loopruntime resolve" in listed[crashed].detail

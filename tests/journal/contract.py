@@ -1090,6 +1090,11 @@ class _LeaseAndInboxContract:
             await journal.append(lease, drafts("y", 1), expected_seq=1)
             info = {i.session: i for i in await journal.sessions()}[session]
             assert (info.owner, info.expires_at) == ("host-a", lease.expires_at)
+            assert info.live
+            # Live is judged by the journal's own clock (the server's, on PostgreSQL).
+            await backend.expire(journal, session)
+            info = {i.session: i for i in await journal.sessions()}[session]
+            assert (info.owner, info.live) == ("host-a", False)
 
     async def test_a_live_lease_is_held_against_other_owners(self, backend: Backend) -> None:
         session = new_session()
