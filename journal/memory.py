@@ -41,13 +41,14 @@ from .rules import (
     decide_consumes,
     decide_open,
     decide_put,
+    decide_register,
     decide_release,
     decide_renew,
     lease_live,
     repeated_id,
     ttl_ns,
 )
-from .store import SessionInfo, SessionLease, StorageCheck
+from .store import HostInfo, SessionInfo, SessionLease, StorageCheck
 
 __all__ = ["MemoryJournal"]
 
@@ -115,6 +116,8 @@ class MemoryJournal:
         self.url = url
         self.clock = clock
         self._sessions: dict[str, _Session] = {}
+        self._hosts: dict[str, tuple[str, tuple[str, ...], int]] = {}
+        """Registered hosts: id -> (token, definitions, expires_at)."""
         self._closed = False
 
     # -- writing --------------------------------------------------------------
@@ -214,6 +217,39 @@ class MemoryJournal:
             s.entries.append(_Entry(key, body, time.time_ns()))
             number = s.keys[key] = len(s.entries)
         return _entry(session, number, s.entries[number - 1])
+
+    async def register_host(
+        self, host: str, token: str, *, ttl: float, definitions: Sequence[str] = ()
+    ) -> int:
+        self._check_open()
+        check_text("host id", host)
+        check_text("token", token)
+        names = tuple(definitions)
+        for name in names:
+            check_text("definition", name)
+        await trio.lowlevel.checkpoint()
+        stored = self._hosts.get(host)
+        expires_at = decide_register(
+            host, token, (stored[0], stored[2]) if stored else None, self.clock(), ttl_ns(ttl)
+        )
+        self._hosts[host] = (token, names, expires_at)
+        return expires_at
+
+    async def deregister_host(self, host: str, token: str) -> None:
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+        stored = self._hosts.get(host)
+        if stored is not None and stored[0] == token:
+            del self._hosts[host]
+
+    async def hosts(self) -> list[HostInfo]:
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+        now = self.clock()
+        return [
+            HostInfo(host=host, definitions=names, expires_at=expires, live=expires > now)
+            for host, (_, names, expires) in sorted(self._hosts.items())
+        ]
 
     async def inbox(self, session: str, *, after: int = 0) -> list[InboxEntry]:
         self._check_open()

@@ -144,6 +144,7 @@ async def _sessions(args: argparse.Namespace) -> int:
     # Opened like replay: a missing or foreign file is refused, never created.
     async with open_for_replay(journal_url(args.journal)) as journal:
         infos = await journal.sessions()
+        hosts = await journal.hosts()
         if not infos:
             print("no sessions")
             return 0
@@ -166,7 +167,7 @@ async def _sessions(args: argparse.Namespace) -> int:
                     f"{info.session:<24} {'?':>5} {info.head:>8}  {when:<19}  {status}"
                 )
                 continue
-            listed = describe(info, states)
+            listed = describe(info, states, hosts)
             label = _OPEN if listed.status is Status.OPEN else listed.status.value
             open_turns = open_turns or listed.status is Status.OPEN
             origin = ""

@@ -30,7 +30,14 @@ import msgspec
 import structlog
 import trio
 
-from journal import FencedError, Journal, JournalError, LeaseHeldError, SessionLease
+from journal import (
+    FencedError,
+    HostIdInUseError,
+    Journal,
+    JournalError,
+    LeaseHeldError,
+    SessionLease,
+)
 from journal import inbox as ib
 from journal.events import CommandKeyed, Event
 from loopruntime import LoopClosedError, LoopDefinition, LoopError
@@ -106,6 +113,8 @@ class Host:
         self.journal = journal
         self.definitions = dict(definitions)
         self.id = host_id or new_id("host_")
+        self._token = new_id("tok_")
+        """Drawn per process: tells this host's registration of ``id`` from another's."""
         self.idle_after, self.lease_ttl, self.poll = idle_after, lease_ttl, poll
         self.max_sessions = max_sessions
         self.sessions: dict[str, _Hosted] = {}
@@ -129,7 +138,10 @@ class Host:
         max_sessions: int = 1000,
         poll: float = 1.0,
     ) -> AsyncIterator[Host]:
-        """Run a host until the block ends; then ``aclose`` (a clean stop)."""
+        """Run a host until the block ends; then ``aclose`` (a clean stop).
+
+        The host id is registered in the journal first: an id a live host
+        already uses is a ``HostIdInUseError`` before anything is claimed."""
         host = cls(
             journal,
             definitions,
@@ -139,6 +151,7 @@ class Host:
             max_sessions=max_sessions,
             poll=poll,
         )
+        await host._register()
         async with trio.open_nursery() as nursery:
             host._nursery = nursery
             nursery.start_soon(host._claimer)
@@ -148,6 +161,7 @@ class Host:
             finally:
                 with trio.CancelScope(shield=True):
                     await host.aclose()
+                    await host._deregister()
                 nursery.cancel_scope.cancel()
 
     def statistics(self) -> HostStatistics:
@@ -202,9 +216,28 @@ class Host:
         assert self._nursery is not None
         self._nursery.start_soon(self._host, hosted, claim)
 
+    async def _register(self) -> None:
+        await self.journal.register_host(
+            self.id, self._token, ttl=self.lease_ttl, definitions=sorted(self.definitions)
+        )
+
+    async def _deregister(self) -> None:
+        try:
+            await self.journal.deregister_host(self.id, self._token)
+        except JournalError as exc:
+            self.log.warning("host_deregistration_failed", error=str(exc))
+
     async def _renewer(self) -> None:
         while True:
             await trio.sleep(self.lease_ttl / 3)
+            try:
+                await self._register()
+            except HostIdInUseError as exc:
+                # Paused past its registration, and the id taken since: the
+                # sessions' own leases decide what this host may still write.
+                self.log.error("host_id_taken", error=str(exc))
+            except JournalError as exc:
+                self.log.warning("host_renewal_failed", error=str(exc))
             for hosted in list(self.sessions.values()):
                 lease = hosted.lease
                 if lease is None or hosted.stopping:

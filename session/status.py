@@ -10,11 +10,11 @@ is pure; ``statuses`` reads each session's fold and lease.  ``loopruntime sessio
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from journal import Journal, JournalError, SessionInfo
+from journal import HostInfo, Journal, JournalError, SessionInfo
 from loopruntime import LoopState, LoopStatus
 
 from .restore import read_states
@@ -66,11 +66,16 @@ class SessionStatus(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: int
 
 
-def describe(info: SessionInfo, states: Mapping[str, LoopState] | None) -> SessionStatus:
+def describe(
+    info: SessionInfo,
+    states: Mapping[str, LoopState] | None,
+    hosts: Sequence[HostInfo] | None = None,
+) -> SessionStatus:
     """The status of the session ``info`` lists, whose loops fold to
-    ``states`` (None: its records do not read back)."""
+    ``states`` (None: its records do not read back); ``hosts``, the
+    registered hosts, lets it say when no live host runs its definition."""
     live = info.live
-    status, detail = _decide(info, states, live)
+    status, detail = _decide(info, states, live, hosts)
     return SessionStatus(
         session=info.session,
         status=status,
@@ -87,7 +92,10 @@ def describe(info: SessionInfo, states: Mapping[str, LoopState] | None) -> Sessi
 
 
 def _decide(
-    info: SessionInfo, states: Mapping[str, LoopState] | None, live: bool
+    info: SessionInfo,
+    states: Mapping[str, LoopState] | None,
+    live: bool,
+    hosts: Sequence[HostInfo] | None,
 ) -> tuple[Status, str]:
     owner = info.owner
     waiting = f"{info.pending} waiting in the inbox" if info.pending else ""
@@ -108,7 +116,7 @@ def _decide(
         if owner is not None:
             return Status.CRASHED, _join(
                 f"owner {owner} is gone (its lease expired) with a turn open",
-                _for_host(info),
+                _for_host(info, hosts),
                 waiting,
             )
         return Status.OPEN, _join(
@@ -119,16 +127,22 @@ def _decide(
     if info.pending:
         if live:
             return Status.RUNNING, _join(waiting, "being applied")
-        return Status.WAITING_FOR_HOST, _join(waiting, _for_host(info))
+        return Status.WAITING_FOR_HOST, _join(waiting, _for_host(info, hosts))
     if states and loops == {LoopStatus.STOPPED}:
         return Status.STOPPED, "every loop stopped"
     return Status.IDLE, ""
 
 
-def _for_host(info: SessionInfo) -> str:
-    if info.definition is None:
+def _for_host(info: SessionInfo, hosts: Sequence[HostInfo] | None) -> str:
+    name = info.definition
+    if name is None:
         return "the next host running its definition takes it"
-    return f"waits for a host running definition {info.definition!r}"
+    if hosts is not None and not any(h.live and name in h.definitions for h in hosts):
+        return (
+            f"no live host runs definition {name!r}: start one that does "
+            "(`loopruntime host --definitions module:NAME`)"
+        )
+    return f"waits for a host running definition {name!r}"
 
 
 def _join(*parts: str) -> str:
@@ -139,11 +153,12 @@ async def statuses(journal: Journal) -> list[SessionStatus]:
     """Every session's status, oldest activity first.  A session whose
     records do not read back is listed as damaged, never hides the others."""
     infos = await journal.sessions()
+    hosts = await journal.hosts()
     found: list[SessionStatus] = []
     for info in sorted(infos, key=lambda i: i.updated_at):
         try:
             states: dict[str, LoopState] | None = await read_states(journal, info.session)
         except JournalError:
             states = None
-        found.append(describe(info, states))
+        found.append(describe(info, states, hosts))
     return found

@@ -21,7 +21,7 @@ from ..errors import JournalClosedError, SessionNotFoundError
 from ..inbox import Claim, Consumed, InboxCommand, InboxEntry, encode_command, encode_outcome
 from ..record import Draft, Record
 from ..rules import ttl_ns
-from ..store import SessionInfo, SessionLease, StorageCheck
+from ..store import HostInfo, SessionInfo, SessionLease, StorageCheck
 from . import leases
 from .reading import Pool, Reading
 from .schema import check_pg_text, describe, open_prepared
@@ -175,6 +175,33 @@ class PostgresJournal:
             "finding sessions with work",
             partial(leases.claimable, definitions=list(definitions), owner=owner, limit=limit),
         )
+
+    async def register_host(
+        self, host: str, token: str, *, ttl: float, definitions: Sequence[str] = ()
+    ) -> int:
+        """Register ``host`` for ``token`` (see ``journal.store``), on the server's clock."""
+        self._check_open()
+        check_pg_text("host id", host)
+        check_pg_text("token", token)
+        names = list(definitions)
+        for name in names:
+            check_pg_text("definition", name)
+        work = partial(
+            leases.register_host, host=host, token=token, definitions=names, ttl=ttl_ns(ttl)
+        )
+        # Safe to repeat: the same token registering again renews.
+        expires_at: int = await self._pool.run(f"registering host {host}", work)
+        return expires_at
+
+    async def deregister_host(self, host: str, token: str) -> None:
+        self._check_open()
+        check_pg_text("host id", host)
+        work = partial(leases.deregister_host, host=host, token=token)
+        await self._pool.run(f"deregistering host {host}", work)
+
+    async def hosts(self) -> list[HostInfo]:
+        self._check_open()
+        return await self._pool.run("listing hosts", leases.hosts)
 
     async def append(
         self,

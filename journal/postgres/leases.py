@@ -22,13 +22,17 @@ from ..rules import (
     decide_acquire,
     decide_open,
     decide_put,
+    decide_register,
     decide_release,
     decide_renew,
 )
-from ..store import SessionLease
+from ..store import HostInfo, SessionLease
 
 __all__ = [
     "claimable",
+    "deregister_host",
+    "hosts",
+    "register_host",
     "entry",
     "inbox",
     "lease_op",
@@ -36,7 +40,8 @@ __all__ = [
     "put",
 ]
 
-_NOW = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
+_NOW_NS = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
+_NOW = f"SELECT {_NOW_NS}"
 
 _ENTRY_COLUMNS = "number, key, body, created_at, consumed_at, outcome"
 
@@ -235,4 +240,39 @@ def claimable(conn: Conn, definitions: list[str], owner: str | None, limit: int)
     return [
         Claim(session=s, owner=o, expires_at=int(e), pending=int(p), definition=d)
         for s, o, e, p, d in rows
+    ]
+
+
+def register_host(conn: Conn, host: str, token: str, definitions: list[str], ttl: int) -> int:
+    """Blocking: ``Journal.register_host``, one transaction holding the host's
+    row (``FOR UPDATE``; a first registration is serialised by the key)."""
+    with conn.transaction():
+        now = _now(conn)
+        row = conn.execute(
+            "SELECT token, expires_at FROM loopruntime_hosts WHERE host = %s FOR UPDATE",
+            (host,),
+        ).fetchone()
+        expires_at = decide_register(host, token, (row[0], int(row[1])) if row else None, now, ttl)
+        conn.execute(
+            "INSERT INTO loopruntime_hosts (host, token, definitions, expires_at)"
+            " VALUES (%s, %s, %s, %s) ON CONFLICT (host) DO UPDATE SET token = excluded.token,"
+            " definitions = excluded.definitions, expires_at = excluded.expires_at",
+            (host, token, definitions, expires_at),
+        )
+        return expires_at
+
+
+def deregister_host(conn: Conn, host: str, token: str) -> None:
+    with conn.transaction():
+        conn.execute("DELETE FROM loopruntime_hosts WHERE host = %s AND token = %s", (host, token))
+
+
+def hosts(conn: Conn) -> list[HostInfo]:
+    rows = conn.execute(
+        "SELECT host, definitions, expires_at,"
+        f" expires_at > {_NOW_NS} FROM loopruntime_hosts ORDER BY host"
+    ).fetchall()
+    return [
+        HostInfo(host=h, definitions=tuple(d), expires_at=int(e), live=bool(v))
+        for h, d, e, v in rows
     ]

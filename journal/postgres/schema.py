@@ -88,6 +88,12 @@ CREATE TABLE IF NOT EXISTS loopruntime_inbox (
 );
 CREATE INDEX IF NOT EXISTS loopruntime_inbox_pending
     ON loopruntime_inbox (session, number) WHERE consumed_at IS NULL;
+CREATE TABLE IF NOT EXISTS loopruntime_hosts (
+    host text PRIMARY KEY,
+    token text NOT NULL,
+    definitions text[] NOT NULL,
+    expires_at bigint NOT NULL
+);
 """
 
 _CREATE = f"""
@@ -302,7 +308,8 @@ def _prepare_schema(conn: psycopg.Connection[Any], where: str) -> str:
                 "its tables were changed by hand: restore them or use another schema"
             )
         hosts = conn.execute(
-            "SELECT to_regclass('loopruntime_leases'), to_regclass('loopruntime_inbox')"
+            "SELECT to_regclass('loopruntime_leases'), to_regclass('loopruntime_inbox'),"
+            " to_regclass('loopruntime_hosts')"
         ).fetchone()
         if hosts is None or None in hosts:
             conn.execute(_CREATE_HOST_TABLES)

@@ -27,7 +27,7 @@ from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundErr
 from ..events import Event
 from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
 from ..record import Record
-from ..store import SessionInfo, StorageCheck, StorageProblem
+from ..store import HostInfo, SessionInfo, StorageCheck, StorageProblem
 from .schema import Access, connect, damaged, unavailable
 
 __all__ = ["Reading", "entry_of"]
@@ -496,6 +496,28 @@ class Reading:
         return [
             Claim(session=s, owner=o, expires_at=e, pending=p, definition=d)
             for s, o, e, p, d in rows
+        ]
+
+    async def hosts(self) -> list[HostInfo]:
+        return await trio.to_thread.run_sync(self._hosts)
+
+    def _hosts(self) -> list[HostInfo]:
+        now = time.time_ns()  # the clock the writer judges registrations by
+        try:
+            with self._readers.connection() as conn:
+                rows = conn.execute(
+                    "SELECT host, definitions, expires_at FROM hosts ORDER BY host"
+                ).fetchall()
+        except sqlite3.Error as exc:
+            raise unavailable(exc, self.path, "listing hosts") from exc
+        return [
+            HostInfo(
+                host=host,
+                definitions=tuple(msgspec.json.decode(names)),
+                expires_at=expires_at,
+                live=expires_at > now,
+            )
+            for host, names, expires_at in rows
         ]
 
 

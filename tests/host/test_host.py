@@ -7,7 +7,14 @@ from __future__ import annotations
 import pytest
 import trio
 
-from journal import ForwardingJournal, InboxKeyError, Journal, LeaseHeldError, SessionLease
+from journal import (
+    ForwardingJournal,
+    HostIdInUseError,
+    InboxKeyError,
+    Journal,
+    LeaseHeldError,
+    SessionLease,
+)
 from journal.events import (
     CommandKeyed,
     GateOpened,
@@ -242,6 +249,10 @@ async def test_bad_input_to_the_client_and_the_host(autojump_clock: object) -> N
         await client.wait(sid, "never-sent", timeout=1)
     # A session a host owns refuses a direct writer, with what to do instead.
     async with Host.open(journal, DEFS, host_id="h1", poll=0.5, lease_ttl=3600):
+        # The id of a live host is refused, before anything is claimed.
+        with pytest.raises(HostIdInUseError, match="give this host another id"):
+            async with Host.open(journal, DEFS, host_id="h1"):
+                pass
         await client.wait(sid, "c1", timeout=30)
         with pytest.raises(LeaseHeldError, match="loopruntime submit"):
             async with Session.restore(journal, sid, counting_definition()):
@@ -336,7 +347,7 @@ async def test_sessions_say_what_each_session_is_doing(autojump_clock: object) -
         await trio.sleep(2)
         waiting = by_id(await client.sessions())[lost]
         assert waiting.status is Status.WAITING_FOR_HOST
-        assert "definition 'nobody-runs-this'" in waiting.detail
+        assert "no live host runs definition 'nobody-runs-this'" in waiting.detail
         release.set()
         paused.resumed.set()
 
@@ -353,3 +364,13 @@ async def test_an_unknown_effect_is_shown_as_such(autojump_clock: object) -> Non
         listed = {x.session: x for x in await Client(journal).sessions()}
     assert listed[crashed].status is Status.UNKNOWN_EFFECTS
     assert "loopruntime resolve" in listed[crashed].detail
+
+
+async def test_a_host_id_is_free_again_once_its_host_stopped(autojump_clock: object) -> None:
+    journal = trio_clock_journal()
+    async with Host.open(journal, DEFS, host_id="h1", poll=0.5):
+        assert [(h.host, h.live) for h in await journal.hosts()] == [("h1", True)]
+    assert await journal.hosts() == []
+    async with Host.open(journal, DEFS, host_id="h1", poll=0.5):
+        [info] = await journal.hosts()
+        assert info.definitions == ("asker", "counter")
