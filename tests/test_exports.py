@@ -15,7 +15,8 @@ PUBLIC = {
         "SCHEMA_VERSION", "codec", "content", "events", "encode_event", "decode_event",
         "ForwardingJournal", "JournalLocation", "parse_location", "init_journal",
         "check_existing_journal", "make_journal_directory", "StorageCheck", "StorageProblem",
-        "inbox", "LeaseHeldError", "HostIdInUseError", "HostInfo", "InboxError", "InboxKeyError", "InboxConsumedError",
+        "inbox", "LeaseHeldError", "InboxError", "InboxKeyError", "InboxConsumedError",
+        "HostIdInUseError", "HostInfo",
     },
     "loopruntime": {
         "LoopDefinition", "Limits", "Mode", "Delegate", "tool", "Tool", "ToolContext",
