@@ -81,6 +81,19 @@ class _Hosted:
         self.busy = False
         """Work was left when it stopped: its lease is handed over, not just released."""
         self.done = trio.Event()
+        self.quiet_since: float | None = None
+        """When it last had work (trio time); None while it has some."""
+        self.evict = False
+        """Passivate it as soon as it is idle: another session wants its place."""
+
+    def idle(self) -> bool:
+        """Loaded, with nothing running and nothing waiting in its inbox."""
+        session = self.session
+        return (
+            session is not None
+            and self.quiet_since is not None
+            and all(loop.quiescent for loop in session.loops.values())
+        )
 
 
 class Host:
@@ -196,19 +209,47 @@ class Host:
 
     async def _claimer(self) -> None:
         names = sorted(self.definitions)
+        full = False
         while not self._stopping:
+            self._wake = trio.Event()
             claims = await self.journal.claimable(
                 definitions=names, owner=self.id, limit=max(self.max_sessions, 1)
             )
+            waiting = 0
             for claim in claims:
                 hosted = self.sessions.get(claim.session)
                 if hosted is not None:
                     hosted.wake.set()
-                elif len(self.sessions) < self.max_sessions and not self._stopping:
+                elif self._stopping:
+                    break
+                elif len(self.sessions) < self.max_sessions:
                     self._start(claim)
-            self._wake = trio.Event()
+                else:
+                    waiting += 1
+            if waiting and not self._make_room(waiting):
+                if not full:
+                    self.log.warning(
+                        "host_full", loaded=len(self.sessions), max_sessions=self.max_sessions
+                    )
+                full = True  # claims nothing until a session is idle
+            else:
+                full = False
             with trio.move_on_after(self.poll):
                 await self._wake.wait()
+
+    def _make_room(self, wanted: int) -> bool:
+        """Passivate up to ``wanted`` loaded sessions, the least recently busy
+        idle ones first, for sessions waiting to be claimed; False when none
+        is idle (the host is full of work)."""
+        idle = sorted(
+            (h for h in self.sessions.values() if h.idle() and not h.stopping),
+            key=lambda h: h.quiet_since or 0.0,
+        )
+        evicting = sum(1 for h in self.sessions.values() if h.evict and not h.stopping)
+        for hosted in idle[: max(wanted - evicting, 0)]:
+            hosted.evict = True
+            hosted.wake.set()
+        return bool(idle) or evicting > 0
 
     def _start(self, claim: ib.Claim) -> None:
         hosted = _Hosted(claim.session)
@@ -274,6 +315,7 @@ class Host:
                 await self._release(hosted)
             del self.sessions[hosted.id]
             hosted.done.set()
+            self._wake.set()  # its place is free: look for work now
 
     async def _release(self, hosted: _Hosted, definition: str | None = None) -> None:
         lease, hosted.lease = hosted.lease, None
@@ -339,6 +381,7 @@ class Host:
         last = 0
         quiet_since = trio.current_time()
         while not hosted.stopping:
+            hosted.wake = trio.Event()
             entries = await self.journal.inbox(hosted.id, after=last)
             for entry in entries:
                 if hosted.stopping:
@@ -348,11 +391,14 @@ class Host:
             now = trio.current_time()
             if entries or not all(loop.quiescent for loop in session.loops.values()):
                 quiet_since = now
-            elif now - quiet_since >= self.idle_after:
-                self._passivations += 1
-                self.log.info("session_passivated", session=hosted.id)
-                return
-            hosted.wake = trio.Event()
+                hosted.quiet_since = None
+            else:
+                hosted.quiet_since = quiet_since
+                if hosted.evict or now - quiet_since >= self.idle_after:
+                    self._passivations += 1
+                    why = "pressure" if hosted.evict else "idle"
+                    self.log.info("session_passivated", session=hosted.id, reason=why)
+                    return
             with trio.move_on_after(min(self.poll, self.idle_after)):
                 await hosted.wake.wait()
 

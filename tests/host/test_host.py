@@ -374,3 +374,98 @@ async def test_a_host_id_is_free_again_once_its_host_stopped(autojump_clock: obj
     async with Host.open(journal, DEFS, host_id="h1", poll=0.5):
         [info] = await journal.hosts()
         assert info.definitions == ("asker", "counter")
+
+
+async def test_max_sessions_passivates_the_least_recently_busy_idle_session(
+    autojump_clock: object,
+) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    release = trio.Event()
+    defs = {"slow": slow_definition(release), **DEFS}
+    async with Host.open(
+        journal, defs, host_id="h1", poll=0.5, idle_after=3600, max_sessions=2
+    ) as h:
+        first = await client.create("asker", key="c1")
+        await client.submit(first, "go", key="s1")
+        await wait_for(lambda: opened_gate(journal, first))
+        second = await client.create("asker", key="c1")
+        await client.submit(second, "go", key="s1")
+        await wait_for(lambda: opened_gate(journal, second))
+        assert set(h.sessions) == {first, second}
+        # Both wait on a person (idle): the one idle longest makes room.
+        third = await client.create("counter", key="c1")
+        await client.submit(third, "count", key="s1")
+        await client.wait(third, "s1", timeout=60)
+        assert set(h.sessions) == {second, third}
+        assert h.statistics().passivations == 1
+        # Its gate stayed open: answered, it comes back (in the place of the
+        # idle one that has waited longest now).
+        gate = (await events_of(journal, first, GateOpened))[0]
+        await client.answer(first, gate.gate_id, "yes", key="a1")
+        await client.wait(first, "a1", timeout=60)
+        await wait_for(lambda: ended_turns(journal, first, 1))
+        assert h.statistics().passivations == 2
+        assert first in h.sessions and len(h.sessions) == 2
+    for sid in (first, second, third):
+        report = await check(journal, sid)
+        assert report.ok, report
+
+
+async def test_a_host_full_of_work_claims_nothing_until_a_session_is_idle(
+    autojump_clock: object,
+) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    release = trio.Event()
+    defs = {"slow": slow_definition(release), **DEFS}
+    async with Host.open(
+        journal, defs, host_id="h1", poll=0.5, idle_after=3600, max_sessions=2
+    ) as h:
+        busy = []
+        for _ in range(2):
+            sid = await client.create("slow", key="c1")
+            await client.submit(sid, "go", key="s1")
+            await wait_for(lambda sid=sid: started_tool(journal, sid))  # type: ignore[misc]
+            busy.append(sid)
+        waiting = await client.create("counter", key="c1")
+        await client.submit(waiting, "count", key="s1")
+        await trio.sleep(60)
+        # Every loaded session has work: nothing is passivated, nothing claimed.
+        assert set(h.sessions) == set(busy)
+        assert (h.statistics().claims, h.statistics().passivations) == (2, 0)
+        listed = {s.session: s for s in await client.sessions()}[waiting]
+        assert listed.status is Status.WAITING_FOR_HOST
+        release.set()
+        await client.wait(waiting, "s1", timeout=60)
+        await wait_for(lambda: ended_turns(journal, waiting, 1))
+        assert h.statistics().passivations == 1
+        for sid in busy:
+            await wait_for(lambda sid=sid: ended_turns(journal, sid, 1))  # type: ignore[misc]
+
+
+async def test_many_sessions_through_a_small_host(autojump_clock: object) -> None:
+    # Twenty sessions, room for three: each is activated, passivated under
+    # pressure and activated again, every command applied once.
+    journal = trio_clock_journal()
+    client = Client(journal)
+    async with Host.open(
+        journal, DEFS, host_id="h1", poll=0.5, idle_after=3600, max_sessions=3
+    ) as h:
+        sids = [await client.create("counter", key="c1") for _ in range(20)]
+        for round_ in (1, 2):
+            for sid in sids:
+                await client.submit(sid, f"count {round_}", key=f"s{round_}")
+            for sid in sids:
+                await client.wait(sid, f"s{round_}", timeout=600)
+                await wait_for(lambda sid=sid: ended_turns(journal, sid, round_))  # type: ignore[misc]
+            assert len(h.sessions) <= 3
+        stats = h.statistics()
+        # Every claim past the three it holds now was ended by a passivation,
+        # and sessions came back after one (more than one passivation each on average).
+        assert stats.claims - stats.passivations == len(h.sessions) == 3
+        assert stats.passivations > 20
+    for sid in sids:
+        assert len(await events_of(journal, sid, InputQueued)) == 2
+        report = await check(journal, sid)
+        assert report.ok, report
