@@ -458,7 +458,7 @@ async def test_many_sessions_through_a_small_host(autojump_clock: object) -> Non
                 await client.submit(sid, f"count {round_}", key=f"s{round_}")
             for sid in sids:
                 await client.wait(sid, f"s{round_}", timeout=600)
-                await wait_for(lambda sid=sid: ended_turns(journal, sid, round_))  # type: ignore[misc]
+                await wait_for(lambda sid=sid, n=round_: ended_turns(journal, sid, n))  # type: ignore[misc]
             assert len(h.sessions) <= 3
         stats = h.statistics()
         # Every claim past the three it holds now was ended by a passivation,
