@@ -84,6 +84,9 @@ class ForwardingJournal:
     async def hosts(self) -> list[HostInfo]:
         return await self.inner.hosts()
 
+    def inbox_wakeups(self) -> AsyncIterator[str]:
+        return self.inner.inbox_wakeups()
+
     def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
         return self.inner.read(session, after=after)
 

@@ -118,6 +118,7 @@ class MemoryJournal:
         self._sessions: dict[str, _Session] = {}
         self._hosts: dict[str, tuple[str, tuple[str, ...], int]] = {}
         """Registered hosts: id -> (token, definitions, expires_at)."""
+        self._wakeups: set[trio.MemorySendChannel[str]] = set()
         self._closed = False
 
     # -- writing --------------------------------------------------------------
@@ -177,6 +178,8 @@ class MemoryJournal:
         s.lease = decide_release(lease.session, lease.incarnation, s.lease, handoff)
         if definition is not None:
             s.definition = definition
+        if handoff:
+            self._wake(lease.session)
 
     def _lease(self, session: str, s: _Session) -> SessionLease:
         return SessionLease(
@@ -216,6 +219,7 @@ class MemoryJournal:
         if number is None:
             s.entries.append(_Entry(key, body, time.time_ns()))
             number = s.keys[key] = len(s.entries)
+            self._wake(session)
         return _entry(session, number, s.entries[number - 1])
 
     async def register_host(
@@ -241,6 +245,26 @@ class MemoryJournal:
         stored = self._hosts.get(host)
         if stored is not None and stored[0] == token:
             del self._hosts[host]
+
+    async def inbox_wakeups(self) -> AsyncIterator[str]:
+        self._check_open()
+        send, receive = trio.open_memory_channel[str](64)
+        self._wakeups.add(send)
+        try:
+            async with receive:
+                async for session in receive:
+                    yield session
+        finally:
+            self._wakeups.discard(send)
+
+    def _wake(self, session: str) -> None:
+        for send in list(self._wakeups):
+            try:
+                send.send_nowait(session)
+            except trio.WouldBlock:
+                pass  # a wake-up is a hint: the host's poll finds the work anyway
+            except trio.BrokenResourceError:
+                self._wakeups.discard(send)
 
     async def hosts(self) -> list[HostInfo]:
         self._check_open()
@@ -454,6 +478,9 @@ class MemoryJournal:
         self._closed = True
         for s in self._sessions.values():
             s.changed.set()
+        for send in self._wakeups:
+            send.close()
+        self._wakeups.clear()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -51,6 +51,11 @@ append decisions themselves are ``journal.rules``):
   of the id is a ``HostIdInUseError`` and changes nothing.
   ``deregister_host`` removes the token's registration (nothing when the id
   is another token's now); ``hosts`` lists every registration.
+* ``inbox_wakeups`` yields the id of each session given an inbox entry (or
+  handed over by a host's clean stop), from any process, for hosts to wake
+  on rather than wait for their next poll.  Best effort: ``""`` says some may
+  have been missed; a backend without a channel between processes (SQLite)
+  yields nothing, and its hosts find work by polling alone.
 * ``check_storage`` asks the storage itself whether it is intact (SQLite's
   quick check, PostgreSQL's amcheck where installed, and each backend's own
   bookkeeping); it never writes.  Damage is reported by table, never raised.
@@ -190,6 +195,8 @@ class Journal(Protocol):
     async def deregister_host(self, host: str, token: str) -> None: ...
 
     async def hosts(self) -> list[HostInfo]: ...
+
+    def inbox_wakeups(self) -> AsyncIterator[str]: ...
 
     def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]: ...
 

@@ -169,6 +169,7 @@ class Host:
             host._nursery = nursery
             nursery.start_soon(host._claimer)
             nursery.start_soon(host._renewer)
+            nursery.start_soon(host._listener)
             try:
                 yield host
             finally:
@@ -250,6 +251,20 @@ class Host:
             hosted.evict = True
             hosted.wake.set()
         return bool(idle) or evicting > 0
+
+    async def _listener(self) -> None:
+        """Wake on the journal's inbox wake-ups (LISTEN/NOTIFY on PostgreSQL)
+        rather than wait for the next poll; the poll stays, for wake-ups
+        missed and for backends without them (SQLite)."""
+        try:
+            async for session in self.journal.inbox_wakeups():
+                hosted = self.sessions.get(session)
+                if hosted is not None:
+                    hosted.wake.set()
+                else:
+                    self._wake.set()
+        except JournalError as exc:
+            self.log.warning("inbox_wakeups_lost", error=str(exc))
 
     def _start(self, claim: ib.Claim) -> None:
         hosted = _Hosted(claim.session)

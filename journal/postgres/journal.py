@@ -24,7 +24,7 @@ from ..rules import ttl_ns
 from ..store import HostInfo, SessionInfo, SessionLease, StorageCheck
 from . import leases
 from .reading import Pool, Reading
-from .schema import check_pg_text, describe, open_prepared
+from .schema import check_pg_text, describe, inbox_channel, open_prepared
 from .writer import Append, GroupCommit
 
 __all__ = ["PostgresJournal"]
@@ -42,6 +42,7 @@ class PostgresJournal:
         self.url = url
         self._where, self._pool = where, pool
         self._commits = GroupCommit(url, where, schema)
+        self._inbox_channel = inbox_channel(schema)
         self._reading = Reading(url, where, schema, pool)
         self._closed = False
 
@@ -135,6 +136,7 @@ class PostgresJournal:
             incarnation=lease.incarnation,
             handoff=handoff,
             definition=definition,
+            notify=self._inbox_channel,
         )
         await self._pool.run(f"releasing the lease of session {lease.session}", work, retry=False)
 
@@ -149,7 +151,14 @@ class PostgresJournal:
         check_pg_text("key", key)
         check_pg_text("definition", definition)
         body = encode_command(command)
-        work = partial(leases.put, session=session, key=key, body=body, definition=definition)
+        work = partial(
+            leases.put,
+            session=session,
+            key=key,
+            body=body,
+            definition=definition,
+            notify=self._inbox_channel,
+        )
         row = await self._pool.run(f"putting a command in the inbox of {session}", work)
         return leases.entry_of(session, row)
 
@@ -244,6 +253,13 @@ class PostgresJournal:
         connection or transaction is held while the consumer works.
         """
         return self._reading.read(session, after=after)
+
+    def inbox_wakeups(self) -> AsyncIterator[str]:
+        """The id of each session given an inbox entry or handed over, by
+        any process, as PostgreSQL's LISTEN/NOTIFY delivers them (see
+        ``journal.store``)."""
+        self._check_open()
+        return self._reading.notifications(self._inbox_channel)
 
     def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
         """``read``, then follow appends (from any process) until the journal closes.

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from ..codec import GENESIS
-from ..errors import SessionNotFoundError
+from ..errors import LeaseHeldError, SessionNotFoundError
 from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
 from ..rules import (
     UNOWNED,
@@ -54,12 +54,15 @@ def _now(conn: Conn) -> int:
     return int(row[0])
 
 
-def _locked(conn: Conn, session: str) -> tuple[LeaseState, int, str | None] | None:
-    """The session's lease state, head and definition, its row locked; None if absent."""
+def _locked(
+    conn: Conn, session: str, *, skip: bool = False
+) -> tuple[LeaseState, int, str | None] | None:
+    """The session's lease state, head and definition, its row locked; None
+    if absent (or, with ``skip``, locked by another transaction)."""
     row = conn.execute(
         "SELECT s.incarnation, l.owner, coalesce(l.expires_at, 0), s.head, l.definition"
         " FROM loopruntime_sessions s LEFT JOIN loopruntime_leases l ON l.session = s.session"
-        " WHERE s.session = %s FOR UPDATE OF s",
+        " WHERE s.session = %s FOR UPDATE OF s" + (" SKIP LOCKED" if skip else ""),
         (session,),
     ).fetchone()
     if row is None:
@@ -92,6 +95,19 @@ def _store(
     )
 
 
+def _refuse_busy(conn: Conn, session: str) -> None:
+    """``LeaseHeldError`` when the session exists, its row locked by another
+    transaction (``_locked(skip=True)`` found nothing)."""
+    row = conn.execute(
+        "SELECT l.owner, coalesce(l.expires_at, 0)"
+        " FROM loopruntime_sessions s LEFT JOIN loopruntime_leases l ON l.session = s.session"
+        " WHERE s.session = %s",
+        (session,),
+    ).fetchone()
+    if row is not None:
+        raise LeaseHeldError(session, row[0] or "another host taking it now", int(row[1]))
+
+
 def open_session(conn: Conn, session: str, create: bool) -> SessionLease | None:
     """Blocking: ``Journal.open_session``; None when the session is missing."""
     with conn.transaction():
@@ -120,11 +136,19 @@ def lease_op(
     create: bool = False,
     handoff: bool = False,
     definition: str | None = None,
+    notify: str | None = None,
 ) -> SessionLease | None:
-    """Blocking: ``acquire``, ``renew`` or ``release`` (``op``)."""
+    """Blocking: ``acquire``, ``renew`` or ``release`` (``op``); a hand-over
+    notifies channel ``notify`` (delivered when the transaction commits).
+
+    A take skips a session whose row another transaction holds (``SKIP
+    LOCKED``): another host taking it, or its owner committing; hosts racing
+    for one session never queue behind each other."""
     with conn.transaction():
         now = _now(conn)
-        found = _locked(conn, session)
+        found = _locked(conn, session, skip=op == "acquire")
+        if found is None and op == "acquire":
+            _refuse_busy(conn, session)
         if found is None:
             if not (op == "acquire" and create):
                 raise SessionNotFoundError(session)
@@ -140,6 +164,8 @@ def lease_op(
         else:
             after = decide_release(session, incarnation, lease, handoff)
         _store(conn, session, lease, after, definition)
+        if handoff and notify is not None:
+            conn.execute("SELECT pg_notify(%s, %s)", (notify, session))
     if op == "release":
         return None
     return SessionLease(
@@ -147,8 +173,16 @@ def lease_op(
     )
 
 
-def put(conn: Conn, session: str, key: str, body: bytes, definition: str | None) -> tuple[Any, ...]:
-    """Blocking: ``Journal.put``; the stored entry's row."""
+def put(
+    conn: Conn,
+    session: str,
+    key: str,
+    body: bytes,
+    definition: str | None,
+    notify: str | None = None,
+) -> tuple[Any, ...]:
+    """Blocking: ``Journal.put``; the stored entry's row.  A new entry
+    notifies channel ``notify`` with the session's id, on commit."""
     with conn.transaction():
         now = _now(conn)
         if _locked(conn, session) is None:
@@ -171,6 +205,8 @@ def put(conn: Conn, session: str, key: str, body: bytes, definition: str | None)
             (session, key, body, now, session),
         ).fetchone()
         assert row is not None
+        if notify is not None:
+            conn.execute("SELECT pg_notify(%s, %s)", (notify, session))
         return tuple(row)
 
 

@@ -316,6 +316,24 @@ class Reading:
         finally:
             _close_listener(listener)
 
+    async def notifications(self, name: str) -> AsyncIterator[str]:
+        """The payload of each notification on channel ``name``, until the
+        journal closes.  After a lost listening connection it listens again
+        and yields ``""`` (notifications may have been missed meanwhile)."""
+        self._check_open()
+        listener = await self._listen(name)
+        try:
+            while not await self._wait_notified(listener):
+                payloads = _payloads(listener)
+                if payloads is None:
+                    _close_listener(listener)
+                    listener = await self._listen(name)
+                    payloads = [""]
+                for payload in payloads:
+                    yield payload
+        finally:
+            _close_listener(listener)
+
     async def _listen(self, name: str) -> psycopg.Connection[Any]:
         def work() -> psycopg.Connection[Any]:
             conn = connect(self.url)
@@ -504,6 +522,20 @@ def _close_listener(listener: psycopg.Connection[Any]) -> None:
     if not listener.closed:
         trio.lowlevel.notify_closing(listener.fileno())
     discard(listener)
+
+
+def _payloads(listener: psycopg.Connection[Any]) -> list[str] | None:
+    """The payloads of the notifications the listening socket holds; None
+    when the connection is lost.  Never blocks."""
+    pgconn = listener.pgconn
+    try:
+        pgconn.consume_input()
+    except psycopg.OperationalError:
+        return None
+    found: list[str] = []
+    while (notice := pgconn.notifies()) is not None:
+        found.append(notice.extra.decode(errors="replace"))
+    return found
 
 
 def _drain(listener: psycopg.Connection[Any]) -> bool:

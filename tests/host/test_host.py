@@ -469,3 +469,16 @@ async def test_many_sessions_through_a_small_host(autojump_clock: object) -> Non
         assert len(await events_of(journal, sid, InputQueued)) == 2
         report = await check(journal, sid)
         assert report.ok, report
+
+
+async def test_a_host_wakes_on_a_put_rather_than_its_poll(autojump_clock: object) -> None:
+    # The poll is an hour: only the journal's wake-ups bring the commands in.
+    journal = trio_clock_journal()
+    client = Client(journal)
+    async with Host.open(journal, DEFS, host_id="h1", poll=3600, idle_after=7200):
+        await trio.sleep(1)  # the first look for work is over: the host waits its hour
+        with trio.fail_after(5):
+            sid = await client.create("counter", key="c1")
+            await client.wait(sid, "c1")
+            await client.submit(sid, "count", key="s1")
+            await client.wait(sid, "s1")

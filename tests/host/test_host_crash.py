@@ -203,3 +203,18 @@ async def test_a_host_id_in_use_by_a_live_host_is_refused(url: str, tmp_path: Pa
     finally:
         a.kill()
         await a.wait()
+
+
+async def test_a_host_on_postgres_wakes_on_notify(postgres_url: str, tmp_path: Path) -> None:
+    # Real time, against the server: the poll is an hour, so only LISTEN/NOTIFY
+    # brings the commands in (the fail_after is a hang guard, no measure).
+    side = tmp_path / "effects.jsonl"
+    async with open_journal(postgres_url) as journal, open_journal(postgres_url) as other:
+        async with Host.open(journal, definitions(side), host_id="n1", poll=3600):
+            client = Client(other)  # another connection, as another process would
+            with trio.fail_after(60):
+                sid = await client.create("fetcher", key="c1")
+                await client.wait(sid, "c1")
+                await client.submit(sid, "fetch it", key="s1")
+                await client.wait(sid, "s1")
+                await wait_for(lambda: completed(other, sid))
