@@ -299,11 +299,17 @@ class Host:
                 if lease is None or hosted.stopping:
                     continue
                 try:
-                    hosted.lease = await self.journal.renew(lease, ttl=self.lease_ttl)
+                    renewed = await self.journal.renew(lease, ttl=self.lease_ttl)
                 except FencedError:
-                    self._drop(hosted, "lease_lost")
+                    # Fenced by its own release (passivated meanwhile) is no loss.
+                    if hosted.lease is lease:
+                        self._drop(hosted, "lease_lost")
+                    continue
                 except JournalError as exc:
                     self.log.warning("lease_renewal_failed", session=hosted.id, error=str(exc))
+                    continue
+                if hosted.lease is lease:
+                    hosted.lease = renewed
 
     def _drop(self, hosted: _Hosted, why: str) -> None:
         self._fenced += 1

@@ -16,7 +16,14 @@ from collections.abc import Awaitable, Callable
 import structlog
 import trio
 
-from tests.support import crash_hosts, crash_points, crash_scenarios, crash_traces, keyed
+from tests.support import (
+    crash_hosts,
+    crash_points,
+    crash_scenarios,
+    crash_traces,
+    keyed,
+    load_hosts,
+)
 from tests.support.processes import CHILD
 
 SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
@@ -51,6 +58,10 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     "host-consume": crash_hosts.host_consume,
     # URL SIDE_FILE: a host killed while a tool call runs
     "host-tool": crash_hosts.host_tool,
+    # URL SIDE_DIR HOST_ID: a host of the load test, until killed or stopped
+    "load-host": load_hosts.load_host,
+    # URL COUNT: the load test's client, driving COUNT sessions to the end
+    "load-client": load_hosts.load_client,
 }
 
 
