@@ -294,22 +294,29 @@ class Host:
                 self.log.error("host_id_taken", error=str(exc))
             except JournalError as exc:
                 self.log.warning("host_renewal_failed", error=str(exc))
-            for hosted in list(self.sessions.values()):
-                lease = hosted.lease
-                if lease is None or hosted.stopping:
-                    continue
-                try:
-                    renewed = await self.journal.renew(lease, ttl=self.lease_ttl)
-                except FencedError:
-                    # Fenced by its own release (passivated meanwhile) is no loss.
-                    if hosted.lease is lease:
-                        self._drop(hosted, "lease_lost")
-                    continue
-                except JournalError as exc:
-                    self.log.warning("lease_renewal_failed", session=hosted.id, error=str(exc))
-                    continue
-                if hosted.lease is lease:
-                    hosted.lease = renewed
+            # All at once: one after the other, a round over many sessions
+            # (each renewal waiting for its session's commit in flight) could
+            # outlast the leases it renews.
+            async with trio.open_nursery() as nursery:
+                for hosted in list(self.sessions.values()):
+                    nursery.start_soon(self._renew, hosted)
+
+    async def _renew(self, hosted: _Hosted) -> None:
+        lease = hosted.lease
+        if lease is None or hosted.stopping:
+            return
+        try:
+            renewed = await self.journal.renew(lease, ttl=self.lease_ttl)
+        except FencedError:
+            # Fenced by its own release (passivated meanwhile) is no loss.
+            if hosted.lease is lease:
+                self._drop(hosted, "lease_lost")
+            return
+        except JournalError as exc:
+            self.log.warning("lease_renewal_failed", session=hosted.id, error=str(exc))
+            return
+        if hosted.lease is lease:
+            hosted.lease = renewed
 
     def _drop(self, hosted: _Hosted, why: str) -> None:
         self._fenced += 1

@@ -25,7 +25,7 @@ import trio.lowlevel
 from journal import open_journal
 from journal.events import Notice, ToolAbandoned, ToolStarted, TurnEnded
 from session.replay import check
-from tests.support.load_hosts import TURNS, runs
+from tests.support.load_hosts import CAUGHT, TURNS, runs
 from tests.support.loops import records
 from tests.support.processes import CHILD, ROOT
 
@@ -49,17 +49,14 @@ async def _run_load(url: str, tmp_path: Path, hosts: int, sessions: int) -> None
     by_pid = {p.pid: p for p in host_procs}
     try:
         with trio.fail_after(900):
-            # Once about a third of the charges ran, kill the host that started
-            # a call last (on SQLite one host may do most of the work).
+            # Mid-run, kill the host running the slow charge of CAUGHT.
             while True:
-                # The kill fell mid-run: sessions it held were restored by the others.
-    assert restored >= 1
-    seen = runs(side)
-                done = sum(1 for r in seen if r["tool"] == "charge" and r["phase"] == "end")
-                if done >= sessions * TURNS // 3:
+                caught = [r for r in runs(side) if (r["tool"], r["ref"]) == ("charge", CAUGHT)]
+                if caught:
                     break
+                # Polled: the side files are written by other processes.
                 await trio.sleep(0.2)
-            victim = by_pid[seen[-1]["pid"]]
+            victim = by_pid[caught[0]["pid"]]
             os.kill(victim.pid, signal.SIGKILL)
             killed_at = time.time_ns()
             await victim.wait()
@@ -101,6 +98,10 @@ async def _run_load(url: str, tmp_path: Path, hosts: int, sessions: int) -> None
             }
             report = await check(journal, sid)
             assert report.ok, (sid, report)
+    # The kill fell mid-run: the sessions it held were restored by the others,
+    # and the charge it was running is an unknown effect (resolved by the client).
+    assert restored >= 1
+    assert caught[0]["execution"] in unknown
     seen = runs(side)
     starts = Counter((r["ref"]) for r in seen if r["tool"] == "charge" and r["phase"] == "start")
     # No charge ever started twice, however the kill fell (a call the kill

@@ -29,12 +29,15 @@ from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Client, Host
 from tests.support.crash_scenarios import record_effect
 
-__all__ = ["LEASE_TTL", "TURNS", "definitions", "load_client", "load_host", "runs"]
+__all__ = ["CAUGHT", "LEASE_TTL", "TURNS", "definitions", "load_client", "load_host", "runs"]
 
 LEASE_TTL = 5.0
 """Long enough that a host slowed by the load (two shared cores) still renews
 in time: the failovers the test sees are the kill's, not a starved renewal."""
 TURNS = 5
+CAUGHT = "load_000 turn 3"
+"""The charge for this turn takes a minute: the test kills its host while it
+runs, so the kill always catches a call that is not replay-safe in flight."""
 
 
 def definitions(side_dir: Path) -> dict[str, LoopDefinition]:
@@ -47,7 +50,7 @@ def definitions(side_dir: Path) -> dict[str, LoopDefinition]:
         record_effect(
             side, tool=name, ref=ref, execution=execution, phase="start", at=time.time_ns()
         )
-        await trio.sleep(0.01)
+        await trio.sleep(60 if (name, ref) == ("charge", CAUGHT) else 0.01)
         record_effect(side, tool=name, ref=ref, execution=execution, phase="end", at=time.time_ns())
         return f"{name} {ref}"
 
