@@ -8,7 +8,9 @@ Sections, run in this order (``--only NAME``, repeatable, picks some):
 * ``peers``    LangGraph + SQLite checkpointer and eventsourcing doing the same work
   (``benchmarks.peers``); a peer that is not installed is reported as skipped;
 * ``postgres`` the PostgreSQL journal (``benchmarks.postgres``), when that module exists and
-  a server can be had (``LOOPRUNTIME_TEST_PG_DSN``, or PostgreSQL binaries to start one).
+  a server can be had (``LOOPRUNTIME_TEST_PG_DSN``, or PostgreSQL binaries to start one);
+* ``hosts``    failover, activation, passivated sessions' memory, 1 vs 2 hosts on PostgreSQL
+  (when a server can be had), the inbox round trip (``benchmarks.hosts``).
 
 Progress goes to stderr, the markdown report (``benchmarks.report``) to stdout, and
 everything measured, with the machine it ran on (``benchmarks.machine``), to
@@ -34,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from . import harness, loops, machine, peers, report, restore
+from . import harness, hosts, loops, machine, peers, report, restore
 from . import journal as journal_bench
 from .report import SECTIONS
 
@@ -130,6 +132,9 @@ def _run_section(
         if why is not None:
             return {"status": "skipped", "reason": why}
         return {"status": "ok", "rows": run(quick=quick)}
+    if name == "hosts":
+        rows = hosts.run(quick=quick, progress=say, postgres=_postgres_unavailable() is None)
+        return {"status": "ok", "rows": rows}
     raise ValueError(f"unknown section {name!r}")
 
 
