@@ -251,6 +251,7 @@ class MemoryJournal:
         send, receive = trio.open_memory_channel[str](64)
         self._wakeups.add(send)
         try:
+            yield ""
             async with receive:
                 async for session in receive:
                     yield session

@@ -53,9 +53,10 @@ append decisions themselves are ``journal.rules``):
   is another token's now); ``hosts`` lists every registration.
 * ``inbox_wakeups`` yields the id of each session given an inbox entry (or
   handed over by a host's clean stop), from any process, for hosts to wake
-  on rather than wait for their next poll.  Best effort: ``""`` says some may
-  have been missed; a backend without a channel between processes (SQLite)
-  yields nothing, and its hosts find work by polling alone.
+  on rather than wait for their next poll.  It yields ``""`` first, once it
+  watches (nothing put after that is missed), and again when some may have
+  been missed.  Best effort: a backend without a channel between processes
+  (SQLite) yields only the first ``""``, and its hosts find work by polling.
 * ``check_storage`` asks the storage itself whether it is intact (SQLite's
   quick check, PostgreSQL's amcheck where installed, and each backend's own
   bookkeeping); it never writes.  Damage is reported by table, never raised.

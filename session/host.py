@@ -167,9 +167,10 @@ class Host:
         await host._register()
         async with trio.open_nursery() as nursery:
             host._nursery = nursery
+            # Listening before the first look for work: nothing put between is missed.
+            await nursery.start(host._listener)
             nursery.start_soon(host._claimer)
             nursery.start_soon(host._renewer)
-            nursery.start_soon(host._listener)
             try:
                 yield host
             finally:
@@ -252,12 +253,19 @@ class Host:
             hosted.wake.set()
         return bool(idle) or evicting > 0
 
-    async def _listener(self) -> None:
+    async def _listener(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         """Wake on the journal's inbox wake-ups (LISTEN/NOTIFY on PostgreSQL)
         rather than wait for the next poll; the poll stays, for wake-ups
-        missed and for backends without them (SQLite)."""
+        missed and for backends without them (SQLite).  Started once the
+        journal says it is watching (its first wake-up, ``""``)."""
+        started = False
         try:
             async for session in self.journal.inbox_wakeups():
+                if not started:
+                    task_status.started()
+                    started = True
                 hosted = self.sessions.get(session)
                 if hosted is not None:
                     hosted.wake.set()
@@ -265,6 +273,8 @@ class Host:
                     self._wake.set()
         except JournalError as exc:
             self.log.warning("inbox_wakeups_lost", error=str(exc))
+        if not started:
+            task_status.started()
 
     def _start(self, claim: ib.Claim) -> None:
         hosted = _Hosted(claim.session)

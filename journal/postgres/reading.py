@@ -318,11 +318,12 @@ class Reading:
 
     async def notifications(self, name: str) -> AsyncIterator[str]:
         """The payload of each notification on channel ``name``, until the
-        journal closes.  After a lost listening connection it listens again
-        and yields ``""`` (notifications may have been missed meanwhile)."""
+        journal closes; ``""`` first, once it listens, and after a lost
+        listening connection is made again (some may have been missed)."""
         self._check_open()
         listener = await self._listen(name)
         try:
+            yield ""
             while not await self._wait_notified(listener):
                 payloads = _payloads(listener)
                 if payloads is None:

@@ -228,11 +228,11 @@ class SQLiteJournal:
         return await self._reading.hosts()
 
     async def inbox_wakeups(self) -> AsyncIterator[str]:
-        """Yields nothing: processes sharing a file have no channel to tell
-        each other of a put; hosts on SQLite find work by polling."""
+        """Only the first ``""``: processes sharing a file have no channel to
+        tell each other of a put; hosts on SQLite find work by polling."""
         self._check_open()
+        yield ""
         await trio.sleep_forever()
-        yield ""  # never reached: makes this an async generator
 
     async def append(
         self,

@@ -1143,6 +1143,14 @@ class _LeaseAndInboxContract:
             with pytest.raises(LeaseHeldError):
                 await journal.acquire(session, "host-b", ttl=60)
 
+    async def test_inbox_wakeups_say_first_that_they_watch(self, backend: Backend) -> None:
+        async with backend.open() as journal:
+            wakeups = journal.inbox_wakeups()
+            try:
+                assert await wakeups.__anext__() == ""
+            finally:
+                await wakeups.aclose()  # type: ignore[attr-defined]
+
     async def test_a_host_id_is_held_by_one_live_registration(self, backend: Backend) -> None:
         host = new_session()
         async with backend.open() as journal:
