@@ -450,10 +450,15 @@ class Host:
             self.log.error(
                 "inbox_entry_damaged", session=session.id, entry=entry.number, damage=entry.damage
             )
+            message = (
+                f"inbox entry {entry.number} (key {entry.key!r}) of session {session.id}: "
+                f"{entry.damage}; it was skipped and the session went on: send the command "
+                "again under a new key"
+            )
             await writer.consume(
                 ib.Consumed(
                     entry=entry.number,
-                    outcome=ib.InboxOutcome(error="InboxEntryDamaged", message=entry.damage),
+                    outcome=ib.InboxOutcome(error="InboxEntryDamaged", message=message),
                 )
             )
             return

@@ -113,6 +113,8 @@ async def test_a_damaged_entry_is_reported_and_skipped(autojump_clock: object) -
         with pytest.raises(CommandRefusedError) as caught:
             await client.wait(sid, "s1", timeout=30)
         assert caught.value.outcome.error == "InboxEntryDamaged"
+        assert f"inbox entry 2 (key 's1') of session {sid}" in str(caught.value.outcome.message)
+        assert "new key" in str(caught.value.outcome.message)
         await client.wait(sid, "s2", timeout=30)
     assert len(await events_of(journal, sid, InputQueued)) == 1
 
