@@ -273,8 +273,9 @@ async def passivated_memory(
 
 
 async def _throughput(url: str, hosts: int, sessions: int) -> float:
-    """Turns per second of ``hosts`` host processes serving one turn in each of
-    ``sessions`` sessions (a model that waits 20 ms), from the first submit."""
+    """Turns per second of ``hosts`` host processes serving ``_TURNS`` turns in
+    each of ``sessions`` sessions (a model that waits 20 ms), each turn
+    submitted once the one before ended, every session at once."""
     procs = [await _start_host(url, f"t{i}", "w20", 10.0) for i in range(hosts)]
     try:
         async with open_journal(url) as journal:
@@ -284,16 +285,24 @@ async def _throughput(url: str, hosts: int, sessions: int) -> float:
             for sid in sids:
                 await client.wait(sid, "c", timeout=120)
             start = time.perf_counter()
-            for sid in sids:
-                await client.submit(sid, "go", key="s")
-            for sid in sids:
-                await _wait(partial(_count, journal, sid, TurnEnded), poll=0.02)
-            return sessions / (time.perf_counter() - start)
+
+            async def drive(sid: str) -> None:
+                for turn in range(1, _TURNS + 1):
+                    await client.submit(sid, f"turn {turn}", key=f"s{turn}")
+                    await _wait(partial(_ended, journal, sid, turn), poll=0.02)
+
+            async with trio.open_nursery() as nursery:
+                for sid in sids:
+                    nursery.start_soon(drive, sid)
+            return sessions * _TURNS / (time.perf_counter() - start)
     finally:
         for proc in procs:
             proc.terminate()
         for proc in procs:
             await proc.wait()
+
+
+_TURNS = 3
 
 
 async def _registered(journal: Journal, hosts: int) -> bool:
@@ -311,7 +320,10 @@ async def throughput(sessions: int, progress: Progress) -> list[dict[str, Any]]:
             with isolated_schema(dsn, prefix="hosts") as url:
                 found[hosts] = await _throughput(url, hosts, sessions)
     ratio = found[2] / found[1]
-    note = f"{sessions} sessions, one turn each, a model that waits 20 ms; PostgreSQL"
+    note = (
+        f"{sessions} sessions, {_TURNS} turns each, a model that waits 20 ms; host "
+        f"processes on PostgreSQL, {os.cpu_count()} cores"
+    )
     return [
         _row("throughput, 1 host", found[1], "turns/s", "", None, note),
         _row("throughput, 2 hosts", found[2], "turns/s", "", None, note),
@@ -391,7 +403,7 @@ def run(
             rows += await passivated_memory(directory, 2_000 if quick else 100_000, progress)
             rows += await round_trip(directory, repeats=20 if quick else 100)
             if postgres:
-                rows += await throughput(20 if quick else 100, progress)
+                rows += await throughput(20 if quick else 200, progress)
             return rows
 
     return trio.run(main)
