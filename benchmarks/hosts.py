@@ -309,7 +309,8 @@ async def _registered(journal: Journal, hosts: int) -> bool:
     return sum(1 for h in await journal.hosts() if h.live) >= hosts
 
 
-async def throughput(sessions: int, progress: Progress) -> list[dict[str, Any]]:
+async def on_postgres(sessions: int, repeats: int, progress: Progress) -> list[dict[str, Any]]:
+    """The throughput of one and two hosts, and the round trip woken by LISTEN/NOTIFY."""
     from benchmarks.postgres import _server
     from tests.support.pgserver import isolated_schema
 
@@ -319,6 +320,9 @@ async def throughput(sessions: int, progress: Progress) -> list[dict[str, Any]]:
             progress(f"throughput: {hosts} host(s), {sessions} sessions")
             with isolated_schema(dsn, prefix="hosts") as url:
                 found[hosts] = await _throughput(url, hosts, sessions)
+        progress("round trip on PostgreSQL")
+        with isolated_schema(dsn, prefix="hosts") as url:
+            trips = await round_trip(url, repeats, poll=1.0, label="PostgreSQL, LISTEN/NOTIFY")
     ratio = found[2] / found[1]
     note = (
         f"{sessions} sessions, {_TURNS} turns each, a model that waits 20 ms; host "
@@ -328,22 +332,25 @@ async def throughput(sessions: int, progress: Progress) -> list[dict[str, Any]]:
         _row("throughput, 1 host", found[1], "turns/s", "", None, note),
         _row("throughput, 2 hosts", found[2], "turns/s", "", None, note),
         _row("throughput, 2 hosts / 1 host", ratio, "x", ">= 1.6 x", ratio >= 1.6, note),
+        *trips,
     ]
 
 
 # -- the inbox round trip -----------------------------------------------------------------------
 
 
-async def round_trip(directory: Path, repeats: int) -> list[dict[str, Any]]:
-    """From a client's submit to the input's record, through a host polling
-    every 10 ms, beside a direct ``Session.submit`` (call to durable record)."""
-    url = f"sqlite:///{directory / 'round-trip.db'}"
+async def round_trip(
+    url: str, repeats: int, *, poll: float = 0.01, label: str = "SQLite"
+) -> list[dict[str, Any]]:
+    """From a client's submit to the input's record, through a host (woken by
+    the journal where it can, else polling every ``poll`` s), beside a direct
+    ``Session.submit`` (call to durable record) on the same journal."""
     defs = definitions("fo")
     inbox: list[float] = []
     direct: list[float] = []
     async with open_journal(url) as journal:
         client = Client(journal)
-        async with Host.open(journal, defs, host_id="rt", poll=0.01, idle_after=600):
+        async with Host.open(journal, defs, host_id="rt", poll=poll, idle_after=600):
             sid = await client.create("w20", key="c")
             await client.wait(sid, "c", timeout=30)
             for i in range(repeats):
@@ -359,11 +366,11 @@ async def round_trip(directory: Path, repeats: int) -> list[dict[str, Any]]:
                 await session.submit(f"round {i}")
                 direct.append(time.perf_counter() - start)
                 await session.wait_idle()
-    note = f"{repeats} submits, SQLite, host poll 10 ms (SQLite has no wake-ups)"
+    note = f"{repeats} submits, {label}, host poll {poll * 1e3:g} ms"
     rows = []
     for name, values in (
-        ("inbox: client submit to input record", inbox),
-        ("direct Session.submit", direct),
+        (f"inbox ({label}): client submit to input record", inbox),
+        (f"direct Session.submit ({label})", direct),
     ):
         for q in (0.5, 0.99):
             rows.append(
@@ -401,9 +408,11 @@ def run(
                 directory, (1_000, 10_000), repeats=3 if quick else 10, progress=progress
             )
             rows += await passivated_memory(directory, 2_000 if quick else 100_000, progress)
-            rows += await round_trip(directory, repeats=20 if quick else 100)
+            rows += await round_trip(
+                f"sqlite:///{directory / 'round-trip.db'}", repeats=20 if quick else 100
+            )
             if postgres:
-                rows += await throughput(20 if quick else 200, progress)
+                rows += await on_postgres(20 if quick else 200, 20 if quick else 100, progress)
             return rows
 
     return trio.run(main)

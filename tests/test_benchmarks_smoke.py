@@ -191,7 +191,7 @@ def test_hosts_benchmark_rows(tmp_path: Path) -> None:
         rows = await hosts.failover(tmp_path, sessions=1, lease_ttl=0.5)
         rows += await hosts.activation(tmp_path, (200,), repeats=1, progress=lambda _l: None)
         rows += await hosts.passivated_memory(tmp_path, 20, lambda _l: None)
-        rows += await hosts.round_trip(tmp_path, repeats=2)
+        rows += await hosts.round_trip(f"sqlite:///{tmp_path / 'rt.db'}", repeats=2)
         return rows
 
     rows = trio.run(main)
@@ -199,8 +199,8 @@ def test_hosts_benchmark_rows(tmp_path: Path) -> None:
         "failover: kill to first record of the new owner, p",
         "activation of a passivated session of",
         "memory held by 20 passivated sessions in a host",
-        "inbox: client submit to input record, p",
-        "direct Session.submit, p",
+        "inbox (SQLite): client submit to input record, p",
+        "direct Session.submit (SQLite), p",
     ):
         assert any(r["benchmark"].startswith(start) for r in rows), start
     for r in rows:
