@@ -16,7 +16,13 @@ Rules (docs/host.md tells the story):
   cleanly (open gates and questions stay open) and its lease released: the
   next entry activates it again, here or on another host;
 * ``aclose`` stops claiming, shuts every session down cleanly and releases
-  its lease, handing sessions with work left to the next host at once.
+  its lease, handing sessions with work left to the next host at once;
+* the host id is registered in the journal for as long as the host runs (a
+  live host's id is refused at ``open``); work is looked for every ``poll``
+  seconds and whenever the journal's inbox wake-ups say so;
+* at most ``max_sessions`` are loaded: past it the least recently busy idle
+  session is passivated for one with work, and with none idle nothing is
+  claimed until one is.
 """
 
 from __future__ import annotations
@@ -244,7 +250,7 @@ class Host:
         idle ones first, for sessions waiting to be claimed; False when none
         is idle (the host is full of work)."""
         idle = sorted(
-            (h for h in self.sessions.values() if h.idle() and not h.stopping),
+            (h for h in self.sessions.values() if h.idle() and not (h.stopping or h.evict)),
             key=lambda h: h.quiet_since or 0.0,
         )
         evicting = sum(1 for h in self.sessions.values() if h.evict and not h.stopping)
