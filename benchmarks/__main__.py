@@ -13,7 +13,9 @@ Sections, run in this order (``--only NAME``, repeatable, picks some):
   under trio and asyncio and ``SyncClient``, beside the in-process ``Session``
   (``benchmarks.clients``);
 * ``postgres`` the PostgreSQL journal (``benchmarks.postgres``), when that module exists and
-  a server can be had (``LOOPRUNTIME_TEST_PG_DSN``, or PostgreSQL binaries to start one).
+  a server can be had (``LOOPRUNTIME_TEST_PG_DSN``, or PostgreSQL binaries to start one);
+* ``hosts``    failover, activation, passivated sessions' memory, 1 vs 2 hosts on PostgreSQL
+  (when a server can be had), the inbox round trip (``benchmarks.hosts``).
 
 Progress goes to stderr, the markdown report (``benchmarks.report``) to stdout, and
 everything measured, with the machine it ran on (``benchmarks.machine``), to
@@ -41,7 +43,7 @@ import msgspec
 
 from session.terminal import note
 
-from . import blobs, clients, harness, loops, machine, peers, report, restore
+from . import blobs, clients, harness, hosts, loops, machine, peers, report, restore
 from . import journal as journal_bench
 from .report import SECTIONS
 
@@ -141,6 +143,9 @@ def _run_section(
         if why is not None:
             return {"status": "skipped", "reason": why}
         return {"status": "ok", "rows": run(quick=quick)}
+    if name == "hosts":
+        rows = hosts.run(quick=quick, progress=say, postgres=_postgres_unavailable() is None)
+        return {"status": "ok", "rows": rows}
     raise ValueError(f"unknown section {name!r}")
 
 

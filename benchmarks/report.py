@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-SECTIONS = ("journal", "loops", "restore", "blobs", "peers", "clients", "postgres")
+SECTIONS = ("journal", "loops", "restore", "blobs", "peers", "clients", "postgres", "hosts")
 """The sections of a run, in the order they run and their failures are listed."""
 INFO = "info"
 """The verdict of a row printed beside the targets for information, not as a target."""
@@ -537,7 +537,41 @@ def targets(results: dict[str, Any]) -> Targets:
         _loops_targets(results, found)
     if _ok(results, "journal"):
         journal_targets(results["journal"]["rows"], found)
+    if _ok(results, "hosts"):
+        hosts_targets(results["hosts"]["rows"], found)
     return found
+
+
+def hosts_section(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Every hosts figure with its target and verdict (``benchmarks/hosts.py``)."""
+    verdict = {True: "met", False: "**missed**", None: ""}
+    return [
+        "### Hosts",
+        "",
+        "Failover, activation, passivated sessions, throughput and the inbox "
+        "(`benchmarks/hosts.py`).",
+        "",
+        *_table(
+            ["figure", "measured", "target", "", "conditions"],
+            [
+                [
+                    r["benchmark"],
+                    format_number(r["value"], ".2f") + f" {r['unit']}",
+                    r["target"] or "-",
+                    verdict[r["met"]],
+                    r["note"],
+                ]
+                for r in rows
+            ],
+        ),
+    ]
+
+
+def hosts_targets(rows: Sequence[dict[str, Any]], targets: Targets) -> None:
+    for r in rows:
+        if r["met"] is not None:
+            value = format_number(r["value"], ".2f") + f" {r['unit']}"
+            targets.append((f"{r['benchmark']} {r['target']}", value, r["met"]))
 
 
 def render(results: dict[str, Any]) -> str:
@@ -594,6 +628,8 @@ def render(results: dict[str, Any]) -> str:
             ]
         else:
             lines.append(f"{pg['status']}: {pg.get('reason', '')}")
+    if _ok(results, "hosts"):
+        lines += ["", *hosts_section(results["hosts"]["rows"])]
     for name in SECTIONS:
         section = results.get(name)
         if section is not None and section["status"] == "error":

@@ -16,6 +16,7 @@ from .codec import encode_event as encode_event
 from .errors import ConflictError as ConflictError
 from .errors import DuplicateEventError as DuplicateEventError
 from .errors import FencedError as FencedError
+from .errors import HostIdInUseError as HostIdInUseError
 from .errors import InboxConsumedError as InboxConsumedError
 from .errors import InboxError as InboxError
 from .errors import InboxKeyError as InboxKeyError
@@ -39,6 +40,7 @@ from .opening import make_journal_directory as make_journal_directory
 from .opening import open_journal as open_journal
 from .record import Draft as Draft
 from .record import Record as Record
+from .store import HostInfo as HostInfo
 from .store import Journal as Journal
 from .store import SessionInfo as SessionInfo
 from .store import SessionLease as SessionLease
@@ -66,6 +68,8 @@ __all__ = [
     "JournalLocation",
     "JournalSchemaError",
     "JournalUnavailableError",
+    "HostIdInUseError",
+    "HostInfo",
     "LeaseHeldError",
     "NotAJournalError",
     "Record",

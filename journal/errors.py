@@ -126,6 +126,18 @@ class LeaseHeldError(JournalError):
         )
 
 
+class HostIdInUseError(JournalError):
+    """A host registered under this id is still live (another process)."""
+
+    def __init__(self, host: str, left: float) -> None:
+        self.host, self.left = host, left
+        super().__init__(
+            f"host id {host!r} is in use by a live host (its registration runs "
+            f"{left:.0f}s more unless that host renews it); give this host another id, "
+            "or stop that host first"
+        )
+
+
 class InboxError(JournalError):
     """An inbox entry cannot be used as asked (it does not exist, ...)."""
 

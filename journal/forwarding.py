@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from .inbox import Claim, Consumed, InboxCommand, InboxEntry
 from .record import Draft, Record
-from .store import Journal, SessionInfo, SessionLease, StorageCheck
+from .store import HostInfo, Journal, SessionInfo, SessionLease, StorageCheck
 
 __all__ = ["ForwardingJournal"]
 
@@ -72,6 +72,20 @@ class ForwardingJournal:
         self, *, definitions: Sequence[str], owner: str | None = None, limit: int = 100
     ) -> list[Claim]:
         return await self.inner.claimable(definitions=definitions, owner=owner, limit=limit)
+
+    async def register_host(
+        self, host: str, token: str, *, ttl: float, definitions: Sequence[str] = ()
+    ) -> int:
+        return await self.inner.register_host(host, token, ttl=ttl, definitions=definitions)
+
+    async def deregister_host(self, host: str, token: str) -> None:
+        await self.inner.deregister_host(host, token)
+
+    async def hosts(self) -> list[HostInfo]:
+        return await self.inner.hosts()
+
+    def inbox_wakeups(self) -> AsyncIterator[str]:
+        return self.inner.inbox_wakeups()
 
     def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
         return self.inner.read(session, after=after)

@@ -42,13 +42,14 @@ from .rules import (
     decide_consumes,
     decide_open,
     decide_put,
+    decide_register,
     decide_release,
     decide_renew,
     lease_live,
     repeated_id,
     ttl_ns,
 )
-from .store import SessionInfo, SessionLease, StorageCheck
+from .store import HostInfo, SessionInfo, SessionLease, StorageCheck
 
 __all__ = ["MemoryJournal"]
 
@@ -125,6 +126,9 @@ class MemoryJournal:
         self._blobs: dict[bytes, bytes] = {}
         """The blob table (``journal.blobs``): digest -> bytes, shared by every session."""
         self._sessions: dict[str, _Session] = {}
+        self._hosts: dict[str, tuple[str, tuple[str, ...], int]] = {}
+        """Registered hosts: id -> (token, definitions, expires_at)."""
+        self._wakeups: set[trio.MemorySendChannel[str]] = set()
         self._closed = False
 
     # -- writing --------------------------------------------------------------
@@ -184,6 +188,8 @@ class MemoryJournal:
         s.lease = decide_release(lease.session, lease.incarnation, s.lease, handoff)
         if definition is not None:
             s.definition = definition
+        if handoff:
+            self._wake(lease.session)
 
     def _lease(self, session: str, s: _Session) -> SessionLease:
         return SessionLease(
@@ -223,7 +229,62 @@ class MemoryJournal:
         if number is None:
             s.entries.append(_Entry(key, body, time.time_ns()))
             number = s.keys[key] = len(s.entries)
+            self._wake(session)
         return _entry(session, number, s.entries[number - 1])
+
+    async def register_host(
+        self, host: str, token: str, *, ttl: float, definitions: Sequence[str] = ()
+    ) -> int:
+        self._check_open()
+        check_text("host id", host)
+        check_text("token", token)
+        names = tuple(definitions)
+        for name in names:
+            check_text("definition", name)
+        await trio.lowlevel.checkpoint()
+        stored = self._hosts.get(host)
+        expires_at = decide_register(
+            host, token, (stored[0], stored[2]) if stored else None, self.clock(), ttl_ns(ttl)
+        )
+        self._hosts[host] = (token, names, expires_at)
+        return expires_at
+
+    async def deregister_host(self, host: str, token: str) -> None:
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+        stored = self._hosts.get(host)
+        if stored is not None and stored[0] == token:
+            del self._hosts[host]
+
+    async def inbox_wakeups(self) -> AsyncIterator[str]:
+        self._check_open()
+        send, receive = trio.open_memory_channel[str](64)
+        self._wakeups.add(send)
+        try:
+            yield ""
+            async with receive:
+                async for session in receive:
+                    yield session
+        finally:
+            self._wakeups.discard(send)
+
+    def _wake(self, session: str) -> None:
+        for send in list(self._wakeups):
+            try:
+                send.send_nowait(session)
+            except trio.WouldBlock:
+                pass  # a wake-up is a hint: the host's poll finds the work anyway
+            except trio.BrokenResourceError:
+                self._wakeups.discard(send)
+
+    async def hosts(self) -> list[HostInfo]:
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+        now = self.clock()
+        return [
+            HostInfo(host=host, definitions=names, expires_at=expires, live=expires > now)
+            for host, (_, names, expires) in sorted(self._hosts.items())
+        ]
 
     async def inbox(self, session: str, *, after: int = 0) -> list[InboxEntry]:
         self._check_open()
@@ -406,6 +467,7 @@ class MemoryJournal:
     async def sessions(self) -> list[SessionInfo]:
         self._check_open()
         await trio.lowlevel.checkpoint()
+        now = self.clock()
         return [
             SessionInfo(
                 session=name,
@@ -417,6 +479,7 @@ class MemoryJournal:
                 expires_at=s.expires_at,
                 pending=s.pending(),
                 definition=s.definition,
+                live=lease_live(s.lease, now),
             )
             for name, s in self._sessions.items()
         ]
@@ -431,6 +494,9 @@ class MemoryJournal:
         self._closed = True
         for s in self._sessions.values():
             s.changed.set()
+        for send in self._wakeups:
+            send.close()
+        self._wakeups.clear()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -22,7 +22,8 @@ Leases and the inbox (``journal.store`` states the contract):
   turn a session's lease state ``(incarnation, owner, expires_at)`` into the
   next one, or refuse;
 * ``decide_put`` says whether a put is a new entry or returns a stored one;
-* ``decide_consumes`` says which entries an append marks applied.
+* ``decide_consumes`` says which entries an append marks applied;
+* ``decide_register`` says whether a host id may be registered for a token.
 
 No I/O, no clock: ``now`` is passed in.  ``plan_append`` runs once per append
 on every backend's commit path, so its loop stays inlined.
@@ -39,6 +40,7 @@ from .errors import (
     ConflictError,
     DuplicateEventError,
     FencedError,
+    HostIdInUseError,
     InboxConsumedError,
     InboxError,
     InboxKeyError,
@@ -59,6 +61,7 @@ __all__ = [
     "decide_consumes",
     "decide_open",
     "decide_put",
+    "decide_register",
     "decide_release",
     "decide_renew",
     "lease_live",
@@ -308,3 +311,17 @@ def decide_consumes(
         elif stored_outcome != outcome:
             raise InboxConsumedError(session, number)
     return marks
+
+
+# -- hosts --------------------------------------------------------------------------
+
+
+def decide_register(
+    host: str, token: str, stored: tuple[str, int] | None, now: int, ttl: int
+) -> int:
+    """A registration of ``host`` for ``token`` against the one stored
+    (``(token, expires_at)``): its new expiry, or ``HostIdInUseError`` while
+    another token's registration is live."""
+    if stored is not None and stored[0] != token and stored[1] > now:
+        raise HostIdInUseError(host, (stored[1] - now) / 1e9)
+    return now + ttl

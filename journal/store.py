@@ -44,6 +44,19 @@ append decisions themselves are ``journal.rules``):
   entries not yet applied, in order; ``entry`` finds one by key;
   ``claimable`` lists the sessions a host may take: those with entries
   waiting and no live lease, and those whose lease expired.
+* Hosts: ``register_host`` records a host id for the process holding
+  ``token`` (a value it drew at random) with the definitions it runs, until
+  ``ttl`` seconds from now (the journal's clock), and returns that expiry; the
+  same token registering again renews it.  Another token's live registration
+  of the id is a ``HostIdInUseError`` and changes nothing.
+  ``deregister_host`` removes the token's registration (nothing when the id
+  is another token's now); ``hosts`` lists every registration.
+* ``inbox_wakeups`` yields the id of each session given an inbox entry (or
+  handed over by a host's clean stop), from any process, for hosts to wake
+  on rather than wait for their next poll.  It yields ``""`` first, once it
+  watches (nothing put after that is missed), and again when some may have
+  been missed.  Best effort: a backend without a channel between processes
+  (SQLite) yields only the first ``""``, and its hosts find work by polling.
 * ``check_storage`` asks the storage itself whether it is intact (SQLite's
   quick check, PostgreSQL's amcheck where installed, and each backend's own
   bookkeeping); it never writes.  Damage is reported by table, never raised.
@@ -59,7 +72,7 @@ import msgspec
 from .inbox import Claim, Consumed, InboxCommand, InboxEntry
 from .record import Draft, Record
 
-__all__ = ["Journal", "SessionInfo", "SessionLease", "StorageCheck", "StorageProblem"]
+__all__ = ["HostInfo", "Journal", "SessionInfo", "SessionLease", "StorageCheck", "StorageProblem"]
 
 
 class SessionLease(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,6 +102,21 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Inbox entries not yet applied."""
     definition: str | None = None
     """The definition its hosts run it with, when the inbox or a host said so."""
+    live: bool = False
+    """Whether ``owner``'s lease was live when the session was listed, judged
+    by the clock the journal judges leases by (the server's, on PostgreSQL)."""
+
+
+class HostInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A host registered in the journal (``Journal.register_host``)."""
+
+    host: str
+    definitions: tuple[str, ...]
+    """The definitions it runs."""
+    expires_at: int
+    """When its registration expires unless renewed (the journal's clock, unix ns)."""
+    live: bool = False
+    """Whether it had not expired when the hosts were listed."""
 
 
 class StorageProblem(msgspec.Struct, frozen=True, kw_only=True):
@@ -160,6 +188,16 @@ class Journal(Protocol):
     async def claimable(
         self, *, definitions: Sequence[str], owner: str | None = None, limit: int = 100
     ) -> list[Claim]: ...
+
+    async def register_host(
+        self, host: str, token: str, *, ttl: float, definitions: Sequence[str] = ()
+    ) -> int: ...
+
+    async def deregister_host(self, host: str, token: str) -> None: ...
+
+    async def hosts(self) -> list[HostInfo]: ...
+
+    def inbox_wakeups(self) -> AsyncIterator[str]: ...
 
     def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]: ...
 

@@ -23,6 +23,8 @@ from .runtime import Session as Session
 from .runtime import StreamDelta as StreamDelta
 from .sync_client import SyncClient as SyncClient
 from .sync_client import open_sync_client as open_sync_client
+from .status import SessionStatus as SessionStatus
+from .status import Status as Status
 
 __all__ = [
     "ROOT_LOOP",
@@ -41,6 +43,8 @@ __all__ = [
     "Session",
     "SessionExistsError",
     "SessionLagError",
+    "SessionStatus",
+    "Status",
     "StreamDelta",
     "SyncClient",
     "UnknownSessionError",

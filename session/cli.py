@@ -32,6 +32,7 @@ from journal import (
 )
 from loopruntime import LoopError, LoopStatus
 from loopruntime.host import check_principal
+from loopruntime import LoopError
 
 from .chat import run_chat
 from .client import CommandRefusedError
@@ -40,6 +41,7 @@ from .hosting_cli import add_commands, submit_command
 from .replay import ReplayInputError, open_for_replay, replay_command
 from .restore import read_states, resolve_offline
 from .terminal import tracked
+from .status import SessionStatus, Status, describe
 
 __all__ = ["main"]
 
@@ -146,6 +148,7 @@ async def _sessions(args: argparse.Namespace) -> int:
     # Opened like replay: a missing or foreign file is refused, never created.
     async with open_for_replay(journal_url(args.journal)) as journal:
         infos = await journal.sessions()
+        hosts = await journal.hosts()
         if not infos:
             print("no sessions")
             return 0
@@ -168,19 +171,16 @@ async def _sessions(args: argparse.Namespace) -> int:
                     f"{info.session:<24} {'?':>5} {info.head:>8}  {when:<19}  {status}"
                 )
                 continue
-            names = {
-                _OPEN if st.status is LoopStatus.RUNNING else st.status.value
-                for st in states.values()
-            }
-            statuses = ",".join(sorted(names)) or "empty"
-            open_turns = open_turns or _OPEN in names
+            listed = describe(info, states, hosts)
+            label = _OPEN if listed.status is Status.OPEN else listed.status.value
+            open_turns = open_turns or listed.status is Status.OPEN
             origin = ""
             if forked is not None:
                 forks.setdefault(forked.source, []).append(info.session)
                 origin = f"  (fork of {forked.source} at seq {forked.seq})"
             rows[info.session] = (
                 f"{info.session:<24} {len(states):>5} {info.head:>8}  {when:<19}  "
-                f"{statuses}{origin}{_hosting(info)}"
+                f"{label}{origin}{_hosting(listed)}"
             )
         # Forks are listed under their source (a fork whose source is not in
         # this journal stands on its own).
@@ -218,20 +218,17 @@ async def _sessions(args: argparse.Namespace) -> int:
     return 0
 
 
-def _hosting(info: SessionInfo) -> str:
-    """Who runs the session and what waits in its inbox, when a host is involved."""
+def _hosting(status: SessionStatus) -> str:
+    """Who owns the session, until when, and why it is in its status."""
     parts: list[str] = []
-    if info.owner is not None:
-        left = (info.expires_at - time.time_ns()) / 1e9
-        if left > 0:
-            parts.append(f"owner {info.owner}, lease {left:.0f}s left")
+    if status.owner is not None:
+        if status.live:
+            until = time.strftime("%H:%M:%S", time.localtime(status.expires_at / 1e9))
+            parts.append(f"owner {status.owner}, lease until {until}")
         else:
-            parts.append(f"owner {info.owner} gone (lease expired): the next host takes it")
-    if info.pending:
-        parts.append(f"{info.pending} waiting in the inbox")
-        if info.owner is None:
-            what = f"definition {info.definition}" if info.definition else "its definition"
-            parts.append(f"unowned: waits for a host running {what}")
+            parts.append(f"owner {status.owner}, lease expired")
+    if status.detail and status.status is not Status.OPEN:
+        parts.append(status.detail)
     return f"  [{'; '.join(parts)}]" if parts else ""
 
 
@@ -325,7 +322,7 @@ def _refuse_live_owner(infos: list[SessionInfo], session_id: str) -> None:
     """Resolving takes the session's lease and so fences its owner: refused
     while a host holds a live lease on it, unless ``--force``."""
     info = next((i for i in infos if i.session == session_id), None)
-    if info is None or info.owner is None or info.expires_at <= time.time_ns():
+    if info is None or not info.live:
         return
     raise ValueError(
         f"session {session_id} is run by host {info.owner} (its lease is live); resolving "

@@ -40,6 +40,7 @@ from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
 from loopruntime.host import check_principal, new_id
 
+from .status import SessionStatus, blocking_statuses, statuses
 from .validation import answer_text, check_decision, steering_text, tool_result, user_message
 
 __all__ = [
@@ -242,6 +243,8 @@ class _Inbox(Protocol):
 
     async def sessions(self) -> list[SessionInfo]: ...
 
+    async def statuses(self) -> list[SessionStatus]: ...
+
     async def aclose(self) -> None: ...
 
 
@@ -264,6 +267,9 @@ class _JournalInbox:
 
     async def sessions(self) -> list[SessionInfo]:
         return await self.journal.sessions()
+
+    async def statuses(self) -> list[SessionStatus]:
+        return await statuses(self.journal)
 
     async def aclose(self) -> None:
         pass
@@ -313,6 +319,9 @@ class _ThreadedInbox:
 
     async def sessions(self) -> list[SessionInfo]:
         return await self._run(self.blocking.sessions)
+
+    async def statuses(self) -> list[SessionStatus]:
+        return await self._run(partial(blocking_statuses, self.blocking))
 
     async def aclose(self) -> None:
         self.closed = True
@@ -542,9 +551,10 @@ class Client:
         (until the client closes).  Verified as every read is."""
         return self._open().subscribe(session_id, after, self.poll)
 
-    async def sessions(self) -> list[SessionInfo]:
-        """Every session with its owner, lease expiry and waiting entries."""
-        return await self._open().sessions()
+    async def sessions(self) -> list[SessionStatus]:
+        """Every session with its owner, lease expiry, waiting entries and
+        status (``session.status``: "running" only under a live lease)."""
+        return await self._open().statuses()
 
 
 def open_client(url: str, *, poll: float = 0.05) -> Client:

@@ -20,6 +20,12 @@ Rules (docs/host.md tells the story):
 * with ``principals``, an entry whose principal the host does not know is
   consumed with the error ``UnknownPrincipalError`` and applies nothing (a
   ``Create`` so refused starts no session).
+* the host id is registered in the journal for as long as the host runs (a
+  live host's id is refused at ``open``); work is looked for every ``poll``
+  seconds and whenever the journal's inbox wake-ups say so;
+* at most ``max_sessions`` are loaded: past it the least recently busy idle
+  session is passivated for one with work, and with none idle nothing is
+  claimed until one is.
 """
 
 from __future__ import annotations
@@ -33,18 +39,16 @@ import msgspec
 import structlog
 import trio
 
-from journal import FencedError, Journal, JournalError, LeaseHeldError, SessionLease
-from journal import inbox as ib
-from journal.events import (
-    Event,
-    GateResolved,
-    InputCancelled,
-    InputQueued,
-    LoopModeChanged,
-    SteerQueued,
-    ToolResolved,
-    TurnEnded,
+from journal import (
+    FencedError,
+    HostIdInUseError,
+    Journal,
+    JournalError,
+    LeaseHeldError,
+    SessionLease,
 )
+from journal import inbox as ib
+from journal.events import CommandKeyed, Event
 from loopruntime import LoopClosedError, LoopDefinition, LoopError
 from loopruntime.host import check_principal, new_id
 
@@ -90,6 +94,19 @@ class _Hosted:
         self.busy = False
         """Work was left when it stopped: its lease is handed over, not just released."""
         self.done = trio.Event()
+        self.quiet_since: float | None = None
+        """When it last had work (trio time); None while it has some."""
+        self.evict = False
+        """Passivate it as soon as it is idle: another session wants its place."""
+
+    def idle(self) -> bool:
+        """Loaded, with nothing running and nothing waiting in its inbox."""
+        session = self.session
+        return (
+            session is not None
+            and self.quiet_since is not None
+            and all(loop.quiescent for loop in session.loops.values())
+        )
 
 
 class Host:
@@ -125,6 +142,8 @@ class Host:
         self.journal = journal
         self.definitions = dict(definitions)
         self.id = host_id or new_id("host_")
+        self._token = new_id("tok_")
+        """Drawn per process: tells this host's registration of ``id`` from another's."""
         self.idle_after, self.lease_ttl, self.poll = idle_after, lease_ttl, poll
         self.max_sessions = max_sessions
         self.sessions: dict[str, _Hosted] = {}
@@ -152,7 +171,10 @@ class Host:
         """Run a host until the block ends; then ``aclose`` (a clean stop).
         ``principals``: take commands only from these (a collection, or a
         predicate on the principal); others are refused, with the reason in
-        the entry's outcome.  Knowing a principal authorizes nothing more."""
+        the entry's outcome.  Knowing a principal authorizes nothing more.
+
+        The host id is registered in the journal first: an id a live host
+        already uses is a ``HostIdInUseError`` before anything is claimed."""
         host = cls(
             journal,
             definitions,
@@ -163,8 +185,11 @@ class Host:
             poll=poll,
             principals=principals,
         )
+        await host._register()
         async with trio.open_nursery() as nursery:
             host._nursery = nursery
+            # Listening before the first look for work: nothing put between is missed.
+            await nursery.start(host._listener)
             nursery.start_soon(host._claimer)
             nursery.start_soon(host._renewer)
             try:
@@ -172,6 +197,7 @@ class Host:
             finally:
                 with trio.CancelScope(shield=True):
                     await host.aclose()
+                    await host._deregister()
                 nursery.cancel_scope.cancel()
 
     def statistics(self) -> HostStatistics:
@@ -206,19 +232,70 @@ class Host:
 
     async def _claimer(self) -> None:
         names = sorted(self.definitions)
+        full = False
         while not self._stopping:
+            self._wake = trio.Event()
             claims = await self.journal.claimable(
                 definitions=names, owner=self.id, limit=max(self.max_sessions, 1)
             )
+            waiting = 0
             for claim in claims:
                 hosted = self.sessions.get(claim.session)
                 if hosted is not None:
                     hosted.wake.set()
-                elif len(self.sessions) < self.max_sessions and not self._stopping:
+                elif self._stopping:
+                    break
+                elif len(self.sessions) < self.max_sessions:
                     self._start(claim)
-            self._wake = trio.Event()
+                else:
+                    waiting += 1
+            if waiting and not self._make_room(waiting):
+                if not full:
+                    self.log.warning(
+                        "host_full", loaded=len(self.sessions), max_sessions=self.max_sessions
+                    )
+                full = True  # claims nothing until a session is idle
+            else:
+                full = False
             with trio.move_on_after(self.poll):
                 await self._wake.wait()
+
+    def _make_room(self, wanted: int) -> bool:
+        """Passivate up to ``wanted`` loaded sessions, the least recently busy
+        idle ones first, for sessions waiting to be claimed; False when none
+        is idle (the host is full of work)."""
+        idle = sorted(
+            (h for h in self.sessions.values() if h.idle() and not (h.stopping or h.evict)),
+            key=lambda h: h.quiet_since or 0.0,
+        )
+        evicting = sum(1 for h in self.sessions.values() if h.evict and not h.stopping)
+        for hosted in idle[: max(wanted - evicting, 0)]:
+            hosted.evict = True
+            hosted.wake.set()
+        return bool(idle) or evicting > 0
+
+    async def _listener(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Wake on the journal's inbox wake-ups (LISTEN/NOTIFY on PostgreSQL)
+        rather than wait for the next poll; the poll stays, for wake-ups
+        missed and for backends without them (SQLite).  Started once the
+        journal says it is watching (its first wake-up, ``""``)."""
+        started = False
+        try:
+            async for session in self.journal.inbox_wakeups():
+                if not started:
+                    task_status.started()
+                    started = True
+                hosted = self.sessions.get(session)
+                if hosted is not None:
+                    hosted.wake.set()
+                else:
+                    self._wake.set()
+        except JournalError as exc:
+            self.log.warning("inbox_wakeups_lost", error=str(exc))
+        if not started:
+            task_status.started()
 
     def _start(self, claim: ib.Claim) -> None:
         hosted = _Hosted(claim.session)
@@ -226,19 +303,51 @@ class Host:
         assert self._nursery is not None
         self._nursery.start_soon(self._host, hosted, claim)
 
+    async def _register(self) -> None:
+        await self.journal.register_host(
+            self.id, self._token, ttl=self.lease_ttl, definitions=sorted(self.definitions)
+        )
+
+    async def _deregister(self) -> None:
+        try:
+            await self.journal.deregister_host(self.id, self._token)
+        except JournalError as exc:
+            self.log.warning("host_deregistration_failed", error=str(exc))
+
     async def _renewer(self) -> None:
         while True:
             await trio.sleep(self.lease_ttl / 3)
-            for hosted in list(self.sessions.values()):
-                lease = hosted.lease
-                if lease is None or hosted.stopping:
-                    continue
-                try:
-                    hosted.lease = await self.journal.renew(lease, ttl=self.lease_ttl)
-                except FencedError:
-                    self._drop(hosted, "lease_lost")
-                except JournalError as exc:
-                    self.log.warning("lease_renewal_failed", session=hosted.id, error=str(exc))
+            try:
+                await self._register()
+            except HostIdInUseError as exc:
+                # Paused past its registration, and the id taken since: the
+                # sessions' own leases decide what this host may still write.
+                self.log.error("host_id_taken", error=str(exc))
+            except JournalError as exc:
+                self.log.warning("host_renewal_failed", error=str(exc))
+            # All at once: one after the other, a round over many sessions
+            # (each renewal waiting for its session's commit in flight) could
+            # outlast the leases it renews.
+            async with trio.open_nursery() as nursery:
+                for hosted in list(self.sessions.values()):
+                    nursery.start_soon(self._renew, hosted)
+
+    async def _renew(self, hosted: _Hosted) -> None:
+        lease = hosted.lease
+        if lease is None or hosted.stopping:
+            return
+        try:
+            renewed = await self.journal.renew(lease, ttl=self.lease_ttl)
+        except FencedError:
+            # Fenced by its own release (passivated meanwhile) is no loss.
+            if hosted.lease is lease:
+                self._drop(hosted, "lease_lost")
+            return
+        except JournalError as exc:
+            self.log.warning("lease_renewal_failed", session=hosted.id, error=str(exc))
+            return
+        if hosted.lease is lease:
+            hosted.lease = renewed
 
     def _drop(self, hosted: _Hosted, why: str) -> None:
         self._fenced += 1
@@ -265,6 +374,7 @@ class Host:
                 await self._release(hosted)
             del self.sessions[hosted.id]
             hosted.done.set()
+            self._wake.set()  # its place is free: look for work now
 
     async def _release(self, hosted: _Hosted, definition: str | None = None) -> None:
         lease, hosted.lease = hosted.lease, None
@@ -337,6 +447,7 @@ class Host:
         last = 0
         quiet_since = trio.current_time()
         while not hosted.stopping:
+            hosted.wake = trio.Event()
             entries = await self.journal.inbox(hosted.id, after=last)
             for entry in entries:
                 if hosted.stopping:
@@ -346,11 +457,14 @@ class Host:
             now = trio.current_time()
             if entries or not all(loop.quiescent for loop in session.loops.values()):
                 quiet_since = now
-            elif now - quiet_since >= self.idle_after:
-                self._passivations += 1
-                self.log.info("session_passivated", session=hosted.id)
-                return
-            hosted.wake = trio.Event()
+                hosted.quiet_since = None
+            else:
+                hosted.quiet_since = quiet_since
+                if hosted.evict or now - quiet_since >= self.idle_after:
+                    self._passivations += 1
+                    why = "pressure" if hosted.evict else "idle"
+                    self.log.info("session_passivated", session=hosted.id, reason=why)
+                    return
             with trio.move_on_after(min(self.poll, self.idle_after)):
                 await hosted.wake.wait()
 
@@ -364,10 +478,15 @@ class Host:
             self.log.error(
                 "inbox_entry_damaged", session=session.id, entry=entry.number, damage=entry.damage
             )
+            message = (
+                f"inbox entry {entry.number} (key {entry.key!r}) of session {session.id}: "
+                f"{entry.damage}; it was skipped and the session went on: send the command "
+                "again under a new key"
+            )
             await writer.consume(
                 ib.Consumed(
                     entry=entry.number,
-                    outcome=ib.InboxOutcome(error="InboxEntryDamaged", message=entry.damage),
+                    outcome=ib.InboxOutcome(error="InboxEntryDamaged", message=message),
                 )
             )
             return
@@ -376,11 +495,11 @@ class Host:
             self._applied += 1
             await writer.consume(ib.Consumed(entry=entry.number, outcome=refusal))
             return
-        loop, match = _expected(command)
-        expectation = writer.expect(entry.number, loop, match) if match is not None else None
+        match = _expected(command, entry.key)
+        expectation = writer.expect(entry.number, None, match) if match is not None else None
         outcome: ib.InboxOutcome
         try:
-            value = await _run(session, command)
+            value = await _run(session, command, entry.key)
             outcome = ib.InboxOutcome(value=value)
         except LoopClosedError:
             raise  # the session is closing: the entry waits for the next owner
@@ -432,102 +551,50 @@ def _principals(principals: Principals | None) -> Principals | None:
     return frozenset(principals)
 
 
-async def _run(session: Session, command: ib.InboxCommand) -> str | bool | None:
-    """Send ``command`` to ``session``; what it returns.
-
-    Once ``Session`` commands take an idempotency ``key=``, each call here
-    passes the entry's key (``entry.key``), and ``_expected`` matches the
-    ``command.keyed`` record carrying it, one rule for every command."""
+async def _run(session: Session, command: ib.InboxCommand, key: str) -> str | bool | None:
+    """Send ``command`` to ``session`` under the entry's idempotency ``key``;
+    what it returns (a repeat of the key is answered from the fold and
+    commits nothing)."""
     who = command.principal
     match command:
         case ib.Create():
             return session.id  # made by the host as it opened the session
         case ib.Submit(message=message, loop=loop):
-            return await session.submit(message, loop=loop, principal=who)
+            return await session.submit(message, loop=loop, key=key, principal=who)
         case ib.Steer(text=text, loop=loop):
-            return await session.steer(text, loop=loop, principal=who)
+            return await session.steer(text, loop=loop, key=key, principal=who)
         case ib.Answer(gate_id=gate_id, text=text):
-            await session.answer(gate_id, text, principal=who)
+            await session.answer(gate_id, text, key=key, principal=who)
             return None
         case ib.Decide(gate_id=gate_id, allow=allow, scope=scope):
-            await session.decide(gate_id, allow, scope, principal=who)
+            await session.decide(gate_id, allow, scope, key=key, principal=who)
             return None
         case ib.Resolve(execution_id=execution_id, content=content, is_error=is_error):
-            await session.resolve(execution_id, content, is_error, principal=who)
+            await session.resolve(execution_id, content, is_error, key=key, principal=who)
             return None
         case ib.Interrupt(loop=loop):
-            return await session.interrupt(loop=loop, principal=who)
+            return await session.interrupt(loop=loop, key=key, principal=who)
         case ib.CancelQueued(input_id=input_id, loop=loop):
-            await session.cancel_queued(input_id, loop=loop, principal=who)
+            await session.cancel_queued(input_id, loop=loop, key=key, principal=who)
             return None
         case ib.Compact(loop=loop):
-            return await session.compact(loop=loop, principal=who)
+            return await session.compact(loop=loop, key=key, principal=who)
         case ib.ChangeMode(mode=mode, loop=loop):
-            await session.change_mode(mode, loop=loop, principal=who)
+            await session.change_mode(mode, loop=loop, key=key, principal=who)
             return None
 
 
-def _expected(command: ib.InboxCommand) -> tuple[str | None, Match | None]:
-    """The loop and the event of the commit that applies ``command`` (None:
-    it makes no record of its own, and is consumed on its own).
+def _expected(command: ib.InboxCommand, key: str) -> Match | None:
+    """What the commit applying ``command`` holds: the ``command.keyed``
+    record carrying the entry's ``key``, which every keyed command commits
+    first, in the append holding what it made (one rule for every command).
+    None for ``Create``, which the host's opening of the session applies."""
+    if isinstance(command, ib.Create):
+        return None
 
-    In a hosted session the host is the only sender of commands, one at a
-    time, so the first such event after the command is sent is its own.
-    """
-    outcome = ib.InboxOutcome
-    match command:
-        case ib.Submit(loop=loop):
-            return (
-                loop or ROOT_LOOP,
-                lambda e: (
-                    outcome(value=e.input_id)
-                    if isinstance(e, InputQueued) and e.trigger == "external"
-                    else None
-                ),
-            )
-        case ib.Steer(loop=loop):
-            return (
-                loop or ROOT_LOOP,
-                lambda e: outcome(value=e.steer_id) if isinstance(e, SteerQueued) else None,
-            )
-        case ib.Answer(gate_id=gate_id) | ib.Decide(gate_id=gate_id):
-            return (
-                None,
-                lambda e: (
-                    outcome() if isinstance(e, GateResolved) and e.gate_id == gate_id else None
-                ),
-            )
-        case ib.Resolve(execution_id=execution_id):
-            return (
-                None,
-                lambda e: (
-                    outcome()
-                    if isinstance(e, ToolResolved) and e.execution_id == execution_id
-                    else None
-                ),
-            )
-        case ib.CancelQueued(input_id=input_id, loop=loop):
-            return (
-                loop or ROOT_LOOP,
-                lambda e: (
-                    outcome(value=True)
-                    if isinstance(e, InputCancelled) and e.input_id == input_id
-                    else None
-                ),
-            )
-        case ib.ChangeMode(loop=loop):
-            return (
-                loop or ROOT_LOOP,
-                lambda e: outcome(value=True) if isinstance(e, LoopModeChanged) else None,
-            )
-        case ib.Interrupt(loop=loop):
-            return (
-                loop or ROOT_LOOP,
-                lambda e: (
-                    outcome(value=True)
-                    if isinstance(e, TurnEnded) and e.outcome == "interrupted"
-                    else None
-                ),
-            )
-        case ib.Create() | ib.Compact():
-            return None, None
+    def match(event: Event) -> ib.InboxOutcome | None:
+        if isinstance(event, CommandKeyed) and event.key == key:
+            return ib.InboxOutcome(value=event.result)
+        return None
+
+    return match

@@ -226,3 +226,33 @@ def test_blobs_benchmark_rows() -> None:
     for row in (ref, inline):
         assert row["append_seconds"] > 0 and row["restore_seconds"] > 0 and row["bytes"] > 0
     assert len(blob_rows([ref, inline])) == 4
+def test_hosts_benchmark_rows(tmp_path: Path) -> None:
+    # Tiny sizes; the throughput needs PostgreSQL and is left to the benchmark run.
+    from benchmarks import hosts
+    from benchmarks.report import hosts_section, hosts_targets
+
+    async def main() -> list[dict[str, Any]]:
+        rows = await hosts.failover(tmp_path, sessions=1, lease_ttl=0.5)
+        rows += await hosts.activation(tmp_path, (200,), repeats=1, progress=lambda _l: None)
+        rows += await hosts.passivated_memory(tmp_path, 20, lambda _l: None)
+        rows += await hosts.round_trip(f"sqlite:///{tmp_path / 'rt.db'}", repeats=2)
+        return rows
+
+    rows = trio.run(main)
+    for start in (
+        "failover: kill to first record of the new owner, p",
+        "activation of a passivated session of",
+        "memory held by 20 passivated sessions in a host",
+        "inbox (SQLite): client submit to input record, p",
+        "direct Session.submit (SQLite), p",
+    ):
+        assert any(r["benchmark"].startswith(start) for r in rows), start
+    for r in rows:
+        assert set(r) == {"benchmark", "value", "unit", "target", "met", "note"}
+        assert r["value"] >= 0 and r["met"] in (True, False, None)
+    found: Targets = []
+    hosts_targets(rows, found)
+    assert [t for t, _, _ in found] == [
+        "failover: kill to first record of the new owner, p99 <= 1.5 x lease_ttl (750 ms)"
+    ]
+    assert "### Hosts" in hosts_section(rows)

@@ -17,6 +17,7 @@ PUBLIC = {
         "check_existing_journal", "make_journal_directory", "StorageCheck", "StorageProblem",
         "inbox", "LeaseHeldError", "InboxError", "InboxKeyError", "InboxConsumedError",
         "BlockingJournal", "open_blocking",
+        "HostIdInUseError", "HostInfo",
     },
     "loopruntime": {
         "LoopDefinition", "Limits", "Mode", "Delegate", "tool", "Tool", "ToolContext",
@@ -55,6 +56,7 @@ PUBLIC = {
         "Client", "CommandRefusedError", "Host", "HostStatistics", "open_client",
         "ClientError", "ClientClosedError", "ClientNotOpenError", "WaitTimeoutError",
         "SyncClient", "open_sync_client",
+        "SessionStatus", "Status",
     },
     "session.console": {"parse_bind", "serve_console"},
 }  # fmt: skip

@@ -21,10 +21,10 @@ from ..errors import JournalClosedError, SessionNotFoundError
 from ..inbox import Claim, Consumed, InboxCommand, InboxEntry, encode_command, encode_outcome
 from ..record import Draft, Record
 from ..rules import ttl_ns
-from ..store import SessionInfo, SessionLease, StorageCheck
+from ..store import HostInfo, SessionInfo, SessionLease, StorageCheck
 from . import leases
 from .reading import Pool, Reading
-from .schema import check_pg_text, describe, open_prepared
+from .schema import check_pg_text, describe, inbox_channel, open_prepared
 from .writer import Append, GroupCommit
 
 __all__ = ["PostgresJournal"]
@@ -50,6 +50,7 @@ class PostgresJournal:
         self.blob_threshold = check_threshold(blob_threshold)
         self._where, self._pool = where, pool
         self._commits = GroupCommit(url, where, schema)
+        self._inbox_channel = inbox_channel(schema)
         self._reading = Reading(url, where, schema, pool)
         self._closed = False
 
@@ -148,6 +149,7 @@ class PostgresJournal:
             incarnation=lease.incarnation,
             handoff=handoff,
             definition=definition,
+            notify=self._inbox_channel,
         )
         await self._pool.run(f"releasing the lease of session {lease.session}", work, retry=False)
 
@@ -162,7 +164,14 @@ class PostgresJournal:
         check_pg_text("key", key)
         check_pg_text("definition", definition)
         body = encode_command(command)
-        work = partial(leases.put, session=session, key=key, body=body, definition=definition)
+        work = partial(
+            leases.put,
+            session=session,
+            key=key,
+            body=body,
+            definition=definition,
+            notify=self._inbox_channel,
+        )
         row = await self._pool.run(f"putting a command in the inbox of {session}", work)
         return leases.entry_of(session, row)
 
@@ -188,6 +197,33 @@ class PostgresJournal:
             "finding sessions with work",
             partial(leases.claimable, definitions=list(definitions), owner=owner, limit=limit),
         )
+
+    async def register_host(
+        self, host: str, token: str, *, ttl: float, definitions: Sequence[str] = ()
+    ) -> int:
+        """Register ``host`` for ``token`` (see ``journal.store``), on the server's clock."""
+        self._check_open()
+        check_pg_text("host id", host)
+        check_pg_text("token", token)
+        names = list(definitions)
+        for name in names:
+            check_pg_text("definition", name)
+        work = partial(
+            leases.register_host, host=host, token=token, definitions=names, ttl=ttl_ns(ttl)
+        )
+        # Safe to repeat: the same token registering again renews.
+        expires_at: int = await self._pool.run(f"registering host {host}", work)
+        return expires_at
+
+    async def deregister_host(self, host: str, token: str) -> None:
+        self._check_open()
+        check_pg_text("host id", host)
+        work = partial(leases.deregister_host, host=host, token=token)
+        await self._pool.run(f"deregistering host {host}", work)
+
+    async def hosts(self) -> list[HostInfo]:
+        self._check_open()
+        return await self._pool.run("listing hosts", leases.hosts)
 
     async def append(
         self,
@@ -232,6 +268,13 @@ class PostgresJournal:
         connection or transaction is held while the consumer works.
         """
         return self._reading.read(session, after=after)
+
+    def inbox_wakeups(self) -> AsyncIterator[str]:
+        """The id of each session given an inbox entry or handed over, by
+        any process, as PostgreSQL's LISTEN/NOTIFY delivers them (see
+        ``journal.store``)."""
+        self._check_open()
+        return self._reading.notifications(self._inbox_channel)
 
     def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
         """``read``, then follow appends (from any process) until the journal closes.

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from ..codec import GENESIS
-from ..errors import SessionNotFoundError
+from ..errors import LeaseHeldError, SessionNotFoundError
 from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
 from ..rules import (
     UNOWNED,
@@ -22,13 +22,17 @@ from ..rules import (
     decide_acquire,
     decide_open,
     decide_put,
+    decide_register,
     decide_release,
     decide_renew,
 )
-from ..store import SessionLease
+from ..store import HostInfo, SessionLease
 
 __all__ = [
     "claimable",
+    "deregister_host",
+    "hosts",
+    "register_host",
     "entry",
     "inbox",
     "lease_op",
@@ -36,7 +40,8 @@ __all__ = [
     "put",
 ]
 
-_NOW = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
+_NOW_NS = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
+_NOW = f"SELECT {_NOW_NS}"
 
 _ENTRY_COLUMNS = "number, key, body, created_at, consumed_at, outcome"
 
@@ -49,12 +54,15 @@ def _now(conn: Conn) -> int:
     return int(row[0])
 
 
-def _locked(conn: Conn, session: str) -> tuple[LeaseState, int, str | None] | None:
-    """The session's lease state, head and definition, its row locked; None if absent."""
+def _locked(
+    conn: Conn, session: str, *, skip: bool = False
+) -> tuple[LeaseState, int, str | None] | None:
+    """The session's lease state, head and definition, its row locked; None
+    if absent (or, with ``skip``, locked by another transaction)."""
     row = conn.execute(
         "SELECT s.incarnation, l.owner, coalesce(l.expires_at, 0), s.head, l.definition"
         " FROM loopruntime_sessions s LEFT JOIN loopruntime_leases l ON l.session = s.session"
-        " WHERE s.session = %s FOR UPDATE OF s",
+        " WHERE s.session = %s FOR UPDATE OF s" + (" SKIP LOCKED" if skip else ""),
         (session,),
     ).fetchone()
     if row is None:
@@ -87,6 +95,19 @@ def _store(
     )
 
 
+def _refuse_busy(conn: Conn, session: str) -> None:
+    """``LeaseHeldError`` when the session exists, its row locked by another
+    transaction (``_locked(skip=True)`` found nothing)."""
+    row = conn.execute(
+        "SELECT l.owner, coalesce(l.expires_at, 0)"
+        " FROM loopruntime_sessions s LEFT JOIN loopruntime_leases l ON l.session = s.session"
+        " WHERE s.session = %s",
+        (session,),
+    ).fetchone()
+    if row is not None:
+        raise LeaseHeldError(session, row[0] or "another host taking it now", int(row[1]))
+
+
 def open_session(conn: Conn, session: str, create: bool) -> SessionLease | None:
     """Blocking: ``Journal.open_session``; None when the session is missing."""
     with conn.transaction():
@@ -115,11 +136,19 @@ def lease_op(
     create: bool = False,
     handoff: bool = False,
     definition: str | None = None,
+    notify: str | None = None,
 ) -> SessionLease | None:
-    """Blocking: ``acquire``, ``renew`` or ``release`` (``op``)."""
+    """Blocking: ``acquire``, ``renew`` or ``release`` (``op``); a hand-over
+    notifies channel ``notify`` (delivered when the transaction commits).
+
+    A take skips a session whose row another transaction holds (``SKIP
+    LOCKED``): another host taking it, or its owner committing; hosts racing
+    for one session never queue behind each other."""
     with conn.transaction():
         now = _now(conn)
-        found = _locked(conn, session)
+        found = _locked(conn, session, skip=op == "acquire")
+        if found is None and op == "acquire":
+            _refuse_busy(conn, session)
         if found is None:
             if not (op == "acquire" and create):
                 raise SessionNotFoundError(session)
@@ -135,6 +164,8 @@ def lease_op(
         else:
             after = decide_release(session, incarnation, lease, handoff)
         _store(conn, session, lease, after, definition)
+        if handoff and notify is not None:
+            conn.execute("SELECT pg_notify(%s, %s)", (notify, session))
     if op == "release":
         return None
     return SessionLease(
@@ -142,8 +173,16 @@ def lease_op(
     )
 
 
-def put(conn: Conn, session: str, key: str, body: bytes, definition: str | None) -> tuple[Any, ...]:
-    """Blocking: ``Journal.put``; the stored entry's row."""
+def put(
+    conn: Conn,
+    session: str,
+    key: str,
+    body: bytes,
+    definition: str | None,
+    notify: str | None = None,
+) -> tuple[Any, ...]:
+    """Blocking: ``Journal.put``; the stored entry's row.  A new entry
+    notifies channel ``notify`` with the session's id, on commit."""
     with conn.transaction():
         now = _now(conn)
         if _locked(conn, session) is None:
@@ -166,6 +205,8 @@ def put(conn: Conn, session: str, key: str, body: bytes, definition: str | None)
             (session, key, body, now, session),
         ).fetchone()
         assert row is not None
+        if notify is not None:
+            conn.execute("SELECT pg_notify(%s, %s)", (notify, session))
         return tuple(row)
 
 
@@ -235,4 +276,39 @@ def claimable(conn: Conn, definitions: list[str], owner: str | None, limit: int)
     return [
         Claim(session=s, owner=o, expires_at=int(e), pending=int(p), definition=d)
         for s, o, e, p, d in rows
+    ]
+
+
+def register_host(conn: Conn, host: str, token: str, definitions: list[str], ttl: int) -> int:
+    """Blocking: ``Journal.register_host``, one transaction holding the host's
+    row (``FOR UPDATE``; a first registration is serialised by the key)."""
+    with conn.transaction():
+        now = _now(conn)
+        row = conn.execute(
+            "SELECT token, expires_at FROM loopruntime_hosts WHERE host = %s FOR UPDATE",
+            (host,),
+        ).fetchone()
+        expires_at = decide_register(host, token, (row[0], int(row[1])) if row else None, now, ttl)
+        conn.execute(
+            "INSERT INTO loopruntime_hosts (host, token, definitions, expires_at)"
+            " VALUES (%s, %s, %s, %s) ON CONFLICT (host) DO UPDATE SET token = excluded.token,"
+            " definitions = excluded.definitions, expires_at = excluded.expires_at",
+            (host, token, definitions, expires_at),
+        )
+        return expires_at
+
+
+def deregister_host(conn: Conn, host: str, token: str) -> None:
+    with conn.transaction():
+        conn.execute("DELETE FROM loopruntime_hosts WHERE host = %s AND token = %s", (host, token))
+
+
+def hosts(conn: Conn) -> list[HostInfo]:
+    rows = conn.execute(
+        "SELECT host, definitions, expires_at,"
+        f" expires_at > {_NOW_NS} FROM loopruntime_hosts ORDER BY host"
+    ).fetchall()
+    return [
+        HostInfo(host=h, definitions=tuple(d), expires_at=int(e), live=bool(v))
+        for h, d, e, v in rows
     ]

@@ -313,6 +313,25 @@ class Reading:
         finally:
             _close_listener(listener)
 
+    async def notifications(self, name: str) -> AsyncIterator[str]:
+        """The payload of each notification on channel ``name``, until the
+        journal closes; ``""`` first, once it listens, and after a lost
+        listening connection is made again (some may have been missed)."""
+        self._check_open()
+        listener = await self._listen(name)
+        try:
+            yield ""
+            while not await self._wait_notified(listener):
+                payloads = _payloads(listener)
+                if payloads is None:
+                    _close_listener(listener)
+                    listener = await self._listen(name)
+                    payloads = [""]
+                for payload in payloads:
+                    yield payload
+        finally:
+            _close_listener(listener)
+
     async def _listen(self, name: str) -> psycopg.Connection[Any]:
         def work() -> psycopg.Connection[Any]:
             conn = connect(self.url)
@@ -483,7 +502,10 @@ def list_sessions(conn: psycopg.Connection[Any]) -> list[SessionInfo]:
         "SELECT s.session, s.head, s.incarnation, s.created_at, s.updated_at,"
         " l.owner, coalesce(l.expires_at, 0), l.definition,"
         " (SELECT count(*) FROM loopruntime_inbox i"
-        "  WHERE i.session = s.session AND i.consumed_at IS NULL)"
+        "  WHERE i.session = s.session AND i.consumed_at IS NULL),"
+        # Judged by the server's clock, as every lease is.
+        " l.owner IS NOT NULL AND l.expires_at >"
+        " (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
         " FROM loopruntime_sessions s"
         " LEFT JOIN loopruntime_leases l ON l.session = s.session"
         " ORDER BY s.created_at, s.session"
@@ -499,8 +521,9 @@ def list_sessions(conn: psycopg.Connection[Any]) -> list[SessionInfo]:
             expires_at=e,
             definition=d,
             pending=p,
+            live=bool(v),
         )
-        for s, h, i, c, u, o, e, d, p in rows
+        for s, h, i, c, u, o, e, d, p, v in rows
     ]
 
 
@@ -520,6 +543,20 @@ def _close_listener(listener: psycopg.Connection[Any]) -> None:
     if not listener.closed:
         trio.lowlevel.notify_closing(listener.fileno())
     discard(listener)
+
+
+def _payloads(listener: psycopg.Connection[Any]) -> list[str] | None:
+    """The payloads of the notifications the listening socket holds; None
+    when the connection is lost.  Never blocks."""
+    pgconn = listener.pgconn
+    try:
+        pgconn.consume_input()
+    except psycopg.OperationalError:
+        return None
+    found: list[str] = []
+    while (notice := pgconn.notifies()) is not None:
+        found.append(notice.extra.decode(errors="replace"))
+    return found
 
 
 def _drain(listener: psycopg.Connection[Any]) -> bool:

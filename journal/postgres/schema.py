@@ -96,6 +96,12 @@ CREATE TABLE IF NOT EXISTS loopruntime_inbox (
 );
 CREATE INDEX IF NOT EXISTS loopruntime_inbox_pending
     ON loopruntime_inbox (session, number) WHERE consumed_at IS NULL;
+CREATE TABLE IF NOT EXISTS loopruntime_hosts (
+    host text PRIMARY KEY,
+    token text NOT NULL,
+    definitions text[] NOT NULL,
+    expires_at bigint NOT NULL
+);
 """
 
 _CREATE = f"""
@@ -242,6 +248,13 @@ def channel(schema: str, session: str) -> str:
     return f"loopruntime_{key}"
 
 
+def inbox_channel(schema: str) -> str:
+    """The NOTIFY channel of every inbox of a journal: a put or a hand-over
+    notifies it with the session's id (``Journal.inbox_wakeups``)."""
+    key = hashlib.blake2b(f"{schema}\x00inbox".encode(), digest_size=12).hexdigest()
+    return f"loopruntime_inbox_{key}"
+
+
 # -- schema -----------------------------------------------------------------------
 
 
@@ -319,7 +332,8 @@ def _prepare_schema(conn: psycopg.Connection[Any], where: str) -> str:
                 "its tables were changed by hand: restore them or use another schema"
             )
         hosts = conn.execute(
-            "SELECT to_regclass('loopruntime_leases'), to_regclass('loopruntime_inbox')"
+            "SELECT to_regclass('loopruntime_leases'), to_regclass('loopruntime_inbox'),"
+            " to_regclass('loopruntime_hosts')"
         ).fetchone()
         if hosts is None or None in hosts:
             conn.execute(_CREATE_HOST_TABLES)

@@ -28,7 +28,7 @@ from ..inbox import (
 from ..location import JournalLocation, parse_location
 from ..record import Draft, Record, check_drafts, check_text
 from ..rules import repeated_id, ttl_ns
-from ..store import SessionInfo, SessionLease, StorageCheck
+from ..store import HostInfo, SessionInfo, SessionLease, StorageCheck
 from .reading import Reading, entry_of
 from .schema import (
     Access,
@@ -40,6 +40,7 @@ from .schema import (
 )
 from .writer import (
     AppendRequest,
+    HostRequest,
     LeaseRequest,
     OpenRequest,
     PutRequest,
@@ -209,6 +210,35 @@ class SQLiteJournal:
     ) -> list[Claim]:
         self._check_open()
         return await self._reading.claimable(list(definitions), owner, limit)
+
+    async def register_host(
+        self, host: str, token: str, *, ttl: float, definitions: Sequence[str] = ()
+    ) -> int:
+        """Register ``host`` for ``token`` (see ``journal.store``); durable on return."""
+        self._check_open()
+        check_text("host id", host)
+        check_text("token", token)
+        names = tuple(definitions)
+        for name in names:
+            check_text("definition", name)
+        expires_at: int = await self._submit(HostRequest(host, token, names, ttl_ns(ttl)))
+        return expires_at
+
+    async def deregister_host(self, host: str, token: str) -> None:
+        self._check_open()
+        check_text("host id", host)
+        await self._submit(HostRequest(host, token, (), 0))
+
+    async def hosts(self) -> list[HostInfo]:
+        self._check_open()
+        return await self._reading.hosts()
+
+    async def inbox_wakeups(self) -> AsyncIterator[str]:
+        """Only the first ``""``: processes sharing a file have no channel to
+        tell each other of a put; hosts on SQLite find work by polling."""
+        self._check_open()
+        yield ""
+        await trio.sleep_forever()
 
     async def append(
         self,

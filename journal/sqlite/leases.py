@@ -11,9 +11,19 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from ..rules import LeaseState, decide_consumes, decide_put
+import msgspec
 
-__all__ = ["EntryRow", "consume", "insert_session", "lease_state", "put_entry", "store_lease"]
+from ..rules import LeaseState, decide_consumes, decide_put, decide_register
+
+__all__ = [
+    "EntryRow",
+    "consume",
+    "host_op",
+    "insert_session",
+    "lease_state",
+    "put_entry",
+    "store_lease",
+]
 
 EntryRow = tuple[int, str, bytes, int, int | None, bytes | None]
 """A stored inbox entry: ``(number, key, body, created_at, consumed_at, outcome)``."""
@@ -93,3 +103,27 @@ def consume(
             "UPDATE inbox SET consumed_at = ?, outcome = ? WHERE session = ? AND number = ?",
             (now, outcome, session, number),
         )
+
+
+def host_op(
+    conn: sqlite3.Connection,
+    host: str,
+    token: str,
+    definitions: tuple[str, ...],
+    now: int,
+    ttl: int,
+) -> int | None:
+    """Register (or renew) ``host`` for ``token``, as ``rules.decide_register``
+    decides, and return its expiry; with ``ttl`` 0, deregister it."""
+    if not ttl:
+        conn.execute("DELETE FROM hosts WHERE host = ? AND token = ?", (host, token))
+        return None
+    row = conn.execute("SELECT token, expires_at FROM hosts WHERE host = ?", (host,)).fetchone()
+    expires_at = decide_register(host, token, tuple(row) if row else None, now, ttl)
+    conn.execute(
+        "INSERT INTO hosts (host, token, definitions, expires_at) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (host) DO UPDATE SET token = excluded.token,"
+        " definitions = excluded.definitions, expires_at = excluded.expires_at",
+        (host, token, msgspec.json.encode(definitions).decode(), expires_at),
+    )
+    return expires_at

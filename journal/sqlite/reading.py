@@ -28,7 +28,7 @@ from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundErr
 from ..events import Event
 from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
 from ..record import Record
-from ..store import SessionInfo, StorageCheck, StorageProblem
+from ..store import HostInfo, SessionInfo, StorageCheck, StorageProblem
 from .blobs import fetch as fetch_blobs
 from .schema import Access, connect, damaged, unavailable
 
@@ -484,6 +484,28 @@ class Reading:
             for s, o, e, p, d in rows
         ]
 
+    async def hosts(self) -> list[HostInfo]:
+        return await trio.to_thread.run_sync(self._hosts)
+
+    def _hosts(self) -> list[HostInfo]:
+        now = time.time_ns()  # the clock the writer judges registrations by
+        try:
+            with self._readers.connection() as conn:
+                rows = conn.execute(
+                    "SELECT host, definitions, expires_at FROM hosts ORDER BY host"
+                ).fetchall()
+        except sqlite3.Error as exc:
+            raise unavailable(exc, self.path, "listing hosts") from exc
+        return [
+            HostInfo(
+                host=host,
+                definitions=tuple(msgspec.json.decode(names)),
+                expires_at=expires_at,
+                live=expires_at > now,
+            )
+            for host, names, expires_at in rows
+        ]
+
 
 def list_sessions(readers: Readers, path: str) -> list[SessionInfo]:
     """Blocking: every session, in creation order."""
@@ -502,6 +524,7 @@ def list_sessions(readers: Readers, path: str) -> list[SessionInfo]:
             ).fetchall()
     except sqlite3.Error as exc:
         raise unavailable(exc, path, "listing sessions") from exc
+    now = time.time_ns()  # the clock the writer judges leases by
     return [
         SessionInfo(
             session=session,
@@ -513,6 +536,7 @@ def list_sessions(readers: Readers, path: str) -> list[SessionInfo]:
             expires_at=expires_at or 0,
             pending=pending,
             definition=definition,
+            live=owner is not None and (expires_at or 0) > now,
         )
         for (
             session,

@@ -75,6 +75,12 @@ _HOST_TABLES = (
     " PRIMARY KEY (session, number))",
     "CREATE UNIQUE INDEX IF NOT EXISTS inbox_by_key ON inbox (session, key)",
     "CREATE INDEX IF NOT EXISTS inbox_pending ON inbox (session, number) WHERE consumed_at IS NULL",
+    # Registered hosts (``Journal.register_host``); ``definitions`` is JSON.
+    "CREATE TABLE IF NOT EXISTS hosts ("
+    " host TEXT PRIMARY KEY,"
+    " token TEXT NOT NULL,"
+    " definitions TEXT NOT NULL,"
+    " expires_at INTEGER NOT NULL) WITHOUT ROWID",
 )
 
 _SCHEMA = (
@@ -322,7 +328,7 @@ def _check_or_create_schema(conn: sqlite3.Connection, path: str) -> None:
     check_schema_version(version, where=f"journal {path}")
     if version < SCHEMA_VERSION:
         _upgrade(conn)
-    if not {"leases", "inbox"} <= tables:
+    if not {"leases", "inbox", "hosts"} <= tables:
         _add_host_tables(conn)
 
 
@@ -425,12 +431,10 @@ def host_table_stand_ins(path: str, access: Access) -> tuple[str, ...]:
         tables = _tables(conn)
     finally:
         conn.close()
-    if {"leases", "inbox"} <= tables:
-        return ()
     return tuple(
         statement.replace("CREATE TABLE IF NOT EXISTS", "CREATE TEMP TABLE", 1)
         for statement in _HOST_TABLES
-        if statement.startswith("CREATE TABLE")
+        if statement.startswith("CREATE TABLE") and statement.split()[5] not in tables
     )
 
 

@@ -8,7 +8,8 @@ against a cache of each session's incarnation, head and digest, trusted only
 while ``PRAGMA data_version`` says no other connection committed, and
 inserts the group with one ``executemany``; anything it cannot settle sends
 the group down the slow path, one savepoint per request.  The story is in
-``docs/journal.md``.
+``docs/journal.md``.  It is one piece: every kind of request must pass
+through both paths, which decide alike only while they share this module.
 """
 
 from __future__ import annotations
@@ -51,11 +52,20 @@ from ..rules import (
 )
 from ..store import SessionLease
 from .blobs import store as store_blobs
-from .leases import EntryRow, consume, insert_session, lease_state, put_entry, store_lease
+from .leases import (
+    EntryRow,
+    consume,
+    host_op,
+    insert_session,
+    lease_state,
+    put_entry,
+    store_lease,
+)
 from .schema import unavailable
 
 __all__ = [
     "AppendRequest",
+    "HostRequest",
     "LeaseRequest",
     "OpenRequest",
     "PutRequest",
@@ -147,6 +157,16 @@ class PutRequest(Request):
     def __init__(self, session: str, key: str, body: bytes, definition: str | None) -> None:
         super().__init__(session)
         self.key, self.body, self.definition = key, body, definition
+
+
+class HostRequest(Request):
+    """``register_host`` (``ttl`` > 0) or ``deregister_host``; no session's."""
+
+    __slots__ = ("definitions", "host", "token", "ttl")
+
+    def __init__(self, host: str, token: str, definitions: tuple[str, ...], ttl: int) -> None:
+        super().__init__("")
+        self.host, self.token, self.definitions, self.ttl = host, token, definitions, ttl
 
 
 class AppendRequest(Request):
@@ -496,6 +516,10 @@ class Writer:
             return self._open(request, work, now)
         if isinstance(request, LeaseRequest):
             return self._lease_op(request, work, now)
+        if isinstance(request, HostRequest):
+            return host_op(
+                self.conn, request.host, request.token, request.definitions, now, request.ttl
+            )
         assert isinstance(request, PutRequest)
         return self._put(request, work, now)
 

@@ -56,7 +56,16 @@ async def test_a_host_process_fed_by_submit_and_stopped_by_sigterm(tmp_path: Pat
         listed = await trio.run_process(
             cli("sessions", "--journal", url), cwd=ROOT, capture_stdout=True, check=False
         )
-        assert "owner h1, lease" in listed.stdout.decode()
+        [row] = [r for r in listed.stdout.decode().splitlines() if r.startswith("s1 ")]
+        assert "  idle  [owner h1, lease until " in row
+        # A second host under the live host's id: one line, exit 2, nothing taken.
+        twin = await trio.run_process(
+            cli("host", "--journal", url, "--definitions",
+                "tests.support.crash_hosts:cli_definitions", "--host-id", "h1"),
+            cwd=ROOT, capture_stdout=True, capture_stderr=True, check=False,
+        )  # fmt: skip
+        assert twin.returncode == 2
+        assert "host id 'h1' is in use by a live host" in twin.stderr.decode()
     finally:
         os.kill(host.pid, signal.SIGTERM)
         await host.wait()

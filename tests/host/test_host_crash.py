@@ -19,7 +19,7 @@ import pytest
 import trio
 import trio.lowlevel
 
-from journal import Journal, open_journal
+from journal import HostIdInUseError, Journal, open_journal
 from journal.events import InputQueued, ToolStarted, TurnEnded
 from session import Client, Host
 from session.replay import check
@@ -66,6 +66,10 @@ async def test_an_entry_is_applied_once_across_a_kill_at_its_consuming_append(
         else:
             # Neither: the entry waits for the next owner.
             assert not stored.consumed and queued == []
+        # The client never heard back: it retries with the same key, and is
+        # given the stored entry (applied, or still waiting), never a second.
+        retry = await Client(journal).submit(sid, "fetch it", key="s1")
+        assert (retry.number, retry.consumed) == (entry.number, when == "after")
         async with Host.open(
             journal, definitions(side), host_id="b", lease_ttl=LEASE_TTL, poll=0.05
         ) as b:
@@ -172,3 +176,45 @@ async def test_a_host_paused_past_its_lease_is_fenced_when_it_resumes(tmp_path: 
 
 async def turns(journal: Journal, session_id: str, n: int) -> bool:
     return len(await events_of(journal, session_id, TurnEnded)) >= n
+
+
+async def test_a_host_id_in_use_by_a_live_host_is_refused(url: str, tmp_path: Path) -> None:
+    # Real time, as above: the other host runs in its own process.
+    side = tmp_path / "effects.jsonl"
+    async with open_journal(url) as journal:
+        client = Client(journal)
+        sid = await client.create("fetcher", key="c1")
+    a = await trio.lowlevel.open_process(
+        [sys.executable, "-m", CHILD, "host-tool", url, str(side)], cwd=ROOT
+    )
+    try:
+        async with open_journal(url) as journal:
+            await Client(journal).wait(sid, "c1", timeout=None)
+            with pytest.raises(HostIdInUseError, match="host id 'a' is in use by a live host"):
+                async with Host.open(journal, definitions(side), host_id="a", lease_ttl=60):
+                    pass
+            # Refused before it claimed anything: host a still holds the session.
+            [info] = [h for h in await journal.hosts() if h.host == "a"]
+            assert info.live and info.definitions == ("fetcher",)
+            owned = {i.session: i for i in await journal.sessions()}[sid]
+            assert (owned.owner, owned.live) == ("a", True)
+            await Client(journal).submit(sid, "fetch it", key="s1")
+            await Client(journal).wait(sid, "s1", timeout=None)
+    finally:
+        a.kill()
+        await a.wait()
+
+
+async def test_a_host_on_postgres_wakes_on_notify(postgres_url: str, tmp_path: Path) -> None:
+    # Real time, against the server: the poll is an hour, so only LISTEN/NOTIFY
+    # brings the commands in (the fail_after is a hang guard, no measure).
+    side = tmp_path / "effects.jsonl"
+    async with open_journal(postgres_url) as journal, open_journal(postgres_url) as other:
+        async with Host.open(journal, definitions(side), host_id="n1", poll=3600):
+            client = Client(other)  # another connection, as another process would
+            with trio.fail_after(60):
+                sid = await client.create("fetcher", key="c1")
+                await client.wait(sid, "c1")
+                await client.submit(sid, "fetch it", key="s1")
+                await client.wait(sid, "s1")
+                await wait_for(lambda: completed(other, sid))

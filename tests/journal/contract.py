@@ -91,6 +91,7 @@ from journal import (
     Draft,
     DuplicateEventError,
     FencedError,
+    HostIdInUseError,
     InboxConsumedError,
     InboxError,
     InboxKeyError,
@@ -1090,6 +1091,11 @@ class _LeaseAndInboxContract:
             await journal.append(lease, drafts("y", 1), expected_seq=1)
             info = {i.session: i for i in await journal.sessions()}[session]
             assert (info.owner, info.expires_at) == ("host-a", lease.expires_at)
+            assert info.live
+            # Live is judged by the journal's own clock (the server's, on PostgreSQL).
+            await backend.expire(journal, session)
+            info = {i.session: i for i in await journal.sessions()}[session]
+            assert (info.owner, info.live) == ("host-a", False)
 
     async def test_a_live_lease_is_held_against_other_owners(self, backend: Backend) -> None:
         session = new_session()
@@ -1136,6 +1142,41 @@ class _LeaseAndInboxContract:
                 await journal.renew(lease, ttl=0)
             with pytest.raises(LeaseHeldError):
                 await journal.acquire(session, "host-b", ttl=60)
+
+    async def test_inbox_wakeups_say_first_that_they_watch(self, backend: Backend) -> None:
+        async with backend.open() as journal:
+            wakeups = journal.inbox_wakeups()
+            try:
+                assert await wakeups.__anext__() == ""
+            finally:
+                await wakeups.aclose()  # type: ignore[attr-defined]
+
+    async def test_a_host_id_is_held_by_one_live_registration(self, backend: Backend) -> None:
+        host = new_session()
+        async with backend.open() as journal:
+            first = await journal.register_host(host, "token-1", ttl=60, definitions=["agent"])
+            with pytest.raises(HostIdInUseError) as caught:
+                await journal.register_host(host, "token-2", ttl=60, definitions=["other"])
+            assert caught.value.host == host and "another id" in str(caught.value)
+            # Refused, it changed nothing; the holder renews.
+            assert await journal.register_host(host, "token-1", ttl=60) >= first
+            [info] = [h for h in await journal.hosts() if h.host == host]
+            assert (info.definitions, info.live) == ((), True)
+            await journal.register_host(host, "token-1", ttl=60, definitions=["agent", "b"])
+            [info] = [h for h in await journal.hosts() if h.host == host]
+            assert info.definitions == ("agent", "b")
+            # Another token cannot remove it; its own can.
+            await journal.deregister_host(host, "token-2")
+            assert host in {h.host for h in await journal.hosts()}
+            await journal.deregister_host(host, "token-1")
+            assert host not in {h.host for h in await journal.hosts()}
+            # An expired registration is free for another token (a microsecond passes).
+            await journal.register_host(host, "token-1", ttl=1e-6)
+            await journal.register_host(host, "token-2", ttl=60)
+            [info] = [h for h in await journal.hosts() if h.host == host]
+            assert info.live
+            with pytest.raises(ValueError, match="ttl"):
+                await journal.register_host(host, "token-2", ttl=0)
 
     async def test_release_fences_and_frees_at_once(self, backend: Backend) -> None:
         session = new_session()

@@ -41,6 +41,7 @@ from journal import (
     JournalError,
     JournalSchemaError,
     JournalUnavailableError,
+    LeaseHeldError,
     NotAJournalError,
     Record,
     SessionLease,
@@ -933,3 +934,36 @@ async def test_text_round_trips_whatever_client_encoding_is_asked_for(
         assert await journal.append(lease, [_draft(ids[-1])], expected_seq=4) == written[3:]
     monkeypatch.delenv("PGCLIENTENCODING", raising=False)
     assert await _stored_ids(postgres_url, "\u00fcber-\U0001f600") == ids
+
+
+async def test_a_take_skips_a_session_whose_row_another_transaction_holds(
+    postgres_url: str,
+) -> None:
+    # Hosts racing for one session never queue behind each other: a take
+    # finds the row locked (FOR UPDATE SKIP LOCKED) and is refused at once.
+    async with open_journal(postgres_url) as journal:
+        await journal.open_session("ses_locked")
+        holder = await trio.to_thread.run_sync(_connect, postgres_url)
+        try:
+            await trio.to_thread.run_sync(
+                lambda: holder.execute(
+                    "SELECT 1 FROM loopruntime_sessions WHERE session = %s FOR UPDATE",
+                    ("ses_locked",),
+                )
+            )
+            async with trio.open_nursery() as nursery:
+
+                async def let_go() -> None:
+                    # Without SKIP LOCKED the take would wait for this, then succeed.
+                    await trio.sleep(20)
+                    await trio.to_thread.run_sync(holder.rollback)
+
+                nursery.start_soon(let_go)
+                with pytest.raises(LeaseHeldError, match="another host taking it now"):
+                    await journal.acquire("ses_locked", "host-a", ttl=60)
+                nursery.cancel_scope.cancel()
+        finally:
+            await trio.to_thread.run_sync(holder.rollback)
+            holder.close()
+        lease = await journal.acquire("ses_locked", "host-a", ttl=60)
+        assert lease.owner == "host-a"

@@ -23,6 +23,7 @@ from tests.support import (
     crash_scenarios,
     crash_traces,
     keyed,
+    load_hosts,
 )
 from tests.support.processes import CHILD
 
@@ -62,6 +63,10 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     "host-tool": crash_hosts.host_tool,
     # URL SESSION_ID WORKDIR: a replay-safe tool that redacts its input, killed as it runs
     "redacted": crash_redaction.redacted,
+    # URL SIDE_DIR HOST_ID: a host of the load test, until killed or stopped
+    "load-host": load_hosts.load_host,
+    # URL COUNT: the load test's client, driving COUNT sessions to the end
+    "load-client": load_hosts.load_client,
 }
 
 

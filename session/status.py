@@ -1,0 +1,183 @@
+"""What a session is doing, from its loops' folds and its live lease.
+
+The journal alone cannot tell a turn running in a live process from one a
+crash left open; the lease can: a turn is "running" only while its owner's
+lease is live (as the journal judges it, ``SessionInfo.live``).  ``describe``
+is pure; ``statuses`` reads each session's fold and lease.  ``loopruntime sessions`` and
+``Client.sessions`` show the same words.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from journal import BlockingJournal, HostInfo, Journal, JournalError, SessionInfo
+from loopruntime import LoopState, LoopStatus
+
+from .checkpoints import SessionFolder
+from .restore import read_states
+
+__all__ = ["SessionStatus", "Status", "blocking_statuses", "describe", "statuses"]
+
+
+class Status(enum.Enum):
+    IDLE = "idle"
+    """Nothing to do: no open turn, no entry waiting (a host may hold it or not)."""
+    RUNNING = "running"
+    """A turn is open or inbox entries are being applied, under a live lease."""
+    WAITING_ON_PERSON = "waiting on a person"
+    """A gate (an approval or a question) is open: ``answer`` / ``decide``."""
+    UNKNOWN_EFFECTS = "unknown effects"
+    """A tool call's outcome is unknown: ``resolve`` each one."""
+    CRASHED = "crashed and unowned"
+    """Work was in flight and its owner's lease expired: the next host running
+    its definition takes it over."""
+    OPEN = "open"
+    """A turn is open in a session no host owns: running in a process that
+    opened it directly, or left by a crash (restoring it settles it)."""
+    WAITING_FOR_HOST = "waiting for a host"
+    """Inbox entries wait and no live host owns the session."""
+    STOPPED = "stopped"
+    """Every loop stopped for good."""
+    DAMAGED = "damaged"
+    """Its records do not read back (``replay --check`` names the first bad seq)."""
+
+
+class SessionStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """A session as a person watching hosts wants to see it."""
+
+    session: str
+    status: Status
+    detail: str
+    """Why, in words: what it waits for, what to do ("" when idle)."""
+    owner: str | None
+    """The owner of the lease, live or expired."""
+    expires_at: int
+    """unix ns when the owner's lease expires (0: none, or handed over)."""
+    live: bool
+    """Whether the owner's lease was live when the session was listed."""
+    pending: int
+    """Inbox entries not yet applied."""
+    definition: str | None
+    head: int
+    loops: int
+    updated_at: int
+
+
+def describe(
+    info: SessionInfo,
+    states: Mapping[str, LoopState] | None,
+    hosts: Sequence[HostInfo] | None = None,
+) -> SessionStatus:
+    """The status of the session ``info`` lists, whose loops fold to
+    ``states`` (None: its records do not read back); ``hosts``, the
+    registered hosts, lets it say when no live host runs its definition."""
+    live = info.live
+    status, detail = _decide(info, states, live, hosts)
+    return SessionStatus(
+        session=info.session,
+        status=status,
+        detail=detail,
+        owner=info.owner,
+        expires_at=info.expires_at,
+        live=live,
+        pending=info.pending,
+        definition=info.definition,
+        head=info.head,
+        loops=len(states) if states is not None else 0,
+        updated_at=info.updated_at,
+    )
+
+
+def _decide(
+    info: SessionInfo,
+    states: Mapping[str, LoopState] | None,
+    live: bool,
+    hosts: Sequence[HostInfo] | None,
+) -> tuple[Status, str]:
+    owner = info.owner
+    waiting = f"{info.pending} waiting in the inbox" if info.pending else ""
+    if states is None:
+        return Status.DAMAGED, "its records do not read back: `loopruntime replay --check`"
+    loops = {st.status for st in states.values()}
+    if LoopStatus.AWAITING_RESOLUTION in loops:
+        return Status.UNKNOWN_EFFECTS, _join(
+            "a tool call's outcome is unknown: `loopruntime resolve`", waiting
+        )
+    if LoopStatus.AWAITING_GATE in loops:
+        return Status.WAITING_ON_PERSON, _join(
+            "a gate is open: `loopruntime answer` or `decide`", waiting
+        )
+    if LoopStatus.RUNNING in loops:
+        if live:
+            return Status.RUNNING, _join("a turn is running", waiting)
+        if owner is not None:
+            return Status.CRASHED, _join(
+                f"owner {owner} is gone (its lease expired) with a turn open",
+                _for_host(info, hosts),
+                waiting,
+            )
+        return Status.OPEN, _join(
+            "a turn is open and no host owns it: running in a process that opened it "
+            "directly, or left by a crash (restoring it settles it)",
+            waiting,
+        )
+    if info.pending:
+        if live:
+            return Status.RUNNING, _join(waiting, "being applied")
+        return Status.WAITING_FOR_HOST, _join(waiting, _for_host(info, hosts))
+    if states and loops == {LoopStatus.STOPPED}:
+        return Status.STOPPED, "every loop stopped"
+    return Status.IDLE, ""
+
+
+def _for_host(info: SessionInfo, hosts: Sequence[HostInfo] | None) -> str:
+    name = info.definition
+    if name is None:
+        return "the next host running its definition takes it"
+    if hosts is not None and not any(h.live and name in h.definitions for h in hosts):
+        return (
+            f"no live host runs definition {name!r}: start one that does "
+            "(`loopruntime host --definitions module:NAME`)"
+        )
+    return f"waits for a host running definition {name!r}"
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+async def statuses(journal: Journal) -> list[SessionStatus]:
+    """Every session's status, oldest activity first.  A session whose
+    records do not read back is listed as damaged, never hides the others."""
+    infos = await journal.sessions()
+    hosts = await journal.hosts()
+    found: list[SessionStatus] = []
+    for info in sorted(infos, key=lambda i: i.updated_at):
+        try:
+            states: dict[str, LoopState] | None = await read_states(journal, info.session)
+        except JournalError:
+            states = None
+        found.append(describe(info, states, hosts))
+    return found
+
+
+def blocking_statuses(journal: BlockingJournal) -> list[SessionStatus]:
+    """``statuses`` through a blocking journal (a client's, in a worker
+    thread): each session's loops folded from its records (checkpoints are
+    derived data), without the hosts' registrations."""
+    found: list[SessionStatus] = []
+    for info in sorted(journal.sessions(), key=lambda i: i.updated_at):
+        folder = SessionFolder()
+        try:
+            while batch := journal.read(info.session, after=folder.head):
+                for record in batch:
+                    folder.feed(record)
+        except JournalError:
+            found.append(describe(info, None))
+            continue
+        found.append(describe(info, {k: v for k, v in folder.states.items() if v.loop}))
+    return found
