@@ -21,10 +21,10 @@ from .host import HostStatistics as HostStatistics
 from .runtime import ROOT_LOOP as ROOT_LOOP
 from .runtime import Session as Session
 from .runtime import StreamDelta as StreamDelta
-from .sync_client import SyncClient as SyncClient
-from .sync_client import open_sync_client as open_sync_client
 from .status import SessionStatus as SessionStatus
 from .status import Status as Status
+from .sync_client import SyncClient as SyncClient
+from .sync_client import open_sync_client as open_sync_client
 
 __all__ = [
     "ROOT_LOOP",

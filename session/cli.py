@@ -30,9 +30,8 @@ from journal import (
     make_journal_directory,
     parse_location,
 )
-from loopruntime import LoopError, LoopStatus
-from loopruntime.host import check_principal
 from loopruntime import LoopError
+from loopruntime.host import check_principal
 
 from .chat import run_chat
 from .client import CommandRefusedError
@@ -40,8 +39,8 @@ from .fork import lineage, plan_fork, write_fork
 from .hosting_cli import add_commands, submit_command
 from .replay import ReplayInputError, open_for_replay, replay_command
 from .restore import read_states, resolve_offline
-from .terminal import tracked
 from .status import SessionStatus, Status, describe
+from .terminal import tracked
 
 __all__ = ["main"]
 

@@ -226,6 +226,8 @@ def test_blobs_benchmark_rows() -> None:
     for row in (ref, inline):
         assert row["append_seconds"] > 0 and row["restore_seconds"] > 0 and row["bytes"] > 0
     assert len(blob_rows([ref, inline])) == 4
+
+
 def test_hosts_benchmark_rows(tmp_path: Path) -> None:
     # Tiny sizes; the throughput needs PostgreSQL and is left to the benchmark run.
     from benchmarks import hosts
