@@ -66,7 +66,16 @@ class _Console:
 
     def __init__(self, url: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "session.cli", "console", "--journal", url, "--bind", "127.0.0.1:0"],
+            [
+                sys.executable,
+                "-m",
+                "session.cli",
+                "console",
+                "--journal",
+                url,
+                "--bind",
+                "127.0.0.1:0",
+            ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
         )
@@ -124,9 +133,7 @@ async def _initial_load(http: httpx.AsyncClient, sid: str) -> tuple[float, int, 
     raise RuntimeError("the stream ended before it was ready")
 
 
-async def _commit_to_event(
-    url: str, http: httpx.AsyncClient, sid: str, events: int
-) -> list[float]:
+async def _commit_to_event(url: str, http: httpx.AsyncClient, sid: str, events: int) -> list[float]:
     """Lags (s) from each record's commit to the client holding its item."""
     seen: dict[int, float] = {}
     async with open_journal(url) as journal:

@@ -190,14 +190,20 @@ _PAGE_HEADERS = {
 
 def _routes(console: Console) -> list[Route | Mount]:
     async def index(request: Request) -> Response:
-        return _page(console, request, lambda: list_page(console.token, console.read_only, console.principal))
+        return _page(
+            console, request, lambda: list_page(console.token, console.read_only, console.principal)
+        )
 
     async def session(request: Request) -> Response:
         sid = request.path_params["session"]
         if request.query_params.get("token") is None:
             console.check_read(request)
             await console.head(sid)
-        return _page(console, request, lambda: session_page(sid, console.token, console.read_only, console.principal))
+        return _page(
+            console,
+            request,
+            lambda: session_page(sid, console.token, console.read_only, console.principal),
+        )
 
     async def sessions(request: Request) -> Response:
         console.check_read(request)
@@ -328,12 +334,12 @@ def _routes(console: Console) -> list[Route | Mount]:
                 raise ConsoleError(400, f"the answer to form gate {gate_id} is empty JSON text")
             send = console.client.answer(sid, gate_id, text, key=key, principal=who)
         else:
-            text = body.get("text")
-            if action != "answer" or not isinstance(text, str) or not text.strip():
+            said = body.get("text")
+            if action != "answer" or not isinstance(said, str) or not said.strip():
                 raise ConsoleError(
                     400, f"gate {gate_id} asks a question: send action 'answer' with its text"
                 )
-            send = console.client.answer(sid, gate_id, text, key=key, principal=who)
+            send = console.client.answer(sid, gate_id, said, key=key, principal=who)
         return await _sent(console, sid, key, send)
 
     async def effect(request: Request) -> Response:

@@ -64,9 +64,7 @@ def list_page(token: str, read_only: bool, principal: str | None = None) -> str:
     )
 
 
-def session_page(
-    session: str, token: str, read_only: bool, principal: str | None = None
-) -> str:
+def session_page(session: str, token: str, read_only: bool, principal: str | None = None) -> str:
     sid = escape(session)
     body = f"""<main id="session" data-session="{sid}">
 <h1>session <code>{sid}</code> <span id="live" class="live">connecting…</span></h1>

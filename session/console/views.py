@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from urllib.parse import urlsplit
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 

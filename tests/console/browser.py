@@ -64,9 +64,7 @@ def _python(*args: str) -> list[str]:
 class Stack:
     """A journal with host processes and one console process on it."""
 
-    def __init__(
-        self, tmp: Path, *, read_only: bool = False, principal: str | None = None
-    ) -> None:
+    def __init__(self, tmp: Path, *, read_only: bool = False, principal: str | None = None) -> None:
         self.path = tmp / "journal.db"
         # Cross-process tails poll the file: a short poll keeps the page close behind.
         self.url = f"sqlite:///{self.path}?poll=0.02"

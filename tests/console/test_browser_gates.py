@@ -76,9 +76,9 @@ def test_a_form_is_refused_for_a_bad_value_then_answered(page: Any, shared: Stac
     form = page.locator(".gate.form form.schema-form")
     form.wait_for()
     # The schema's markup is shown as text, never run.
-    assert "<script>document.title='owned'</script>" in form.locator(
-        ".form-description"
-    ).inner_text()
+    assert (
+        "<script>document.title='owned'</script>" in form.locator(".form-description").inner_text()
+    )
     city = form.locator('.field[data-field="city"]')
     assert "<script>alert('city')</script> the city" in city.locator(".description").inner_text()
     assert page.locator("#gates script").count() == 0 and page.title() != "owned"
