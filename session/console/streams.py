@@ -124,7 +124,8 @@ async def session_stream(
                 while len(records) < BATCH:
                     try:
                         records.append(receive.receive_nowait())
-                    except trio.WouldBlock:
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        # Nothing more yet, or the tail ended: send what came.
                         break
                 items = []
                 for r in records:
