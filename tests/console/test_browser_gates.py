@@ -137,3 +137,9 @@ def test_a_permission_gate_shows_the_classifiers_review(page: Any, shared: Stack
     wait_text(page, "~ classifier rules: ask deploy: deploy to prod needs a person")
     page.locator(".gate.permission button.deny").click()
     wait_text(page, "! denied by pat (once)")
+    # The tree's gate node says who answered it.
+    page.locator("button[data-tab=tree]").click()
+    page.wait_for_function(
+        "() => document.getElementById('tree-body').textContent.includes('denied by pat')",
+        timeout=HANG,
+    )

@@ -284,3 +284,57 @@ async def test_the_console_principal_is_shown_and_a_bad_one_refused() -> None:
 
 async def _text(env: Any, sid: str) -> str:
     return render_transcript([r async for r in env.journal.read(sid)])
+
+
+def _record(seq: int, event: Any) -> Record:
+    return Record(
+        seq=seq, id=f"r{seq}", session="s", loop="main", at=seq, cause=None, digest=b"", event=event
+    )
+
+
+def test_every_hook_action_and_a_failed_review_read_as_replay_says() -> None:
+    events = [
+        HookDecided(hook="ctx", point="before_model", action="context", text="it is Monday"),
+        HookDecided(hook="halt", point="before_model", action="stop", reason="quota spent"),
+        HookDecided(
+            hook="guard",
+            point="before_tool",
+            action="rewrite",
+            tool_use_id="tu_1",
+            original={"command": "ls"},
+            input={"command": "cd /sandbox && ls"},
+        ),
+        HookDecided(
+            hook="mask", point="after_tool", action="replace", tool_use_id="tu_1", reason="pii"
+        ),
+        HookDecided(
+            hook="slow", point="before_tool", action="failed", tool_use_id="tu_2", reason="timeout"
+        ),
+        GateReviewed(
+            tool_use_id="tu_3",
+            tool_name="deploy",
+            classifier="llm",
+            verdict="ask",
+            reason="the classifier raised",
+            failed=True,
+        ),
+        GateReviewed(tool_use_id="tu_4", tool_name="rm", classifier="rules", verdict="deny"),
+        ToolsLoaded(tools=("atlas", "globe")),
+    ]
+    records = [_record(i + 1, e) for i, e in enumerate(events)]
+    shown = _shown(records)
+    assert shown == render_transcript(records)
+    for words in [
+        "⚑ hook ctx (before_model) added context: it is Monday",
+        "⚑ hook halt (before_model) stopped the turn: quota spent",
+        "rewrote call tu_1",
+        "⚑ hook mask (after_tool) replaced the result of call tu_1: pii",
+        "⚑ hook slow (before_tool) failed call tu_2 (the runtime failed closed): timeout",
+        "~ classifier llm: ask deploy (failed, so ask): the classifier raised",
+        "~ classifier rules: deny rm",
+        "(tools loaded: atlas, globe)",
+    ]:
+        assert words in shown, words
+    feed = TranscriptFeed()
+    tags = [feed.item(r)["tag"] for r in records]
+    assert tags[0] == "hook.decided" and tags[5] == "gate.reviewed" and tags[-1] == "tools.loaded"

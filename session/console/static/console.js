@@ -498,7 +498,7 @@ function sessionPage() {
       const bits = [step.text ? step.text : "", step.tool_use_ids.length ? `→ ${step.tool_use_ids.length} tool call(s)` : "", step.notice ? `[${step.notice}]` : "", step.failed ? `failed ${step.failed}` : ""].filter(Boolean).join(" ");
       return el("div", { class: "leaf", text: `model step ${step.index}: ${bits} (seq ${step.first_seq}-${step.last_seq})` });
     }
-    const gates = step.gates.map((g) => el("div", { class: "leaf k-gate", text: `gate ${g.kind}: ${g.prompt} → ${g.status === "resolved" ? (g.kind === "user_input" ? g.answer : g.allow ? "allowed" : "denied") : g.status}` }));
+    const gates = step.gates.map((g) => el("div", { class: "leaf k-gate", text: `gate ${g.kind}: ${g.prompt} → ${g.status === "resolved" ? (g.kind === "user_input" ? g.answer : g.allow ? "allowed" : "denied") : g.status}${g.answered_by ? ` by ${g.answered_by}` : ""}` }));
     return treeNode(`tool ${step.name} ${JSON.stringify(step.input)} [${step.status}]${step.result ? " → " + step.result : ""}`, gates, false);
   }
   async function loadTree() {
