@@ -12,6 +12,9 @@ Sections, run in this order (``--only NAME``, repeatable, picks some):
 * ``clients``  a command from outside the host and a record streamed back, for ``Client``
   under trio and asyncio and ``SyncClient``, beside the in-process ``Session``
   (``benchmarks.clients``);
+* ``console``  the console's data endpoints over HTTP, no browser: a 10,000-record session
+  page's initial data and commit -> Server-Sent Event lags (``benchmarks.console``), beside
+  the browser's figures from ``tests/console/test_load.py`` when they were written;
 * ``postgres`` the PostgreSQL journal (``benchmarks.postgres``), when that module exists and
   a server can be had (``LOOPRUNTIME_TEST_PG_DSN``, or PostgreSQL binaries to start one);
 * ``hosts``    failover, activation, passivated sessions' memory, 1 vs 2 hosts on PostgreSQL
@@ -129,6 +132,23 @@ def _run_section(
         return {"status": "ok", **_run_peers(quick, peer_budget, results, say)}
     if name == "clients":
         return {"status": "ok", "rows": clients.run(quick=quick, progress=say)}
+    if name == "console":
+        try:
+            import hypercorn  # noqa: F401
+            import starlette  # noqa: F401
+        except ImportError as exc:
+            return {
+                "status": "skipped",
+                "reason": f"the console's packages are not installed ({exc.name}): "
+                "pip install 'loopruntime[console]'",
+            }
+        from . import console
+
+        return {
+            "status": "ok",
+            "rows": console.run(quick=quick, progress=say),
+            "browser": console.browser_figures(),
+        }
     if name == "postgres":
         try:
             module = importlib.import_module("benchmarks.postgres")

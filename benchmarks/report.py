@@ -11,7 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-SECTIONS = ("journal", "loops", "restore", "blobs", "peers", "clients", "postgres", "hosts")
+SECTIONS = (
+    "journal",
+    "loops",
+    "restore",
+    "blobs",
+    "peers",
+    "clients",
+    "console",
+    "postgres",
+    "hosts",
+)
 """The sections of a run, in the order they run and their failures are listed."""
 INFO = "info"
 """The verdict of a row printed beside the targets for information, not as a target."""
@@ -501,6 +511,85 @@ def clients_section(rows: Sequence[dict[str, Any]]) -> list[str]:
     ]
 
 
+# -- the console --------------------------------------------------------------------------
+
+
+def console_section(rows: Sequence[dict[str, Any]], browser: dict[str, Any] | None) -> list[str]:
+    """The console section: its data endpoints over HTTP, then what Chromium
+    measured (``tests/console/test_load.py``) when those figures exist."""
+    poll = rows[0]["poll_seconds"] if rows else 0.02
+    lines = [
+        "### Console",
+        "",
+        "A `loopruntime console` process on SQLite (its tails look at the file every "
+        f"{poll * 1e3:g} ms), read by an HTTP client, no browser (`benchmarks/console.py`): "
+        "a session page's initial data (its live stream from the request to `ready`, every "
+        "record's item and the actions sent), and each record's commit to the stream message "
+        "holding it while turns run.",
+        "",
+        *_table(
+            ["measure", "records", "runs", "sent", "p50 ms", "p99 ms", "max ms"],
+            [
+                [
+                    r["measure"],
+                    f"{r['records']:,}",
+                    str(r["runs"]),
+                    format_bytes(r["bytes"]) if r["bytes"] else "-",
+                    _ms(r["p50_seconds"]),
+                    _ms(r.get("p99_seconds")),
+                    _ms(r["max_seconds"]),
+                ]
+                for r in rows
+            ],
+        ),
+    ]
+    if not browser:
+        return [
+            *lines,
+            "",
+            "No browser figures: `./dev test tests/console/test_load.py` writes them "
+            "(`benchmarks/results-console.json`).",
+        ]
+    found: list[list[str]] = []
+    lag = browser.get("commit_to_page_ms")
+    if isinstance(lag, dict):
+        found.append(
+            [
+                "commit -> shown on the page",
+                f"{lag.get('records', 0):,} records",
+                f"p50 {lag.get('p50')} ms, p99 {lag.get('p99')} ms",
+            ]
+        )
+    load = browser.get("page_load")
+    if isinstance(load, dict):
+        found.append(
+            [
+                "a session page loads",
+                f"{load.get('records', 0):,} records",
+                f"{load.get('seconds')} s to live",
+            ]
+        )
+    many = browser.get("load_50_sessions")
+    if isinstance(many, dict):
+        found.append(
+            [
+                "50 appending sessions, 10 pages open",
+                f"{many.get('records', 0):,} records",
+                f"pages current {many.get('pages_current_s_after_last_commit')} s after the "
+                f"last commit; console RSS {many.get('rss_kb_before')} -> "
+                f"{many.get('rss_kb_after')} kB",
+            ]
+        )
+    return [
+        *lines,
+        "",
+        "In Chromium (`tests/console/test_load.py`, `benchmarks/results-console.json`, "
+        "written when those tests last ran):",
+        "",
+        *_table(["measure", "size", "figure"], found),
+    ]
+
+
 # -- large records by reference ----------------------------------------------------------
 
 
@@ -617,6 +706,9 @@ def render(results: dict[str, Any]) -> str:
         ]
     if _ok(results, "clients"):
         lines += ["", *clients_section(results["clients"]["rows"])]
+    if _ok(results, "console"):
+        console = results["console"]
+        lines += ["", *console_section(console["rows"], console.get("browser"))]
     pg = results.get("postgres")
     if pg is not None:
         lines += ["", "### PostgreSQL journal", ""]

@@ -226,6 +226,12 @@ def add_commands(
     console.add_argument(
         "--read-only", action="store_true", help="show sessions only: no action is offered"
     )
+    console.add_argument(
+        "--principal",
+        metavar="NAME",
+        help="who the console's commands are from (a user id, a service name): recorded on "
+        "every answer, decision and resolution it sends; no authorization is implied",
+    )
 
     def run_console(args: argparse.Namespace) -> int:
         from .console import serve_console
@@ -234,7 +240,9 @@ def add_commands(
             print(text, flush=True)
 
         return trio.run(
-            functools.partial(serve_console, read_only=args.read_only, out=out),
+            functools.partial(
+                serve_console, read_only=args.read_only, principal=args.principal, out=out
+            ),
             console_url(args),
             args.bind,
         )

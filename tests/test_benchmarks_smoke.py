@@ -258,3 +258,47 @@ def test_hosts_benchmark_rows(tmp_path: Path) -> None:
         "failover: kill to first record of the new owner, p99 <= 1.5 x lease_ttl (750 ms)"
     ]
     assert "### Hosts" in hosts_section(rows)
+
+
+CONSOLE_KEYS = {
+    "measure",
+    "records",
+    "runs",
+    "items",
+    "bytes",
+    "p50_seconds",
+    "max_seconds",
+    "poll_seconds",
+}
+
+
+def test_console_benchmark_rows(tmp_path: Path) -> None:
+    """A real console process read over HTTP, no browser; the report puts the
+    browser's figures beside them when they were written, and says so when not."""
+    from benchmarks import console
+    from benchmarks.report import console_section
+
+    initial, streamed = console.run(records=300, loads=2, events=20, progress=lambda line: None)
+    assert set(initial) == CONSOLE_KEYS and set(streamed) == CONSOLE_KEYS | {"p99_seconds"}
+    assert initial["measure"] == "initial data" and streamed["measure"] == "commit -> SSE event"
+    # Every record of the session reached the client before ``ready``.
+    assert 200 <= initial["records"] <= 300 and initial["items"] == initial["records"]
+    assert initial["runs"] == 2 and initial["bytes"] > 0
+    assert streamed["records"] >= 20
+    _positive(initial, CONSOLE_KEYS)
+    _positive(streamed, CONSOLE_KEYS - {"bytes"})
+    assert streamed["p50_seconds"] <= streamed["p99_seconds"] <= streamed["max_seconds"]
+    table = console_section([initial, streamed], None)
+    assert table[0] == "### Console" and len([line for line in table if "|" in line]) == 4
+    assert "No browser figures" in table[-1]
+    figures = tmp_path / "results-console.json"
+    figures.write_text(
+        '{"commit_to_page_ms": {"records": 1000, "p50": 31.5, "p99": 80.2},'
+        ' "page_load": {"records": 10000, "seconds": 2.1}}'
+    )
+    browser = console.browser_figures(figures)
+    assert browser is not None
+    table = console_section([initial, streamed], browser)
+    assert "| commit -> shown on the page | 1,000 records | p50 31.5 ms, p99 80.2 ms |" in table
+    assert "| a session page loads | 10,000 records | 2.1 s to live |" in table
+    assert console.browser_figures(tmp_path / "absent.json") is None

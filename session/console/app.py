@@ -36,7 +36,7 @@ from starlette.staticfiles import StaticFiles
 from journal import InboxKeyError, Journal, JournalError, Record, SessionNotFoundError
 from journal.events import GateCancelled, GateResolved, ToolResolved
 from loopruntime import LoopError
-from loopruntime.host import FoldError
+from loopruntime.host import FoldError, check_principal
 
 from ..client import Client, CommandRefusedError
 from ..replay import build_tree, render_states, states_at, tree_json
@@ -46,9 +46,12 @@ from .pages import list_page, message_page, session_page
 from .streams import EventStream, list_stream, session_stream
 from .views import STATUS_ORDER
 
-__all__ = ["ConsoleError", "create_app"]
+__all__ = ["URL_CONFIRMED", "ConsoleError", "create_app"]
 
 log = structlog.get_logger(__name__)
+
+URL_CONFIRMED = "confirmed"
+"""The answer a URL gate gets when it is confirmed without a value."""
 
 
 class ConsoleError(Exception):
@@ -71,8 +74,11 @@ class Console:
         wait: float,
         list_poll: float,
         clock: Callable[[], int],
+        principal: str | None = None,
     ) -> None:
         self.journal = journal
+        self.principal = check_principal(principal)
+        """Who the console's commands are from (recorded on what they make)."""
         self.client = Client(journal)
         self.token = token
         self.read_only = read_only
@@ -184,14 +190,20 @@ _PAGE_HEADERS = {
 
 def _routes(console: Console) -> list[Route | Mount]:
     async def index(request: Request) -> Response:
-        return _page(console, request, lambda: list_page(console.token, console.read_only))
+        return _page(
+            console, request, lambda: list_page(console.token, console.read_only, console.principal)
+        )
 
     async def session(request: Request) -> Response:
         sid = request.path_params["session"]
         if request.query_params.get("token") is None:
             console.check_read(request)
             await console.head(sid)
-        return _page(console, request, lambda: session_page(sid, console.token, console.read_only))
+        return _page(
+            console,
+            request,
+            lambda: session_page(sid, console.token, console.read_only, console.principal),
+        )
 
     async def sessions(request: Request) -> Response:
         console.check_read(request)
@@ -276,6 +288,7 @@ def _routes(console: Console) -> list[Route | Mount]:
         if open_gate is None:
             raise ConsoleError(*await _closed_gate(console, sid, gate_id))
         action = body.get("action")
+        who = console.principal
         if open_gate.kind == "permission":
             choices = {
                 "allow_once": (True, "once"),
@@ -289,14 +302,44 @@ def _routes(console: Console) -> list[Route | Mount]:
                     f"allow_session or deny, not {action!r}",
                 )
             allow, scope = choices[action]
-            send = console.client.decide(sid, gate_id, allow, scope, key=key)
+            send = console.client.decide(sid, gate_id, allow, scope, key=key, principal=who)
+        elif open_gate.url is not None:
+            value = body.get("value")
+            if action != "confirm" or not (value is None or isinstance(value, str)):
+                raise ConsoleError(
+                    400,
+                    f"gate {gate_id} asks to open {open_gate.url} and confirm: send action "
+                    "'confirm' (with 'value', text, when it asks for one)",
+                )
+            if open_gate.needs_value and not (value or "").strip():
+                raise ConsoleError(
+                    400,
+                    f"gate {gate_id} asks for the value the page at {open_gate.url} gave "
+                    "(a code, an id): put it in 'value'; nothing was sent",
+                )
+            text = value if value and value.strip() else URL_CONFIRMED
+            send = console.client.answer(sid, gate_id, text, key=key, principal=who)
+        elif open_gate.form is not None:
+            if action != "answer" or ("data" not in body) == ("text" not in body):
+                raise ConsoleError(
+                    400,
+                    f"gate {gate_id} asks for a form: send action 'answer' with 'data' (the "
+                    "form's value) or 'text' (its JSON)",
+                )
+            if "data" in body:
+                text = msgspec.json.encode(body["data"]).decode()
+            elif isinstance(body["text"], str) and body["text"].strip():
+                text = body["text"]
+            else:
+                raise ConsoleError(400, f"the answer to form gate {gate_id} is empty JSON text")
+            send = console.client.answer(sid, gate_id, text, key=key, principal=who)
         else:
-            text = body.get("text")
-            if action != "answer" or not isinstance(text, str) or not text.strip():
+            said = body.get("text")
+            if action != "answer" or not isinstance(said, str) or not said.strip():
                 raise ConsoleError(
                     400, f"gate {gate_id} asks a question: send action 'answer' with its text"
                 )
-            send = console.client.answer(sid, gate_id, text, key=key)
+            send = console.client.answer(sid, gate_id, said, key=key, principal=who)
         return await _sent(console, sid, key, send)
 
     async def effect(request: Request) -> Response:
@@ -313,7 +356,9 @@ def _routes(console: Console) -> list[Route | Mount]:
         states = await read_states(console.journal, sid) if await console.head(sid) else {}
         if not any(execution in st.unknown for st in states.values()):
             raise ConsoleError(*await _settled_effect(console, sid, execution))
-        send = console.client.resolve(sid, execution, result, is_error, key=key)
+        send = console.client.resolve(
+            sid, execution, result, is_error, key=key, principal=console.principal
+        )
         return await _sent(console, sid, key, send)
 
     static = StaticFiles(directory=str(files("session.console") / "static"))
@@ -442,14 +487,23 @@ def create_app(
     wait: float = 10.0,
     list_poll: float = 0.5,
     clock: Callable[[], int] = time.time_ns,
+    principal: str | None = None,
 ) -> Starlette:
     """The console over an open ``journal``.  ``token`` guards every request;
     ``wait`` bounds how long an action waits for its outcome before answering
     202 (queued); ``list_poll`` is how often the live session list asks the
     journal for changes; ``clock`` is the journal's (unix ns: leases expire by
-    it).  The caller owns the journal."""
+    it); ``principal`` is stamped on every command the console sends (who
+    answered a gate, resolved a call; recorded, never checked).  The caller
+    owns the journal."""
     console = Console(
-        journal, token=token, read_only=read_only, wait=wait, list_poll=list_poll, clock=clock
+        journal,
+        token=token,
+        read_only=read_only,
+        wait=wait,
+        list_poll=list_poll,
+        clock=clock,
+        principal=principal,
     )
 
     def refused(request: Request, status: int, message: str) -> Response:

@@ -10,7 +10,20 @@ from html import escape
 __all__ = ["list_page", "message_page", "session_page"]
 
 
-def _shell(title: str, body: str, *, token: str | None, read_only: bool, page: str) -> str:
+def _shell(
+    title: str,
+    body: str,
+    *,
+    token: str | None,
+    read_only: bool,
+    page: str,
+    principal: str | None = None,
+) -> str:
+    acting = (
+        f'<span class="badge principal" id="principal">acting as {escape(principal)}</span>'
+        if principal is not None
+        else ""
+    )
     meta = f'<meta name="console-token" content="{escape(token)}">' if token else ""
     mode = "read-only" if read_only else "acting"
     return f"""<!doctype html>
@@ -26,7 +39,7 @@ def _shell(title: str, body: str, *, token: str | None, read_only: bool, page: s
 <body data-page="{escape(page)}" data-mode="{mode}">
 <header><a href="/" class="brand">loopruntime console</a>{
         '<span class="badge">read-only</span>' if read_only else ""
-    }</header>
+    }{acting}</header>
 {body}
 <script src="/static/console.js"></script>
 </body>
@@ -34,7 +47,7 @@ def _shell(title: str, body: str, *, token: str | None, read_only: bool, page: s
 """
 
 
-def list_page(token: str, read_only: bool) -> str:
+def list_page(token: str, read_only: bool, principal: str | None = None) -> str:
     body = """<main>
 <h1>Sessions</h1>
 <nav class="filters" id="filters" aria-label="filter by status"></nav>
@@ -46,10 +59,12 @@ def list_page(token: str, read_only: bool) -> str:
 </table>
 <p id="empty" hidden>No sessions in this journal yet.</p>
 </main>"""
-    return _shell("sessions", body, token=token, read_only=read_only, page="list")
+    return _shell(
+        "sessions", body, token=token, read_only=read_only, page="list", principal=principal
+    )
 
 
-def session_page(session: str, token: str, read_only: bool) -> str:
+def session_page(session: str, token: str, read_only: bool, principal: str | None = None) -> str:
     sid = escape(session)
     body = f"""<main id="session" data-session="{sid}">
 <h1>session <code>{sid}</code> <span id="live" class="live">connecting…</span></h1>
@@ -80,7 +95,14 @@ def session_page(session: str, token: str, read_only: bool) -> str:
 <pre id="record-json"></pre>
 </aside>
 </main>"""
-    return _shell(f"session {session}", body, token=token, read_only=read_only, page="session")
+    return _shell(
+        f"session {session}",
+        body,
+        token=token,
+        read_only=read_only,
+        page="session",
+        principal=principal,
+    )
 
 
 def message_page(status: int, message: str) -> str:

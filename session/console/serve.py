@@ -15,6 +15,8 @@ from typing import Any, cast
 
 import trio
 
+from loopruntime.host import check_principal
+
 from ..replay import open_for_replay
 
 __all__ = ["parse_bind", "serve_console"]
@@ -45,9 +47,11 @@ async def serve_console(
     read_only: bool,
     out: Callable[[str], None] = print,
     token: str | None = None,
+    principal: str | None = None,
 ) -> int:
     """Open the journal (refusing one that does not exist), serve the console
-    until SIGTERM or SIGINT, then close it."""
+    until SIGTERM or SIGINT, then close it.  ``principal`` is stamped on
+    every command the console sends."""
     try:
         from hypercorn.config import Config
         from hypercorn.trio import serve
@@ -59,9 +63,12 @@ async def serve_console(
             "pip install 'loopruntime[console]'"
         ) from exc
     host, port = parse_bind(bind)
+    principal = check_principal(principal)
+    if principal is not None and read_only:
+        raise ValueError("--principal names who acts, and a --read-only console sends nothing")
     token = token or secrets.token_urlsafe(24)
     async with open_for_replay(url, write=not read_only) as journal:
-        app = create_app(journal, token=token, read_only=read_only)
+        app = create_app(journal, token=token, read_only=read_only, principal=principal)
         config = Config()
         config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         config.accesslog = None
@@ -82,6 +89,7 @@ async def serve_console(
                 )
                 where = binds[0] if binds else f"http://{host}:{port}"
                 mode = " (read-only)" if read_only else ""
+                mode += f" acting as {principal}" if principal is not None else ""
                 out(f"console{mode} on {url}")
                 out(f"open {where}/?token={token}")
                 if not is_loopback(host):

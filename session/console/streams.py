@@ -22,7 +22,7 @@ from loopruntime.host import FoldError
 from ..checkpoints import SessionFolder
 from ..client import Client
 from .overview import Overview
-from .views import TranscriptFeed, actions_of
+from .views import Reviews, TranscriptFeed, actions_of
 
 __all__ = ["BATCH", "Emit", "EventStream", "list_stream", "session_stream"]
 
@@ -88,7 +88,7 @@ async def session_stream(
     records committed later (the journal's ``tail``), each batch as soon as
     it is read, with the actions open after it whenever they change.  Items
     up to ``after`` are folded, not sent (a page that reconnects)."""
-    feed, folder = TranscriptFeed(), SessionFolder()
+    feed, folder, reviews = TranscriptFeed(), SessionFolder(), Reviews()
     batch: list[dict[str, Any]] = []
     head = 0
     try:
@@ -96,6 +96,7 @@ async def session_stream(
             head = r.seq
             item = feed.item(r)
             folder.feed(r)
+            reviews.feed(r)
             if r.seq > after:
                 batch.append(item)
             if len(batch) >= BATCH:
@@ -103,7 +104,7 @@ async def session_stream(
                 batch = []
         if batch:
             await emit(_message("items", batch, head))
-        actions = actions_of(folder.states)
+        actions = actions_of(folder.states, reviews)
         shown = msgspec.json.encode(actions)
         await emit(_message("actions", actions))
         await emit(_message("ready", {"head": head}))
@@ -123,14 +124,16 @@ async def session_stream(
                 while len(records) < BATCH:
                     try:
                         records.append(receive.receive_nowait())
-                    except trio.WouldBlock:
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        # Nothing more yet, or the tail ended: send what came.
                         break
                 items = []
                 for r in records:
                     folder.feed(r)
+                    reviews.feed(r)
                     items.append(feed.item(r))
                 await emit(_message("items", items, records[-1].seq))
-                actions = actions_of(folder.states)
+                actions = actions_of(folder.states, reviews)
                 encoded = msgspec.json.encode(actions)
                 if encoded != shown:
                     shown = encoded

@@ -11,12 +11,19 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 
 from journal import Record, SessionInfo
 from journal.content import TextDelta
-from journal.events import ModelCallStarted, ModelMessageCommitted, ModelOutput
+from journal.events import (
+    GateOpened,
+    GateReviewed,
+    ModelCallStarted,
+    ModelMessageCommitted,
+    ModelOutput,
+)
 from loopruntime import LoopState
 
 from ..replay import TranscriptRenderer
@@ -26,8 +33,11 @@ __all__ = [
     "SessionRow",
     "Status",
     "Summary",
+    "Reviews",
     "TranscriptFeed",
     "actions_of",
+    "form_fields",
+    "link_url",
     "session_row",
     "session_status",
     "sorted_rows",
@@ -227,24 +237,148 @@ def _strip_seq(marked: str, prefix: int) -> str:
 # -- actions ------------------------------------------------------------------------
 
 
-def actions_of(states: dict[str, LoopState]) -> dict[str, list[dict[str, Any]]]:
-    """What a person can do now: open gates (allow / deny, or answer) and tool
-    calls whose outcome is unknown (resolve), per loop, in the order opened."""
+class Reviews:
+    """The classifiers' reviews of each call (``gate.reviewed``), by tool use
+    id, so a permission gate is shown beside the reviews that left it to a
+    person.  Fed every record; keeps only reviews."""
+
+    __slots__ = ("by_call",)
+
+    def __init__(self) -> None:
+        self.by_call: dict[str, list[dict[str, Any]]] = {}
+
+    def feed(self, record: Record) -> None:
+        e = record.event
+        if isinstance(e, GateReviewed):
+            self.by_call.setdefault(e.tool_use_id, []).append(
+                {
+                    "classifier": e.classifier,
+                    "verdict": e.verdict,
+                    "reason": e.reason,
+                    "failed": e.failed,
+                    "seq": record.seq,
+                }
+            )
+
+
+def link_url(url: str | None) -> str | None:
+    """``url`` when a page may make it a link (an absolute http(s) address),
+    else None: the page then shows it as text only.  The runtime refuses
+    other URLs when the gate opens; a journal written by hand is not trusted."""
+    if url is None:
+        return None
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        return None
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        return None
+    return url
+
+
+_PLAIN = ("string", "integer", "number", "boolean")
+
+
+def form_fields(schema: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The plain fields of a form's JSON Schema, in its order: ``{"name",
+    "type", "required", "title", "description", "enum", "default"}`` with
+    ``type`` one of string, integer, number, boolean, enum, or json (any
+    other shape: the page offers a JSON text box for that field).  None when
+    the schema is not an object with properties (the page then offers one
+    JSON text box for the whole answer)."""
+    root = _resolved(schema, schema)
+    properties = root.get("properties")
+    if root.get("type") != "object" or not isinstance(properties, dict) or not properties:
+        return None
+    required = root.get("required")
+    needed = set(required) if isinstance(required, list) else set()
+    fields = []
+    for name, raw in properties.items():
+        prop = raw if isinstance(raw, dict) else {}
+        shape, optional = _field_shape(schema, prop)
+        field: dict[str, Any] = {
+            "name": str(name),
+            "type": shape.get("type") if shape.get("type") in _PLAIN else "json",
+            "required": name in needed,
+            "title": _text(prop.get("title")) or _text(shape.get("title")),
+            "description": _text(prop.get("description")) or _text(shape.get("description")),
+            "enum": None,
+            "nullable": optional,
+            "default": prop.get("default"),
+            "has_default": "default" in prop,
+        }
+        if isinstance(shape.get("enum"), list) and shape["enum"]:
+            field["type"], field["enum"] = "enum", list(shape["enum"])
+        fields.append(field)
+    return fields
+
+
+def _resolved(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` through its ``$ref`` into the schema's ``$defs`` (a few hops)."""
+    for _ in range(8):
+        ref = node.get("$ref")
+        if not isinstance(ref, str) or not ref.startswith("#/$defs/"):
+            return node
+        defs = schema.get("$defs")
+        target = defs.get(ref.removeprefix("#/$defs/")) if isinstance(defs, dict) else None
+        if not isinstance(target, dict):
+            return {}
+        node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def _field_shape(schema: dict[str, Any], prop: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """A property's own shape (through ``$ref``, and through ``anyOf`` with
+    null: an optional value), and whether null is allowed."""
+    prop = _resolved(schema, prop)
+    options = prop.get("anyOf")
+    if isinstance(options, list):
+        rest = [o for o in options if isinstance(o, dict) and o.get("type") != "null"]
+        if len(rest) == 1 and len(rest) < len(options):
+            return _resolved(schema, rest[0]), True
+    return prop, False
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def gate_view(loop: str, g: GateOpened, reviews: Reviews | None = None) -> dict[str, Any]:
+    """One open gate as the page's gate panel shows it."""
+    root = _resolved(g.form, g.form) if g.form is not None else {}
+    return {
+        "loop": loop,
+        "gate_id": g.gate_id,
+        "kind": g.kind,
+        "prompt": g.prompt,
+        "choices": list(g.choices) if g.choices else None,
+        "tool": g.tool_name,
+        "preview": g.preview,
+        "form": g.form,
+        "form_title": _text(root.get("title")),
+        "form_description": _text(root.get("description")),
+        "fields": form_fields(g.form) if g.form is not None else None,
+        "url": g.url,
+        "link": link_url(g.url),
+        "needs_value": g.needs_value,
+        "reviews": reviews.by_call.get(g.tool_use_id, []) if reviews and g.tool_use_id else [],
+    }
+
+
+def actions_of(
+    states: dict[str, LoopState], reviews: Reviews | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """What a person can do now: open gates (allow / deny, answer a question
+    or a form, confirm a URL) with the classifiers' reviews that left a
+    permission to a person, and tool calls whose outcome is unknown
+    (resolve), per loop, in the order opened."""
     gates: list[dict[str, Any]] = []
     unknown: list[dict[str, Any]] = []
     for loop, state in states.items():
         for g in state.open_gates:
-            gates.append(
-                {
-                    "loop": loop,
-                    "gate_id": g.gate_id,
-                    "kind": g.kind,
-                    "prompt": g.prompt,
-                    "choices": list(g.choices) if g.choices else None,
-                    "tool": g.tool_name,
-                    "preview": g.preview,
-                }
-            )
+            gates.append(gate_view(loop, g, reviews))
         for u in state.unknown_effects:
             unknown.append(
                 {"loop": loop, "execution_id": u.execution_id, "name": u.name, "input": u.input}

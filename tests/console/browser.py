@@ -64,13 +64,14 @@ def _python(*args: str) -> list[str]:
 class Stack:
     """A journal with host processes and one console process on it."""
 
-    def __init__(self, tmp: Path, *, read_only: bool = False) -> None:
+    def __init__(self, tmp: Path, *, read_only: bool = False, principal: str | None = None) -> None:
         self.path = tmp / "journal.db"
         # Cross-process tails poll the file: a short poll keeps the page close behind.
         self.url = f"sqlite:///{self.path}?poll=0.02"
         trio.run(init_journal, self.url)
         self.hosts: dict[str, subprocess.Popen[bytes]] = {}
         self.read_only = read_only
+        self.principal = principal
         self.console: subprocess.Popen[bytes] | None = None
         self.address = ""
         self.token = ""
@@ -107,6 +108,8 @@ class Stack:
         args = ["console", "--journal", self.url, "--bind", "127.0.0.1:0"]
         if self.read_only:
             args.append("--read-only")
+        if self.principal is not None:
+            args += ["--principal", self.principal]
         self.console = subprocess.Popen(_python(*args), cwd=ROOT, stdout=subprocess.PIPE)
         assert self.console.stdout is not None
         said = ""
@@ -143,9 +146,13 @@ class Stack:
 
 @contextmanager
 def stack(
-    tmp: Path, *, hosts: tuple[str, ...] = ("a",), read_only: bool = False
+    tmp: Path,
+    *,
+    hosts: tuple[str, ...] = ("a",),
+    read_only: bool = False,
+    principal: str | None = None,
 ) -> Iterator[Stack]:
-    s = Stack(tmp, read_only=read_only)
+    s = Stack(tmp, read_only=read_only, principal=principal)
     try:
         for h in hosts:
             s.start_host(h)

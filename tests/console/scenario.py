@@ -12,17 +12,50 @@ in a host process; the HTTP tests run it in a ``Host`` of their own.
 * "invoice ..." ``send_invoice``, which never returns (the host is SIGKILLed in it);
 * "page ..."    ``fetch_page``, whose result holds markup (it must be shown as text);
 * anything else is echoed.
+
+The ``gates`` definition shows the gate kinds and decisions beyond those:
+
+* "form ..."    ``ship``, which asks a form (``Parcel``: a ``<script>`` in its
+  title's description and a field's description);
+* "url ..."     ``connect``, which asks to open a URL holding markup characters;
+* "code ..."    ``connect_code``, the same asking for a value back;
+* "deploy ..."  ``deploy``, which a classifier reviews (``ask``) before its
+  permission gate opens;
+* "wipe ..."    ``wipe``, which a hook denies;
+* "load ..."    ``load_tools`` loading the deferred ``atlas``.
 """
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
+import msgspec
 import trio
 
 from journal.content import Text, ToolResult
-from loopruntime import LoopDefinition, ModelRequest, ToolContext, tool
+from loopruntime import (
+    BeforeTool,
+    Deny,
+    LoopDefinition,
+    ModelRequest,
+    PermissionRequest,
+    Review,
+    ToolContext,
+    classifier,
+    hook,
+    tool,
+)
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 
-__all__ = ["HOSTILE", "STREAMED", "definition", "definitions"]
+__all__ = [
+    "HOSTILE",
+    "HOSTILE_URL",
+    "STREAMED",
+    "Parcel",
+    "definition",
+    "definitions",
+    "gates_definition",
+]
 
 STREAMED = (
     "Here is a long answer that arrives a few characters at a time, so a page that "
@@ -111,5 +144,104 @@ def definition() -> LoopDefinition:
     )
 
 
+# -- the gates definition ----------------------------------------------------------
+
+HOSTILE_URL = 'https://auth.example.org/consent?next="><script>alert(1)</script>&x=<b>'
+"""An http(s) URL the runtime accepts (no spaces) holding markup characters."""
+
+
+class Parcel(msgspec.Struct):
+    """Where the parcel goes. <script>document.title='owned'</script>"""
+
+    city: Annotated[str, msgspec.Meta(description="<script>alert('city')</script> the city")]
+    zip: int
+    express: bool = False
+    size: Literal["small", "large"] = "small"
+    note: str | None = None
+    tags: list[str] = []
+
+
+@tool(permission="allow")
+async def ship(ctx: ToolContext, *, item: str) -> str:
+    """Ship an item (asks where, as a form)."""
+    parcel = await ctx.ask_form(f"Where should the {item} go?", Parcel)
+    express = " express" if parcel.express else ""
+    return f"shipped {item} to {parcel.city} {parcel.zip} ({parcel.size}{express})"
+
+
+@tool(permission="allow")
+async def connect(ctx: ToolContext, *, service: str) -> str:
+    """Connect a service (a person opens its consent page)."""
+    answer = await ctx.ask_open_url(f"Allow access to {service}", HOSTILE_URL)
+    return f"connected {service} ({answer})"
+
+
+@tool(permission="allow")
+async def connect_code(ctx: ToolContext, *, service: str) -> str:
+    """Connect a service whose page gives a code back."""
+    code = await ctx.ask_open_url(f"Allow {service}, then paste its code", HOSTILE_URL, value=True)
+    return f"connected {service} with code {code}"
+
+
+@tool(permission="ask")
+async def deploy(ctx: ToolContext, *, target: str) -> str:
+    """Deploy (a classifier looks first, then a person)."""
+    return f"deployed to {target}"
+
+
+@tool(permission="allow")
+async def wipe(ctx: ToolContext, *, disk: str) -> str:
+    """Wipe a disk (a hook never lets it run)."""
+    raise AssertionError("the guard hook denies every wipe")
+
+
+@tool(permission="allow", deferred=True)
+async def atlas(ctx: ToolContext, *, place: str) -> str:
+    """Where a place is (deferred: loaded on demand)."""
+    return f"{place} is on the map"
+
+
+@classifier(name="rules")
+def rules(request: PermissionRequest) -> Review:
+    return Review("ask", f"{request.tool} to {request.input.get('target')} needs a person")
+
+
+@hook("before_tool", name="guard")
+async def guard(call: BeforeTool) -> Deny | None:
+    return Deny("wiping disks is not allowed here") if call.tool == "wipe" else None
+
+
+def _gates_brain(request: ModelRequest) -> Reply:
+    last = request.messages[-1]
+    results = [b for b in last.blocks if isinstance(b, ToolResult)]
+    if results:
+        texts = [" ".join(c.text for c in r.content if isinstance(c, Text)) for r in results]
+        return Reply(text="Done: " + " ".join(texts))
+    said = " ".join(b.text for b in last.blocks if isinstance(b, Text))
+    word = said.split(" ", 1)[0].lower()
+    calls = {
+        "form": ToolCall(name="ship", input={"item": "lamp"}),
+        "url": ToolCall(name="connect", input={"service": "CRM"}),
+        "code": ToolCall(name="connect_code", input={"service": "bank"}),
+        "deploy": ToolCall(name="deploy", input={"target": "prod"}),
+        "wipe": ToolCall(name="wipe", input={"disk": "sda"}),
+        "load": ToolCall(name="load_tools", input={"names": ["atlas"]}),
+    }
+    if word in calls:
+        return Reply(tool_calls=[calls[word]])
+    return Reply(text=f"echo: {said}")
+
+
+def gates_definition() -> LoopDefinition:
+    return LoopDefinition(
+        name="gates",
+        model=ScriptedModel(_gates_brain, name="scripted:gates"),
+        system="You are a careful assistant.",
+        tools=[ship, connect, connect_code, deploy, wipe, atlas],
+        classifiers=[rules],
+        hooks=[guard],
+    )
+
+
 def definitions() -> dict[str, LoopDefinition]:
-    return {"console": definition()}
+    return {"console": definition(), "gates": gates_definition()}

@@ -35,11 +35,18 @@ class Env:
     inbox: Client
     host: Host | None
 
-    async def session(self, *said: str, key: str = "s") -> str:
-        """A new session that was told ``said``, one input after another."""
-        sid = await self.inbox.create("console", key=f"{key}/create")
+    async def session(
+        self,
+        *said: str,
+        key: str = "s",
+        definition: str = "console",
+        principal: str | None = None,
+    ) -> str:
+        """A new session of ``definition`` that was told ``said``, one input
+        after another (by ``principal``)."""
+        sid = await self.inbox.create(definition, key=f"{key}/create")
         for i, text in enumerate(said):
-            await self.inbox.submit(sid, text, key=f"{key}/{i}")
+            await self.inbox.submit(sid, text, key=f"{key}/{i}", principal=principal)
             await self.inbox.wait(sid, f"{key}/{i}")
         return sid
 
@@ -66,6 +73,7 @@ async def running(
     wait: float = 5.0,
     journal: Journal | None = None,
     clock: Callable[[], int] = lambda: int(trio.current_time() * 1e9),
+    principal: str | None = None,
 ) -> AsyncIterator[Env]:
     """The console over ``journal`` (default: a memory journal on trio's
     clock; ``clock`` is the journal's), with a host running the scenario
@@ -77,6 +85,7 @@ async def running(
         read_only=read_only,
         wait=wait,
         clock=clock,
+        principal=principal,
     )
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url=BASE) as http:

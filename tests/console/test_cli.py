@@ -63,6 +63,24 @@ def test_a_port_in_use_is_a_sentence(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "in use" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--principal", ""], "principal must not be empty"),
+        (["--principal", "x" * 201], "200"),
+        (["--principal", "alice", "--read-only"], "--read-only console sends nothing"),
+    ],
+)
+def test_a_bad_principal_is_a_sentence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], said: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    trio.run(init_journal, url)
+    assert main(["console", "--journal", url, "--bind", "127.0.0.1:0", *extra]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err
+
+
 @pytest.mark.slow
 def test_a_console_process_serves_loopback_with_its_token_and_stops_on_sigterm(
     tmp_path: Path,

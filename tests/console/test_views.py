@@ -101,6 +101,14 @@ def test_actions_are_the_open_gates_and_unknown_effects() -> None:
                 "choices": None,
                 "tool": "t",
                 "preview": None,
+                "form": None,
+                "form_title": "",
+                "form_description": "",
+                "fields": None,
+                "url": None,
+                "link": None,
+                "needs_value": False,
+                "reviews": [],
             }
         ],
         "unknown": [

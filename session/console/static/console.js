@@ -266,7 +266,7 @@ function sessionPage() {
     const entry = outcome(label);
     status.textContent = "sending…";
     status.classList.remove("problem");
-    const controls = status.parentElement.querySelectorAll("button, input, textarea");
+    const controls = status.parentElement.querySelectorAll("button, input, textarea, select");
     for (const c of controls) c.disabled = true;
     const { status: code, body: answer } = await postJSON(path, { ...body, key: keyFor(what) });
     if (code === 200) {
@@ -284,18 +284,137 @@ function sessionPage() {
       status.classList.add("problem");
       entry.text.textContent = `${label}: ${why}`;
       entry.li.classList.add("problem");
+      // Refused: the next try is a new command, under a new key.
+      keys.delete(what);
       for (const c of controls) c.disabled = false;
     }
+  }
+
+  function reviewsNode(reviews) {
+    // The classifiers that looked at this call first, in the replay's words.
+    return el("ul", { class: "reviews" }, ...reviews.map((r) =>
+      el("li", { class: `review ${r.verdict}`, "data-classifier": r.classifier },
+        el("span", { class: "k-gate", text: `classifier ${r.classifier}: ${r.verdict}` }),
+        r.failed ? " (failed, so ask)" : "",
+        r.reason ? `: ${r.reason}` : "")));
+  }
+
+  // A form gate: plain inputs for the schema's plain fields, a JSON box for
+  // anything else.  Values go as typed as they can be read; what does not
+  // fit (a word in a number field) goes as typed, for the owner to refuse
+  // with the field named.
+  function fieldNode(f) {
+    const id = `f-${Math.random().toString(36).slice(2)}`;
+    const label = el("label", { for: id }, el("span", { class: "name", text: f.title || f.name }));
+    if (f.required) label.append(el("span", { class: "required", title: "required", text: " *" }));
+    let input;
+    if (f.type === "boolean") {
+      input = el("input", { id, type: "checkbox", name: f.name, checked: f.default === true });
+    } else if (f.type === "enum") {
+      input = el("select", { id, name: f.name },
+        ...(f.required ? [] : [el("option", { value: "", text: "" })]),
+        ...f.enum.map((v, i) => el("option", { value: String(i), text: String(v), selected: f.has_default && f.default === v })));
+    } else if (f.type === "json") {
+      input = el("textarea", { id, name: f.name, rows: 2, placeholder: "JSON", class: "json" });
+      if (f.has_default) input.value = JSON.stringify(f.default);
+    } else {
+      const numeric = f.type === "integer" || f.type === "number";
+      input = el("input", { id, type: "text", name: f.name, inputmode: numeric ? (f.type === "integer" ? "numeric" : "decimal") : null, required: f.required });
+      if (f.has_default && f.default !== null) input.value = String(f.default);
+    }
+    const row = el("div", { class: "field", "data-field": f.name, "data-type": f.type }, label, input);
+    if (f.description) row.append(el("p", { class: "description", text: f.description }));
+    return { row, read: () => readField(f, input) };
+  }
+
+  // [present, value]: an empty optional field is left out (its default applies).
+  function readField(f, input) {
+    if (f.type === "boolean") return [true, input.checked];
+    if (f.type === "enum") return input.value === "" ? [false] : [true, f.enum[Number(input.value)]];
+    const text = input.value;
+    if (text.trim() === "") return f.required && f.type === "string" ? [true, ""] : [false];
+    if (f.type === "json") {
+      try {
+        return [true, JSON.parse(text)];
+      } catch (err) {
+        throw new Error(`${f.name} is not JSON (${err.message})`);
+      }
+    }
+    if (f.type === "integer" && /^-?\d+$/.test(text.trim())) return [true, Number(text.trim())];
+    if (f.type === "number" && text.trim() !== "" && !Number.isNaN(Number(text))) return [true, Number(text)];
+    return [true, text];
+  }
+
+  function formNode(g, path, status) {
+    const form = el("form", { class: "schema-form", "data-gate-form": g.gate_id });
+    if (g.form_title) form.append(el("h4", { class: "form-title", text: g.form_title }));
+    if (g.form_description) form.append(el("p", { class: "description form-description", text: g.form_description }));
+    let read;
+    if (g.fields) {
+      const fields = g.fields.map(fieldNode);
+      for (const f of fields) form.append(f.row);
+      read = () => {
+        const data = {};
+        g.fields.forEach((f, i) => {
+          const [present, value] = fields[i].read();
+          if (present) data[f.name] = value;
+        });
+        return { data };
+      };
+    } else {
+      const box = el("textarea", { "aria-label": "answer (JSON)", rows: 4, class: "json", placeholder: JSON.stringify(g.form) });
+      form.append(box);
+      read = () => ({ text: box.value });
+    }
+    form.append(el("button", { type: "submit", text: "Send" }));
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      let body;
+      try {
+        body = read();
+      } catch (err) {
+        status.textContent = err.message;
+        status.classList.add("problem");
+        return;
+      }
+      act(path, { action: "answer", ...body }, status, g.gate_id, `answered the form (gate ${g.gate_id})`);
+    });
+    return form;
+  }
+
+  function urlNode(g, path, status) {
+    const wrap = el("div", { class: "open-url" });
+    // Only an http(s) address ever becomes a link (the server says which).
+    const shown = g.link && /^https?:\/\//i.test(g.link)
+      ? el("a", { href: g.link, target: "_blank", rel: "noopener noreferrer", class: "url", text: g.url })
+      : el("code", { class: "url", text: g.url });
+    wrap.append(el("p", {}, "Open ", shown, ", then confirm here."));
+    if (!READ_ONLY) {
+      const value = g.needs_value ? el("input", { type: "text", "aria-label": "value", placeholder: "the value the page gave (a code, an id)", required: true }) : null;
+      const form = el("form", { class: "confirm" }, value, el("button", { type: "submit", text: "Confirm" }));
+      form.addEventListener("submit", (ev) => {
+        ev.preventDefault();
+        act(path, { action: "confirm", value: value ? value.value : null }, status, g.gate_id, `confirmed ${g.url} (gate ${g.gate_id})`);
+      });
+      wrap.append(form);
+    }
+    return wrap;
   }
 
   function gateNode(g) {
     const status = el("p", { class: "outcome", role: "status" });
     const path = `${base}/gates/${encodeURIComponent(g.gate_id)}`;
-    const box = el("div", { class: `gate ${g.kind}`, "data-gate": g.gate_id });
-    const what = g.kind === "permission" ? `${g.tool} wants to run` : "question";
+    const kind = g.form ? "form" : g.url ? "url" : g.kind;
+    const box = el("div", { class: `gate ${g.kind} ${kind}`, "data-gate": g.gate_id, "data-kind": kind });
+    const what = g.kind === "permission" ? `${g.tool} wants to run` : g.form ? "form" : g.url ? "open a page" : "question";
     box.append(el("h3", { text: `${what} (gate ${g.gate_id}, loop ${g.loop})` }), el("p", { class: "prompt", text: g.prompt }));
     if (g.preview) box.append(el("pre", { class: "preview", text: JSON.stringify(g.preview, null, 2) }));
-    if (!READ_ONLY) {
+    if (g.reviews && g.reviews.length) box.append(reviewsNode(g.reviews));
+    if (g.url) {
+      box.append(urlNode(g, path, status));
+    } else if (g.form) {
+      if (!READ_ONLY) box.append(formNode(g, path, status));
+    } else if (!READ_ONLY) {
       if (g.kind === "permission") {
         const choices = [["allow_once", "Allow once"], ["allow_session", "Allow for the session"], ["deny", "Deny"]];
         box.append(el("div", { class: "buttons" }, ...choices.map(([action, label]) =>
@@ -379,7 +498,7 @@ function sessionPage() {
       const bits = [step.text ? step.text : "", step.tool_use_ids.length ? `→ ${step.tool_use_ids.length} tool call(s)` : "", step.notice ? `[${step.notice}]` : "", step.failed ? `failed ${step.failed}` : ""].filter(Boolean).join(" ");
       return el("div", { class: "leaf", text: `model step ${step.index}: ${bits} (seq ${step.first_seq}-${step.last_seq})` });
     }
-    const gates = step.gates.map((g) => el("div", { class: "leaf k-gate", text: `gate ${g.kind}: ${g.prompt} → ${g.status === "resolved" ? (g.kind === "user_input" ? g.answer : g.allow ? "allowed" : "denied") : g.status}` }));
+    const gates = step.gates.map((g) => el("div", { class: "leaf k-gate", text: `gate ${g.kind}: ${g.prompt} → ${g.status === "resolved" ? (g.kind === "user_input" ? g.answer : g.allow ? "allowed" : "denied") : g.status}${g.answered_by ? ` by ${g.answered_by}` : ""}` }));
     return treeNode(`tool ${step.name} ${JSON.stringify(step.input)} [${step.status}]${step.result ? " → " + step.result : ""}`, gates, false);
   }
   async function loadTree() {
