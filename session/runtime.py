@@ -73,7 +73,7 @@ from .validation import (
     tools_command,
     user_message,
 )
-from .writer import Writer
+from .writer import CommitStatistics, Writer
 
 __all__ = ["ROOT_LOOP", "Session", "StreamDelta"]
 
@@ -448,6 +448,11 @@ class Session:
                 await loop.send(Shutdown())
             except LoopClosedError:
                 pass
+        try:
+            # Pipelined records still on their way go in before the writer stops.
+            await self._writer.wait_durable()
+        except Exception:
+            pass  # the writer's own failure: the session's run raises it
         self._subscriptions.wake_all()
 
     # -- commands -----------------------------------------------------------------
@@ -620,6 +625,9 @@ class Session:
     async def snapshot(self, *, loop: str | None = None) -> LoopState:
         """A consistent copy of a loop's state."""
         state: LoopState = await self._loop(loop).send(Snapshot())
+        if state.last_seq > self._writer.head:
+            # It holds pipelined records: returned once they are durable.
+            await self._writer.wait_durable(state.last_seq)
         return state
 
     async def result(self, turn_id: int | None = None, *, loop: str | None = None) -> Any:
@@ -647,9 +655,17 @@ class Session:
                 # A settled background child is about to report to its parent.
                 await self._delivered.park()
 
+    def commit_statistics(self) -> CommitStatistics:
+        """How this session's commits met the journal so far: how many waited
+        for durability, how many were pipelined, how many appends were made."""
+        return self._writer.statistics()
+
     async def verify(self) -> None:
         """Prove each live loop's state equals the fold of its journal records
         (for a fork, folded onto the state it was cut from)."""
+        # Pipelined records are folded before they are durable: compare once
+        # everything committed so far is in the journal.
+        await self._writer.wait_durable()
         base = SessionFolder()
         async for record in self.journal.read(self.id):
             base.feed(record)

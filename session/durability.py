@@ -1,0 +1,35 @@
+"""Which commits wait for durability and which are pipelined behind the next.
+
+Rules: a commit made only of the kinds in ``PIPELINED`` gates nothing outside
+the process, so its caller need not wait for the disk: the writer folds it at
+once, appends it with (or before) the next commit that must be durable, and
+publishes it only once it is durable.  Every other commit waits.  The reasons,
+kind by kind, are in ``docs/journal.md`` ("Which records wait").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from journal.events import (
+    ContextMeasured,
+    Event,
+    ModelCallStarted,
+    ModelMessageCommitted,
+    ModelOutput,
+)
+
+__all__ = ["PIPELINED", "may_pipeline"]
+
+PIPELINED: tuple[type, ...] = (ModelCallStarted, ModelOutput, ModelMessageCommitted, ContextMeasured)
+"""Event kinds whose loss in a crash leaves a state restore already settles:
+a model call that is open, or never started, is called again; its streamed
+pieces and its reply are the model's, not the world's."""
+
+
+def may_pipeline(events: Sequence[Event]) -> bool:
+    """Every event of the commit is of a pipelined kind."""
+    for event in events:
+        if not isinstance(event, PIPELINED):
+            return False
+    return True
