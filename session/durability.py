@@ -17,14 +17,24 @@ from journal.events import (
     ModelCallStarted,
     ModelMessageCommitted,
     ModelOutput,
+    ToolCompleted,
 )
 
 __all__ = ["PIPELINED", "may_pipeline"]
 
-PIPELINED: tuple[type, ...] = (ModelCallStarted, ModelOutput, ModelMessageCommitted, ContextMeasured)
+PIPELINED: tuple[type, ...] = (
+    ModelCallStarted,
+    ModelOutput,
+    ModelMessageCommitted,
+    ContextMeasured,
+    ToolCompleted,
+)
 """Event kinds whose loss in a crash leaves a state restore already settles:
-a model call that is open, or never started, is called again; its streamed
-pieces and its reply are the model's, not the world's."""
+a model call that is open, or never started, is called again (its streamed
+pieces and its reply are the model's, not the world's); a tool whose
+completion is lost is an unknown effect, exactly as when the crash comes
+while that completion is being appended today (the writer starts appending
+it within ``writer.LINGER``; only the model call after it no longer waits)."""
 
 
 def may_pipeline(events: Sequence[Event]) -> bool:

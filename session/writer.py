@@ -41,6 +41,12 @@ __all__ = ["CommitStatistics", "Expectation", "Stream", "Writer"]
 
 log = structlog.wrap_logger(logging.getLogger(__name__))
 
+LINGER = 0.002
+"""Seconds pipelined records wait for a barrier to ride with before the writer
+appends them on their own: long enough for a step's next durable commit to
+come along (a zero-latency model's step takes well under a millisecond), short
+beside a real model call, so they reach the journal, and subscribers, soon."""
+
 
 class Stream(Protocol):
     """What records are committed for: a loop, or a collaboration's stream."""
@@ -215,7 +221,8 @@ class Writer:
     def _stage(self, pending: _Pending) -> list[Record]:
         """Fold a pipelined commit now, under the seqs its append will give it,
         and leave it for the next append (see the module's docstring)."""
-        if not self._staged:
+        first = not self._staged
+        if first:
             # Every loop has folded up to ``_folded_to``: a checkpoint due now,
             # put first, is exactly the fold of the records before it.
             checkpoint = self.checkpoints.draft(self._folded_to, self.loops)
@@ -241,8 +248,8 @@ class Writer:
         pending.folded = records
         self._staged.append(pending)
         self.pipelined += 1
-        if not self._writing:
-            self._wake.set()
+        if first and not self._writing:
+            self._wake.set()  # the writer lingers, then appends them if nothing else did
         return records
 
     def _provisional(self, draft: Draft) -> Record:
@@ -335,12 +342,25 @@ class Writer:
         self.log.error("journal_append_failed", error=repr(exc))
 
     async def run(self) -> None:
-        """Append what queued up while an append was under way (forever)."""
+        """Append what queued up while an append was under way (forever).
+
+        Pipelined commits alone wait ``LINGER`` seconds first for a commit
+        that must be durable, to ride in its append (one transaction, one
+        fsync, instead of two); a barrier or ``wait_durable`` ends the wait."""
+        lingered = False
         while True:
             if (not self._queue and not self._staged) or self._writing:
                 self._wake = trio.Event()
                 await self._wake.wait()
+                lingered = False
                 continue
+            if not self._queue and not lingered:
+                self._wake = trio.Event()
+                with trio.move_on_after(LINGER):
+                    await self._wake.wait()
+                lingered = True
+                continue
+            lingered = False
             staged, self._staged = self._staged, []
             batch, self._queue = self._queue, []
             self._writing = True
