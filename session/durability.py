@@ -38,8 +38,14 @@ it within ``writer.LINGER``; only the model call after it no longer waits)."""
 
 
 def may_pipeline(events: Sequence[Event]) -> bool:
-    """Every event of the commit is of a pipelined kind."""
+    """Every event of the commit is of a pipelined kind, and it is not made of
+    streamed pieces alone: those are flushed while the reply streams so that a
+    crash keeps what was already shown (the reply is restored cut short, not
+    lost), which only holds if the flush waits."""
+    streamed = True
     for event in events:
         if not isinstance(event, PIPELINED):
             return False
-    return True
+        if not isinstance(event, ModelOutput):
+            streamed = False
+    return not streamed
