@@ -147,12 +147,20 @@ class Session:
         restore folds only what follows the last one (None: never).  With
         ``lease`` (taken by a host with ``Journal.acquire``) the session
         writes under it instead of opening the session itself."""
+        fresh = lease is None and session_id is None
         session_id = lease.session if lease is not None else session_id or new_id("ses_")
         session = cls(journal, session_id, definition, checkpoint_every=checkpoint_every)
-        try:
-            existing = await journal.head(session_id)
-        except SessionNotFoundError:
-            existing = 0
+        existing = 0
+        if not fresh:
+            # A chosen id may name a session with a live writer.  An id made
+            # here is 64 random bits nobody else holds, so the read (a hop to
+            # the journal, and for a new id an exception, cyclic garbage
+            # with its traceback) is spared; the lease's head below still
+            # refuses one that somehow has records.
+            try:
+                existing = await journal.head(session_id)
+            except SessionNotFoundError:
+                existing = 0
         if existing:
             # Refused before taking a lease, so a live writer is not fenced.
             raise SessionExistsError(

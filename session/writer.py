@@ -134,7 +134,9 @@ class Writer:
         records folded ahead of their durability)."""
         self._unfolded = False
         """An append under way carries commits that fold once it returns."""
-        self._durable = trio.lowlevel.ParkingLot()
+        self._durable: trio.lowlevel.ParkingLot | None = None
+        """Made by the first ``wait_durable`` that has to wait (an idle
+        session keeps none)."""
         self.waits = 0
         """Commits whose callers waited for durability (statistics)."""
         self.pipelined = 0
@@ -206,7 +208,7 @@ class Writer:
                 raise
             finally:
                 self._writing = self._unfolded = False
-                self._durable.unpark_all()
+                self._released()
                 if self._queue or self._staged:
                     self._wake.set()
             return pending.reply.result()
@@ -267,6 +269,10 @@ class Writer:
             event=draft.event,
         )
 
+    def _released(self) -> None:
+        if self._durable is not None:
+            self._durable.unpark_all()
+
     def statistics(self) -> CommitStatistics:
         return CommitStatistics(waits=self.waits, pipelined=self.pipelined, appends=self.appends)
 
@@ -278,6 +284,8 @@ class Writer:
             if self._failed is not None:
                 raise self._failed
             self._wake.set()
+            if self._durable is None:
+                self._durable = trio.lowlevel.ParkingLot()
             await self._durable.park()
 
     def expect(
@@ -338,7 +346,7 @@ class Writer:
             p.reply.fail(exc)
         self._queue = []
         self._staged = []
-        self._durable.unpark_all()
+        self._released()
         self.log.error("journal_append_failed", error=repr(exc))
 
     async def run(self) -> None:
@@ -361,30 +369,35 @@ class Writer:
                 lingered = True
                 continue
             lingered = False
-            staged, self._staged = self._staged, []
-            batch, self._queue = self._queue, []
-            self._writing = True
-            self._unfolded = bool(batch)
-            try:
-                group: list[_Pending] = staged
-                for pending in batch:
-                    if pending.guard is not None:
-                        # A guard sees everything committed before it folded.
-                        await self._append(group)
-                        group = []
-                        if not pending.guard():
-                            pending.reply.fail(
-                                GuardFailedError("the guarded commit's precondition failed")
-                            )
-                            continue
-                    group.append(pending)
-                await self._append(group)
-            except BaseException as exc:
-                self._fail(exc, [*staged, *batch])
-                raise
-            finally:
-                self._writing = self._unfolded = False
-                self._durable.unpark_all()
+            # In a method of its own, so nothing of the batch stays alive in
+            # this frame while it waits for the next one.
+            await self._write_batch()
+
+    async def _write_batch(self) -> None:
+        staged, self._staged = self._staged, []
+        batch, self._queue = self._queue, []
+        self._writing = True
+        self._unfolded = bool(batch)
+        try:
+            group: list[_Pending] = staged
+            for pending in batch:
+                if pending.guard is not None:
+                    # A guard sees everything committed before it folded.
+                    await self._append(group)
+                    group = []
+                    if not pending.guard():
+                        pending.reply.fail(
+                            GuardFailedError("the guarded commit's precondition failed")
+                        )
+                        continue
+                group.append(pending)
+            await self._append(group)
+        except BaseException as exc:
+            self._fail(exc, [*staged, *batch])
+            raise
+        finally:
+            self._writing = self._unfolded = False
+            self._released()
 
     async def _append(self, group: list[_Pending]) -> None:
         """Append a group in one atomic append, fold, publish, release."""
