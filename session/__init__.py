@@ -17,12 +17,14 @@ from .host import HostStatistics as HostStatistics
 from .runtime import ROOT_LOOP as ROOT_LOOP
 from .runtime import Session as Session
 from .runtime import StreamDelta as StreamDelta
+from .writer import CommitStatistics as CommitStatistics
 
 __all__ = [
     "ROOT_LOOP",
     "DefinitionDriftError",
     "Client",
     "CommandRefusedError",
+    "CommitStatistics",
     "Host",
     "HostStatistics",
     "ForkError",

@@ -48,6 +48,7 @@ PUBLIC = {
         "UnknownSessionError", "VerifyError", "InvalidContentError", "SeqOutOfRangeError",
         "ForkError", "NoResultError", "DefinitionDriftError",
         "Client", "CommandRefusedError", "Host", "HostStatistics", "open_client",
+        "CommitStatistics",
     },
 }  # fmt: skip
 
