@@ -9,8 +9,8 @@ waiting and later commit fails with it.
 A commit that gates nothing outside the process (``durability.may_pipeline``)
 is pipelined: it is folded at once, under the seqs the journal will give it,
 and its caller goes on without waiting; its records go to the journal with the
-next commit that must be durable (their barrier), or on their own as soon as
-the writer is free, and are published only once durable.  A pipelined commit
+next commit that must be durable (their barrier), or on their own once the
+writer has waited ``LINGER`` for one, and are published only once durable.  A pipelined commit
 is folded at once only while nothing folds later ahead of it (no waiting
 commit is queued or being appended); otherwise it simply waits its turn.
 """
@@ -441,7 +441,12 @@ class Writer:
             if p.folded is not None:
                 # Folded when it was committed: check the journal placed it
                 # where it was folded, then publish it, now that it is durable.
-                if [(r.seq, r.id) for r in mine] != [(r.seq, r.id) for r in p.folded]:
+                # (Seqs are contiguous: the first and the count say it all.)
+                first = p.folded[0]
+                if len(mine) != len(p.folded) or (mine[0].seq, mine[0].id) != (
+                    first.seq,
+                    first.id,
+                ):
                     raise RuntimeError(
                         f"session {self.session_id}: pipelined records were folded as seqs "
                         f"{[r.seq for r in p.folded]} but the journal stored them as "
