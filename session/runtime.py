@@ -301,7 +301,7 @@ class Session:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._writer.run)
+                self._writer.start(nursery)
                 if restoring:
                     # Every loop exists before the first settling commit: a
                     # checkpoint that commit carries pictures every loop there is.

@@ -41,6 +41,10 @@ __all__ = ["CommitStatistics", "Expectation", "Stream", "Writer"]
 
 log = structlog.wrap_logger(logging.getLogger(__name__))
 
+IDLE_EXIT = 1.0
+"""Seconds the writer task stays up with nothing to do: a busy session keeps
+it, an idle one lets it go (a parked task costs about 2 KB)."""
+
 LINGER = 0.002
 """Seconds pipelined records wait for a barrier to ride with before the writer
 appends them on their own: long enough for a step's next durable commit to
@@ -121,6 +125,10 @@ class Writer:
         self._subscribers = subscribers
         self._queue: list[_Pending] = []
         self._wake = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._running = False
+        """The writer task is alive (it exits after ``IDLE_EXIT`` with no work,
+        so an idle session keeps no task for it)."""
         self._writing = False
         self._failed: BaseException | None = None
         self._lease: Any = None
@@ -210,10 +218,10 @@ class Writer:
                 self._writing = self._unfolded = False
                 self._released()
                 if self._queue or self._staged:
-                    self._wake.set()
+                    self._kick()
             return pending.reply.result()
         self._queue.append(pending)
-        self._wake.set()
+        self._kick()
         # Shielded: once asked for, a commit runs to its end, so the caller
         # always learns exactly what became durable (and state is folded).
         with trio.CancelScope(shield=True):
@@ -251,7 +259,7 @@ class Writer:
         self._staged.append(pending)
         self.pipelined += 1
         if first and not self._writing:
-            self._wake.set()  # the writer lingers, then appends them if nothing else did
+            self._kick()  # the writer lingers, then appends them if nothing else did
         return records
 
     def _provisional(self, draft: Draft) -> Record:
@@ -283,7 +291,7 @@ class Writer:
         while self.head < target:
             if self._failed is not None:
                 raise self._failed
-            self._wake.set()
+            self._kick()
             if self._durable is None:
                 self._durable = trio.lowlevel.ParkingLot()
             await self._durable.park()
@@ -311,7 +319,7 @@ class Writer:
         pending.consumes.append(consumed)
         self._explicit += 1
         self._queue.append(pending)
-        self._wake.set()
+        self._kick()
         with trio.CancelScope(shield=True):
             await pending.reply.wait()
 
@@ -349,17 +357,42 @@ class Writer:
         self._released()
         self.log.error("journal_append_failed", error=repr(exc))
 
+    def start(self, nursery: trio.Nursery) -> None:
+        """Run the writer task in ``nursery`` whenever there is work for it."""
+        self._nursery = nursery
+
+    def _kick(self) -> None:
+        """Wake the writer task, starting it if it is not running."""
+        if self._running:
+            self._wake.set()
+        elif self._nursery is not None:
+            self._running = True
+            self._wake = trio.Event()
+            self._nursery.start_soon(self.run)
+
     async def run(self) -> None:
-        """Append what queued up while an append was under way (forever).
+        """Append what queued up while an append was under way, until there
+        has been nothing to do for ``IDLE_EXIT`` seconds.
 
         Pipelined commits alone wait ``LINGER`` seconds first for a commit
         that must be durable, to ride in its append (one transaction, one
         fsync, instead of two); a barrier or ``wait_durable`` ends the wait."""
+        self._running = True
+        try:
+            await self._serve()
+        finally:
+            self._running = False
+
+    async def _serve(self) -> None:
         lingered = False
         while True:
             if (not self._queue and not self._staged) or self._writing:
                 self._wake = trio.Event()
-                await self._wake.wait()
+                with trio.move_on_after(IDLE_EXIT):
+                    await self._wake.wait()
+                if not self._wake.is_set() and not self._writing:
+                    if not self._queue and not self._staged:
+                        return  # idle: the next commit that needs a task starts one
                 lingered = False
                 continue
             if not self._queue and not lingered:

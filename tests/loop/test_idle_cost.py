@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from journal import open_journal
 from journal.forwarding import ForwardingJournal
 from loopruntime import LoopDefinition, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session, SessionExistsError
+from session.writer import IDLE_EXIT
 
 
 @tool(permission="allow")
@@ -90,3 +92,19 @@ async def test_making_idle_sessions_leaves_no_cyclic_garbage(tmp_path: Path) -> 
                     await s.wait_idle()
             kinds = collections.Counter(type(o).__qualname__ for o in garbage)
     assert not garbage, kinds.most_common(10)
+
+
+async def test_an_idle_session_keeps_no_writer_task(autojump_clock: Any) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            tasks = len(s._nursery.child_tasks)
+            await trio.sleep(IDLE_EXIT * 2)
+            # The writer's task went away (a parked task is about 2 KB)...
+            assert len(s._nursery.child_tasks) == tasks - 1
+            # ...and comes back for the next commit that needs it.
+            await s.submit("again")
+            await s.wait_idle()
+            await s.verify()
+            assert (await s.snapshot()).turn_index == 2
