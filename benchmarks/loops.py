@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_STEP_SIZES",
     "GcClock",
     "TimedJournal",
+    "durable_waits",
     "idle_footprint",
     "main",
     "many_loops",
@@ -303,6 +304,46 @@ async def steps(
     return rows
 
 
+# -- scenario: durable waits -------------------------------------------------------------
+
+
+async def _counted_turn(path: str, n: int) -> dict[str, int]:
+    """One turn of ``n`` tool steps: how its commits met the journal (counted by the
+    session writer, ``Session.commit_statistics``), from submit to idle."""
+    script = StepScript(n)
+    async with open_journal(f"sqlite:///{path}") as journal:
+        async with Session.create(journal, step_definition(script, n)) as session:
+            before = session.commit_statistics()
+            await session.submit("begin")
+            await session.wait_idle()
+            after = session.commit_statistics()
+    return {
+        "waits": after.waits - before.waits,
+        "pipelined": after.pipelined - before.pipelined,
+        "appends": after.appends - before.appends,
+    }
+
+
+async def durable_waits(
+    directory: str, sizes: Sequence[int] = (1, 10), progress: Progress = stderr_progress
+) -> list[dict[str, Any]]:
+    """Commits a turn waited on for durability, per turn size: the count the
+    pipelined appends cut (a count, so the same on every machine but for the
+    appends, which depend on how commits happened to group)."""
+    rows = []
+    for n in sizes:
+        path = os.path.join(directory, f"waits-{n}.db")
+        counted = await _counted_turn(path, n)
+        _remove_db(path)
+        rows.append({"scenario": "waits", "system": "loopruntime sqlite NORMAL", "steps": n})
+        rows[-1].update(counted)
+        progress(
+            f"waits: a turn of {n} tool step(s): {counted['waits']} durable waits, "
+            f"{counted['pipelined']} pipelined commits, {counted['appends']} appends"
+        )
+    return rows
+
+
 # -- scenario: many loops ---------------------------------------------------------------
 
 
@@ -548,7 +589,8 @@ async def _run(
 ) -> list[dict[str, Any]]:
     # A quick run measures once: it shows the figures work, not what they are.
     rounds, pairs = (1, 1) if quick else (_STEP_ROUNDS, _LOOP_PAIRS)
-    rows = await steps(
+    rows = await durable_waits(directory, progress=progress)
+    rows += await steps(
         directory, step_sizes, min_tail_gaps=min_tail_gaps, rounds=rounds, progress=progress
     )
     rows += await many_loops(

@@ -612,6 +612,156 @@ def blob_rows(rows: Sequence[dict[str, Any]]) -> list[str]:
     )
 
 
+# -- the performance targets (issue 22) ----------------------------------------------------
+
+
+def _rows(results: dict[str, Any], section: str, scenario: str | None = None) -> list[Any]:
+    if not _ok(results, section):
+        return []
+    rows = results[section]["rows"]
+    return [r for r in rows if scenario is None or r.get("scenario") == scenario]
+
+
+def _at_most(value: float | None, limit: float) -> bool | None:
+    return None if value is None else value <= limit
+
+
+def _not_run(what: str) -> tuple[str, None]:
+    return f"not measured ({what})", None
+
+
+def _waits_target(results: dict[str, Any]) -> tuple[str, bool | None]:
+    waits = {r["steps"]: r for r in _rows(results, "loops", "waits")}
+    one = waits.get(1)
+    if one is None:
+        return _not_run("no waits rows: loops section not run, or results predate them")
+    measured = f"{one['waits']} (appends {one['appends']}, pipelined {one['pipelined']})"
+    ten = waits.get(10)
+    if ten is not None:
+        measured += f"; 10 steps: {ten['waits'] / 10:.1f} per step"
+    return measured, one["waits"] <= 3
+
+
+def _lg_ratio(results: dict[str, Any], n: int, limit: float) -> tuple[str, bool | None]:
+    if not _ok(results, "loops"):
+        return _not_run("loops section not run")
+    by, lg = _steps(results)
+    full = by.get(("FULL", n))
+    if full is None:
+        return _not_run(f"no run of {n} steps (--quick)")
+    g = lg.get(n)
+    r = _div(_figure(g, "per_step_seconds"), full["per_step_seconds"])
+    if r is None:
+        return _not_run(_why_not(g, _peer_missing(results.get("peers")) or "no peer figure"))
+    return _ratio(r), r >= limit
+
+
+def _growth(results: dict[str, Any]) -> tuple[str, bool | None]:
+    if not _ok(results, "loops"):
+        return _not_run("loops section not run")
+    by, _ = _steps(results)
+    found = []
+    for sync in ("FULL", "NORMAL"):
+        small, large = by.get((sync, 10)), by.get((sync, 3000))
+        if small is None or large is None:
+            return _not_run("no runs of 10 and 3,000 steps (--quick)")
+        found.append((sync, large["per_step_seconds"] / small["per_step_seconds"]))
+    measured = ", ".join(f"{sync} {r:.2f}x" for sync, r in found)
+    return measured, all(r <= 1.2 for _, r in found)
+
+
+def _loops_ratio(results: dict[str, Any], n: int, limit: float) -> tuple[str, bool | None]:
+    row = next((r for r in _rows(results, "loops", "loops") if r["loops"] == n), None)
+    if row is None:
+        return _not_run(f"no run of {n:,} loops (--quick or loops section not run)")
+    measured = _ratio(row["ratio"])
+    if n < 1000:
+        return measured, row["ratio"] >= limit
+    p99 = row["commit_p99_seconds"]
+    return f"{measured}; p99 {p99 * 1e3:.1f} ms", row["ratio"] >= limit and p99 <= 0.050
+
+
+def _harness_ratio(results: dict[str, Any]) -> tuple[str, bool | None]:
+    rows = _rows(results, "journal")
+    ratio = {(r["benchmark"].strip(), r["backend"]): r["ratio"] for r in rows}
+    found = [
+        (sync, ratio.get(("(bare: trio harness)", f"sqlite {sync}"))) for sync in ("FULL", "NORMAL")
+    ]
+    if any(r is None for _, r in found):
+        return _not_run("journal section not run")
+    return ", ".join(f"{sync} {_ratio(r)}" for sync, r in found), all(
+        r is not None and r >= 0.9 for _, r in found
+    )
+
+
+def _read_ratio(results: dict[str, Any]) -> tuple[str, bool | None]:
+    rows = _rows(results, "journal")
+    r = next(
+        (x["ratio"] for x in rows if x["benchmark"] == "read+decode (bare: + chain check)"), None
+    )
+    if r is None:
+        return _not_run("journal section not run")
+    return _ratio(r), r >= 0.9
+
+
+def _full_fold_ratio(results: dict[str, Any]) -> tuple[str, bool | None]:
+    rows = _rows(results, "restore")
+    big = next((r for r in rows if r["records"] >= 90_000), None)
+    if big is None or big.get("full_floor_ratio") is None:
+        return _not_run("no restore of 100k records (--quick or restore not run)")
+    r = big["full_floor_ratio"]
+    return _ratio(r), r >= 0.7
+
+
+def _idle(results: dict[str, Any]) -> tuple[str, bool | None]:
+    row = next((r for r in _rows(results, "loops", "idle") if r["loops"] == 100_000), None)
+    if row is None:
+        return _not_run("no run of 100,000 idle sessions (--quick)")
+    per = row["bytes_per_loop"]
+    seconds = row["setup_seconds"]
+    return (
+        f"{seconds:.0f} s (gc {row['gc_seconds']:.0f} s), {format_bytes(per)} each",
+        seconds <= 60 and per <= 8 * 1024,
+    )
+
+
+PERFORMANCE_TARGETS: tuple[tuple[str, str, Any], ...] = (
+    ("durable waits per tool step (a turn of one tool step, counted)", "<= 3", _waits_target),
+    (
+        "LangGraph / ours per step, at 10 steps (FULL)",
+        ">= 5x",
+        lambda res: _lg_ratio(res, 10, 5),
+    ),
+    (
+        "LangGraph / ours per step, at 1,000 steps (FULL)",
+        ">= 25x",
+        lambda res: _lg_ratio(res, 1000, 25),
+    ),
+    ("per-step cost at 3,000 steps / at 10, FULL and NORMAL", "<= 1.2x both", _growth),
+    ("100 loops / bare records/s", ">= 0.7x", lambda res: _loops_ratio(res, 100, 0.7)),
+    (
+        "1,000 loops / bare records/s; commit p99",
+        ">= 0.6x; <= 50 ms",
+        lambda res: _loops_ratio(res, 1000, 0.6),
+    ),
+    (
+        "journal, 100 concurrent appenders / the trio-harness ceiling (FULL and NORMAL)",
+        ">= 0.9x",
+        _harness_ratio,
+    ),
+    ("read+decode / bare loop with chain check", ">= 0.9x", _read_ratio),
+    ("full-fold restore / bare read+decode floor, 100k records", ">= 0.7x", _full_fold_ratio),
+    ("creating 100,000 idle sessions", "<= 60 s, <= 8 KB each", _idle),
+)
+"""Issue 22's table, row by row: (figure, target, how to read it from the results)."""
+
+
+def performance_targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    """Every row of issue 22's table: (figure, target, measured, met / missed / None:
+    not measured in this run)."""
+    return [(name, target, *read(results)) for name, target, read in PERFORMANCE_TARGETS]
+
+
 # -- the report ---------------------------------------------------------------------------
 
 
@@ -726,6 +876,12 @@ def render(results: dict[str, Any]) -> str:
         section = results.get(name)
         if section is not None and section["status"] == "error":
             lines += ["", f"**{name} failed:** {section['reason']}"]
+    verdicts = {True: "met", False: "**missed**", None: "not measured"}
+    lines += ["", "### Performance targets (issue 22)", ""]
+    lines += _table(
+        ["figure", "target", "measured", ""],
+        [[n, t, m, verdicts[ok]] for n, t, m, ok in performance_targets(results)],
+    )
     found = targets(results)
     if found:
         verdict: dict[bool | str | None, str] = {
@@ -734,7 +890,7 @@ def render(results: dict[str, Any]) -> str:
             None: "no peer figure",
             INFO: "information, not a target",
         }
-        lines += ["", "### Targets", ""]
+        lines += ["", "### Earlier targets and ceilings", ""]
         lines += _table(
             ["target", "measured", ""], [[t, value, verdict[ok]] for t, value, ok in found]
         )

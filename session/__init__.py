@@ -25,6 +25,7 @@ from .status import SessionStatus as SessionStatus
 from .status import Status as Status
 from .sync_client import SyncClient as SyncClient
 from .sync_client import open_sync_client as open_sync_client
+from .writer import CommitStatistics as CommitStatistics
 
 __all__ = [
     "ROOT_LOOP",
@@ -34,6 +35,7 @@ __all__ = [
     "ClientError",
     "ClientNotOpenError",
     "CommandRefusedError",
+    "CommitStatistics",
     "Host",
     "HostStatistics",
     "ForkError",

@@ -74,7 +74,7 @@ from .validation import (
     tools_command,
     user_message,
 )
-from .writer import Writer
+from .writer import CommitStatistics, Writer
 
 __all__ = ["ROOT_LOOP", "Session", "StreamDelta"]
 
@@ -148,12 +148,20 @@ class Session:
         restore folds only what follows the last one (None: never).  With
         ``lease`` (taken by a host with ``Journal.acquire``) the session
         writes under it instead of opening the session itself."""
+        fresh = lease is None and session_id is None
         session_id = lease.session if lease is not None else session_id or new_id("ses_")
         session = cls(journal, session_id, definition, checkpoint_every=checkpoint_every)
-        try:
-            existing = await journal.head(session_id)
-        except SessionNotFoundError:
-            existing = 0
+        existing = 0
+        if not fresh:
+            # A chosen id may name a session with a live writer.  An id made
+            # here is 64 random bits nobody else holds, so the read (a hop to
+            # the journal, and for a new id an exception, cyclic garbage
+            # with its traceback) is spared; the lease's head below still
+            # refuses one that somehow has records.
+            try:
+                existing = await journal.head(session_id)
+            except SessionNotFoundError:
+                existing = 0
         if existing:
             # Refused before taking a lease, so a live writer is not fenced.
             raise SessionExistsError(
@@ -294,7 +302,7 @@ class Session:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._writer.run)
+                self._writer.start(nursery)
                 if restoring:
                     # Every loop exists before the first settling commit: a
                     # checkpoint that commit carries pictures every loop there is.
@@ -449,6 +457,11 @@ class Session:
                 await loop.send(Shutdown())
             except LoopClosedError:
                 pass
+        try:
+            # Pipelined records still on their way go in before the writer stops.
+            await self._writer.wait_durable()
+        except Exception:
+            pass  # the writer's own failure: the session's run raises it
         self._subscriptions.wake_all()
 
     # -- commands -----------------------------------------------------------------
@@ -684,6 +697,9 @@ class Session:
     async def snapshot(self, *, loop: str | None = None) -> LoopState:
         """A consistent copy of a loop's state."""
         state: LoopState = await self._loop(loop).send(Snapshot())
+        if state.last_seq > self._writer.head:
+            # It holds pipelined records: returned once they are durable.
+            await self._writer.wait_durable(state.last_seq)
         return state
 
     async def result(self, turn_id: int | None = None, *, loop: str | None = None) -> Any:
@@ -711,9 +727,17 @@ class Session:
                 # A settled background child is about to report to its parent.
                 await self._delivered.park()
 
+    def commit_statistics(self) -> CommitStatistics:
+        """How this session's commits met the journal so far: how many waited
+        for durability, how many were pipelined, how many appends were made."""
+        return self._writer.statistics()
+
     async def verify(self) -> None:
         """Prove each live loop's state equals the fold of its journal records
         (for a fork, folded onto the state it was cut from)."""
+        # Pipelined records are folded before they are durable: compare once
+        # everything committed so far is in the journal.
+        await self._writer.wait_durable()
         base = SessionFolder()
         async for record in self.journal.read(self.id):
             base.feed(record)

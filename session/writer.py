@@ -5,11 +5,20 @@ atomic append, with a checkpoint in front when one is due; the records are
 then folded into their streams in seq order, pushed to subscribers, and only
 then are the committers released.  A journal failure stops the writer: every
 waiting and later commit fails with it.
+
+A commit that gates nothing outside the process (``durability.may_pipeline``)
+is pipelined: it is folded at once, under the seqs the journal will give it,
+and its caller goes on without waiting; its records go to the journal with the
+next commit that must be durable (their barrier), or on their own once the
+writer has waited ``LINGER`` for one, and are published only once durable.  A pipelined commit
+is folded at once only while nothing folds later ahead of it (no waiting
+commit is queued or being appended); otherwise it simply waits its turn.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from typing import Any, Protocol
@@ -25,11 +34,22 @@ from loopruntime import Loop
 from loopruntime.host import GuardFailedError, Reply, new_id
 
 from .checkpoints import Checkpointer
+from .durability import may_pipeline
 from .subscriptions import Subscriber
 
-__all__ = ["Expectation", "Stream", "Writer"]
+__all__ = ["CommitStatistics", "Expectation", "Stream", "Writer"]
 
 log = structlog.wrap_logger(logging.getLogger(__name__))
+
+IDLE_EXIT = 1.0
+"""Seconds the writer task stays up with nothing to do: a busy session keeps
+it, an idle one lets it go (a parked task costs about 2 KB)."""
+
+LINGER = 0.002
+"""Seconds pipelined records wait for a barrier to ride with before the writer
+appends them on their own: long enough for a step's next durable commit to
+come along (a zero-latency model's step takes well under a millisecond), short
+beside a real model call, so they reach the journal, and subscribers, soon."""
 
 
 class Stream(Protocol):
@@ -57,8 +77,19 @@ class Expectation:
         """Set once the append that consumed the entry is durable."""
 
 
+class CommitStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """A session writer's counts since it was made (``Session.commit_statistics``)."""
+
+    waits: int
+    """Commits whose caller waited until they were durable."""
+    pipelined: int
+    """Commits folded at once and appended behind a later one, unwaited."""
+    appends: int
+    """Journal appends made (each one transaction, with group commit maybe fewer)."""
+
+
 class _Pending:
-    __slots__ = ("consumes", "drafts", "guard", "loop", "reply")
+    __slots__ = ("consumes", "drafts", "folded", "guard", "loop", "reply")
 
     def __init__(
         self, loop: Stream | None, drafts: list[Draft], guard: Callable[[], bool] | None
@@ -68,6 +99,9 @@ class _Pending:
         self.guard = guard
         self.consumes: list[Consumed] = []
         self.reply: Reply[list[Record]] = Reply()
+        self.folded: list[Record] | None = None
+        """A pipelined commit: the records it was folded as (seq and id are
+        the journal's to be; a checkpoint's pending has ``loop`` None)."""
 
 
 class Writer:
@@ -91,18 +125,38 @@ class Writer:
         self._subscribers = subscribers
         self._queue: list[_Pending] = []
         self._wake = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._running = False
+        """The writer task is alive (it exits after ``IDLE_EXIT`` with no work,
+        so an idle session keeps no task for it)."""
         self._writing = False
         self._failed: BaseException | None = None
         self._lease: Any = None
         self._expecting: list[Expectation] = []
         self._explicit = 0
         """``consume`` calls queued and not yet appended."""
+        self._staged: list[_Pending] = []
+        """Pipelined commits, folded, not yet handed to the journal."""
+        self._folded_to = 0
+        """seq up to which the loops have folded (the head, plus pipelined
+        records folded ahead of their durability)."""
+        self._unfolded = False
+        """An append under way carries commits that fold once it returns."""
+        self._durable: trio.lowlevel.ParkingLot | None = None
+        """Made by the first ``wait_durable`` that has to wait (an idle
+        session keeps none)."""
+        self.waits = 0
+        """Commits whose callers waited for durability (statistics)."""
+        self.pipelined = 0
+        """Commits folded at once and pipelined behind a later append."""
+        self.appends = 0
+        self.session_id = session_id
         self.log = log.bind(session=session_id)
 
     def open(self, lease: Any) -> None:
         """Write under ``lease`` from its head on."""
         self._lease = lease
-        self.head = lease.head
+        self.head = self._folded_to = lease.head
 
     async def commit(
         self,
@@ -141,29 +195,106 @@ class Writer:
                 )
             ]
         pending = _Pending(loop, drafts, guard)
+        if guard is None and not self._queue and not self._unfolded and may_pipeline(events):
+            return self._stage(pending)
+        self.waits += 1
         if not self._writing and not self._queue and guard is None:
             # Nothing in flight: append from this task, sparing the hop to the
             # writer.  Commits arriving meanwhile queue up and go together next.
-            self._writing = True
+            staged, self._staged = self._staged, []
+            group = [*staged, pending]
+            self._writing = self._unfolded = True
             try:
-                await self._append([pending])
+                await self._append(group)
             except trio.Cancelled:
-                raise  # nothing was appended (the journal's contract): nothing to undo
+                # Nothing was appended (the journal's contract): the pipelined
+                # commits, folded already, go with the next append.
+                self._staged = staged + self._staged
+                raise
             except BaseException as exc:
-                self._fail(exc, [pending])
+                self._fail(exc, group)
                 raise
             finally:
-                self._writing = False
-                if self._queue:
-                    self._wake.set()
+                self._writing = self._unfolded = False
+                self._released()
+                if self._queue or self._staged:
+                    self._kick()
             return pending.reply.result()
         self._queue.append(pending)
-        self._wake.set()
+        self._kick()
         # Shielded: once asked for, a commit runs to its end, so the caller
         # always learns exactly what became durable (and state is folded).
         with trio.CancelScope(shield=True):
             records = await pending.reply.wait()
         return records
+
+    def _stage(self, pending: _Pending) -> list[Record]:
+        """Fold a pipelined commit now, under the seqs its append will give it,
+        and leave it for the next append (see the module's docstring)."""
+        first = not self._staged
+        if first:
+            # Every loop has folded up to ``_folded_to``: a checkpoint due now,
+            # put first, is exactly the fold of the records before it.
+            checkpoint = self.checkpoints.draft(self._folded_to, self.loops)
+            if checkpoint is not None:
+                mark = _Pending(None, [checkpoint], None)
+                mark.folded = [self._provisional(checkpoint)]
+                # Counted as written now, at the seq it will have: the next
+                # checkpoint, even one drafted before this one is durable,
+                # links to it.  (If its append fails, the session stops.)
+                self.checkpoints.written(mark.folded[0])
+                self._staged.append(mark)
+        loop = pending.loop
+        assert loop is not None
+        records = [self._provisional(d) for d in pending.drafts]
+        try:
+            for record in records:
+                loop.apply(record)
+        except BaseException as exc:
+            # The fold refused a record this process built: state and journal
+            # can no longer be told to agree, so the session stops.
+            self._fail(exc, [])
+            raise
+        pending.folded = records
+        self._staged.append(pending)
+        self.pipelined += 1
+        if first and not self._writing:
+            self._kick()  # the writer lingers, then appends them if nothing else did
+        return records
+
+    def _provisional(self, draft: Draft) -> Record:
+        """The record ``draft`` will be once appended (its digest aside, which
+        nothing folds)."""
+        self._folded_to += 1
+        return Record(
+            seq=self._folded_to,
+            id=draft.id,
+            session=self.session_id,
+            loop=draft.loop,
+            at=time.time_ns(),
+            cause=draft.cause,
+            digest=b"",
+            event=draft.event,
+        )
+
+    def _released(self) -> None:
+        if self._durable is not None:
+            self._durable.unpark_all()
+
+    def statistics(self) -> CommitStatistics:
+        return CommitStatistics(waits=self.waits, pipelined=self.pipelined, appends=self.appends)
+
+    async def wait_durable(self, seq: int | None = None) -> None:
+        """Return once the records up to ``seq`` (default: every record folded
+        so far) are durable; raises the writer's failure, if any."""
+        target = self._folded_to if seq is None else seq
+        while self.head < target:
+            if self._failed is not None:
+                raise self._failed
+            self._kick()
+            if self._durable is None:
+                self._durable = trio.lowlevel.ParkingLot()
+            await self._durable.park()
 
     def expect(
         self, entry: int, loop: str | None, match: Callable[[Event], InboxOutcome | None]
@@ -188,7 +319,7 @@ class Writer:
         pending.consumes.append(consumed)
         self._explicit += 1
         self._queue.append(pending)
-        self._wake.set()
+        self._kick()
         with trio.CancelScope(shield=True):
             await pending.reply.wait()
 
@@ -219,53 +350,105 @@ class Writer:
         something is durable that is not, and nobody waits forever on a
         commit that will never happen."""
         self._failed = exc
-        for p in [*batch, *self._queue]:
+        for p in [*batch, *self._queue, *self._staged]:
             p.reply.fail(exc)
         self._queue = []
+        self._staged = []
+        self._released()
         self.log.error("journal_append_failed", error=repr(exc))
 
+    def start(self, nursery: trio.Nursery) -> None:
+        """Run the writer task in ``nursery`` whenever there is work for it."""
+        self._nursery = nursery
+
+    def _kick(self) -> None:
+        """Wake the writer task, starting it if it is not running."""
+        if self._running:
+            self._wake.set()
+        elif self._nursery is not None:
+            self._running = True
+            self._wake = trio.Event()
+            self._nursery.start_soon(self.run)
+
     async def run(self) -> None:
-        """Append what queued up while an append was under way (forever)."""
+        """Append what queued up while an append was under way, until there
+        has been nothing to do for ``IDLE_EXIT`` seconds.
+
+        Pipelined commits alone wait ``LINGER`` seconds first for a commit
+        that must be durable, to ride in its append (one transaction, one
+        fsync, instead of two); a barrier or ``wait_durable`` ends the wait."""
+        self._running = True
+        try:
+            await self._serve()
+        finally:
+            self._running = False
+
+    async def _serve(self) -> None:
+        lingered = False
         while True:
-            if not self._queue or self._writing:
+            if (not self._queue and not self._staged) or self._writing:
                 self._wake = trio.Event()
-                await self._wake.wait()
+                with trio.move_on_after(IDLE_EXIT):
+                    await self._wake.wait()
+                if not self._wake.is_set() and not self._writing:
+                    if not self._queue and not self._staged:
+                        return  # idle: the next commit that needs a task starts one
+                lingered = False
                 continue
-            batch, self._queue = self._queue, []
-            self._writing = True
-            try:
-                group: list[_Pending] = []
-                for pending in batch:
-                    if pending.guard is not None:
-                        # A guard sees everything committed before it folded.
-                        await self._append(group)
-                        group = []
-                        if not pending.guard():
-                            pending.reply.fail(
-                                GuardFailedError("the guarded commit's precondition failed")
-                            )
-                            continue
-                    group.append(pending)
-                await self._append(group)
-            except BaseException as exc:
-                self._fail(exc, batch)
-                raise
-            finally:
-                self._writing = False
+            if not self._queue and not lingered:
+                self._wake = trio.Event()
+                with trio.move_on_after(LINGER):
+                    await self._wake.wait()
+                lingered = True
+                continue
+            lingered = False
+            # In a method of its own, so nothing of the batch stays alive in
+            # this frame while it waits for the next one.
+            await self._write_batch()
+
+    async def _write_batch(self) -> None:
+        staged, self._staged = self._staged, []
+        batch, self._queue = self._queue, []
+        self._writing = True
+        self._unfolded = bool(batch)
+        try:
+            group: list[_Pending] = staged
+            for pending in batch:
+                if pending.guard is not None:
+                    # A guard sees everything committed before it folded.
+                    await self._append(group)
+                    group = []
+                    if not pending.guard():
+                        pending.reply.fail(
+                            GuardFailedError("the guarded commit's precondition failed")
+                        )
+                        continue
+                group.append(pending)
+            await self._append(group)
+        except BaseException as exc:
+            self._fail(exc, [*staged, *batch])
+            raise
+        finally:
+            self._writing = self._unfolded = False
+            self._released()
 
     async def _append(self, group: list[_Pending]) -> None:
         """Append a group in one atomic append, fold, publish, release."""
         if not group:
             return
         drafts = [d for p in group for d in p.drafts]
-        # Every loop has folded up to the head: a checkpoint taken now, put
-        # first, is exactly the fold of the records before it.
-        checkpoint = self.checkpoints.draft(self.head, self.loops)
-        if checkpoint is not None:
-            drafts.insert(0, checkpoint)
+        checkpoint = None
+        if group[0].folded is None:
+            # Nothing is folded ahead of the head: a checkpoint taken now, put
+            # first, is exactly the fold of the records before it.  (A group
+            # led by pipelined commits decided its checkpoint when they folded.)
+            checkpoint = self.checkpoints.draft(self.head, self.loops)
+            if checkpoint is not None:
+                drafts.insert(0, checkpoint)
         # No shield needed: the journal's append is atomic under cancellation
         # (a Cancelled append wrote nothing; one under way finishes), and all
         # that follows is synchronous.
+        self.appends += 1
         if self._expecting or self._explicit:
             consumes = self._consumes(group)
             records = await self.journal.append(
@@ -278,6 +461,7 @@ class Writer:
                 p.reply.set([])
             return
         self.head = records[-1].seq
+        self._folded_to = max(self._folded_to, self.head)
         at = 0
         if checkpoint is not None:
             self.checkpoints.written(records[0])
@@ -287,9 +471,27 @@ class Writer:
         for p in group:
             mine = records[at : at + len(p.drafts)]
             at += len(p.drafts)
-            for record in mine:
-                assert p.loop is not None
-                p.loop.apply(record)
-                for sub in self._subscribers:
-                    sub.push(record)
+            if p.folded is not None:
+                # Folded when it was committed: check the journal placed it
+                # where it was folded, then publish it, now that it is durable.
+                # (Seqs are contiguous: the first and the count say it all.)
+                first = p.folded[0]
+                if len(mine) != len(p.folded) or (mine[0].seq, mine[0].id) != (
+                    first.seq,
+                    first.id,
+                ):
+                    raise RuntimeError(
+                        f"session {self.session_id}: pipelined records were folded as seqs "
+                        f"{[r.seq for r in p.folded]} but the journal stored them as "
+                        f"{[r.seq for r in mine]}; the session must stop"
+                    )
+                for record in mine:
+                    for sub in self._subscribers:
+                        sub.push(record)
+            else:
+                for record in mine:
+                    assert p.loop is not None
+                    p.loop.apply(record)
+                    for sub in self._subscribers:
+                        sub.push(record)
             p.reply.set(mine)

@@ -83,7 +83,14 @@ def test_loop_benchmark_rows() -> None:
     by_scenario: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_scenario.setdefault(row["scenario"], []).append(row)
-    assert sorted(by_scenario) == ["idle", "loops", "steps"]
+    assert sorted(by_scenario) == ["idle", "loops", "steps", "waits"]
+
+    # A turn of one tool step waits on three commits (its input, tool.started
+    # and the answer with turn.ended); everything else is pipelined.
+    waits = {r["steps"]: r for r in by_scenario["waits"]}
+    assert set(waits) == {1, 10}
+    assert waits[1]["waits"] == 3 and waits[1]["pipelined"] >= 4
+    assert waits[10]["waits"] == 12
 
     steps = by_scenario["steps"]
     assert {r["synchronous"] for r in steps} == {"FULL", "NORMAL"}

@@ -57,6 +57,7 @@ PUBLIC = {
         "ClientError", "ClientClosedError", "ClientNotOpenError", "WaitTimeoutError",
         "SyncClient", "open_sync_client",
         "SessionStatus", "Status",
+        "CommitStatistics",
     },
     "session.console": {"parse_bind", "serve_console"},
 }  # fmt: skip

@@ -271,7 +271,11 @@ async def test_every_crash_point(tmp_path: Path) -> None:
     assert len(baseline["answers"]) == len(scenario.STEPS) - 1
     assert baseline["summaries"]
     commits = int((clean / "appends").read_text())
-    assert commits >= 40
+    # Pipelined commits (docs/journal.md, "Which records wait") ride in the
+    # append of the next durable one: the clean run makes about 33 appends
+    # where each commit once made its own (50).  Every append is still a kill
+    # point, and every kind of in-flight work below must still be reached.
+    assert commits >= 30
 
     failures: dict[int, list[str]] = {}
     kinds: dict[str, int] = {}
