@@ -8,18 +8,21 @@ before anything is written, so a refusal leaves the transaction as it was.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from ..rules import LeaseState, decide_consumes, decide_put, decide_register
+from ..store import HostInfo
 
 __all__ = [
     "EntryRow",
     "consume",
     "host_op",
     "insert_session",
+    "list_hosts",
     "lease_state",
     "put_entry",
     "store_lease",
@@ -127,3 +130,19 @@ def host_op(
         (host, token, msgspec.json.encode(definitions).decode(), expires_at),
     )
     return expires_at
+
+
+def list_hosts(conn: sqlite3.Connection) -> list[HostInfo]:
+    """Every registered host, live or not (judged by this machine's clock, as
+    the writer judges registrations)."""
+    now = time.time_ns()
+    rows = conn.execute("SELECT host, definitions, expires_at FROM hosts ORDER BY host")
+    return [
+        HostInfo(
+            host=host,
+            definitions=tuple(msgspec.json.decode(names)),
+            expires_at=expires_at,
+            live=expires_at > now,
+        )
+        for host, names, expires_at in rows.fetchall()
+    ]

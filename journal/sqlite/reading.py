@@ -30,6 +30,7 @@ from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
 from ..record import Record
 from ..store import HostInfo, SessionInfo, StorageCheck, StorageProblem
 from .blobs import fetch as fetch_blobs
+from .leases import list_hosts
 from .schema import Access, connect, damaged, unavailable
 
 __all__ = [
@@ -488,23 +489,11 @@ class Reading:
         return await trio.to_thread.run_sync(self._hosts)
 
     def _hosts(self) -> list[HostInfo]:
-        now = time.time_ns()  # the clock the writer judges registrations by
         try:
             with self._readers.connection() as conn:
-                rows = conn.execute(
-                    "SELECT host, definitions, expires_at FROM hosts ORDER BY host"
-                ).fetchall()
+                return list_hosts(conn)
         except sqlite3.Error as exc:
             raise unavailable(exc, self.path, "listing hosts") from exc
-        return [
-            HostInfo(
-                host=host,
-                definitions=tuple(msgspec.json.decode(names)),
-                expires_at=expires_at,
-                live=expires_at > now,
-            )
-            for host, names, expires_at in rows
-        ]
 
 
 def list_sessions(readers: Readers, path: str) -> list[SessionInfo]:

@@ -34,7 +34,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from journal import InboxKeyError, Journal, JournalError, Record, SessionNotFoundError
-from journal.events import GateCancelled, GateResolved, ToolResolved
+from journal.events import CommandKeyed, GateCancelled, GateResolved, ToolResolved
 from loopruntime import LoopError
 from loopruntime.host import FoldError, check_principal
 
@@ -424,7 +424,25 @@ async def _sent(console: Console, sid: str, key: str, send: Awaitable[object]) -
             },
             status=202,
         )
-    return _json({"status": "applied", "key": key, "record": outcome.record})
+    record = await _effect(console, sid, outcome.record)
+    return _json({"status": "applied", "key": key, "record": record})
+
+
+async def _effect(console: Console, sid: str, record_id: str | None) -> str | None:
+    """The record a person wants shown for an applied command: an outcome
+    names the command's ``command.keyed`` record, and what the command made
+    (a gate's resolution, a tool's) follows it in the same commit."""
+    if record_id is None:
+        return None
+    keyed = None
+    async for r in console.journal.read(sid):
+        if keyed is not None:
+            return r.id
+        if r.id == record_id:
+            if not isinstance(r.event, CommandKeyed):
+                return r.id
+            keyed = r
+    return record_id
 
 
 async def _closed_gate(console: Console, sid: str, gate_id: str) -> tuple[int, str]:

@@ -5,6 +5,11 @@ named in ``RULES`` (``report.py``, with the report it fills).
 and also asks the storage whether it is intact (``Journal.check_storage``).
 A report names the first bad seq, and damage below the records by table.
 docs/replay.md says when each rule fails.
+
+The module is one piece: ``_Checker`` is a single pass over the records in
+which each rule reads what earlier records left in the same fold (open
+calls, gates, keys, children); split by rule, every part would need that
+whole state again.
 """
 
 from __future__ import annotations

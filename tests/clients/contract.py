@@ -15,6 +15,7 @@ import pytest
 from journal import InboxKeyError, Record, SessionNotFoundError
 from journal.content import Text
 from journal.events import (
+    CommandKeyed,
     GateOpened,
     GateResolved,
     InputQueued,
@@ -72,7 +73,12 @@ async def converse(client: Any, host_id: str) -> None:
     assert [r.seq for r in records] == list(range(1, len(records) + 1))
     [queued] = [r for r in records if isinstance(r.event, InputQueued)]
     assert isinstance(queued.event, InputQueued)
-    assert queued.id == outcome.record and queued.event.input_id == outcome.value
+    assert queued.event.input_id == outcome.value
+    # The outcome names the command's own record (command.keyed, carrying the
+    # entry's key), committed with the input it made.
+    [keyed] = [r for r in records if r.id == outcome.record]
+    assert isinstance(keyed.event, CommandKeyed) and keyed.event.key == "s1"
+    assert keyed.seq < queued.seq
     assert reply_text(records) == "You said: hello there"
     last = records[-1].event
     assert isinstance(last, TurnEnded) and last.outcome == "completed"

@@ -170,11 +170,12 @@ def test_the_time_slider_shows_an_earlier_state_and_a_record_opens(
     page.wait_for_selector("#states.problem")
     assert "out of range" in page.locator("#states").inner_text()
     page.locator("button[data-tab=transcript]").click()
-    page.locator('#lines li[data-seq="3"] button.seq').click()
+    # seq 3 is the submit's command.keyed record, seq 4 the input it queued.
+    page.locator('#lines li[data-seq="4"] button.seq').click()
     page.locator("#record").wait_for()
     page.wait_for_function("() => document.getElementById('record-json').textContent.length > 0")
     record = json.loads(page.locator("#record-json").inner_text())
-    assert record["seq"] == 3 and record["event"]["type"] == "input.queued"
+    assert record["seq"] == 4 and record["event"]["type"] == "input.queued"
 
 
 def test_the_tree_is_collapsible(page: Any, shared: Stack) -> None:
