@@ -25,13 +25,13 @@ from journal.content import Image, ResultBlock, Text
 
 from .. import deadlines
 from ..results import ToolOutput
-from ..tools import ToolContext
+from ..tools import ToolContext, check_url
 from .mcp import McpServer, McpServerError, McpTool, McpToolError, Stdio, mcp_tool
 
 if TYPE_CHECKING:
     from mcp import ClientSession
     from mcp.client.session import ClientRequestContext
-    from mcp.types import ElicitRequestParams, ElicitResult, ErrorData
+    from mcp.types import ElicitRequestParams, ElicitRequestURLParams, ElicitResult, ErrorData
 
 __all__ = ["McpConnection"]
 
@@ -258,16 +258,16 @@ class McpConnection:
     async def _elicit(self, link: _Link, params: ElicitRequestParams) -> ElicitResult | ErrorData:
         """A question from the server: asked as a gate of the call its
         session carries."""
-        from mcp.types import INVALID_REQUEST, ElicitResult, ErrorData
+        from mcp.types import INVALID_REQUEST, ElicitRequestURLParams, ElicitResult, ErrorData
 
         if link.call is None:
             self.log.warning("mcp_elicitation_without_call")
             return ErrorData(
                 code=INVALID_REQUEST, message="no tool call is running to ask this question for"
             )
-        if getattr(params, "mode", "form") != "form":
-            return ErrorData(code=INVALID_REQUEST, message="only form elicitation is supported")
         ctx, timers = link.call
+        if isinstance(params, ElicitRequestURLParams):
+            return await self._open_url(ctx, timers, params)
         schema = getattr(params, "requested_schema", {}) or {}
         prompt = (
             f"{params.message}\n[MCP server {self.server.name} asks; answer with a JSON object "
@@ -283,6 +283,32 @@ class McpConnection:
             self.log.warning("mcp_elicitation_answer_unusable", answer=answer[:200])
             return ElicitResult(action="cancel")
         return ElicitResult(action="accept", content=content)
+
+    async def _open_url(
+        self,
+        ctx: ToolContext,
+        timers: tuple[deadlines.Timer, ...],
+        params: ElicitRequestURLParams,
+    ) -> ElicitResult:
+        """A page the server asks the person to open (URL-mode elicitation):
+        a URL gate of the call, its confirmation the server's ``accept``.  An
+        address a person should not be sent to (not absolute http(s)) is
+        declined without a gate: the server gets no link shown for it."""
+        from mcp.types import ElicitResult
+
+        url = params.url
+        try:
+            check_url(url)
+        except (TypeError, ValueError):
+            self.log.warning("mcp_elicitation_url_refused", tool=ctx.tool_name, url=repr(url)[:200])
+            return ElicitResult(action="decline")
+        prompt = (
+            f"{params.message}\n[MCP server {self.server.name} asks you to open this address; "
+            "confirm once done, or answer 'decline' or 'cancel']"
+        )
+        with deadlines.adopted(timers):
+            answer = (await ctx.ask_open_url(prompt, url)).strip().lower()
+        return ElicitResult(action=answer if answer in ("decline", "cancel") else "accept")  # type: ignore[arg-type]
 
 
 class _http:

@@ -9,6 +9,9 @@ so the parent can connect at once.
 ``echo``, ``ask`` and ``hang`` are gone, ``add`` takes a third number and
 ``launch`` a region.
 
+``authorize`` asks the user to open the URL it is given (URL-mode
+elicitation) and says which action came back.
+
 Every tool call appends one JSON line to CALLS_FILE (the tool and its
 arguments) before it acts: the tests count what really reached the server.
 ``hang`` writes the server's pid into the FIFO it is given, then never
@@ -99,6 +102,14 @@ def build(calls: Path, variant: str = "") -> MCPServer:
         """A one-pixel PNG."""
         note("picture")
         return Image(data=PIXEL, format="png")
+
+    @server.tool()
+    async def authorize(service: str, url: str, ctx: Context) -> str:
+        """Ask the user to open ``url`` to authorize ``service`` (URL-mode elicitation)."""
+        note("authorize", service=service, url=url, phase="asking")
+        answer = await ctx.elicit_url(f"authorize {service}", url, f"auth-{service}")
+        note("authorize", service=service, phase="answered", action=answer.action)
+        return f"{service}: {answer.action}"
 
     async def launching(target: str, ctx: Context) -> str:
         note("launch", target=target, phase="asking")

@@ -39,6 +39,7 @@ pytestmark = pytest.mark.slow
 SERVED = [
     "srv__add",
     "srv__ask",
+    "srv__authorize",
     "srv__echo",
     "srv__fail",
     "srv__hang",
