@@ -118,12 +118,39 @@ class McpConnection:
 
     async def call(self, remote: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         """Run tool ``remote`` on the server; raises ``McpServerError`` (the
-        server failed) or ``McpToolError`` (the tool reported an error)."""
+        server failed) or ``McpToolError`` (the tool reported an error, or
+        the person declined a page the server needs opened first)."""
         timers = deadlines.current()
         link = await self._take((ctx, timers))
         try:
+            try:
+                result = await self._send(link, remote, arguments)
+            except _PagesRequired as required:
+                # The server ran nothing: it asks for pages to be opened first
+                # (-32042).  Once the person confirmed them, it is asked again, once.
+                await self._open_pages(ctx, timers, remote, required.pages)
+                if not link.live:
+                    link.call = None
+                    link = await self._take((ctx, timers))
+                try:
+                    result = await self._send(link, remote, arguments)
+                except _PagesRequired as again:
+                    self.log.warning("mcp_pages_still_required", tool=remote)
+                    raise McpToolError(
+                        f"MCP server {self.server.name} still asks for pages to be opened "
+                        f"before {remote} runs ({again}), after the person confirmed them"
+                    ) from again
+        finally:
+            link.call = None
+        return _result(self.server, remote, result)
+
+    async def _send(self, link: _Link, remote: str, arguments: dict[str, Any]) -> Any:
+        """One ``tools/call`` over ``link``: its result, ``_PagesRequired``, or
+        ``McpServerError`` (logged, naming the server)."""
+        timers = link.call[1] if link.call is not None else ()
+        try:
             assert link.session is not None
-            result = await link.session.call_tool(remote, arguments)
+            return await link.session.call_tool(remote, arguments)
         except trio.Cancelled:
             if any(t.scope.cancel_called for t in timers):
                 # The batch commits what the deadline means; the log names
@@ -131,6 +158,9 @@ class McpConnection:
                 self.log.warning("mcp_call_timed_out", tool=remote)
             raise
         except Exception as exc:
+            pages = _pages_required(exc)
+            if pages:
+                raise _PagesRequired(str(exc), pages) from exc
             # A JSON-RPC error is the server's answer; anything else means the
             # connection broke (or the server sent something that is not MCP):
             # drop it, and the next call connects again.
@@ -141,9 +171,24 @@ class McpConnection:
             raise McpServerError(
                 f"MCP server {self.server.name} failed during the call of {remote}: {error}"
             ) from exc
-        finally:
-            link.call = None
-        return _result(self.server, remote, result)
+
+    async def _open_pages(
+        self,
+        ctx: ToolContext,
+        timers: tuple[deadlines.Timer, ...],
+        remote: str,
+        pages: list[ElicitRequestURLParams],
+    ) -> None:
+        """Ask the person to open each page the server needs opened before
+        ``remote`` runs; ``McpToolError`` when one is not accepted."""
+        for page in pages:
+            answered = await self._open_url(ctx, timers, page)
+            if answered.action != "accept":
+                raise McpToolError(
+                    f"MCP server {self.server.name} needs {page.url!r} opened before {remote} "
+                    f"runs, and the page was not accepted ({answered.action}); the call was "
+                    "not run"
+                )
 
     # -- the connection ------------------------------------------------------------
 
@@ -309,6 +354,28 @@ class McpConnection:
         with deadlines.adopted(timers):
             answer = (await ctx.ask_open_url(prompt, url)).strip().lower()
         return ElicitResult(action=answer if answer in ("decline", "cancel") else "accept")  # type: ignore[arg-type]
+
+
+class _PagesRequired(Exception):
+    """The server refused a call until pages are opened (-32042)."""
+
+    def __init__(self, message: str, pages: list[ElicitRequestURLParams]) -> None:
+        super().__init__(message)
+        self.pages = pages
+
+
+def _pages_required(exc: BaseException) -> list[ElicitRequestURLParams] | None:
+    """The pages a URL-elicitation-required error (-32042) lists; None for
+    any other error, or one whose list cannot be read."""
+    from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+    from mcp.types import URL_ELICITATION_REQUIRED
+
+    if not isinstance(exc, MCPError) or exc.error.code != URL_ELICITATION_REQUIRED:
+        return None
+    try:
+        return UrlElicitationRequiredError.from_error(exc.error).elicitations or None
+    except (ValueError, TypeError):
+        return None
 
 
 class _http:

@@ -62,6 +62,7 @@ async def test_listing_and_calling_over_stdio(tmp_path: Path) -> None:
         assert set(tools) == {
             "srv__add",
             "srv__authorize",
+            "srv__connect",
             "srv__echo",
             "srv__fail",
             "srv__picture",

@@ -40,6 +40,7 @@ SERVED = [
     "srv__add",
     "srv__ask",
     "srv__authorize",
+    "srv__connect",
     "srv__echo",
     "srv__fail",
     "srv__hang",
@@ -117,6 +118,7 @@ async def test_a_restore_records_tools_that_vanished_or_changed_their_schema(
         assert sorted(t.name for t in reconfigured.config.tools) == [
             "srv__add",
             "srv__authorize",
+            "srv__connect",
             "srv__fail",
             "srv__launch",
             "srv__picture",

@@ -174,6 +174,93 @@ async def test_a_page_of_a_resumable_server_outlives_a_restart(tmp_path: Path) -
     assert calls_of(calls) == ["authorize", "authorize", "authorize"]
 
 
+def connect(url: str = CONSENT) -> ToolCall:
+    return ToolCall(name="srv__connect", input={"service": "crm", "url": url})
+
+
+async def test_pages_a_server_requires_first_are_opened_then_the_call_sent_again(
+    tmp_path: Path,
+) -> None:
+    # The server answers the first call with -32042 (URL elicitation
+    # required): it ran nothing, so once the page is confirmed the same call
+    # is sent again.
+    calls = tmp_path / "calls.jsonl"
+    model = calling(connect())
+    definition = LoopDefinition(
+        name="m", model=model, toolsets=[stdio_server(calls, permission="allow")]
+    )
+    async with open_journal("memory://") as journal:
+        async with Session.create(journal, definition, session_id="s") as s:
+            await s.submit("connect")
+            await s.wait_idle()
+            (gate,) = (await s.snapshot()).open_gates
+            assert gate.tool_name == "srv__connect" and gate.url == CONSENT
+            assert gate.prompt.startswith("connect crm\n")
+            assert calls_of(calls) == ["connect"]
+            await s.answer(gate.gate_id, URL_CONFIRMED)
+            await s.wait_idle()
+        (done,) = await events_of(journal, "s", ToolCompleted)
+        assert done.disposition == "succeeded"
+    (result,) = results(model.requests[1])
+    assert texts(result) == "crm: connected"
+    assert calls_of(calls) == ["connect", "connect"]
+
+
+@pytest.mark.parametrize(
+    ("url", "answer", "action"),
+    [(CONSENT, "decline", "decline"), ("javascript:alert(1)", None, "decline")],
+)
+async def test_a_required_page_not_accepted_fails_the_call_unsent(
+    tmp_path: Path, url: str, answer: str | None, action: str
+) -> None:
+    calls = tmp_path / "calls.jsonl"
+    model = calling(connect(url))
+    definition = LoopDefinition(
+        name="m", model=model, toolsets=[stdio_server(calls, permission="allow")]
+    )
+    async with open_journal("memory://") as journal:
+        async with Session.create(journal, definition, session_id="s") as s:
+            await s.submit("connect")
+            await s.wait_idle()
+            if answer is not None:
+                (gate,) = (await s.snapshot()).open_gates
+                await s.answer(gate.gate_id, answer)
+                await s.wait_idle()
+            else:
+                # Never shown as a link: no gate opened.
+                assert await events_of(journal, "s", GateOpened) == []
+        (done,) = await events_of(journal, "s", ToolCompleted)
+        assert done.disposition == "failed"
+    (result,) = results(model.requests[1])
+    assert result.is_error
+    assert "MCP server srv needs" in texts(result)
+    assert f"not accepted ({action})" in texts(result)
+    assert calls_of(calls) == ["connect"]
+
+
+async def test_a_server_that_still_requires_the_page_fails_the_call(tmp_path: Path) -> None:
+    calls = tmp_path / "calls.jsonl"
+    model = calling(ToolCall(name="srv__connect", input={"service": "locked", "url": CONSENT}))
+    definition = LoopDefinition(
+        name="m", model=model, toolsets=[stdio_server(calls, permission="allow")]
+    )
+    with structlog.testing.capture_logs() as logs:
+        async with open_journal("memory://") as journal:
+            async with Session.create(journal, definition, session_id="s") as s:
+                await s.submit("connect")
+                await s.wait_idle()
+                (gate,) = (await s.snapshot()).open_gates
+                await s.answer(gate.gate_id, URL_CONFIRMED)
+                await s.wait_idle()
+                # Asked again once, not in a loop: one gate in all.
+                assert len(await events_of(journal, "s", GateOpened)) == 1
+    (result,) = results(model.requests[1])
+    assert result.is_error and "still asks for pages to be opened" in texts(result)
+    assert calls_of(calls) == ["connect", "connect"]
+    (still,) = [e for e in logs if e["event"] == "mcp_pages_still_required"]
+    assert still["mcp_server"] == "srv"
+
+
 def kill_orphaned_server(calls: Path) -> None:
     """SIGKILL the server process the killed host left (it may have ended by
     itself on seeing its stdin close)."""
