@@ -3,7 +3,9 @@
 Rules: each SDK session is entered and left by one task of the loop's
 nursery (``_hold``), and calls come from the batch's tasks; a session
 carries one call at a time, so a question the server asks (elicitation) is
-asked as a gate of that session's call, with its deadlines paused.  A
+asked as a gate of that session's call, with its deadlines paused: a form
+as a question, a page to open (URL mode, or the pages a -32042 refusal
+lists) as a URL gate.  A
 session that broke is dropped, and the next call connects again (bounded
 attempts, with backoff).  The ``mcp``
 SDK is imported inside functions only: without it, connecting fails with an
