@@ -18,7 +18,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 import trio
@@ -355,7 +355,15 @@ class McpConnection:
         )
         with deadlines.adopted(timers):
             answer = (await ctx.ask_open_url(prompt, url)).strip().lower()
-        return ElicitResult(action=answer if answer in ("decline", "cancel") else "accept")  # type: ignore[arg-type]
+        return ElicitResult(action=_PAGE_ANSWERS.get(answer, "accept"))
+
+
+_PAGE_ANSWERS: dict[str, Literal["decline", "cancel"]] = {
+    "decline": "decline",
+    "no": "decline",
+    "cancel": "cancel",
+}
+"""The answers to a page to open that refuse it (lowercased); any other confirms."""
 
 
 class _PagesRequired(Exception):

@@ -94,7 +94,13 @@ async def test_over_streamable_http(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("answer", "action"),
-    [("decline", "decline"), ("cancel", "cancel"), (" Decline ", "decline"), ("CANCEL", "cancel")],
+    [
+        ("decline", "decline"),
+        ("cancel", "cancel"),
+        (" Decline ", "decline"),
+        ("CANCEL", "cancel"),
+        ("No", "decline"),
+    ],
 )
 async def test_a_page_declined_or_cancelled(tmp_path: Path, answer: str, action: str) -> None:
     model = calling(authorize())
