@@ -3,7 +3,9 @@
 Rules: each SDK session is entered and left by one task of the loop's
 nursery (``_hold``), and calls come from the batch's tasks; a session
 carries one call at a time, so a question the server asks (elicitation) is
-asked as a gate of that session's call, with its deadlines paused.  A
+asked as a gate of that session's call, with its deadlines paused: a form
+as a question, a page to open (URL mode, or the pages a -32042 refusal
+lists) as a URL gate.  A
 session that broke is dropped, and the next call connects again (bounded
 attempts, with backoff).  The ``mcp``
 SDK is imported inside functions only: without it, connecting fails with an
@@ -16,7 +18,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 import trio
@@ -25,13 +27,13 @@ from journal.content import Image, ResultBlock, Text
 
 from .. import deadlines
 from ..results import ToolOutput
-from ..tools import ToolContext
+from ..tools import ToolContext, check_url
 from .mcp import McpServer, McpServerError, McpTool, McpToolError, Stdio, mcp_tool
 
 if TYPE_CHECKING:
     from mcp import ClientSession
     from mcp.client.session import ClientRequestContext
-    from mcp.types import ElicitRequestParams, ElicitResult, ErrorData
+    from mcp.types import ElicitRequestParams, ElicitRequestURLParams, ElicitResult, ErrorData
 
 __all__ = ["McpConnection"]
 
@@ -118,12 +120,39 @@ class McpConnection:
 
     async def call(self, remote: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         """Run tool ``remote`` on the server; raises ``McpServerError`` (the
-        server failed) or ``McpToolError`` (the tool reported an error)."""
+        server failed) or ``McpToolError`` (the tool reported an error, or
+        the person declined a page the server needs opened first)."""
         timers = deadlines.current()
         link = await self._take((ctx, timers))
         try:
+            try:
+                result = await self._send(link, remote, arguments)
+            except _PagesRequired as required:
+                # The server ran nothing: it asks for pages to be opened first
+                # (-32042).  Once the person confirmed them, it is asked again, once.
+                await self._open_pages(ctx, timers, remote, required.pages)
+                if not link.live:
+                    link.call = None
+                    link = await self._take((ctx, timers))
+                try:
+                    result = await self._send(link, remote, arguments)
+                except _PagesRequired as again:
+                    self.log.warning("mcp_pages_still_required", tool=remote)
+                    raise McpToolError(
+                        f"MCP server {self.server.name} still asks for pages to be opened "
+                        f"before {remote} runs ({again}), after the person confirmed them"
+                    ) from again
+        finally:
+            link.call = None
+        return _result(self.server, remote, result)
+
+    async def _send(self, link: _Link, remote: str, arguments: dict[str, Any]) -> Any:
+        """One ``tools/call`` over ``link``: its result, ``_PagesRequired``, or
+        ``McpServerError`` (logged, naming the server)."""
+        timers = link.call[1] if link.call is not None else ()
+        try:
             assert link.session is not None
-            result = await link.session.call_tool(remote, arguments)
+            return await link.session.call_tool(remote, arguments)
         except trio.Cancelled:
             if any(t.scope.cancel_called for t in timers):
                 # The batch commits what the deadline means; the log names
@@ -131,6 +160,9 @@ class McpConnection:
                 self.log.warning("mcp_call_timed_out", tool=remote)
             raise
         except Exception as exc:
+            pages = _pages_required(exc)
+            if pages:
+                raise _PagesRequired(str(exc), pages) from exc
             # A JSON-RPC error is the server's answer; anything else means the
             # connection broke (or the server sent something that is not MCP):
             # drop it, and the next call connects again.
@@ -141,9 +173,24 @@ class McpConnection:
             raise McpServerError(
                 f"MCP server {self.server.name} failed during the call of {remote}: {error}"
             ) from exc
-        finally:
-            link.call = None
-        return _result(self.server, remote, result)
+
+    async def _open_pages(
+        self,
+        ctx: ToolContext,
+        timers: tuple[deadlines.Timer, ...],
+        remote: str,
+        pages: list[ElicitRequestURLParams],
+    ) -> None:
+        """Ask the person to open each page the server needs opened before
+        ``remote`` runs; ``McpToolError`` when one is not accepted."""
+        for page in pages:
+            answered = await self._open_url(ctx, timers, page)
+            if answered.action != "accept":
+                raise McpToolError(
+                    f"MCP server {self.server.name} needs {page.url!r} opened before {remote} "
+                    f"runs, and the page was not accepted ({answered.action}); the call was "
+                    "not run"
+                )
 
     # -- the connection ------------------------------------------------------------
 
@@ -258,16 +305,16 @@ class McpConnection:
     async def _elicit(self, link: _Link, params: ElicitRequestParams) -> ElicitResult | ErrorData:
         """A question from the server: asked as a gate of the call its
         session carries."""
-        from mcp.types import INVALID_REQUEST, ElicitResult, ErrorData
+        from mcp.types import INVALID_REQUEST, ElicitRequestURLParams, ElicitResult, ErrorData
 
         if link.call is None:
             self.log.warning("mcp_elicitation_without_call")
             return ErrorData(
                 code=INVALID_REQUEST, message="no tool call is running to ask this question for"
             )
-        if getattr(params, "mode", "form") != "form":
-            return ErrorData(code=INVALID_REQUEST, message="only form elicitation is supported")
         ctx, timers = link.call
+        if isinstance(params, ElicitRequestURLParams):
+            return await self._open_url(ctx, timers, params)
         schema = getattr(params, "requested_schema", {}) or {}
         prompt = (
             f"{params.message}\n[MCP server {self.server.name} asks; answer with a JSON object "
@@ -283,6 +330,62 @@ class McpConnection:
             self.log.warning("mcp_elicitation_answer_unusable", answer=answer[:200])
             return ElicitResult(action="cancel")
         return ElicitResult(action="accept", content=content)
+
+    async def _open_url(
+        self,
+        ctx: ToolContext,
+        timers: tuple[deadlines.Timer, ...],
+        params: ElicitRequestURLParams,
+    ) -> ElicitResult:
+        """A page the server asks the person to open (URL-mode elicitation):
+        a URL gate of the call, its confirmation the server's ``accept``.  An
+        address a person should not be sent to (not absolute http(s)) is
+        declined without a gate: the server gets no link shown for it."""
+        from mcp.types import ElicitResult
+
+        url = params.url
+        try:
+            check_url(url)
+        except (TypeError, ValueError):
+            self.log.warning("mcp_elicitation_url_refused", tool=ctx.tool_name, url=repr(url)[:200])
+            return ElicitResult(action="decline")
+        prompt = (
+            f"{params.message}\n[MCP server {self.server.name} asks you to open this address; "
+            "confirm once done, or answer 'decline' or 'cancel']"
+        )
+        with deadlines.adopted(timers):
+            answer = (await ctx.ask_open_url(prompt, url)).strip().lower()
+        return ElicitResult(action=_PAGE_ANSWERS.get(answer, "accept"))
+
+
+_PAGE_ANSWERS: dict[str, Literal["decline", "cancel"]] = {
+    "decline": "decline",
+    "no": "decline",
+    "cancel": "cancel",
+}
+"""The answers to a page to open that refuse it (lowercased); any other confirms."""
+
+
+class _PagesRequired(Exception):
+    """The server refused a call until pages are opened (-32042)."""
+
+    def __init__(self, message: str, pages: list[ElicitRequestURLParams]) -> None:
+        super().__init__(message)
+        self.pages = pages
+
+
+def _pages_required(exc: BaseException) -> list[ElicitRequestURLParams] | None:
+    """The pages a URL-elicitation-required error (-32042) lists; None for
+    any other error, or one whose list cannot be read."""
+    from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+    from mcp.types import URL_ELICITATION_REQUIRED
+
+    if not isinstance(exc, MCPError) or exc.error.code != URL_ELICITATION_REQUIRED:
+        return None
+    try:
+        return UrlElicitationRequiredError.from_error(exc.error).elicitations or None
+    except (ValueError, TypeError):
+        return None
 
 
 class _http:

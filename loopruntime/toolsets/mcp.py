@@ -18,7 +18,8 @@ Rules (the connection itself is ``connection.py``):
   log line naming the server; the next call reconnects (bounded attempts,
   with backoff).
 * A question the server asks during a call (elicitation) becomes a durable
-  user-input gate of that call, answered like any ``ask_user``.
+  user-input gate of that call, answered like any ``ask_user``; a page it
+  asks the person to open (URL mode) a URL gate, like ``ask_open_url``.
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     "hooks": crash_scenarios.hooks,
     # URL SESSION_ID WORKDIR: killed while an MCP server runs a call
     "mcp": crash_scenarios.mcp,
+    # URL SESSION_ID WORKDIR yes|no: killed while an MCP server's page to open
+    # waits at its gate, the server resumable (yes) or not
+    "mcp-url": crash_scenarios.mcp_url,
     # URL SESSION_ID
     "delegation": crash_scenarios.delegation,
     "compaction": crash_scenarios.compaction,

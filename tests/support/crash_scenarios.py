@@ -500,6 +500,32 @@ async def mcp(url: str, session_id: str, workdir: str) -> None:
             await trio.sleep_forever()
 
 
+CONSENT = "https://auth.example.org/consent?client=loop&state=abc"
+"""The page the ``mcp-url`` scenario's server asks the person to open."""
+
+
+def mcp_url_definition(workdir: Path, replies: list[Reply], resumable: bool) -> LoopDefinition:
+    """The MCP test server's loop, its server ``resumable`` or not."""
+    from tests.support.mcp_servers import stdio_server
+
+    server = stdio_server(workdir / "calls.jsonl", permission="allow", resumable=resumable)
+    return LoopDefinition(name="mcp", model=ScriptedModel(replies), toolsets=[server])
+
+
+async def mcp_url(url: str, session_id: str, workdir: str, resumable: str) -> None:
+    """Killed while the MCP server's page to open (URL-mode elicitation)
+    waits at its gate; ``resumable``: "yes" or "no"."""
+    call = ToolCall(name="srv__authorize", input={"service": "crm", "url": CONSENT})
+    d = mcp_url_definition(Path(workdir), [Reply(tool_calls=[call])], resumable == "yes")
+    async with open_journal(url) as journal:
+        async with Session.create(journal, d, session_id=session_id) as s:
+            await s.submit("authorize")
+            async for record in s.subscribe():
+                if isinstance(getattr(record, "event", None), GateOpened):
+                    ready()
+            await trio.sleep_forever()
+
+
 # -- deploys: a definition that changed, a model chosen by command ----------------------
 
 

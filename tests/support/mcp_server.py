@@ -9,6 +9,10 @@ so the parent can connect at once.
 ``echo``, ``ask`` and ``hang`` are gone, ``add`` takes a third number and
 ``launch`` a region.
 
+``authorize`` asks the user to open the URL it is given (URL-mode
+elicitation) and says which action came back; ``connect`` refuses its first
+call of a service with the URL-elicitation-required error (-32042).
+
 Every tool call appends one JSON line to CALLS_FILE (the tool and its
 arguments) before it acts: the tests count what really reached the server.
 ``hang`` writes the server's pid into the FIFO it is given, then never
@@ -29,7 +33,8 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
-from mcp.types import ToolAnnotations
+from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp.types import ElicitRequestURLParams, ToolAnnotations
 from pydantic import BaseModel
 
 # The smallest valid PNG (one transparent pixel).
@@ -99,6 +104,33 @@ def build(calls: Path, variant: str = "") -> MCPServer:
         """A one-pixel PNG."""
         note("picture")
         return Image(data=PIXEL, format="png")
+
+    @server.tool()
+    async def authorize(service: str, url: str, ctx: Context) -> str:
+        """Ask the user to open ``url`` to authorize ``service`` (URL-mode elicitation)."""
+        note("authorize", service=service, url=url, phase="asking")
+        answer = await ctx.elicit_url(f"authorize {service}", url, f"auth-{service}")
+        note("authorize", service=service, phase="answered", action=answer.action)
+        return f"{service}: {answer.action}"
+
+    connected: set[str] = set()
+
+    @server.tool()
+    def connect(service: str, url: str) -> str:
+        """Use ``service``: the first call of each service refuses with the
+        URL-elicitation-required error (-32042) naming ``url``; the next goes
+        through, as if the person had finished there (never for ``locked``)."""
+        note("connect", service=service, url=url)
+        if service not in connected or service == "locked":
+            connected.add(service)
+            raise UrlElicitationRequiredError(
+                [
+                    ElicitRequestURLParams(
+                        message=f"connect {service}", url=url, elicitation_id=f"conn-{service}"
+                    )
+                ]
+            )
+        return f"{service}: connected"
 
     async def launching(target: str, ctx: Context) -> str:
         note("launch", target=target, phase="asking")

@@ -61,6 +61,8 @@ async def test_listing_and_calling_over_stdio(tmp_path: Path) -> None:
         tools = {t.name: t for t in model.requests[0].tools}
         assert set(tools) == {
             "srv__add",
+            "srv__authorize",
+            "srv__connect",
             "srv__echo",
             "srv__fail",
             "srv__picture",

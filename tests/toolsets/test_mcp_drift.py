@@ -39,6 +39,8 @@ pytestmark = pytest.mark.slow
 SERVED = [
     "srv__add",
     "srv__ask",
+    "srv__authorize",
+    "srv__connect",
     "srv__echo",
     "srv__fail",
     "srv__hang",
@@ -115,6 +117,8 @@ async def test_a_restore_records_tools_that_vanished_or_changed_their_schema(
         ]
         assert sorted(t.name for t in reconfigured.config.tools) == [
             "srv__add",
+            "srv__authorize",
+            "srv__connect",
             "srv__fail",
             "srv__launch",
             "srv__picture",
