@@ -171,7 +171,7 @@ async def test_a_damaged_or_missing_blob_is_caught_naming_the_record(
         assert any(p.seq == 2 and digest.hex() in p.detail for p in report.problems), report
 
 
-@pytest.mark.parametrize("threshold", [0, -1, 1.5, True, "256KiB", None])
+@pytest.mark.parametrize("threshold", [0, -1, 1.5, True, "256KiB"])
 async def test_a_threshold_that_is_not_a_positive_size_is_refused(
     tmp_path: Path, threshold: object
 ) -> None:
@@ -182,6 +182,28 @@ async def test_a_threshold_that_is_not_a_positive_size_is_refused(
             pass
     # Refused before anything was made.
     assert not (tmp_path / "j.db").exists()
+
+
+async def test_a_journal_url_carries_the_threshold(backend: Backend) -> None:
+    """``blob_threshold`` in the URL (as a size with a unit) is the threshold of
+    a journal opened with it on every backend; a PostgreSQL URL reaches libpq
+    without it."""
+    url = "memory:" if backend.kind == "memory" else backend.url
+    url += ("&" if "?" in url else "?") + "blob_threshold=1KiB"
+    async with open_journal(url) as journal:
+        assert journal.blob_threshold == 1024
+        assert journal.url == url
+        lease = await journal.open_session("s")
+        await journal.append(lease, [completed(1)], expected_seq=0)
+        assert [r.event async for r in journal.read("s")] == [completed(1).event]
+        if backend.kind != "memory":
+            assert is_split(await backend.stored_body("s", 1))
+    # The same threshold passed in code is no conflict; a different one is refused.
+    async with open_journal(url, blob_threshold=1024) as journal:
+        assert journal.blob_threshold == 1024
+    with pytest.raises(ValueError, match="sets blob_threshold=1024 but blob_threshold=2048"):
+        async with open_journal(url, blob_threshold=2048):
+            pass
 
 
 async def test_the_default_threshold_keeps_ordinary_records_whole() -> None:
