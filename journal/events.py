@@ -155,6 +155,13 @@ class ToolConfig(msgspec.Struct, frozen=True, kw_only=True):
     sees it once ``Session.replace_tools`` names it."""
     deferred: bool = False
     """The model sees it by name only until it loads it (``load_tools``)."""
+    redact: str = ""
+    """How its input is redacted in the journal: ``fields a, b``, ``function
+    module.qualname``, or empty for not at all."""
+    redact_result: str = ""
+    """How its result is redacted, likewise."""
+    middleware: tuple[str, ...] = ()
+    """Its own middleware, outermost first, by qualified name."""
 
 
 class ModeConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -186,6 +193,8 @@ class LoopConfig(msgspec.Struct, frozen=True, kw_only=True):
     """The definition's hooks, in order, as ``point:name``."""
     classifiers: tuple[str, ...] = ()
     """The definition's permission classifiers' names, in order."""
+    tool_middleware: tuple[str, ...] = ()
+    """The definition's ``tool_middleware``, outermost first, by qualified name."""
 
 
 class ConfigChange(msgspec.Struct, frozen=True, kw_only=True):
@@ -194,8 +203,9 @@ class ConfigChange(msgspec.Struct, frozen=True, kw_only=True):
     what: str
     """``model``, ``model_setting``, ``system``, ``tool_added``,
     ``tool_removed``, ``tool_schema``, ``tool_flags``, ``models``,
-    ``mode_added``, ``mode_removed``, ``mode_changed``, ``limit``, ``hooks`` or
-    ``classifiers``."""
+    ``mode_added``, ``mode_removed``, ``mode_changed``, ``limit``, ``hooks``,
+    ``classifiers``, ``tool_redaction``, ``tool_middleware`` or ``middleware``
+    (the definition's ``tool_middleware``)."""
     name: str = ""
     """The tool, mode, setting or limit concerned (empty for the model and prompt)."""
     old: str = ""
