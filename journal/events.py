@@ -114,6 +114,9 @@ class LoopStarted(msgspec.Struct, tag="loop.started", **_opts):
     """Description of the model runtime in use when the loop started."""
     mode: str | None = None
     parent: Provenance | None = None
+    principal: str | None = None
+    """Who created the session, for its first loop (``Session.create(principal=)``,
+    an inbox ``Create``'s); None for other loops or when not said."""
 
 
 class LoopModeChanged(msgspec.Struct, tag="loop.mode_changed", **_opts):

@@ -15,6 +15,7 @@ from journal.events import (
     InputCancelled,
     InputQueued,
     LoopModeChanged,
+    LoopStarted,
     SteerQueued,
     ToolResolved,
     ToolStarted,
@@ -207,6 +208,32 @@ async def test_principals_travel_through_the_inbox(autojump_clock: object) -> No
     (queued,) = await events_of(journal, sid, InputQueued)
     (answered,) = await events_of(journal, sid, GateResolved)
     assert (queued.principal, answered.principal) == ("alice", "bob")
+
+
+async def test_who_created_a_session_is_on_its_first_record_and_in_replay(
+    autojump_clock: object,
+) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    async with Host.open(journal, DEFS, host_id="h1", poll=0.5):
+        by_inbox = await client.create("asker", key="c1", principal="alice")
+        await client.submit(by_inbox, "hello", key="s1", principal="bob")
+        await client.wait(by_inbox, "s1", timeout=30)
+    first = (await records(journal, by_inbox))[0]
+    assert isinstance(first.event, LoopStarted) and first.event.principal == "alice"
+    assert "started (asker, " in render_transcript([first])
+    assert render_transcript([first]).rstrip().endswith(") [alice]")
+    # In process too; a child or a session created without one names nobody.
+    async with Session.create(journal, counting_definition(), principal="carol") as s:
+        pass
+    async with Session.create(journal, counting_definition()) as nobody:
+        pass
+    (started,) = await events_of(journal, s.id, LoopStarted)
+    (unsaid,) = await events_of(journal, nobody.id, LoopStarted)
+    assert (started.principal, unsaid.principal) == ("carol", None)
+    with pytest.raises(ValueError, match="principal must not be empty"):
+        async with Session.create(journal, counting_definition(), principal=""):
+            pass
 
 
 async def _gate_open(journal: Journal, sid: str) -> bool:
