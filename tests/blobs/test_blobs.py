@@ -4,6 +4,7 @@ it, damage to a blob is caught, identical units are stored once."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import msgspec
@@ -237,3 +238,22 @@ async def test_a_checkpoints_fold_state_refers_to_blobs_too(backend: Backend) ->
         assert is_split(body) and BIG.encode() not in body
         assert [r.event for r in await read_all(journal, "s")] == [started, checkpoint]
         assert await journal.checkpoints("s") == cp
+
+
+def test_the_cli_takes_the_threshold_from_its_journal_url(tmp_path: Path) -> None:
+    """``--journal URL`` carries the threshold to every command; a bad one is
+    one line naming the option, and no journal is made."""
+    from tests.cli.test_first_hour import one_line_error, run
+
+    bad = run("demo", "--journal", "sqlite:///bad.db?blob_threshold=lots", cwd=tmp_path)
+    assert "blob_threshold must be a positive number of bytes" in one_line_error(bad)
+    assert not (tmp_path / "bad.db").exists()
+    done = run("demo", "--journal", "sqlite:///d.db?blob_threshold=64", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr.decode()
+    conn = sqlite3.connect(tmp_path / "d.db")
+    try:
+        (stored,) = conn.execute("SELECT count(*) FROM blobs").fetchone()
+    finally:
+        conn.close()
+    # The demo's units are a few hundred bytes: only a 64-byte threshold splits them.
+    assert stored > 0
