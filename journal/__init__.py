@@ -8,6 +8,7 @@ from . import codec as codec
 from . import content as content
 from . import events as events
 from . import inbox as inbox
+from .blobs import DEFAULT_BLOB_THRESHOLD as DEFAULT_BLOB_THRESHOLD
 from .blocking import BlockingJournal as BlockingJournal
 from .blocking import open_blocking as open_blocking
 from .codec import SCHEMA_VERSION as SCHEMA_VERSION
@@ -48,6 +49,7 @@ from .store import StorageCheck as StorageCheck
 from .store import StorageProblem as StorageProblem
 
 __all__ = [
+    "DEFAULT_BLOB_THRESHOLD",
     "SCHEMA_VERSION",
     "BlockingJournal",
     "ConflictError",

@@ -44,6 +44,7 @@ __all__ = [
     "Blob",
     "blob_digest",
     "check_threshold",
+    "choose_threshold",
     "encode_pending",
     "is_split",
     "join",
@@ -91,6 +92,21 @@ def check_threshold(value: object) -> int:
             f"the default is {DEFAULT_BLOB_THRESHOLD}"
         )
     return value
+
+
+def choose_threshold(given: object, from_url: int | None, url: str) -> int:
+    """The threshold a journal opened at ``url`` uses: ``given`` (an argument),
+    else the URL's ``blob_threshold`` (``from_url``), else the default.
+    ``ValueError`` when both are given and differ: neither silently wins."""
+    if given is None:
+        return DEFAULT_BLOB_THRESHOLD if from_url is None else from_url
+    threshold = check_threshold(given)
+    if from_url is not None and from_url != threshold:
+        raise ValueError(
+            f"journal URL {url!r} sets blob_threshold={from_url} but blob_threshold={threshold} "
+            "was also passed; give it in one place"
+        )
+    return threshold
 
 
 def blob_digest(data: bytes) -> bytes:

@@ -67,4 +67,5 @@ def open_blocking(url: str) -> BlockingJournal:
         return SQLiteBlocking(location)
     from .postgres.blocking import PostgresBlocking  # psycopg is optional
 
-    return PostgresBlocking(location.url)
+    assert location.conninfo is not None
+    return PostgresBlocking(location.conninfo)

@@ -114,6 +114,9 @@ class LoopStarted(msgspec.Struct, tag="loop.started", **_opts):
     """Description of the model runtime in use when the loop started."""
     mode: str | None = None
     parent: Provenance | None = None
+    principal: str | None = None
+    """Who created the session, for its first loop (``Session.create(principal=)``,
+    an inbox ``Create``'s); None for other loops or when not said."""
 
 
 class LoopModeChanged(msgspec.Struct, tag="loop.mode_changed", **_opts):
@@ -155,6 +158,13 @@ class ToolConfig(msgspec.Struct, frozen=True, kw_only=True):
     sees it once ``Session.replace_tools`` names it."""
     deferred: bool = False
     """The model sees it by name only until it loads it (``load_tools``)."""
+    redact: str = ""
+    """How its input is redacted in the journal: ``fields a, b``, ``function
+    module.qualname``, or empty for not at all."""
+    redact_result: str = ""
+    """How its result is redacted, likewise."""
+    middleware: tuple[str, ...] = ()
+    """Its own middleware, outermost first, by qualified name."""
 
 
 class ModeConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -186,6 +196,8 @@ class LoopConfig(msgspec.Struct, frozen=True, kw_only=True):
     """The definition's hooks, in order, as ``point:name``."""
     classifiers: tuple[str, ...] = ()
     """The definition's permission classifiers' names, in order."""
+    tool_middleware: tuple[str, ...] = ()
+    """The definition's ``tool_middleware``, outermost first, by qualified name."""
 
 
 class ConfigChange(msgspec.Struct, frozen=True, kw_only=True):
@@ -194,8 +206,9 @@ class ConfigChange(msgspec.Struct, frozen=True, kw_only=True):
     what: str
     """``model``, ``model_setting``, ``system``, ``tool_added``,
     ``tool_removed``, ``tool_schema``, ``tool_flags``, ``models``,
-    ``mode_added``, ``mode_removed``, ``mode_changed``, ``limit``, ``hooks`` or
-    ``classifiers``."""
+    ``mode_added``, ``mode_removed``, ``mode_changed``, ``limit``, ``hooks``,
+    ``classifiers``, ``tool_redaction``, ``tool_middleware`` or ``middleware``
+    (the definition's ``tool_middleware``)."""
     name: str = ""
     """The tool, mode, setting or limit concerned (empty for the model and prompt)."""
     old: str = ""

@@ -6,21 +6,29 @@
   SQLite file (the part after ``sqlite:///`` is the path, as in SQLAlchemy),
   with the query options ``synchronous=NORMAL|FULL`` and ``poll=<seconds>``.
 * ``postgresql://...`` or ``postgres://...`` is a PostgreSQL database; the
-  URL goes to libpq as it is.
+  URL goes to libpq without loopruntime's own options (``conninfo``), the
+  rest of its query (``sslmode``, ``options`` ...) as it is.
 * Anything else without ``://`` is a filesystem path to a SQLite file.
+* Every URL may carry ``blob_threshold=<size>`` (``memory:?blob_threshold=...``
+  too): the bytes above which a unit is stored by reference
+  (``journal.blobs``), as a number of bytes or with a unit (``512KiB``,
+  ``1MiB``, ``1MB``; ``KiB``/``MiB``/``GiB`` are powers of 1024, ``KB``/``MB``/
+  ``GB`` powers of 1000).  It travels with the URL, so every process given the
+  URL splits records alike.
 
 Pure: nothing here touches the disk or the network (``journal.opening`` does).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote_plus
 
 import msgspec
 
-__all__ = ["DEFAULT_POLL", "JournalLocation", "parse_location"]
+__all__ = ["DEFAULT_POLL", "JournalLocation", "parse_location", "parse_size"]
 
 DEFAULT_POLL = 0.25
 """Seconds between a SQLite ``tail``'s looks for appends by other processes."""
@@ -42,6 +50,43 @@ class JournalLocation(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds between a SQLite tail's looks for appends by other processes."""
     plain_path: bool = False
     """Given as a filesystem path rather than a URL."""
+    blob_threshold: int | None = None
+    """The URL's ``blob_threshold`` in bytes; None when it names none."""
+    conninfo: str | None = None
+    """The URL handed to libpq (without loopruntime's options); None but for PostgreSQL."""
+
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+}
+_SIZE = re.compile(r"\s*(\d+)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int | None:
+    """The positive number of bytes ``text`` names (``1048576``, ``512KiB``,
+    ``1MiB``, ``2MB``), or None when it names none."""
+    match = _SIZE.fullmatch(text)
+    if match is None or match.group(2).lower() not in _UNITS:
+        return None
+    size = int(match.group(1)) * _UNITS[match.group(2).lower()]
+    return size if size > 0 else None
+
+
+def _blob_threshold(url: str, value: str) -> int:
+    size = parse_size(value)
+    if size is None:
+        raise ValueError(
+            f"journal URL {url!r}: blob_threshold must be a positive number of bytes such as "
+            f"1048576, 512KiB or 1MiB, not {value!r}"
+        )
+    return size
 
 
 def parse_location(url_or_path: str) -> JournalLocation:
@@ -51,17 +96,45 @@ def parse_location(url_or_path: str) -> JournalLocation:
     SQLite URL that names no file, or an unknown or malformed option.
     """
     if url_or_path.startswith("memory:"):
-        return JournalLocation(scheme="memory", url=url_or_path)
+        return _memory(url_or_path)
     if "://" not in url_or_path:
         path = str(Path(url_or_path))
         return _sqlite(f"sqlite:///{path}", plain_path=True)
     if url_or_path.startswith("sqlite:"):
         return _sqlite(url_or_path, plain_path=False)
     if url_or_path.startswith(("postgresql:", "postgres:")):
-        return JournalLocation(scheme="postgresql", url=url_or_path)
+        return _postgresql(url_or_path)
     raise ValueError(
         f"unknown journal URL {url_or_path!r}: use 'memory:', 'sqlite:///path/to/file.db' or "
         "'postgresql://user@host/db'"
+    )
+
+
+def _memory(url: str) -> JournalLocation:
+    _, question, query = url.partition("?")
+    threshold = None
+    for key, values in parse_qs(query, keep_blank_values=True).items() if question else ():
+        if key != "blob_threshold":
+            raise ValueError(
+                f"journal URL {url!r}: unknown option {key!r}; a memory journal knows only "
+                "blob_threshold=<size>"
+            )
+        threshold = _blob_threshold(url, values[-1])
+    return JournalLocation(scheme="memory", url=url, blob_threshold=threshold)
+
+
+def _postgresql(url: str) -> JournalLocation:
+    base, question, query = url.partition("?")
+    threshold, kept = None, []
+    for part in query.split("&") if question else ():
+        key, _, value = part.partition("=")
+        if unquote_plus(key) == "blob_threshold":
+            threshold = _blob_threshold(url, unquote_plus(value))
+        elif part:
+            kept.append(part)
+    conninfo = f"{base}?{'&'.join(kept)}" if kept else base
+    return JournalLocation(
+        scheme="postgresql", url=url, blob_threshold=threshold, conninfo=conninfo
     )
 
 
@@ -81,7 +154,7 @@ def _sqlite(url: str, *, plain_path: bool) -> JournalLocation:
             f"journal URL {url!r} does not name a database file; use "
             "'sqlite:///path/to/file.db' (or 'memory:' for a journal that is not kept)"
         )
-    synchronous, poll = "NORMAL", DEFAULT_POLL
+    synchronous, poll, threshold = "NORMAL", DEFAULT_POLL, None
     for key, values in parse_qs(query, keep_blank_values=True, strict_parsing=False).items():
         value = values[-1]
         if key == "synchronous":
@@ -99,10 +172,12 @@ def _sqlite(url: str, *, plain_path: bool) -> JournalLocation:
                 raise ValueError(
                     f"journal URL {url!r}: poll must be a positive number of seconds, not {value!r}"
                 )
+        elif key == "blob_threshold":
+            threshold = _blob_threshold(url, value)
         else:
             raise ValueError(
                 f"journal URL {url!r}: unknown option {key!r}; known options are "
-                "synchronous=NORMAL|FULL and poll=<seconds>"
+                "synchronous=NORMAL|FULL, poll=<seconds> and blob_threshold=<size>"
             )
     return JournalLocation(
         scheme="sqlite",
@@ -111,4 +186,5 @@ def _sqlite(url: str, *, plain_path: bool) -> JournalLocation:
         synchronous=synchronous,
         poll=poll,
         plain_path=plain_path,
+        blob_threshold=threshold,
     )

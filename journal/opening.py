@@ -23,7 +23,7 @@ from pathlib import Path
 
 import trio
 
-from .blobs import DEFAULT_BLOB_THRESHOLD, check_threshold
+from .blobs import choose_threshold
 from .errors import JournalUnavailableError
 from .location import JournalLocation, parse_location
 from .memory import MemoryJournal
@@ -53,7 +53,7 @@ async def _open(location: JournalLocation, readonly: bool, blob_threshold: int) 
 
 @asynccontextmanager
 async def open_journal(
-    url: str, *, readonly: bool = False, blob_threshold: int = DEFAULT_BLOB_THRESHOLD
+    url: str, *, readonly: bool = False, blob_threshold: int | None = None
 ) -> AsyncIterator[Journal]:
     """Open the journal at ``url`` (or a plain path: a SQLite file) and close it on exit.
 
@@ -62,11 +62,14 @@ async def open_journal(
     and refuses writes with ``JournalReadOnlyError``; the other backends open as
     usual.  ``blob_threshold``: the bytes above which a content block, a
     tool's input or a tool's result is stored once by digest beside the
-    records (``journal.blobs``).  ``ValueError`` for a malformed URL (see
-    ``journal.location``) or a threshold that is not a positive number of bytes.
+    records (``journal.blobs``); None takes the URL's ``blob_threshold``
+    option, else ``DEFAULT_BLOB_THRESHOLD``.  ``ValueError`` for a malformed
+    URL (see ``journal.location``), a threshold that is not a positive number
+    of bytes, or one passed here that differs from the URL's.
     """
-    check_threshold(blob_threshold)
-    journal = await _open(parse_location(url), readonly, blob_threshold)
+    location = parse_location(url)
+    threshold = choose_threshold(blob_threshold, location.blob_threshold, url)
+    journal = await _open(location, readonly, threshold)
     try:
         yield journal
     finally:
@@ -103,7 +106,8 @@ async def init_journal(url: str) -> JournalLocation:
     if location.scheme == "postgresql":
         from .postgres import init_schema  # psycopg is optional
 
-        await init_schema(location.url)
+        assert location.conninfo is not None
+        await init_schema(location.conninfo)
     elif location.scheme == "sqlite":
         make_journal_directory(location)
         journal = await SQLiteJournal.open(location.url)

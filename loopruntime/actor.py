@@ -161,8 +161,11 @@ class Loop:
         parent: Provenance | None = None,
         mailbox_capacity: int = 64,
         cause: str | None = None,
+        principal: str | None = None,
     ) -> None:
         self.id = loop_id
+        self._creator = principal
+        """Who created the session, recorded on ``loop.started`` (its first loop)."""
         self._start_cause = cause
         """The cause of ``loop.started``: the parent's delegate call, for a child."""
         self.parent = parent
@@ -382,6 +385,7 @@ class Loop:
                                 definition=self.definition.name,
                                 model=resolved.model.name,
                                 parent=self.parent,
+                                principal=self._creator,
                             ),
                             LoopConfigured(
                                 config=describe(self.definition, self.listed),

@@ -27,6 +27,7 @@ from journal.events import ConfigChange, LoopConfig, ModeConfig, ToolConfig
 from .classifiers import as_classifier
 from .definition import Limits, LoopDefinition
 from .model import Model
+from .redaction import qualified_name
 from .tools import PermissionPolicy, Tool
 
 __all__ = [
@@ -84,6 +85,7 @@ def describe(definition: LoopDefinition, listed: Sequence[Tool] = ()) -> LoopCon
         limits=_limits(definition.limits),
         hooks=tuple(f"{h.point}:{h.name}" for h in definition.hooks),
         classifiers=tuple(as_classifier(c).name for c in definition.classifiers),
+        tool_middleware=tuple(qualified_name(m) for m in definition.tool_middleware),
     )
 
 
@@ -163,7 +165,15 @@ def _tool(
         permission=_permission(policy),
         offered=offered,
         deferred=deferred,
+        redact=tool.redaction or _described(tool.redact_input),
+        redact_result=tool.result_redaction or _described(tool.redact_output),
+        middleware=tuple(qualified_name(m) for m in tool.middleware),
     )
+
+
+def _described(fn: object) -> str:
+    """A redaction given to ``Tool`` as a compiled function only."""
+    return "" if fn is None else f"function {qualified_name(fn)}"
 
 
 def changes(old: LoopConfig, new: LoopConfig) -> tuple[ConfigChange, ...]:
@@ -189,6 +199,21 @@ def changes(old: LoopConfig, new: LoopConfig) -> tuple[ConfigChange, ...]:
         if _flags(was) != _flags(now):
             found.append(
                 ConfigChange(what="tool_flags", name=name, old=_flags(was), new=_flags(now))
+            )
+        if _redaction(was) != _redaction(now):
+            found.append(
+                ConfigChange(
+                    what="tool_redaction", name=name, old=_redaction(was), new=_redaction(now)
+                )
+            )
+        if was.middleware != now.middleware:
+            found.append(
+                ConfigChange(
+                    what="tool_middleware",
+                    name=name,
+                    old=", ".join(was.middleware),
+                    new=", ".join(now.middleware),
+                )
             )
     if old.models != new.models:
         found.append(
@@ -219,6 +244,14 @@ def changes(old: LoopConfig, new: LoopConfig) -> tuple[ConfigChange, ...]:
         was_n, now_n = getattr(old, what), getattr(new, what)
         if was_n != now_n:
             found.append(ConfigChange(what=what, old=", ".join(was_n), new=", ".join(now_n)))
+    if old.tool_middleware != new.tool_middleware:
+        found.append(
+            ConfigChange(
+                what="middleware",
+                old=", ".join(old.tool_middleware),
+                new=", ".join(new.tool_middleware),
+            )
+        )
     return tuple(sorted(found, key=lambda c: (_ORDER.index(c.what), c.name)))
 
 
@@ -230,6 +263,8 @@ _ORDER = (
     "tool_removed",
     "tool_schema",
     "tool_flags",
+    "tool_redaction",
+    "tool_middleware",
     "models",
     "mode_added",
     "mode_removed",
@@ -237,6 +272,7 @@ _ORDER = (
     "limit",
     "hooks",
     "classifiers",
+    "middleware",
 )
 
 
@@ -245,6 +281,10 @@ def _flags(tool: ToolConfig) -> str:
         f for f in ("replay_safe", "resumable", "atomic", "offered", "deferred") if getattr(tool, f)
     ]
     return ", ".join([*on, f"permission={tool.permission}"])
+
+
+def _redaction(tool: ToolConfig) -> str:
+    return f"redact={tool.redact or '(none)'}; redact_result={tool.redact_result or '(none)'}"
 
 
 def _mapping(what: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[ConfigChange]:
@@ -277,8 +317,12 @@ def change_text(change: ConfigChange) -> str:
             return f"{noun} {verb}: {c.name}"
         case "tool_schema":
             return f"tool {c.name}: input schema {c.old[:8]} → {c.new[:8]}"
-        case "tool_flags":
+        case "tool_flags" | "tool_redaction":
             return f"tool {c.name}: {c.old} → {c.new}"
+        case "tool_middleware":
+            return f"tool {c.name}: middleware [{c.old}] → [{c.new}]"
+        case "middleware":
+            return f"tool_middleware [{c.old}] → [{c.new}]"
         case "models":
             return f"registered models [{c.old}] → [{c.new}]"
         case "hooks" | "classifiers":

@@ -57,6 +57,8 @@ __all__ = [
     "journaled_message",
     "recovered_input",
     "redacted_rewrite",
+    "qualified_name",
+    "redaction_text",
     "scrub",
     "secret_piece",
 ]
@@ -96,6 +98,23 @@ def _names(tool: str, what: str, given: object) -> tuple[str, ...]:
 
 def _blank(value: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return {k: (REDACTED if k in names else v) for k, v in value.items()}
+
+
+def qualified_name(fn: object) -> str:
+    """``module.qualname`` of a function (of its type for another callable):
+    how the recorded configuration names code it cannot hold."""
+    named = fn if hasattr(fn, "__qualname__") else type(fn)
+    return f"{getattr(named, '__module__', '?')}.{getattr(named, '__qualname__', '?')}"
+
+
+def redaction_text(given: InputRedaction | ResultRedaction | None) -> str:
+    """``@tool(redact=...)`` or ``redact_result=...`` as the configuration records
+    it: ``fields a, b``, ``function module.qualname``, or empty for none."""
+    if given is None:
+        return ""
+    if callable(given):
+        return f"function {qualified_name(given)}"
+    return "fields " + ", ".join(str(n) for n in given)
 
 
 def compile_input_redaction(

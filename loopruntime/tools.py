@@ -34,6 +34,7 @@ from .redaction import (
     ResultRedaction,
     compile_input_redaction,
     compile_result_redaction,
+    redaction_text,
 )
 from .results import ToolOutput, shape_result
 
@@ -285,6 +286,11 @@ class Tool:
     deferred: bool = False
     """The model sees only its name and first description line until it
     loads it with the built-in ``load_tools`` tool (``loopruntime.deferred``)."""
+    redaction: str = ""
+    """``redact`` as declared, for the recorded configuration
+    (``redaction.redaction_text``); empty: described from ``redact_input``."""
+    result_redaction: str = ""
+    """``redact_result`` as declared, likewise."""
 
     def __post_init__(self) -> None:
         if self.timeout is not FROM_LIMITS:
@@ -521,6 +527,8 @@ def tool(
             redact_output=_result_redaction(tool_name, redact_result),
             recover_input=recover_input,
             deferred=deferred,
+            redaction=redaction_text(redact),
+            result_redaction=redaction_text(redact_result),
         )
 
     return build(fn) if fn is not None else build

@@ -425,7 +425,7 @@ class Host:
             if definition is None:
                 await self._release(hosted, definition=first.definition)
                 return None
-            return Session.create(self.journal, definition, lease=lease)
+            return Session.create(self.journal, definition, lease=lease, principal=first.principal)
         restored = await read_restored(self.journal, hosted.id)
         root = restored.states.get(ROOT_LOOP)
         name = root.definition if root is not None else None

@@ -13,8 +13,9 @@
   (``follow``) or from the journal (``export``).  Message content is left out
   unless ``capture_content``.
 * Who gave a command (its principal) is ``enduser.id``: on the turn its
-  input started, on a gate's resolution; an interrupt's is
-  ``loopruntime.interrupted_by`` on the turn it ended.
+  input started, on a gate's resolution, on an unknown outcome's resolution
+  (whose tool span also gets ``loopruntime.resolved_principal``); an
+  interrupt's is ``loopruntime.interrupted_by`` on the turn it ended.
 
 The module is one piece: one builder whose ``match`` reads every record
 kind a span or span event comes from, and the exporter that hands them on.
@@ -312,15 +313,15 @@ class SpanBuilder:
                     if tool is not None:
                         tool.events.append(("loopruntime.unknown_effect", r.at, attributes))
             case ToolResolved():
-                self._event(
-                    loop,
-                    "loopruntime.unknown_effect.resolved",
-                    r.at,
-                    {"loopruntime.execution_id": e.execution_id, "loopruntime.by": e.by},
-                )
+                attributes = {"loopruntime.execution_id": e.execution_id, "loopruntime.by": e.by}
+                if e.principal is not None:
+                    attributes["enduser.id"] = e.principal
+                self._event(loop, "loopruntime.unknown_effect.resolved", r.at, attributes)
                 tool = self.tools.pop(e.execution_id, None)
                 if tool is not None:
                     tool.attributes["loopruntime.resolved_by"] = e.by
+                    if e.principal is not None:
+                        tool.attributes["loopruntime.resolved_principal"] = e.principal
                     if e.is_error:
                         tool.error = "resolved as an error"
                     if self.capture_content:

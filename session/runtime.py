@@ -112,6 +112,8 @@ class Session:
         """Keyed commands on their way to a loop, by key."""
         self._prompts: set[str] = set()
         """Digests of the system prompts whose text the journal holds."""
+        self._creator: str | None = None
+        """Who created the session (``create(principal=)``), for its first loop's start."""
         self._subscriptions = Subscriptions(
             journal, session_id, head=lambda: self._writer.head, closed=lambda: self._closed
         )
@@ -140,6 +142,7 @@ class Session:
         session_id: str | None = None,
         checkpoint_every: int | None = DEFAULT_EVERY,
         lease: SessionLease | None = None,
+        principal: str | None = None,
     ) -> AsyncIterator[Session]:
         """A new session with one loop running ``definition``.  On exit the
         session shuts down (a running turn is interrupted and settled).
@@ -147,10 +150,13 @@ class Session:
         Every ``checkpoint_every`` records the writer adds a checkpoint, so a
         restore folds only what follows the last one (None: never).  With
         ``lease`` (taken by a host with ``Journal.acquire``) the session
-        writes under it instead of opening the session itself."""
+        writes under it instead of opening the session itself.  ``principal``
+        (who creates it) is recorded on the first loop's ``loop.started``."""
+        principal = check_principal(principal)
         fresh = lease is None and session_id is None
         session_id = lease.session if lease is not None else session_id or new_id("ses_")
         session = cls(journal, session_id, definition, checkpoint_every=checkpoint_every)
+        session._creator = principal
         existing = 0
         if not fresh:
             # A chosen id may name a session with a live writer.  An id made
@@ -345,7 +351,11 @@ class Session:
 
     def _make_loop(self, loop_id: str, state: LoopState) -> Loop:
         loop = Loop(
-            loop_id=loop_id, definition=self._definition_of(loop_id, state), host=self, state=state
+            loop_id=loop_id,
+            definition=self._definition_of(loop_id, state),
+            host=self,
+            state=state,
+            principal=self._creator,
         )
         self.loops[loop_id] = loop
         return loop

@@ -16,9 +16,10 @@ from functools import partial
 
 import trio
 
-from ..blobs import DEFAULT_BLOB_THRESHOLD, check_threshold, encode_pending
+from ..blobs import DEFAULT_BLOB_THRESHOLD, check_threshold, choose_threshold, encode_pending
 from ..errors import JournalClosedError, SessionNotFoundError
 from ..inbox import Claim, Consumed, InboxCommand, InboxEntry, encode_command, encode_outcome
+from ..location import parse_location
 from ..record import Draft, Record
 from ..rules import ttl_ns
 from ..store import HostInfo, SessionInfo, SessionLease, StorageCheck
@@ -45,32 +46,36 @@ class PostgresJournal:
         schema: str,
         pool: Pool,
         blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+        *,
+        conninfo: str | None = None,
     ) -> None:
         self.url = url
         self.blob_threshold = check_threshold(blob_threshold)
         self._where, self._pool = where, pool
-        self._commits = GroupCommit(url, where, schema)
+        self._commits = GroupCommit(conninfo or url, where, schema)
         self._inbox_channel = inbox_channel(schema)
-        self._reading = Reading(url, where, schema, pool)
+        self._reading = Reading(conninfo or url, where, schema, pool)
         self._closed = False
 
     @classmethod
-    async def open(
-        cls, url: str, *, blob_threshold: int = DEFAULT_BLOB_THRESHOLD
-    ) -> PostgresJournal:
+    async def open(cls, url: str, *, blob_threshold: int | None = None) -> PostgresJournal:
         """Connect, create the tables when absent, and check the schema version.
 
         Raises ``JournalUnavailableError`` when the server cannot be reached,
         ``JournalSchemaError`` when the database holds a newer schema,
         ``ValueError`` for a ``blob_threshold`` that is not a positive number
-        of bytes (``journal.blobs``).
+        of bytes or differs from the URL's (``journal.blobs``; None takes the
+        URL's, else the default).  libpq gets the URL without loopruntime's
+        options (``journal.location``).
         """
-        check_threshold(blob_threshold)
-        where = describe(url)
-        conn, schema = await trio.to_thread.run_sync(open_prepared, url, where)
-        pool = Pool(url, where)
+        location = parse_location(url)
+        conninfo = location.conninfo or url
+        threshold = choose_threshold(blob_threshold, location.blob_threshold, url)
+        where = describe(conninfo)
+        conn, schema = await trio.to_thread.run_sync(open_prepared, conninfo, where)
+        pool = Pool(conninfo, where)
         pool.give(conn)
-        return cls(url, where, schema, pool, blob_threshold)
+        return cls(url, where, schema, pool, threshold, conninfo=conninfo)
 
     # -- writing --------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from ..blobs import DEFAULT_BLOB_THRESHOLD, check_threshold, encode_pending
+from ..blobs import DEFAULT_BLOB_THRESHOLD, check_threshold, choose_threshold, encode_pending
 from ..errors import DuplicateEventError, JournalClosedError, JournalReadOnlyError
 from ..inbox import (
     Claim,
@@ -96,7 +96,7 @@ class SQLiteJournal:
 
     @classmethod
     async def open(
-        cls, url: str, *, readonly: bool = False, blob_threshold: int = DEFAULT_BLOB_THRESHOLD
+        cls, url: str, *, readonly: bool = False, blob_threshold: int | None = None
     ) -> SQLiteJournal:
         """Open (or create, mode 0600) the journal file named by ``url``.
 
@@ -107,12 +107,13 @@ class SQLiteJournal:
         (with ``readonly``: also for a missing or empty file),
         ``JournalSchemaError`` for a journal written by a newer schema,
         ``ValueError`` for a malformed URL or a ``blob_threshold`` that is not a
-        positive number of bytes (``journal.blobs``).
+        positive number of bytes or differs from the URL's (``journal.blobs``;
+        None takes the URL's, else the default).
         """
-        check_threshold(blob_threshold)
         location = parse_location(url)
         if location.scheme != "sqlite":
             raise ValueError(f"{url!r} is not a sqlite: journal URL")
+        blob_threshold = choose_threshold(blob_threshold, location.blob_threshold, url)
         assert location.path is not None
         if readonly:
             access = await trio.to_thread.run_sync(check_existing_file, location.path)

@@ -108,7 +108,11 @@ class TranscriptRenderer:
                 parent = f", child of {e.parent.parent_loop}" if e.parent else ""
                 lines.append(
                     prefix
-                    + paint("dim", f"loop {r.loop} started ({e.definition}, {e.model}{parent})")
+                    + paint(
+                        "dim",
+                        f"loop {r.loop} started ({e.definition}, {e.model}{parent})"
+                        + _by(e.principal),
+                    )
                 )
             case LoopStopped():
                 lines.append(prefix + paint("dim", f"loop {r.loop} stopped ({e.reason})"))

@@ -4,6 +4,7 @@ it, damage to a blob is caught, identical units are stored once."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import msgspec
@@ -171,7 +172,7 @@ async def test_a_damaged_or_missing_blob_is_caught_naming_the_record(
         assert any(p.seq == 2 and digest.hex() in p.detail for p in report.problems), report
 
 
-@pytest.mark.parametrize("threshold", [0, -1, 1.5, True, "256KiB", None])
+@pytest.mark.parametrize("threshold", [0, -1, 1.5, True, "256KiB"])
 async def test_a_threshold_that_is_not_a_positive_size_is_refused(
     tmp_path: Path, threshold: object
 ) -> None:
@@ -182,6 +183,28 @@ async def test_a_threshold_that_is_not_a_positive_size_is_refused(
             pass
     # Refused before anything was made.
     assert not (tmp_path / "j.db").exists()
+
+
+async def test_a_journal_url_carries_the_threshold(backend: Backend) -> None:
+    """``blob_threshold`` in the URL (as a size with a unit) is the threshold of
+    a journal opened with it on every backend; a PostgreSQL URL reaches libpq
+    without it."""
+    url = "memory:" if backend.kind == "memory" else backend.url
+    url += ("&" if "?" in url else "?") + "blob_threshold=1KiB"
+    async with open_journal(url) as journal:
+        assert journal.blob_threshold == 1024
+        assert journal.url == url
+        lease = await journal.open_session("s")
+        await journal.append(lease, [completed(1)], expected_seq=0)
+        assert [r.event async for r in journal.read("s")] == [completed(1).event]
+        if backend.kind != "memory":
+            assert is_split(await backend.stored_body("s", 1))
+    # The same threshold passed in code is no conflict; a different one is refused.
+    async with open_journal(url, blob_threshold=1024) as journal:
+        assert journal.blob_threshold == 1024
+    with pytest.raises(ValueError, match="sets blob_threshold=1024 but blob_threshold=2048"):
+        async with open_journal(url, blob_threshold=2048):
+            pass
 
 
 async def test_the_default_threshold_keeps_ordinary_records_whole() -> None:
@@ -215,3 +238,22 @@ async def test_a_checkpoints_fold_state_refers_to_blobs_too(backend: Backend) ->
         assert is_split(body) and BIG.encode() not in body
         assert [r.event for r in await read_all(journal, "s")] == [started, checkpoint]
         assert await journal.checkpoints("s") == cp
+
+
+def test_the_cli_takes_the_threshold_from_its_journal_url(tmp_path: Path) -> None:
+    """``--journal URL`` carries the threshold to every command; a bad one is
+    one line naming the option, and no journal is made."""
+    from tests.cli.test_first_hour import one_line_error, run
+
+    bad = run("demo", "--journal", "sqlite:///bad.db?blob_threshold=lots", cwd=tmp_path)
+    assert "blob_threshold must be a positive number of bytes" in one_line_error(bad)
+    assert not (tmp_path / "bad.db").exists()
+    done = run("demo", "--journal", "sqlite:///d.db?blob_threshold=64", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr.decode()
+    conn = sqlite3.connect(tmp_path / "d.db")
+    try:
+        (stored,) = conn.execute("SELECT count(*) FROM blobs").fetchone()
+    finally:
+        conn.close()
+    # The demo's units are a few hundred bytes: only a 64-byte threshold splits them.
+    assert stored > 0

@@ -116,3 +116,44 @@ async def test_the_configuration_names_hooks_and_classifiers_and_a_deploy_changi
         ("hooks", "before_tool:guard", "before_tool:guard, after_tool:audit"),
         ("classifiers", "sync_function", ""),
     ]
+
+
+async def retry(ctx: ToolContext, call_next: Any) -> Any:
+    return await call_next()
+
+
+async def audit(ctx: ToolContext, call_next: Any) -> Any:
+    return await call_next()
+
+
+def with_middleware(own: list[Any], outer: list[Any]) -> LoopDefinition:
+    @tool(permission="allow", middleware=own)
+    async def fetch(ctx: ToolContext) -> str:
+        """Fetches."""
+        return ""
+
+    return make(tools=[fetch], tool_middleware=outer)
+
+
+async def test_the_configuration_names_middleware_and_a_deploy_changing_it() -> None:
+    from session import DefinitionDriftError
+
+    here = "tests.hooks.test_definitions"
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, with_middleware([retry], [])) as s:
+            pass
+        changed = with_middleware([audit, retry], [audit])
+        with pytest.raises(DefinitionDriftError, match=r"tool fetch: middleware \["):
+            async with Session.restore(journal, s.id, changed, drift="refuse"):
+                pass
+        async with Session.restore(journal, s.id, changed):
+            pass
+        [configured] = await events_of(journal, s.id, LoopConfigured)
+        [reconfigured] = await events_of(journal, s.id, LoopReconfigured)
+    (fetch,) = configured.config.tools
+    assert fetch.middleware == (f"{here}.retry",)
+    assert configured.config.tool_middleware == ()
+    assert [(c.what, c.name, c.old, c.new) for c in reconfigured.changes] == [
+        ("tool_middleware", "fetch", f"{here}.retry", f"{here}.audit, {here}.retry"),
+        ("middleware", "", "", f"{here}.audit"),
+    ]

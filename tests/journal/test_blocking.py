@@ -59,6 +59,23 @@ async def test_reads_what_the_journal_reads_from_any_seq(url: str) -> None:
         blocking.read("s1")
 
 
+async def test_a_client_takes_the_url_a_journal_with_a_blob_threshold_was_opened_at(
+    url: str,
+) -> None:
+    """The threshold rides in the URL: a client given it opens (PostgreSQL's
+    libpq never sees the option) and reads the split records back whole."""
+    url += ("&" if "?" in url else "?") + "blob_threshold=64"
+    async with open_journal(url) as journal:
+        assert journal.blob_threshold == 64
+        await run_turns(journal, "s1", 2)
+        stored = [r async for r in journal.read("s1")]
+    blocking = await trio.to_thread.run_sync(open_blocking, url)
+    try:
+        assert await trio.to_thread.run_sync(blocking.read, "s1") == stored
+    finally:
+        blocking.close()
+
+
 async def test_a_damaged_record_is_refused_by_its_seq(url: str) -> None:
     async with open_journal(url) as journal:
         await run_turns(journal, "s1", 2)

@@ -36,7 +36,21 @@ def test_every_form_of_location() -> None:
         scheme="sqlite", url="sqlite:///dir/j.db", path="dir/j.db", plain_path=True
     )
     for url in ("postgresql://u@h/db", "postgres://u@h/db"):
-        assert parse_location(url) == JournalLocation(scheme="postgresql", url=url)
+        assert parse_location(url) == JournalLocation(scheme="postgresql", url=url, conninfo=url)
+
+
+def test_a_url_carries_the_blob_threshold_in_bytes_or_with_a_unit() -> None:
+    sizes = {"4096": 4096, "512KiB": 512 * 1024, "1MiB": 1 << 20, "2mb": 2_000_000, "1GiB": 1 << 30}
+    for text, size in sizes.items():
+        assert parse_location(f"sqlite:///j.db?blob_threshold={text}").blob_threshold == size
+    assert parse_location("memory:?blob_threshold=1KiB").blob_threshold == 1024
+    assert parse_location("sqlite:///j.db").blob_threshold is None
+    # libpq gets the URL without the option and with the rest of its query as written.
+    url = "postgresql://u@h/db?sslmode=require&blob_threshold=1MiB&options=-csearch_path%3Dx"
+    location = parse_location(url)
+    assert location.blob_threshold == 1 << 20 and location.url == url
+    assert location.conninfo == "postgresql://u@h/db?sslmode=require&options=-csearch_path%3Dx"
+    assert parse_location("postgres://u@h/db?blob_threshold=1").conninfo == "postgres://u@h/db"
 
 
 @pytest.mark.parametrize(
@@ -50,6 +64,13 @@ def test_every_form_of_location() -> None:
         ("sqlite:///j.db?poll=0", "poll must be a positive number"),
         ("sqlite:///j.db?poll=soon", "poll must be a positive number"),
         ("sqlite:///j.db?cache=1", "unknown option 'cache'"),
+        ("sqlite:///j.db?blob_threshold=0", "blob_threshold must be a positive number of bytes"),
+        ("sqlite:///j.db?blob_threshold=big", "blob_threshold must be a positive number"),
+        ("sqlite:///j.db?blob_threshold=1.5MiB", "blob_threshold must be a positive number"),
+        ("sqlite:///j.db?blob_threshold=1TB", "blob_threshold must be a positive number"),
+        ("memory:?blob_threshold=", "blob_threshold must be a positive number"),
+        ("memory:?cache=1", "unknown option 'cache'"),
+        ("postgresql://u@h/db?blob_threshold=-1", "blob_threshold must be a positive number"),
     ],
 )
 async def test_malformed_locations_are_refused_before_anything_is_opened(

@@ -15,6 +15,7 @@ from journal.events import (
     InputCancelled,
     InputQueued,
     LoopModeChanged,
+    LoopStarted,
     SteerQueued,
     ToolResolved,
     ToolStarted,
@@ -124,7 +125,9 @@ async def test_each_command_records_its_principal_and_replay_shows_it(
         assert (await check(journal, "s")).ok
 
 
-async def test_a_resolved_unknown_outcome_records_who_resolved_it(autojump_clock: object) -> None:
+async def resolved_by_ops_bot(journal: Journal) -> str:
+    """A session whose call's outcome is unknown after a crash, resolved on
+    its restored copy by principal ``ops-bot``; the copy's id."""
     from tests.support.loops import crashed_copy
 
     @tool(permission="allow")
@@ -136,20 +139,25 @@ async def test_a_resolved_unknown_outcome_records_who_resolved_it(autojump_clock
     def definition(*replies: Reply) -> LoopDefinition:
         return LoopDefinition(name="payer", model=ScriptedModel(list(replies)), tools=[pay])
 
+    first = definition(Reply(tool_calls=[ToolCall(name="pay", input={})]))
+    async with Session.create(journal, first, session_id="s") as s:
+        await s.submit("pay")
+        async for item in s.subscribe():
+            if isinstance(item, Record) and isinstance(item.event, ToolStarted):
+                last = item.seq
+                break
+    # A crash right after the call started: its outcome is unknown.
+    copy = await crashed_copy(journal, "s", last)
+    async with Session.restore(journal, copy, definition(Reply(text="paid"))) as s:
+        (started,) = (await s.snapshot()).unknown_effects
+        await s.resolve(started.execution_id, "it went through", principal="ops-bot")
+        await s.wait_idle()
+    return copy
+
+
+async def test_a_resolved_unknown_outcome_records_who_resolved_it(autojump_clock: object) -> None:
     async with open_journal("memory:") as journal:
-        first = definition(Reply(tool_calls=[ToolCall(name="pay", input={})]))
-        async with Session.create(journal, first, session_id="s") as s:
-            await s.submit("pay")
-            async for item in s.subscribe():
-                if isinstance(item, Record) and isinstance(item.event, ToolStarted):
-                    last = item.seq
-                    break
-        # A crash right after the call started: its outcome is unknown.
-        copy = await crashed_copy(journal, "s", last)
-        async with Session.restore(journal, copy, definition(Reply(text="paid"))) as s:
-            (started,) = (await s.snapshot()).unknown_effects
-            await s.resolve(started.execution_id, "it went through", principal="ops-bot")
-            await s.wait_idle()
+        copy = await resolved_by_ops_bot(journal)
         (resolved,) = await events_of(journal, copy, ToolResolved)
         assert resolved.principal == "ops-bot"
         assert "← resolved by host [ops-bot]" in render_transcript(await records(journal, copy))
@@ -200,6 +208,32 @@ async def test_principals_travel_through_the_inbox(autojump_clock: object) -> No
     (queued,) = await events_of(journal, sid, InputQueued)
     (answered,) = await events_of(journal, sid, GateResolved)
     assert (queued.principal, answered.principal) == ("alice", "bob")
+
+
+async def test_who_created_a_session_is_on_its_first_record_and_in_replay(
+    autojump_clock: object,
+) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    async with Host.open(journal, DEFS, host_id="h1", poll=0.5):
+        by_inbox = await client.create("asker", key="c1", principal="alice")
+        await client.submit(by_inbox, "hello", key="s1", principal="bob")
+        await client.wait(by_inbox, "s1", timeout=30)
+    first = (await records(journal, by_inbox))[0]
+    assert isinstance(first.event, LoopStarted) and first.event.principal == "alice"
+    assert "started (asker, " in render_transcript([first])
+    assert render_transcript([first]).rstrip().endswith(") [alice]")
+    # In process too; a child or a session created without one names nobody.
+    async with Session.create(journal, counting_definition(), principal="carol") as s:
+        pass
+    async with Session.create(journal, counting_definition()) as nobody:
+        pass
+    (started,) = await events_of(journal, s.id, LoopStarted)
+    (unsaid,) = await events_of(journal, nobody.id, LoopStarted)
+    assert (started.principal, unsaid.principal) == ("carol", None)
+    with pytest.raises(ValueError, match="principal must not be empty"):
+        async with Session.create(journal, counting_definition(), principal=""):
+            pass
 
 
 async def _gate_open(journal: Journal, sid: str) -> bool:
@@ -275,6 +309,24 @@ async def test_traces_carry_principals(autojump_clock: object) -> None:
     assert turns[0].attributes["enduser.id"] == "alice"
     assert "enduser.id" not in turns[1].attributes
     assert turns[1].attributes["loopruntime.interrupted_by"] == "bob"
+
+
+async def test_traces_carry_the_principal_of_a_resolution(autojump_clock: object) -> None:
+    pytest.importorskip("opentelemetry")
+    from session.otel import SpanBuilder
+
+    async with open_journal("memory:") as journal:
+        copy = await resolved_by_ops_bot(journal)
+        spans = SpanBuilder(copy).feed_all(await records(journal, copy))
+    (call,) = [sp for sp in spans if sp.name.startswith("execute_tool")]
+    assert call.attributes["loopruntime.resolved_principal"] == "ops-bot"
+    resolutions = [
+        attributes
+        for sp in spans
+        for name, _, attributes in sp.events
+        if name == "loopruntime.unknown_effect.resolved"
+    ]
+    assert [a["enduser.id"] for a in resolutions] == ["ops-bot"]
 
 
 async def test_inference_and_tool_choices_record_their_principal(autojump_clock: object) -> None:

@@ -403,3 +403,68 @@ async def test_a_permission_policy_and_gate_see_the_redacted_input() -> None:
             await s.wait_idle()
     assert asked == [{"user": "bob", "password": REDACTED}]
     assert ran == [SECRET]
+
+
+def hide_password(value: Mapping[str, Any]) -> dict[str, Any]:
+    return {**value, "password": REDACTED}
+
+
+def payroll(**options: Any) -> LoopDefinition:
+    @tool(permission="allow", **options)
+    async def pay(ctx: ToolContext, *, user: str, password: str) -> dict[str, str]:
+        """Pays."""
+        return {"user": user, "token": TOKEN}
+
+    return LoopDefinition(name="payroll", model=ScriptedModel([]), tools=[pay])
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "old", "new"),
+    [
+        ({}, {"redact": ["password"]}, "redact=(none)", "redact=fields password"),
+        ({"redact": ["password"]}, {}, "redact=fields password", "redact=(none)"),
+        (
+            {"redact": ["password"]},
+            {"redact": hide_password},
+            "redact=fields password",
+            "redact=function tests.redaction.test_redaction.hide_password",
+        ),
+        ({}, {"redact_result": ["token"]}, "redact_result=(none)", "redact_result=fields token"),
+        (
+            {"redact_result": ["token"]},
+            {"redact_result": ["user", "token"]},
+            "redact_result=fields token",
+            "redact_result=fields user, token",
+        ),
+    ],
+    ids=["input-added", "input-dropped", "names-to-function", "result-added", "result-widened"],
+)
+async def test_a_deploy_changing_a_tools_redaction_is_recorded_or_refused(
+    before: dict[str, Any], after: dict[str, Any], old: str, new: str
+) -> None:
+    from journal.events import LoopConfigured, LoopReconfigured
+    from session import DefinitionDriftError
+    from tests.support.loops import events_of
+
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, payroll(**before), session_id="s"):
+            pass
+        with pytest.raises(DefinitionDriftError, match="tool pay: redact"):
+            async with Session.restore(journal, "s", payroll(**after), drift="refuse"):
+                pass
+        async with Session.restore(journal, "s", payroll(**after)):
+            pass
+        (configured,) = await events_of(journal, "s", LoopConfigured)
+        (reconfigured,) = await events_of(journal, "s", LoopReconfigured)
+        # Unchanged once recorded: a second restore commits nothing more.
+        async with Session.restore(journal, "s", payroll(**after)):
+            pass
+        assert len(await events_of(journal, "s", LoopReconfigured)) == 1
+    (change,) = reconfigured.changes
+    assert change.what == "tool_redaction" and change.name == "pay"
+    assert old in change.old and new in change.new
+    (recorded,) = reconfigured.config.tools
+    assert (recorded.redact, recorded.redact_result) != (
+        configured.config.tools[0].redact,
+        configured.config.tools[0].redact_result,
+    )
