@@ -293,25 +293,26 @@ def fold_all(records: Any, state: LoopState | None = None) -> LoopState:
     return state
 
 
-def _answer(state: LoopState, result: ToolResult) -> None:
+def _answer(
+    state: LoopState, tool_use_id: str, content: tuple[ResultBlock, ...], is_error: bool
+) -> None:
     """Record one tool result; once every awaited call has one, the results
     enter the context as one user message, in the order of the calls."""
-    if result.tool_use_id not in state.tool_uses:
+    if tool_use_id not in state.tool_uses:
         return
-    state.results[result.tool_use_id] = result
-    if all(i in state.results for i in state.awaiting):
+    results = state.results
+    results[tool_use_id] = ToolResult(tool_use_id=tool_use_id, content=content, is_error=is_error)
+    # map over the dict's own methods runs in C: no generator frame per result
+    # (this runs for every tool result a restore folds).
+    if all(map(results.__contains__, state.awaiting)):
         state.messages.append(
-            Message(role="user", blocks=tuple(state.results[i] for i in state.awaiting))
+            Message(role="user", blocks=tuple(map(results.__getitem__, state.awaiting)))
         )
         state.awaiting = []
         state.results = {}
         state.tool_uses = {}
         state.executions = {}
         state.decided = {}
-
-
-def _result(tool_use_id: str, content: tuple[ResultBlock, ...], is_error: bool) -> ToolResult:
-    return ToolResult(tool_use_id=tool_use_id, content=content, is_error=is_error)
 
 
 def fold(state: LoopState, record: Record) -> LoopState:
@@ -336,10 +337,16 @@ def fold(state: LoopState, record: Record) -> LoopState:
             state.last_stop_reason = event.stop_reason
             state.history_seq = record.seq
             state.message_record = record.id
-            uses = [b for b in event.message.blocks if isinstance(b, ToolUse)]
-            if uses:
-                state.awaiting = [u.id for u in uses]
-                state.tool_uses = {u.id: u for u in uses}
+            # One plain loop: each comprehension would be a call of its own.
+            awaiting: list[str] = []
+            tool_uses: dict[str, ToolUse] = {}
+            for block in event.message.blocks:
+                if isinstance(block, ToolUse):
+                    awaiting.append(block.id)
+                    tool_uses[block.id] = block
+            if awaiting:
+                state.awaiting = awaiting
+                state.tool_uses = tool_uses
                 state.results = {}
                 state.executions = {}
                 state.decided = {}
@@ -356,10 +363,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
                 state.turn_output_failures += 1
             state.running.pop(event.execution_id, None)
             state.unknown.pop(event.execution_id, None)
-            _answer(
-                state,
-                _result(event.tool_use_id, event.content, event.disposition != "succeeded"),
-            )
+            _answer(state, event.tool_use_id, event.content, event.disposition != "succeeded")
             state.history_seq = record.seq
         case InputQueued():
             state.queued.append(
@@ -436,17 +440,14 @@ def fold(state: LoopState, record: Record) -> LoopState:
         case ToolAbandoned():
             started = state.running.pop(event.execution_id, None)
             if event.reason == "interrupted":
-                _answer(
-                    state,
-                    _result(event.tool_use_id, (Text(text=INTERRUPTED_TOOL_RESULT),), True),
-                )
+                _answer(state, event.tool_use_id, (Text(text=INTERRUPTED_TOOL_RESULT),), True)
                 state.history_seq = record.seq
             elif started is not None:
                 state.unknown[event.execution_id] = started
         case ToolResolved():
             state.unknown.pop(event.execution_id, None)
             state.running.pop(event.execution_id, None)
-            _answer(state, _result(event.tool_use_id, event.content, event.is_error))
+            _answer(state, event.tool_use_id, event.content, event.is_error)
             state.history_seq = record.seq
         case DeadlinePassed():
             # A replay-safe call runs again under the same execution id: its
