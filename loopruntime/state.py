@@ -12,6 +12,7 @@ O(1) however long the history is.  Whoever needs an unchanging copy takes one
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any, assert_never
 
 import msgspec
@@ -315,56 +316,86 @@ def _answer(
         state.decided = {}
 
 
+def _model_output(state: LoopState, record: Record, event: ModelOutput) -> None:
+    if event.effect_id == state.open_call:
+        state.open_output.extend(event.pieces)
+
+
+def _model_call_started(state: LoopState, record: Record, event: ModelCallStarted) -> None:
+    state.open_call = event.effect_id
+    state.open_output = []
+    state.step = event.step
+    state.turn_model_calls += 1
+
+
+def _model_message(state: LoopState, record: Record, event: ModelMessageCommitted) -> None:
+    if event.effect_id == state.open_call:
+        state.open_call = None
+        state.open_output = []
+    state.messages.append(event.message)
+    state.last_stop_reason = event.stop_reason
+    state.history_seq = record.seq
+    state.message_record = record.id
+    # One plain loop: each comprehension would be a call of its own.
+    awaiting: list[str] = []
+    tool_uses: dict[str, ToolUse] = {}
+    for block in event.message.blocks:
+        if isinstance(block, ToolUse):
+            awaiting.append(block.id)
+            tool_uses[block.id] = block
+    if awaiting:
+        state.awaiting = awaiting
+        state.tool_uses = tool_uses
+        state.results = {}
+        state.executions = {}
+        state.decided = {}
+        state.turn_tool_batches += 1
+
+
+def _context_measured(state: LoopState, record: Record, event: ContextMeasured) -> None:
+    state.context = event
+
+
+def _tool_started(state: LoopState, record: Record, event: ToolStarted) -> None:
+    state.running[event.execution_id] = event
+    state.executions[event.tool_use_id] = event.execution_id
+    state.turn_tool_calls += 1
+
+
+def _tool_completed(state: LoopState, record: Record, event: ToolCompleted) -> None:
+    use = state.tool_uses.get(event.tool_use_id)
+    if use is not None and use.name == FINAL_ANSWER and event.disposition != "succeeded":
+        state.turn_output_failures += 1
+    state.running.pop(event.execution_id, None)
+    state.unknown.pop(event.execution_id, None)
+    _answer(state, event.tool_use_id, event.content, event.disposition != "succeeded")
+    state.history_seq = record.seq
+
+
+_STEP_KINDS: dict[type, Callable[[LoopState, Record, Any], None]] = {
+    ModelOutput: _model_output,
+    ModelCallStarted: _model_call_started,
+    ModelMessageCommitted: _model_message,
+    ContextMeasured: _context_measured,
+    ToolStarted: _tool_started,
+    ToolCompleted: _tool_completed,
+}
+"""The kinds every step of a loop records, found by their exact type.  A
+class pattern that fails costs about 0.3 µs (the events' metaclass sends
+``isinstance`` down its slow path) and ``match`` tries its cases in order:
+found in this table, a step's records skip the match."""
+
+
 def fold(state: LoopState, record: Record) -> LoopState:
     """Apply one record to ``state`` (in place) and return it."""
     event = record.event
     state.last_seq = record.seq
+    step = _STEP_KINDS.get(type(event))
+    if step is not None:
+        step(state, record, event)
+        return state
     match event:
-        # The most frequent kinds first: match tries the cases in order.
-        case ModelOutput():
-            if event.effect_id == state.open_call:
-                state.open_output.extend(event.pieces)
-        case ModelCallStarted():
-            state.open_call = event.effect_id
-            state.open_output = []
-            state.step = event.step
-            state.turn_model_calls += 1
-        case ModelMessageCommitted():
-            if event.effect_id == state.open_call:
-                state.open_call = None
-                state.open_output = []
-            state.messages.append(event.message)
-            state.last_stop_reason = event.stop_reason
-            state.history_seq = record.seq
-            state.message_record = record.id
-            # One plain loop: each comprehension would be a call of its own.
-            awaiting: list[str] = []
-            tool_uses: dict[str, ToolUse] = {}
-            for block in event.message.blocks:
-                if isinstance(block, ToolUse):
-                    awaiting.append(block.id)
-                    tool_uses[block.id] = block
-            if awaiting:
-                state.awaiting = awaiting
-                state.tool_uses = tool_uses
-                state.results = {}
-                state.executions = {}
-                state.decided = {}
-                state.turn_tool_batches += 1
-        case ContextMeasured():
-            state.context = event
-        case ToolStarted():
-            state.running[event.execution_id] = event
-            state.executions[event.tool_use_id] = event.execution_id
-            state.turn_tool_calls += 1
-        case ToolCompleted():
-            use = state.tool_uses.get(event.tool_use_id)
-            if use is not None and use.name == FINAL_ANSWER and event.disposition != "succeeded":
-                state.turn_output_failures += 1
-            state.running.pop(event.execution_id, None)
-            state.unknown.pop(event.execution_id, None)
-            _answer(state, event.tool_use_id, event.content, event.disposition != "succeeded")
-            state.history_seq = record.seq
+        # The most frequent of the other kinds first.
         case InputQueued():
             state.queued.append(
                 QueuedInput(
@@ -527,6 +558,19 @@ def fold(state: LoopState, record: Record) -> LoopState:
             _remember_key(state, record, event)
         case TurnRejected():
             pass  # a refusal: nothing was queued
+        # Found in _STEP_KINDS above; matched here for the exhaustiveness check.
+        case ModelOutput():
+            _model_output(state, record, event)
+        case ModelCallStarted():
+            _model_call_started(state, record, event)
+        case ModelMessageCommitted():
+            _model_message(state, record, event)
+        case ContextMeasured():
+            _context_measured(state, record, event)
+        case ToolStarted():
+            _tool_started(state, record, event)
+        case ToolCompleted():
+            _tool_completed(state, record, event)
         case SessionLevelEvent():
             pass  # the session's own streams (checkpoints, collaborations)
         case _:
