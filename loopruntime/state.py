@@ -380,10 +380,13 @@ _STEP_KINDS: dict[type, Callable[[LoopState, Record, Any], None]] = {
     ToolStarted: _tool_started,
     ToolCompleted: _tool_completed,
 }
-"""The kinds every step of a loop records, found by their exact type.  A
-class pattern that fails costs about 0.3 µs (the events' metaclass sends
-``isinstance`` down its slow path) and ``match`` tries its cases in order:
-found in this table, a step's records skip the match."""
+"""The kinds every step of a loop records, found by their exact type: the
+one departure from dispatching events by ``match`` alone, for speed.  A
+class pattern that fails costs about 0.35 µs (msgspec's metaclass sends
+``isinstance`` down its slow path) and ``match`` tries its cases in order,
+so ``tool.completed`` as its sixth case paid five failures on every record.
+``fold``'s ``match`` still has a case for each of these kinds, calling the
+same handler, so the checker still proves the dispatch exhaustive."""
 
 
 def fold(state: LoopState, record: Record) -> LoopState:
