@@ -12,6 +12,7 @@ O(1) however long the history is.  Whoever needs an unchanging copy takes one
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any, assert_never
 
 import msgspec
@@ -293,15 +294,20 @@ def fold_all(records: Any, state: LoopState | None = None) -> LoopState:
     return state
 
 
-def _answer(state: LoopState, result: ToolResult) -> None:
+def _answer(
+    state: LoopState, tool_use_id: str, content: tuple[ResultBlock, ...], is_error: bool
+) -> None:
     """Record one tool result; once every awaited call has one, the results
     enter the context as one user message, in the order of the calls."""
-    if result.tool_use_id not in state.tool_uses:
+    if tool_use_id not in state.tool_uses:
         return
-    state.results[result.tool_use_id] = result
-    if all(i in state.results for i in state.awaiting):
+    results = state.results
+    results[tool_use_id] = ToolResult(tool_use_id=tool_use_id, content=content, is_error=is_error)
+    # map over the dict's own methods runs in C: no generator frame per result
+    # (this runs for every tool result a restore folds).
+    if all(map(results.__contains__, state.awaiting)):
         state.messages.append(
-            Message(role="user", blocks=tuple(state.results[i] for i in state.awaiting))
+            Message(role="user", blocks=tuple(map(results.__getitem__, state.awaiting)))
         )
         state.awaiting = []
         state.results = {}
@@ -310,57 +316,89 @@ def _answer(state: LoopState, result: ToolResult) -> None:
         state.decided = {}
 
 
-def _result(tool_use_id: str, content: tuple[ResultBlock, ...], is_error: bool) -> ToolResult:
-    return ToolResult(tool_use_id=tool_use_id, content=content, is_error=is_error)
+def _model_output(state: LoopState, record: Record, event: ModelOutput) -> None:
+    if event.effect_id == state.open_call:
+        state.open_output.extend(event.pieces)
+
+
+def _model_call_started(state: LoopState, record: Record, event: ModelCallStarted) -> None:
+    state.open_call = event.effect_id
+    state.open_output = []
+    state.step = event.step
+    state.turn_model_calls += 1
+
+
+def _model_message(state: LoopState, record: Record, event: ModelMessageCommitted) -> None:
+    if event.effect_id == state.open_call:
+        state.open_call = None
+        state.open_output = []
+    state.messages.append(event.message)
+    state.last_stop_reason = event.stop_reason
+    state.history_seq = record.seq
+    state.message_record = record.id
+    # One plain loop: each comprehension would be a call of its own.
+    awaiting: list[str] = []
+    tool_uses: dict[str, ToolUse] = {}
+    for block in event.message.blocks:
+        if isinstance(block, ToolUse):
+            awaiting.append(block.id)
+            tool_uses[block.id] = block
+    if awaiting:
+        state.awaiting = awaiting
+        state.tool_uses = tool_uses
+        state.results = {}
+        state.executions = {}
+        state.decided = {}
+        state.turn_tool_batches += 1
+
+
+def _context_measured(state: LoopState, record: Record, event: ContextMeasured) -> None:
+    state.context = event
+
+
+def _tool_started(state: LoopState, record: Record, event: ToolStarted) -> None:
+    state.running[event.execution_id] = event
+    state.executions[event.tool_use_id] = event.execution_id
+    state.turn_tool_calls += 1
+
+
+def _tool_completed(state: LoopState, record: Record, event: ToolCompleted) -> None:
+    use = state.tool_uses.get(event.tool_use_id)
+    if use is not None and use.name == FINAL_ANSWER and event.disposition != "succeeded":
+        state.turn_output_failures += 1
+    state.running.pop(event.execution_id, None)
+    state.unknown.pop(event.execution_id, None)
+    _answer(state, event.tool_use_id, event.content, event.disposition != "succeeded")
+    state.history_seq = record.seq
+
+
+_STEP_KINDS: dict[type, Callable[[LoopState, Record, Any], None]] = {
+    ModelOutput: _model_output,
+    ModelCallStarted: _model_call_started,
+    ModelMessageCommitted: _model_message,
+    ContextMeasured: _context_measured,
+    ToolStarted: _tool_started,
+    ToolCompleted: _tool_completed,
+}
+"""The kinds every step of a loop records, found by their exact type: the
+one departure from dispatching events by ``match`` alone, for speed.  A
+class pattern that fails costs about 0.35 µs (msgspec's metaclass sends
+``isinstance`` down its slow path) and ``match`` tries its cases in order,
+so ``tool.completed`` as its sixth case paid five failures on every record.
+``fold``'s ``match`` still has a case for each of these kinds, calling the
+same handler, so the checker still proves the dispatch exhaustive."""
 
 
 def fold(state: LoopState, record: Record) -> LoopState:
     """Apply one record to ``state`` (in place) and return it."""
     event = record.event
     state.last_seq = record.seq
+    step = _STEP_KINDS.get(type(event))
+    if step is not None:
+        step(state, record, event)
+        return state
     match event:
-        # The most frequent kinds first: match tries the cases in order.
-        case ModelOutput():
-            if event.effect_id == state.open_call:
-                state.open_output.extend(event.pieces)
-        case ModelCallStarted():
-            state.open_call = event.effect_id
-            state.open_output = []
-            state.step = event.step
-            state.turn_model_calls += 1
-        case ModelMessageCommitted():
-            if event.effect_id == state.open_call:
-                state.open_call = None
-                state.open_output = []
-            state.messages.append(event.message)
-            state.last_stop_reason = event.stop_reason
-            state.history_seq = record.seq
-            state.message_record = record.id
-            uses = [b for b in event.message.blocks if isinstance(b, ToolUse)]
-            if uses:
-                state.awaiting = [u.id for u in uses]
-                state.tool_uses = {u.id: u for u in uses}
-                state.results = {}
-                state.executions = {}
-                state.decided = {}
-                state.turn_tool_batches += 1
-        case ContextMeasured():
-            state.context = event
-        case ToolStarted():
-            state.running[event.execution_id] = event
-            state.executions[event.tool_use_id] = event.execution_id
-            state.turn_tool_calls += 1
-        case ToolCompleted():
-            use = state.tool_uses.get(event.tool_use_id)
-            if use is not None and use.name == FINAL_ANSWER and event.disposition != "succeeded":
-                state.turn_output_failures += 1
-            state.running.pop(event.execution_id, None)
-            state.unknown.pop(event.execution_id, None)
-            _answer(
-                state,
-                _result(event.tool_use_id, event.content, event.disposition != "succeeded"),
-            )
-            state.history_seq = record.seq
+        # The most frequent of the other kinds first.
         case InputQueued():
             state.queued.append(
                 QueuedInput(
@@ -436,17 +474,14 @@ def fold(state: LoopState, record: Record) -> LoopState:
         case ToolAbandoned():
             started = state.running.pop(event.execution_id, None)
             if event.reason == "interrupted":
-                _answer(
-                    state,
-                    _result(event.tool_use_id, (Text(text=INTERRUPTED_TOOL_RESULT),), True),
-                )
+                _answer(state, event.tool_use_id, (Text(text=INTERRUPTED_TOOL_RESULT),), True)
                 state.history_seq = record.seq
             elif started is not None:
                 state.unknown[event.execution_id] = started
         case ToolResolved():
             state.unknown.pop(event.execution_id, None)
             state.running.pop(event.execution_id, None)
-            _answer(state, _result(event.tool_use_id, event.content, event.is_error))
+            _answer(state, event.tool_use_id, event.content, event.is_error)
             state.history_seq = record.seq
         case DeadlinePassed():
             # A replay-safe call runs again under the same execution id: its
@@ -526,6 +561,19 @@ def fold(state: LoopState, record: Record) -> LoopState:
             _remember_key(state, record, event)
         case TurnRejected():
             pass  # a refusal: nothing was queued
+        # Found in _STEP_KINDS above; matched here for the exhaustiveness check.
+        case ModelOutput():
+            _model_output(state, record, event)
+        case ModelCallStarted():
+            _model_call_started(state, record, event)
+        case ModelMessageCommitted():
+            _model_message(state, record, event)
+        case ContextMeasured():
+            _context_measured(state, record, event)
+        case ToolStarted():
+            _tool_started(state, record, event)
+        case ToolCompleted():
+            _tool_completed(state, record, event)
         case SessionLevelEvent():
             pass  # the session's own streams (checkpoints, collaborations)
         case _:
