@@ -7,6 +7,10 @@ the records it reads back, with this same function, so the two cannot drift.
 For speed the fold updates ``state`` in place and returns it: a step costs
 O(1) however long the history is.  Whoever needs an unchanging copy takes one
 (``copy_state``); ``Snapshot`` replies with such a copy.
+
+The module is one piece: ``LoopState`` and ``fold``, the only code that
+ever writes it, change together (a new event is a new field and its
+handler), and the handlers share the fold's private helpers.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from loopruntime import Limits, LoopDefinition, Mode, ToolContext, tool
 from loopruntime.model import Delta, ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
+from tests.host.support import wait_for
 from tests.support.loops import crashed_copy, records
 from tests.support.processes import kill_self
 
@@ -165,6 +166,13 @@ async def prepared(
         elif command in ("answer", "decide"):
             await s.submit("ask me" if command == "answer" else "deploy it")
             await _wait_for(s, GateOpened)
+
+            # The record is durable before the loop folds it (commit, then
+            # fold): wait for the state too, not only for the journal.
+            async def folded() -> bool:
+                return bool((await s.snapshot()).open_gates)
+
+            await wait_for(folded, poll=0.01)
             ctx["gate_id"] = (await s.snapshot()).open_gates[0].gate_id
         elif command == "compact":
             for text in ("one", "two", "three"):
