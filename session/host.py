@@ -22,7 +22,9 @@ Rules (docs/host.md tells the story):
   ``Create`` so refused starts no session).
 * the host id is registered in the journal for as long as the host runs (a
   live host's id is refused at ``open``); work is looked for every ``poll``
-  seconds and whenever the journal's inbox wake-ups say so;
+  seconds (one ``claimable`` pass, which also wakes this host's quiet
+  sessions with entries) and whenever the journal's inbox wake-ups say so;
+  a quiet session reads its inbox itself only every ``lease_ttl / 3``;
 * at most ``max_sessions`` are loaded: past it the least recently busy idle
   session is passivated for one with work, and with none idle nothing is
   claimed until one is.
@@ -48,18 +50,17 @@ from journal import (
     SessionLease,
 )
 from journal import inbox as ib
-from journal.events import CommandKeyed, Event
 from loopruntime import LoopClosedError, LoopDefinition, LoopError
 from loopruntime.host import check_principal, new_id
 
 from .checkpoints import read_restored
+from .host_commands import expected as _expected
+from .host_commands import run as _run
 from .runtime import ROOT_LOOP, Session
 
 __all__ = ["Host", "HostStatistics"]
 
 log = structlog.wrap_logger(logging.getLogger(__name__))
-
-Match = Callable[[Event], ib.InboxOutcome | None]
 
 Principals = Collection[str] | Callable[[str | None], bool]
 """The principals a host takes commands from: a collection of them, or a
@@ -146,6 +147,8 @@ class Host:
         """Drawn per process: tells this host's registration of ``id`` from another's."""
         self.idle_after, self.lease_ttl, self.poll = idle_after, lease_ttl, poll
         self.max_sessions = max_sessions
+        self._quiet_poll = max(poll, lease_ttl / 3)
+        """How often a quiet session reads its own inbox (for an entry past the pass's limit)."""
         self.sessions: dict[str, _Hosted] = {}
         self._claims = self._failovers = self._passivations = self._applied = 0
         self._fenced = 0
@@ -235,8 +238,9 @@ class Host:
         full = False
         while not self._stopping:
             self._wake = trio.Event()
+            # Room for the sessions held here too: the pass wakes the quiet ones.
             claims = await self.journal.claimable(
-                definitions=names, owner=self.id, limit=max(self.max_sessions, 1)
+                definitions=names, owner=self.id, limit=self.max_sessions + len(self.sessions)
             )
             waiting = 0
             for claim in claims:
@@ -465,7 +469,11 @@ class Host:
                     why = "pressure" if hosted.evict else "idle"
                     self.log.info("session_passivated", session=hosted.id, reason=why)
                     return
-            with trio.move_on_after(min(self.poll, self.idle_after)):
+            # Quiet: woken by a wake-up, the claimer's pass, an eviction or a stop.
+            wait = self.poll
+            if hosted.quiet_since is not None:
+                wait = min(self.idle_after - (now - quiet_since), self._quiet_poll)
+            with trio.move_on_after(max(wait, 0.0)):
                 await hosted.wake.wait()
 
     # -- applying one entry ------------------------------------------------------------------
@@ -549,52 +557,3 @@ def _principals(principals: Principals | None) -> Principals | None:
     for p in principals:
         check_principal(p)
     return frozenset(principals)
-
-
-async def _run(session: Session, command: ib.InboxCommand, key: str) -> str | bool | None:
-    """Send ``command`` to ``session`` under the entry's idempotency ``key``;
-    what it returns (a repeat of the key is answered from the fold and
-    commits nothing)."""
-    who = command.principal
-    match command:
-        case ib.Create():
-            return session.id  # made by the host as it opened the session
-        case ib.Submit(message=message, loop=loop):
-            return await session.submit(message, loop=loop, key=key, principal=who)
-        case ib.Steer(text=text, loop=loop):
-            return await session.steer(text, loop=loop, key=key, principal=who)
-        case ib.Answer(gate_id=gate_id, text=text):
-            await session.answer(gate_id, text, key=key, principal=who)
-            return None
-        case ib.Decide(gate_id=gate_id, allow=allow, scope=scope):
-            await session.decide(gate_id, allow, scope, key=key, principal=who)
-            return None
-        case ib.Resolve(execution_id=execution_id, content=content, is_error=is_error):
-            await session.resolve(execution_id, content, is_error, key=key, principal=who)
-            return None
-        case ib.Interrupt(loop=loop):
-            return await session.interrupt(loop=loop, key=key, principal=who)
-        case ib.CancelQueued(input_id=input_id, loop=loop):
-            await session.cancel_queued(input_id, loop=loop, key=key, principal=who)
-            return None
-        case ib.Compact(loop=loop):
-            return await session.compact(loop=loop, key=key, principal=who)
-        case ib.ChangeMode(mode=mode, loop=loop):
-            await session.change_mode(mode, loop=loop, key=key, principal=who)
-            return None
-
-
-def _expected(command: ib.InboxCommand, key: str) -> Match | None:
-    """What the commit applying ``command`` holds: the ``command.keyed``
-    record carrying the entry's ``key``, which every keyed command commits
-    first, in the append holding what it made (one rule for every command).
-    None for ``Create``, which the host's opening of the session applies."""
-    if isinstance(command, ib.Create):
-        return None
-
-    def match(event: Event) -> ib.InboxOutcome | None:
-        if isinstance(event, CommandKeyed) and event.key == key:
-            return ib.InboxOutcome(value=event.result)
-        return None
-
-    return match

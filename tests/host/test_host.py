@@ -4,6 +4,8 @@ a paused host fenced, a clean stop that hands over at once."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 import trio
 
@@ -24,6 +26,7 @@ from journal.events import (
     ToolStarted,
     TurnEnded,
 )
+from journal.inbox import InboxEntry
 from loopruntime import InvalidAnswerError, LoopDefinition, ToolContext, tool
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
@@ -484,3 +487,58 @@ async def test_a_host_wakes_on_a_put_rather_than_its_poll(autojump_clock: object
             await client.wait(sid, "c1")
             await client.submit(sid, "count", key="s1")
             await client.wait(sid, "s1")
+
+
+class CountedInbox(ForwardingJournal):
+    """Counts each session's inbox reads; with ``wakeups=False`` the journal
+    tells of no put (as SQLite between processes)."""
+
+    def __init__(self, inner: Journal, *, wakeups: bool = True) -> None:
+        super().__init__(inner)
+        self.reads: dict[str, int] = {}
+        self.wakeups = wakeups
+
+    async def inbox(self, session: str, *, after: int = 0) -> list[InboxEntry]:
+        self.reads[session] = self.reads.get(session, 0) + 1
+        return await self.inner.inbox(session, after=after)
+
+    async def inbox_wakeups(self) -> AsyncIterator[str]:
+        if self.wakeups:
+            async for session in self.inner.inbox_wakeups():
+                yield session
+        else:
+            yield ""
+            await trio.sleep_forever()
+
+
+async def test_a_quiet_session_does_not_read_its_inbox_every_poll(autojump_clock: object) -> None:
+    # One read per loaded session per poll was most of a host's work: a quiet
+    # session waits to be woken, and reads on its own only every lease_ttl / 3.
+    journal = CountedInbox(trio_clock_journal())
+    client = Client(journal)
+    async with Host.open(journal, DEFS, host_id="h1", poll=0.05, lease_ttl=30, idle_after=600):
+        sid = await client.create("counter", key="c1")
+        await client.submit(sid, "count", key="s1")
+        await wait_for(lambda: ended_turns(journal, sid, 1))
+        await trio.sleep(1)
+        before = journal.reads[sid]
+        await trio.sleep(20)  # 400 polls of the host; two of lease_ttl / 3
+        assert journal.reads[sid] - before <= 3
+        with trio.fail_after(1):  # a put still wakes it at once
+            await client.submit(sid, "count again", key="s2")
+            await client.wait(sid, "s2")
+
+
+async def test_a_quiet_session_is_woken_by_the_claimers_pass(autojump_clock: object) -> None:
+    # No wake-ups from the journal and a lease_ttl / 3 of 100 s: the host's one
+    # pass over the claimable sessions, every poll, finds the entry.
+    journal = CountedInbox(trio_clock_journal(), wakeups=False)
+    client = Client(journal)
+    async with Host.open(journal, DEFS, host_id="h1", poll=0.5, lease_ttl=300, idle_after=600):
+        sid = await client.create("counter", key="c1")
+        await client.submit(sid, "count", key="s1")
+        await wait_for(lambda: ended_turns(journal, sid, 1))
+        await trio.sleep(5)
+        with trio.fail_after(2):
+            await client.submit(sid, "count again", key="s2")
+            await client.wait(sid, "s2")
