@@ -17,9 +17,6 @@
   (whose tool span also gets ``loopruntime.resolved_principal``); an
   interrupt's is ``loopruntime.interrupted_by`` on the turn it ended.
 
-The module is one piece: one builder whose ``match`` reads every record
-kind a span or span event comes from, and the exporter that hands them on.
-
 The module is one piece: ``SpanBuilder`` is one ``match`` over every kind
 of record, whose cases share the spans still open, and the exporter is the
 thin shell that feeds it.
