@@ -431,18 +431,28 @@ async def _sent(console: Console, sid: str, key: str, send: Awaitable[object]) -
 async def _effect(console: Console, sid: str, record_id: str | None) -> str | None:
     """The record a person wants shown for an applied command: an outcome
     names the command's ``command.keyed`` record, and what the command made
-    (a gate's resolution, a tool's) follows it in the same commit."""
+    (a gate's resolution, a tool's) follows it in the same commit.  The
+    command was just applied, so the journal's last records are read first,
+    not the whole session."""
     if record_id is None:
         return None
-    keyed = None
-    async for r in console.journal.read(sid):
-        if keyed is not None:
-            return r.id
-        if r.id == record_id:
-            if not isinstance(r.event, CommandKeyed):
+    head = await console.head(sid)
+    for after in (max(0, head - _RECENT), 0):
+        keyed = False
+        async for r in console.journal.read(sid, after=after):
+            if keyed:
                 return r.id
-            keyed = r
+            if r.id == record_id:
+                if not isinstance(r.event, CommandKeyed):
+                    return r.id
+                keyed = True
+        if keyed or after == 0:
+            break
     return record_id
+
+
+_RECENT = 64
+"""How many of a session's last records ``_effect`` looks through first."""
 
 
 async def _closed_gate(console: Console, sid: str, gate_id: str) -> tuple[int, str]:
