@@ -319,8 +319,15 @@ class Host:
             self.log.warning("host_deregistration_failed", error=str(exc))
 
     async def _renewer(self) -> None:
+        """Every ``lease_ttl / 3``, counted from the start of the last round
+        (a slow round delays the next one by nothing more): the registration,
+        then every lease in one ``renew_all``, so a round costs one
+        transaction however many sessions are held."""
+        due = trio.current_time()
         while True:
-            await trio.sleep(self.lease_ttl / 3)
+            due += self.lease_ttl / 3
+            await trio.sleep_until(max(due, trio.current_time()))
+            due = trio.current_time()
             try:
                 await self._register()
             except HostIdInUseError as exc:
@@ -329,29 +336,25 @@ class Host:
                 self.log.error("host_id_taken", error=str(exc))
             except JournalError as exc:
                 self.log.warning("host_renewal_failed", error=str(exc))
-            # All at once: one after the other, a round over many sessions
-            # (each renewal waiting for its session's commit in flight) could
-            # outlast the leases it renews.
-            async with trio.open_nursery() as nursery:
-                for hosted in list(self.sessions.values()):
-                    nursery.start_soon(self._renew, hosted)
+            await self._renew_all()
 
-    async def _renew(self, hosted: _Hosted) -> None:
-        lease = hosted.lease
-        if lease is None or hosted.stopping:
+    async def _renew_all(self) -> None:
+        held = [h for h in self.sessions.values() if h.lease is not None and not h.stopping]
+        if not held:
             return
+        leases = [h.lease for h in held if h.lease is not None]
         try:
-            renewed = await self.journal.renew(lease, ttl=self.lease_ttl)
-        except FencedError:
-            # Fenced by its own release (passivated meanwhile) is no loss.
-            if hosted.lease is lease:
-                self._drop(hosted, "lease_lost")
-            return
+            renewed = await self.journal.renew_all(leases, ttl=self.lease_ttl)
         except JournalError as exc:
-            self.log.warning("lease_renewal_failed", session=hosted.id, error=str(exc))
+            self.log.warning("lease_renewal_failed", sessions=len(leases), error=str(exc))
             return
-        if hosted.lease is lease:
-            hosted.lease = renewed
+        for hosted, lease, after in zip(held, leases, renewed, strict=True):
+            if hosted.lease is not lease:
+                continue  # released or dropped meanwhile: its own release fenced it
+            if after is None:
+                self._drop(hosted, "lease_lost")
+            else:
+                hosted.lease = after
 
     def _drop(self, hosted: _Hosted, why: str) -> None:
         self._fenced += 1

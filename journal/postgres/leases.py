@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from ..codec import GENESIS
-from ..errors import LeaseHeldError, SessionNotFoundError
+from ..errors import FencedError, LeaseHeldError, SessionNotFoundError
 from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
 from ..rules import (
     UNOWNED,
@@ -38,6 +38,7 @@ __all__ = [
     "lease_op",
     "open_session",
     "put",
+    "renew_all",
 ]
 
 _NOW_NS = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
@@ -171,6 +172,58 @@ def lease_op(
     return SessionLease(
         session=session, incarnation=after[0], head=head, owner=after[1], expires_at=after[2]
     )
+
+
+def renew_all(
+    conn: Conn, leases: list[tuple[str, int, str | None]], ttl: int
+) -> list[SessionLease | None]:
+    """Blocking: ``Journal.renew_all`` for ``(session, incarnation, owner)``
+    each, in one transaction: the rows locked in session order (the order the
+    group commit locks them in, so the two never deadlock), each decided by
+    ``rules.decide_renew``, the renewed ones written by one statement."""
+    with conn.transaction():
+        rows = conn.execute(
+            "SELECT s.session, s.incarnation, l.owner, coalesce(l.expires_at, 0), s.head"
+            " FROM loopruntime_sessions s LEFT JOIN loopruntime_leases l ON l.session = s.session"
+            " WHERE s.session = ANY(%s::text[]) ORDER BY s.session FOR UPDATE OF s",
+            ([session for session, _, _ in leases],),
+        ).fetchall()
+        now = _now(conn)
+        found = {row[0]: row for row in rows}
+        renewed: list[SessionLease | None] = []
+        sessions: list[str] = []
+        expiries: list[int] = []
+        for session, incarnation, owner in leases:
+            row = found.get(session)
+            if row is None:
+                renewed.append(None)
+                continue
+            try:
+                after = decide_renew(
+                    session, incarnation, owner, (int(row[1]), row[2], int(row[3])), now, ttl
+                )
+            except FencedError:
+                renewed.append(None)
+                continue
+            sessions.append(session)
+            expiries.append(after[2])
+            renewed.append(
+                SessionLease(
+                    session=session,
+                    incarnation=after[0],
+                    head=int(row[4]),
+                    owner=after[1],
+                    expires_at=after[2],
+                )
+            )
+        if sessions:
+            conn.execute(
+                "UPDATE loopruntime_leases l SET expires_at = w.expires_at"
+                " FROM unnest(%s::text[], %s::bigint[]) AS w(session, expires_at)"
+                " WHERE l.session = w.session",
+                (sessions, expiries),
+            )
+    return renewed
 
 
 def put(
