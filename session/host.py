@@ -404,7 +404,7 @@ class Host:
             self.log.info("session_failover", session=hosted.id, former_owner=claim.owner)
         else:
             self.log.info("session_claimed", session=hosted.id, pending=claim.pending)
-        opened = await self._opening(hosted, lease)
+        opened = await self._opening(hosted, lease, claim.definition)
         if opened is None:
             return
         async with opened as session:
@@ -412,10 +412,14 @@ class Host:
             await self._serve(hosted, session)
 
     async def _opening(
-        self, hosted: _Hosted, lease: SessionLease
+        self, hosted: _Hosted, lease: SessionLease, recorded: str | None = None
     ) -> AbstractAsyncContextManager[Session] | None:
         """How to open the session under ``lease``: a create (its first entry
-        is a ``Create``) or a restore; None when this host cannot run it."""
+        is a ``Create``) or a restore; None when this host cannot run it.
+
+        ``recorded``: the definition the journal keeps beside the lease (from
+        the ``Create``, or a host's release), which saves reading the session
+        once more only to learn it; without one, the fold says."""
         if lease.head == 0:
             entries = await self.journal.inbox(hosted.id)
             first = entries[0].command if entries else None
@@ -433,9 +437,11 @@ class Host:
                 await self._release(hosted, definition=first.definition)
                 return None
             return Session.create(self.journal, definition, lease=lease, principal=first.principal)
-        restored = await read_restored(self.journal, hosted.id)
-        root = restored.states.get(ROOT_LOOP)
-        name = root.definition if root is not None else None
+        name = recorded
+        if name is None or name not in self.definitions:
+            restored = await read_restored(self.journal, hosted.id)
+            root = restored.states.get(ROOT_LOOP)
+            name = root.definition if root is not None else None
         definition = self.definitions.get(name) if name else None
         if definition is None:
             self.log.warning("session_definition_unknown", session=hosted.id, definition=name)
