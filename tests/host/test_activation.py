@@ -4,7 +4,6 @@ keeps beside its lease names what to restore it with; a session without one
 
 from __future__ import annotations
 
-
 from journal import ForwardingJournal, Journal, Record
 from journal.events import TurnEnded
 from session import Client, Host, Session
