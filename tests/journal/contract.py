@@ -1168,6 +1168,7 @@ class _LeaseAndInboxContract:
                 await journal.acquire(kept, "host-b", ttl=60)
             await journal.append(a, drafts("x", 1), expected_seq=0)
             info = {i.session: i for i in await journal.sessions()}
+            assert info[kept].expires_at == first.expires_at
             assert info[taken].owner == "host-b" and info[released].owner is None
             assert await journal.renew_all([], ttl=60) == []
             with pytest.raises(ValueError, match="ttl"):
