@@ -62,6 +62,11 @@ __all__ = ["Host", "HostStatistics"]
 
 log = structlog.wrap_logger(logging.getLogger(__name__))
 
+_REST_CHECKPOINT_AFTER = 100
+"""Records since the last checkpoint past which a session is checkpointed
+when it is passivated (a tenth of the writer's interval: below it, folding
+the tail on activation costs less than the checkpoint)."""
+
 Principals = Collection[str] | Callable[[str | None], bool]
 """The principals a host takes commands from: a collection of them, or a
 predicate on the command's principal (None when it names none)."""
@@ -474,6 +479,9 @@ class Host:
             else:
                 hosted.quiet_since = quiet_since
                 if hosted.evict or now - quiet_since >= self.idle_after:
+                    # Its next activation reads this checkpoint and nothing
+                    # after it, rather than folding up to a thousand records.
+                    await session._writer.checkpoint_at_rest(_REST_CHECKPOINT_AFTER)
                     self._passivations += 1
                     why = "pressure" if hosted.evict else "idle"
                     self.log.info("session_passivated", session=hosted.id, reason=why)

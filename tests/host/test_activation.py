@@ -7,6 +7,7 @@ from __future__ import annotations
 from journal import ForwardingJournal, Journal, Record
 from journal.events import TurnEnded
 from session import Client, Host, Session
+from session.replay import check
 from tests.host.support import counting_definition, trio_clock_journal, wait_for
 from tests.support.loops import events_of
 
@@ -58,3 +59,36 @@ async def test_a_session_no_host_ran_is_read_for_its_definition(autojump_clock: 
         assert host.statistics().claims == 1
         # Once for its definition, once by the restore.
         assert counted.folds == 2
+
+
+async def test_a_session_with_a_long_tail_is_checkpointed_when_passivated(
+    autojump_clock: object,
+) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    async with Host.open(journal, DEFS, host_id="h", poll=0.5, idle_after=10) as host:
+        short = await client.create("counter", key="c")
+        await client.wait(short, "c", timeout=60)
+        long = await client.create("counter", key="c")
+        await client.wait(long, "c", timeout=60)
+        n = 0
+        while await journal.head(long) < 120:
+            n += 1
+            await client.submit(long, "count", key=f"s{n}")
+            await client.wait(long, f"s{n}", timeout=60)
+            await wait_for(lambda n=n: turns_at_least(journal, long, n))
+        await wait_for(lambda: host.statistics().passivations >= 2)
+        # The long one's last record is its checkpoint: its next activation
+        # folds nothing after it.  The short one (under 100 records) got none.
+        head = await journal.head(long)
+        assert [r.seq for r in await journal.checkpoints(long)] == [head]
+        assert await journal.checkpoints(short) == []
+        await client.submit(long, "count", key="again")
+        await client.wait(long, "again", timeout=60)
+        await wait_for(lambda: turns_at_least(journal, long, n + 1))
+    report = await check(journal, long)
+    assert report.ok, report
+
+
+async def turns_at_least(journal: Journal, session_id: str, n: int) -> bool:
+    return await turns(journal, session_id) >= n
