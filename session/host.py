@@ -344,16 +344,16 @@ class Host:
             await self._renew_all()
 
     async def _renew_all(self) -> None:
-        held = [h for h in self.sessions.values() if h.lease is not None and not h.stopping]
+        held = [(h, h.lease) for h in self.sessions.values() if h.lease and not h.stopping]
         if not held:
             return
-        leases = [h.lease for h in held if h.lease is not None]
+        leases = [lease for _, lease in held]
         try:
             renewed = await self.journal.renew_all(leases, ttl=self.lease_ttl)
         except JournalError as exc:
             self.log.warning("lease_renewal_failed", sessions=len(leases), error=str(exc))
             return
-        for hosted, lease, after in zip(held, leases, renewed, strict=True):
+        for (hosted, lease), after in zip(held, renewed, strict=True):
             if hosted.lease is not lease:
                 continue  # released or dropped meanwhile: its own release fenced it
             if after is None:
