@@ -203,14 +203,14 @@ async def activation(
             passivated = await _activations(journal, sid, repeats)
         at_target = n >= 10_000
         for times, how in (
-            (as_written, f"as written ({tail} records after its last checkpoint)"),
-            (passivated, "passivated by a host (checkpointed at rest)"),
+            (as_written, f"as written ({tail} after its last checkpoint)"),
+            (passivated, "by a host (checkpointed at rest)"),
         ):
             p50 = _percentile(times, 0.5)
             target = at_target and times is passivated
             rows.append(
                 _row(
-                    f"activation of a session of {count:,} records {how}, p50",
+                    f"activation of a passivated session of {count:,} records, {how}, p50",
                     p50 * 1e3,
                     "ms",
                     "<= 20 ms (10,000 records, SQLite)" if target else "",
