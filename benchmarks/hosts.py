@@ -181,7 +181,10 @@ async def activation(
 ) -> list[dict[str, Any]]:
     """A passivated session of ``n`` records activated as a host does it: the
     lease taken, the session restored from its checkpoints, ready for its
-    inbox; then shut down and released again (passivated)."""
+    inbox; then shut down and released again.  Twice: as the session was
+    written (the writer's checkpoint every 1,000 records, up to a thousand
+    records after the last to fold), then once a host has passivated it
+    (which checkpoints a session at rest: nothing after it to fold)."""
     rows: list[dict[str, Any]] = []
     for n in sizes:
         progress(f"activation: building a session of ~{n} records")
@@ -190,26 +193,43 @@ async def activation(
             sid, records = await build_session(journal, n)
             count = len(records)
             del records
-            times: list[float] = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                lease = await journal.acquire(sid, "bench", ttl=30)
-                async with Session.restore(journal, sid, history_definition(), lease=lease):
-                    times.append(time.perf_counter() - start)
-                await journal.release(lease)
-        p50 = _percentile(times, 0.5)
+            chain = await journal.checkpoints(sid)
+            tail = await journal.head(sid) - (chain[-1].seq if chain else 0)
+            as_written = await _activations(journal, sid, repeats)
+            lease = await journal.acquire(sid, "bench", ttl=30)
+            async with Session.restore(journal, sid, history_definition(), lease=lease) as s:
+                await s._writer.checkpoint_at_rest(1)  # what Host's passivation does
+            await journal.release(lease)
+            passivated = await _activations(journal, sid, repeats)
         at_target = n >= 10_000
-        rows.append(
-            _row(
-                f"activation of a passivated session of {count:,} records, p50",
-                p50 * 1e3,
-                "ms",
-                "<= 20 ms (10,000 records, SQLite)" if at_target else "",
-                p50 <= 0.020 if at_target else None,
-                f"{repeats} activations, from checkpoints",
+        for times, how in (
+            (as_written, f"as written ({tail} after its last checkpoint)"),
+            (passivated, "by a host (checkpointed at rest)"),
+        ):
+            p50 = _percentile(times, 0.5)
+            target = at_target and times is passivated
+            rows.append(
+                _row(
+                    f"activation of a passivated session of {count:,} records, {how}, p50",
+                    p50 * 1e3,
+                    "ms",
+                    "<= 20 ms (10,000 records, SQLite)" if target else "",
+                    p50 <= 0.020 if target else None,
+                    f"{repeats} activations, from checkpoints",
+                )
             )
-        )
     return rows
+
+
+async def _activations(journal: Journal, sid: str, repeats: int) -> list[float]:
+    times: list[float] = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        lease = await journal.acquire(sid, "bench", ttl=30)
+        async with Session.restore(journal, sid, history_definition(), lease=lease):
+            times.append(time.perf_counter() - start)
+        await journal.release(lease)
+    return times
 
 
 # -- memory of passivated sessions ------------------------------------------------------------

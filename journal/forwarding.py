@@ -52,6 +52,11 @@ class ForwardingJournal:
     async def renew(self, lease: SessionLease, *, ttl: float) -> SessionLease:
         return await self.inner.renew(lease, ttl=ttl)
 
+    async def renew_all(
+        self, leases: Sequence[SessionLease], *, ttl: float
+    ) -> list[SessionLease | None]:
+        return await self.inner.renew_all(leases, ttl=ttl)
+
     async def release(
         self, lease: SessionLease, *, handoff: bool = False, definition: str | None = None
     ) -> None:

@@ -17,6 +17,7 @@ from .blobs import DEFAULT_BLOB_THRESHOLD, check_threshold, encode_pending, is_s
 from .codec import GENESIS, chain, checkpoint_records, decode_event
 from .errors import (
     DuplicateEventError,
+    FencedError,
     JournalClosedError,
     JournalCorruptError,
     SessionNotFoundError,
@@ -178,6 +179,28 @@ class MemoryJournal:
             lease.session, lease.incarnation, lease.owner, s.lease, self.clock(), span
         )
         return self._lease(lease.session, s)
+
+    async def renew_all(
+        self, leases: Sequence[SessionLease], *, ttl: float
+    ) -> list[SessionLease | None]:
+        self._check_open()
+        span = ttl_ns(ttl)
+        await trio.lowlevel.checkpoint()
+        now = self.clock()
+        renewed: list[SessionLease | None] = []
+        for lease in leases:
+            s = self._sessions.get(lease.session)
+            try:
+                if s is None:
+                    raise SessionNotFoundError(lease.session)
+                s.lease = decide_renew(
+                    lease.session, lease.incarnation, lease.owner, s.lease, now, span
+                )
+            except (FencedError, SessionNotFoundError):
+                renewed.append(None)
+                continue
+            renewed.append(self._lease(lease.session, s))
+        return renewed
 
     async def release(
         self, lease: SessionLease, *, handoff: bool = False, definition: str | None = None

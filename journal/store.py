@@ -29,11 +29,13 @@ append decisions themselves are ``journal.rules``):
   ``acquire`` takes a session for an owner when no other owner's lease is
   live (``LeaseHeldError``), with a new incarnation (so the last holder is
   fenced); ``renew`` moves the expiry of a lease still current
-  (``FencedError`` otherwise); ``release`` ends it (bumping the incarnation,
-  so the released lease can write nothing more); ``open_session`` refuses a
-  session another owner holds live.  Expiry is advice for hosts choosing
-  work; fencing is the guard: an append checks the incarnation, never the
-  clock.
+  (``FencedError`` otherwise); ``renew_all`` renews many in one transaction,
+  each as ``renew`` would, giving None in its place for one that is lost
+  (fenced, or its session gone) without failing the others; ``release`` ends
+  it (bumping the incarnation, so the released lease can write nothing more);
+  ``open_session`` refuses a session another owner holds live.  Expiry is
+  advice for hosts choosing work; fencing is the guard: an append checks the
+  incarnation, never the clock.
 * The inbox: ``put`` stores a command under an idempotency key (the same key
   with the same command returns the stored entry; with another command it is
   an ``InboxKeyError``); entries are numbered 1, 2, ... per session.  An
@@ -172,6 +174,10 @@ class Journal(Protocol):
     ) -> SessionLease: ...
 
     async def renew(self, lease: SessionLease, *, ttl: float) -> SessionLease: ...
+
+    async def renew_all(
+        self, leases: Sequence[SessionLease], *, ttl: float
+    ) -> list[SessionLease | None]: ...
 
     async def release(
         self, lease: SessionLease, *, handoff: bool = False, definition: str | None = None

@@ -69,7 +69,7 @@ class Restored(msgspec.Struct, kw_only=True):
 class Checkpointer:
     """Decides when the session writer adds a checkpoint, and builds it."""
 
-    __slots__ = ("_imaged", "_pending", "every", "last_seq")
+    __slots__ = ("_forced", "_imaged", "_pending", "every", "last_seq")
 
     def __init__(self, every: int | None) -> None:
         if every is not None and (
@@ -85,6 +85,7 @@ class Checkpointer:
         # that very list, only the messages appended since need storing.
         self._imaged: dict[str, tuple[list[Message], int]] = {}
         self._pending: dict[str, tuple[list[Message], int]] | None = None
+        self._forced = False
 
     def resume(self, restored: Restored) -> None:
         """Continue the chain restore started from."""
@@ -100,7 +101,7 @@ class Checkpointer:
         ``head`` is the session's last seq; every loop has folded up to it.
         Call ``written`` once the append succeeded; a draft that was never
         written is simply replaced by the next one."""
-        if self.every is None or head - self.last_seq < self.every:
+        if self.every is None or head - self.last_seq < (1 if self._forced else self.every):
             return None
         images = []
         pending: dict[str, tuple[list[Message], int]] = {}
@@ -126,7 +127,13 @@ class Checkpointer:
         event = SessionCheckpoint(previous=self.last_seq, loops=tuple(images))
         return Draft(id=new_id("cp_"), loop=CHECKPOINT_STREAM, event=event)
 
+    def force(self) -> None:
+        """Make the next draft due, if anything was appended since the last
+        checkpoint (a session at rest, checkpointed before it is unloaded)."""
+        self._forced = True
+
     def written(self, record: Record) -> None:
+        self._forced = False
         self.last_seq = record.seq
         if self._pending is not None:
             self._imaged.update(self._pending)

@@ -62,6 +62,11 @@ __all__ = ["Host", "HostStatistics"]
 
 log = structlog.wrap_logger(logging.getLogger(__name__))
 
+_REST_CHECKPOINT_AFTER = 100
+"""Records since the last checkpoint past which a session is checkpointed
+when it is passivated (a tenth of the writer's interval: below it, folding
+the tail on activation costs less than the checkpoint)."""
+
 Principals = Collection[str] | Callable[[str | None], bool]
 """The principals a host takes commands from: a collection of them, or a
 predicate on the command's principal (None when it names none)."""
@@ -319,8 +324,15 @@ class Host:
             self.log.warning("host_deregistration_failed", error=str(exc))
 
     async def _renewer(self) -> None:
+        """Every ``lease_ttl / 3``, counted from the start of the last round
+        (a slow round delays the next one by nothing more): the registration,
+        then every lease in one ``renew_all``, so a round costs one
+        transaction however many sessions are held."""
+        due = trio.current_time()
         while True:
-            await trio.sleep(self.lease_ttl / 3)
+            due += self.lease_ttl / 3
+            await trio.sleep_until(max(due, trio.current_time()))
+            due = trio.current_time()
             try:
                 await self._register()
             except HostIdInUseError as exc:
@@ -329,29 +341,25 @@ class Host:
                 self.log.error("host_id_taken", error=str(exc))
             except JournalError as exc:
                 self.log.warning("host_renewal_failed", error=str(exc))
-            # All at once: one after the other, a round over many sessions
-            # (each renewal waiting for its session's commit in flight) could
-            # outlast the leases it renews.
-            async with trio.open_nursery() as nursery:
-                for hosted in list(self.sessions.values()):
-                    nursery.start_soon(self._renew, hosted)
+            await self._renew_all()
 
-    async def _renew(self, hosted: _Hosted) -> None:
-        lease = hosted.lease
-        if lease is None or hosted.stopping:
+    async def _renew_all(self) -> None:
+        held = [(h, h.lease) for h in self.sessions.values() if h.lease and not h.stopping]
+        if not held:
             return
+        leases = [lease for _, lease in held]
         try:
-            renewed = await self.journal.renew(lease, ttl=self.lease_ttl)
-        except FencedError:
-            # Fenced by its own release (passivated meanwhile) is no loss.
-            if hosted.lease is lease:
-                self._drop(hosted, "lease_lost")
-            return
+            renewed = await self.journal.renew_all(leases, ttl=self.lease_ttl)
         except JournalError as exc:
-            self.log.warning("lease_renewal_failed", session=hosted.id, error=str(exc))
+            self.log.warning("lease_renewal_failed", sessions=len(leases), error=str(exc))
             return
-        if hosted.lease is lease:
-            hosted.lease = renewed
+        for (hosted, lease), after in zip(held, renewed, strict=True):
+            if hosted.lease is not lease:
+                continue  # released or dropped meanwhile: its own release fenced it
+            if after is None:
+                self._drop(hosted, "lease_lost")
+            else:
+                hosted.lease = after
 
     def _drop(self, hosted: _Hosted, why: str) -> None:
         self._fenced += 1
@@ -401,7 +409,7 @@ class Host:
             self.log.info("session_failover", session=hosted.id, former_owner=claim.owner)
         else:
             self.log.info("session_claimed", session=hosted.id, pending=claim.pending)
-        opened = await self._opening(hosted, lease)
+        opened = await self._opening(hosted, lease, claim.definition)
         if opened is None:
             return
         async with opened as session:
@@ -409,10 +417,14 @@ class Host:
             await self._serve(hosted, session)
 
     async def _opening(
-        self, hosted: _Hosted, lease: SessionLease
+        self, hosted: _Hosted, lease: SessionLease, recorded: str | None = None
     ) -> AbstractAsyncContextManager[Session] | None:
         """How to open the session under ``lease``: a create (its first entry
-        is a ``Create``) or a restore; None when this host cannot run it."""
+        is a ``Create``) or a restore; None when this host cannot run it.
+
+        ``recorded``: the definition the journal keeps beside the lease (from
+        the ``Create``, or a host's release), which saves reading the session
+        once more only to learn it; without one, the fold says."""
         if lease.head == 0:
             entries = await self.journal.inbox(hosted.id)
             first = entries[0].command if entries else None
@@ -430,9 +442,11 @@ class Host:
                 await self._release(hosted, definition=first.definition)
                 return None
             return Session.create(self.journal, definition, lease=lease, principal=first.principal)
-        restored = await read_restored(self.journal, hosted.id)
-        root = restored.states.get(ROOT_LOOP)
-        name = root.definition if root is not None else None
+        name = recorded
+        if name is None or name not in self.definitions:
+            restored = await read_restored(self.journal, hosted.id)
+            root = restored.states.get(ROOT_LOOP)
+            name = root.definition if root is not None else None
         definition = self.definitions.get(name) if name else None
         if definition is None:
             self.log.warning("session_definition_unknown", session=hosted.id, definition=name)
@@ -465,6 +479,9 @@ class Host:
             else:
                 hosted.quiet_since = quiet_since
                 if hosted.evict or now - quiet_since >= self.idle_after:
+                    # Its next activation reads this checkpoint and nothing
+                    # after it, rather than folding up to a thousand records.
+                    await session._writer.checkpoint_at_rest(_REST_CHECKPOINT_AFTER)
                     self._passivations += 1
                     why = "pressure" if hosted.evict else "idle"
                     self.log.info("session_passivated", session=hosted.id, reason=why)

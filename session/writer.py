@@ -296,6 +296,24 @@ class Writer:
                 self._durable = trio.lowlevel.ParkingLot()
             await self._durable.park()
 
+    async def checkpoint_at_rest(self, after: int) -> None:
+        """Append a checkpoint of the session as it stands, alone, when at
+        least ``after`` records followed the last one (and checkpoints are
+        on): the next restore reads it and nothing after.  For a session
+        at rest (every loop quiescent) about to be unloaded; atomic like
+        every append, raises the writer's failure."""
+        if self._failed is not None:
+            raise self._failed
+        if self.checkpoints.every is None or self.head - self.checkpoints.last_seq < after:
+            return
+        await self.wait_durable()
+        self.checkpoints.force()
+        pending = _Pending(None, [], None)
+        self._queue.append(pending)
+        self._kick()
+        with trio.CancelScope(shield=True):
+            await pending.reply.wait()
+
     def expect(
         self, entry: int, loop: str | None, match: Callable[[Event], InboxOutcome | None]
     ) -> Expectation:

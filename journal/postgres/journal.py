@@ -24,6 +24,7 @@ from ..record import Draft, Record
 from ..rules import ttl_ns
 from ..store import HostInfo, SessionInfo, SessionLease, StorageCheck
 from . import leases
+from .leases import renew_all as _renew_all
 from .reading import Pool, Reading
 from .schema import check_pg_text, describe, inbox_channel, open_prepared
 from .writer import Append, GroupCommit
@@ -55,6 +56,10 @@ class PostgresJournal:
         self._commits = GroupCommit(conninfo or url, where, schema)
         self._inbox_channel = inbox_channel(schema)
         self._reading = Reading(conninfo or url, where, schema, pool)
+        self._renewals = Pool(conninfo or url, where)
+        """Lease renewals and host registrations only, one at a time per host
+        in practice: a renewal never waits for a connection behind sessions'
+        reads (a lease lost to a busy pool moves a live session to another host)."""
         self._closed = False
 
     @classmethod
@@ -141,6 +146,22 @@ class PostgresJournal:
         assert got is not None
         return got
 
+    async def renew_all(
+        self, leases: Sequence[SessionLease], *, ttl: float
+    ) -> list[SessionLease | None]:
+        """Renew ``leases`` in one transaction (see ``journal.store``), on the
+        renewals' own connection: never queued behind the pool's reads."""
+        self._check_open()
+        for lease in leases:
+            check_pg_text("session id", lease.session)
+        span = ttl_ns(ttl)
+        if not leases:
+            return []
+        wanted = [(lease.session, lease.incarnation, lease.owner) for lease in leases]
+        work = partial(_renew_all, leases=wanted, ttl=span)
+        # Safe to repeat: a renewal that committed is renewed again.
+        return await self._renewals.run(f"renewing {len(wanted)} leases", work)
+
     async def release(
         self, lease: SessionLease, *, handoff: bool = False, definition: str | None = None
     ) -> None:
@@ -217,7 +238,7 @@ class PostgresJournal:
             leases.register_host, host=host, token=token, definitions=names, ttl=ttl_ns(ttl)
         )
         # Safe to repeat: the same token registering again renews.
-        expires_at: int = await self._pool.run(f"registering host {host}", work)
+        expires_at: int = await self._renewals.run(f"registering host {host}", work)
         return expires_at
 
     async def deregister_host(self, host: str, token: str) -> None:
@@ -328,6 +349,7 @@ class PostgresJournal:
         await self._commits.aclose()
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(self._pool.close)
+            await trio.to_thread.run_sync(self._renewals.close)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from ..codec import GENESIS
-from ..errors import LeaseHeldError, SessionNotFoundError
+from ..errors import FencedError, LeaseHeldError, SessionNotFoundError
 from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
 from ..rules import (
     UNOWNED,
@@ -38,6 +38,7 @@ __all__ = [
     "lease_op",
     "open_session",
     "put",
+    "renew_all",
 ]
 
 _NOW_NS = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
@@ -58,16 +59,27 @@ def _locked(
     conn: Conn, session: str, *, skip: bool = False
 ) -> tuple[LeaseState, int, str | None] | None:
     """The session's lease state, head and definition, its row locked; None
-    if absent (or, with ``skip``, locked by another transaction)."""
+    if absent (or, with ``skip``, locked by another transaction).
+
+    The lease is read by a statement of its own, after the lock: a statement
+    that waited for the row (or found it changed since its snapshot) sees
+    the row's newest version but every other table as of its start, so a
+    lease row joined in would be the one from before the transaction it
+    waited for; another host's take committed meanwhile would go unseen and
+    be taken again.  Every change of a lease holds this lock first."""
     row = conn.execute(
-        "SELECT s.incarnation, l.owner, coalesce(l.expires_at, 0), s.head, l.definition"
-        " FROM loopruntime_sessions s LEFT JOIN loopruntime_leases l ON l.session = s.session"
-        " WHERE s.session = %s FOR UPDATE OF s" + (" SKIP LOCKED" if skip else ""),
+        "SELECT incarnation, head FROM loopruntime_sessions WHERE session = %s FOR UPDATE"
+        + (" SKIP LOCKED" if skip else ""),
         (session,),
     ).fetchone()
     if row is None:
         return None
-    return (int(row[0]), row[1], int(row[2])), int(row[3]), row[4]
+    held = conn.execute(
+        "SELECT owner, expires_at, definition FROM loopruntime_leases WHERE session = %s",
+        (session,),
+    ).fetchone()
+    owner, expires_at, definition = held if held is not None else (None, 0, None)
+    return (int(row[0]), owner, int(expires_at or 0)), int(row[1]), definition
 
 
 def _create(conn: Conn, session: str, now: int) -> None:
@@ -171,6 +183,71 @@ def lease_op(
     return SessionLease(
         session=session, incarnation=after[0], head=head, owner=after[1], expires_at=after[2]
     )
+
+
+def renew_all(
+    conn: Conn, leases: list[tuple[str, int, str | None]], ttl: int
+) -> list[SessionLease | None]:
+    """Blocking: ``Journal.renew_all`` for ``(session, incarnation, owner)``
+    each, in one transaction: the rows locked in session order (the order the
+    group commit locks them in, so the two never deadlock), the leases read
+    after the locks, each decided by
+    ``rules.decide_renew``, the renewed ones written by one statement."""
+    with conn.transaction():
+        names = [session for session, _, _ in leases]
+        locked = conn.execute(
+            "SELECT session, incarnation, head FROM loopruntime_sessions"
+            " WHERE session = ANY(%s::text[]) ORDER BY session FOR UPDATE",
+            (names,),
+        ).fetchall()
+        # Read after the locks, by a statement of its own (see ``_locked``).
+        held = {
+            session: (owner, int(expires_at))
+            for session, owner, expires_at in conn.execute(
+                "SELECT session, owner, expires_at FROM loopruntime_leases"
+                " WHERE session = ANY(%s::text[])",
+                (names,),
+            ).fetchall()
+        }
+        now = _now(conn)
+        found = {
+            session: (session, incarnation, *held.get(session, (None, 0)), head)
+            for session, incarnation, head in locked
+        }
+        renewed: list[SessionLease | None] = []
+        sessions: list[str] = []
+        expiries: list[int] = []
+        for session, incarnation, owner in leases:
+            row = found.get(session)
+            if row is None:
+                renewed.append(None)
+                continue
+            try:
+                after = decide_renew(
+                    session, incarnation, owner, (int(row[1]), row[2], int(row[3])), now, ttl
+                )
+            except FencedError:
+                renewed.append(None)
+                continue
+            sessions.append(session)
+            expiries.append(after[2])
+            renewed.append(
+                SessionLease(
+                    session=session,
+                    incarnation=after[0],
+                    head=int(row[4]),
+                    owner=after[1],
+                    expires_at=after[2],
+                )
+            )
+        if sessions:
+            conn.execute(
+                "UPDATE loopruntime_leases l SET expires_at = w.expires_at"
+                " FROM unnest(%s::text[], %s::bigint[]) AS w(session, expires_at)"
+                " WHERE l.session = w.session",
+                (sessions, expiries),
+            )
+    return renewed
 
 
 def put(

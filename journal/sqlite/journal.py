@@ -44,6 +44,7 @@ from .writer import (
     LeaseRequest,
     OpenRequest,
     PutRequest,
+    RenewalsRequest,
     Request,
     SQLiteStatistics,
     Writer,
@@ -167,6 +168,20 @@ class SQLiteJournal:
             incarnation=lease.incarnation,
         )
         result: SessionLease = await self._submit(request)
+        return result
+
+    async def renew_all(
+        self, leases: Sequence[SessionLease], *, ttl: float
+    ) -> list[SessionLease | None]:
+        """Renew ``leases`` in one transaction (see ``journal.store``); durable on return."""
+        self._check_open()
+        for lease in leases:
+            check_text("session id", lease.session)
+        span = ttl_ns(ttl)
+        if not leases:
+            return []
+        wanted = [(lease.session, lease.incarnation, lease.owner) for lease in leases]
+        result: list[SessionLease | None] = await self._submit(RenewalsRequest(wanted, span))
         return result
 
     async def release(

@@ -20,6 +20,8 @@ from ..store import HostInfo
 __all__ = [
     "EntryRow",
     "consume",
+    "extend_leases",
+    "held_leases",
     "host_op",
     "insert_session",
     "list_hosts",
@@ -27,6 +29,9 @@ __all__ = [
     "put_entry",
     "store_lease",
 ]
+
+_CHUNK = 500
+"""Sessions per ``IN (...)`` lookup, well under SQLite's bound-parameter limit."""
 
 EntryRow = tuple[int, str, bytes, int, int | None, bytes | None]
 """A stored inbox entry: ``(number, key, body, created_at, consumed_at, outcome)``."""
@@ -69,6 +74,27 @@ def store_lease(
         " definition = coalesce(excluded.definition, leases.definition)",
         (session, owner, expires_at, definition),
     )
+
+
+def held_leases(conn: sqlite3.Connection, sessions: Sequence[str]) -> dict[str, tuple[str, int]]:
+    """The owner and expiry of each of ``sessions`` that has an owner, in a
+    few statements however many they are."""
+    held: dict[str, tuple[str, int]] = {}
+    for start in range(0, len(sessions), _CHUNK):
+        chunk = sessions[start : start + _CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        for session, owner, expires_at in conn.execute(
+            "SELECT session, owner, expires_at FROM leases"
+            f" WHERE owner IS NOT NULL AND session IN ({marks})",
+            chunk,
+        ):
+            held[session] = (owner, expires_at)
+    return held
+
+
+def extend_leases(conn: sqlite3.Connection, expiries: Sequence[tuple[int, str]]) -> None:
+    """Move each lease's expiry: ``(expires_at, session)`` pairs, one statement."""
+    conn.executemany("UPDATE leases SET expires_at = ? WHERE session = ?", expiries)
 
 
 def put_entry(conn: sqlite3.Connection, session: str, key: str, body: bytes, now: int) -> EntryRow:

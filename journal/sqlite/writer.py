@@ -30,6 +30,7 @@ from ..codec import GENESIS
 from ..errors import (
     ConflictError,
     DuplicateEventError,
+    FencedError,
     JournalCorruptError,
     JournalError,
     SessionNotFoundError,
@@ -55,6 +56,8 @@ from .blobs import store as store_blobs
 from .leases import (
     EntryRow,
     consume,
+    extend_leases,
+    held_leases,
     host_op,
     insert_session,
     lease_state,
@@ -69,6 +72,7 @@ __all__ = [
     "LeaseRequest",
     "OpenRequest",
     "PutRequest",
+    "RenewalsRequest",
     "Request",
     "SQLiteStatistics",
     "Writer",
@@ -149,6 +153,16 @@ class LeaseRequest(Request):
         super().__init__(session)
         self.op, self.owner, self.ttl, self.incarnation = op, owner, ttl, incarnation
         self.create, self.handoff, self.definition = create, handoff, definition
+
+
+class RenewalsRequest(Request):
+    """``renew_all``: ``(session, incarnation, owner)`` each; no one session's."""
+
+    __slots__ = ("leases", "ttl")
+
+    def __init__(self, leases: list[tuple[str, int, str | None]], ttl: int) -> None:
+        super().__init__("")
+        self.leases, self.ttl = leases, ttl
 
 
 class PutRequest(Request):
@@ -516,6 +530,8 @@ class Writer:
             return self._open(request, work, now)
         if isinstance(request, LeaseRequest):
             return self._lease_op(request, work, now)
+        if isinstance(request, RenewalsRequest):
+            return self._renew_all(request, work, now)
         if isinstance(request, HostRequest):
             return host_op(
                 self.conn, request.host, request.token, request.definitions, now, request.ttl
@@ -573,6 +589,38 @@ class Writer:
             owner=after[1],
             expires_at=after[2],
         )
+
+    def _renew_all(
+        self, request: RenewalsRequest, work: dict[str, _State], now: int
+    ) -> list[SessionLease | None]:
+        """Every lease of ``request`` decided by ``rules.decide_renew`` (None
+        for one lost), the renewed ones written by one statement."""
+        held = held_leases(self.conn, [session for session, _, _ in request.leases])
+        renewed: list[SessionLease | None] = []
+        expiries: list[tuple[int, str]] = []
+        for session, incarnation, owner in request.leases:
+            state = self._state(session, work)
+            if state is None:
+                renewed.append(None)
+                continue
+            current: LeaseState = (state.incarnation, *held.get(session, (None, 0)))
+            try:
+                after = decide_renew(session, incarnation, owner, current, now, request.ttl)
+            except FencedError:
+                renewed.append(None)
+                continue
+            expiries.append((after[2], session))
+            renewed.append(
+                SessionLease(
+                    session=session,
+                    incarnation=after[0],
+                    head=state.head,
+                    owner=after[1],
+                    expires_at=after[2],
+                )
+            )
+        extend_leases(self.conn, expiries)
+        return renewed
 
     def _put(self, request: PutRequest, work: dict[str, _State], now: int) -> EntryRow:
         session = request.session

@@ -4,7 +4,7 @@ a paused host fenced, a clean stop that hands over at once."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 import trio
@@ -154,9 +154,11 @@ class PausedRenewals(ForwardingJournal):
         super().__init__(inner)
         self.resumed = trio.Event()
 
-    async def renew(self, lease: SessionLease, *, ttl: float) -> SessionLease:
+    async def renew_all(
+        self, leases: Sequence[SessionLease], *, ttl: float
+    ) -> list[SessionLease | None]:
         await self.resumed.wait()
-        return await self.inner.renew(lease, ttl=ttl)
+        return await self.inner.renew_all(leases, ttl=ttl)
 
 
 async def test_an_expired_lease_is_taken_over_and_the_paused_owner_fenced(

@@ -1143,6 +1143,37 @@ class _LeaseAndInboxContract:
             with pytest.raises(LeaseHeldError):
                 await journal.acquire(session, "host-b", ttl=60)
 
+    async def test_renew_all_renews_the_current_and_names_the_lost(self, backend: Backend) -> None:
+        kept, taken, released, missing = (new_session() for _ in range(4))
+        async with backend.open() as journal:
+            a = await journal.acquire(kept, "host-a", ttl=1, create=True)
+            b = await journal.acquire(taken, "host-a", ttl=60, create=True)
+            c = await journal.acquire(released, "host-a", ttl=60, create=True)
+            await backend.expire(journal, taken)
+            await journal.acquire(taken, "host-b", ttl=60)
+            await journal.release(c)
+            gone = SessionLease(session=missing, incarnation=1, head=0, owner="host-a")
+            renewed = await journal.renew_all([a, b, gone, c], ttl=3600)
+            assert [r is None for r in renewed] == [False, True, True, True]
+            first = renewed[0]
+            assert first is not None
+            assert (first.session, first.incarnation, first.owner) == (
+                kept,
+                a.incarnation,
+                "host-a",
+            )
+            assert first.expires_at > a.expires_at
+            # The one lost fails alone: what was renewed holds, the lost stay as they were.
+            with pytest.raises(LeaseHeldError):
+                await journal.acquire(kept, "host-b", ttl=60)
+            await journal.append(a, drafts("x", 1), expected_seq=0)
+            info = {i.session: i for i in await journal.sessions()}
+            assert info[kept].expires_at == first.expires_at
+            assert info[taken].owner == "host-b" and info[released].owner is None
+            assert await journal.renew_all([], ttl=60) == []
+            with pytest.raises(ValueError, match="ttl"):
+                await journal.renew_all([a], ttl=0)
+
     async def test_inbox_wakeups_say_first_that_they_watch(self, backend: Backend) -> None:
         async with backend.open() as journal:
             wakeups = journal.inbox_wakeups()
