@@ -92,8 +92,10 @@ class ForwardingJournal:
     def inbox_wakeups(self) -> AsyncIterator[str]:
         return self.inner.inbox_wakeups()
 
-    def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
-        return self.inner.read(session, after=after)
+    def read(
+        self, session: str, *, after: int = 0, skip_stream: str | None = None
+    ) -> AsyncIterator[Record]:
+        return self.inner.read(session, after=after, skip_stream=skip_stream)
 
     def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
         return self.inner.tail(session, after=after)

@@ -425,15 +425,19 @@ class MemoryJournal:
             event=decode_event(body, session=session, seq=seq),
         )
 
-    async def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+    async def read(
+        self, session: str, *, after: int = 0, skip_stream: str | None = None
+    ) -> AsyncIterator[Record]:
         self._check_open()
         s = self._sessions.get(session)
         if s is None:
             raise SessionNotFoundError(session)
-        async for record in self._read_from(session, s, after):
+        async for record in self._read_from(session, s, after, skip_stream):
             yield record
 
-    async def _read_from(self, session: str, s: _Session, after: int) -> AsyncIterator[Record]:
+    async def _read_from(
+        self, session: str, s: _Session, after: int, skip_stream: str | None = None
+    ) -> AsyncIterator[Record]:
         previous = s.rows[after - 1][6] if after > 0 and after <= len(s.rows) else GENESIS
         seq = after
         while seq < len(s.rows):
@@ -444,7 +448,8 @@ class MemoryJournal:
             if chain(previous, stored_seq, id, stored_session, loop, at, cause, body) != digest:
                 raise JournalCorruptError(session, seq, "digest chain broken")
             previous = digest
-            yield self._record(row)
+            if loop != skip_stream:
+                yield self._record(row)
             if seq % 512 == 0:
                 await trio.lowlevel.checkpoint()
 

@@ -18,7 +18,9 @@ append decisions themselves are ``journal.rules``):
   ``ValueError``; both fail that call alone, before it is queued.
 * ``read`` yields records in seq order, verifying the digest chain; a damaged
   record is a ``JournalCorruptError`` with its seq, after every good record
-  before it has been yielded.
+  before it has been yielded.  With ``skip_stream``, the records of that
+  stream are verified on the chain like every other but neither decoded nor
+  yielded (a full-fold restore leaves out the checkpoints it would not use).
 * ``tail`` is ``read`` that then follows appends made later.
 * ``checkpoints`` returns the session's ``session.checkpoint`` records in seq
   order, found through an index the backend keeps as it appends (never by
@@ -205,7 +207,9 @@ class Journal(Protocol):
 
     def inbox_wakeups(self) -> AsyncIterator[str]: ...
 
-    def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]: ...
+    def read(
+        self, session: str, *, after: int = 0, skip_stream: str | None = None
+    ) -> AsyncIterator[Record]: ...
 
     def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]: ...
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import msgspec
@@ -231,7 +231,7 @@ async def read_restored(
                 else:
                     after = chain[-1].seq
                     chained = {loop_id: state.messages for loop_id, state in states.items()}
-                    head = await _fold_into(states, journal.read(session_id, after=after))
+                    head = await _fold_into(states, journal, session_id, after)
                     # A compaction in the tail replaced a loop's context: the
                     # chain's messages are no longer its prefix, so the next
                     # image of that loop starts afresh.
@@ -247,29 +247,55 @@ async def read_restored(
                         head=max(head, after),
                     )
         states = {}
-        head = await _fold_into(states, journal.read(session_id))
+        head = await _fold_into(states, journal, session_id, 0)
         return Restored(states=_loops(states), head=head)
 
 
-async def _fold_into(states: dict[str, LoopState], records: AsyncIterator[Record]) -> int:
-    """Fold ``records`` into ``states``; the seq of the last one (0: none).
+async def _fold_into(
+    states: dict[str, LoopState], journal: Journal, session_id: str, after: int
+) -> int:
+    """Fold the records after seq ``after`` into ``states``; the seq of the
+    last one folded (0: none).
 
-    ``SessionFolder.feed`` with its common case inline: a loop's record goes
-    straight to ``fold``, without a method call per record."""
+    The checkpoint stream is verified by the read but not decoded: its
+    records change no state, and their loop images are about a quarter of
+    the decoding a full fold would do.  The exception is a fork's base (its
+    seq 2, which seq 1 marks as a fork): when a read from the start finds its
+    first record past seq 1, or none at all, those first records are read
+    again, whole.  ``SessionFolder.feed`` with its common case inline: a
+    loop's record goes straight to ``fold``, without a method call per record."""
     folder = SessionFolder(states)
     state_of = states.get
     seq = 0
-    async for record in records:
+    async for record in journal.read(session_id, after=after, skip_stream=CHECKPOINT_STREAM):
+        if not seq and after == 0 and record.seq > 1:
+            await _fold_skipped_start(folder, journal, session_id, record.seq)
         seq = record.seq
         loop = record.loop
-        if loop == CHECKPOINT_STREAM:
-            folder.feed(record)
-            continue
         state = state_of(loop)
         if state is None:
             state = states[loop] = LoopState()
         fold(state, record)
-    return seq
+    if not seq and after == 0:
+        # Nothing but checkpoint-stream records (or none): a fork not yet run.
+        await _fold_skipped_start(folder, journal, session_id, None)
+    return max(seq, folder.head)
+
+
+async def _fold_skipped_start(
+    folder: SessionFolder, journal: Journal, session_id: str, before: int | None
+) -> None:
+    """Feed ``folder`` the records before seq ``before`` (None: every one), all
+    of the checkpoint stream (a fork's marker and base, when the session is one)."""
+    records = journal.read(session_id)
+    try:
+        async for record in records:
+            if before is not None and record.seq >= before:
+                break
+            folder.feed(record)
+    finally:
+        if isinstance(records, AsyncGenerator):
+            await records.aclose()  # it stopped early: its reader goes now
 
 
 class SessionFolder:

@@ -286,14 +286,17 @@ class PostgresJournal:
 
     # -- reading --------------------------------------------------------------------
 
-    def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+    def read(
+        self, session: str, *, after: int = 0, skip_stream: str | None = None
+    ) -> AsyncIterator[Record]:
         """Yield the session's records after seq ``after``, verifying the chain.
 
         A damaged record raises ``JournalCorruptError`` after every good
         record before it was yielded.  Each page is its own query, so no
-        connection or transaction is held while the consumer works.
+        connection or transaction is held while the consumer works.  The
+        records of ``skip_stream`` are verified but neither decoded nor yielded.
         """
-        return self._reading.read(session, after=after)
+        return self._reading.read(session, after=after, skip_stream=skip_stream)
 
     def inbox_wakeups(self) -> AsyncIterator[str]:
         """The id of each session given an inbox entry or handed over, by

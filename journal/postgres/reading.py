@@ -217,7 +217,9 @@ class Reading:
         for scope in self._tail_waits:
             scope.cancel()
 
-    async def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+    async def read(
+        self, session: str, *, after: int = 0, skip_stream: str | None = None
+    ) -> AsyncIterator[Record]:
         """Yield the session's records after seq ``after``, verifying the chain.
 
         A damaged record raises ``JournalCorruptError`` after every good
@@ -257,6 +259,8 @@ class Reading:
                 if h.digest() != digest:
                     raise JournalCorruptError(session, seq, "digest chain broken")
                 previous = digest
+                if loop == skip_stream:
+                    continue
                 try:
                     event: Event = decode(body)
                 except msgspec.DecodeError:

@@ -332,16 +332,19 @@ class SQLiteJournal:
 
     # -- reading --------------------------------------------------------------
 
-    def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+    def read(
+        self, session: str, *, after: int = 0, skip_stream: str | None = None
+    ) -> AsyncIterator[Record]:
         """Yield the records after seq ``after`` in order, verifying the digest chain.
 
         A damaged record raises ``JournalCorruptError`` (with its seq) after
         every good record before it was yielded.  ``SessionNotFoundError`` if
         the session does not exist.  Sees what was committed when each batch was
-        fetched.
+        fetched.  The records of ``skip_stream`` are verified but neither
+        decoded nor yielded.
         """
         self._check_open()
-        return self._reading.follow(session, after, follow=False)
+        return self._reading.follow(session, after, follow=False, skip_stream=skip_stream)
 
     def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
         """``read``, then follow later appends until the journal is closed.

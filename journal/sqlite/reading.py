@@ -196,7 +196,9 @@ class Reading:
             event.set()
         self._changed.clear()
 
-    async def follow(self, session: str, after: int, *, follow: bool) -> AsyncIterator[Record]:
+    async def follow(
+        self, session: str, after: int, *, follow: bool, skip_stream: str | None = None
+    ) -> AsyncIterator[Record]:
         # The digest of the record at ``after``: what the next record chains
         # from.  None until that record has been fetched.
         previous: bytes | None = GENESIS if after <= 0 else None
@@ -251,6 +253,11 @@ class Reading:
                     h.update(body)
                     if h.digest() != digest:
                         raise JournalCorruptError(session, seq, "digest chain broken")
+                    if loop == skip_stream:
+                        previous = digest
+                        after = expected
+                        expected += 1
+                        continue
                     try:
                         event: Event = decode(body)
                     except msgspec.DecodeError:

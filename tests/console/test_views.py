@@ -163,9 +163,9 @@ class CountingReads(ForwardingJournal):
         super().__init__(inner)
         self.read_from: list[tuple[str, int]] = []
 
-    def read(self, session: str, *, after: int = 0) -> Any:
+    def read(self, session: str, *, after: int = 0, skip_stream: str | None = None) -> Any:
         self.read_from.append((session, after))
-        return self.inner.read(session, after=after)
+        return self.inner.read(session, after=after, skip_stream=skip_stream)
 
 
 async def test_the_list_folds_only_the_records_after_the_last_it_saw(autojump_clock: Any) -> None:

@@ -118,6 +118,31 @@ async def test_a_fork_inside_a_tool_call_has_it_as_an_unknown_effect(tmp_path: P
         assert report.ok, report.summary()
 
 
+async def test_a_fork_that_ran_on_folds_from_its_base_without_checkpoints(
+    tmp_path: Path,
+) -> None:
+    # A full fold leaves the checkpoint stream out of its read; a fork's seq 2
+    # is its base all the same, read whole before the loop's records.
+    journal = MemoryJournal()
+    source = await run_scenario(journal, tmp_path)
+    first_turn = next(r for r in source if isinstance(r.event, TurnEnded))
+    ledger = scenario.Ledger(tmp_path, "fork")
+    async with Session.fork(
+        journal, scenario.SESSION, scenario.definition(ledger), at=first_turn.seq
+    ) as fork:
+        await fork.submit("Send the invoice to ACME.")
+        await scenario.settle(fork, ledger)
+        live = await fork.snapshot()
+    written = await records(journal, fork.id)
+    assert written[2].loop != CHECKPOINT_STREAM  # the loop's own records follow the base
+    full = await read_restored(journal, fork.id, use_checkpoints=False)
+    fast = await read_restored(journal, fork.id)
+    assert full.states == fast.states
+    assert full.head == fast.head == written[-1].seq
+    assert full.states[live.loop].messages == live.messages
+    assert full.states[live.loop].turn_index == live.turn_index == 2
+
+
 async def test_a_fork_diverges_and_both_sessions_pass_their_check(tmp_path: Path) -> None:
     async with open_journal(scenario.journal_url(tmp_path)) as journal:
         source = await run_scenario(journal, tmp_path)

@@ -732,6 +732,43 @@ class _RecordContract:
             assert isinstance(error, JournalCorruptError)
             assert error.seq == 3
 
+    @pytest.mark.parametrize("damage", ["edit", "garbage"])
+    async def test_a_skipped_stream_is_verified_but_not_yielded(
+        self, backend: Backend, damage: str
+    ) -> None:
+        # What a full-fold restore reads: every record on the chain, the
+        # checkpoints left out; damage to a left-out record is still found.
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            written = await journal.append(
+                lease,
+                [*drafts("x", 2), checkpoint(0), *drafts("y", 2), checkpoint(1, 3)],
+                expected_seq=0,
+            )
+            kept = [r for r in written if r.loop != CHECKPOINT_STREAM]
+            skip = CHECKPOINT_STREAM
+
+            async def read(after: int = 0) -> tuple[list[Record], Exception | None]:
+                got: list[Record] = []
+                try:
+                    async for record in journal.read(session, after=after, skip_stream=skip):
+                        got.append(record)
+                except Exception as exc:
+                    return got, exc
+                return got, None
+
+            assert await read() == (kept, None)
+            assert await read(after=3) == (kept[2:], None)
+            if damage == "edit":
+                await backend.edit(journal, session, 3, "at", 12345)
+            else:
+                await backend.corrupt(journal, session, 3, b"\xc1\x00garbage")
+            got, error = await read()
+            assert got == written[:2]
+            assert isinstance(error, JournalCorruptError)
+            assert (error.session, error.seq) == (session, 3)
+
     # -- checkpoints ---------------------------------------------------------------------
 
     async def test_checkpoints_are_indexed_as_they_are_appended(self, backend: Backend) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import msgspec
 import pytest
 import structlog
 
-from journal import Draft, Journal, open_journal
+from journal import Draft, Journal, Record, open_journal
 from journal.content import Text, ToolResult
 from journal.events import (
     CHECKPOINT_STREAM,
@@ -19,6 +20,7 @@ from journal.events import (
     SessionCheckpoint,
     ToolStarted,
 )
+from journal.forwarding import ForwardingJournal
 from loopruntime import Delegate, Limits, LoopDefinition, Mode, ToolContext, tool
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
@@ -411,3 +413,37 @@ async def test_a_negative_kept_is_refused() -> None:
     forged = msgspec.structs.replace(last.event, loops=(msgspec.structs.replace(image, kept=-1),))
     with pytest.raises(InvalidCheckpointError, match="keeps -1 messages"):
         states_from([*chain[:-1], msgspec.structs.replace(last, event=forged)])
+
+
+class _CountingReads(ForwardingJournal):
+    """Counts the records each read yields to restore, and the streams it left out."""
+
+    def __init__(self, inner: Journal) -> None:
+        super().__init__(inner)
+        self.yielded: list[Record] = []
+        self.skipped: list[str | None] = []
+
+    async def read(
+        self, session: str, *, after: int = 0, skip_stream: str | None = None
+    ) -> AsyncIterator[Record]:
+        self.skipped.append(skip_stream)
+        async for record in self.inner.read(session, after=after, skip_stream=skip_stream):
+            self.yielded.append(record)
+            yield record
+
+
+async def test_a_full_fold_does_not_decode_the_checkpoints(journal_url: str) -> None:
+    # They change no state: the read verifies them on the chain and leaves
+    # them out, and the fold is the same.
+    async with open_journal(journal_url) as journal:
+        async with Session.create(journal, definition(), checkpoint_every=EVERY) as s:
+            await turns(s, 6)
+            live = await s.snapshot()
+        assert len(await chain_of(journal, s.id)) >= 2
+        counting_reads = _CountingReads(journal)
+        full = await read_restored(counting_reads, s.id, use_checkpoints=False)
+        every = await records(journal, s.id)
+    assert counting_reads.skipped == [CHECKPOINT_STREAM]
+    assert counting_reads.yielded == [r for r in every if r.loop != CHECKPOINT_STREAM]
+    assert full.head == every[-1].seq
+    assert full.states["main"].messages == live.messages

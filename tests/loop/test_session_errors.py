@@ -235,9 +235,11 @@ class RacingJournal(ForwardingJournal):
     reads = 0
     before_lease: Callable[[], Awaitable[None]] | None = None
 
-    def read(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
+    def read(
+        self, session: str, *, after: int = 0, skip_stream: str | None = None
+    ) -> AsyncIterator[Record]:
         self.reads += 1
-        return super().read(session, after=after)
+        return super().read(session, after=after, skip_stream=skip_stream)
 
     async def open_session(self, session: str, *, create: bool = True) -> SessionLease:
         if self.before_lease is not None:
