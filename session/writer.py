@@ -9,10 +9,11 @@ waiting and later commit fails with it.
 A commit that gates nothing outside the process (``durability.may_pipeline``)
 is pipelined: it is folded at once, under the seqs the journal will give it,
 and its caller goes on without waiting; its records go to the journal with the
-next commit that must be durable (their barrier), or on their own once the
-writer has waited ``LINGER`` for one, and are published only once durable.  A pipelined commit
-is folded at once only while nothing folds later ahead of it (no waiting
-commit is queued or being appended); otherwise it simply waits its turn.
+next commit that must be durable (their barrier), or on their own once
+``LINGER`` has passed without one (one task of the trio run watches every
+session's), and are published only once durable.  A pipelined commit is folded
+at once only while nothing folds later ahead of it (no waiting commit is
+queued or being appended); otherwise it simply waits its turn.
 """
 
 from __future__ import annotations
