@@ -31,6 +31,7 @@ from journal import Draft, Journal, Record, SessionLease, open_journal
 from journal.content import ToolResult
 from journal.events import Event
 from journal.forwarding import ForwardingJournal
+from journal.sqlite import SQLiteJournal
 from loopruntime import Limits, LoopDefinition, ModelRequest
 from loopruntime.models import Reply, ToolCall
 from session import Session
@@ -360,6 +361,7 @@ async def _runtime_loops(
     """N sessions each running ``turns`` turns; the figures and one session's events."""
     definition = turn_definition()
     async with open_journal(f"sqlite:///{path}?synchronous={synchronous}") as inner:
+        assert isinstance(inner, SQLiteJournal)
         journal = TimedJournal(inner)
         ready = finished = 0
         all_ready, go, all_finished, release = (trio.Event() for _ in range(4))
@@ -390,11 +392,13 @@ async def _runtime_loops(
             # stops when the last turn has ended.
             await all_ready.wait()
             journal.reset()
+            before = inner.statistics()
             with GcClock() as gc_clock:
                 start = time.perf_counter()
                 go.set()
                 await all_finished.wait()
                 seconds = time.perf_counter() - start
+            after = inner.statistics()
             latencies, records = journal.latencies, journal.records
             release.set()
         events = [r.event async for r in inner.read(ids[0])]
@@ -409,6 +413,10 @@ async def _runtime_loops(
             "appends": len(latencies),
             "commit_p50_seconds": _percentile(latencies, 0.50),
             "commit_p99_seconds": _percentile(latencies, 0.99),
+            # The writer thread's transactions: with every loop's append in each,
+            # the loops move in lockstep (benchmarks/README.md, "Many loops").
+            "transactions": after.transactions - before.transactions,
+            "largest_transaction": after.largest_group,
             "gc_seconds": gc_clock.seconds,
         },
         events,
@@ -498,6 +506,7 @@ async def many_loops(
             f"{row['records_per_second']:,.0f} records/s "
             f"(bare {row['bare_records_per_second']:,.0f}/s); ratios "
             + ", ".join(f"{r:.2f}" for r in row["pair_ratios"])
+            + f"; {row['appends'] / max(1, row['transactions']):,.0f} appends per transaction"
         )
     return rows
 

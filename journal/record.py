@@ -11,12 +11,19 @@ from .events import Event
 __all__ = ["Draft", "Record", "check_drafts", "check_text"]
 
 
-class Record(msgspec.Struct, frozen=True, kw_only=True):
+class Record(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A durable event.
 
     ``seq`` is session-wide, gap-free and starts at 1.  ``at`` (unix ns) is
     informational only: nothing folds it.  ``digest`` chains this record to the
     previous one (see ``codec.chain``).
+
+    Not tracked by the cyclic garbage collector (``gc=False``), nor are
+    drafts: both are immutable envelopes around an event, which is data and
+    cannot refer back to them, so they can be in no cycle.  With a thousand
+    loops busy, every append's drafts and records outlive a scheduling round
+    and would be promoted to the oldest generation, whose full passes over
+    every live object they would bring on.
     """
 
     seq: int
@@ -29,7 +36,7 @@ class Record(msgspec.Struct, frozen=True, kw_only=True):
     event: Event
 
 
-class Draft(msgspec.Struct, frozen=True, kw_only=True):
+class Draft(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """An event on its way into the journal, with its attribution.
 
     ``id`` makes the append idempotent: appending a draft whose id is already

@@ -9,16 +9,18 @@ waiting and later commit fails with it.
 A commit that gates nothing outside the process (``durability.may_pipeline``)
 is pipelined: it is folded at once, under the seqs the journal will give it,
 and its caller goes on without waiting; its records go to the journal with the
-next commit that must be durable (their barrier), or on their own once the
-writer has waited ``LINGER`` for one, and are published only once durable.  A pipelined commit
-is folded at once only while nothing folds later ahead of it (no waiting
-commit is queued or being appended); otherwise it simply waits its turn.
+next commit that must be durable (their barrier), or on their own once
+``LINGER`` has passed without one (one task of the trio run watches every
+session's), and are published only once durable.  A pipelined commit is folded
+at once only while nothing folds later ahead of it (no waiting commit is
+queued or being appended); otherwise it simply waits its turn.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from typing import Any, Protocol
@@ -31,7 +33,7 @@ from journal import Draft, Journal, Record
 from journal.events import Event
 from journal.inbox import Consumed, InboxOutcome
 from loopruntime import Loop
-from loopruntime.host import GuardFailedError, Reply, new_id
+from loopruntime.host import GuardFailedError, new_id
 
 from .checkpoints import Checkpointer
 from .durability import may_pipeline
@@ -50,6 +52,62 @@ LINGER = 0.002
 appends them on their own: long enough for a step's next durable commit to
 come along (a zero-latency model's step takes well under a millisecond), short
 beside a real model call, so they reach the journal, and subscribers, soon."""
+
+
+class _Lingering:
+    """Every session writer's pipelined commits waiting out ``LINGER`` in one
+    trio run, in the order they began to wait (so by deadline: ``LINGER`` is
+    one constant).  One system task sleeps until the first is due and hands
+    each due writer its flush; a barrier that took the commits first makes
+    that a no-op.  So a pipelined commit costs an entry here instead of a
+    timer, a cancel scope and two task steps of its session's writer task,
+    and a thousand sessions share one wake-up per ``LINGER``."""
+
+    __slots__ = ("_due", "_parked")
+
+    def __init__(self) -> None:
+        self._due: deque[tuple[float, Writer, int]] = deque()
+        self._parked: trio.lowlevel.Task | None = None
+
+    @staticmethod
+    def of_this_run() -> _Lingering:
+        try:
+            return _LINGERING.get()
+        except LookupError:
+            lingering = _Lingering()
+            _LINGERING.set(lingering)
+            trio.lowlevel.spawn_system_task(lingering._run, name="session writers' linger")
+        return lingering
+
+    def add(self, writer: Writer, taken: int) -> None:
+        """Flush ``writer``'s pipelined commits in ``LINGER`` seconds unless the
+        append numbered ``taken`` (its next) has taken them by then."""
+        self._due.append((trio.current_time() + LINGER, writer, taken))
+        if self._parked is not None:
+            task, self._parked = self._parked, None
+            trio.lowlevel.reschedule(task)
+
+    async def _run(self) -> None:
+        # A system task: it must never raise (that would crash the run), so
+        # what a writer does with its flush is the writer's to contain.
+        due = self._due
+        while True:
+            if not due:
+                self._parked = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(self._abort)
+                continue
+            await trio.sleep_until(due[0][0])
+            now = trio.current_time()
+            while due and due[0][0] <= now:
+                _, writer, taken = due.popleft()
+                writer._lingered(taken)
+
+    def _abort(self, _: Any) -> trio.lowlevel.Abort:
+        self._parked = None  # cancelled: the run is ending
+        return trio.lowlevel.Abort.SUCCEEDED
+
+
+_LINGERING: trio.lowlevel.RunVar[_Lingering] = trio.lowlevel.RunVar("session_writers_lingering")
 
 
 class Stream(Protocol):
@@ -89,7 +147,11 @@ class CommitStatistics(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Pending:
-    __slots__ = ("consumes", "drafts", "folded", "guard", "loop", "reply")
+    """One commit on its way: its own answer (set once), and an event only
+    when its caller has to wait for it (most commits are answered before
+    anyone asks: pipelined, or appended from the caller's own task)."""
+
+    __slots__ = ("_done", "consumes", "drafts", "error", "folded", "guard", "loop", "records")
 
     def __init__(
         self, loop: Stream | None, drafts: list[Draft], guard: Callable[[], bool] | None
@@ -97,11 +159,37 @@ class _Pending:
         self.loop = loop
         self.drafts = drafts
         self.guard = guard
-        self.consumes: list[Consumed] = []
-        self.reply: Reply[list[Record]] = Reply()
+        self.consumes: list[Consumed] | None = None
+        self.records: list[Record] | None = None
+        self.error: BaseException | None = None
+        self._done: trio.Event | None = None
         self.folded: list[Record] | None = None
         """A pipelined commit: the records it was folded as (seq and id are
         the journal's to be; a checkpoint's pending has ``loop`` None)."""
+
+    def set(self, records: list[Record]) -> None:
+        if self.records is None and self.error is None:
+            self.records = records
+            if self._done is not None:
+                self._done.set()
+
+    def fail(self, error: BaseException) -> None:
+        if self.records is None and self.error is None:
+            self.error = error
+            if self._done is not None:
+                self._done.set()
+
+    def result(self) -> list[Record]:
+        if self.error is not None:
+            raise self.error
+        assert self.records is not None, "the commit is not settled yet"
+        return self.records
+
+    async def wait(self) -> list[Record]:
+        if self.records is None and self.error is None:
+            self._done = trio.Event()
+            await self._done.wait()
+        return self.result()
 
 
 class Writer:
@@ -142,6 +230,11 @@ class Writer:
         records folded ahead of their durability)."""
         self._unfolded = False
         """An append under way carries commits that fold once it returns."""
+        self._taken = 0
+        """Appends that took pipelined commits: ``_Lingering`` tells by it
+        whether the commits it was asked to flush are still waiting."""
+        self._flush_due = False
+        """The writer task is to append the pipelined commits now."""
         self._durable: trio.lowlevel.ParkingLot | None = None
         """Made by the first ``wait_durable`` that has to wait (an idle
         session keeps none)."""
@@ -202,6 +295,8 @@ class Writer:
             # Nothing in flight: append from this task, sparing the hop to the
             # writer.  Commits arriving meanwhile queue up and go together next.
             staged, self._staged = self._staged, []
+            if staged:
+                self._taken += 1
             group = [*staged, pending]
             self._writing = self._unfolded = True
             try:
@@ -219,13 +314,13 @@ class Writer:
                 self._released()
                 if self._queue or self._staged:
                     self._kick()
-            return pending.reply.result()
+            return pending.result()
         self._queue.append(pending)
         self._kick()
         # Shielded: once asked for, a commit runs to its end, so the caller
         # always learns exactly what became durable (and state is folded).
         with trio.CancelScope(shield=True):
-            records = await pending.reply.wait()
+            records = await pending.wait()
         return records
 
     def _stage(self, pending: _Pending) -> list[Record]:
@@ -258,9 +353,22 @@ class Writer:
         pending.folded = records
         self._staged.append(pending)
         self.pipelined += 1
-        if first and not self._writing:
-            self._kick()  # the writer lingers, then appends them if nothing else did
+        if first:
+            # Appended with the next barrier, or on their own after LINGER.
+            _Lingering.of_this_run().add(self, self._taken)
         return records
+
+    def _lingered(self, taken: int) -> None:
+        """``LINGER`` has passed since the pipelined commits for append number
+        ``taken`` began to wait: append them now, unless a barrier took them."""
+        if self._taken != taken or not self._staged:
+            return
+        try:
+            self._kick()
+        except RuntimeError as exc:
+            # The session's task group has closed without a shutdown (it was
+            # cancelled): nothing appends them any more, as after a crash.
+            self.log.warning("pipelined_records_not_appended", error=str(exc))
 
     def _provisional(self, draft: Draft) -> Record:
         """The record ``draft`` will be once appended (its digest aside, which
@@ -334,12 +442,12 @@ class Writer:
         if self._failed is not None:
             raise self._failed
         pending = _Pending(None, [], None)
-        pending.consumes.append(consumed)
+        pending.consumes = [consumed]
         self._explicit += 1
         self._queue.append(pending)
         self._kick()
         with trio.CancelScope(shield=True):
-            await pending.reply.wait()
+            await pending.wait()
 
     def _consumes(self, group: list[_Pending]) -> list[Consumed]:
         """The inbox entries ``group``'s append applies (only while any are expected)."""
@@ -369,7 +477,7 @@ class Writer:
         commit that will never happen."""
         self._failed = exc
         for p in [*batch, *self._queue, *self._staged]:
-            p.reply.fail(exc)
+            p.fail(exc)
         self._queue = []
         self._staged = []
         self._released()
@@ -380,7 +488,9 @@ class Writer:
         self._nursery = nursery
 
     def _kick(self) -> None:
-        """Wake the writer task, starting it if it is not running."""
+        """Have the writer task append what is waiting, pipelined commits
+        too, starting it if it is not running."""
+        self._flush_due = True
         if self._running:
             self._wake.set()
         elif self._nursery is not None:
@@ -389,43 +499,37 @@ class Writer:
             self._nursery.start_soon(self.run)
 
     async def run(self) -> None:
-        """Append what queued up while an append was under way, until there
-        has been nothing to do for ``IDLE_EXIT`` seconds.
-
-        Pipelined commits alone wait ``LINGER`` seconds first for a commit
-        that must be durable, to ride in its append (one transaction, one
-        fsync, instead of two); a barrier or ``wait_durable`` ends the wait."""
+        """Append what queued up while an append was under way, and pipelined
+        commits whose ``LINGER`` passed with no barrier to ride in (or that
+        ``wait_durable`` wants now), until there has been nothing to do for
+        ``IDLE_EXIT`` seconds."""
         self._running = True
         try:
             await self._serve()
         finally:
             self._running = False
 
+    def _has_work(self) -> bool:
+        return not self._writing and bool(self._queue or (self._staged and self._flush_due))
+
     async def _serve(self) -> None:
-        lingered = False
         while True:
-            if (not self._queue and not self._staged) or self._writing:
+            if not self._has_work():
                 self._wake = trio.Event()
                 with trio.move_on_after(IDLE_EXIT):
                     await self._wake.wait()
-                if not self._wake.is_set() and not self._writing:
-                    if not self._queue and not self._staged:
-                        return  # idle: the next commit that needs a task starts one
-                lingered = False
+                if not self._wake.is_set() and not self._writing and not self._has_work():
+                    return  # idle: the next append that needs a task starts one
                 continue
-            if not self._queue and not lingered:
-                self._wake = trio.Event()
-                with trio.move_on_after(LINGER):
-                    await self._wake.wait()
-                lingered = True
-                continue
-            lingered = False
             # In a method of its own, so nothing of the batch stays alive in
             # this frame while it waits for the next one.
             await self._write_batch()
 
     async def _write_batch(self) -> None:
         staged, self._staged = self._staged, []
+        if staged:
+            self._taken += 1
+        self._flush_due = False
         batch, self._queue = self._queue, []
         self._writing = True
         self._unfolded = bool(batch)
@@ -437,9 +541,7 @@ class Writer:
                     await self._append(group)
                     group = []
                     if not pending.guard():
-                        pending.reply.fail(
-                            GuardFailedError("the guarded commit's precondition failed")
-                        )
+                        pending.fail(GuardFailedError("the guarded commit's precondition failed"))
                         continue
                 group.append(pending)
             await self._append(group)
@@ -476,7 +578,7 @@ class Writer:
             records = await self.journal.append(self._lease, drafts, expected_seq=self.head)
         if not records:
             for p in group:
-                p.reply.set([])
+                p.set([])
             return
         self.head = records[-1].seq
         self._folded_to = max(self._folded_to, self.head)
@@ -512,4 +614,4 @@ class Writer:
                     p.loop.apply(record)
                     for sub in self._subscribers:
                         sub.push(record)
-            p.reply.set(mine)
+            p.set(mine)

@@ -43,6 +43,8 @@ LOOP_KEYS = {
     "appends",
     "commit_p50_seconds",
     "commit_p99_seconds",
+    "transactions",
+    "largest_transaction",
     "gc_seconds",
     "bare_records",
     "bare_records_per_second",
@@ -104,6 +106,8 @@ def test_loop_benchmark_rows() -> None:
     assert many["loops"] == 2 and many["turns"] == 2 * many["turns_per_loop"]
     # Every turn writes at least turn.started, a model call and turn.ended.
     assert many["records"] >= 3 * many["turns"]
+    # Each transaction carries at most one append (or lease) per loop.
+    assert many["transactions"] <= many["appends"] and many["largest_transaction"] <= 2
     _positive(many, LOOP_KEYS)
 
     (idle,) = by_scenario["idle"]

@@ -306,8 +306,14 @@ class SQLiteJournal:
                 # every task made runnable at the same moment (typically all
                 # the appenders the last commit released) adds its request
                 # first, so they share one transaction instead of the first
-                # going alone and the rest one commit (one fsync) later.
-                self._token.run_sync_soon(self._flush_outbox)
+                # going alone and the rest one commit (one fsync) later.  This
+                # task lets them run by yielding once (a callback to itself
+                # through the trio token would cost trio's entry queue a
+                # wake-up, and its socket two system calls, per group).
+                # Cancellation cannot come between here and the park: the
+                # request is queued, and the writer always answers it.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                self._flush_outbox()
         # Not abortable: the writer always answers (aclose drains the queue
         # first), and a committed append must not be reported as cancelled.
         # Cancellation takes effect at the caller's next checkpoint.  _deliver

@@ -204,3 +204,23 @@ def test_schema_versions() -> None:
         check_schema_version(SCHEMA_VERSION + 1, where="journal x.db")
     with pytest.raises(JournalSchemaError, match="invalid"):
         check_schema_version(0, where="journal x.db")
+
+
+def test_records_and_drafts_are_not_tracked_by_the_cyclic_collector() -> None:
+    # An event holding containers is tracked; its envelopes need not be (they
+    # can be in no cycle), so a thousand busy loops' appends add nothing to
+    # the collector's oldest generation.
+    import gc
+
+    from journal import Draft, Record
+    from journal.content import Message, Text
+    from journal.events import InputQueued
+
+    message = Message(role="user", blocks=(Text(text="hello"),))
+    event = InputQueued(input_id="in_1", messages=(message,))
+    assert gc.is_tracked(event)
+    draft = Draft(id="ev_1", loop="main", event=event)
+    record = Record(
+        seq=1, id="ev_1", session="s", loop="main", at=0, cause=None, digest=b"", event=event
+    )
+    assert not gc.is_tracked(draft) and not gc.is_tracked(record)

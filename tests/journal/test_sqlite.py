@@ -442,6 +442,43 @@ async def test_appends_waiting_together_share_one_transaction(tmp_path: Path) ->
             assert await journal.head(lease.session) == 2
 
 
+async def test_each_round_of_appends_is_handed_over_by_its_first_appender(
+    tmp_path: Path,
+) -> None:
+    # Ten appenders, five appends each, released together by each commit: a
+    # round's first appender yields once and hands the round over itself, never
+    # through a callback to the trio thread (trio's entry queue, woken through
+    # a socket), and the round still goes in one transaction.
+    class CountingToken:
+        def __init__(self, inner: trio.lowlevel.TrioToken) -> None:
+            self.inner, self.calls = inner, 0
+
+        def run_sync_soon(self, *args: Any) -> None:
+            self.calls += 1
+            self.inner.run_sync_soon(*args)
+
+    async with open_journal(url(tmp_path / "j.db")) as journal:
+        assert isinstance(journal, SQLiteJournal)
+        leases = [await journal.open_session(f"s{i}") for i in range(10)]
+        token = CountingToken(journal._token)
+        journal._token = token  # type: ignore[assignment]
+        before = journal.statistics()
+
+        async def appender(lease: SessionLease) -> None:
+            for i in range(5):
+                await journal.append(lease, drafts("x", 1, start=i), expected_seq=i)
+
+        async with trio.open_nursery() as nursery:
+            for lease in leases:
+                nursery.start_soon(appender, lease)
+        after = journal.statistics()
+    assert token.calls == 0
+    assert after.requests - before.requests == 50
+    # After a quiet spell the first append goes alone; then the rounds.
+    assert after.transactions - before.transactions <= 2 * 5 + 1
+    assert after.largest_group >= 9
+
+
 async def test_a_constraint_in_a_group_is_replayed_without_failing_the_rest(
     tmp_path: Path,
 ) -> None:

@@ -94,17 +94,30 @@ async def test_making_idle_sessions_leaves_no_cyclic_garbage(tmp_path: Path) -> 
     assert not garbage, kinds.most_common(10)
 
 
+def writer_tasks(session: Session) -> list[trio.lowlevel.Task]:
+    assert session._nursery is not None
+    return [t for t in session._nursery.child_tasks if t.name.endswith("Writer.run")]
+
+
 async def test_an_idle_session_keeps_no_writer_task(autojump_clock: Any) -> None:
+    # A slow reply: the call's start is appended on its own after LINGER,
+    # by the writer's task, since no barrier comes to take it.
+    slow = LoopDefinition(
+        name="slow", model=ScriptedModel([Reply(text="done", chunk_delay=1.0)] * 2)
+    )
     async with open_journal("memory:") as journal:
-        async with Session.create(journal, one_step()) as s:
+        async with Session.create(journal, slow) as s:
             await s.submit("go")
+            await trio.sleep(0.5)
+            assert len(writer_tasks(s)) == 1
             await s.wait_idle()
-            tasks = len(s._nursery.child_tasks)
             await trio.sleep(IDLE_EXIT * 2)
             # The writer's task went away (a parked task is about 2 KB)...
-            assert len(s._nursery.child_tasks) == tasks - 1
-            # ...and comes back for the next commit that needs it.
+            assert writer_tasks(s) == []
+            # ...and comes back for the next append that needs it.
             await s.submit("again")
+            await trio.sleep(0.5)
+            assert len(writer_tasks(s)) == 1
             await s.wait_idle()
             await s.verify()
             assert (await s.snapshot()).turn_index == 2

@@ -21,6 +21,7 @@ from loopruntime import Limits, LoopDefinition, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 from session.durability import may_pipeline
+from session.writer import LINGER
 
 
 class DurableHead(ForwardingJournal):
@@ -173,6 +174,49 @@ async def test_a_snapshot_holds_only_durable_records() -> None:
                 done.set()
             assert session.commit_statistics().pipelined >= 10
     assert len(states) > 3 and all(seq <= head for seq, head in states)
+
+
+async def test_pipelined_records_with_no_barrier_are_appended_after_linger(
+    autojump_clock: Any,
+) -> None:
+    # The reply takes 10 s to come: nothing that waits follows the call's
+    # start, so it goes to the journal on its own once LINGER has passed.
+    slow = LoopDefinition(name="slow", model=ScriptedModel([Reply(text="ok", chunk_delay=10.0)]))
+    async with open_journal("memory:") as inner:
+        journal = DurableHead(inner)
+        async with Session.create(journal, slow) as s:
+            await s.submit("go")
+            before = journal.durable
+            await trio.sleep(LINGER * 1.5)
+            assert journal.appends[-1] == ["ModelCallStarted"]
+            assert journal.durable == before + 1
+            await s.wait_idle()
+            await s.verify()
+
+
+class WriterTasks(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        if task.name.endswith("Writer.run"):
+            self.spawned += 1
+
+
+async def test_pipelined_commits_that_ride_with_barriers_need_no_writer_task() -> None:
+    # Each step's pipelined commits are taken by the next commit that waits,
+    # appended from the committing task: no writer task, and no timer, runs
+    # for them (one shared task per trio run watches every session's LINGER).
+    spawned = WriterTasks()
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, stepping(5)) as s:
+            trio.lowlevel.add_instrument(spawned)
+            await s.submit("go")
+            await s.wait_idle()
+            trio.lowlevel.remove_instrument(spawned)
+            assert s.commit_statistics().pipelined >= 10
+            await s.verify()
+    assert spawned.spawned == 0
 
 
 def test_only_commits_that_gate_nothing_outside_the_process_are_pipelined() -> None:
