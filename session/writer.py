@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from typing import Any, Protocol
@@ -37,6 +36,7 @@ from loopruntime.host import GuardFailedError, new_id
 
 from .checkpoints import Checkpointer
 from .durability import may_pipeline
+from .linger import Lingering
 from .subscriptions import Subscriber
 
 __all__ = ["CommitStatistics", "Expectation", "Stream", "Writer"]
@@ -46,68 +46,6 @@ log = structlog.wrap_logger(logging.getLogger(__name__))
 IDLE_EXIT = 1.0
 """Seconds the writer task stays up with nothing to do: a busy session keeps
 it, an idle one lets it go (a parked task costs about 2 KB)."""
-
-LINGER = 0.002
-"""Seconds pipelined records wait for a barrier to ride with before the writer
-appends them on their own: long enough for a step's next durable commit to
-come along (a zero-latency model's step takes well under a millisecond), short
-beside a real model call, so they reach the journal, and subscribers, soon."""
-
-
-class _Lingering:
-    """Every session writer's pipelined commits waiting out ``LINGER`` in one
-    trio run, in the order they began to wait (so by deadline: ``LINGER`` is
-    one constant).  One system task sleeps until the first is due and hands
-    each due writer its flush; a barrier that took the commits first makes
-    that a no-op.  So a pipelined commit costs an entry here instead of a
-    timer, a cancel scope and two task steps of its session's writer task,
-    and a thousand sessions share one wake-up per ``LINGER``."""
-
-    __slots__ = ("_due", "_parked")
-
-    def __init__(self) -> None:
-        self._due: deque[tuple[float, Writer, int]] = deque()
-        self._parked: trio.lowlevel.Task | None = None
-
-    @staticmethod
-    def of_this_run() -> _Lingering:
-        try:
-            return _LINGERING.get()
-        except LookupError:
-            lingering = _Lingering()
-            _LINGERING.set(lingering)
-            trio.lowlevel.spawn_system_task(lingering._run, name="session writers' linger")
-        return lingering
-
-    def add(self, writer: Writer, taken: int) -> None:
-        """Flush ``writer``'s pipelined commits in ``LINGER`` seconds unless the
-        append numbered ``taken`` (its next) has taken them by then."""
-        self._due.append((trio.current_time() + LINGER, writer, taken))
-        if self._parked is not None:
-            task, self._parked = self._parked, None
-            trio.lowlevel.reschedule(task)
-
-    async def _run(self) -> None:
-        # A system task: it must never raise (that would crash the run), so
-        # what a writer does with its flush is the writer's to contain.
-        due = self._due
-        while True:
-            if not due:
-                self._parked = trio.lowlevel.current_task()
-                await trio.lowlevel.wait_task_rescheduled(self._abort)
-                continue
-            await trio.sleep_until(due[0][0])
-            now = trio.current_time()
-            while due and due[0][0] <= now:
-                _, writer, taken = due.popleft()
-                writer._lingered(taken)
-
-    def _abort(self, _: Any) -> trio.lowlevel.Abort:
-        self._parked = None  # cancelled: the run is ending
-        return trio.lowlevel.Abort.SUCCEEDED
-
-
-_LINGERING: trio.lowlevel.RunVar[_Lingering] = trio.lowlevel.RunVar("session_writers_lingering")
 
 
 class Stream(Protocol):
@@ -231,7 +169,7 @@ class Writer:
         self._unfolded = False
         """An append under way carries commits that fold once it returns."""
         self._taken = 0
-        """Appends that took pipelined commits: ``_Lingering`` tells by it
+        """Appends that took pipelined commits: ``Lingering`` tells by it
         whether the commits it was asked to flush are still waiting."""
         self._flush_due = False
         """The writer task is to append the pipelined commits now."""
@@ -355,10 +293,10 @@ class Writer:
         self.pipelined += 1
         if first:
             # Appended with the next barrier, or on their own after LINGER.
-            _Lingering.of_this_run().add(self, self._taken)
+            Lingering.of_this_run().add(self, self._taken)
         return records
 
-    def _lingered(self, taken: int) -> None:
+    def lingered(self, taken: int) -> None:
         """``LINGER`` has passed since the pipelined commits for append number
         ``taken`` began to wait: append them now, unless a barrier took them."""
         if self._taken != taken or not self._staged:
@@ -420,7 +358,7 @@ class Writer:
         self._queue.append(pending)
         self._kick()
         with trio.CancelScope(shield=True):
-            await pending.reply.wait()
+            await pending.wait()
 
     def expect(
         self, entry: int, loop: str | None, match: Callable[[Event], InboxOutcome | None]

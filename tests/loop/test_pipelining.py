@@ -21,7 +21,7 @@ from loopruntime import Limits, LoopDefinition, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 from session.durability import may_pipeline
-from session.writer import LINGER
+from session.linger import LINGER
 
 
 class DurableHead(ForwardingJournal):
