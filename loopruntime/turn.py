@@ -67,9 +67,8 @@ from .state import LoopState
 
 __all__ = ["FLUSH_INTERVAL", "TurnRunner"]
 
+# Exact types: ``isinstance`` on the union pays a slow check per member it fails.
 _PIECES = frozenset(Piece.__args__)
-"""The stream pieces' exact types: a failed ``isinstance`` on the union costs a
-slow check per member (msgspec's metaclass), on every delta of every reply."""
 
 FLUSH_INTERVAL = 0.25
 """Streamed output reaches the journal at least this often (seconds)."""
@@ -321,13 +320,7 @@ class TurnRunner:
         call_record = call[0].id
         limits = resolved.limits
         first_token, whole = limits.model_first_token_timeout, limits.model_call_timeout
-        opening = (
-            whole
-            if first_token is None
-            else first_token
-            if whole is None
-            else min(first_token, whole)
-        )
+        opening = min((t for t in (first_token, whole) if t is not None), default=None)
         attempt = 1
         buffer: list[Piece] = []
         secret: set[int] = set()
@@ -496,8 +489,7 @@ class TurnRunner:
 
     def _ends_the_turn(self, acc: Accumulator, message: Message) -> bool:
         """A reply after which the turn simply completes (what _after_reply
-        would decide for it, decided before the commit); ``message`` is the
-        reply as built from ``acc`` (asking ``acc`` again would build it twice)."""
+        would decide for it, decided before the commit); ``message``: its reply."""
         return (
             not any(type(b) is ToolUse for b in message.blocks)
             and self.resolved.output is None
