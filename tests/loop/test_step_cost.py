@@ -4,12 +4,18 @@ request whose fixed part is digested once."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import re
 
+import msgspec
+
 from journal import open_journal
+from journal.content import Message, Text
+from loopruntime.context import RequestBuilder
 from loopruntime.ids import RECORD_PREFIXES, new_id
+from loopruntime.model import ToolSchema
 from session import Session
 
 from .test_pipelining import stepping
@@ -63,3 +69,49 @@ async def test_a_sessions_record_ids_increase_in_seq_order() -> None:
     # come a little out of seq order; random ids would ascend half the time.
     ascending = sum(a < b for a, b in itertools.pairwise(loops))
     assert ascending >= 0.85 * (len(loops) - 1)
+
+
+def _fingerprint(system: str, messages: list[Message], tools: list[ToolSchema], mt: int) -> str:
+    # The rule written out: the history chain's head, then system, tools, max_tokens.
+    encode = msgspec.msgpack.Encoder().encode
+    head = b""
+    for m in messages:
+        head = hashlib.blake2b(head + encode(m), digest_size=8).digest()
+    return hashlib.blake2b(head + encode((system, tuple(tools), mt)), digest_size=8).hexdigest()
+
+
+def test_a_request_fingerprint_follows_each_of_its_parts() -> None:
+    one = ToolSchema(name="a", description="A.", input_schema={"type": "object"})
+    two = ToolSchema(name="b", description="B.", input_schema={"type": "object"})
+    messages = [Message(role="user", blocks=(Text(text="hi"),))]
+    builder = RequestBuilder()
+    seen = set()
+    for system, tools, mt in [
+        ("s", [one], 100),
+        ("s", [one], 100),  # the same parts again: the encoding kept
+        ("t", [one], 100),
+        ("t", [one, two], 100),
+        ("t", [two], 100),
+        # An equal schema that is another object: encoded anew, same print.
+        ("t", [ToolSchema(name="b", description="B.", input_schema={"type": "object"})], 100),
+        ("t", [two], 200),
+    ]:
+        request, fp = builder.build(system=system, messages=messages, tools=tools, max_tokens=mt)
+        assert fp == _fingerprint(system, messages, tools, mt)
+        assert request.tools == tuple(tools)
+        assert (request.system, request.max_tokens) == (system, mt)
+        seen.add(fp)
+        messages = [*messages, Message(role="assistant", blocks=(Text(text="ok"),))]
+    assert len(seen) == 7
+
+
+def test_unchanged_tools_are_encoded_once() -> None:
+    schema = ToolSchema(name="a", description="A.", input_schema={"type": "object"})
+    builder = RequestBuilder()
+    messages = [Message(role="user", blocks=(Text(text="hi"),))]
+    first, _ = builder.build(system="s", messages=messages, tools=[schema], max_tokens=10)
+    again, _ = builder.build(system="s", messages=messages, tools=[schema], max_tokens=10)
+    # The held tuple (and its encoding) serves the second request.
+    assert again.tools is first.tools
+    other, _ = builder.build(system="s", messages=messages, tools=[schema], max_tokens=11)
+    assert other.tools is not first.tools
