@@ -8,6 +8,7 @@ is refused loudly rather than sent.
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Sequence
 
 import msgspec
@@ -71,6 +72,8 @@ class RequestBuilder:
         self._source: list[Message] = []
         self._digests: list[bytes] = []
         self._seen = 0
+        self._fixed: tuple[str, tuple[ToolSchema, ...], int, bytes] | None = None
+        """System, tools and max_tokens of the last request, and their encoding."""
 
     def _sync(self, messages: Sequence[Message]) -> None:
         n = self._seen
@@ -104,16 +107,31 @@ class RequestBuilder:
         """The request and its fingerprint (a digest of system, tools and
         the history chain)."""
         self._sync(messages)
+        fixed = self._fixed
+        if (
+            fixed is None
+            or fixed[0] != system
+            or fixed[2] != max_tokens
+            or len(fixed[1]) != len(tools)
+            or not all(map(operator.is_, fixed[1], tools))
+        ):
+            # Encoded once while they stay the same (a tool's schema is made
+            # once and frozen): with many tools, most of a request's bytes.
+            held = tuple(tools)
+            fixed = self._fixed = (
+                system,
+                held,
+                max_tokens,
+                _encoder.encode((system, held, max_tokens)),
+            )
         request = ModelRequest(
             system=system,
             messages=tuple(self._merged),
-            tools=tuple(tools),
+            tools=fixed[1],
             max_tokens=max_tokens,
         )
         head = self._digests[-1] if self._digests else b""
-        fp = hashlib.blake2b(
-            head + _encoder.encode((system, request.tools, max_tokens)), digest_size=8
-        ).hexdigest()
+        fp = hashlib.blake2b(head + fixed[3], digest_size=8).hexdigest()
         return request, fp
 
 

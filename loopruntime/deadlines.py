@@ -23,6 +23,7 @@ import math
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import TracebackType
 
 import trio
 
@@ -124,17 +125,39 @@ _running: contextvars.ContextVar[tuple[Timer, ...]] = contextvars.ContextVar(
 """The timers of the running task (a child task inherits its parent's)."""
 
 
-@contextmanager
-def timer(seconds: float | None) -> Iterator[Timer]:
+class timer:  # lower case, as contextlib.suppress: it reads as a function
     """Run the block under a ``Timer`` of ``seconds`` (None: no deadline).
-    The deadline cancels the block only; the caller reads ``passed``."""
-    t = Timer(seconds)
-    token = _running.set((*_running.get(), t))
-    try:
-        with t.scope:
-            yield t
-    finally:
-        _running.reset(token)
+    The deadline cancels the block only; the caller reads ``passed``.
+
+    A class rather than a ``@contextmanager`` generator: a turn opens two of
+    these per step, and the generator's frames and wrapper cost more than
+    the timer itself."""
+
+    __slots__ = ("_timer", "_token")
+
+    def __init__(self, seconds: float | None) -> None:
+        self._timer = Timer(seconds)
+
+    def __enter__(self) -> Timer:
+        t = self._timer
+        self._token = _running.set((*_running.get(), t))
+        try:
+            t.scope.__enter__()
+        except BaseException:
+            _running.reset(self._token)
+            raise
+        return t
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        try:
+            return self._timer.scope.__exit__(exc_type, exc, tb)
+        finally:
+            _running.reset(self._token)
 
 
 @contextmanager

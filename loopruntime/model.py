@@ -9,6 +9,7 @@ the journaled ``model.output`` pieces, so both build the same message.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -130,29 +131,12 @@ class Accumulator:
         return not self._blocks
 
     def feed(self, delta: Delta) -> None:
-        match delta:
-            case BlockStarted():
-                self._blocks[delta.index] = _Block(delta)
-            case TextDelta():
-                self._block(delta.index).parts.append(delta.text)
-            case ThinkingDelta():
-                self._block(delta.index).parts.append(delta.thinking)
-            case SignatureDelta():
-                self._block(delta.index).signature += delta.signature
-            case InputJsonDelta():
-                self._block(delta.index).parts.append(delta.partial_json)
-            case BlockStopped():
-                self._block(delta.index).done = True
-            case UsageDelta():
-                u, n = self.usage, delta.usage
-                self.usage = Usage(
-                    input_tokens=n.input_tokens or u.input_tokens,
-                    output_tokens=n.output_tokens or u.output_tokens,
-                    cache_read_tokens=n.cache_read_tokens or u.cache_read_tokens,
-                    cache_creation_tokens=n.cache_creation_tokens or u.cache_creation_tokens,
-                )
-            case StopDelta():
-                self.stop_reason = delta.stop_reason
+        # Found by exact type, not by a ``match`` of class patterns: each
+        # failed pattern on these msgspec Structs costs a slow ``isinstance``
+        # (about 0.35 us), and every delta of every reply comes through here.
+        feed = _FEEDS.get(type(delta))
+        if feed is not None:
+            feed(self, delta)
 
     def feed_all(self, deltas: tuple[Piece, ...] | list[Delta]) -> None:
         for d in deltas:
@@ -221,6 +205,57 @@ class Accumulator:
             self.invalid_tool_inputs[b.id] = "tool input must be a JSON object"
             return {}
         return value
+
+
+def _started(acc: Accumulator, delta: BlockStarted) -> None:
+    acc._blocks[delta.index] = _Block(delta)
+
+
+def _text(acc: Accumulator, delta: TextDelta) -> None:
+    acc._block(delta.index).parts.append(delta.text)
+
+
+def _thinking(acc: Accumulator, delta: ThinkingDelta) -> None:
+    acc._block(delta.index).parts.append(delta.thinking)
+
+
+def _signature(acc: Accumulator, delta: SignatureDelta) -> None:
+    acc._block(delta.index).signature += delta.signature
+
+
+def _json(acc: Accumulator, delta: InputJsonDelta) -> None:
+    acc._block(delta.index).parts.append(delta.partial_json)
+
+
+def _stopped(acc: Accumulator, delta: BlockStopped) -> None:
+    acc._block(delta.index).done = True
+
+
+def _usage(acc: Accumulator, delta: UsageDelta) -> None:
+    u, n = acc.usage, delta.usage
+    acc.usage = Usage(
+        input_tokens=n.input_tokens or u.input_tokens,
+        output_tokens=n.output_tokens or u.output_tokens,
+        cache_read_tokens=n.cache_read_tokens or u.cache_read_tokens,
+        cache_creation_tokens=n.cache_creation_tokens or u.cache_creation_tokens,
+    )
+
+
+def _stop(acc: Accumulator, delta: StopDelta) -> None:
+    acc.stop_reason = delta.stop_reason
+
+
+_FEEDS: dict[type, Callable[[Accumulator, Any], None]] = {
+    BlockStarted: _started,
+    TextDelta: _text,
+    ThinkingDelta: _thinking,
+    SignatureDelta: _signature,
+    InputJsonDelta: _json,
+    BlockStopped: _stopped,
+    UsageDelta: _usage,
+    StopDelta: _stop,
+}
+"""What each kind of delta does to the accumulator (``Accumulator.feed``)."""
 
 
 def coalesce(pieces: list[Piece]) -> tuple[Piece, ...]:

@@ -32,6 +32,7 @@ import trio
 
 from journal.content import (
     BlockStopped,
+    Message,
     Piece,
     ToolUse,
 )
@@ -65,6 +66,9 @@ from .settling import queue_consequences, reply_cut_short, settle_turn_events
 from .state import LoopState
 
 __all__ = ["FLUSH_INTERVAL", "TurnRunner"]
+
+# Exact types: ``isinstance`` on the union pays a slow check per member it fails.
+_PIECES = frozenset(Piece.__args__)
 
 FLUSH_INTERVAL = 0.25
 """Streamed output reaches the journal at least this often (seconds)."""
@@ -332,6 +336,7 @@ class TurnRunner:
                     [ModelOutput(effect_id=effect_id, pieces=pieces)], cause=call_record
                 )
 
+        publish, loop_id = loop.host.publish_delta, loop.id
         while True:
             acc = self.acc = Accumulator()
             buffer = []
@@ -346,8 +351,8 @@ class TurnRunner:
                             acc.feed(delta)
                             if self.redacting and secret_piece(delta, self.redacting, secret):
                                 continue
-                            loop.host.publish_delta(loop.id, effect_id, delta)
-                            if isinstance(delta, Piece):
+                            publish(loop_id, effect_id, delta)
+                            if type(delta) in _PIECES:
                                 if not output:
                                     # The first piece: from now on only the
                                     # call's own deadline applies.
@@ -367,7 +372,7 @@ class TurnRunner:
                                     # FLUSH_INTERVAL.
                                     loop.flush_at(trio.current_time() + FLUSH_INTERVAL, flush)
                                 buffer.append(delta)
-                                boundary = isinstance(delta, BlockStopped)
+                                boundary = type(delta) is BlockStopped
                 except ModelError as exc:
                     error = exc
                 except Exception as exc:
@@ -427,7 +432,8 @@ class TurnRunner:
                 cause=call_record,
             )
         events: list[Event] = [*self._rest(effect_id, buffer)]
-        events.append(self._message(effect_id, step))
+        reply = self._message(effect_id, step)
+        events.append(reply)
         # The call made its message; the message made the answers to its
         # calls that cannot run (so the message's id is chosen here).
         message_record = new_id("ev_")
@@ -457,7 +463,7 @@ class TurnRunner:
                 window=resolved.model.context_window,
             )
         )
-        if self._ends_the_turn(acc):
+        if self._ends_the_turn(acc, reply.message):
             # The common last step: message and turn end in one commit.
             await self.end("completed", settle=events, cause=call_record)
         await loop.commit(events, ids=ids, causes=causes)
@@ -481,11 +487,11 @@ class TurnRunner:
         if verdict.events:
             await self.loop.commit(verdict.events, cause=state.turn_record)
 
-    def _ends_the_turn(self, acc: Accumulator) -> bool:
+    def _ends_the_turn(self, acc: Accumulator, message: Message) -> bool:
         """A reply after which the turn simply completes (what _after_reply
-        would decide for it, decided before the commit)."""
+        would decide for it, decided before the commit); ``message``: its reply."""
         return (
-            not acc.tool_uses()
+            not any(type(b) is ToolUse for b in message.blocks)
             and self.resolved.output is None
             and not acc.invalid_tool_inputs
             and acc.stop_reason not in ("pause_turn", "refusal", "max_tokens")

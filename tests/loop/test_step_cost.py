@@ -1,0 +1,117 @@
+"""What keeps a step's cost flat as the history grows (benchmarks/README.md,
+issue 22): record ids that grow the journal's id index at its end, and a
+request whose fixed part is digested once."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import re
+
+import msgspec
+
+from journal import open_journal
+from journal.content import Message, Text
+from loopruntime.context import RequestBuilder
+from loopruntime.ids import RECORD_PREFIXES, new_id
+from loopruntime.model import ToolSchema
+from session import Session
+
+from .test_pipelining import stepping
+
+
+def test_record_ids_count_up_within_a_process() -> None:
+    ids = [new_id("ev_") for _ in range(1000)]
+    assert all(re.fullmatch(r"ev_[0-9a-f]{16}", i) for i in ids)
+    assert len(set(ids)) == len(ids)
+    # The counted half orders them (a wrap of the 8 digits is 2**31 ids away).
+    assert [i[3:11] for i in ids] == sorted(i[3:11] for i in ids)
+    assert {"cp_", "exe_"} <= RECORD_PREFIXES
+
+
+def test_other_ids_stay_wholly_random() -> None:
+    # Tokens and gate ids may be shown to people: no counted part.
+    tokens = [new_id("tok_") for _ in range(200)]
+    heads = [t[4:12] for t in tokens]
+    assert heads != sorted(heads)
+    assert len(set(heads)) == len(heads)
+
+
+def test_a_forked_child_counts_from_a_fresh_start() -> None:
+    read, write = os.pipe()
+    before = new_id("ev_")
+    pid = os.fork()
+    if pid == 0:  # the child: one id, then leave at once
+        os.write(write, new_id("ev_").encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    mine = new_id("ev_")
+    # Without the reseed the child's count would go on from the parent's
+    # (the same value as ``mine``'s first half, or one below it).
+    assert abs(int(child[3:11], 16) - int(before[3:11], 16)) > 16
+    assert child != mine
+
+
+async def test_a_sessions_record_ids_increase_in_seq_order() -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, stepping(5)) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            records = [r async for r in journal.read(s.id)]
+    # ev_ and exe_ ids draw from one count: compare the digits after the prefix.
+    loops = [r.id[r.id.index("_") + 1 :] for r in records]
+    assert len(loops) > 20
+    # Ids chosen before their commit (a message's, named by its calls) may
+    # come a little out of seq order; random ids would ascend half the time.
+    ascending = sum(a < b for a, b in itertools.pairwise(loops))
+    assert ascending >= 0.85 * (len(loops) - 1)
+
+
+def _fingerprint(system: str, messages: list[Message], tools: list[ToolSchema], mt: int) -> str:
+    # The rule written out: the history chain's head, then system, tools, max_tokens.
+    encode = msgspec.msgpack.Encoder().encode
+    head = b""
+    for m in messages:
+        head = hashlib.blake2b(head + encode(m), digest_size=8).digest()
+    return hashlib.blake2b(head + encode((system, tuple(tools), mt)), digest_size=8).hexdigest()
+
+
+def test_a_request_fingerprint_follows_each_of_its_parts() -> None:
+    one = ToolSchema(name="a", description="A.", input_schema={"type": "object"})
+    two = ToolSchema(name="b", description="B.", input_schema={"type": "object"})
+    messages = [Message(role="user", blocks=(Text(text="hi"),))]
+    builder = RequestBuilder()
+    seen = set()
+    for system, tools, mt in [
+        ("s", [one], 100),
+        ("s", [one], 100),  # the same parts again: the encoding kept
+        ("t", [one], 100),
+        ("t", [one, two], 100),
+        ("t", [two], 100),
+        # An equal schema that is another object: encoded anew, same print.
+        ("t", [ToolSchema(name="b", description="B.", input_schema={"type": "object"})], 100),
+        ("t", [two], 200),
+    ]:
+        request, fp = builder.build(system=system, messages=messages, tools=tools, max_tokens=mt)
+        assert fp == _fingerprint(system, messages, tools, mt)
+        assert request.tools == tuple(tools)
+        assert (request.system, request.max_tokens) == (system, mt)
+        seen.add(fp)
+        messages = [*messages, Message(role="assistant", blocks=(Text(text="ok"),))]
+    assert len(seen) == 7
+
+
+def test_unchanged_tools_are_encoded_once() -> None:
+    schema = ToolSchema(name="a", description="A.", input_schema={"type": "object"})
+    builder = RequestBuilder()
+    messages = [Message(role="user", blocks=(Text(text="hi"),))]
+    first, _ = builder.build(system="s", messages=messages, tools=[schema], max_tokens=10)
+    again, _ = builder.build(system="s", messages=messages, tools=[schema], max_tokens=10)
+    # The held tuple (and its encoding) serves the second request.
+    assert again.tools is first.tools
+    other, _ = builder.build(system="s", messages=messages, tools=[schema], max_tokens=11)
+    assert other.tools is not first.tools
