@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import msgspec
@@ -55,11 +55,12 @@ from journal import (
 )
 from journal import inbox as ib
 from loopruntime import LoopClosedError, LoopDefinition, LoopError
-from loopruntime.host import check_principal, new_id
+from loopruntime.host import new_id
 
 from .checkpoints import read_restored
 from .host_commands import expected as _expected
 from .host_commands import run as _run
+from .host_principals import Principals, checked_principals, refusal
 from .runtime import ROOT_LOOP, Session
 
 __all__ = ["Host", "HostStatistics"]
@@ -75,10 +76,6 @@ _STOP_CHECKPOINTS = 8
 """Checkpoints at rest a stopping host appends at once: enough to keep the
 journal busy while the next one encodes, few enough to leave the journal's
 connections and trio's worker threads to the sessions' own shutdowns."""
-
-Principals = Collection[str] | Callable[[str | None], bool]
-"""The principals a host takes commands from: a collection of them, or a
-predicate on the command's principal (None when it names none)."""
 
 
 class HostStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -155,7 +152,7 @@ class Host:
                     f"Host definitions: {name!r} maps to definition {definition.name!r}; "
                     "key each definition by its own name"
                 )
-        self.principals = _principals(principals)
+        self.principals = checked_principals(principals)
         """Who this host takes commands from (None: anyone, named or not)."""
         self.journal = journal
         self.definitions = dict(definitions)
@@ -240,14 +237,10 @@ class Host:
 
     async def aclose(self) -> None:
         """Stop taking work, shut every session down cleanly and release its
-        lease (a session with work left is handed over at once).
-
-        A session at rest with 100 or more records after its last checkpoint,
-        and no unknown effect, is checkpointed first, as passivation does, so
-        its next host reads no tail.  Bounded: ``_STOP_CHECKPOINTS`` at a
-        time, none begun later than ``lease_ttl / 3`` after the stop began
-        (the leases are no longer renewed; one renewed a round ago still
-        has as long again); the rest are released without one."""
+        lease (a session with work left is handed over at once); one at rest
+        is checkpointed first, as passivation does, within bounds: none is begun
+        later than ``lease_ttl / 3`` into the stop (leases are no longer
+        renewed; one renewed a round before has at least as long again)."""
         if self._stopping:
             return
         self._stopping = True
@@ -601,37 +594,4 @@ class Host:
 
     def refusal(self, command: ib.InboxCommand) -> ib.InboxOutcome | None:
         """The outcome refusing ``command`` for its principal (None: taken)."""
-        known = self.principals
-        principal = command.principal
-        if known is None:
-            return None
-        try:
-            taken = known(principal) if callable(known) else principal in known
-        except Exception as exc:
-            # The host's own predicate failing must refuse, not apply.
-            self.log.warning("principal_check_failed", principal=principal, error=repr(exc))
-            taken = False
-        if taken is True:
-            return None
-        who = "a command naming no principal"
-        if principal is not None:
-            who = f"principal {principal!r}"
-        message = (
-            f"{who} is not one host {self.id} takes commands from; nothing was applied: send "
-            "it with principal= set to a principal the host knows (Host(principals=...))"
-        )
-        self.log.info("command_refused", principal=principal, command=ib.command_name(command))
-        return ib.InboxOutcome(error="UnknownPrincipalError", message=message)
-
-
-def _principals(principals: Principals | None) -> Principals | None:
-    """``principals`` checked: a predicate, or a collection of principals."""
-    if principals is None or callable(principals):
-        return principals
-    if isinstance(principals, str) or not isinstance(principals, Collection):
-        raise TypeError(
-            f"Host principals takes a collection of principals or a predicate, not {principals!r}"
-        )
-    for p in principals:
-        check_principal(p)
-    return frozenset(principals)
+        return refusal(self.principals, self.id, command, self.log)
