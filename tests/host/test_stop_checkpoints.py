@@ -5,6 +5,10 @@ release."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -29,6 +33,7 @@ from session import Client, Host, Status
 from session.replay import check
 from tests.host.support import counting_definition, trio_clock_journal, wait_for
 from tests.support.loops import crashed_copy, events_of, records, run_turns
+from tests.support.processes import ROOT
 
 DEFS = {"counter": counting_definition()}
 
@@ -290,3 +295,29 @@ async def test_a_failed_checkpoint_at_passivation_still_releases_the_session(
     assert await journal.checkpoints("broken") == []
     report = await check(journal, "broken")
     assert report.ok, report
+
+
+async def test_sigterm_checkpoints_the_sessions_of_a_host_process(tmp_path: Path) -> None:
+    """``loopruntime host`` stopped by SIGTERM takes the same path: its
+    session's last record is the checkpoint, and its lease is released."""
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    async with open_journal(url) as journal:
+        await run_turns(journal, "long", TURNS)
+    host = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "session.cli", "host", "--journal", url,
+         "--definitions", "tests.host.support:counting_definition",
+         "--host-id", "h1", "--lease-ttl", "30", "--poll", "0.05"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with open_journal(url) as journal:
+            await activate(journal, "long", "k1")
+            assert await journal.checkpoints("long") == []
+    finally:
+        os.kill(host.pid, signal.SIGTERM)
+        await host.wait()
+    assert host.returncode == 0
+    async with open_journal(url) as journal:
+        assert [r.seq for r in await journal.checkpoints("long")] == [await journal.head("long")]
+        info = {s.session: s for s in await journal.sessions()}["long"]
+        assert info.owner is None
