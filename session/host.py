@@ -16,7 +16,11 @@ Rules (docs/host.md tells the story):
   cleanly (open gates and questions stay open) and its lease released: the
   next entry activates it again, here or on another host;
 * ``aclose`` stops claiming, shuts every session down cleanly and releases
-  its lease, handing sessions with work left to the next host at once;
+  its lease, handing sessions with work left to the next host at once; a
+  session at rest without unknown effects is checkpointed first by the rule
+  passivation follows, at most ``_STOP_CHECKPOINTS`` at a time and none begun
+  past ``lease_ttl / 3`` into the stop (a failed one is logged; the session
+  is released all the same);
 * with ``principals``, an entry whose principal the host does not know is
   consumed with the error ``UnknownPrincipalError`` and applies nothing (a
   ``Create`` so refused starts no session).
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import msgspec
@@ -51,11 +55,12 @@ from journal import (
 )
 from journal import inbox as ib
 from loopruntime import LoopClosedError, LoopDefinition, LoopError
-from loopruntime.host import check_principal, new_id
+from loopruntime.host import new_id
 
 from .checkpoints import read_restored
 from .host_commands import expected as _expected
 from .host_commands import run as _run
+from .host_principals import Principals, checked_principals, refusal
 from .runtime import ROOT_LOOP, Session
 
 __all__ = ["Host", "HostStatistics"]
@@ -67,9 +72,10 @@ _REST_CHECKPOINT_AFTER = 100
 when it is passivated (a tenth of the writer's interval: below it, folding
 the tail on activation costs less than the checkpoint)."""
 
-Principals = Collection[str] | Callable[[str | None], bool]
-"""The principals a host takes commands from: a collection of them, or a
-predicate on the command's principal (None when it names none)."""
+_STOP_CHECKPOINTS = 8
+"""Checkpoints at rest a stopping host appends at once: enough to keep the
+journal busy while the next one encodes, few enough to leave the journal's
+connections and trio's worker threads to the sessions' own shutdowns."""
 
 
 class HostStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +110,9 @@ class _Hosted:
         """When it last had work (trio time); None while it has some."""
         self.evict = False
         """Passivate it as soon as it is idle: another session wants its place."""
+        self.rest_failed = False
+        """Its checkpoint at rest failed (and stopped its writer): the session
+        is released all the same, its records being durable and whole."""
 
     def idle(self) -> bool:
         """Loaded, with nothing running and nothing waiting in its inbox."""
@@ -143,7 +152,7 @@ class Host:
                     f"Host definitions: {name!r} maps to definition {definition.name!r}; "
                     "key each definition by its own name"
                 )
-        self.principals = _principals(principals)
+        self.principals = checked_principals(principals)
         """Who this host takes commands from (None: anyone, named or not)."""
         self.journal = journal
         self.definitions = dict(definitions)
@@ -158,6 +167,10 @@ class Host:
         self._claims = self._failovers = self._passivations = self._applied = 0
         self._fenced = 0
         self._stopping = False
+        self._stop_checkpoints = trio.CapacityLimiter(_STOP_CHECKPOINTS)
+        self._stop_checkpoints_until = math.inf
+        """No checkpoint at rest is begun past this (trio time): set by ``aclose``."""
+        self._stop_checkpoints_skipped = 0
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.log = log.bind(host=self.id)
@@ -224,10 +237,14 @@ class Host:
 
     async def aclose(self) -> None:
         """Stop taking work, shut every session down cleanly and release its
-        lease (a session with work left is handed over at once)."""
+        lease (a session with work left is handed over at once); one at rest
+        is checkpointed first, as passivation does, within bounds: none is begun
+        later than ``lease_ttl / 3`` into the stop (leases are no longer
+        renewed; one renewed a round before has at least as long again)."""
         if self._stopping:
             return
         self._stopping = True
+        self._stop_checkpoints_until = trio.current_time() + self.lease_ttl / 3
         self._wake.set()
         for hosted in list(self.sessions.values()):
             hosted.stopping = True
@@ -235,6 +252,12 @@ class Host:
         while self.sessions:
             hosted = next(iter(self.sessions.values()))
             await hosted.done.wait()
+        if self._stop_checkpoints_skipped:
+            self.log.warning(
+                "stop_checkpoints_skipped",
+                sessions=self._stop_checkpoints_skipped,
+                budget=self.lease_ttl / 3,
+            )
 
     # -- finding work ------------------------------------------------------------------
 
@@ -376,11 +399,14 @@ class Host:
         except FencedError:
             self._drop(hosted, "fenced")
         except Exception as exc:
-            # One session's failure (a damaged journal, a definition that no
-            # longer fits) must not stop the host: it is logged, and the
-            # session is left for a person (its lease expires).
-            self.log.error("session_failed", session=hosted.id, error=repr(exc))
-            hosted.lease = None
+            if not hosted.rest_failed:
+                # One session's failure (a damaged journal, a definition that
+                # no longer fits) must not stop the host: it is logged, and
+                # the session is left for a person (its lease expires).
+                self.log.error("session_failed", session=hosted.id, error=repr(exc))
+                hosted.lease = None
+            # Else only its checkpoint at rest failed (logged then), with
+            # every record durable before it: released like any other.
         finally:
             with trio.CancelScope(shield=True):
                 await self._release(hosted)
@@ -415,6 +441,8 @@ class Host:
         async with opened as session:
             hosted.session = session
             await self._serve(hosted, session)
+            if hosted.stopping and not hosted.busy:
+                await self._checkpoint_at_stop(hosted, session)
 
     async def _opening(
         self, hosted: _Hosted, lease: SessionLease, recorded: str | None = None
@@ -481,7 +509,7 @@ class Host:
                 if hosted.evict or now - quiet_since >= self.idle_after:
                     # Its next activation reads this checkpoint and nothing
                     # after it, rather than folding up to a thousand records.
-                    await session._writer.checkpoint_at_rest(_REST_CHECKPOINT_AFTER)
+                    await self._checkpoint_at_rest(hosted, session)
                     self._passivations += 1
                     why = "pressure" if hosted.evict else "idle"
                     self.log.info("session_passivated", session=hosted.id, reason=why)
@@ -492,6 +520,32 @@ class Host:
                 wait = min(self.idle_after - (now - quiet_since), self._quiet_poll)
             with trio.move_on_after(max(wait, 0.0)):
                 await hosted.wake.wait()
+
+    async def _checkpoint_at_rest(self, hosted: _Hosted, session: Session) -> None:
+        """Checkpoint ``session``, at rest and about to be unloaded, when
+        ``_REST_CHECKPOINT_AFTER`` or more records followed its last
+        checkpoint, so its next activation reads no tail.  A failure is
+        logged and marked on ``hosted`` (the session is still released); a
+        fenced append is not (the session is another host's)."""
+        try:
+            await session._writer.checkpoint_at_rest(_REST_CHECKPOINT_AFTER)
+        except FencedError:
+            raise
+        except Exception as exc:
+            hosted.rest_failed = True
+            self.log.warning("rest_checkpoint_failed", session=hosted.id, error=repr(exc))
+
+    async def _checkpoint_at_stop(self, hosted: _Hosted, session: Session) -> None:
+        """``_checkpoint_at_rest`` for a stop, within its bounds (``aclose``).
+        A session with an unknown effect is left as it is: a person settles
+        it first, and its next activation is not the one a stop delays."""
+        if any(loop.state.unknown for loop in session.loops.values()):
+            return
+        async with self._stop_checkpoints:
+            if trio.current_time() >= self._stop_checkpoints_until:
+                self._stop_checkpoints_skipped += 1
+                return
+            await self._checkpoint_at_rest(hosted, session)
 
     # -- applying one entry ------------------------------------------------------------------
 
@@ -540,37 +594,4 @@ class Host:
 
     def refusal(self, command: ib.InboxCommand) -> ib.InboxOutcome | None:
         """The outcome refusing ``command`` for its principal (None: taken)."""
-        known = self.principals
-        principal = command.principal
-        if known is None:
-            return None
-        try:
-            taken = known(principal) if callable(known) else principal in known
-        except Exception as exc:
-            # The host's own predicate failing must refuse, not apply.
-            self.log.warning("principal_check_failed", principal=principal, error=repr(exc))
-            taken = False
-        if taken is True:
-            return None
-        who = "a command naming no principal"
-        if principal is not None:
-            who = f"principal {principal!r}"
-        message = (
-            f"{who} is not one host {self.id} takes commands from; nothing was applied: send "
-            "it with principal= set to a principal the host knows (Host(principals=...))"
-        )
-        self.log.info("command_refused", principal=principal, command=ib.command_name(command))
-        return ib.InboxOutcome(error="UnknownPrincipalError", message=message)
-
-
-def _principals(principals: Principals | None) -> Principals | None:
-    """``principals`` checked: a predicate, or a collection of principals."""
-    if principals is None or callable(principals):
-        return principals
-    if isinstance(principals, str) or not isinstance(principals, Collection):
-        raise TypeError(
-            f"Host principals takes a collection of principals or a predicate, not {principals!r}"
-        )
-    for p in principals:
-        check_principal(p)
-    return frozenset(principals)
+        return refusal(self.principals, self.id, command, self.log)
