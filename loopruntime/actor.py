@@ -175,7 +175,8 @@ class Loop:
         self._mailbox = Mailbox(mailbox_capacity)
         self._turn_task_running = False
         self._turn_scope: trio.CancelScope | None = None
-        self._turn_finished = trio.Event()
+        self._turn_finished: trio.Event | None = None
+        """Set when the running turn's task has finished (made with the task)."""
         self._answers = gates.Answers()
         self.forms = gates.Forms(self._resend_answer)
         """The types open form gates' answers must fit (``gates.Forms``)."""
@@ -183,7 +184,8 @@ class Loop:
         """Tasks of this loop doing work (not waiting on a person)."""
         self._quiet = trio.lowlevel.ParkingLot()
         self._stopping = False
-        self._stopped = trio.Event()
+        self._stopped = False
+        """The actor has exited (its waiters park on ``_quiet``, woken then)."""
         self.stop_reason = "interrupted"
         """Why the running turn is being stopped (read by its settlement):
         "interrupted", "shutdown", or "detached" (left open, not settled)."""
@@ -198,8 +200,9 @@ class Loop:
         self._cancel_on_start = False
         self._flush_deadline: float | None = None
         self._flush: Callable[[], Awaitable[None]] | None = None
-        self._flusher_started = False
-        self._flush_lot = trio.lowlevel.ParkingLot()
+        self._flush_lot: trio.lowlevel.ParkingLot | None = None
+        """Where the flusher task waits for a deadline; None: no flusher runs.
+        Made with the task, so an idle loop holds neither."""
         self._compacting = False
         # Keyed requests the journal holds and no compaction started yet
         # (after a restore too): they run as if just asked for.
@@ -207,11 +210,17 @@ class Loop:
             self.state.requested_compactions
         )
         self._auto_tried_at = -1
-        self.log = log.bind(loop=loop_id, definition=definition.name)
         self.requests = RequestBuilder()
         self.toolsets = Toolsets(definition.toolsets)
 
     # -- plumbing used by the host, and the ports the workers get (ports.py) ------
+
+    @property
+    def log(self) -> Any:
+        """The loop's logger (bound to its id and definition).  Bound on each
+        use, once a turn or a rare warning: kept, it would be about 1.5 KB of
+        every idle loop."""
+        return log.bind(loop=self.id, definition=self.definition.name)
 
     def apply(self, record: Record) -> None:
         """Fold one durable record (called by the host, in seq order)."""
@@ -281,24 +290,24 @@ class Loop:
         One flusher task serves every model call of a turn (cheaper than a task
         per call); it retires when the loop has no turn running."""
         self._flush_deadline, self._flush = deadline, flush
-        if not self._flusher_started:
-            self._flusher_started = True
-            self._nursery.start_soon(self._flusher)
+        if self._flush_lot is None:
+            lot = self._flush_lot = trio.lowlevel.ParkingLot()
+            self._nursery.start_soon(self._flusher, lot)
         else:
             self._flush_lot.unpark_all()
 
     def cancel_flush(self) -> None:
         self._flush_deadline, self._flush = None, None
 
-    async def _flusher(self) -> None:
+    async def _flusher(self, lot: trio.lowlevel.ParkingLot) -> None:
         while True:
             deadline = self._flush_deadline
             if deadline is None:
                 if not self._turn_task_running:
                     # An idle loop keeps no flusher task (memory per idle loop).
-                    self._flusher_started = False
+                    self._flush_lot = None
                     return
-                await self._flush_lot.park()
+                await lot.park()
                 continue
             await trio.sleep_until(deadline)
             flush = self._flush
@@ -320,7 +329,7 @@ class Loop:
     async def wait_settled(self) -> None:
         """Wait until the loop has run its input and has no turn open (or has
         stopped): what a parent waits for on a foreground child."""
-        while not self._stopped.is_set() and not self.settled:
+        while not self._stopped and not self.settled:
             await self._quiet.park()
 
     @property
@@ -337,7 +346,7 @@ class Loop:
             pass
 
     async def wait_quiescent(self) -> None:
-        while not self.quiescent and not self._stopped.is_set():
+        while not self.quiescent and not self._stopped:
             await self._quiet.park()
 
     # -- the public side -------------------------------------------------------
@@ -404,6 +413,9 @@ class Loop:
                     if relisted:
                         await self.commit(relisted)
                 task_status.started(self)
+                # The status keeps the nursery ``start`` waited in (its cancel
+                # scope and status): dropped, an idle loop's task holds none.
+                del task_status
                 self.busy(+1)
                 try:
                     self._maybe_compact()  # keyed requests a restore found not started
@@ -445,7 +457,7 @@ class Loop:
                     item.reply.fail(closed_error(self.id))
             self._answers.fail_all(closed_error(self.id))
             self.forms.fail_all(closed_error(self.id))
-            self._stopped.set()
+            self._stopped = True
             self._quiet.unpark_all()
 
     async def _handle(self, command: Command) -> None:
@@ -764,8 +776,10 @@ class Loop:
         finally:
             self._turn_task_running = False
             self._turn_scope = None
+            assert self._turn_finished is not None
             self._turn_finished.set()
-            self._flush_lot.unpark_all()  # the flusher may retire
+            if self._flush_lot is not None:
+                self._flush_lot.unpark_all()  # the flusher may retire
             if not self._mailbox.closed:
                 self._mailbox.send_priority(_TurnDone())
             self.busy(-1)
@@ -802,6 +816,7 @@ class Loop:
             self._turn_scope.cancel()
         else:
             self._cancel_on_start = True
+        assert self._turn_finished is not None  # made with the running turn's task
         await self._turn_finished.wait()
         return True
 

@@ -20,14 +20,15 @@ class Mailbox:
 
     Plain lists, not deques: a mailbox almost always holds zero or one
     command, and an idle loop should cost as little memory as possible (an
-    empty deque is ten times the size of an empty list)."""
+    empty deque is ten times the size of an empty list).  The lot a sender
+    waits in for room is made only when the command lane is full."""
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
         self._normal: list[Any] = []
         self._priority: list[Any] = []
         self._readable = trio.lowlevel.ParkingLot()
-        self._writable = trio.lowlevel.ParkingLot()
+        self._writable: trio.lowlevel.ParkingLot | None = None
         self.closed = False
 
     def __len__(self) -> int:
@@ -35,6 +36,8 @@ class Mailbox:
 
     async def send(self, item: Any) -> None:
         while len(self._normal) >= self._capacity and not self.closed:
+            if self._writable is None:
+                self._writable = trio.lowlevel.ParkingLot()
             await self._writable.park()
         if self.closed:
             raise LoopClosedError("the loop is shut down; it takes no more commands")
@@ -54,13 +57,15 @@ class Mailbox:
         if self._priority:
             return self._priority.pop(0)
         item = self._normal.pop(0)
-        self._writable.unpark()
+        if self._writable is not None:
+            self._writable.unpark()
         return item
 
     def close(self) -> list[Any]:
         """Refuse new items; return those still waiting."""
         self.closed = True
-        self._writable.unpark_all()
+        if self._writable is not None:
+            self._writable.unpark_all()
         left = [*self._priority, *self._normal]
         self._priority.clear()
         self._normal.clear()
