@@ -107,15 +107,17 @@ class Session:
         self._also: list[LoopDefinition] = []
         self.collab_streams: set[str] = set()
         """Stream ids of the collaborations started by this session object."""
-        self._delivered = trio.lowlevel.ParkingLot()
+        self._delivered: trio.lowlevel.ParkingLot | None = None
+        """Where ``wait_idle`` waits for a background child's delivery (made then)."""
         self._key_flights: dict[str, trio.Event] = {}
         """Keyed commands on their way to a loop, by key."""
         self._prompts: set[str] = set()
         """Digests of the system prompts whose text the journal holds."""
         self._creator: str | None = None
         """Who created the session (``create(principal=)``), for its first loop's start."""
+        # Bound methods, not lambdas: no closure cells per session.
         self._subscriptions = Subscriptions(
-            journal, session_id, head=lambda: self._writer.head, closed=lambda: self._closed
+            journal, session_id, head=self._head, closed=self._is_closed
         )
         self._writer = Writer(
             journal,
@@ -129,6 +131,12 @@ class Session:
         # extra hop through the session.
         self.commit = self._writer.commit
         self.publish_delta = self._subscriptions.publish_delta
+
+    def _head(self) -> int:
+        return self._writer.head
+
+    def _is_closed(self) -> bool:
+        return self._closed
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -453,7 +461,8 @@ class Session:
             return  # the parent stopped; a restore delivers it (exactly once)
         finally:
             self._watching.discard(child_id)
-            self._delivered.unpark_all()
+            if self._delivered is not None:
+                self._delivered.unpark_all()
         await child.finish()
 
     async def shutdown(self) -> None:
@@ -735,6 +744,8 @@ class Session:
                 return
             if due:
                 # A settled background child is about to report to its parent.
+                if self._delivered is None:
+                    self._delivered = trio.lowlevel.ParkingLot()
                 await self._delivered.park()
 
     def commit_statistics(self) -> CommitStatistics:
