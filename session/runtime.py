@@ -103,7 +103,10 @@ class Session:
         self.definition = definition
         self.loops: dict[str, Loop] = {}
         self._closed = False
-        self._watching: set[str] = set()
+        self._watching: dict[str, None] = {}
+        """Background children whose result is being delivered (a dict as an
+        ordered set: empty, it is a quarter of an empty set's size and the
+        collector does not track it)."""
         self._also: list[LoopDefinition] = []
         self.collab_streams: set[str] = set()
         """Stream ids of the collaborations started by this session object."""
@@ -337,6 +340,9 @@ class Session:
                         if child.background and child.status == "running":
                             if child.child_loop in self.loops:
                                 self.watch_background(loop, child.child_loop)
+                # This frame lives as long as the session: it keeps nothing it
+                # no longer needs (the states are the loops' own now).
+                del states
                 try:
                     yield
                 except Exception as exc:
@@ -440,7 +446,7 @@ class Session:
     def watch_background(self, parent: Loop, child_id: str) -> None:
         if child_id in self._watching:
             return
-        self._watching.add(child_id)
+        self._watching[child_id] = None
         self._nursery.start_soon(self._deliver, parent, child_id)
 
     async def _deliver(self, parent: Loop, child_id: str) -> None:
@@ -460,7 +466,7 @@ class Session:
         except LoopClosedError:
             return  # the parent stopped; a restore delivers it (exactly once)
         finally:
-            self._watching.discard(child_id)
+            self._watching.pop(child_id, None)
             if self._delivered is not None:
                 self._delivered.unpark_all()
         await child.finish()
