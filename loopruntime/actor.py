@@ -149,6 +149,10 @@ class _TurnDone:
     """Internal: the turn task finished."""
 
 
+class _CompactionDone:
+    """Internal: a compaction attempt finished."""
+
+
 _NO_TOOLSETS = Toolsets()
 """What every loop whose definition names no MCP server shares: it connects
 nothing, lists nothing and never changes."""
@@ -175,10 +179,6 @@ def _described(definition: LoopDefinition, listed: Sequence[Tool]) -> LoopConfig
 
     _configs[key] = (weakref.ref(definition, forget), config)
     return config
-
-
-class _CompactionDone:
-    """Internal: a compaction attempt finished."""
 
 
 class Loop:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import weakref
 from collections.abc import Iterator
 from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
@@ -209,3 +210,19 @@ async def test_sessions_of_one_definition_share_its_configuration() -> None:
             assert configs[0] == configs[2]
             for s in (a, b, c):
                 await s.verify()
+
+
+async def test_sharing_a_configuration_keeps_no_definition_alive() -> None:
+    definition = one_step()
+    alive = weakref.ref(definition)
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            config = s.loops["main"].state.configured
+        del s, definition
+        gc.collect()
+        assert alive() is None
+        # A new definition describes itself again, equal to the first.
+        async with Session.create(journal, one_step()) as again:
+            assert again.loops["main"].state.configured == config
