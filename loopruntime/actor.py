@@ -541,13 +541,16 @@ class Loop:
     async def _serve(self, nursery: trio.Nursery) -> bool:
         """Take commands until ``Shutdown`` (True) or until the loop may park
         (False): nothing in the mailbox, no task of the loop running (turn,
-        compaction, flusher, server connections), no answer held."""
+        compaction, flusher), no answer held, and no MCP server."""
         mailbox = self._mailbox
         while True:
             command = mailbox.take()
             if command is None:
                 if (
                     self._home is not None
+                    # A loop with MCP servers keeps its task: their
+                    # connections (made again on demand) live in its nursery.
+                    and not self.definition.toolsets
                     and not nursery.child_tasks
                     and self._active == 0
                     and not self._stopping

@@ -21,6 +21,7 @@ from journal.forwarding import ForwardingJournal
 from loopruntime import LoopClosedError, LoopDefinition, ToolContext, tool
 from loopruntime.host import Snapshot
 from loopruntime.models import Reply, ScriptedModel, ToolCall
+from loopruntime.toolsets import McpServer
 from session import Session, SessionExistsError
 from session.writer import IDLE_EXIT
 
@@ -226,3 +227,22 @@ async def test_sharing_a_configuration_keeps_no_definition_alive() -> None:
         # A new definition describes itself again, equal to the first.
         async with Session.create(journal, one_step()) as again:
             assert again.loops["main"].state.configured == config
+
+
+async def test_a_loop_with_an_mcp_server_keeps_its_task(autojump_clock: Any) -> None:
+    # Its connections, made again on demand, live in the loop's nursery: the
+    # loop keeps its task even when no connection is open (the server could not
+    # be started at all here).
+    server = McpServer.stdio("/nonexistent/mcp-server", name="gone", connect_attempts=1)
+    definition = LoopDefinition(
+        name="m", model=ScriptedModel([Reply(text="fine without it")]), toolsets=[server]
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(IDLE_EXIT * 2)
+            assert [t.name.rsplit(".", 1)[-1] for t in s._nursery.child_tasks] == ["run"]
+            await s.submit("again")
+            await s.wait_idle()
+            assert (await s.snapshot()).turn_index == 2
