@@ -544,6 +544,7 @@ async def _idle_run(path: str, n: int, progress: Progress) -> dict[str, Any]:
                 await release.wait()
 
         gc.collect()
+        tracked_before = len(gc.get_objects())
         before = _rss()
         with GcClock() as gc_clock:
             start = time.perf_counter()
@@ -554,6 +555,8 @@ async def _idle_run(path: str, n: int, progress: Progress) -> dict[str, Any]:
                 seconds = time.perf_counter() - start
                 gc.collect()
                 after = _rss()
+                # Counted after the RSS reading: the list of every object is large.
+                tracked = len(gc.get_objects()) - tracked_before
                 progress(f"idle: {n} loops up in {seconds:.1f} s; shutting them down")
                 release.set()
     return {
@@ -563,6 +566,7 @@ async def _idle_run(path: str, n: int, progress: Progress) -> dict[str, Any]:
         "rss_before_bytes": before,
         "rss_after_bytes": after,
         "bytes_per_loop": (after - before) / n,
+        "gc_objects_per_loop": tracked / n,
         "setup_seconds": seconds,
         "gc_seconds": gc_clock.seconds,
     }
@@ -579,7 +583,10 @@ async def idle_footprint(
         progress(f"idle: {n} sessions, one turn each, then idle")
         rows.append(await _idle_run(os.path.join(directory, f"idle-{n}.db"), n, progress))
         row = rows[-1]
-        progress(f"idle: {n}: {row['bytes_per_loop']:,.0f} bytes per idle loop")
+        progress(
+            f"idle: {n}: {row['bytes_per_loop']:,.0f} bytes and "
+            f"{row['gc_objects_per_loop']:.1f} gc-tracked objects per idle loop"
+        )
     return rows
 
 

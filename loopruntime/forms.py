@@ -50,6 +50,11 @@ class Forms:
     def forget(self, gate_id: str) -> None:
         self._types.pop(gate_id, None)
 
+    @property
+    def holding(self) -> bool:
+        """Some answer is held (its sender still waits for the reply)."""
+        return bool(self._held)
+
     def hold(self, command: AnswerGate) -> None:
         self._held.append(command)
 

@@ -72,10 +72,16 @@ class Lingering:
                 await trio.lowlevel.wait_task_rescheduled(self._abort)
                 continue
             await trio.sleep_until(due[0][0])
-            now = trio.current_time()
-            while due and due[0][0] <= now:
-                _, writer, taken = due.popleft()
-                writer.lingered(taken)
+            self._flush_due(trio.current_time())
+
+    def _flush_due(self, now: float) -> None:
+        # Apart from ``_run`` so that no writer stays referenced from its
+        # frame while it parks: a closed session is freed once its last
+        # linger has passed, not when some other session's comes along.
+        due = self._due
+        while due and due[0][0] <= now:
+            _, writer, taken = due.popleft()
+            writer.lingered(taken)
 
     def _abort(self, _: Any) -> trio.lowlevel.Abort:
         self._parked = None  # cancelled: the run is ending

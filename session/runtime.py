@@ -103,19 +103,24 @@ class Session:
         self.definition = definition
         self.loops: dict[str, Loop] = {}
         self._closed = False
-        self._watching: set[str] = set()
+        self._watching: dict[str, None] = {}
+        """Background children whose result is being delivered (a dict as an
+        ordered set: empty, it is a quarter of an empty set's size and the
+        collector does not track it)."""
         self._also: list[LoopDefinition] = []
         self.collab_streams: set[str] = set()
         """Stream ids of the collaborations started by this session object."""
-        self._delivered = trio.lowlevel.ParkingLot()
+        self._delivered: trio.lowlevel.ParkingLot | None = None
+        """Where ``wait_idle`` waits for a background child's delivery (made then)."""
         self._key_flights: dict[str, trio.Event] = {}
         """Keyed commands on their way to a loop, by key."""
         self._prompts: set[str] = set()
         """Digests of the system prompts whose text the journal holds."""
         self._creator: str | None = None
         """Who created the session (``create(principal=)``), for its first loop's start."""
+        # Bound methods, not lambdas: no closure cells per session.
         self._subscriptions = Subscriptions(
-            journal, session_id, head=lambda: self._writer.head, closed=lambda: self._closed
+            journal, session_id, head=self._head, closed=self._is_closed
         )
         self._writer = Writer(
             journal,
@@ -129,6 +134,12 @@ class Session:
         # extra hop through the session.
         self.commit = self._writer.commit
         self.publish_delta = self._subscriptions.publish_delta
+
+    def _head(self) -> int:
+        return self._writer.head
+
+    def _is_closed(self) -> bool:
+        return self._closed
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -329,6 +340,9 @@ class Session:
                         if child.background and child.status == "running":
                             if child.child_loop in self.loops:
                                 self.watch_background(loop, child.child_loop)
+                # This frame lives as long as the session: it keeps nothing it
+                # no longer needs (the states are the loops' own now).
+                del states
                 try:
                     yield
                 except Exception as exc:
@@ -432,7 +446,7 @@ class Session:
     def watch_background(self, parent: Loop, child_id: str) -> None:
         if child_id in self._watching:
             return
-        self._watching.add(child_id)
+        self._watching[child_id] = None
         self._nursery.start_soon(self._deliver, parent, child_id)
 
     async def _deliver(self, parent: Loop, child_id: str) -> None:
@@ -452,8 +466,9 @@ class Session:
         except LoopClosedError:
             return  # the parent stopped; a restore delivers it (exactly once)
         finally:
-            self._watching.discard(child_id)
-            self._delivered.unpark_all()
+            self._watching.pop(child_id, None)
+            if self._delivered is not None:
+                self._delivered.unpark_all()
         await child.finish()
 
     async def shutdown(self) -> None:
@@ -735,6 +750,8 @@ class Session:
                 return
             if due:
                 # A settled background child is about to report to its parent.
+                if self._delivered is None:
+                    self._delivered = trio.lowlevel.ParkingLot()
                 await self._delivered.park()
 
     def commit_statistics(self) -> CommitStatistics:

@@ -59,6 +59,7 @@ IDLE_KEYS = {
     "rss_before_bytes",
     "rss_after_bytes",
     "bytes_per_loop",
+    "gc_objects_per_loop",
     "setup_seconds",
     "gc_seconds",
 }
@@ -114,6 +115,8 @@ def test_loop_benchmark_rows() -> None:
     assert set(idle) == IDLE_KEYS
     assert idle["loops"] == 2
     assert idle["rss_after_bytes"] > 0 and idle["setup_seconds"] > 0
+    # Two sessions are a few dozen tracked objects each, never none.
+    assert idle["gc_objects_per_loop"] > 10
 
 
 RESTORE_KEYS = {

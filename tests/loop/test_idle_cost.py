@@ -1,11 +1,13 @@
 """What making an idle session costs beyond its own objects: no journal read for an
-id the session made itself, and no cyclic garbage (which the collector would have
-to find by walking every live object, of every session, again and again)."""
+id the session made itself, no cyclic garbage (which the collector would have to
+find by walking every live object, of every session, again and again), and no task
+while it is idle (its loop's actor parked as data, woken by its mailbox)."""
 
 from __future__ import annotations
 
 import collections
 import gc
+import weakref
 from collections.abc import Iterator
 from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
@@ -14,11 +16,14 @@ from typing import Any
 import pytest
 import trio
 
-from journal import open_journal
+from journal import Record, open_journal
 from journal.forwarding import ForwardingJournal
-from loopruntime import LoopDefinition, ToolContext, tool
+from loopruntime import LoopClosedError, LoopDefinition, ToolContext, tool
+from loopruntime.host import Snapshot
 from loopruntime.models import Reply, ScriptedModel, ToolCall
+from loopruntime.toolsets import McpServer
 from session import Session, SessionExistsError
+from session.linger import LINGER
 from session.writer import IDLE_EXIT
 
 
@@ -99,7 +104,7 @@ def writer_tasks(session: Session) -> list[trio.lowlevel.Task]:
     return [t for t in session._nursery.child_tasks if t.name.endswith("Writer.run")]
 
 
-async def test_an_idle_session_keeps_no_writer_task(autojump_clock: Any) -> None:
+async def test_an_idle_session_keeps_no_task(autojump_clock: Any) -> None:
     # A slow reply: the call's start is appended on its own after LINGER,
     # by the writer's task, since no barrier comes to take it.
     slow = LoopDefinition(
@@ -112,12 +117,150 @@ async def test_an_idle_session_keeps_no_writer_task(autojump_clock: Any) -> None
             assert len(writer_tasks(s)) == 1
             await s.wait_idle()
             await trio.sleep(IDLE_EXIT * 2)
-            # The writer's task went away (a parked task is about 2 KB)...
-            assert writer_tasks(s) == []
-            # ...and comes back for the next append that needs it.
+            # Neither the writer's task nor the loop's actor is left (a parked
+            # task, with its nursery and cancel scopes, is several KB)...
+            assert not s._nursery.child_tasks
+            # ...and both come back for the next command.
             await s.submit("again")
             await trio.sleep(0.5)
             assert len(writer_tasks(s)) == 1
             await s.wait_idle()
             await s.verify()
+            assert (await s.snapshot()).turn_index == 2
+
+
+async def test_a_parked_loop_wakes_for_every_kind_of_command(autojump_clock: Any) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            seen: list[str] = []
+
+            async def watch() -> None:
+                async for record in s.subscribe(after=s._writer.head):
+                    assert isinstance(record, Record)
+                    seen.append(type(record.event).__struct_config__.tag)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                for answer in ("priority", "plain", "input"):
+                    await trio.sleep(IDLE_EXIT * 2)
+                    assert not s._nursery.child_tasks  # parked
+                    if answer == "priority":
+                        assert await s.interrupt() is False  # the priority lane
+                    elif answer == "plain":
+                        assert (await s.snapshot()).turn_index == 1
+                    else:
+                        await s.submit("again")
+                        await s.wait_idle()
+                await trio.sleep(IDLE_EXIT * 2)
+                nursery.cancel_scope.cancel()
+            # The woken loop's records reached a subscriber as they became durable.
+            assert seen.count("turn.ended") == 1 and seen[0] == "input.queued", seen
+            assert not s._nursery.child_tasks
+            await s.verify()
+        # Leaving the session woke the parked loop once more, to stop it.
+        with pytest.raises(LoopClosedError):
+            await s.loops["main"].send(Snapshot())
+
+
+async def test_commands_racing_to_a_parked_loop_start_one_actor(autojump_clock: Any) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(IDLE_EXIT * 2)
+            loop = s.loops["main"]
+            actors: list[int] = []
+            results: list[str] = []
+
+            async def submit(text: str) -> None:
+                results.append(await s.submit(text))
+                actors.append(
+                    sum(1 for t in s._nursery.child_tasks if t.name.endswith("Loop._act"))
+                )
+
+            async with trio.open_nursery() as nursery:
+                for text in ("one", "two", "three"):
+                    nursery.start_soon(submit, text)
+            await s.wait_idle()
+            assert len(results) == 3 and max(actors) == 1
+            state = await s.snapshot()
+            assert not state.queued and state.turn_index in (2, 3, 4)
+            await s.verify()
+            await trio.sleep(IDLE_EXIT * 2)
+            assert not s._nursery.child_tasks and loop.quiescent
+
+
+async def test_a_session_cancelled_while_its_loop_is_parked_still_stops_it(
+    autojump_clock: Any,
+) -> None:
+    async with open_journal("memory:") as journal:
+        with trio.CancelScope() as scope:
+            async with Session.create(journal, one_step()) as s:
+                await s.submit("go")
+                await s.wait_idle()
+                await trio.sleep(IDLE_EXIT * 2)
+                scope.cancel()
+                await trio.sleep_forever()
+        loop = s.loops["main"]
+        with pytest.raises(LoopClosedError):
+            await loop.send(Snapshot())
+        # Nobody waiting on it is left waiting.
+        with trio.fail_after(1):
+            await loop.wait_settled()
+            await loop.wait_quiescent()
+
+
+async def test_sessions_of_one_definition_share_its_configuration() -> None:
+    definition, other = one_step(), one_step()
+    async with open_journal("memory:") as journal:
+        async with (
+            Session.create(journal, definition) as a,
+            Session.create(journal, definition) as b,
+            Session.create(journal, other) as c,
+        ):
+            configs = [s.loops["main"].state.configured for s in (a, b, c)]
+            # One immutable object per definition, equal to what each describes.
+            assert configs[0] is configs[1] and configs[0] is not configs[2]
+            assert configs[0] == configs[2]
+            for s in (a, b, c):
+                await s.verify()
+
+
+async def test_sharing_a_configuration_keeps_no_definition_alive() -> None:
+    definition = one_step()
+    alive = weakref.ref(definition)
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            config = s.loops["main"].state.configured
+        del s, definition
+        # Freed once the session's last pipelined commit has lingered out
+        # (the run's linger task holds its writer until then).
+        await trio.sleep(LINGER * 10)
+        gc.collect()
+        assert alive() is None
+        # A new definition describes itself again, equal to the first.
+        async with Session.create(journal, one_step()) as again:
+            assert again.loops["main"].state.configured == config
+
+
+async def test_a_loop_with_an_mcp_server_keeps_its_task(autojump_clock: Any) -> None:
+    # Its connections, made again on demand, live in the loop's nursery: the
+    # loop keeps its task even when no connection is open (the server could not
+    # be started at all here).
+    server = McpServer.stdio("/nonexistent/mcp-server", name="gone", connect_attempts=1)
+    definition = LoopDefinition(
+        name="m", model=ScriptedModel([Reply(text="fine without it")]), toolsets=[server]
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(IDLE_EXIT * 2)
+            assert [t.name.rsplit(".", 1)[-1] for t in s._nursery.child_tasks] == ["run"]
+            await s.submit("again")
+            await s.wait_idle()
             assert (await s.snapshot()).turn_index == 2
