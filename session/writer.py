@@ -134,6 +134,34 @@ class Writer:
     """Group commit for one session: ``commit`` from any task, ``run`` as the
     session's background writer task, once ``open`` gave it the lease."""
 
+    # Slots: one writer per session, idle sessions by the hundred thousand.
+    __slots__ = (
+        "_durable",
+        "_expecting",
+        "_explicit",
+        "_failed",
+        "_flush_due",
+        "_folded_to",
+        "_lease",
+        "_nursery",
+        "_queue",
+        "_running",
+        "_staged",
+        "_subscribers",
+        "_taken",
+        "_unfolded",
+        "_wake",
+        "_writing",
+        "appends",
+        "checkpoints",
+        "head",
+        "journal",
+        "loops",
+        "pipelined",
+        "session_id",
+        "waits",
+    )
+
     def __init__(
         self,
         journal: Journal,
@@ -150,7 +178,9 @@ class Writer:
         """seq of the last durable record of the session."""
         self._subscribers = subscribers
         self._queue: list[_Pending] = []
-        self._wake = trio.Event()
+        self._wake: trio.Event | None = None
+        """What the writer task waits on between batches (made as it starts
+        waiting, dropped when the task leaves: an idle session keeps none)."""
         self._nursery: trio.Nursery | None = None
         self._running = False
         """The writer task is alive (it exits after ``IDLE_EXIT`` with no work,
@@ -182,7 +212,12 @@ class Writer:
         """Commits folded at once and pipelined behind a later append."""
         self.appends = 0
         self.session_id = session_id
-        self.log = log.bind(session=session_id)
+
+    @property
+    def log(self) -> Any:
+        """The module logger bound to this session, bound when something is
+        logged (rarely: an idle session keeps no bound logger)."""
+        return log.bind(session=self.session_id)
 
     def open(self, lease: Any) -> None:
         """Write under ``lease`` from its head on."""
@@ -430,10 +465,11 @@ class Writer:
         too, starting it if it is not running."""
         self._flush_due = True
         if self._running:
-            self._wake.set()
+            if self._wake is not None:
+                self._wake.set()
+            # else the task has not waited yet: it sees the work before it does.
         elif self._nursery is not None:
             self._running = True
-            self._wake = trio.Event()
             self._nursery.start_soon(self.run)
 
     async def run(self) -> None:
@@ -446,6 +482,7 @@ class Writer:
             await self._serve()
         finally:
             self._running = False
+            self._wake = None
 
     def _has_work(self) -> bool:
         return not self._writing and bool(self._queue or (self._staged and self._flush_due))
@@ -453,10 +490,10 @@ class Writer:
     async def _serve(self) -> None:
         while True:
             if not self._has_work():
-                self._wake = trio.Event()
+                self._wake = wake = trio.Event()
                 with trio.move_on_after(IDLE_EXIT):
-                    await self._wake.wait()
-                if not self._wake.is_set() and not self._writing and not self._has_work():
+                    await wake.wait()
+                if not wake.is_set() and not self._writing and not self._has_work():
                     return  # idle: the next append that needs a task starts one
                 continue
             # In a method of its own, so nothing of the batch stays alive in

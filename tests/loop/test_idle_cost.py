@@ -264,3 +264,20 @@ async def test_a_loop_with_an_mcp_server_keeps_its_task(autojump_clock: Any) -> 
             await s.submit("again")
             await s.wait_idle()
             assert (await s.snapshot()).turn_index == 2
+
+
+async def test_an_idle_writer_keeps_no_logger_or_event(autojump_clock: Any) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(IDLE_EXIT * 2)
+            held = vars(s._writer).values() if hasattr(s._writer, "__dict__") else ()
+            slots = [getattr(s._writer, name, None) for name in getattr(s._writer, "__slots__", ())]
+            kept = [type(v).__name__ for v in [*held, *slots] if v is not None]
+            assert "Event" not in kept and not any("Logger" in k for k in kept), kept
+            # The task, started again, waits on a new event and logs as before.
+            await s.submit("again")
+            await s.wait_idle()
+            assert (await s.snapshot()).turn_index == 2
+            assert s._writer.log._context == {"session": s.id}
