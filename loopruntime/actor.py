@@ -89,7 +89,7 @@ from .mailbox import Mailbox
 from .model import Delta
 from .principals import stamped
 from .relisting import relisting_events
-from .state import LoopState, copy_state, fold
+from .state import LoopState, copy_state, fold, shed_empty
 from .tools import Tool
 from .toolsets import Toolsets
 from .turn import TurnRunner
@@ -560,6 +560,7 @@ class Loop:
                     # now on starts the actor again (``_arrived``).
                     self._parked = True
                     mailbox.release()
+                    shed_empty(self.state)
                     if self._quiet is not None and not self._quiet:
                         self._quiet = None
                     return False
