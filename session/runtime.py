@@ -108,8 +108,9 @@ class Session:
         ordered set: empty, it is a quarter of an empty set's size and the
         collector does not track it)."""
         self._also: list[LoopDefinition] = []
-        self.collab_streams: set[str] = set()
-        """Stream ids of the collaborations started by this session object."""
+        self.collab_streams: dict[str, None] = {}
+        """Stream ids of the collaborations started by this session object (a
+        dict as an ordered set, like ``_watching``)."""
         self._delivered: trio.lowlevel.ParkingLot | None = None
         """Where ``wait_idle`` waits for a background child's delivery (made then)."""
         self._key_flights: dict[str, trio.Event] = {}

@@ -167,7 +167,7 @@ class Writer:
         journal: Journal,
         session_id: str,
         loops: Mapping[str, Loop],
-        subscribers: set[Subscriber],
+        subscribers: dict[Subscriber, None],
         checkpoints: Checkpointer,
     ) -> None:
         self.journal = journal

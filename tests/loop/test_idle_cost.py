@@ -20,6 +20,7 @@ from journal import Record, open_journal
 from journal.forwarding import ForwardingJournal
 from loopruntime import LoopClosedError, LoopDefinition, ToolContext, tool
 from loopruntime.host import Snapshot
+from loopruntime.state import LoopState, shed_empty
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from loopruntime.toolsets import McpServer
 from session import Session, SessionExistsError
@@ -281,3 +282,63 @@ async def test_an_idle_writer_keeps_no_logger_or_event(autojump_clock: Any) -> N
             await s.wait_idle()
             assert (await s.snapshot()).turn_index == 2
             assert s._writer.log._context == {"session": s.id}
+
+
+def own_empty_containers(state: LoopState) -> list[str]:
+    """The fields of ``state`` holding an empty list or dict of their own (not
+    the one every idle state shares)."""
+    fresh = LoopState()
+    shed_empty(fresh)
+    shared = (fresh.queued, fresh.results)
+    return [
+        name
+        for name in LoopState.__struct_fields__
+        if isinstance(value := getattr(state, name), list | dict)
+        and not value
+        and all(value is not s for s in shared)
+        and name not in ("keys", "chosen_tools")
+    ]
+
+
+async def test_an_idle_loop_state_holds_no_empty_container_of_its_own(
+    autojump_clock: Any,
+) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(IDLE_EXIT * 2)
+            state = s.loops["main"].state
+            assert not own_empty_containers(state), own_empty_containers(state)
+            shared = state.queued
+            # Woken, the fold writes into containers of the loop's own: the
+            # shared ones stay empty, and the state is the fold of its records.
+            await s.submit("again")
+            await s.steer("also this")
+            await s.wait_idle()
+            assert shared == [] and state.results == {} and state.turn_index >= 2
+            assert [m.role for m in state.messages][-2:] == ["user", "assistant"]
+            await s.verify()  # the state is the fold of its records, restored apart
+
+
+def attributes(obj: Any) -> list[Any]:
+    held = list(vars(obj).values()) if hasattr(obj, "__dict__") else []
+    return held + [getattr(obj, n, None) for n in getattr(type(obj), "__slots__", ())]
+
+
+async def test_an_idle_session_holds_no_empty_set(autojump_clock: Any) -> None:
+    # An empty set is 216 bytes and tracked by the collector; an empty dict
+    # used as a set is 64 and not tracked.
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(IDLE_EXIT * 2)
+            owners = [s, s._subscriptions, s._writer]
+            empty = [
+                (type(owner).__name__, i)
+                for owner in owners
+                for i, value in enumerate(attributes(owner))
+                if isinstance(value, set | frozenset) and not value
+            ]
+            assert not empty, empty
