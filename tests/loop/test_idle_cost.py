@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import types
 import weakref
 from collections.abc import Iterator
 from contextlib import AsyncExitStack, contextmanager
@@ -342,3 +343,29 @@ async def test_an_idle_session_holds_no_empty_set(autojump_clock: Any) -> None:
                 if isinstance(value, set | frozenset) and not value
             ]
             assert not empty, empty
+
+
+async def test_an_open_session_keeps_no_suspended_create_frame() -> None:
+    def suspended(name: str) -> list[Any]:
+        return [
+            o
+            for o in gc.get_objects()
+            if isinstance(o, types.AsyncGeneratorType) and o.ag_code.co_name == name
+        ]
+
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            assert not suspended("create")
+            assert len(suspended("_running")) == 1  # the session's nursery lives there
+        # Refused before anything runs, as before.
+        with pytest.raises(SessionExistsError):
+            async with Session.create(journal, one_step(), session_id=s.id):
+                pass
+        opening = Session.create(journal, one_step())
+        async with opening:
+            pass
+        with pytest.raises(RuntimeError, match="entered twice"):
+            async with opening:
+                pass
