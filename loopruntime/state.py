@@ -272,8 +272,16 @@ containers were about 600 bytes of each session).  Never written: the fold's
 writers take a container of the state's own first (``_own_list``, ``_own_dict``)."""
 
 _SHED_LISTS = ("queued", "steering", "open_output", "awaiting", "grants", "prompts", "loaded")
-_SHED_DICTS = ("tool_uses", "results", "running", "unknown", "executions", "gates", "decided")
-_SHED_DICTS += ("children",)
+_SHED_DICTS = (
+    "tool_uses",
+    "results",
+    "running",
+    "unknown",
+    "executions",
+    "gates",
+    "decided",
+    "children",
+)
 
 
 def _own_list(value: list[T]) -> list[T]:

@@ -21,8 +21,8 @@ from journal import Record, open_journal
 from journal.forwarding import ForwardingJournal
 from loopruntime import LoopClosedError, LoopDefinition, ToolContext, tool
 from loopruntime.host import Snapshot
-from loopruntime.state import LoopState, shed_empty
 from loopruntime.models import Reply, ScriptedModel, ToolCall
+from loopruntime.state import LoopState, shed_empty
 from loopruntime.toolsets import McpServer
 from session import Session, SessionExistsError
 from session.linger import LINGER
