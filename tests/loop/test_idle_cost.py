@@ -369,3 +369,26 @@ async def test_an_open_session_keeps_no_suspended_create_frame() -> None:
         with pytest.raises(RuntimeError, match="entered twice"):
             async with opening:
                 pass
+
+
+async def test_an_idle_loop_holds_no_empty_list_for_compactions_or_held_answers(
+    autojump_clock: Any,
+) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            loop = s.loops["main"]
+            kept = [loop._pending_compactions, *attributes(loop.forms)]
+            assert not [v for v in kept if isinstance(v, list)], kept
+            # A compaction asked for still runs (and leaves nothing pending).
+            attempt = await s.compact()
+            await s.wait_idle()
+            await trio.sleep(1)
+            tags = [
+                (type(r.event).__struct_config__.tag, getattr(r.event, "attempt_id", None))
+                async for r in journal.read(s.id)
+            ]
+            assert [t for t, a in tags if a == attempt and t.startswith("compaction.")], tags
+            assert loop._pending_compactions == ()
+            await s.verify()
