@@ -20,6 +20,7 @@ import trio
 from journal import Record, open_journal
 from journal.forwarding import ForwardingJournal
 from loopruntime import LoopClosedError, LoopDefinition, ToolContext, tool
+from loopruntime import mailbox as mailbox_module
 from loopruntime.host import Snapshot
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from loopruntime.state import LoopState, shed_empty
@@ -392,3 +393,19 @@ async def test_an_idle_loop_holds_no_empty_list_for_compactions_or_held_answers(
             assert [t for t, a in tags if a == attempt and t.startswith("compaction.")], tags
             assert loop._pending_compactions == ()
             await s.verify()
+
+
+async def test_a_parked_loops_mailbox_holds_no_list_of_its_own(autojump_clock: Any) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(IDLE_EXIT * 2)
+            mailbox = s.loops["main"]._mailbox
+            lanes = [v for v in attributes(mailbox) if isinstance(v, list)]
+            assert len(lanes) == 2 and all(lane is mailbox_module._EMPTY for lane in lanes)
+            # Both lanes take commands again, and the shared list stays empty.
+            assert await s.interrupt() is False
+            await s.submit("again")
+            await s.wait_idle()
+            assert (await s.snapshot()).turn_index == 2 and mailbox_module._EMPTY == []
