@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import structlog
@@ -130,6 +130,18 @@ class _Pending:
         return self.result()
 
 
+T = TypeVar("T")
+
+_NONE: list[Any] = []
+"""The empty queue every idle writer shares (``_queue``, ``_staged``,
+``_expecting``): never written, an append gives the queue a list of its own
+first (``_own``)."""
+
+
+def _own(queue: list[T]) -> list[T]:
+    return [] if queue is _NONE else queue
+
+
 class Writer:
     """Group commit for one session: ``commit`` from any task, ``run`` as the
     session's background writer task, once ``open`` gave it the lease."""
@@ -177,7 +189,7 @@ class Writer:
         self.head = 0
         """seq of the last durable record of the session."""
         self._subscribers = subscribers
-        self._queue: list[_Pending] = []
+        self._queue: list[_Pending] = _NONE
         self._wake: trio.Event | None = None
         """What the writer task waits on between batches (made as it starts
         waiting, dropped when the task leaves: an idle session keeps none)."""
@@ -188,10 +200,10 @@ class Writer:
         self._writing = False
         self._failed: BaseException | None = None
         self._lease: Any = None
-        self._expecting: list[Expectation] = []
+        self._expecting: list[Expectation] = _NONE
         self._explicit = 0
         """``consume`` calls queued and not yet appended."""
-        self._staged: list[_Pending] = []
+        self._staged: list[_Pending] = _NONE
         """Pipelined commits, folded, not yet handed to the journal."""
         self._folded_to = 0
         """seq up to which the loops have folded (the head, plus pipelined
@@ -267,7 +279,7 @@ class Writer:
         if not self._writing and not self._queue and guard is None:
             # Nothing in flight: append from this task, sparing the hop to the
             # writer.  Commits arriving meanwhile queue up and go together next.
-            staged, self._staged = self._staged, []
+            staged, self._staged = self._staged, _NONE
             if staged:
                 self._taken += 1
             group = [*staged, pending]
@@ -288,6 +300,7 @@ class Writer:
                 if self._queue or self._staged:
                     self._kick()
             return pending.result()
+        self._queue = _own(self._queue)
         self._queue.append(pending)
         self._kick()
         # Shielded: once asked for, a commit runs to its end, so the caller
@@ -311,6 +324,7 @@ class Writer:
                 # checkpoint, even one drafted before this one is durable,
                 # links to it.  (If its append fails, the session stops.)
                 self.checkpoints.written(mark.folded[0])
+                self._staged = _own(self._staged)
                 self._staged.append(mark)
         loop = pending.loop
         assert loop is not None
@@ -324,6 +338,7 @@ class Writer:
             self._fail(exc, [])
             raise
         pending.folded = records
+        self._staged = _own(self._staged)
         self._staged.append(pending)
         self.pipelined += 1
         if first:
@@ -390,6 +405,7 @@ class Writer:
         await self.wait_durable()
         self.checkpoints.force()
         pending = _Pending(None, [], None)
+        self._queue = _own(self._queue)
         self._queue.append(pending)
         self._kick()
         with trio.CancelScope(shield=True):
@@ -402,6 +418,7 @@ class Writer:
         inbox entry ``entry`` (see ``Expectation``); ``forget`` it when the
         command made no such event."""
         expectation = Expectation(entry, loop, match)
+        self._expecting = _own(self._expecting)
         self._expecting.append(expectation)
         return expectation
 
@@ -417,6 +434,7 @@ class Writer:
         pending = _Pending(None, [], None)
         pending.consumes = [consumed]
         self._explicit += 1
+        self._queue = _own(self._queue)
         self._queue.append(pending)
         self._kick()
         with trio.CancelScope(shield=True):
@@ -451,8 +469,7 @@ class Writer:
         self._failed = exc
         for p in [*batch, *self._queue, *self._staged]:
             p.fail(exc)
-        self._queue = []
-        self._staged = []
+        self._queue = self._staged = _NONE
         self._released()
         self.log.error("journal_append_failed", error=repr(exc))
 
@@ -501,15 +518,15 @@ class Writer:
             await self._write_batch()
 
     async def _write_batch(self) -> None:
-        staged, self._staged = self._staged, []
+        staged, self._staged = self._staged, _NONE
         if staged:
             self._taken += 1
         self._flush_due = False
-        batch, self._queue = self._queue, []
+        batch, self._queue = self._queue, _NONE
         self._writing = True
         self._unfolded = bool(batch)
         try:
-            group: list[_Pending] = staged
+            group: list[_Pending] = _own(staged)  # appended to below
             for pending in batch:
                 if pending.guard is not None:
                     # A guard sees everything committed before it folded.

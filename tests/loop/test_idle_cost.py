@@ -26,6 +26,7 @@ from loopruntime.models import Reply, ScriptedModel, ToolCall
 from loopruntime.state import LoopState, shed_empty
 from loopruntime.toolsets import McpServer
 from session import Session, SessionExistsError
+from session import writer as writer_module
 from session.linger import LINGER
 from session.writer import IDLE_EXIT
 
@@ -409,3 +410,17 @@ async def test_a_parked_loops_mailbox_holds_no_list_of_its_own(autojump_clock: A
             await s.submit("again")
             await s.wait_idle()
             assert (await s.snapshot()).turn_index == 2 and mailbox_module._EMPTY == []
+
+
+async def test_an_idle_writer_holds_no_queue_of_its_own(autojump_clock: Any) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(IDLE_EXIT * 2)
+            queues = [v for v in attributes(s._writer) if isinstance(v, list)]
+            assert len(queues) == 3 and all(q is writer_module._NONE for q in queues), queues
+            await s.submit("again")
+            await s.wait_idle()
+            assert (await s.snapshot()).turn_index == 2 and writer_module._NONE == []
+            await s.verify()
