@@ -14,6 +14,10 @@ next commit that must be durable (their barrier), or on their own once
 session's), and are published only once durable.  A pipelined commit is folded
 at once only while nothing folds later ahead of it (no waiting commit is
 queued or being appended); otherwise it simply waits its turn.
+
+The module is one piece: group commit, pipelining, the writer task's comings
+and goings and the failure path all work on the same queues, head and fold
+mark; split, each part would need the others' private fields.
 """
 
 from __future__ import annotations
