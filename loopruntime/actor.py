@@ -89,7 +89,7 @@ from .mailbox import Mailbox
 from .model import Delta
 from .principals import stamped
 from .relisting import relisting_events
-from .state import LoopState, copy_state, fold
+from .state import LoopState, copy_state, fold, shed_empty
 from .tools import Tool
 from .toolsets import Toolsets
 from .turn import TurnRunner
@@ -284,7 +284,8 @@ class Loop:
         self._compacting = False
         # Keyed requests the journal holds and no compaction started yet
         # (after a restore too): they run as if just asked for.
-        self._pending_compactions: list[tuple[str, str | None]] = list(
+        # A tuple (most loops never have one): no empty list per idle loop.
+        self._pending_compactions: tuple[tuple[str, str | None], ...] = (
             self.state.requested_compactions
         )
         self._auto_tried_at = -1
@@ -560,6 +561,7 @@ class Loop:
                     # now on starts the actor again (``_arrived``).
                     self._parked = True
                     mailbox.release()
+                    shed_empty(self.state)
                     if self._quiet is not None and not self._quiet:
                         self._quiet = None
                     return False
@@ -758,10 +760,8 @@ class Loop:
                 cause = await self._commit_command(command, [], command.attempt_id)
                 if command.principal is not None:
                     self._compaction_principals[command.attempt_id] = command.principal
-                if command.key is None:
-                    self._pending_compactions.append((command.attempt_id, command.cause))
-                else:
-                    self._pending_compactions.append((command.attempt_id, cause))
+                pending = (command.attempt_id, command.cause if command.key is None else cause)
+                self._pending_compactions = (*self._pending_compactions, pending)
                 command.reply.set(command.attempt_id)
                 self._maybe_compact()
             case Interrupt():
@@ -901,7 +901,8 @@ class Loop:
         parked = bool(self.state.gates)  # the turn waits on a person
         if self._turn_task_running and not parked:
             return
-        attempt_id, cause = self._pending_compactions.pop(0)
+        (attempt_id, cause), *rest = self._pending_compactions
+        self._pending_compactions = tuple(rest)
         self._start_compaction(attempt_id, "manual", cause)
 
     def _start_compaction(self, attempt_id: str, trigger: str, cause: str | None) -> None:

@@ -32,7 +32,8 @@ class Forms:
 
     def __init__(self, resend: Callable[[AnswerGate], None]) -> None:
         self._types: dict[str, Any] = {}
-        self._held: list[AnswerGate] = []
+        self._held: tuple[AnswerGate, ...] = ()
+        """A tuple, rarely not empty: an idle loop's holds no list of its own."""
         self._resend = resend
 
     def get(self, gate_id: str) -> Any:
@@ -56,7 +57,7 @@ class Forms:
         return bool(self._held)
 
     def hold(self, command: AnswerGate) -> None:
-        self._held.append(command)
+        self._held = (*self._held, command)
 
     def release_all(self) -> None:
         """Hand back every held answer (the turn ended: its gates closed or
@@ -65,7 +66,7 @@ class Forms:
 
     def fail_all(self, error: BaseException) -> None:
         """The loop stopped: every held answer gets ``error``."""
-        held, self._held = self._held, []
+        held, self._held = self._held, ()
         for command in held:
             command.reply.fail(error)
 
@@ -73,6 +74,6 @@ class Forms:
         if not self._held:
             return
         going = [c for c in self._held if which(c)]
-        self._held = [c for c in self._held if not which(c)]
+        self._held = tuple(c for c in self._held if not which(c))
         for command in going:
             self._resend(command)

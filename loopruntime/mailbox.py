@@ -17,6 +17,11 @@ from .errors import LoopClosedError
 __all__ = ["Mailbox"]
 
 
+_EMPTY: list[Any] = []
+"""The empty lane every idle mailbox shares; never written (a sender gives the
+lane a list of its own first)."""
+
+
 def _nothing() -> None:
     pass
 
@@ -42,8 +47,8 @@ class Mailbox:
     def __init__(self, capacity: int, arrived: Callable[[], None] = _nothing) -> None:
         self._capacity = capacity
         self._arrived = arrived
-        self._normal: list[Any] = []
-        self._priority: list[Any] = []
+        self._normal: list[Any] = _EMPTY
+        self._priority: list[Any] = _EMPTY
         self._readable: trio.lowlevel.ParkingLot | None = None
         self._writable: trio.lowlevel.ParkingLot | None = None
         self.closed = False
@@ -58,6 +63,8 @@ class Mailbox:
             await self._writable.park()
         if self.closed:
             raise LoopClosedError("the loop is shut down; it takes no more commands")
+        if self._normal is _EMPTY:
+            self._normal = []
         self._normal.append(item)
         self.poke()
         self._arrived()
@@ -66,6 +73,8 @@ class Mailbox:
     def send_priority(self, item: Any) -> None:
         if self.closed:
             raise LoopClosedError("the loop is shut down; it takes no more commands")
+        if self._priority is _EMPTY:
+            self._priority = []
         self._priority.append(item)
         self.poke()
         self._arrived()
@@ -93,9 +102,14 @@ class Mailbox:
             self._readable.unpark()
 
     def release(self) -> None:
-        """The reader is gone (a parked actor): drop the lot it waited in."""
+        """The reader is gone (a parked actor): drop the lot it waited in, and
+        the empty lanes' lists."""
         if self._readable is not None and not self._readable:
             self._readable = None
+        if not self._normal:
+            self._normal = _EMPTY
+        if not self._priority:
+            self._priority = _EMPTY
 
     async def receive(self) -> Any:
         while (item := self.take()) is None:
@@ -108,6 +122,5 @@ class Mailbox:
         if self._writable is not None:
             self._writable.unpark_all()
         left = [*self._priority, *self._normal]
-        self._priority.clear()
-        self._normal.clear()
+        self._priority = self._normal = _EMPTY
         return left

@@ -13,8 +13,9 @@ lives in the writer, subscriptions, keys, restore and fork modules it calls.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from typing import Any
 
 import trio
@@ -108,8 +109,9 @@ class Session:
         ordered set: empty, it is a quarter of an empty set's size and the
         collector does not track it)."""
         self._also: list[LoopDefinition] = []
-        self.collab_streams: set[str] = set()
-        """Stream ids of the collaborations started by this session object."""
+        self.collab_streams: dict[str, None] = {}
+        """Stream ids of the collaborations started by this session object (a
+        dict as an ordered set, like ``_watching``)."""
         self._delivered: trio.lowlevel.ParkingLot | None = None
         """Where ``wait_idle`` waits for a background child's delivery (made then)."""
         self._key_flights: dict[str, trio.Event] = {}
@@ -144,8 +146,7 @@ class Session:
     # -- lifecycle ---------------------------------------------------------------
 
     @classmethod
-    @asynccontextmanager
-    async def create(
+    def create(
         cls,
         journal: Journal,
         definition: LoopDefinition,
@@ -154,7 +155,7 @@ class Session:
         checkpoint_every: int | None = DEFAULT_EVERY,
         lease: SessionLease | None = None,
         principal: str | None = None,
-    ) -> AsyncIterator[Session]:
+    ) -> AbstractAsyncContextManager[Session]:
         """A new session with one loop running ``definition``.  On exit the
         session shuts down (a running turn is interrupted and settled).
 
@@ -163,6 +164,29 @@ class Session:
         ``lease`` (taken by a host with ``Journal.acquire``) the session
         writes under it instead of opening the session itself.  ``principal``
         (who creates it) is recorded on the first loop's ``loop.started``."""
+        return _Opening(
+            partial(
+                cls._create,
+                journal,
+                definition,
+                session_id=session_id,
+                checkpoint_every=checkpoint_every,
+                lease=lease,
+                principal=principal,
+            )
+        )
+
+    @classmethod
+    async def _create(
+        cls,
+        journal: Journal,
+        definition: LoopDefinition,
+        *,
+        session_id: str | None,
+        checkpoint_every: int | None,
+        lease: SessionLease | None,
+        principal: str | None,
+    ) -> tuple[Session, AbstractAsyncContextManager[None]]:
         principal = check_principal(principal)
         fresh = lease is None and session_id is None
         session_id = lease.session if lease is not None else session_id or new_id("ses_")
@@ -192,8 +216,7 @@ class Session:
                 f"session {session_id} already has {lease.head} records; use "
                 "Session.restore to continue it"
             )
-        async with session._running(lease, {ROOT_LOOP: LoopState()}):
-            yield session
+        return session, session._running(lease, {ROOT_LOOP: LoopState()})
 
     @classmethod
     @asynccontextmanager
@@ -806,6 +829,35 @@ class Session:
         closes; a subscriber too slow to keep ``capacity`` records buffered
         gets ``SessionLagError`` with the seq to resume from."""
         return self._subscriptions.subscribe(after, deltas=deltas, capacity=capacity)
+
+
+class _Opening:
+    """What ``Session.create`` returns: on entry it awaits the session's
+    setup, then enters its running context.  A class, not a generator: an
+    idle session keeps no suspended frame, async generator or generator
+    context manager for ``create`` (about 0.6 KB)."""
+
+    __slots__ = ("_running", "_setup")
+
+    def __init__(
+        self, setup: Callable[[], Awaitable[tuple[Session, AbstractAsyncContextManager[None]]]]
+    ) -> None:
+        self._setup: Any = setup
+        self._running: AbstractAsyncContextManager[None] | None = None
+
+    async def __aenter__(self) -> Session:
+        setup, self._setup = self._setup, None
+        if setup is None:
+            raise RuntimeError("Session.create's context was entered twice; call create again")
+        session, running = await setup()
+        await running.__aenter__()
+        self._running = running
+        return session
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        running, self._running = self._running, None
+        assert running is not None
+        return await running.__aexit__(*exc_info)
 
 
 def _journal_failure(group: BaseExceptionGroup[BaseException]) -> JournalError | None:

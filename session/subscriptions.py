@@ -76,7 +76,10 @@ class Subscriptions:
     ) -> None:
         self.journal = journal
         self.session_id = session_id
-        self.subscribers: set[Subscriber] = set()
+        self.subscribers: dict[Subscriber, None] = {}
+        """The live subscriptions (a dict as an ordered set: empty, as an idle
+        session's is, it is a quarter of an empty set and not tracked by the
+        collector)."""
         self._head = head
         self._closed = closed
 
@@ -104,7 +107,7 @@ class Subscriptions:
         if not 0 <= after <= head:
             raise SeqOutOfRangeError(self.session_id, after, head)
         sub = Subscriber(capacity, deltas)
-        self.subscribers.add(sub)
+        self.subscribers[sub] = None
         last = after
         try:
             async for record in self.journal.read(self.session_id, after=after):
@@ -124,4 +127,4 @@ class Subscriptions:
                     return
                 await sub.lot.park()
         finally:
-            self.subscribers.discard(sub)
+            self.subscribers.pop(sub, None)

@@ -14,6 +14,10 @@ next commit that must be durable (their barrier), or on their own once
 session's), and are published only once durable.  A pipelined commit is folded
 at once only while nothing folds later ahead of it (no waiting commit is
 queued or being appended); otherwise it simply waits its turn.
+
+The module is one piece: group commit, pipelining, the writer task's comings
+and goings and the failure path all work on the same queues, head and fold
+mark; split, each part would need the others' private fields.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import structlog
@@ -130,16 +134,56 @@ class _Pending:
         return self.result()
 
 
+T = TypeVar("T")
+
+_NONE: list[Any] = []
+"""The empty queue every idle writer shares (``_queue``, ``_staged``,
+``_expecting``): never written, an append gives the queue a list of its own
+first (``_own``)."""
+
+
+def _own(queue: list[T]) -> list[T]:
+    return [] if queue is _NONE else queue
+
+
 class Writer:
     """Group commit for one session: ``commit`` from any task, ``run`` as the
     session's background writer task, once ``open`` gave it the lease."""
+
+    # Slots: one writer per session, idle sessions by the hundred thousand.
+    __slots__ = (
+        "_durable",
+        "_expecting",
+        "_explicit",
+        "_failed",
+        "_flush_due",
+        "_folded_to",
+        "_lease",
+        "_nursery",
+        "_queue",
+        "_running",
+        "_staged",
+        "_subscribers",
+        "_taken",
+        "_unfolded",
+        "_wake",
+        "_writing",
+        "appends",
+        "checkpoints",
+        "head",
+        "journal",
+        "loops",
+        "pipelined",
+        "session_id",
+        "waits",
+    )
 
     def __init__(
         self,
         journal: Journal,
         session_id: str,
         loops: Mapping[str, Loop],
-        subscribers: set[Subscriber],
+        subscribers: dict[Subscriber, None],
         checkpoints: Checkpointer,
     ) -> None:
         self.journal = journal
@@ -149,8 +193,10 @@ class Writer:
         self.head = 0
         """seq of the last durable record of the session."""
         self._subscribers = subscribers
-        self._queue: list[_Pending] = []
-        self._wake = trio.Event()
+        self._queue: list[_Pending] = _NONE
+        self._wake: trio.Event | None = None
+        """What the writer task waits on between batches (made as it starts
+        waiting, dropped when the task leaves: an idle session keeps none)."""
         self._nursery: trio.Nursery | None = None
         self._running = False
         """The writer task is alive (it exits after ``IDLE_EXIT`` with no work,
@@ -158,10 +204,10 @@ class Writer:
         self._writing = False
         self._failed: BaseException | None = None
         self._lease: Any = None
-        self._expecting: list[Expectation] = []
+        self._expecting: list[Expectation] = _NONE
         self._explicit = 0
         """``consume`` calls queued and not yet appended."""
-        self._staged: list[_Pending] = []
+        self._staged: list[_Pending] = _NONE
         """Pipelined commits, folded, not yet handed to the journal."""
         self._folded_to = 0
         """seq up to which the loops have folded (the head, plus pipelined
@@ -182,7 +228,12 @@ class Writer:
         """Commits folded at once and pipelined behind a later append."""
         self.appends = 0
         self.session_id = session_id
-        self.log = log.bind(session=session_id)
+
+    @property
+    def log(self) -> Any:
+        """The module logger bound to this session, bound when something is
+        logged (rarely: an idle session keeps no bound logger)."""
+        return log.bind(session=self.session_id)
 
     def open(self, lease: Any) -> None:
         """Write under ``lease`` from its head on."""
@@ -232,7 +283,7 @@ class Writer:
         if not self._writing and not self._queue and guard is None:
             # Nothing in flight: append from this task, sparing the hop to the
             # writer.  Commits arriving meanwhile queue up and go together next.
-            staged, self._staged = self._staged, []
+            staged, self._staged = self._staged, _NONE
             if staged:
                 self._taken += 1
             group = [*staged, pending]
@@ -253,6 +304,7 @@ class Writer:
                 if self._queue or self._staged:
                     self._kick()
             return pending.result()
+        self._queue = _own(self._queue)
         self._queue.append(pending)
         self._kick()
         # Shielded: once asked for, a commit runs to its end, so the caller
@@ -276,6 +328,7 @@ class Writer:
                 # checkpoint, even one drafted before this one is durable,
                 # links to it.  (If its append fails, the session stops.)
                 self.checkpoints.written(mark.folded[0])
+                self._staged = _own(self._staged)
                 self._staged.append(mark)
         loop = pending.loop
         assert loop is not None
@@ -289,6 +342,7 @@ class Writer:
             self._fail(exc, [])
             raise
         pending.folded = records
+        self._staged = _own(self._staged)
         self._staged.append(pending)
         self.pipelined += 1
         if first:
@@ -355,6 +409,7 @@ class Writer:
         await self.wait_durable()
         self.checkpoints.force()
         pending = _Pending(None, [], None)
+        self._queue = _own(self._queue)
         self._queue.append(pending)
         self._kick()
         with trio.CancelScope(shield=True):
@@ -367,6 +422,7 @@ class Writer:
         inbox entry ``entry`` (see ``Expectation``); ``forget`` it when the
         command made no such event."""
         expectation = Expectation(entry, loop, match)
+        self._expecting = _own(self._expecting)
         self._expecting.append(expectation)
         return expectation
 
@@ -382,6 +438,7 @@ class Writer:
         pending = _Pending(None, [], None)
         pending.consumes = [consumed]
         self._explicit += 1
+        self._queue = _own(self._queue)
         self._queue.append(pending)
         self._kick()
         with trio.CancelScope(shield=True):
@@ -416,8 +473,7 @@ class Writer:
         self._failed = exc
         for p in [*batch, *self._queue, *self._staged]:
             p.fail(exc)
-        self._queue = []
-        self._staged = []
+        self._queue = self._staged = _NONE
         self._released()
         self.log.error("journal_append_failed", error=repr(exc))
 
@@ -430,10 +486,11 @@ class Writer:
         too, starting it if it is not running."""
         self._flush_due = True
         if self._running:
-            self._wake.set()
+            if self._wake is not None:
+                self._wake.set()
+            # else the task has not waited yet: it sees the work before it does.
         elif self._nursery is not None:
             self._running = True
-            self._wake = trio.Event()
             self._nursery.start_soon(self.run)
 
     async def run(self) -> None:
@@ -446,6 +503,7 @@ class Writer:
             await self._serve()
         finally:
             self._running = False
+            self._wake = None
 
     def _has_work(self) -> bool:
         return not self._writing and bool(self._queue or (self._staged and self._flush_due))
@@ -453,10 +511,10 @@ class Writer:
     async def _serve(self) -> None:
         while True:
             if not self._has_work():
-                self._wake = trio.Event()
+                self._wake = wake = trio.Event()
                 with trio.move_on_after(IDLE_EXIT):
-                    await self._wake.wait()
-                if not self._wake.is_set() and not self._writing and not self._has_work():
+                    await wake.wait()
+                if not wake.is_set() and not self._writing and not self._has_work():
                     return  # idle: the next append that needs a task starts one
                 continue
             # In a method of its own, so nothing of the batch stays alive in
@@ -464,15 +522,15 @@ class Writer:
             await self._write_batch()
 
     async def _write_batch(self) -> None:
-        staged, self._staged = self._staged, []
+        staged, self._staged = self._staged, _NONE
         if staged:
             self._taken += 1
         self._flush_due = False
-        batch, self._queue = self._queue, []
+        batch, self._queue = self._queue, _NONE
         self._writing = True
         self._unfolded = bool(batch)
         try:
-            group: list[_Pending] = staged
+            group: list[_Pending] = _own(staged)  # appended to below
             for pending in batch:
                 if pending.guard is not None:
                     # A guard sees everything committed before it folded.

@@ -76,8 +76,9 @@ class CollaborationHost(Protocol):
     def loops(self) -> Mapping[str, Loop]: ...
 
     @property
-    def collab_streams(self) -> set[str]:
-        """Stream ids of the collaborations started on this host."""
+    def collab_streams(self) -> dict[str, None]:
+        """Stream ids of the collaborations started on this host (a dict as
+        an ordered set)."""
         ...
 
     async def commit(self, loop: Stream, events: Sequence[Event]) -> list[Record]: ...
@@ -452,7 +453,7 @@ async def _refuse_taken(session: CollaborationHost, stream_id: str) -> None:
     if not taken:
         # Claimed before the journal is read, so a second call made meanwhile
         # is refused too.
-        session.collab_streams.add(stream_id)
+        session.collab_streams[stream_id] = None
         async for record in session.journal.read(session.id):
             if record.loop == stream_id or record.loop.startswith(stream_id + "/"):
                 taken = True

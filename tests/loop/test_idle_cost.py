@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import types
 import weakref
 from collections.abc import Iterator
 from contextlib import AsyncExitStack, contextmanager
@@ -19,10 +20,13 @@ import trio
 from journal import Record, open_journal
 from journal.forwarding import ForwardingJournal
 from loopruntime import LoopClosedError, LoopDefinition, ToolContext, tool
+from loopruntime import mailbox as mailbox_module
 from loopruntime.host import Snapshot
 from loopruntime.models import Reply, ScriptedModel, ToolCall
+from loopruntime.state import LoopState, shed_empty
 from loopruntime.toolsets import McpServer
 from session import Session, SessionExistsError
+from session import writer as writer_module
 from session.linger import LINGER
 from session.writer import IDLE_EXIT
 
@@ -264,3 +268,159 @@ async def test_a_loop_with_an_mcp_server_keeps_its_task(autojump_clock: Any) -> 
             await s.submit("again")
             await s.wait_idle()
             assert (await s.snapshot()).turn_index == 2
+
+
+async def test_an_idle_writer_keeps_no_logger_or_event(autojump_clock: Any) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(IDLE_EXIT * 2)
+            held = vars(s._writer).values() if hasattr(s._writer, "__dict__") else ()
+            slots = [getattr(s._writer, name, None) for name in getattr(s._writer, "__slots__", ())]
+            kept = [type(v).__name__ for v in [*held, *slots] if v is not None]
+            assert "Event" not in kept and not any("Logger" in k for k in kept), kept
+            # The task, started again, waits on a new event and logs as before.
+            await s.submit("again")
+            await s.wait_idle()
+            assert (await s.snapshot()).turn_index == 2
+            assert s._writer.log._context == {"session": s.id}
+
+
+def own_empty_containers(state: LoopState) -> list[str]:
+    """The fields of ``state`` holding an empty list or dict of their own (not
+    the one every idle state shares)."""
+    fresh = LoopState()
+    shed_empty(fresh)
+    shared = (fresh.queued, fresh.results)
+    return [
+        name
+        for name in LoopState.__struct_fields__
+        if isinstance(value := getattr(state, name), list | dict)
+        and not value
+        and all(value is not s for s in shared)
+        and name not in ("keys", "chosen_tools")
+    ]
+
+
+async def test_an_idle_loop_state_holds_no_empty_container_of_its_own(
+    autojump_clock: Any,
+) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(IDLE_EXIT * 2)
+            state = s.loops["main"].state
+            assert not own_empty_containers(state), own_empty_containers(state)
+            shared = state.queued
+            # Woken, the fold writes into containers of the loop's own: the
+            # shared ones stay empty, and the state is the fold of its records.
+            await s.submit("again")
+            await s.steer("also this")
+            await s.wait_idle()
+            assert shared == [] and state.results == {} and state.turn_index >= 2
+            assert [m.role for m in state.messages][-2:] == ["user", "assistant"]
+            await s.verify()  # the state is the fold of its records, restored apart
+
+
+def attributes(obj: Any) -> list[Any]:
+    held = list(vars(obj).values()) if hasattr(obj, "__dict__") else []
+    return held + [getattr(obj, n, None) for n in getattr(type(obj), "__slots__", ())]
+
+
+async def test_an_idle_session_holds_no_empty_set(autojump_clock: Any) -> None:
+    # An empty set is 216 bytes and tracked by the collector; an empty dict
+    # used as a set is 64 and not tracked.
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(IDLE_EXIT * 2)
+            owners = [s, s._subscriptions, s._writer]
+            empty = [
+                (type(owner).__name__, i)
+                for owner in owners
+                for i, value in enumerate(attributes(owner))
+                if isinstance(value, set | frozenset) and not value
+            ]
+            assert not empty, empty
+
+
+async def test_an_open_session_keeps_no_suspended_create_frame() -> None:
+    def suspended(name: str) -> list[Any]:
+        return [
+            o
+            for o in gc.get_objects()
+            if isinstance(o, types.AsyncGeneratorType) and o.ag_code.co_name == name
+        ]
+
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            assert not suspended("create")
+            assert len(suspended("_running")) == 1  # the session's nursery lives there
+        # Refused before anything runs, as before.
+        with pytest.raises(SessionExistsError):
+            async with Session.create(journal, one_step(), session_id=s.id):
+                pass
+        opening = Session.create(journal, one_step())
+        async with opening:
+            pass
+        with pytest.raises(RuntimeError, match="entered twice"):
+            async with opening:
+                pass
+
+
+async def test_an_idle_loop_holds_no_empty_list_for_compactions_or_held_answers(
+    autojump_clock: Any,
+) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            loop = s.loops["main"]
+            kept = [loop._pending_compactions, *attributes(loop.forms)]
+            assert not [v for v in kept if isinstance(v, list)], kept
+            # A compaction asked for still runs (and leaves nothing pending).
+            attempt = await s.compact()
+            await s.wait_idle()
+            await trio.sleep(1)
+            tags = [
+                (type(r.event).__struct_config__.tag, getattr(r.event, "attempt_id", None))
+                async for r in journal.read(s.id)
+            ]
+            assert [t for t, a in tags if a == attempt and t.startswith("compaction.")], tags
+            assert loop._pending_compactions == ()
+            await s.verify()
+
+
+async def test_a_parked_loops_mailbox_holds_no_list_of_its_own(autojump_clock: Any) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(IDLE_EXIT * 2)
+            mailbox = s.loops["main"]._mailbox
+            lanes = [v for v in attributes(mailbox) if isinstance(v, list)]
+            assert len(lanes) == 2 and all(lane is mailbox_module._EMPTY for lane in lanes)
+            # Both lanes take commands again, and the shared list stays empty.
+            assert await s.interrupt() is False
+            await s.submit("again")
+            await s.wait_idle()
+            assert (await s.snapshot()).turn_index == 2 and mailbox_module._EMPTY == []
+
+
+async def test_an_idle_writer_holds_no_queue_of_its_own(autojump_clock: Any) -> None:
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(IDLE_EXIT * 2)
+            queues = [v for v in attributes(s._writer) if isinstance(v, list)]
+            assert len(queues) == 3 and all(q is writer_module._NONE for q in queues), queues
+            await s.submit("again")
+            await s.wait_idle()
+            assert (await s.snapshot()).turn_index == 2 and writer_module._NONE == []
+            await s.verify()
