@@ -34,6 +34,8 @@ from .context import merged as merged
 from .context import unanswered_tool_uses as unanswered_tool_uses
 from .definition import find_definition as find_definition
 from .delegation import child_outcome as child_outcome
+from .empties import NO_LIST as NO_LIST
+from .empties import own_list as own_list
 from .errors import GuardFailedError as GuardFailedError
 from .ids import new_id as new_id
 from .keys import MAX_KEY_LENGTH as MAX_KEY_LENGTH
@@ -60,6 +62,7 @@ __all__ = [
     "KEYS_KEPT",
     "MAX_KEY_LENGTH",
     "MAX_PRINCIPAL_LENGTH",
+    "NO_LIST",
     "Accumulator",
     "AnswerGate",
     "CancelQueuedInput",
@@ -105,4 +108,5 @@ __all__ = [
     "server_of",
     "settle_turn_events",
     "unanswered_tool_uses",
+    "own_list",
 ]

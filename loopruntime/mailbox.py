@@ -12,12 +12,12 @@ from typing import Any
 
 import trio
 
+from .empties import NO_LIST
 from .errors import LoopClosedError
 
 __all__ = ["Mailbox"]
 
 
-_EMPTY: list[Any] = []
 """The empty lane every idle mailbox shares; never written (a sender gives the
 lane a list of its own first)."""
 
@@ -47,8 +47,8 @@ class Mailbox:
     def __init__(self, capacity: int, arrived: Callable[[], None] = _nothing) -> None:
         self._capacity = capacity
         self._arrived = arrived
-        self._normal: list[Any] = _EMPTY
-        self._priority: list[Any] = _EMPTY
+        self._normal: list[Any] = NO_LIST
+        self._priority: list[Any] = NO_LIST
         self._readable: trio.lowlevel.ParkingLot | None = None
         self._writable: trio.lowlevel.ParkingLot | None = None
         self.closed = False
@@ -63,7 +63,7 @@ class Mailbox:
             await self._writable.park()
         if self.closed:
             raise LoopClosedError("the loop is shut down; it takes no more commands")
-        if self._normal is _EMPTY:
+        if self._normal is NO_LIST:
             self._normal = []
         self._normal.append(item)
         self.poke()
@@ -73,7 +73,7 @@ class Mailbox:
     def send_priority(self, item: Any) -> None:
         if self.closed:
             raise LoopClosedError("the loop is shut down; it takes no more commands")
-        if self._priority is _EMPTY:
+        if self._priority is NO_LIST:
             self._priority = []
         self._priority.append(item)
         self.poke()
@@ -107,9 +107,9 @@ class Mailbox:
         if self._readable is not None and not self._readable:
             self._readable = None
         if not self._normal:
-            self._normal = _EMPTY
+            self._normal = NO_LIST
         if not self._priority:
-            self._priority = _EMPTY
+            self._priority = NO_LIST
 
     async def receive(self) -> Any:
         while (item := self.take()) is None:
@@ -122,5 +122,5 @@ class Mailbox:
         if self._writable is not None:
             self._writable.unpark_all()
         left = [*self._priority, *self._normal]
-        self._priority = self._normal = _EMPTY
+        self._priority = self._normal = NO_LIST
         return left

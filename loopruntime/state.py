@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import Any, TypeVar, assert_never
+from typing import Any, assert_never
 
 import msgspec
 
@@ -66,6 +66,7 @@ from journal.events import (
 )
 from journal.record import Record
 
+from .empties import NO_DICT, NO_LIST, own_dict, own_list
 from .notices import FINAL_ANSWER, INTERRUPTED_TOOL_RESULT, OUTPUT_REQUIRED
 
 __all__ = [
@@ -261,16 +262,6 @@ class LoopState(msgspec.Struct, kw_only=True):
         return list(self.unknown.values())
 
 
-T = TypeVar("T")
-K = TypeVar("K")
-V = TypeVar("V")
-
-_NO_LIST: list[Any] = []
-_NO_DICT: dict[Any, Any] = {}
-"""The one empty list and dict every idle state shares (an idle loop's nine empty
-containers were about 600 bytes of each session).  Never written: the fold's
-writers take a container of the state's own first (``_own_list``, ``_own_dict``)."""
-
 _SHED_LISTS = ("queued", "steering", "open_output", "awaiting", "grants", "prompts", "loaded")
 _SHED_DICTS = (
     "tool_uses",
@@ -284,23 +275,15 @@ _SHED_DICTS = (
 )
 
 
-def _own_list(value: list[T]) -> list[T]:
-    return [] if value is _NO_LIST else value
-
-
-def _own_dict(value: dict[K, V]) -> dict[K, V]:
-    return {} if value is _NO_DICT else value
-
-
 def shed_empty(state: LoopState) -> None:
     """Let ``state``'s empty containers go for the shared ones (a loop that
     parks calls this; the next write makes a container of its own again)."""
     for name in _SHED_LISTS:
         if not getattr(state, name):
-            setattr(state, name, _NO_LIST)
+            setattr(state, name, NO_LIST)
     for name in _SHED_DICTS:
         if not getattr(state, name):
-            setattr(state, name, _NO_DICT)
+            setattr(state, name, NO_DICT)
 
 
 _state_encoder = msgspec.msgpack.Encoder()
@@ -347,7 +330,7 @@ def _answer(
     enter the context as one user message, in the order of the calls."""
     if tool_use_id not in state.tool_uses:
         return
-    state.results = results = _own_dict(state.results)
+    state.results = results = own_dict(state.results)
     results[tool_use_id] = ToolResult(tool_use_id=tool_use_id, content=content, is_error=is_error)
     # map over the dict's own methods runs in C: no generator frame per result
     # (this runs for every tool result a restore folds).
@@ -355,19 +338,19 @@ def _answer(
         state.messages.append(
             Message(role="user", blocks=tuple(map(results.__getitem__, state.awaiting)))
         )
-        state.awaiting = _NO_LIST
-        state.results = state.tool_uses = state.executions = state.decided = _NO_DICT
+        state.awaiting = NO_LIST
+        state.results = state.tool_uses = state.executions = state.decided = NO_DICT
 
 
 def _model_output(state: LoopState, record: Record, event: ModelOutput) -> None:
     if event.effect_id == state.open_call:
-        state.open_output = _own_list(state.open_output)
+        state.open_output = own_list(state.open_output)
         state.open_output.extend(event.pieces)
 
 
 def _model_call_started(state: LoopState, record: Record, event: ModelCallStarted) -> None:
     state.open_call = event.effect_id
-    state.open_output = _NO_LIST
+    state.open_output = NO_LIST
     state.step = event.step
     state.turn_model_calls += 1
 
@@ -375,7 +358,7 @@ def _model_call_started(state: LoopState, record: Record, event: ModelCallStarte
 def _model_message(state: LoopState, record: Record, event: ModelMessageCommitted) -> None:
     if event.effect_id == state.open_call:
         state.open_call = None
-        state.open_output = _NO_LIST
+        state.open_output = NO_LIST
     state.messages.append(event.message)
     state.last_stop_reason = event.stop_reason
     state.history_seq = record.seq
@@ -390,7 +373,7 @@ def _model_message(state: LoopState, record: Record, event: ModelMessageCommitte
     if awaiting:
         state.awaiting = awaiting
         state.tool_uses = tool_uses
-        state.results = state.executions = state.decided = _NO_DICT
+        state.results = state.executions = state.decided = NO_DICT
         state.turn_tool_batches += 1
 
 
@@ -399,9 +382,9 @@ def _context_measured(state: LoopState, record: Record, event: ContextMeasured) 
 
 
 def _tool_started(state: LoopState, record: Record, event: ToolStarted) -> None:
-    state.running = _own_dict(state.running)
+    state.running = own_dict(state.running)
     state.running[event.execution_id] = event
-    state.executions = _own_dict(state.executions)
+    state.executions = own_dict(state.executions)
     state.executions[event.tool_use_id] = event.execution_id
     state.turn_tool_calls += 1
 
@@ -444,7 +427,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
     match event:
         # The most frequent of the other kinds first.
         case InputQueued():
-            state.queued = _own_list(state.queued)
+            state.queued = own_list(state.queued)
             state.queued.append(
                 QueuedInput(
                     input_id=event.input_id,
@@ -460,7 +443,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
             for q in state.queued:
                 if q.input_id in taken:
                     state.messages.extend(q.messages)
-            state.queued = [q for q in state.queued if q.input_id not in taken] or _NO_LIST
+            state.queued = [q for q in state.queued if q.input_id not in taken] or NO_LIST
             _apply_steering(state, event.steer_ids)
             state.turn_index = event.turn
             state.turn_open = True
@@ -492,7 +475,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
                 state.model = _model_in_use(state, state.configured)
         case LoopConfigured() | LoopReconfigured():
             state.configured = event.config
-            state.prompts = prompts = _own_list(state.prompts)
+            state.prompts = prompts = own_list(state.prompts)
             prompts.extend(d for d in event.prompts if d not in prompts)
             state.model = _model_in_use(state, event.config)
         case LoopInferenceChanged():
@@ -503,14 +486,14 @@ def fold(state: LoopState, record: Record) -> LoopState:
         case LoopToolsReplaced():
             state.chosen_tools = list(event.tools) if event.tools is not None else None
         case ToolsLoaded():
-            state.loaded = loaded = _own_list(state.loaded)
+            state.loaded = loaded = own_list(state.loaded)
             loaded.extend(t for t in event.tools if t not in loaded)
         case LoopStopped():
             state.stopped = True
         case InputCancelled():
-            state.queued = [q for q in state.queued if q.input_id != event.input_id] or _NO_LIST
+            state.queued = [q for q in state.queued if q.input_id != event.input_id] or NO_LIST
         case SteerQueued():
-            state.steering = _own_list(state.steering)
+            state.steering = own_list(state.steering)
             state.steering.append(
                 QueuedSteer(steer_id=event.steer_id, text=event.text, record=record.id)
             )
@@ -525,7 +508,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
                 _answer(state, event.tool_use_id, (Text(text=INTERRUPTED_TOOL_RESULT),), True)
                 state.history_seq = record.seq
             elif started is not None:
-                state.unknown = _own_dict(state.unknown)
+                state.unknown = own_dict(state.unknown)
                 state.unknown[event.execution_id] = started
         case ToolResolved():
             state.unknown.pop(event.execution_id, None)
@@ -541,12 +524,12 @@ def fold(state: LoopState, record: Record) -> LoopState:
                     started, attempt=event.attempt + 1
                 )
         case GateOpened():
-            state.gates = _own_dict(state.gates)
+            state.gates = own_dict(state.gates)
             state.gates[event.gate_id] = event
         case GateResolved():
             gate = state.gates.pop(event.gate_id, None)
             if gate is not None and event.kind == "permission" and gate.tool_use_id:
-                state.decided = _own_dict(state.decided)
+                state.decided = own_dict(state.decided)
                 state.decided[gate.tool_use_id] = bool(event.allow)
             if (
                 gate is not None
@@ -555,13 +538,13 @@ def fold(state: LoopState, record: Record) -> LoopState:
                 and event.scope == "session"
                 and gate.tool_name not in state.grants
             ):
-                state.grants = _own_list(state.grants)
+                state.grants = own_list(state.grants)
                 state.grants.append(gate.tool_name)
         case GateCancelled():
             state.gates.pop(event.gate_id, None)
         case GateReviewed():
             if event.verdict != "ask" and event.tool_use_id in state.tool_uses:
-                state.decided = _own_dict(state.decided)
+                state.decided = own_dict(state.decided)
                 state.decided[event.tool_use_id] = event.verdict == "allow"
         case HookDecided():
             if event.action == "context":
@@ -590,7 +573,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
         case CompactionRejected():
             state.compacting = None
         case ChildStarted():
-            state.children = _own_dict(state.children)
+            state.children = own_dict(state.children)
             state.children[event.child_loop] = ChildState(
                 child_loop=event.child_loop,
                 definition=event.definition,
@@ -610,7 +593,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
             # message enters the context.
             if state.open_call is not None and state.open_call in event.refs:
                 state.open_call = None
-                state.open_output = _NO_LIST
+                state.open_output = NO_LIST
         case CommandKeyed():
             _remember_key(state, record, event)
         case TurnRejected():
@@ -642,7 +625,7 @@ def _rewrite(state: LoopState, tool_use_id: str, raw: dict[str, Any]) -> None:
     if use is None:
         return
     new = msgspec.structs.replace(use, input=raw)
-    state.tool_uses = _own_dict(state.tool_uses)
+    state.tool_uses = own_dict(state.tool_uses)
     state.tool_uses[tool_use_id] = new
     for i in range(len(state.messages) - 1, -1, -1):
         message = state.messages[i]
@@ -682,6 +665,6 @@ def _apply_steering(state: LoopState, steer_ids: tuple[str, ...]) -> None:
         return
     wanted = set(steer_ids)
     texts = [s.text for s in state.steering if s.steer_id in wanted]
-    state.steering = [s for s in state.steering if s.steer_id not in wanted] or _NO_LIST
+    state.steering = [s for s in state.steering if s.steer_id not in wanted] or NO_LIST
     if texts:
         state.messages.append(Message(role="user", blocks=tuple(Text(text=t) for t in texts)))

@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import msgspec
 import structlog
@@ -36,7 +36,7 @@ from journal import Draft, Journal, Record
 from journal.events import Event
 from journal.inbox import Consumed, InboxOutcome
 from loopruntime import Loop
-from loopruntime.host import GuardFailedError, new_id
+from loopruntime.host import NO_LIST, GuardFailedError, new_id, own_list
 
 from .checkpoints import Checkpointer
 from .durability import may_pipeline
@@ -134,18 +134,6 @@ class _Pending:
         return self.result()
 
 
-T = TypeVar("T")
-
-_NONE: list[Any] = []
-"""The empty queue every idle writer shares (``_queue``, ``_staged``,
-``_expecting``): never written, an append gives the queue a list of its own
-first (``_own``)."""
-
-
-def _own(queue: list[T]) -> list[T]:
-    return [] if queue is _NONE else queue
-
-
 class Writer:
     """Group commit for one session: ``commit`` from any task, ``run`` as the
     session's background writer task, once ``open`` gave it the lease."""
@@ -193,7 +181,7 @@ class Writer:
         self.head = 0
         """seq of the last durable record of the session."""
         self._subscribers = subscribers
-        self._queue: list[_Pending] = _NONE
+        self._queue: list[_Pending] = NO_LIST
         self._wake: trio.Event | None = None
         """What the writer task waits on between batches (made as it starts
         waiting, dropped when the task leaves: an idle session keeps none)."""
@@ -204,10 +192,10 @@ class Writer:
         self._writing = False
         self._failed: BaseException | None = None
         self._lease: Any = None
-        self._expecting: list[Expectation] = _NONE
+        self._expecting: list[Expectation] = NO_LIST
         self._explicit = 0
         """``consume`` calls queued and not yet appended."""
-        self._staged: list[_Pending] = _NONE
+        self._staged: list[_Pending] = NO_LIST
         """Pipelined commits, folded, not yet handed to the journal."""
         self._folded_to = 0
         """seq up to which the loops have folded (the head, plus pipelined
@@ -283,7 +271,7 @@ class Writer:
         if not self._writing and not self._queue and guard is None:
             # Nothing in flight: append from this task, sparing the hop to the
             # writer.  Commits arriving meanwhile queue up and go together next.
-            staged, self._staged = self._staged, _NONE
+            staged, self._staged = self._staged, NO_LIST
             if staged:
                 self._taken += 1
             group = [*staged, pending]
@@ -304,7 +292,7 @@ class Writer:
                 if self._queue or self._staged:
                     self._kick()
             return pending.result()
-        self._queue = _own(self._queue)
+        self._queue = own_list(self._queue)
         self._queue.append(pending)
         self._kick()
         # Shielded: once asked for, a commit runs to its end, so the caller
@@ -328,7 +316,7 @@ class Writer:
                 # checkpoint, even one drafted before this one is durable,
                 # links to it.  (If its append fails, the session stops.)
                 self.checkpoints.written(mark.folded[0])
-                self._staged = _own(self._staged)
+                self._staged = own_list(self._staged)
                 self._staged.append(mark)
         loop = pending.loop
         assert loop is not None
@@ -342,7 +330,7 @@ class Writer:
             self._fail(exc, [])
             raise
         pending.folded = records
-        self._staged = _own(self._staged)
+        self._staged = own_list(self._staged)
         self._staged.append(pending)
         self.pipelined += 1
         if first:
@@ -409,7 +397,7 @@ class Writer:
         await self.wait_durable()
         self.checkpoints.force()
         pending = _Pending(None, [], None)
-        self._queue = _own(self._queue)
+        self._queue = own_list(self._queue)
         self._queue.append(pending)
         self._kick()
         with trio.CancelScope(shield=True):
@@ -422,7 +410,7 @@ class Writer:
         inbox entry ``entry`` (see ``Expectation``); ``forget`` it when the
         command made no such event."""
         expectation = Expectation(entry, loop, match)
-        self._expecting = _own(self._expecting)
+        self._expecting = own_list(self._expecting)
         self._expecting.append(expectation)
         return expectation
 
@@ -438,7 +426,7 @@ class Writer:
         pending = _Pending(None, [], None)
         pending.consumes = [consumed]
         self._explicit += 1
-        self._queue = _own(self._queue)
+        self._queue = own_list(self._queue)
         self._queue.append(pending)
         self._kick()
         with trio.CancelScope(shield=True):
@@ -473,7 +461,7 @@ class Writer:
         self._failed = exc
         for p in [*batch, *self._queue, *self._staged]:
             p.fail(exc)
-        self._queue = self._staged = _NONE
+        self._queue = self._staged = NO_LIST
         self._released()
         self.log.error("journal_append_failed", error=repr(exc))
 
@@ -522,15 +510,15 @@ class Writer:
             await self._write_batch()
 
     async def _write_batch(self) -> None:
-        staged, self._staged = self._staged, _NONE
+        staged, self._staged = self._staged, NO_LIST
         if staged:
             self._taken += 1
         self._flush_due = False
-        batch, self._queue = self._queue, _NONE
+        batch, self._queue = self._queue, NO_LIST
         self._writing = True
         self._unfolded = bool(batch)
         try:
-            group: list[_Pending] = _own(staged)  # appended to below
+            group: list[_Pending] = own_list(staged)  # appended to below
             for pending in batch:
                 if pending.guard is not None:
                     # A guard sees everything committed before it folded.

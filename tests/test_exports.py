@@ -42,7 +42,7 @@ PUBLIC = {
         "command_digest", "command_name", "repeat_of", "Command",
         "ChangeInference", "ReplaceTools", "change_text", "changes",
         "describe", "digest", "prompts_of", "restore_config", "server_of",
-        "MAX_PRINCIPAL_LENGTH", "check_principal",
+        "MAX_PRINCIPAL_LENGTH", "check_principal", "NO_LIST", "own_list",
     },
     "loopruntime.models": {"ScriptedModel", "Reply", "ToolCall", "AnthropicModel"},
     "loopruntime.toolsets": {

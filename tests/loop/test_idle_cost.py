@@ -14,19 +14,19 @@ from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 
 from journal import Record, open_journal
 from journal.forwarding import ForwardingJournal
 from loopruntime import LoopClosedError, LoopDefinition, ToolContext, tool
-from loopruntime import mailbox as mailbox_module
+from loopruntime.empties import NO_LIST
 from loopruntime.host import Snapshot
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from loopruntime.state import LoopState, shed_empty
 from loopruntime.toolsets import McpServer
 from session import Session, SessionExistsError
-from session import writer as writer_module
 from session.linger import LINGER
 from session.writer import IDLE_EXIT
 
@@ -404,12 +404,12 @@ async def test_a_parked_loops_mailbox_holds_no_list_of_its_own(autojump_clock: A
             await trio.sleep(IDLE_EXIT * 2)
             mailbox = s.loops["main"]._mailbox
             lanes = [v for v in attributes(mailbox) if isinstance(v, list)]
-            assert len(lanes) == 2 and all(lane is mailbox_module._EMPTY for lane in lanes)
+            assert len(lanes) == 2 and all(lane is NO_LIST for lane in lanes)
             # Both lanes take commands again, and the shared list stays empty.
             assert await s.interrupt() is False
             await s.submit("again")
             await s.wait_idle()
-            assert (await s.snapshot()).turn_index == 2 and mailbox_module._EMPTY == []
+            assert (await s.snapshot()).turn_index == 2 and NO_LIST == []
 
 
 async def test_an_idle_writer_holds_no_queue_of_its_own(autojump_clock: Any) -> None:
@@ -419,8 +419,35 @@ async def test_an_idle_writer_holds_no_queue_of_its_own(autojump_clock: Any) -> 
             await s.wait_idle()
             await trio.sleep(IDLE_EXIT * 2)
             queues = [v for v in attributes(s._writer) if isinstance(v, list)]
-            assert len(queues) == 3 and all(q is writer_module._NONE for q in queues), queues
+            assert len(queues) == 3 and all(q is NO_LIST for q in queues), queues
             await s.submit("again")
             await s.wait_idle()
-            assert (await s.snapshot()).turn_index == 2 and writer_module._NONE == []
+            assert (await s.snapshot()).turn_index == 2 and NO_LIST == []
             await s.verify()
+
+
+def test_the_shared_empty_containers_refuse_every_write() -> None:
+    # A write that forgot to take a container of its own fails in the one
+    # session that made it, instead of showing in every idle one.
+    from loopruntime.empties import NO_DICT, NO_LIST
+
+    writes: list[Any] = [
+        lambda: NO_LIST.append(1),
+        lambda: NO_LIST.extend([1]),
+        lambda: NO_LIST.insert(0, 1),
+        lambda: NO_LIST.__setitem__(slice(0, 0), [1]),
+        lambda: NO_LIST.__iadd__([1]),
+        lambda: NO_DICT.__setitem__("k", 1),
+        lambda: NO_DICT.update(k=1),
+        lambda: NO_DICT.setdefault("k", 1),
+        lambda: NO_DICT.__ior__({"k": 1}),
+    ]
+    for write in writes:
+        with pytest.raises(TypeError, match="take one of your own first"):
+            write()
+    assert NO_LIST == [] and NO_DICT == {}
+    assert msgspec.msgpack.encode(NO_LIST) == msgspec.msgpack.encode([])
+    # Taking from them is what it is from any empty container.
+    assert NO_DICT.pop("k", None) is None
+    NO_LIST.clear()
+    NO_DICT.clear()
