@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import psycopg
 import trio
 
 from journal.memory import MemoryJournal
@@ -48,3 +49,14 @@ async def wait_for(predicate: Callable[[], Awaitable[bool] | bool], *, poll: flo
         if held:
             return
         await trio.sleep(poll)
+
+
+def waiting_on_a_lock(conninfo: str) -> int:
+    """How many PostgreSQL backends of this database wait on a lock now."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])

@@ -16,7 +16,7 @@ from journal import ForwardingJournal, Journal, LeaseHeldError, SessionLease, op
 from journal.inbox import Create
 from journal.location import parse_location
 from session import Client, Host
-from tests.host.support import counting_definition
+from tests.host.support import counting_definition, waiting_on_a_lock
 
 DEFS = {"counter": counting_definition()}
 
@@ -117,15 +117,6 @@ async def test_a_lease_taken_while_another_waited_on_the_row_is_seen(postgres_ur
                 taken.set()
                 commit.wait()
 
-        def waiting_on_the_lock() -> int:
-            with psycopg.connect(conninfo, autocommit=True) as conn:
-                row = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                ).fetchone()
-                assert row is not None
-                return int(row[0])
-
         refused: list[BaseException] = []
 
         async def open_it() -> None:
@@ -141,7 +132,7 @@ async def test_a_lease_taken_while_another_waited_on_the_row_is_seen(postgres_ur
                     await trio.to_thread.run_sync(taken.wait)
                     nursery.start_soon(open_it)
                     # Polled: the server's view of who waits on the lock.
-                    while await trio.to_thread.run_sync(waiting_on_the_lock) < 1:  # noqa: ASYNC110
+                    while await trio.to_thread.run_sync(waiting_on_a_lock, conninfo) < 1:  # noqa: ASYNC110
                         await trio.sleep(0.02)
             finally:
                 commit.set()

@@ -18,7 +18,7 @@ from journal.inbox import Steer
 from journal.location import parse_location
 from journal.sqlite import SQLiteJournal
 from session import Client, Host
-from tests.host.support import counting_definition, trio_clock_journal, wait_for
+from tests.host.support import counting_definition, trio_clock_journal, wait_for, waiting_on_a_lock
 
 DEFS = {"counter": counting_definition()}
 
@@ -146,15 +146,6 @@ async def test_postgres_renewals_never_wait_behind_a_busy_pool(postgres_url: str
                 held.set()
                 release.wait()
 
-        def waiting_on_the_lock() -> int:
-            with psycopg.connect(conninfo, autocommit=True) as conn:
-                row = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                ).fetchone()
-                assert row is not None
-                return int(row[0])
-
         puts_done = 0
 
         async def put(i: int) -> None:
@@ -170,7 +161,7 @@ async def test_postgres_renewals_never_wait_behind_a_busy_pool(postgres_url: str
                     for i in range(8):  # more than the pool has connections
                         nursery.start_soon(put, i)
                     # Polled: the server's view of who waits on the lock.
-                    while await trio.to_thread.run_sync(waiting_on_the_lock) < 4:  # noqa: ASYNC110
+                    while await trio.to_thread.run_sync(waiting_on_a_lock, conninfo) < 4:  # noqa: ASYNC110
                         await trio.sleep(0.05)
                     [renewed] = await journal.renew_all([lease], ttl=60)
                 assert renewed is not None and renewed.expires_at > lease.expires_at
