@@ -20,7 +20,6 @@ change that state; split, each part would need the others' private fields.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol
 
@@ -35,7 +34,6 @@ from journal.events import (
     GateResolved,
     InputCancelled,
     InputQueued,
-    LoopConfig,
     LoopConfigured,
     LoopInferenceChanged,
     LoopModeChanged,
@@ -71,7 +69,7 @@ from .commands import (
     closed_error,
 )
 from .compaction import compact, needs_compaction
-from .configuration import describe, prompts_of
+from .configuration import describe_shared, prompts_of
 from .context import RequestBuilder
 from .definition import Delegate, LoopDefinition, ResolvedDefinition
 from .delegation import run_delegate
@@ -156,29 +154,6 @@ class _CompactionDone:
 _NO_TOOLSETS = Toolsets()
 """What every loop whose definition names no MCP server shares: it connects
 nothing, lists nothing and never changes."""
-
-_configs: dict[int, tuple[weakref.ref[LoopDefinition], LoopConfig]] = {}
-
-
-def _described(definition: LoopDefinition, listed: Sequence[Tool]) -> LoopConfig:
-    """``describe(definition, listed)``, made once per definition object when
-    its loops list no server tools (a definition is frozen): every session of
-    a host shares one immutable configuration instead of building its own
-    (about 40 us and 900 bytes per loop)."""
-    if listed:
-        return describe(definition, listed)
-    key = id(definition)
-    kept = _configs.get(key)
-    if kept is not None and kept[0]() is definition:
-        return kept[1]
-    config = describe(definition)
-
-    def forget(_: object) -> None:
-        if (entry := _configs.get(key)) is not None and entry[0]() is None:
-            del _configs[key]
-
-    _configs[key] = (weakref.ref(definition, forget), config)
-    return config
 
 
 class Loop:
@@ -523,7 +498,7 @@ class Loop:
                         principal=self._creator,
                     ),
                     LoopConfigured(
-                        config=_described(self.definition, self.listed),
+                        config=describe_shared(self.definition, self.listed),
                         prompts=self.host.new_prompts(prompts_of(self.definition)),
                     ),
                 ],
