@@ -1,0 +1,80 @@
+"""Room written ahead in the WAL file, so a commit at ``synchronous=FULL`` syncs once.
+
+At ``FULL`` every commit ends with an ``fdatasync`` of the WAL.  When the
+commit's frames extend the file, that sync must also make the file's new size
+and blocks durable: on a journaling file system (ext4, XFS) a second, metadata
+commit, which costs about as much as the data itself.  A commit whose frames
+overwrite blocks the file already holds needs only its data written.  So the
+writer thread keeps zeros written past the WAL's end, in the transaction
+before the frames need them.  SQLite never reads them as frames: a frame is
+valid only with the salt of the WAL's header and a checksum that continues the
+frames before it, and WAL recovery stops at the first invalid frame (how a
+restarted WAL leaves the older frames after its end unread).
+
+Rules: the zeros are written only beyond the file's end, and only by the
+writer thread inside its write transaction (``BEGIN IMMEDIATE`` holds SQLite's
+WAL write lock, so no connection of any process appends frames meanwhile);
+only once SQLite has written the WAL's header; and a write that fails (a full
+disk) is given up without failing the commit, which then extends the file as
+it would have anyway.  The numbers are in ``benchmarks/README.md`` (issue 22).
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["FIRST_RESERVE", "LARGEST_RESERVE", "WalReserve"]
+
+FIRST_RESERVE = 64 * 1024
+"""Bytes first written ahead (16 frames of 4 KiB pages)."""
+LARGEST_RESERVE = 4 * 1024 * 1024
+"""The most written ahead at once.  Each reserve is as large as the WAL it
+extends, so a WAL growing to its checkpoint size (``schema._WAL_CHECKPOINT_PAGES``
+pages, about 16 MiB) is extended some ten times, and never by more than a
+quarter of that size past its use."""
+_HEADER = 32
+"""Bytes of the WAL header: until SQLite writes it, nothing is written ahead."""
+
+
+class WalReserve:
+    """The zeros ahead of one journal's WAL; used by its writer thread only."""
+
+    __slots__ = ("_end", "_fd", "path", "reserves")
+
+    def __init__(self, database: str) -> None:
+        self.path = database + "-wal"
+        self._fd = -1
+        self._end = -1
+        """The file's size when zeros were last written (-1: none yet)."""
+        self.reserves = 0
+        """Times zeros were written ahead (for tests and benchmarks)."""
+
+    def extend(self) -> None:
+        """Write zeros past the WAL's end if SQLite's frames reached it.
+
+        Call inside a write transaction.  While the file is as large as it was
+        left, the frames still fall inside what was written ahead: nothing to
+        do, at the cost of one ``fstat``.
+        """
+        if self._fd < 0:
+            try:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+            except OSError:
+                return  # no WAL yet: SQLite makes it with its first commit
+        try:
+            size = os.fstat(self._fd).st_size
+            if size == self._end or size < _HEADER:
+                return
+            wanted = min(max(size, FIRST_RESERVE), LARGEST_RESERVE)
+            written = os.pwrite(self._fd, bytes(wanted), size)
+        except OSError:
+            # A full disk: the commit extends the file as it always could.
+            return
+        self._end = size + written
+        self.reserves += 1
+
+    def close(self) -> None:
+        """Close the file (after the writer's connection, whose WAL it is)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
