@@ -38,7 +38,7 @@ from .schema import (
     prepare,
     reader_stand_ins,
 )
-from .wal import WalReserve
+from .wal import reserve_for
 from .writer import (
     AppendRequest,
     HostRequest,
@@ -95,7 +95,7 @@ class SQLiteJournal:
         if writer_conn is not None:
             # At FULL every commit syncs the WAL; room written ahead keeps
             # that sync from also syncing the file's growth (wal.py).
-            reserve = WalReserve(self.path) if self.synchronous == "FULL" else None
+            reserve = reserve_for(self.path, self.synchronous)
             self._writer = Writer(writer_conn, self.path, self._deliver, self._token, reserve)
             self._writer.thread.start()
 

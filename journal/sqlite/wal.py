@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["FIRST_RESERVE", "LARGEST_RESERVE", "WalReserve"]
+__all__ = ["FIRST_RESERVE", "LARGEST_RESERVE", "WalReserve", "reserve_for"]
 
 FIRST_RESERVE = 64 * 1024
 """Bytes first written ahead (16 frames of 4 KiB pages)."""
@@ -35,6 +35,15 @@ for 1 MiB (4 MiB: 2 to 7 ms, a pause worth avoiding), against about 0.05 ms save
 by each commit that overwrites instead of extending."""
 _HEADER = 32
 """Bytes of the WAL header: until SQLite writes it, nothing is written ahead."""
+
+
+def reserve_for(database: str, synchronous: str) -> WalReserve | None:
+    """The room a writer of ``database`` keeps: only at ``FULL`` (at ``NORMAL`` a
+    commit does not sync, so its growth costs it nothing), and only where the
+    platform writes at an offset (``os.pwrite``: not on Windows)."""
+    if synchronous != "FULL" or not hasattr(os, "pwrite"):
+        return None
+    return WalReserve(database)
 
 
 class WalReserve:

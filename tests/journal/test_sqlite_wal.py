@@ -103,3 +103,13 @@ def test_zeros_are_written_only_past_the_end_and_once_a_header_exists(tmp_path: 
     assert wal.stat().st_size == 2 * grown  # as much room again as the WAL holds
     assert wal.read_bytes()[:grown] == frames + bytes(sqlite_wal.FIRST_RESERVE) + b"g" * _FRAME
     reserve.close()
+
+
+def test_room_is_kept_only_at_full_and_where_writes_at_an_offset_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = str(tmp_path / "j.db")
+    assert isinstance(sqlite_wal.reserve_for(database, "FULL"), sqlite_wal.WalReserve)
+    assert sqlite_wal.reserve_for(database, "NORMAL") is None
+    monkeypatch.delattr(sqlite_wal.os, "pwrite")  # as on Windows
+    assert sqlite_wal.reserve_for(database, "FULL") is None
