@@ -1,4 +1,4 @@
-"""Room written ahead in the WAL file, so a commit at ``synchronous=FULL`` syncs once.
+"""Room written ahead in the WAL file, so a commit at ``synchronous=FULL`` syncs only its frames.
 
 At ``FULL`` every commit ends with an ``fdatasync`` of the WAL.  When the
 commit's frames extend the file, that sync must also make the file's new size
@@ -51,15 +51,13 @@ def reserve_for(database: str, synchronous: str) -> WalReserve | None:
 class WalReserve:
     """The zeros ahead of one journal's WAL; used by its writer thread only."""
 
-    __slots__ = ("_end", "_fd", "path", "reserves")
+    __slots__ = ("_end", "_fd", "path")
 
     def __init__(self, database: str) -> None:
         self.path = database + "-wal"
         self._fd = -1
         self._end = -1
         """The file's size when zeros were last written (-1: none yet)."""
-        self.reserves = 0
-        """Times zeros were written ahead (for tests and benchmarks)."""
 
     def extend(self) -> None:
         """Write zeros past the WAL's end if SQLite's frames reached it.
@@ -83,7 +81,6 @@ class WalReserve:
             # A full disk: the commit extends the file as it always could.
             return
         self._end = size + written
-        self.reserves += 1
 
     def close(self) -> None:
         """Close the file (after the writer's connection, whose WAL it is)."""
