@@ -242,7 +242,8 @@ async def _one_step_run(path: str, synchronous: str, n: int) -> tuple[list[float
         )
     # Closed, the WAL is checkpointed into the database and removed: what is left is what
     # the history occupies.  While open, the WAL holds recently written pages and is reused
-    # once SQLite checkpoints it (every 4000 pages), so it measures the write pattern.
+    # once SQLite checkpoints it (every 4000 pages), so it measures the write pattern (at
+    # FULL with the room the writer keeps written ahead in it, journal/sqlite/wal.py).
     return _tail_gaps(script.stamps), seconds, sqlite_bytes(path), size_open
 
 

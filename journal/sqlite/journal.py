@@ -38,6 +38,7 @@ from .schema import (
     prepare,
     reader_stand_ins,
 )
+from .wal import reserve_for
 from .writer import (
     AppendRequest,
     HostRequest,
@@ -92,7 +93,10 @@ class SQLiteJournal:
         )
         self._writer: Writer | None = None
         if writer_conn is not None:
-            self._writer = Writer(writer_conn, self.path, self._deliver, self._token)
+            # At FULL every commit syncs the WAL; room written ahead keeps
+            # that sync from also syncing the file's growth (wal.py).
+            reserve = reserve_for(self.path, self.synchronous)
+            self._writer = Writer(writer_conn, self.path, self._deliver, self._token, reserve)
             self._writer.thread.start()
 
     @classmethod

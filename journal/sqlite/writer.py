@@ -65,6 +65,7 @@ from .leases import (
     store_lease,
 )
 from .schema import unavailable
+from .wal import WalReserve
 
 __all__ = [
     "AppendRequest",
@@ -233,9 +234,12 @@ class Writer:
         path: str,
         deliver: Callable[[list[Request], set[str]], None],
         token: trio.lowlevel.TrioToken,
+        reserve: WalReserve | None = None,
     ) -> None:
+        """``reserve``: the WAL room written ahead (``wal.py``), at ``FULL`` only."""
         self.conn = conn
         self.path = path
+        self.reserve = reserve
         self.queue: queue.SimpleQueue[list[Request] | None] = queue.SimpleQueue()
         """Lists of requests; ``None`` asks the thread to stop after what precedes it."""
         self._deliver = deliver
@@ -274,6 +278,8 @@ class Writer:
                 self._hand_back(group, changed)
         finally:
             self.conn.close()
+            if self.reserve is not None:
+                self.reserve.close()
 
     def _hand_back(self, group: list[Request], changed: set[str]) -> None:
         # The trio side may already be gone (run finished); then nobody waits.
@@ -323,6 +329,9 @@ class Writer:
 
     def _begin(self) -> None:
         self.conn.execute("BEGIN IMMEDIATE")
+        if self.reserve is not None:
+            # Under the write lock: no other connection appends frames now.
+            self.reserve.extend()
         # data_version changes only when *another* connection commits; then the
         # cached heads and incarnations may be stale and are reloaded.
         version = self.conn.execute("PRAGMA data_version").fetchone()[0]

@@ -22,6 +22,7 @@ from tests.support import (
     crash_redaction,
     crash_scenarios,
     crash_traces,
+    crash_wal,
     keyed,
     load_hosts,
 )
@@ -60,6 +61,8 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     # WORKDIR KILL_AFTER, then WORKDIR: the same, with a trace exporter following
     "crash-traces": crash_traces.run,
     "crash-traces-restore": crash_traces.restore,
+    # WORKDIR KILL_AFTER: a session on a FULL journal, its WAL written ahead
+    "crash-wal": crash_wal.run,
     # URL SIDE_FILE ENTRY before|after: a host killed at the append consuming ENTRY
     "host-consume": crash_hosts.host_consume,
     # URL SIDE_FILE: a host killed while a tool call runs
