@@ -763,9 +763,13 @@ class Session:
         """Wait until no loop has work it can do without a person (idle, or
         waiting at a gate or on an unknown effect)."""
         while True:
+            waited = False
             for loop in list(self.loops.values()):
-                await loop.wait_quiescent()
-            await trio.lowlevel.checkpoint()
+                waited = await loop.wait_quiescent() or waited
+            if not waited:
+                # A checkpoint all the same; after a wait, that wait was one
+                # (a second would cost every turn's waiter a task step).
+                await trio.lowlevel.checkpoint()
             if self._closed:
                 return
             due = any(self.loops[c].settled for c in self._watching)

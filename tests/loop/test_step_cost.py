@@ -10,6 +10,7 @@ import os
 import re
 
 import msgspec
+import trio
 
 from journal import open_journal
 from journal.content import Message, Text
@@ -115,3 +116,37 @@ def test_unchanged_tools_are_encoded_once() -> None:
     assert again.tools is first.tools
     other, _ = builder.build(system="s", messages=messages, tools=[schema], max_tokens=11)
     assert other.tools is not first.tools
+
+
+class _CallerSteps(trio.abc.Instrument):
+    """Counts the task steps of one task (the caller's)."""
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task = task
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.steps += 1
+
+
+async def test_a_submit_and_a_wait_idle_cost_their_caller_few_task_steps() -> None:
+    """The caller is woken by the command's reply, then by the loop going
+    quiet (sometimes once more, as trio orders a batch): no checkpoint in the
+    mailbox, nor in ``wait_idle`` after a wait, costs every turn's caller a
+    task step of its own (with them: at least four a turn)."""
+    turns = 20
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, stepping(1)) as s:
+            counted = _CallerSteps(trio.lowlevel.current_task())
+            trio.lowlevel.add_instrument(counted)
+            submits = 0
+            for _ in range(turns):
+                before = counted.steps
+                await s.submit("go")
+                submits += counted.steps - before
+                await s.wait_idle()
+            trio.lowlevel.remove_instrument(counted)
+            assert (await s.snapshot()).turn_index == turns
+    assert submits == turns
+    assert counted.steps <= 3 * turns
