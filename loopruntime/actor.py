@@ -618,7 +618,7 @@ class Loop:
                     await self._start_turn([queued], command=command, result=result)
                     command.reply.set(result)
                     return
-                limit = self.resolved().limits.max_queued_inputs
+                limit = self.definition.limits_under(state.mode).max_queued_inputs
                 if len(state.queued) >= limit:
                     await self.commit(
                         [
@@ -861,7 +861,7 @@ class Loop:
 
     def _wants_compaction(self) -> bool:
         return self._auto_tried_at != self.state.history_seq and needs_compaction(
-            self.state, self.resolved().limits
+            self.state, self.definition.limits_under(self.state.mode)
         )
 
     def _maybe_auto_compact(self) -> bool:
