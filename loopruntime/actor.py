@@ -95,7 +95,8 @@ from .turn import TurnRunner
 
 __all__ = ["Loop", "LoopHost"]
 
-log = structlog.wrap_logger(logging.getLogger(__name__))
+_stdlib = logging.getLogger(__name__)
+log = structlog.wrap_logger(_stdlib)
 
 
 class LoopHost(Protocol):
@@ -274,6 +275,13 @@ class Loop:
         use, once a turn or a rare warning: kept, it would be about 1.5 KB of
         every idle loop."""
         return log.bind(loop=self.id, definition=self.definition.name)
+
+    def logs(self, level: int) -> bool:
+        """Whether the standard logger ``log`` writes to keeps lines at
+        ``level`` (an application's logging settings decide).  Binding the
+        logger and running structlog's processors cost far more than most
+        lines: a line made every turn asks first."""
+        return _stdlib.isEnabledFor(level)
 
     def apply(self, record: Record) -> None:
         """Fold one durable record (called by the host, in seq order)."""

@@ -25,6 +25,7 @@ the call (as after a restore).
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 import msgspec
@@ -87,7 +88,7 @@ class TurnRunner:
         self.acc: Accumulator | None = None
         self.entered: set[str] = set()
         """Execution ids whose tool function this turn actually called."""
-        self.log = loop.log.bind(turn=loop.state.turn_index)
+        self._log: Any = None
         self.parked = False
         """The turn waits for the host to resolve an unknown outcome."""
         every = loop.definition.hooks
@@ -101,6 +102,14 @@ class TurnRunner:
     @property
     def state(self) -> LoopState:
         return self.loop.state
+
+    @property
+    def log(self) -> Any:
+        """The loop's logger bound to this turn, bound when something is
+        logged (binding costs more than a step's fold)."""
+        if self._log is None:
+            self._log = self.loop.log.bind(turn=self.loop.state.turn_index)
+        return self._log
 
     async def run(self) -> None:
         timeout = self.resolved.limits.turn_timeout
@@ -128,7 +137,8 @@ class TurnRunner:
             )
         if self.turn_end and not self.state.turn_open:
             await self._turn_end_hooks()
-        self.log.debug("turn_finished", outcome=self.state.last_outcome, parked=self.parked)
+        if self.loop.logs(logging.DEBUG):
+            self.log.debug("turn_finished", outcome=self.state.last_outcome, parked=self.parked)
 
     async def _turn_end_hooks(self) -> None:
         """The turn has ended: its hooks see the outcome and change nothing
