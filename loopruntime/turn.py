@@ -31,12 +31,7 @@ from typing import Any, Literal
 import msgspec
 import trio
 
-from journal.content import (
-    BlockStopped,
-    Message,
-    Piece,
-    ToolUse,
-)
+from journal.content import BlockStopped, Message, Piece, ToolUse
 from journal.events import (
     ContextMeasured,
     DeadlinePassed,
@@ -55,10 +50,7 @@ from .deferred import advertised
 from .errors import ModelError
 from .ids import new_id
 from .model import Accumulator, coalesce
-from .notices import (
-    TRUNCATED_TOOL_CALL_RESULT,
-    rejected,
-)
+from .notices import TRUNCATED_TOOL_CALL_RESULT, rejected
 from .output import output_reminder, output_verdict
 from .ports import TurnPort
 from .principals import stamped_end
@@ -105,8 +97,7 @@ class TurnRunner:
 
     @property
     def log(self) -> Any:
-        """The loop's logger bound to this turn, bound when something is
-        logged (binding costs more than a step's fold)."""
+        """The loop's logger bound to this turn, bound on first use (costly)."""
         if self._log is None:
             self._log = self.loop.log.bind(turn=self.loop.state.turn_index)
         return self._log
