@@ -412,14 +412,9 @@ class Loop:
         except LoopClosedError:
             pass
 
-    async def wait_quiescent(self) -> bool:
-        """Wait until the loop is quiescent (or stopped).  Returns whether it
-        waited: only then was this call a checkpoint."""
-        waited = False
+    async def wait_quiescent(self) -> None:
         while not self.quiescent and not self._stopped:
             await self._wait_quiet_change()
-            waited = True
-        return waited
 
     # -- the public side -------------------------------------------------------
 

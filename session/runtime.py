@@ -763,13 +763,12 @@ class Session:
         """Wait until no loop has work it can do without a person (idle, or
         waiting at a gate or on an unknown effect)."""
         while True:
-            waited = False
             for loop in list(self.loops.values()):
-                waited = await loop.wait_quiescent() or waited
-            if not waited:
-                # A checkpoint all the same; after a wait, that wait was one
-                # (a second would cost every turn's waiter a task step).
-                await trio.lowlevel.checkpoint()
+                await loop.wait_quiescent()
+            # Not only a checkpoint: a parent waiting on a foreground child
+            # counts as quiet, so when the child settles both are quiet until
+            # the parent's task runs again; this lets it run before the check.
+            await trio.lowlevel.checkpoint()
             if self._closed:
                 return
             due = any(self.loops[c].settled for c in self._watching)
