@@ -81,6 +81,7 @@ from .errors import (
     QueueFullError,
     UnknownCommandError,
 )
+from .flushing import FlushClock, Ticket
 from .ids import new_id
 from .keys import command_digest, command_name, repeat_of
 from .mailbox import Mailbox
@@ -94,7 +95,8 @@ from .turn import TurnRunner
 
 __all__ = ["Loop", "LoopHost"]
 
-log = structlog.wrap_logger(logging.getLogger(__name__))
+_stdlib = logging.getLogger(__name__)
+log = structlog.wrap_logger(_stdlib)
 
 
 class LoopHost(Protocol):
@@ -171,8 +173,7 @@ class Loop:
         "_compaction_principals",
         "_creator",
         "_flush",
-        "_flush_deadline",
-        "_flush_lot",
+        "_flushes",
         "_home",
         "_mailbox",
         "_nursery",
@@ -251,11 +252,10 @@ class Loop:
         self._compaction_principals: dict[str, str] = {}
         """attempt id -> who asked for that compaction (this process only)."""
         self._cancel_on_start = False
-        self._flush_deadline: float | None = None
-        self._flush: Callable[[], Awaitable[None]] | None = None
-        self._flush_lot: trio.lowlevel.ParkingLot | None = None
-        """Where the flusher task waits for a deadline; None: no flusher runs.
-        Made with the task, so an idle loop holds neither."""
+        self._flush: Ticket | None = None
+        """The pending flush's entry in the run's ``FlushClock`` (None: none)."""
+        self._flushes: Callable[[], Awaitable[None]] | None = None
+        """What that flush runs."""
         self._compacting = False
         # Keyed requests the journal holds and no compaction started yet
         # (after a restore too): they run as if just asked for.
@@ -275,6 +275,13 @@ class Loop:
         use, once a turn or a rare warning: kept, it would be about 1.5 KB of
         every idle loop."""
         return log.bind(loop=self.id, definition=self.definition.name)
+
+    def logs(self, level: int) -> bool:
+        """Whether the standard logger ``log`` writes to keeps lines at
+        ``level`` (an application's logging settings decide).  Binding the
+        logger and running structlog's processors cost far more than most
+        lines: a line made every turn asks first."""
+        return _stdlib.isEnabledFor(level)
 
     def apply(self, record: Record) -> None:
         """Fold one durable record (called by the host, in seq order)."""
@@ -341,34 +348,34 @@ class Loop:
 
     def flush_at(self, deadline: float, flush: Callable[[], Awaitable[None]]) -> None:
         """Have ``flush`` run at ``deadline`` (trio time) unless cancelled first.
-        One flusher task serves every model call of a turn (cheaper than a task
-        per call); it retires when the loop has no turn running."""
-        self._flush_deadline, self._flush = deadline, flush
-        if self._flush_lot is None:
-            lot = self._flush_lot = trio.lowlevel.ParkingLot()
-            self._nursery.start_soon(self._flusher, lot)
-        else:
-            self._flush_lot.unpark_all()
+        The run's one ``FlushClock`` watches the deadline: a task is started
+        only for a flush that comes due (most are cancelled first, by the
+        block's or the stream's end)."""
+        if self._flush is not None:
+            self._flush.cancel()
+        self._flush = FlushClock.of_this_run().add(deadline, self)
+        self._flushes = flush
 
     def cancel_flush(self) -> None:
-        self._flush_deadline, self._flush = None, None
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = self._flushes = None
 
-    async def _flusher(self, lot: trio.lowlevel.ParkingLot) -> None:
-        while True:
-            deadline = self._flush_deadline
-            if deadline is None:
-                if not self._turn_task_running:
-                    # An idle loop keeps no flusher task (memory per idle loop).
-                    self._flush_lot = None
-                    self._mailbox.poke()  # the actor may park once this task is gone
-                    return
-                await lot.park()
-                continue
-            await trio.sleep_until(deadline)
-            flush = self._flush
-            if flush is not None and self._flush_deadline == deadline:
-                self.cancel_flush()
-                await flush()
+    def flush_due(self, ticket: Ticket) -> None:
+        """``FlushClock``: the deadline of ``ticket`` (this loop's, not
+        cancelled) has come: run the flush in a task of the loop's own."""
+        flush = self._flushes
+        assert ticket is self._flush and flush is not None
+        self.cancel_flush()
+        # A flush is pending only while the turn's model call streams, so
+        # the actor's nursery is open.
+        self._nursery.start_soon(self._flushing, flush)
+
+    async def _flushing(self, flush: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await flush()
+        finally:
+            self._mailbox.poke()  # the actor may park once this task is gone
 
     def busy(self, delta: int) -> None:
         self._active += delta
@@ -614,7 +621,7 @@ class Loop:
                     await self._start_turn([queued], command=command, result=result)
                     command.reply.set(result)
                     return
-                limit = self.resolved().limits.max_queued_inputs
+                limit = self.definition.limits_under(state.mode).max_queued_inputs
                 if len(state.queued) >= limit:
                     await self.commit(
                         [
@@ -857,7 +864,7 @@ class Loop:
 
     def _wants_compaction(self) -> bool:
         return self._auto_tried_at != self.state.history_seq and needs_compaction(
-            self.state, self.resolved().limits
+            self.state, self.definition.limits_under(self.state.mode)
         )
 
     def _maybe_auto_compact(self) -> bool:
@@ -912,8 +919,6 @@ class Loop:
             finished, self._turn_finished = self._turn_finished, None
             assert finished is not None
             finished.set()
-            if self._flush_lot is not None:
-                self._flush_lot.unpark_all()  # the flusher may retire
             if not self._mailbox.closed:
                 self._mailbox.send_priority(_TurnDone())
             self.busy(-1)

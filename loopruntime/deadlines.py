@@ -27,7 +27,16 @@ from types import TracebackType
 
 import trio
 
-__all__ = ["Timer", "adopted", "check_timeout", "current", "paused", "retry_backoff", "timer"]
+__all__ = [
+    "Timer",
+    "TimerError",
+    "adopted",
+    "check_timeout",
+    "current",
+    "paused",
+    "retry_backoff",
+    "timer",
+]
 
 _INITIAL_BACKOFF = 0.5
 _MAX_BACKOFF = 8.0
@@ -62,25 +71,36 @@ def retry_backoff(attempt: int) -> float:
 class Timer:
     """A cancel scope whose deadline is ``seconds`` after it opens (never,
     with None), and that stops counting while paused.  ``passed`` tells,
-    after the scope closed, whether the deadline cut what it wrapped."""
+    after the scope closed, whether the deadline cut what it wrapped.
+
+    A timer of no deadline has no cancel scope (``scope`` is None): nothing
+    can cut its block, and a scope would cost a trio deadline registration
+    on the way in and out of every tool call and turn, most of which have no
+    deadline.  It cannot be ``reset`` to one (``TimerError``)."""
 
     __slots__ = ("_left", "_paused", "_paused_at", "_paused_for", "opened", "scope", "seconds")
 
     def __init__(self, seconds: float | None) -> None:
         self.seconds = seconds
         self.opened = trio.current_time()
-        self.scope = trio.CancelScope(deadline=self._deadline(seconds))
+        self.scope = None if seconds is None else trio.CancelScope(deadline=self.opened + seconds)
         self._paused = 0
         self._left = math.inf
         self._paused_at = 0.0
         self._paused_for = 0.0
 
-    def _deadline(self, seconds: float | None) -> float:
-        return math.inf if seconds is None else self.opened + seconds
-
     def reset(self, seconds: float | None) -> None:
         """Make the deadline ``seconds`` of counted time after the timer
         opened (None: no deadline); a paused timer keeps counting nothing."""
+        scope = self.scope
+        if scope is None:
+            if seconds is not None:
+                raise TimerError(
+                    f"a timer opened with no deadline cannot be given one ({seconds:g} s): "
+                    "it has no cancel scope to cut its block; open it with its first "
+                    "deadline instead"
+                )
+            return
         self.seconds = seconds
         if seconds is None:
             self._left = math.inf
@@ -88,15 +108,20 @@ class Timer:
             now = self._paused_at if self._paused else trio.current_time()
             self._left = max(0.0, self.opened + self._paused_for + seconds - now)
         if not self._paused:
-            self.scope.deadline = trio.current_time() + self._left
+            scope.deadline = trio.current_time() + self._left
 
     @property
     def passed(self) -> bool:
-        return self.scope.cancelled_caught
+        return self.scope is not None and self.scope.cancelled_caught
+
+    @property
+    def cancel_called(self) -> bool:
+        """The deadline (or an explicit cancel of its scope) has cut the block."""
+        return self.scope is not None and self.scope.cancel_called
 
     def pause(self) -> None:
         """Stop counting (nested pauses count: the last ``resume`` restarts it)."""
-        if self._paused == 0:
+        if self._paused == 0 and self.scope is not None:
             self._paused_at = trio.current_time()
             self._left = max(0.0, self.scope.deadline - self._paused_at)
             self.scope.deadline = math.inf
@@ -104,7 +129,7 @@ class Timer:
 
     def resume(self) -> None:
         self._paused -= 1
-        if self._paused == 0:
+        if self._paused == 0 and self.scope is not None:
             now = trio.current_time()
             self._paused_for += now - self._paused_at
             self.scope.deadline = now + self._left
@@ -117,6 +142,10 @@ class Timer:
             yield
         finally:
             self.resume()
+
+
+class TimerError(RuntimeError):
+    """A timer was used against its rules (a programming error in a worker)."""
 
 
 _running: contextvars.ContextVar[tuple[Timer, ...]] = contextvars.ContextVar(
@@ -141,11 +170,12 @@ class timer:  # lower case, as contextlib.suppress: it reads as a function
     def __enter__(self) -> Timer:
         t = self._timer
         self._token = _running.set((*_running.get(), t))
-        try:
-            t.scope.__enter__()
-        except BaseException:
-            _running.reset(self._token)
-            raise
+        if t.scope is not None:
+            try:
+                t.scope.__enter__()
+            except BaseException:
+                _running.reset(self._token)
+                raise
         return t
 
     def __exit__(
@@ -154,8 +184,9 @@ class timer:  # lower case, as contextlib.suppress: it reads as a function
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        scope = self._timer.scope
         try:
-            return self._timer.scope.__exit__(exc_type, exc, tb)
+            return scope is not None and scope.__exit__(exc_type, exc, tb)
         finally:
             _running.reset(self._token)
 

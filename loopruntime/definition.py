@@ -392,6 +392,12 @@ class LoopDefinition:
     def model_names(self) -> set[str]:
         return {m.name for m in (*self.models, self.model, *(m.model for m in self.modes)) if m}
 
+    def limits_under(self, mode_name: str | None) -> Limits:
+        """The limits under mode ``mode_name`` (a loop's chosen ``max_tokens``
+        aside): what ``resolved`` gives, without resolving the tools."""
+        mode = self.mode(mode_name)
+        return mode.limits if mode and mode.limits else self.limits
+
     def resolved(
         self,
         mode_name: str | None,
@@ -427,7 +433,7 @@ class LoopDefinition:
         chosen = mode.model if mode and mode.model else self.model
         if model is not None and chosen.name != model:
             chosen = self.find_model(model) or chosen
-        limits = mode.limits if mode and mode.limits else self.limits
+        limits = self.limits_under(mode_name)
         if max_tokens is not None and max_tokens != limits.max_tokens:
             limits = replace(limits, max_tokens=max_tokens)
         return ResolvedDefinition(

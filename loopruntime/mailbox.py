@@ -57,6 +57,10 @@ class Mailbox:
         return len(self._normal) + len(self._priority)
 
     async def send(self, item: Any) -> None:
+        """Put ``item`` in the command lane, waiting while it is full.  Not a
+        checkpoint when there is room: the caller (``Loop.send``) waits on the
+        command's reply next, which is one, and a second would cost every
+        command a task step of its sender for nothing."""
         while len(self._normal) >= self._capacity and not self.closed:
             if self._writable is None:
                 self._writable = trio.lowlevel.ParkingLot()
@@ -68,7 +72,6 @@ class Mailbox:
         self._normal.append(item)
         self.poke()
         self._arrived()
-        await trio.lowlevel.checkpoint()
 
     def send_priority(self, item: Any) -> None:
         if self.closed:

@@ -72,6 +72,10 @@ class ToolsPort(LoopPort, Delegator, Protocol):
     @property
     def log(self) -> FilteringBoundLogger: ...
 
+    def logs(self, level: int) -> bool:
+        """Whether a line at ``level`` (a ``logging`` level) would be kept."""
+        ...
+
     def busy(self, delta: int) -> None:
         """A task of this loop starts (+1) or stops (-1) working; the loop is
         quiet when none works."""

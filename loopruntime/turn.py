@@ -25,17 +25,13 @@ the call (as after a restore).
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 import msgspec
 import trio
 
-from journal.content import (
-    BlockStopped,
-    Message,
-    Piece,
-    ToolUse,
-)
+from journal.content import BlockStopped, Message, Piece, ToolUse
 from journal.events import (
     ContextMeasured,
     DeadlinePassed,
@@ -54,10 +50,7 @@ from .deferred import advertised
 from .errors import ModelError
 from .ids import new_id
 from .model import Accumulator, coalesce
-from .notices import (
-    TRUNCATED_TOOL_CALL_RESULT,
-    rejected,
-)
+from .notices import TRUNCATED_TOOL_CALL_RESULT, rejected
 from .output import output_reminder, output_verdict
 from .ports import TurnPort
 from .principals import stamped_end
@@ -87,7 +80,7 @@ class TurnRunner:
         self.acc: Accumulator | None = None
         self.entered: set[str] = set()
         """Execution ids whose tool function this turn actually called."""
-        self.log = loop.log.bind(turn=loop.state.turn_index)
+        self._log: Any = None
         self.parked = False
         """The turn waits for the host to resolve an unknown outcome."""
         every = loop.definition.hooks
@@ -101,6 +94,13 @@ class TurnRunner:
     @property
     def state(self) -> LoopState:
         return self.loop.state
+
+    @property
+    def log(self) -> Any:
+        """The loop's logger bound to this turn, bound on first use (costly)."""
+        if self._log is None:
+            self._log = self.loop.log.bind(turn=self.loop.state.turn_index)
+        return self._log
 
     async def run(self) -> None:
         timeout = self.resolved.limits.turn_timeout
@@ -128,7 +128,8 @@ class TurnRunner:
             )
         if self.turn_end and not self.state.turn_open:
             await self._turn_end_hooks()
-        self.log.debug("turn_finished", outcome=self.state.last_outcome, parked=self.parked)
+        if self.loop.logs(logging.DEBUG):
+            self.log.debug("turn_finished", outcome=self.state.last_outcome, parked=self.parked)
 
     async def _turn_end_hooks(self) -> None:
         """The turn has ended: its hooks see the outcome and change nothing

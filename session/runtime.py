@@ -765,6 +765,9 @@ class Session:
         while True:
             for loop in list(self.loops.values()):
                 await loop.wait_quiescent()
+            # Not only a checkpoint: a parent waiting on a foreground child
+            # counts as quiet, so when the child settles both are quiet until
+            # the parent's task runs again; this lets it run before the check.
             await trio.lowlevel.checkpoint()
             if self._closed:
                 return

@@ -154,7 +154,7 @@ class McpConnection:
             assert link.session is not None
             return await link.session.call_tool(remote, arguments)
         except trio.Cancelled:
-            if any(t.scope.cancel_called for t in timers):
+            if any(t.cancel_called for t in timers):
                 # The batch commits what the deadline means; the log names
                 # the server that did not answer in time.
                 self.log.warning("mcp_call_timed_out", tool=remote)

@@ -163,3 +163,12 @@ async def test_restore_fails_when_the_definition_lost_the_journaled_mode() -> No
     message = str(info.value)
     assert "'review'" in message and "loop main" in message and s.id in message
     assert "modes: quiet" in message
+
+
+def test_limits_under_a_mode_are_those_the_mode_resolves_to() -> None:
+    d = definition(ScriptedModel([]), ScriptedModel([]))
+    for name in (None, "review"):
+        assert d.limits_under(name) == d.resolved(name).limits
+    assert d.limits_under("review") != d.limits_under(None)
+    with pytest.raises(ModeNotFoundError):
+        d.limits_under("nope")

@@ -33,6 +33,7 @@ from loopruntime import (
     LoopStatus,
     Tool,
     ToolContext,
+    deadlines,
     tool,
 )
 from loopruntime.model import ModelRequest
@@ -649,3 +650,41 @@ def test_a_tool_timeout_that_is_not_a_positive_number_is_refused(
 
     with pytest.raises(error, match="tool slow: timeout must be"):
         tool(timeout=timeout)(slow)  # type: ignore[call-overload]
+
+
+# -- timers without a deadline ------------------------------------------------------------
+
+
+async def test_a_call_and_a_turn_without_deadlines_open_no_cancel_scope() -> None:
+    """A timer of no deadline has no scope (nothing can cut its block), so a
+    tool call and a turn with none pay no cancel scope; with one, they do."""
+    seen: list[list[bool]] = []
+
+    @tool(permission="allow")
+    async def probe(ctx: ToolContext) -> str:
+        seen.append([t.scope is not None for t in deadlines.current()])
+        return "ok"
+
+    for limits in (Limits(), Limits(tool_timeout=30, turn_timeout=600)):
+        model = ScriptedModel([call("probe"), Reply(text="done")])
+        d = LoopDefinition(name="t", model=model, tools=[probe], limits=limits)
+        async with open_journal("memory:") as journal:
+            async with Session.create(journal, d) as s:
+                await s.submit("go")
+                await s.wait_idle()
+                assert (await s.snapshot()).last_outcome == "completed"
+    # The turn's timer, then the call's.
+    assert seen == [[False, False], [True, True]]
+
+
+async def test_a_timer_without_a_deadline_cannot_be_given_one(autojump_clock: Any) -> None:
+    with deadlines.timer(None) as clock:
+        clock.reset(None)  # still none: allowed
+        with clock.paused():
+            await trio.lowlevel.checkpoint()
+        with pytest.raises(deadlines.TimerError, match="cannot be given one"):
+            clock.reset(5.0)
+    assert not clock.passed and not clock.cancel_called
+    with deadlines.timer(1.0) as timed:
+        await trio.sleep(2)
+    assert timed.passed and timed.cancel_called

@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import os
 import re
+from typing import Any
 
 import msgspec
+import pytest
+import structlog
+import trio
 
 from journal import open_journal
 from journal.content import Message, Text
+from loopruntime import Loop
 from loopruntime.context import RequestBuilder
 from loopruntime.ids import RECORD_PREFIXES, new_id
 from loopruntime.model import ToolSchema
@@ -115,3 +121,70 @@ def test_unchanged_tools_are_encoded_once() -> None:
     assert again.tools is first.tools
     other, _ = builder.build(system="s", messages=messages, tools=[schema], max_tokens=11)
     assert other.tools is not first.tools
+
+
+class _CallerSteps(trio.abc.Instrument):
+    """Counts the task steps of one task (the caller's)."""
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task = task
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.steps += 1
+
+
+async def test_a_submit_wakes_its_caller_once() -> None:
+    """The sender of a command is woken by its reply alone: the mailbox's put
+    is no second checkpoint (it cost every command's sender a task step)."""
+    turns = 20
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, stepping(1)) as s:
+            counted = _CallerSteps(trio.lowlevel.current_task())
+            trio.lowlevel.add_instrument(counted)
+            submits = 0
+            for _ in range(turns):
+                before = counted.steps
+                await s.submit("go")
+                submits += counted.steps - before
+                await s.wait_idle()
+            trio.lowlevel.remove_instrument(counted)
+            assert (await s.snapshot()).turn_index == turns
+    assert submits == turns
+
+
+async def test_a_turn_binds_its_logger_only_for_a_line_that_is_kept(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Binding the loop's logger and running structlog's processors cost more
+    than a step's fold: the line every turn ends with is made only when the
+    standard logger the loop writes to keeps debug lines."""
+    binds = 0
+    real = Loop.log
+
+    def counted(self: Loop) -> Any:
+        nonlocal binds
+        binds += 1
+        return real.fget(self)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(Loop, "log", property(counted))
+    wrapper = structlog.get_config()["wrapper_class"]
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        async with open_journal("memory:") as journal:
+            async with Session.create(journal, stepping(1)) as s:
+                caplog.set_level(logging.WARNING, logger="loopruntime.actor")
+                with structlog.testing.capture_logs() as quiet:
+                    await s.submit("go")
+                    await s.wait_idle()
+                assert binds == 0 and quiet == []
+                caplog.set_level(logging.DEBUG, logger="loopruntime.actor")
+                with structlog.testing.capture_logs() as kept:
+                    await s.submit("again")
+                    await s.wait_idle()
+    finally:
+        structlog.configure(wrapper_class=wrapper)
+    assert binds == 1
+    assert [e["event"] for e in kept] == ["turn_finished"]
+    assert kept[0]["turn"] == 2 and kept[0]["outcome"] == "completed"

@@ -272,6 +272,22 @@ async def test_output_is_flushed_while_a_slow_block_streams(autojump_clock: trio
     assert mid >= 3
 
 
+async def test_a_loop_parks_as_its_turn_ends_with_a_flush_deadline_still_ahead(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A reply that streamed slowly but ended before its 250 ms flush
+    deadline leaves nothing waiting for that deadline: the loop's actor parks
+    as the turn ends (an idle loop keeps no task)."""
+    d = definition(Reply(text="abc", chunk_size=1, chunk_delay=0.05))
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, d) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            # Parked, not waiting in its mailbox for a flusher task to retire.
+            assert s.loops["main"]._parked
+            await s.verify()
+
+
 async def test_script_exhausted_fails_the_turn_clearly() -> None:
     async with open_journal("memory:") as journal:
         async with Session.create(journal, definition(Reply(text="only one"))) as s:
