@@ -6,6 +6,7 @@ import pytest
 
 from journal import ConflictError, Draft, DuplicateEventError, FencedError
 from journal.codec import GENESIS, chain, encode_event
+from journal.events import CHECKPOINT_STREAM, SessionCheckpoint
 from journal.rules import (
     Mark,
     Pending,
@@ -36,6 +37,19 @@ def test_a_plan_chains_digests_numbers_seqs_and_marks_checkpoints() -> None:
         assert record.digest == digest
         assert row == ("s", record.seq, p[0], p[1], 7, p[2], digest, p[4])
     assert marks == [("s", 7)]
+
+
+def test_a_subclass_of_a_checkpoint_is_marked_too() -> None:
+    # The plan tells checkpoints by exact class first; an instance of a
+    # subclass is stored under the same tag, so it is indexed all the same.
+    class Mine(SessionCheckpoint):
+        pass
+
+    event = Mine(previous=0, loops=checkpoint(1).event.loops)  # type: ignore[attr-defined]
+    marks: list[Mark] = []
+    planned = pending([*drafts("x", 1), Draft(id="cp", loop=CHECKPOINT_STREAM, event=event)])
+    plan_append("s", 0, GENESIS, planned, 7, [], marks)
+    assert marks == [("s", 2)]
 
 
 def test_idempotency_conflict_and_fencing() -> None:
