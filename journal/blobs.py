@@ -33,8 +33,9 @@ from typing import Any
 
 import msgspec
 
-from .codec import encode_checked
+from .codec import encode_checked, encode_event
 from .errors import JournalCorruptError
+from .events import Event
 from .record import Draft
 from .rules import Pending
 
@@ -56,6 +57,9 @@ __all__ = [
 
 DEFAULT_BLOB_THRESHOLD = 256 * 1024
 """Bytes above which a unit is stored by reference (256 KiB)."""
+
+# A decoder of our own so encode_pending calls it directly (codec.encode_checked's check).
+_check = msgspec.msgpack.Decoder(Event).decode
 
 MARK = 0xC1
 """The first byte of a record stored with references."""
@@ -126,12 +130,20 @@ def encode_pending(drafts: Sequence[Draft], threshold: int) -> tuple[list[Pendin
     ``threshold``; the blobs the split records refer to, each digest once."""
     pending: list[Pending] = []
     blobs: dict[bytes, bytes] = {}
+    encode, check = encode_event, _check
     for d in drafts:
-        body = encode_checked(d.event)
+        event = d.event
+        try:
+            # encode_checked's steps inline (this runs once per appended
+            # event); any failure is left to it to name.
+            body = encode(event)
+            check(body)
+        except (TypeError, ValueError, OverflowError):  # msgspec's errors are ValueErrors
+            body = encode_checked(event)  # raises the named error
         if len(body) > threshold:
             body = split(body, threshold, blobs)
-        pending.append((d.id, d.loop, d.cause, d.event, body))
-    return pending, list(blobs.items())
+        pending.append((d.id, d.loop, d.cause, event, body))
+    return pending, list(blobs.items()) if blobs else []
 
 
 def split(body: bytes, threshold: int, blobs: dict[bytes, bytes]) -> bytes:

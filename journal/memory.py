@@ -425,19 +425,21 @@ class MemoryJournal:
             event=decode_event(body, session=session, seq=seq),
         )
 
-    async def read(
+    def read(
         self, session: str, *, after: int = 0, skip_stream: str | None = None
     ) -> AsyncIterator[Record]:
-        self._check_open()
-        s = self._sessions.get(session)
-        if s is None:
-            raise SessionNotFoundError(session)
-        async for record in self._read_from(session, s, after, skip_stream):
-            yield record
+        # The generator itself, not one wrapped in another: a record passes
+        # through one frame.  Its checks still run when iteration starts.
+        return self._read_from(session, None, after, skip_stream)
 
     async def _read_from(
-        self, session: str, s: _Session, after: int, skip_stream: str | None = None
+        self, session: str, s: _Session | None, after: int, skip_stream: str | None = None
     ) -> AsyncIterator[Record]:
+        if s is None:
+            self._check_open()
+            s = self._sessions.get(session)
+            if s is None:
+                raise SessionNotFoundError(session)
         previous = s.rows[after - 1][6] if after > 0 and after <= len(s.rows) else GENESIS
         seq = after
         while seq < len(s.rows):

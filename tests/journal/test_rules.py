@@ -6,6 +6,8 @@ import pytest
 
 from journal import ConflictError, Draft, DuplicateEventError, FencedError
 from journal.codec import GENESIS, chain, encode_event
+from journal.events import CHECKPOINT_STREAM, SessionCheckpoint
+from journal.record import check_drafts
 from journal.rules import (
     Mark,
     Pending,
@@ -38,6 +40,21 @@ def test_a_plan_chains_digests_numbers_seqs_and_marks_checkpoints() -> None:
     assert marks == [("s", 7)]
 
 
+def test_a_subclass_of_a_checkpoint_is_marked_too() -> None:
+    # The plan tells checkpoints by exact class first; an instance of a
+    # subclass is stored under the same tag, so it is indexed all the same.
+    class Mine(SessionCheckpoint, frozen=True):
+        pass
+
+    original = checkpoint(1).event
+    assert isinstance(original, SessionCheckpoint)
+    event = Mine(previous=0, loops=original.loops)
+    marks: list[Mark] = []
+    planned = pending([*drafts("x", 1), Draft(id="cp", loop=CHECKPOINT_STREAM, event=event)])
+    plan_append("s", 0, GENESIS, planned, 7, [], marks)
+    assert marks == [("s", 2)]
+
+
 def test_idempotency_conflict_and_fencing() -> None:
     rows: list[Row] = []
     stored = pending(drafts("x", 2))
@@ -59,3 +76,17 @@ def test_idempotency_conflict_and_fencing() -> None:
     with pytest.raises(FencedError):
         check_lease("s", 1, 2)
     check_lease("s", 2, 2)
+
+
+def test_drafts_text_checked_field_by_field_past_the_ascii_test() -> None:
+    # check_drafts lets an all-ASCII draft through at once; any other goes
+    # field by field: valid Unicode passes, a lone surrogate is named.
+    event = drafts("x", 1)[0].event
+    check_drafts([Draft(id="é-1", loop="boucle-ü", event=event, cause="ñ")])
+    for bad, field in [
+        (Draft(id="x-\ud800", loop="main", event=event), "event id"),
+        (Draft(id="x-1", loop="main-\udfff", event=event), "loop id"),
+        (Draft(id="x-1", loop="main", event=event, cause="é\ud83d"), "cause"),
+    ]:
+        with pytest.raises(ValueError, match=f"^{field} .* is not valid Unicode text"):
+            check_drafts([drafts("x", 1)[0], bad])
