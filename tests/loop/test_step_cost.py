@@ -18,7 +18,7 @@ from journal import open_journal
 from journal.content import Message, Text
 from loopruntime.context import RequestBuilder, Transcript, merged
 from loopruntime.ids import RECORD_PREFIXES, new_id
-from loopruntime.model import ToolSchema
+from loopruntime.model import ModelRequest, ToolSchema
 from loopruntime.models import ScriptedModel
 from session import Session
 
@@ -199,3 +199,7 @@ def test_a_transcript_reads_as_the_tuple_it_replaces() -> None:
     assert history[2] in t and items[5] not in t
     assert t.index(history[3]) == 3 and t.count(history[1]) == 1
     assert repr(t) == f"Transcript({whole!r})"
+    # Encoded whole, a request needs the hook docs/decisions.md names.
+    request = ModelRequest(system="s", messages=t)
+    as_tuple = msgspec.json.encode(msgspec.structs.replace(request, messages=whole))
+    assert msgspec.json.encode(request, enc_hook=tuple) == as_tuple
