@@ -1,6 +1,7 @@
 """What keeps a step's cost flat as the history grows (benchmarks/README.md,
-issue 22): record ids that grow the journal's id index at its end, and a
-request whose fixed part is digested once."""
+issue 22): record ids that grow the journal's id index at its end, a
+request whose fixed part is digested once, and a request that reads the
+history in place (exactly the messages it was sent before)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import itertools
 import logging
 import os
 import re
+import tracemalloc
 from typing import Any
 
 import msgspec
@@ -19,9 +21,10 @@ import trio
 from journal import open_journal
 from journal.content import Message, Text
 from loopruntime import Loop
-from loopruntime.context import RequestBuilder
+from loopruntime.context import RequestBuilder, Transcript, merged
 from loopruntime.ids import RECORD_PREFIXES, new_id
-from loopruntime.model import ToolSchema
+from loopruntime.model import ModelRequest, ToolSchema
+from loopruntime.models import ScriptedModel
 from session import Session
 
 from .test_pipelining import stepping
@@ -188,3 +191,87 @@ async def test_a_turn_binds_its_logger_only_for_a_line_that_is_kept(
     assert binds == 1
     assert [e["event"] for e in kept] == ["turn_finished"]
     assert kept[0]["turn"] == 2 and kept[0]["outcome"] == "completed"
+
+
+def _history(n: int) -> list[Message]:
+    return [
+        Message(role="assistant" if i % 2 else "user", blocks=(Text(text=f"m{i}"),))
+        for i in range(n)
+    ]
+
+
+async def test_each_model_call_receives_the_merged_history_of_its_moment() -> None:
+    definition = stepping(6)
+    model = definition.model
+    assert isinstance(model, ScriptedModel)
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            history = (await s.snapshot()).messages
+    # Read after the whole turn: what each call was sent has not moved since.
+    assert len(model.requests) == 7
+    for i, request in enumerate(model.requests):
+        # The question, then a reply and its results per step before it.
+        sent = merged(history[: 1 + 2 * i])
+        assert request.messages == sent and sent == request.messages
+        assert tuple(request.messages) == sent
+        assert [m.role for m in request.messages] == ["user", "assistant"] * i + ["user"]
+
+
+def test_a_merge_into_a_lent_message_leaves_the_earlier_request_as_it_was() -> None:
+    ask = Message(role="user", blocks=(Text(text="first"),))
+    more = Message(role="user", blocks=(Text(text="second"),))
+    builder = RequestBuilder()
+    first, _ = builder.build(system="s", messages=[ask], tools=[], max_tokens=10)
+    # The model call failed and the user spoke again: one user message, merged.
+    second, _ = builder.build(system="s", messages=[ask, more], tools=[], max_tokens=10)
+    assert first.messages == (ask,)
+    assert second.messages == merged([ask, more])
+    assert second.messages[0].blocks == (*ask.blocks, *more.blocks)
+    # The builder goes on from its copy: later appends reach only later requests.
+    reply = Message(role="assistant", blocks=(Text(text="ok"),))
+    third, _ = builder.build(system="s", messages=[ask, more, reply], tools=[], max_tokens=10)
+    assert len(second.messages) == 1 and len(third.messages) == 2
+    assert third.messages[:1] == second.messages[:1]
+
+
+def test_a_requests_messages_are_not_copied_however_long_the_history() -> None:
+    builder = RequestBuilder()
+    history = _history(4001)
+    builder.build(system="s", messages=history[:4000], tools=[], max_tokens=10)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        request, _ = builder.build(system="s", messages=history, tools=[], max_tokens=10)
+        grown = sum(d.size_diff for d in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    finally:
+        tracemalloc.stop()
+    # A tuple of 4,001 messages alone is 32 KB; the step's own new message,
+    # digest and request are a few hundred bytes.
+    assert grown < 4_000, grown
+    assert len(request.messages) == 4001 and request.messages[-1] is history[-1]
+
+
+def test_a_transcript_reads_as_the_tuple_it_replaces() -> None:
+    history = _history(5)
+    items = [*history, Message(role="user", blocks=())]  # past its length: not read
+    t = Transcript(items, 5)
+    whole = tuple(history)
+    assert len(t) == 5 and list(t) == history and list(reversed(t)) == history[::-1]
+    assert t == whole and whole == t and t == Transcript(list(history), 5)
+    assert t != whole[:4] and t != list(history)
+    assert hash(t) == hash(whole)
+    assert t[0] is history[0] and t[-1] is history[4] and t[-5] is history[0]
+    assert t[1:3] == whole[1:3] and t[::-1] == whole[::-1] and t[3:] == whole[3:]
+    for bad in (5, -6):
+        with pytest.raises(IndexError, match="out of range"):
+            t[bad]
+    assert t + (items[5],) == (*whole, items[5])  # noqa: RUF005 (the operator is the test)
+    assert history[2] in t and items[5] not in t
+    assert t.index(history[3]) == 3 and t.count(history[1]) == 1
+    assert repr(t) == f"Transcript({whole!r})"
+    # Encoded whole, a request needs the hook docs/decisions.md names.
+    request = ModelRequest(system="s", messages=t)
+    as_tuple = msgspec.json.encode(msgspec.structs.replace(request, messages=whole))
+    assert msgspec.json.encode(request, enc_hook=tuple) == as_tuple
