@@ -64,14 +64,23 @@ def definition(seen: Seen, **options: Any) -> LoopDefinition:
 
 @contextlib.contextmanager
 def every_log_line() -> Iterator[list[MutableMapping[str, Any]]]:
-    """structlog's captured lines at every level (the suite keeps warnings only)."""
+    """structlog's captured lines at every level (the suite keeps warnings only).
+
+    The standard loggers are set to keep debug lines too: the runtime asks
+    them before making a line it would make every turn (``Loop.logs``)."""
     before = structlog.get_config()
+    stdlib = [logging.getLogger(name) for name in ("loopruntime", "session", "journal")]
+    levels = [logger.level for logger in stdlib]
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    for logger in stdlib:
+        logger.setLevel(logging.DEBUG)
     try:
         with capture_logs() as logs:
             yield logs
     finally:
         structlog.configure(**before)
+        for logger, level in zip(stdlib, levels, strict=True):
+            logger.setLevel(level)
 
 
 def shown_calls(request: ModelRequest) -> list[dict[str, Any]]:
