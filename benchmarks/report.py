@@ -395,7 +395,10 @@ def _loops_section(results: dict[str, Any]) -> list[str]:
         "### 4. Idle footprint",
         "",
         "N sessions, each after one turn, idle in one process: growth of resident memory "
-        "(RSS) / N. Setup = seconds to create them all (of which cyclic GC).",
+        "(RSS) / N. Setup = seconds to create them all (of which cyclic GC), made inside "
+        "`session.collector_paused()` as an application making many sessions at once would "
+        "(no automatic collection meanwhile; one collection and `gc.freeze()` at its end, "
+        "inside the window).",
         "",
         *_table(["loops", "bytes per idle loop", "RSS growth", "RSS total", "setup s"], idle),
     ]
