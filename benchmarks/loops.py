@@ -553,7 +553,7 @@ async def _idle_run(path: str, n: int, progress: Progress) -> dict[str, Any]:
         tracked_before = _tracked()
         before = _rss()
         with GcClock() as gc_clock:
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             async with trio.open_nursery() as nursery:
                 # What an application making many sessions at once calls
                 # (session/collector.py): no automatic collection while they are
@@ -564,6 +564,7 @@ async def _idle_run(path: str, n: int, progress: Progress) -> dict[str, Any]:
                         nursery.start_soon(worker, n // workers + (1 if w < n % workers else 0))
                     await all_ready.wait()
                 seconds = time.perf_counter() - start
+                cpu_seconds = time.process_time() - cpu_start
                 gc_seconds = gc_clock.seconds
                 gc.collect()
                 after = _rss()
@@ -583,6 +584,7 @@ async def _idle_run(path: str, n: int, progress: Progress) -> dict[str, Any]:
         "bytes_per_loop": (after - before) / n,
         "gc_objects_per_loop": tracked / n,
         "setup_seconds": seconds,
+        "setup_cpu_seconds": cpu_seconds,
         "gc_seconds": gc_seconds,
         "collector": "collector_paused",
     }

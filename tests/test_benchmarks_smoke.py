@@ -62,6 +62,7 @@ IDLE_KEYS = {
     "bytes_per_loop",
     "gc_objects_per_loop",
     "setup_seconds",
+    "setup_cpu_seconds",
     "gc_seconds",
     "collector",
 }
