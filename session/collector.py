@@ -24,13 +24,17 @@ When each is safe and what it costs: docs/guide.md, "Many sessions in one proces
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 __all__ = ["collector_paused", "freeze_held", "thaw_held"]
 
+_counting = threading.Lock()
+"""Held while a block comes in or leaves: trio runs in several threads share the
+collector."""
 _pauses = 0
-"""Blocks of ``collector_paused`` open now, in every task of the process."""
+"""Blocks of ``collector_paused`` open now, in every task and thread of the process."""
 _resume = False
 """Whether the collector was on when the first of them came in."""
 
@@ -48,18 +52,20 @@ def collector_paused(*, freeze: bool = True) -> Iterator[None]:
     what is alive (``freeze_held``).  Leaving with an error only turns collection back
     on (when this is the last block open and it was on before the first)."""
     global _pauses, _resume
-    if _pauses == 0:
-        _resume = gc.isenabled()
-    _pauses += 1
-    gc.disable()
+    with _counting:
+        if _pauses == 0:
+            _resume = gc.isenabled()
+        _pauses += 1
+        gc.disable()
     failed = True
     try:
         yield
         failed = False
     finally:
-        _pauses -= 1
-        if _pauses == 0 and _resume:
-            gc.enable()
+        with _counting:
+            _pauses -= 1
+            if _pauses == 0 and _resume:
+                gc.enable()
         if not failed:
             if freeze:
                 freeze_held()
