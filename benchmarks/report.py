@@ -365,7 +365,7 @@ def _loops_section(results: dict[str, Any]) -> list[str]:
                     f"{r['bytes_per_loop']:,.0f}",
                     format_bytes(r["rss_after_bytes"] - r["rss_before_bytes"]),
                     format_bytes(r["rss_after_bytes"]),
-                    f"{r['setup_seconds']:.1f} (gc {r['gc_seconds']:.1f})",
+                    f"{r['setup_seconds']:.1f} ({_setup_cpu(r)}gc {r['gc_seconds']:.1f})",
                 ]
             )
     return [
@@ -395,10 +395,20 @@ def _loops_section(results: dict[str, Any]) -> list[str]:
         "### 4. Idle footprint",
         "",
         "N sessions, each after one turn, idle in one process: growth of resident memory "
-        "(RSS) / N. Setup = seconds to create them all (of which cyclic GC).",
+        "(RSS) / N. Setup = seconds to create them all (the process's CPU meanwhile, of "
+        "which cyclic GC), made inside "
+        "`session.collector_paused()` as an application making many sessions at once would "
+        "(no automatic collection meanwhile; one collection and `gc.freeze()` at its end, "
+        "inside the window).",
         "",
         *_table(["loops", "bytes per idle loop", "RSS growth", "RSS total", "setup s"], idle),
     ]
+
+
+def _setup_cpu(row: dict[str, Any]) -> str:
+    # Results written before the idle rows carried the process's CPU have none.
+    cpu = row.get("setup_cpu_seconds")
+    return "" if cpu is None else f"CPU {cpu:.1f}, "
 
 
 def _loops_targets(results: dict[str, Any], targets: Targets) -> None:
@@ -720,7 +730,8 @@ def _idle(results: dict[str, Any]) -> tuple[str, bool | None]:
     per = row["bytes_per_loop"]
     seconds = row["setup_seconds"]
     return (
-        f"{seconds:.0f} s (gc {row['gc_seconds']:.0f} s), {format_bytes(per)} each",
+        f"{seconds:.0f} s ({_setup_cpu(row)}gc {row['gc_seconds']:.0f} s), "
+        f"{format_bytes(per)} each",
         seconds <= 60 and per <= 8 * 1024,
     )
 

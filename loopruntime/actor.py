@@ -455,6 +455,29 @@ class Loop:
         into that nursery, as from any task of it."""
         await self._act(task_status)
 
+    async def start_parked(self, home: trio.Nursery) -> None:
+        """What ``await home.start(loop.run)`` does for a new loop, without a
+        task when it can: commit what the loop runs under from the caller's
+        task, then park it as data, ``home`` the nursery its actor starts in
+        when its mailbox takes an item (at once, if one came meanwhile).  A new
+        loop has nothing queued to resume.  A loop with MCP servers, or with
+        records already, starts with ``run``.  A failed start stops the loop
+        and raises to the caller."""
+        if self.definition.toolsets or self.state.loop:
+            await home.start(self.run)
+            return
+        self._home = home
+        try:
+            await self._open(home)
+        except BaseException:
+            self._close_down()
+            raise
+        self._parked = True
+        self._mailbox.release()
+        shed_empty(self.state)
+        if len(self._mailbox):
+            self._arrived()
+
     async def _act(self, task_status: trio.TaskStatus[Loop] | None) -> None:
         """One stretch of the actor's life: from its start (``task_status``)
         or a command arriving at a parked loop, to parking or stopping."""

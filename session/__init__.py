@@ -7,6 +7,9 @@ from .client import ClientNotOpenError as ClientNotOpenError
 from .client import CommandRefusedError as CommandRefusedError
 from .client import WaitTimeoutError as WaitTimeoutError
 from .client import open_client as open_client
+from .collector import collector_paused as collector_paused
+from .collector import freeze_held as freeze_held
+from .collector import thaw_held as thaw_held
 from .errors import DefinitionDriftError as DefinitionDriftError
 from .errors import ForkError as ForkError
 from .errors import InvalidContentError as InvalidContentError
@@ -52,6 +55,9 @@ __all__ = [
     "UnknownSessionError",
     "VerifyError",
     "WaitTimeoutError",
+    "collector_paused",
+    "freeze_held",
     "open_client",
     "open_sync_client",
+    "thaw_held",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
+from types import TracebackType
 from typing import Any
 
 import trio
@@ -120,6 +121,8 @@ class Session:
         """Digests of the system prompts whose text the journal holds."""
         self._creator: str | None = None
         """Who created the session (``create(principal=)``), for its first loop's start."""
+        self._nursery: trio.Nursery
+        """Where the loops run (set when the session starts running)."""
         # Bound methods, not lambdas: no closure cells per session.
         self._subscriptions = Subscriptions(
             journal, session_id, head=self._head, closed=self._is_closed
@@ -333,58 +336,41 @@ class Session:
             self._definition_of(loop_id, state)
         check_drift(self.id, states, self._definition_of, drift)
 
-    @asynccontextmanager
-    async def _running(
+    def _running(
         self, lease: Any, states: dict[str, LoopState], *, restoring: bool = False
-    ) -> AsyncIterator[None]:
-        self._writer.open(lease)
-        raised: Exception | None = None
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                self._writer.start(nursery)
-                if restoring:
-                    # Every loop exists before the first settling commit: a
-                    # checkpoint that commit carries pictures every loop there is.
-                    restored = [
-                        self._make_loop(loop_id, state) for loop_id, state in states.items()
-                    ]
-                    self._prompts.update(d for st in states.values() for d in st.prompts)
-                    for loop in restored:
-                        await self.commit(loop, reopening(loop.state, loop.definition, self))
-                for loop_id, state in states.items():
-                    loop = self.loops.get(loop_id) or self._make_loop(loop_id, state)
-                    if state.stopped:
-                        continue
-                    await nursery.start(loop.run)
-                for loop in list(self.loops.values()):
-                    for child in loop.state.children.values():
-                        # A background child whose result the parent never got.
-                        if child.background and child.status == "running":
-                            if child.child_loop in self.loops:
-                                self.watch_background(loop, child.child_loop)
-                # This frame lives as long as the session: it keeps nothing it
-                # no longer needs (the states are the loops' own now).
-                del states
-                try:
-                    yield
-                except Exception as exc:
-                    # The caller's own error: raised as itself after the session
-                    # closes, not wrapped in the nursery's exception group.
-                    raised = exc
-                finally:
-                    with trio.CancelScope(shield=True):
-                        await self.shutdown()
-                    nursery.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            # A journal failure stops every task of the session; the caller
-            # gets the journal's own error, not a tree of task groups.
-            failure = _journal_failure(group)
-            if failure is None:
-                raise
-            raise failure from None
-        if raised is not None:
-            raise raised
+    ) -> _Running:
+        """The session's running context: its nursery, writer and loops, shut
+        down on exit."""
+        return _Running(self, lease, states, restoring)
+
+    async def _start(
+        self, nursery: trio.Nursery, states: dict[str, LoopState], restoring: bool
+    ) -> None:
+        """Start the loops in the session's nursery (and, restored, settle
+        what they left open first)."""
+        if restoring:
+            # Every loop exists before the first settling commit: a
+            # checkpoint that commit carries pictures every loop there is.
+            restored = [self._make_loop(loop_id, state) for loop_id, state in states.items()]
+            self._prompts.update(d for st in states.values() for d in st.prompts)
+            for loop in restored:
+                await self.commit(loop, reopening(loop.state, loop.definition, self))
+        for loop_id, state in states.items():
+            loop = self.loops.get(loop_id) or self._make_loop(loop_id, state)
+            if state.stopped:
+                continue
+            if restoring:
+                await nursery.start(loop.run)
+            else:
+                # A new session's loop has nothing to do until a command
+                # comes: it starts parked, without a task of its own.
+                await loop.start_parked(nursery)
+        for loop in list(self.loops.values()):
+            for child in loop.state.children.values():
+                # A background child whose result the parent never got.
+                if child.background and child.status == "running":
+                    if child.child_loop in self.loops:
+                        self.watch_background(loop, child.child_loop)
 
     def _make_loop(self, loop_id: str, state: LoopState) -> Loop:
         loop = Loop(
@@ -861,6 +847,80 @@ class _Opening:
         running, self._running = self._running, None
         assert running is not None
         return await running.__aexit__(*exc_info)
+
+
+class _Running:
+    """A session's running context: on entry its writer opens under the lease
+    and its loops start in a nursery of its own; on exit the session shuts
+    down (shielded) and the nursery closes.  A class, not an async generator:
+    an idle session keeps no suspended frame, generator, generator context
+    manager or trio's weak reference to the generator.
+
+    The caller's own error leaves as itself, after the session closed; a
+    journal failure that stopped the session's tasks leaves as the journal's
+    own error, not a tree of task groups (``_journal_failure``)."""
+
+    __slots__ = ("_lease", "_manager", "_restoring", "_session", "_states")
+
+    def __init__(
+        self, session: Session, lease: Any, states: dict[str, LoopState], restoring: bool
+    ) -> None:
+        self._session = session
+        self._lease = lease
+        self._states: dict[str, LoopState] | None = states
+        self._restoring = restoring
+        self._manager: AbstractAsyncContextManager[trio.Nursery] | None = None
+
+    async def __aenter__(self) -> None:
+        session, states = self._session, self._states
+        assert states is not None, "a session's running context is entered once"
+        # Kept no longer than needed: this object lives as long as the session
+        # (the states are the loops' own once they start).
+        lease, self._states, self._lease = self._lease, None, None
+        session._writer.open(lease)
+        self._manager = manager = trio.open_nursery()
+        session._nursery = nursery = await manager.__aenter__()
+        session._writer.start(nursery)
+        try:
+            await session._start(nursery, states, self._restoring)
+        except BaseException as exc:
+            # It leaves through the nursery, which stops the session's tasks.
+            await self._leave(exc)
+            raise
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        session = self._session
+        # The caller's own error is raised as itself once the session has
+        # closed; anything else (a cancellation) leaves through the nursery.
+        through = exc if exc is not None and not isinstance(exc, Exception) else None
+        try:
+            with trio.CancelScope(shield=True):
+                await session.shutdown()
+            session._nursery.cancel_scope.cancel()
+        except BaseException as error:
+            through = error
+        suppressed = await self._leave(through)
+        return suppressed and through is exc and exc is not None
+
+    async def _leave(self, exc: BaseException | None) -> bool:
+        """Close the session's nursery with ``exc`` leaving its body; True when
+        the nursery took it (a cancellation of its own)."""
+        manager, self._manager = self._manager, None
+        assert manager is not None
+        try:
+            if exc is None:
+                return bool(await manager.__aexit__(None, None, None))
+            return bool(await manager.__aexit__(type(exc), exc, exc.__traceback__))
+        except BaseExceptionGroup as group:
+            failure = _journal_failure(group)
+            if failure is None:
+                raise
+            raise failure from None
 
 
 def _journal_failure(group: BaseExceptionGroup[BaseException]) -> JournalError | None:

@@ -7,6 +7,7 @@ nothing here compares a number with a bound other than "was measured".
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -61,7 +62,9 @@ IDLE_KEYS = {
     "bytes_per_loop",
     "gc_objects_per_loop",
     "setup_seconds",
+    "setup_cpu_seconds",
     "gc_seconds",
+    "collector",
 }
 
 
@@ -115,8 +118,12 @@ def test_loop_benchmark_rows() -> None:
     assert set(idle) == IDLE_KEYS
     assert idle["loops"] == 2
     assert idle["rss_after_bytes"] > 0 and idle["setup_seconds"] > 0
-    # Two sessions are a few dozen tracked objects each, never none.
+    # Two sessions are a few dozen tracked objects each, never none (frozen ones count).
     assert idle["gc_objects_per_loop"] > 10
+    # Made as an application making many at once would, and nothing left paused or
+    # frozen in the process afterwards.
+    assert idle["collector"] == "collector_paused"
+    assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
 RESTORE_KEYS = {

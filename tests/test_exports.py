@@ -58,6 +58,7 @@ PUBLIC = {
         "SyncClient", "open_sync_client",
         "SessionStatus", "Status",
         "CommitStatistics",
+        "collector_paused", "freeze_held", "thaw_held",
     },
     "session.console": {"parse_bind", "serve_console"},
 }  # fmt: skip

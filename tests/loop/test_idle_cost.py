@@ -18,7 +18,7 @@ import msgspec
 import pytest
 import trio
 
-from journal import Record, open_journal
+from journal import JournalUnavailableError, Record, open_journal
 from journal.forwarding import ForwardingJournal
 from loopruntime import LoopClosedError, LoopDefinition, ToolContext, tool
 from loopruntime.empties import NO_LIST
@@ -131,6 +131,55 @@ async def test_an_idle_session_keeps_no_task(autojump_clock: Any) -> None:
             await s.wait_idle()
             await s.verify()
             assert (await s.snapshot()).turn_index == 2
+
+
+class SpawnedTasks(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.names.append(task.name)
+
+
+async def test_a_new_session_starts_its_loop_parked_without_a_task() -> None:
+    spawned = SpawnedTasks()
+    async with open_journal("memory:") as journal:
+        trio.lowlevel.add_instrument(spawned)
+        try:
+            async with Session.create(journal, one_step()) as s:
+                # loop.started and loop.configured are durable, committed from
+                # the creating task; the loop has no task until a command comes.
+                assert [r.event.__struct_config__.tag async for r in journal.read(s.id)] == [
+                    "loop.started",
+                    "loop.configured",
+                ]
+                assert not [n for n in spawned.names if "Loop." in n], spawned.names
+                assert s.loops["main"]._parked
+                await s.submit("go")
+                await s.wait_idle()
+                assert [n for n in spawned.names if "Loop." in n]
+                assert (await s.snapshot()).turn_index == 1
+                await s.verify()
+        finally:
+            trio.lowlevel.remove_instrument(spawned)
+
+
+class FailingAppends(ForwardingJournal):
+    async def append(self, *args: Any, **kwargs: Any) -> Any:
+        raise JournalUnavailableError("the journal's disk went away")
+
+
+async def test_a_new_loop_whose_start_cannot_commit_fails_create_with_the_journal_error() -> None:
+    # The parked start commits from the creating task: its failure still leaves
+    # as the journal's own error, not a group, and the session is never entered.
+    async with open_journal("memory:") as inner:
+        entered: list[Session] = []
+        with pytest.raises(JournalUnavailableError, match="disk went away"):
+            async with Session.create(FailingAppends(inner), one_step()) as s:
+                entered.append(s)
+        assert not entered
+        (info,) = await inner.sessions()
+        assert await inner.head(info.session) == 0
 
 
 async def test_a_parked_loop_wakes_for_every_kind_of_command(autojump_clock: Any) -> None:
@@ -360,7 +409,8 @@ async def test_an_open_session_keeps_no_suspended_create_frame() -> None:
             await s.submit("go")
             await s.wait_idle()
             assert not suspended("create")
-            assert len(suspended("_running")) == 1  # the session's nursery lives there
+            # Nor a running one: the session's nursery is held by a small object.
+            assert not suspended("_running")
         # Refused before anything runs, as before.
         with pytest.raises(SessionExistsError):
             async with Session.create(journal, one_step(), session_id=s.id):
