@@ -58,7 +58,9 @@ class Thinking(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="thinkin
     signature: str = ""
 
 
-class RedactedThinking(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="redacted_thinking"):
+class RedactedThinking(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="redacted_thinking"
+):
     """Reasoning the provider returned encrypted; opaque to us."""
 
     data: str
