@@ -68,6 +68,10 @@ async def test_turns_add_no_tracked_objects_to_a_conversation(autojump_clock: An
             assert len((await s.snapshot()).messages) >= 4 * (turns + 3)
     grown = after - before
     grown.pop("Counter", None)  # ``before`` itself
+    # The ABC caches' weak references to types (and their callbacks): filled anew
+    # after another test registers a class with an ABC, a few per kind of object.
+    grown.pop("ReferenceType", None)
+    grown.pop("builtin_function_or_method", None)
     # No kind of object grows with the turns (a few one-off objects may appear).
     assert max(grown.values(), default=0) < turns // 2, grown.most_common(10)
 
