@@ -6,6 +6,12 @@ journal stores them verbatim.
 
 Schema rules (they keep old journals readable): a new field gets a default;
 a field never changes its type; a tag is never reused.
+
+None of these is tracked by the cyclic garbage collector (``gc=False``): a
+block holds strings, numbers, other blocks and JSON-like builtins, never
+anything that could refer back to it, so it can be in no reference cycle.
+A conversation's messages live as long as their loop; tracked, every full
+collection of the process would walk each of them.
 """
 
 from __future__ import annotations
@@ -35,13 +41,13 @@ __all__ = [
 ]
 
 
-class Text(msgspec.Struct, frozen=True, kw_only=True, tag="text"):
+class Text(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="text"):
     """Plain text."""
 
     text: str
 
 
-class Thinking(msgspec.Struct, frozen=True, kw_only=True, tag="thinking"):
+class Thinking(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="thinking"):
     """Model reasoning shown in the clear.
 
     ``signature`` is the provider's integrity token; a thinking block without
@@ -52,20 +58,22 @@ class Thinking(msgspec.Struct, frozen=True, kw_only=True, tag="thinking"):
     signature: str = ""
 
 
-class RedactedThinking(msgspec.Struct, frozen=True, kw_only=True, tag="redacted_thinking"):
+class RedactedThinking(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="redacted_thinking"
+):
     """Reasoning the provider returned encrypted; opaque to us."""
 
     data: str
 
 
-class Image(msgspec.Struct, frozen=True, kw_only=True, tag="image"):
+class Image(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="image"):
     """An inline image: media type (``image/png``...) and base64 data."""
 
     media_type: str
     data: str
 
 
-class ToolUse(msgspec.Struct, frozen=True, kw_only=True, tag="tool_use"):
+class ToolUse(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="tool_use"):
     """The model asks for a tool call."""
 
     id: str
@@ -76,7 +84,7 @@ class ToolUse(msgspec.Struct, frozen=True, kw_only=True, tag="tool_use"):
 ResultBlock = Text | Image
 
 
-class ToolResult(msgspec.Struct, frozen=True, kw_only=True, tag="tool_result"):
+class ToolResult(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="tool_result"):
     """The answer to one ``ToolUse``, matched by ``tool_use_id``."""
 
     tool_use_id: str
@@ -87,7 +95,7 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True, tag="tool_result"):
 Block = Text | Thinking | RedactedThinking | Image | ToolUse | ToolResult
 
 
-class Message(msgspec.Struct, frozen=True, kw_only=True):
+class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One conversation message.
 
     ``synthetic`` marks a message the runtime wrote (notices, results for
@@ -101,7 +109,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     derived: bool = False
 
 
-class Usage(msgspec.Struct, frozen=True, kw_only=True):
+class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Token counts reported by the provider for one model call."""
 
     input_tokens: int = 0
@@ -117,7 +125,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
 # is rebuilt by the very accumulator that built it live.
 
 
-class BlockStarted(msgspec.Struct, frozen=True, kw_only=True, tag="block_started"):
+class BlockStarted(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="block_started"):
     """A content block begins at ``index``.
 
     For ``tool_use`` blocks ``id`` and ``name`` are set; for
@@ -131,29 +139,29 @@ class BlockStarted(msgspec.Struct, frozen=True, kw_only=True, tag="block_started
     data: str = ""
 
 
-class TextDelta(msgspec.Struct, frozen=True, kw_only=True, tag="text_delta"):
+class TextDelta(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="text_delta"):
     index: int
     text: str
 
 
-class ThinkingDelta(msgspec.Struct, frozen=True, kw_only=True, tag="thinking_delta"):
+class ThinkingDelta(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="thinking_delta"):
     index: int
     thinking: str
 
 
-class SignatureDelta(msgspec.Struct, frozen=True, kw_only=True, tag="signature_delta"):
+class SignatureDelta(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="signature_delta"):
     index: int
     signature: str
 
 
-class InputJsonDelta(msgspec.Struct, frozen=True, kw_only=True, tag="input_json_delta"):
+class InputJsonDelta(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="input_json_delta"):
     """A fragment of a tool call's JSON input, streamed as text."""
 
     index: int
     partial_json: str
 
 
-class BlockStopped(msgspec.Struct, frozen=True, kw_only=True, tag="block_stopped"):
+class BlockStopped(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="block_stopped"):
     """The block at ``index`` is complete."""
 
     index: int

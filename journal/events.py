@@ -11,7 +11,13 @@ The catalog is one piece: it is the schema of the journal, read as a whole
 when a tag or field changes, and the union below must list every event.
 
 Schema rules: new fields get defaults; a field never changes its type; a tag
-is never reused or renamed.  Bump ``codec.SCHEMA_VERSION`` only when an old
+is never reused or renamed.
+
+No event, nor any Struct it holds, is tracked by the cyclic garbage collector
+(``gc=False``): an event holds content, strings, numbers and JSON-like
+builtins, never an object that could refer back to it, so it can be in no
+reference cycle.  A new field must keep it so (no callables, no live objects):
+an event in a cycle would never be freed.  Bump ``codec.SCHEMA_VERSION`` only when an old
 reader could misread a new record.
 
 The catalog is one piece on purpose: one union, decoded by one decoder, whose
@@ -90,10 +96,10 @@ __all__ = [
     "TurnStarted",
 ]
 
-_opts: dict[str, Any] = {"frozen": True, "kw_only": True}
+_opts: dict[str, Any] = {"frozen": True, "kw_only": True, "gc": False}
 
 
-class Provenance(msgspec.Struct, frozen=True, kw_only=True):
+class Provenance(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Where a child loop came from: the parent's loop, turn, step and tool call."""
 
     parent_loop: str
@@ -141,7 +147,7 @@ class LoopStopped(msgspec.Struct, tag="loop.stopped", **_opts):
 # (docs/restore.md, "Deploys").  Digests stand for the long texts.
 
 
-class ToolConfig(msgspec.Struct, frozen=True, kw_only=True):
+class ToolConfig(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One tool a loop can reach by name."""
 
     name: str
@@ -167,7 +173,7 @@ class ToolConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Its own middleware, outermost first, by qualified name."""
 
 
-class ModeConfig(msgspec.Struct, frozen=True, kw_only=True):
+class ModeConfig(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A named mode, with what it overrides (None: the definition's)."""
 
     name: str
@@ -178,7 +184,7 @@ class ModeConfig(msgspec.Struct, frozen=True, kw_only=True):
     limits: dict[str, Any] | None = None
 
 
-class LoopConfig(msgspec.Struct, frozen=True, kw_only=True):
+class LoopConfig(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A loop's definition, as far as it decides what the loop does."""
 
     model: str
@@ -200,7 +206,7 @@ class LoopConfig(msgspec.Struct, frozen=True, kw_only=True):
     """The definition's ``tool_middleware``, outermost first, by qualified name."""
 
 
-class ConfigChange(msgspec.Struct, frozen=True, kw_only=True):
+class ConfigChange(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One difference between two configurations, for people and checks."""
 
     what: str
@@ -691,7 +697,7 @@ class ChildFinished(msgspec.Struct, tag="child.finished", **_opts):
 # -- session level ------------------------------------------------------------
 
 
-class SessionLevelEvent(msgspec.Struct, frozen=True, kw_only=True):
+class SessionLevelEvent(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Base of the events the session records on streams of its own (its
     checkpoints, its collaborations): no loop folds them.  A class rather than
     only a union, so a loop's fold skips the whole family with one class
@@ -705,7 +711,7 @@ class SessionLevelEvent(msgspec.Struct, frozen=True, kw_only=True):
 # so a collaboration restores and replays like anything else.
 
 
-class TaskSpec(msgspec.Struct, frozen=True, kw_only=True):
+class TaskSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A task the coordinator asks for: run ``worker`` on ``input`` under ``key``."""
 
     key: str
@@ -713,7 +719,7 @@ class TaskSpec(msgspec.Struct, frozen=True, kw_only=True):
     input: str
 
 
-class Control(msgspec.Struct, frozen=True, kw_only=True):
+class Control(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A signal to a running task: steer it with ``text``, or cancel it."""
 
     key: str
@@ -721,7 +727,7 @@ class Control(msgspec.Struct, frozen=True, kw_only=True):
     text: str = ""
 
 
-class Decision(msgspec.Struct, frozen=True, kw_only=True):
+class Decision(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What the coordinator decided on one turn."""
 
     mode: Literal["continue", "wait", "complete"]
@@ -805,7 +811,7 @@ class Notice(msgspec.Struct, tag="notice", **_opts):
 # -- checkpoints ------------------------------------------------------------
 
 
-class LoopImage(msgspec.Struct, frozen=True, kw_only=True):
+class LoopImage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One loop's folded state in a ``session.checkpoint``.
 
     The model context is stored as a delta, so a chain of checkpoints holds
