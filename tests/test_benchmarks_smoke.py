@@ -118,8 +118,11 @@ def test_loop_benchmark_rows() -> None:
     assert set(idle) == IDLE_KEYS
     assert idle["loops"] == 2
     assert idle["rss_after_bytes"] > 0 and idle["setup_seconds"] > 0
-    # Two sessions are a few dozen tracked objects each, never none (frozen ones count).
-    assert idle["gc_objects_per_loop"] > 10
+    # Not its size: two sessions' few dozen tracked objects each are fewer than the rest
+    # of a test process may free meanwhile (an earlier trio run's idle worker thread
+    # exiting, say). What a session keeps is pinned by tests/loop/test_idle_cost.py and
+    # tests/loop/test_kept_objects.py, in runs of their own.
+    assert isinstance(idle["gc_objects_per_loop"], float)
     # Made as an application making many at once would, and nothing left paused or
     # frozen in the process afterwards.
     assert idle["collector"] == "collector_paused"
