@@ -244,9 +244,13 @@ class KillingJournal(ForwardingJournal):
         )
         self.appends += 1
         _append_line(self.seen, "\n".join(f"{r.seq} {r.digest.hex()}" for r in records))
-        if self.appends == self.kill_after:
+        if self.dies_now():
             kill_self()
         return records
+
+    def dies_now(self) -> bool:
+        """Whether to die right after the append just counted (and written down)."""
+        return self.appends == self.kill_after
 
 
 # -- the host: drives the scenario from whatever state the journal is in -------------------

@@ -11,16 +11,12 @@ ahead, so the kill always finds zeros past the frames); ``WORKDIR/seen`` holds
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
 from pathlib import Path
 
-from journal import Draft, Journal, Record, SessionLease, open_journal
-from journal.forwarding import ForwardingJournal
-from journal.inbox import Consumed
+from journal import Journal, open_journal
 from session import Session
+from tests.support.crash_points import KillingJournal
 from tests.support.loops import counting_definition
-from tests.support.processes import kill_self
 
 SESSION = "crash-wal"
 TURNS = 60
@@ -39,37 +35,16 @@ def has_room(wal: Path) -> bool:
     return (wal.stat().st_size - 32) % FRAME != 0
 
 
-class _KillingJournal(ForwardingJournal):
-    def __init__(self, inner: Journal, workdir: Path, kill_after: int) -> None:
-        super().__init__(inner)
-        self.seen = workdir / "seen"
-        self.wal = workdir / "journal.db-wal"
-        self.kill_after = kill_after
-        self.appends = 0
+class _KillingJournal(KillingJournal):
+    """Dies at the ``kill_after``-th append, or past it at the first that left room."""
 
-    async def append(
-        self,
-        lease: SessionLease,
-        drafts: Sequence[Draft],
-        *,
-        expected_seq: int,
-        consumes: Sequence[Consumed] = (),
-    ) -> list[Record]:
-        records = await self.inner.append(
-            lease, drafts, expected_seq=expected_seq, consumes=consumes
-        )
-        self.appends += 1
-        # One write per append, so a SIGKILL never leaves half a line.
-        fd = os.open(self.seen, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            os.write(fd, "".join(f"{r.seq} {r.digest.hex()}\n" for r in records).encode())
-        finally:
-            os.close(fd)
-        if self.appends == 1 == self.kill_after or (
-            1 < self.kill_after <= self.appends and has_room(self.wal)
-        ):
-            kill_self()
-        return records
+    def __init__(self, inner: Journal, workdir: Path, kill_after: int) -> None:
+        super().__init__(inner, workdir, kill_after)
+        self.wal = workdir / "journal.db-wal"
+        self.at = kill_after
+
+    def dies_now(self) -> bool:
+        return self.appends == 1 == self.at or (1 < self.at <= self.appends and has_room(self.wal))
 
 
 async def run(workdir: str, kill_after: str) -> None:
