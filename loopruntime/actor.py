@@ -86,6 +86,7 @@ from .ids import new_id
 from .keys import command_digest, command_name, repeat_of
 from .mailbox import Mailbox
 from .model import Delta
+from .ports import ChildLoop
 from .principals import stamped
 from .relisting import relisting_events
 from .state import LoopState, copy_state, fold, shed_empty
@@ -168,6 +169,7 @@ class Loop:
         "_active",
         "_answers",
         "_auto_tried_at",
+        "_awaited",
         "_cancel_on_start",
         "_compacting",
         "_compaction_principals",
@@ -234,6 +236,8 @@ class Loop:
         """The types open form gates' answers must fit (``gates.Forms``)."""
         self._active = 0
         """Tasks of this loop doing work (not waiting on a person)."""
+        self._awaited: ChildLoop | None = None
+        """The foreground child a tool call of this loop waits on (``wait_child``)."""
         self._quiet: trio.lowlevel.ParkingLot | None = None
         """Where ``wait_settled`` and ``wait_quiescent`` wait (made by the
         first waiter; a parked loop drops it when nobody waits)."""
@@ -382,6 +386,19 @@ class Loop:
         if self._active == 0 and self._quiet is not None:
             self._quiet.unpark_all()
 
+    async def wait_child(self, child: ChildLoop) -> None:
+        """Wait for a foreground child to settle.  Meanwhile this loop counts as
+        quiet, so the session is quiet while the child waits on a person; but
+        not once the child has settled, though this loop's task may not have
+        run yet: it has the child's result to take (``quiescent``)."""
+        self._awaited = child
+        self.busy(-1)
+        try:
+            await child.wait_settled()
+        finally:
+            self._awaited = None
+            self.busy(+1)
+
     async def _wait_quiet_change(self) -> None:
         if self._quiet is None:
             self._quiet = trio.lowlevel.ParkingLot()
@@ -391,7 +408,12 @@ class Loop:
     def quiescent(self) -> bool:
         """Nothing to do until someone sends a command (idle, or waiting on a
         person: an open gate or an unknown effect)."""
-        return self._active == 0 and len(self._mailbox) == 0
+        awaited = self._awaited
+        return (
+            self._active == 0
+            and len(self._mailbox) == 0
+            and (awaited is None or not awaited.settled)
+        )
 
     async def wait_settled(self) -> None:
         """Wait until the loop has run its input and has no turn open (or has

@@ -109,13 +109,7 @@ async def run_delegate(
 async def _foreground(loop: ParentPort, child: ChildLoop, child_id: str) -> str:
     settled = False
     try:
-        # The parent waits on its child: it counts as parked meanwhile, so
-        # the session is quiet while the child waits on a person.
-        loop.busy(-1)
-        try:
-            await child.wait_settled()
-        finally:
-            loop.busy(+1)
+        await loop.wait_child(child)
         settled = True
     finally:
         if not settled:

@@ -149,6 +149,9 @@ class ChildLoop(Protocol):
 
     async def send(self, command: Command) -> Any: ...
 
+    @property
+    def settled(self) -> bool: ...
+
     async def wait_settled(self) -> None: ...
 
     async def finish(self) -> None: ...
@@ -159,6 +162,11 @@ class ParentPort(LoopPort, Protocol):
     session's children."""
 
     def busy(self, delta: int) -> None: ...
+
+    async def wait_child(self, child: ChildLoop) -> None:
+        """Wait for a foreground child to settle, counting as quiet meanwhile
+        until it has."""
+        ...
 
     def child(self, child_id: str) -> ChildLoop | None:
         """The running child loop ``child_id`` (None when it is not running here)."""

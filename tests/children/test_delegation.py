@@ -281,3 +281,39 @@ async def test_background_result_is_delivered_exactly_once_after_a_crash() -> No
     ]
     assert len(finished) == 1 and len(notes) == 1
     assert state.messages[-1].blocks == (Text(text="the watcher reported: all green"),)
+
+
+def _researching_lead() -> LoopDefinition:
+    """A lead that asks a foreground researcher once, then answers (scripts are
+    used up by one session, so each gets its own)."""
+    researcher = LoopDefinition(name="researcher", model=ScriptedModel([Reply(text="X=42")]))
+    return LoopDefinition(
+        name="lead",
+        model=ScriptedModel(
+            [
+                Reply(tool_calls=[ToolCall(name="research", input={"task": "find X"})]),
+                Reply(text="X is 42"),
+            ]
+        ),
+        delegates=[Delegate(name="research", description="Research", definition=researcher)],
+    )
+
+
+async def test_a_parent_whose_foreground_child_settled_is_not_quiet() -> None:
+    """The moment a foreground child settles, its parent has the child's result
+    to take, though its task may not have run yet: it must not count as quiet
+    then, or ``wait_idle`` returns (and the session closes) before the parent's
+    answer.  Whether this task or the parent's runs first after the child
+    settles is trio's choice, so it is checked in many sessions."""
+    async with open_journal("memory:") as journal:
+        for _ in range(40):
+            async with Session.create(journal, _researching_lead()) as s:
+                parent = s.loops["main"]
+                await s.submit("what is X?")
+                while len(s.loops) < 2:
+                    await trio.lowlevel.checkpoint()
+                (child,) = [loop for loop in s.loops.values() if loop is not parent]
+                await child.wait_settled()
+                assert not parent.quiescent
+                await s.wait_idle()
+                assert parent.state.last_outcome == "completed"
