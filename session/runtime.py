@@ -751,9 +751,10 @@ class Session:
         while True:
             for loop in list(self.loops.values()):
                 await loop.wait_quiescent()
-            # Not only a checkpoint: a parent waiting on a foreground child
-            # counts as quiet, so when the child settles both are quiet until
-            # the parent's task runs again; this lets it run before the check.
+            # A checkpoint: a loop's task woken with this one (by the same
+            # change) runs before the check.  A parent waiting on a foreground
+            # child that has settled is not quiet even before then
+            # (``Loop.wait_child``).
             await trio.lowlevel.checkpoint()
             if self._closed:
                 return
