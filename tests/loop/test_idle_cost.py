@@ -9,8 +9,8 @@ import collections
 import gc
 import types
 import weakref
-from collections.abc import Iterator
-from contextlib import AsyncExitStack, contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,18 @@ def one_step() -> LoopDefinition:
         return Reply(tool_calls=[ToolCall(name="echo", input={"q": "x"})])
 
     return LoopDefinition(name="idle", model=ScriptedModel(script), tools=[echo])
+
+
+@asynccontextmanager
+async def idle_session(definition: LoopDefinition | None = None) -> AsyncIterator[Session]:
+    """A session on the memory journal after one turn, its writer and loop
+    left idle long enough to have let go of what they hold while working."""
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition or one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(IDLE_EXIT * 2)
+            yield s
 
 
 class CountingHeads(ForwardingJournal):
@@ -218,31 +230,25 @@ async def test_a_parked_loop_wakes_for_every_kind_of_command(autojump_clock: Any
 
 
 async def test_commands_racing_to_a_parked_loop_start_one_actor(autojump_clock: Any) -> None:
-    async with open_journal("memory:") as journal:
-        async with Session.create(journal, one_step()) as s:
-            await s.submit("go")
-            await s.wait_idle()
-            await trio.sleep(IDLE_EXIT * 2)
-            loop = s.loops["main"]
-            actors: list[int] = []
-            results: list[str] = []
+    async with idle_session() as s:
+        loop = s.loops["main"]
+        actors: list[int] = []
+        results: list[str] = []
 
-            async def submit(text: str) -> None:
-                results.append(await s.submit(text))
-                actors.append(
-                    sum(1 for t in s._nursery.child_tasks if t.name.endswith("Loop._act"))
-                )
+        async def submit(text: str) -> None:
+            results.append(await s.submit(text))
+            actors.append(sum(1 for t in s._nursery.child_tasks if t.name.endswith("Loop._act")))
 
-            async with trio.open_nursery() as nursery:
-                for text in ("one", "two", "three"):
-                    nursery.start_soon(submit, text)
-            await s.wait_idle()
-            assert len(results) == 3 and max(actors) == 1
-            state = await s.snapshot()
-            assert not state.queued and state.turn_index in (2, 3, 4)
-            await s.verify()
-            await trio.sleep(IDLE_EXIT * 2)
-            assert not s._nursery.child_tasks and loop.quiescent
+        async with trio.open_nursery() as nursery:
+            for text in ("one", "two", "three"):
+                nursery.start_soon(submit, text)
+        await s.wait_idle()
+        assert len(results) == 3 and max(actors) == 1
+        state = await s.snapshot()
+        assert not state.queued and state.turn_index in (2, 3, 4)
+        await s.verify()
+        await trio.sleep(IDLE_EXIT * 2)
+        assert not s._nursery.child_tasks and loop.quiescent
 
 
 async def test_a_session_cancelled_while_its_loop_is_parked_still_stops_it(
@@ -308,32 +314,24 @@ async def test_a_loop_with_an_mcp_server_keeps_its_task(autojump_clock: Any) -> 
     definition = LoopDefinition(
         name="m", model=ScriptedModel([Reply(text="fine without it")]), toolsets=[server]
     )
-    async with open_journal("memory:") as journal:
-        async with Session.create(journal, definition) as s:
-            await s.submit("go")
-            await s.wait_idle()
-            await trio.sleep(IDLE_EXIT * 2)
-            assert [t.name.rsplit(".", 1)[-1] for t in s._nursery.child_tasks] == ["run"]
-            await s.submit("again")
-            await s.wait_idle()
-            assert (await s.snapshot()).turn_index == 2
+    async with idle_session(definition) as s:
+        assert [t.name.rsplit(".", 1)[-1] for t in s._nursery.child_tasks] == ["run"]
+        await s.submit("again")
+        await s.wait_idle()
+        assert (await s.snapshot()).turn_index == 2
 
 
 async def test_an_idle_writer_keeps_no_logger_or_event(autojump_clock: Any) -> None:
-    async with open_journal("memory:") as journal:
-        async with Session.create(journal, one_step()) as s:
-            await s.submit("go")
-            await s.wait_idle()
-            await trio.sleep(IDLE_EXIT * 2)
-            held = vars(s._writer).values() if hasattr(s._writer, "__dict__") else ()
-            slots = [getattr(s._writer, name, None) for name in getattr(s._writer, "__slots__", ())]
-            kept = [type(v).__name__ for v in [*held, *slots] if v is not None]
-            assert "Event" not in kept and not any("Logger" in k for k in kept), kept
-            # The task, started again, waits on a new event and logs as before.
-            await s.submit("again")
-            await s.wait_idle()
-            assert (await s.snapshot()).turn_index == 2
-            assert s._writer.log._context == {"session": s.id}
+    async with idle_session() as s:
+        held = vars(s._writer).values() if hasattr(s._writer, "__dict__") else ()
+        slots = [getattr(s._writer, name, None) for name in getattr(s._writer, "__slots__", ())]
+        kept = [type(v).__name__ for v in [*held, *slots] if v is not None]
+        assert "Event" not in kept and not any("Logger" in k for k in kept), kept
+        # The task, started again, waits on a new event and logs as before.
+        await s.submit("again")
+        await s.wait_idle()
+        assert (await s.snapshot()).turn_index == 2
+        assert s._writer.log._context == {"session": s.id}
 
 
 def own_empty_containers(state: LoopState) -> list[str]:
@@ -355,22 +353,18 @@ def own_empty_containers(state: LoopState) -> list[str]:
 async def test_an_idle_loop_state_holds_no_empty_container_of_its_own(
     autojump_clock: Any,
 ) -> None:
-    async with open_journal("memory:") as journal:
-        async with Session.create(journal, one_step()) as s:
-            await s.submit("go")
-            await s.wait_idle()
-            await trio.sleep(IDLE_EXIT * 2)
-            state = s.loops["main"].state
-            assert not own_empty_containers(state), own_empty_containers(state)
-            shared = state.queued
-            # Woken, the fold writes into containers of the loop's own: the
-            # shared ones stay empty, and the state is the fold of its records.
-            await s.submit("again")
-            await s.steer("also this")
-            await s.wait_idle()
-            assert shared == [] and state.results == {} and state.turn_index >= 2
-            assert [m.role for m in state.messages][-2:] == ["user", "assistant"]
-            await s.verify()  # the state is the fold of its records, restored apart
+    async with idle_session() as s:
+        state = s.loops["main"].state
+        assert not own_empty_containers(state), own_empty_containers(state)
+        shared = state.queued
+        # Woken, the fold writes into containers of the loop's own: the
+        # shared ones stay empty, and the state is the fold of its records.
+        await s.submit("again")
+        await s.steer("also this")
+        await s.wait_idle()
+        assert shared == [] and state.results == {} and state.turn_index >= 2
+        assert [m.role for m in state.messages][-2:] == ["user", "assistant"]
+        await s.verify()  # the state is the fold of its records, restored apart
 
 
 def attributes(obj: Any) -> list[Any]:
@@ -381,19 +375,15 @@ def attributes(obj: Any) -> list[Any]:
 async def test_an_idle_session_holds_no_empty_set(autojump_clock: Any) -> None:
     # An empty set is 216 bytes and tracked by the collector; an empty dict
     # used as a set is 64 and not tracked.
-    async with open_journal("memory:") as journal:
-        async with Session.create(journal, one_step()) as s:
-            await s.submit("go")
-            await s.wait_idle()
-            await trio.sleep(IDLE_EXIT * 2)
-            owners = [s, s._subscriptions, s._writer]
-            empty = [
-                (type(owner).__name__, i)
-                for owner in owners
-                for i, value in enumerate(attributes(owner))
-                if isinstance(value, set | frozenset) and not value
-            ]
-            assert not empty, empty
+    async with idle_session() as s:
+        owners = [s, s._subscriptions, s._writer]
+        empty = [
+            (type(owner).__name__, i)
+            for owner in owners
+            for i, value in enumerate(attributes(owner))
+            if isinstance(value, set | frozenset) and not value
+        ]
+        assert not empty, empty
 
 
 async def test_an_open_session_keeps_no_suspended_create_frame() -> None:
@@ -447,33 +437,25 @@ async def test_an_idle_loop_holds_no_empty_list_for_compactions_or_held_answers(
 
 
 async def test_a_parked_loops_mailbox_holds_no_list_of_its_own(autojump_clock: Any) -> None:
-    async with open_journal("memory:") as journal:
-        async with Session.create(journal, one_step()) as s:
-            await s.submit("go")
-            await s.wait_idle()
-            await trio.sleep(IDLE_EXIT * 2)
-            mailbox = s.loops["main"]._mailbox
-            lanes = [v for v in attributes(mailbox) if isinstance(v, list)]
-            assert len(lanes) == 2 and all(lane is NO_LIST for lane in lanes)
-            # Both lanes take commands again, and the shared list stays empty.
-            assert await s.interrupt() is False
-            await s.submit("again")
-            await s.wait_idle()
-            assert (await s.snapshot()).turn_index == 2 and NO_LIST == []
+    async with idle_session() as s:
+        mailbox = s.loops["main"]._mailbox
+        lanes = [v for v in attributes(mailbox) if isinstance(v, list)]
+        assert len(lanes) == 2 and all(lane is NO_LIST for lane in lanes)
+        # Both lanes take commands again, and the shared list stays empty.
+        assert await s.interrupt() is False
+        await s.submit("again")
+        await s.wait_idle()
+        assert (await s.snapshot()).turn_index == 2 and NO_LIST == []
 
 
 async def test_an_idle_writer_holds_no_queue_of_its_own(autojump_clock: Any) -> None:
-    async with open_journal("memory:") as journal:
-        async with Session.create(journal, one_step()) as s:
-            await s.submit("go")
-            await s.wait_idle()
-            await trio.sleep(IDLE_EXIT * 2)
-            queues = [v for v in attributes(s._writer) if isinstance(v, list)]
-            assert len(queues) == 3 and all(q is NO_LIST for q in queues), queues
-            await s.submit("again")
-            await s.wait_idle()
-            assert (await s.snapshot()).turn_index == 2 and NO_LIST == []
-            await s.verify()
+    async with idle_session() as s:
+        queues = [v for v in attributes(s._writer) if isinstance(v, list)]
+        assert len(queues) == 3 and all(q is NO_LIST for q in queues), queues
+        await s.submit("again")
+        await s.wait_idle()
+        assert (await s.snapshot()).turn_index == 2 and NO_LIST == []
+        await s.verify()
 
 
 def test_the_shared_empty_containers_refuse_every_write() -> None:
