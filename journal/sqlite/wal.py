@@ -28,15 +28,16 @@ import os
 __all__ = ["RESERVE", "WalReserve", "reserve_for"]
 
 RESERVE = 1024 * 1024
-"""Bytes written ahead at a time: from the WAL's first commit, then each time
-the frames run past the room.  The commit after a reserve syncs its zeros too,
-which on the machine of ``benchmarks/README.md`` cost about 0.7 ms for 1 MiB
-(4 MiB: 2 to 7 ms, a pause worth avoiding), against about 0.05 ms saved by
-each commit that overwrites instead of extending.  The whole room comes at
-once, in the WAL's second commit (the first writes SQLite's header) after
-the journal opens (a session's creation, as a rule), rather than growing with the WAL from 64 KiB: grown by doubling, a
-short turn's steps paid for a reserve every few steps (a turn of 10 tool
-steps on a fresh file: at its 4th and 10th, about 0.3 ms each)."""
+"""Bytes written ahead at a time: in the WAL's second commit after the journal
+opens (the first writes SQLite's header; both are a session's creation, as a
+rule), then each time the frames run past the room.  The commit that writes a
+room syncs its zeros too, which on the machine of ``benchmarks/README.md``
+cost about 0.7 ms for 1 MiB (4 MiB: 2 to 7 ms, a pause worth avoiding),
+against about 0.05 ms saved by each commit that overwrites instead of
+extending.  The whole 1 MiB comes at once rather than growing with the WAL
+from 64 KiB: grown by doubling, a short turn's steps paid for a room every
+few steps (a turn of 10 tool steps on a fresh file: in its 4th and 10th,
+about 0.3 ms each)."""
 _HEADER = 32
 """Bytes of the WAL header: until SQLite writes it, nothing is written ahead."""
 
