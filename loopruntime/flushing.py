@@ -30,22 +30,28 @@ class Ticket:
     """One flush deadline's entry.  ``cancel`` drops its loop, so a cancelled
     entry keeps no loop alive while it waits out its deadline here."""
 
-    __slots__ = ("loop",)
+    __slots__ = ("clock", "loop")
 
-    def __init__(self, loop: Flushable) -> None:
+    def __init__(self, clock: FlushClock, loop: Flushable) -> None:
+        self.clock = clock
         self.loop: Flushable | None = loop
 
     def cancel(self) -> None:
-        self.loop = None
+        if self.loop is not None:
+            self.loop = None
+            self.clock._dropped()
 
 
 class FlushClock:
     """Every loop's flush deadline in one trio run, earliest first.  One system
     task sleeps until the first is due, then calls each due loop's
     ``flush_due``; an entry cancelled meanwhile (``Ticket.cancel``) is
-    dropped, its loop no longer referenced."""
+    dropped, its loop no longer referenced.  Once every entry is cancelled
+    the task's deadline goes with them: a lone loop's model calls, each
+    cancelling its entry when its stream ends, never wake it (in a turn
+    longer than ``FLUSH_INTERVAL`` they did once a call)."""
 
-    __slots__ = ("_due", "_order", "_sleep")
+    __slots__ = ("_due", "_live", "_order", "_sleep")
 
     def __init__(self) -> None:
         self._due: list[tuple[float, int, Ticket]] = []
@@ -53,6 +59,8 @@ class FlushClock:
         """Ties on a deadline are taken in the order they came (loops never compare)."""
         self._sleep: trio.CancelScope | None = None
         """The scope the task sleeps in, its deadline the first entry's."""
+        self._live = 0
+        """Entries neither cancelled nor due yet."""
 
     @staticmethod
     def of_this_run() -> FlushClock:
@@ -67,8 +75,9 @@ class FlushClock:
     def add(self, deadline: float, loop: Flushable) -> Ticket:
         """Call ``loop.flush_due(ticket)`` once ``deadline`` (trio time) has
         come, unless the returned ticket is cancelled first."""
-        ticket = Ticket(loop)
+        ticket = Ticket(self, loop)
         heapq.heappush(self._due, (deadline, next(self._order), ticket))
+        self._live += 1
         sleep = self._sleep
         if sleep is not None and deadline < sleep.deadline:
             sleep.deadline = deadline
@@ -90,8 +99,21 @@ class FlushClock:
         due = self._due
         while due and due[0][0] <= now:
             ticket = heapq.heappop(due)[2]
-            if ticket.loop is not None:
-                ticket.loop.flush_due(ticket)
+            loop = ticket.loop
+            if loop is not None:
+                ticket.loop = None
+                self._live -= 1
+                loop.flush_due(ticket)
+        if self._live == 0:
+            due.clear()  # cancelled entries only: none needs its deadline
+
+    def _dropped(self) -> None:
+        """A ticket was cancelled: with none left, forget every entry."""
+        self._live -= 1
+        if self._live == 0:
+            self._due.clear()
+            if self._sleep is not None:
+                self._sleep.deadline = math.inf
 
 
 _CLOCK: trio.lowlevel.RunVar[FlushClock] = trio.lowlevel.RunVar("loops_flush_clock")

@@ -8,8 +8,9 @@ registers here and one system task wakes each when its time is up.
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 
@@ -36,13 +37,19 @@ class Lingering:
     each due writer its flush; a barrier that took the commits first makes
     that a no-op.  So a pipelined commit costs an entry here instead of a
     timer, a cancel scope and two task steps of its session's writer task,
-    and a thousand sessions share one wake-up per ``LINGER``."""
+    and a thousand sessions share one wake-up per ``LINGER``.  A barrier that
+    takes the newest entry's commits removes it (``taken``), so a lone busy
+    session's steps, each taking the last step's commits, wake the task for
+    nothing (before: once a step, inside the next step or its durable wait)."""
 
-    __slots__ = ("_due", "_parked")
+    __slots__ = ("_due", "_sleep")
 
     def __init__(self) -> None:
         self._due: deque[tuple[float, Flusher, int]] = deque()
-        self._parked: trio.lowlevel.Task | None = None
+        self._sleep: trio.CancelScope | None = None
+        """The scope the task sleeps in until the first entry is due (its
+        deadline infinite while none is): moved, never the task woken, as
+        entries come and go."""
 
     @staticmethod
     def of_this_run() -> Lingering:
@@ -57,35 +64,42 @@ class Lingering:
     def add(self, writer: Flusher, taken: int) -> None:
         """Flush ``writer``'s pipelined commits in ``LINGER`` seconds unless the
         append numbered ``taken`` (its next) has taken them by then."""
-        self._due.append((trio.current_time() + LINGER, writer, taken))
-        if self._parked is not None:
-            task, self._parked = self._parked, None
-            trio.lowlevel.reschedule(task)
+        deadline = trio.current_time() + LINGER
+        self._due.append((deadline, writer, taken))
+        if self._sleep is not None and self._sleep.deadline == math.inf:
+            self._sleep.deadline = deadline  # it slept with nothing due
+
+    def taken(self, writer: Flusher, taken: int) -> None:
+        """``writer``'s append numbered ``taken`` took its pipelined commits:
+        their entry needs no flush.  Removed when it is the newest (a lone
+        session's, or the last to wait), else left to pass as a no-op;
+        with nothing left due, the task sleeps on without waking."""
+        due = self._due
+        if due and due[-1][1] is writer and due[-1][2] == taken:
+            due.pop()
+            if not due and self._sleep is not None:
+                self._sleep.deadline = math.inf
 
     async def _run(self) -> None:
         # A system task: it must never raise (that would crash the run), so
         # what a writer does with its flush is the writer's to contain.
+        # Cancelled only when the run ends: that Cancelled is not this
+        # scope's, so it ends the task.
         due = self._due
         while True:
-            if not due:
-                self._parked = trio.lowlevel.current_task()
-                await trio.lowlevel.wait_task_rescheduled(self._abort)
-                continue
-            await trio.sleep_until(due[0][0])
+            with trio.CancelScope(deadline=due[0][0] if due else math.inf) as self._sleep:
+                await trio.sleep_forever()
+            self._sleep = None
             self._flush_due(trio.current_time())
 
     def _flush_due(self, now: float) -> None:
         # Apart from ``_run`` so that no writer stays referenced from its
-        # frame while it parks: a closed session is freed once its last
+        # frame while it sleeps: a closed session is freed once its last
         # linger has passed, not when some other session's comes along.
         due = self._due
         while due and due[0][0] <= now:
             _, writer, taken = due.popleft()
             writer.lingered(taken)
-
-    def _abort(self, _: Any) -> trio.lowlevel.Abort:
-        self._parked = None  # cancelled: the run is ending
-        return trio.lowlevel.Abort.SUCCEEDED
 
 
 _LINGERING: trio.lowlevel.RunVar[Lingering] = trio.lowlevel.RunVar("session_writers_lingering")

@@ -273,7 +273,7 @@ class Writer:
             # writer.  Commits arriving meanwhile queue up and go together next.
             staged, self._staged = self._staged, NO_LIST
             if staged:
-                self._taken += 1
+                self._took()
             group = [*staged, pending]
             self._writing = self._unfolded = True
             try:
@@ -337,6 +337,11 @@ class Writer:
             # Appended with the next barrier, or on their own after LINGER.
             Lingering.of_this_run().add(self, self._taken)
         return records
+
+    def _took(self) -> None:
+        """An append is taking the pipelined commits: their linger is over."""
+        Lingering.of_this_run().taken(self, self._taken)
+        self._taken += 1
 
     def lingered(self, taken: int) -> None:
         """``LINGER`` has passed since the pipelined commits for append number
@@ -512,7 +517,7 @@ class Writer:
     async def _write_batch(self) -> None:
         staged, self._staged = self._staged, NO_LIST
         if staged:
-            self._taken += 1
+            self._took()
         self._flush_due = False
         batch, self._queue = self._queue, NO_LIST
         self._writing = True

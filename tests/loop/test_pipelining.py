@@ -194,6 +194,28 @@ async def test_pipelined_records_with_no_barrier_are_appended_after_linger(
             await s.verify()
 
 
+async def test_a_linger_after_barriers_took_every_earlier_one_still_flushes(
+    autojump_clock: Any,
+) -> None:
+    # A turn whose pipelined commits all rode with barriers leaves the watcher
+    # asleep with nothing due; a pipelined commit with no barrier after it
+    # must still wake it and reach the journal once LINGER has passed.
+    slow = LoopDefinition(name="slow", model=ScriptedModel([Reply(text="ok", chunk_delay=10.0)]))
+    async with open_journal("memory:") as inner:
+        journal = DurableHead(inner)
+        async with Session.create(journal, stepping(3)) as busy:
+            await busy.submit("go")
+            await busy.wait_idle()
+            async with Session.create(journal, slow) as s:
+                await s.submit("go")
+                before = len(journal.appends)
+                await trio.sleep(LINGER * 1.5)
+                assert journal.appends[before:] == [["ModelCallStarted"]]
+                await s.wait_idle()
+                await s.verify()
+            await busy.verify()
+
+
 class WriterTasks(trio.abc.Instrument):
     def __init__(self) -> None:
         self.spawned = 0
@@ -217,6 +239,35 @@ async def test_pipelined_commits_that_ride_with_barriers_need_no_writer_task() -
             assert s.commit_statistics().pipelined >= 10
             await s.verify()
     assert spawned.spawned == 0
+
+
+class LingerSteps(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name == "session writers' linger":
+            self.steps += 1
+
+
+async def test_pipelined_commits_taken_by_barriers_wake_no_linger_watcher(
+    autojump_clock: Any,
+) -> None:
+    # Every step's pipelined commits ride with the next step's tool.started,
+    # and the last ones with turn.ended: the watcher of LINGER is told each
+    # time, so it never wakes to find nothing to flush (it did once a step).
+    watcher = LingerSteps()
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, stepping(10)) as s:
+            trio.lowlevel.add_instrument(watcher)
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(LINGER * 3)
+            trio.lowlevel.remove_instrument(watcher)
+            assert s.commit_statistics().pipelined >= 30
+            await s.verify()
+    # At most its first step, if this run's first pipelined commit started it.
+    assert watcher.steps <= 1
 
 
 def test_only_commits_that_gate_nothing_outside_the_process_are_pipelined() -> None:

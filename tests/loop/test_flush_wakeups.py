@@ -1,0 +1,92 @@
+"""The run's flush clock (``loopruntime/flushing.py``) wakes only for a flush
+that is due: entries cancelled by their streams' ends wake nobody."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from journal import open_journal
+from loopruntime import Limits, LoopDefinition, ToolContext, tool
+from loopruntime.models import Reply, ScriptedModel, ToolCall
+from session import Session
+from tests.support.loops import tags
+
+
+class ClockSteps(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name == "loops' stream flushes":
+            self.steps += 1
+
+
+def slow_steps(n: int) -> LoopDefinition:
+    """``n`` tool steps of 0.1 s each, so the turn outlasts many flush deadlines."""
+    calls = {"n": 0}
+
+    def script(_request: Any) -> Reply:
+        if calls["n"] >= n:
+            return Reply(text="done")
+        calls["n"] += 1
+        return Reply(tool_calls=[ToolCall(name="wait", input={"q": str(calls["n"])})])
+
+    @tool(permission="allow")
+    async def wait(ctx: ToolContext, *, q: str) -> str:
+        """Take a tenth of a second."""
+        await trio.sleep(0.1)
+        return q
+
+    return LoopDefinition(
+        name="slow-steps",
+        model=ScriptedModel(script),
+        tools=[wait],
+        limits=Limits(max_model_calls_per_turn=n + 1, max_tool_calls_per_turn=n),
+    )
+
+
+async def test_model_calls_whose_streams_end_in_time_never_wake_the_flush_clock(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Each model call puts a flush deadline 250 ms ahead and cancels it when
+    # its stream ends at once; the turn lasts 2 s.  The clock's task ran for
+    # each cancelled deadline it slept until (about one a step).
+    clock = ClockSteps()
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, slow_steps(20)) as s:
+            trio.lowlevel.add_instrument(clock)
+            await s.submit("go")
+            await s.wait_idle()
+            await trio.sleep(1.0)
+            trio.lowlevel.remove_instrument(clock)
+            await s.verify()
+    # At most its first step, if this turn's first model call started it.
+    assert clock.steps <= 1
+
+
+async def test_a_flush_after_every_earlier_deadline_was_cancelled_still_comes(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # The clock, left with no deadline by the first turn, must still wake for
+    # the slow block of the second one.
+    slow = Reply(text="x" * 40, chunk_size=1, chunk_delay=0.1)
+    d = LoopDefinition(
+        name="then-slow",
+        model=ScriptedModel(
+            [Reply(tool_calls=[ToolCall(name="wait", input={"q": "1"})]), Reply(text="ok"), slow]
+        ),
+        tools=slow_steps(1).tools,
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, d) as s:
+            await s.submit("first")
+            await s.wait_idle()
+            before = (await tags(journal, s.id)).count("model.output")
+            await s.submit("second")
+            await trio.sleep(1.05)
+            mid = (await tags(journal, s.id)).count("model.output")
+            await s.wait_idle()
+            await s.verify()
+    assert mid - before >= 3
