@@ -98,7 +98,7 @@ class Permits:
         """Loops waiting for a permit."""
         return len(self._queue)
 
-    async def enter(self, loop: Holder, *, back: bool = False) -> None:
+    async def enter(self, loop: Holder) -> None:
         """Enter the permitted section for ``loop``; pair it with ``leave``.
         No checkpoint when ``loop`` already holds a permit or one is free and
         nobody waits.  Cancelled while waiting, it takes a permit over the
@@ -114,10 +114,7 @@ class Permits:
         admission = loop._admission
         if admission is None:
             admission = loop._admission = Admission()
-            if back:
-                self._queue.appendleft(loop)
-            else:
-                self._queue.append(loop)
+            self._queue.append(loop)
         admission.waiters += 1
         try:
             await admission.admitted.wait()
@@ -191,7 +188,7 @@ class Outside:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.permits.enter(self.loop, back=True)
+        await self.permits.enter(self.loop)
 
 
 class Working:
