@@ -345,7 +345,8 @@ async def _ask_permission(batch: _Batch, use: ToolUse, tool: Tool) -> bool | _Re
     cause = loop.state.message_record
     gate = gates.open_permission(loop.state, use.id)
     if gate is not None:
-        return bool((await loop.wait_gate(gate.gate_id)).allow)  # opened before a restart
+        async with loop.outside():
+            return bool((await loop.wait_gate(gate.gate_id)).allow)  # opened before a restart
     reviews: list[Event] = []
     if loop.definition.classifiers:
         request = classifiers.PermissionRequest(
@@ -364,7 +365,8 @@ async def _ask_permission(batch: _Batch, use: ToolUse, tool: Tool) -> bool | _Re
     # The gate opens in the same commit as the reviews that left it to a person.
     opened = gates.permission_request(use, tool.name)
     await loop.commit([*reviews, opened], cause=cause)
-    return bool((await loop.wait_gate(opened.gate_id)).allow)
+    async with loop.outside():
+        return bool((await loop.wait_gate(opened.gate_id)).allow)
 
 
 async def _execute(batch: _Batch, calls: list[_Call]) -> None:
@@ -377,7 +379,9 @@ async def _execute(batch: _Batch, calls: list[_Call]) -> None:
     calls_of = ParallelCalls(batch.loop)
     turn = calls_of.turn
     try:
-        async with trio.open_nursery() as nursery:
+        # The turn waits on the calls, which work under the loop's permit
+        # themselves: it holds none meanwhile.
+        async with batch.loop.outside(), trio.open_nursery() as nursery:
             running: list[trio.Event] = []
             last_for_target: dict[str, trio.Event] = {}
             for call in calls:
@@ -388,7 +392,8 @@ async def _execute(batch: _Batch, calls: list[_Call]) -> None:
                             await done.wait()
                             turn.end()
                     running.clear()
-                    await _run_one(batch, call)
+                    async with batch.loop.working():
+                        await _run_one(batch, call)
                     continue
                 done = trio.Event()
                 target = call.tool.target(call.input)
@@ -427,7 +432,8 @@ async def _run_parallel(
             follower.begin(before)
             await before.wait()
             follower.end()
-        await _run_one(batch, call)
+        async with batch.loop.working():
+            await _run_one(batch, call)
     finally:
         if follower is not None:
             follower.end()
@@ -515,7 +521,8 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
         with deadlines.timer(timeout) as deadline:
             shown = None
             try:
-                value = await call_tool(call.tool, ctx, call.parsed, middleware)
+                async with loop.outside():
+                    value = await call_tool(call.tool, ctx, call.parsed, middleware)
                 if call.tool.redact_output is not None:
                     # The model is shown the real result; the journal the redacted one.
                     shown, _ = shape_result(value, limit)

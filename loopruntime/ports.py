@@ -9,6 +9,7 @@ folds and publishes); no worker imports the actor.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 import trio
@@ -61,6 +62,17 @@ class LoopPort(Protocol):
         record that made it happen); ``ids`` names records beforehand.  With
         ``guard``, append only if ``guard()`` holds once everything committed
         before is folded; else raise ``GuardFailedError`` (compare-and-swap)."""
+        ...
+
+    def working(self) -> AbstractAsyncContextManager[None]:
+        """``async with`` around the work of a task of the loop's own: it waits
+        for the loop's permit (``permits.py``) unless the loop holds it."""
+        ...
+
+    def outside(self) -> AbstractAsyncContextManager[None]:
+        """``async with`` around a wait on something outside the runtime (a
+        model, a tool, a person): the loop's permit is left meanwhile, for
+        another loop to work, and waited for again after."""
         ...
 
 

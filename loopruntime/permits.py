@@ -1,0 +1,228 @@
+"""How many loops of one trio run do the runtime's work at once.
+
+Every loop of a run shares the CPU of one trio thread: a loop whose commit
+became durable runs again only after trio has run every other runnable task,
+so with many busy loops a commit waits for all of their steps.  A loop
+therefore works under a *permit*, one of ``limit`` per run: its tasks (the
+actor, the turn, a parallel tool call, a compaction, a flush) enter before
+they work and leave when they end, and step outside while they wait on
+something outside the runtime (the model's stream, a tool's run, an idle
+mailbox, a person's answer at a permission gate).  A loop waiting on a slow
+model or a person holds no permit and stops nobody; a loop waiting on its own
+commit keeps its permit, so the loops that step between a commit and its
+answer are at most ``limit``.
+
+The permit is the loop's, not a task's: while one of its tasks holds it, its
+other tasks enter at once (a loop never waits on itself).  Permits go to the
+waiting loops first come, first served.  Entering is no checkpoint when a
+permit is free.  A task cancelled while it waits for a permit takes one over
+the limit and raises: the cleanup that follows (settling a turn) runs, and
+commits, as a holder, and the overdraft is paid back before anyone else is let
+in.  ``docs/guide.md`` ("Many sessions in one process") tells the user's side.
+"""
+
+from __future__ import annotations
+
+import collections
+from types import TracebackType
+from typing import Protocol
+
+import trio
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "Admission",
+    "Holder",
+    "Outside",
+    "Permits",
+    "Working",
+    "limit_working_loops",
+]
+
+DEFAULT_LIMIT = 32
+"""Permits per trio run unless the application sets another
+(``limit_working_loops``); ``docs/decisions.md`` says why this many."""
+
+
+class Holder(Protocol):
+    """What holds a permit: a loop (``Loop``), with two slots of its own."""
+
+    _holding: int
+    """Its tasks inside the permitted section (0: it holds no permit)."""
+    _admission: Admission | None
+    """Its place in the queue while some of its tasks wait (None: none wait)."""
+
+
+class Admission:
+    """A loop's place in the queue: its waiting tasks wake together."""
+
+    __slots__ = ("admitted", "waiters")
+
+    def __init__(self) -> None:
+        self.admitted = trio.Event()
+        self.waiters = 0
+
+
+class Permits:
+    """The permits of one trio run (``of_this_run``)."""
+
+    __slots__ = ("_free", "_queue", "limit")
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(
+                f"a run needs at least one permit for its loops to work, not {limit}; "
+                "pass 1 or more to limit_working_loops"
+            )
+        self.limit = limit
+        self._free = limit
+        """Permits nobody holds; below zero while cancelled waiters overdraw."""
+        self._queue: collections.deque[Holder] = collections.deque()
+
+    @staticmethod
+    def of_this_run() -> Permits:
+        try:
+            return _PERMITS.get()
+        except LookupError:
+            permits = Permits(DEFAULT_LIMIT)
+            _PERMITS.set(permits)
+            return permits
+
+    @property
+    def holders(self) -> int:
+        """Loops holding a permit now (over ``limit`` only while overdrawn)."""
+        return self.limit - self._free
+
+    @property
+    def waiting(self) -> int:
+        """Loops waiting for a permit."""
+        return len(self._queue)
+
+    async def enter(self, loop: Holder) -> None:
+        """Enter the permitted section for ``loop``; pair it with ``leave``.
+        No checkpoint when ``loop`` already holds a permit or one is free and
+        nobody waits.  Cancelled while waiting, it takes a permit over the
+        limit (the caller's cleanup runs as a holder; its ``leave`` pays it
+        back) and raises."""
+        if loop._holding:
+            loop._holding += 1
+            return
+        if self._free > 0 and not self._queue:
+            self._free -= 1
+            loop._holding = 1
+            return
+        admission = loop._admission
+        if admission is None:
+            admission = loop._admission = Admission()
+            self._queue.append(loop)
+        admission.waiters += 1
+        try:
+            await admission.admitted.wait()
+        except BaseException:
+            if not admission.admitted.is_set():
+                admission.waiters -= 1
+                if not admission.waiters:
+                    loop._admission = None
+                    self._queue.remove(loop)
+                # Over the limit: see the docstring.
+                if loop._holding:
+                    loop._holding += 1
+                else:
+                    self._free -= 1
+                    loop._holding = 1
+            raise
+        # Admitted: ``_admit`` counted this task among the loop's holders.
+
+    def leave(self, loop: Holder) -> None:
+        """One of ``loop``'s tasks leaves; its last gives the permit to the
+        first loop waiting."""
+        loop._holding -= 1
+        if loop._holding:
+            return
+        if self._free < 0 or not self._queue:
+            self._free += 1
+            return
+        self._admit(self._queue.popleft())
+
+    def join(self, loop: Holder) -> None:
+        """A task of ``loop`` starts under the permit its starter holds (the
+        actor starting the turn, the turn a parallel call); pair it with
+        ``leave``.  Taken at once: the new task never queues behind others
+        for a permit its loop already has."""
+        assert loop._holding, "join is for a task started by a holder of its loop's permit"
+        loop._holding += 1
+
+    def _admit(self, loop: Holder) -> None:
+        admission = loop._admission
+        assert admission is not None
+        loop._admission = None
+        loop._holding = admission.waiters
+        admission.admitted.set()
+
+    def working(self, loop: Holder) -> Working:
+        """``async with permits.working(loop):`` around a task's work: entered
+        on entry, left on exit."""
+        return Working(self, loop)
+
+    def outside(self, loop: Holder) -> Outside:
+        """``async with permits.outside(loop):`` around a wait outside the
+        runtime: the permit is left on entry and entered again on exit."""
+        return Outside(self, loop)
+
+
+class Outside:
+    """The wait of ``Permits.outside``."""
+
+    __slots__ = ("loop", "permits")
+
+    def __init__(self, permits: Permits, loop: Holder) -> None:
+        self.permits = permits
+        self.loop = loop
+
+    async def __aenter__(self) -> None:
+        self.permits.leave(self.loop)
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.permits.enter(self.loop)
+
+
+class Working:
+    """The work of ``Permits.working``."""
+
+    __slots__ = ("loop", "permits")
+
+    def __init__(self, permits: Permits, loop: Holder) -> None:
+        self.permits = permits
+        self.loop = loop
+
+    async def __aenter__(self) -> None:
+        await self.permits.enter(self.loop)
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.permits.leave(self.loop)
+
+
+def limit_working_loops(limit: int) -> None:
+    """Let at most ``limit`` loops of this trio run do the runtime's work at
+    once (the default is ``DEFAULT_LIMIT``).  Call it inside the run before
+    any loop starts; a loop already holding or waiting keeps its place."""
+    permits = Permits.of_this_run()
+    if permits.holders or permits.waiting:
+        raise RuntimeError(
+            f"limit_working_loops({limit}) was called while {permits.holders} loop(s) "
+            f"worked and {permits.waiting} waited; call it before the run's first loop starts"
+        )
+    _PERMITS.set(Permits(limit))
+
+
+_PERMITS: trio.lowlevel.RunVar[Permits] = trio.lowlevel.RunVar("loops_permits")
