@@ -98,7 +98,7 @@ class Permits:
         """Loops waiting for a permit."""
         return len(self._queue)
 
-    async def enter(self, loop: Holder) -> None:
+    async def enter(self, loop: Holder, *, back: bool = False) -> None:
         """Enter the permitted section for ``loop``; pair it with ``leave``.
         No checkpoint when ``loop`` already holds a permit or one is free and
         nobody waits.  Cancelled while waiting, it takes a permit over the
@@ -114,7 +114,10 @@ class Permits:
         admission = loop._admission
         if admission is None:
             admission = loop._admission = Admission()
-            self._queue.append(loop)
+            if back:
+                self._queue.appendleft(loop)
+            else:
+                self._queue.append(loop)
         admission.waiters += 1
         try:
             await admission.admitted.wait()
@@ -188,7 +191,7 @@ class Outside:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.permits.enter(self.loop)
+        await self.permits.enter(self.loop, back=True)
 
 
 class Working:
