@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import structlog
 import trio
@@ -96,6 +96,8 @@ from .toolsets import Toolsets
 from .turn import TurnRunner
 
 __all__ = ["Loop", "LoopHost"]
+
+T = TypeVar("T")
 
 _stdlib = logging.getLogger(__name__)
 log = structlog.wrap_logger(_stdlib)
@@ -335,6 +337,14 @@ class Loop:
 
     def outside(self) -> Outside:
         return Permits.of_this_run().outside(self)
+
+    async def run_working(self, work: Callable[..., Awaitable[T]], *args: Any) -> T:
+        async with Permits.of_this_run().working(self):
+            return await work(*args)
+
+    async def run_outside(self, wait: Callable[..., Awaitable[T]], *args: Any) -> T:
+        async with Permits.of_this_run().outside(self):
+            return await wait(*args)
 
     async def wait_gate(self, gate_id: str) -> GateResolved:
         # Waiting on a person: a requested compaction may run now, and the

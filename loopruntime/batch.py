@@ -322,7 +322,7 @@ async def _admit(
     if verdict == "ask":
         allowed = state.decided.get(use.id)
         if allowed is None:
-            asked = await _ask_permission(batch, use, tool)
+            asked = await loop.run_outside(_ask_permission, batch, use, tool)
             if isinstance(asked, _Refused):
                 return asked
             allowed = asked
@@ -345,8 +345,7 @@ async def _ask_permission(batch: _Batch, use: ToolUse, tool: Tool) -> bool | _Re
     cause = loop.state.message_record
     gate = gates.open_permission(loop.state, use.id)
     if gate is not None:
-        async with loop.outside():
-            return bool((await loop.wait_gate(gate.gate_id)).allow)  # opened before a restart
+        return bool((await loop.wait_gate(gate.gate_id)).allow)  # opened before a restart
     reviews: list[Event] = []
     if loop.definition.classifiers:
         request = classifiers.PermissionRequest(
@@ -365,8 +364,7 @@ async def _ask_permission(batch: _Batch, use: ToolUse, tool: Tool) -> bool | _Re
     # The gate opens in the same commit as the reviews that left it to a person.
     opened = gates.permission_request(use, tool.name)
     await loop.commit([*reviews, opened], cause=cause)
-    async with loop.outside():
-        return bool((await loop.wait_gate(opened.gate_id)).allow)
+    return bool((await loop.wait_gate(opened.gate_id)).allow)
 
 
 async def _execute(batch: _Batch, calls: list[_Call]) -> None:
@@ -379,8 +377,6 @@ async def _execute(batch: _Batch, calls: list[_Call]) -> None:
     calls_of = ParallelCalls(batch.loop)
     turn = calls_of.turn
     try:
-        # The turn waits on the calls, which work under the loop's permit
-        # themselves: it holds none meanwhile.
         async with batch.loop.outside(), trio.open_nursery() as nursery:
             running: list[trio.Event] = []
             last_for_target: dict[str, trio.Event] = {}
@@ -392,8 +388,7 @@ async def _execute(batch: _Batch, calls: list[_Call]) -> None:
                             await done.wait()
                             turn.end()
                     running.clear()
-                    async with batch.loop.working():
-                        await _run_one(batch, call)
+                    await batch.loop.run_working(_run_one, batch, call)
                     continue
                 done = trio.Event()
                 target = call.tool.target(call.input)
@@ -432,8 +427,7 @@ async def _run_parallel(
             follower.begin(before)
             await before.wait()
             follower.end()
-        async with batch.loop.working():
-            await _run_one(batch, call)
+        await batch.loop.run_working(_run_one, batch, call)
     finally:
         if follower is not None:
             follower.end()
@@ -521,8 +515,7 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
         with deadlines.timer(timeout) as deadline:
             shown = None
             try:
-                async with loop.outside():
-                    value = await call_tool(call.tool, ctx, call.parsed, middleware)
+                value = await loop.run_outside(call_tool, call.tool, ctx, call.parsed, middleware)
                 if call.tool.redact_output is not None:
                     # The model is shown the real result; the journal the redacted one.
                     shown, _ = shape_result(value, limit)

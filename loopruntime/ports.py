@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import trio
 from structlog.typing import FilteringBoundLogger
@@ -27,6 +27,8 @@ from .state import LoopState
 from .tools import Tool
 
 __all__ = ["ChildLoop", "DeltaSink", "LoopPort", "ParentPort", "ToolsPort", "TurnPort"]
+
+T = TypeVar("T")
 
 
 class LoopPort(Protocol):
@@ -71,8 +73,16 @@ class LoopPort(Protocol):
 
     def outside(self) -> AbstractAsyncContextManager[None]:
         """``async with`` around a wait on something outside the runtime (a
-        model, a tool, a person): the loop's permit is left meanwhile, for
-        another loop to work, and waited for again after."""
+        model, a tool, a person): past ``permits.HOLD`` of it the loop's permit
+        goes to another loop, and is waited for again after."""
+        ...
+
+    async def run_working(self, work: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``await work(*args)`` inside ``working()``."""
+        ...
+
+    async def run_outside(self, wait: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``await wait(*args)`` inside ``outside()``."""
         ...
 
 

@@ -347,7 +347,6 @@ class TurnRunner:
             with deadlines.timer(opening) as clock:
                 try:
                     boundary = False
-                    # The model's pace: the loop's permit is left meanwhile.
                     async with loop.outside(), resolved.model.stream(request) as stream:
                         async for delta in stream:
                             acc.feed(delta)
@@ -404,8 +403,7 @@ class TurnRunner:
             if not output and attempt <= limits.model_retries:
                 # Nothing arrived, so nothing can be repeated: send it again.
                 await loop.commit([passed], cause=call_record)
-                async with loop.outside():
-                    await trio.sleep(deadlines.retry_backoff(attempt))
+                await loop.run_outside(trio.sleep, deadlines.retry_backoff(attempt))
                 attempt += 1
                 continue
             cut = msgspec.structs.replace(

@@ -16,9 +16,9 @@ from journal.events import TurnEnded
 from journal.forwarding import ForwardingJournal
 from journal.record import Draft, Record
 from journal.store import Journal, SessionLease
-from loopruntime import Delegate, LoopDefinition, ModelRequest, tool
+from loopruntime import Delegate, LoopDefinition, ModelRequest, limit_working_loops, tool
 from loopruntime.models import Reply, ScriptedModel, ToolCall
-from loopruntime.permits import DEFAULT_LIMIT, Permits, limit_working_loops
+from loopruntime.permits import DEFAULT_LIMIT, Permits
 from loopruntime.tools import ToolContext
 from session import Session
 from session.replay import check
