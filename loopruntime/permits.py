@@ -32,8 +32,6 @@ application's side.
 from __future__ import annotations
 
 import collections
-import heapq
-import itertools
 import math
 from types import TracebackType
 from typing import Protocol
@@ -81,7 +79,7 @@ class Admission:
 class Permits:
     """The permits of one trio run (``of_this_run``)."""
 
-    __slots__ = ("_free", "_holds", "_order", "_queue", "_sleep", "_watching", "hold", "limit")
+    __slots__ = ("_free", "_kept", "_queue", "_sleep", "_watching", "hold", "limit")
 
     def __init__(self, limit: int, hold: float = HOLD) -> None:
         if limit < 1:
@@ -98,9 +96,8 @@ class Permits:
         self._free = limit
         """Permits nobody holds; below zero while cancelled waiters overdraw."""
         self._queue: collections.deque[Holder] = collections.deque()
-        self._holds: list[tuple[float, int, Outside]] = []
-        """Waits outside still keeping their permit, by the deadline they give it up."""
-        self._order = itertools.count()
+        self._kept: dict[Outside, float] = {}
+        """Waits outside still keeping their permit, oldest first: when each began."""
         self._sleep: trio.CancelScope | None = None
         self._watching = False
 
@@ -144,6 +141,8 @@ class Permits:
                 self._queue.appendleft(loop)
             else:
                 self._queue.append(loop)
+            if len(self._queue) == 1:
+                self._arm()
         admission.waiters += 1
         try:
             await admission.admitted.wait()
@@ -199,33 +198,46 @@ class Permits:
         return Outside(self, loop)
 
     def _keep(self, outside: Outside) -> None:
-        """``outside``'s wait keeps its permit until ``hold`` has passed."""
+        """``outside``'s wait keeps its permit, until ``hold`` has passed
+        while another loop waits for one."""
+        self._kept[outside] = trio.current_time()
+        if self._queue:
+            self._arm()
+
+    def _arm(self) -> None:
+        """Someone waits: the watcher wakes when the oldest kept wait is due."""
+        if not self._kept:
+            return
+        due = next(iter(self._kept.values())) + self.hold
         if not self._watching:
             self._watching = True
-            trio.lowlevel.spawn_system_task(self._watch, name="loops' permits held by waits")
-        deadline = trio.current_time() + self.hold
-        heapq.heappush(self._holds, (deadline, next(self._order), outside))
+            trio.lowlevel.spawn_system_task(self._watch, name="loops' permits kept by waits")
         sleep = self._sleep
-        if sleep is not None and deadline < sleep.deadline:
-            sleep.deadline = deadline
+        if sleep is not None and due < sleep.deadline:
+            sleep.deadline = due
 
     async def _watch(self) -> None:
         # A system task: it must never raise (that would crash the run).
         while True:
-            first = self._holds[0][0] if self._holds else math.inf
-            with trio.CancelScope(deadline=first) as self._sleep:
+            due = math.inf
+            if self._queue and self._kept:
+                due = next(iter(self._kept.values())) + self.hold
+            with trio.CancelScope(deadline=due) as self._sleep:
                 await trio.sleep_forever()
             self._sleep = None
             self._give_up(trio.current_time())
 
     def _give_up(self, now: float) -> None:
         # Apart from ``_watch`` so that no wait stays referenced from its frame.
-        holds = self._holds
-        while holds and holds[0][0] <= now:
-            outside = heapq.heappop(holds)[2]
-            if outside.state is _KEPT:
-                outside.state = _LEFT
-                self.leave(outside.loop)
+        # Oldest first (the dict keeps the order the waits began in).
+        kept = self._kept
+        while kept and self._queue:
+            outside, since = next(iter(kept.items()))
+            if since + self.hold > now:
+                break
+            del kept[outside]
+            outside.state = _LEFT
+            self.leave(outside.loop)
 
 
 _KEPT, _LEFT, _OVER = "kept", "left", "over"
@@ -257,7 +269,8 @@ class Outside:
     ) -> None:
         if self.state is _LEFT:
             await self.permits.enter(self.loop, back=True)
-        # Over: an entry still in the deadlines is dropped when it comes due.
+        else:
+            del self.permits._kept[self]
         self.state = _OVER
 
 
