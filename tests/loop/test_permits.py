@@ -143,6 +143,8 @@ async def test_a_loop_waiting_on_a_model_holds_no_permit(autojump_clock: trio.ab
             await working.submit("go")
             with trio.fail_after(60):
                 await working.wait_idle()
+            await trio.sleep(1)  # the working loop's actor parks
+            # The stalled stream gave its permit up for good.
             assert Permits.of_this_run().holders == 0
             assert await waiting.interrupt()
             await waiting.wait_idle()
@@ -248,3 +250,42 @@ async def test_the_limit_is_refused_when_bad_or_late(autojump_clock: trio.abc.Cl
             gate.set()
             del journal.hold[s.id]
             await s.wait_idle()
+
+
+async def test_a_loop_interrupted_while_waiting_for_a_permit_loses_nothing(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    limit_working_loops(1)
+    async with open_journal("memory:") as inner:
+        journal = SlowAppends(inner)
+        async with (
+            Session.create(journal, _stepping()) as first,
+            Session.create(journal, _stepping()) as second,
+        ):
+            await second.submit("go")
+            await second.wait_idle()
+            await first.submit("go")
+            gate = journal.hold[first.id] = trio.Event()
+            await trio.sleep(1)
+            answers: list[bool] = []
+
+            async def submit_then_interrupt() -> None:
+                await second.submit("again")
+                answers.append(await second.interrupt())
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(submit_then_interrupt)
+                await trio.sleep(5)
+                assert Permits.of_this_run().waiting == 1  # the second loop's actor
+                assert answers == []
+                gate.set()
+                del journal.hold[first.id]
+            await first.wait_idle()
+            await second.wait_idle()
+        recs = await records(inner, second.id)
+        assert (await check(inner, second.id)).ok
+        assert (await check(inner, first.id)).ok
+    outcomes = [r.event.outcome for r in recs if isinstance(r.event, TurnEnded)]
+    assert outcomes[0] == "completed" and len(outcomes) == 2
+    assert answers == [outcomes[1] == "interrupted"]
+    assert Permits.of_this_run().holders == 0
