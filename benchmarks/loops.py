@@ -35,6 +35,7 @@ from journal.forwarding import ForwardingJournal
 from journal.sqlite import SQLiteJournal
 from loopruntime import Limits, LoopDefinition, ModelRequest
 from loopruntime.models import Reply, ToolCall
+from loopruntime.permits import Permits
 from session import Session, collector_paused, thaw_held
 
 from . import tables
@@ -425,6 +426,8 @@ async def _runtime_loops(
             "transactions": after.transactions - before.transactions,
             "largest_transaction": after.largest_group,
             "gc_seconds": gc_clock.seconds,
+            # The run's limit on loops working at once (``limit_working_loops``).
+            "working_loops_limit": Permits.of_this_run().limit,
         },
         events,
     )

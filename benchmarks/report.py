@@ -341,6 +341,17 @@ def _restore_targets(results: dict[str, Any], targets: Targets) -> None:
 # -- 3. many loops, 4. idle footprint -------------------------------------------------------
 
 
+def _permits_note(rows: list[dict[str, Any]]) -> str:
+    limits = sorted({r["working_loops_limit"] for r in rows if "working_loops_limit" in r})
+    if not limits:
+        return ""
+    return (
+        "The loops ran under the runtime's limit of "
+        + ", ".join(str(n) for n in limits)
+        + " loops working at once (`limit_working_loops`)."
+    )
+
+
 def _loops_section(results: dict[str, Any]) -> list[str]:
     rows, idle = [], []
     for r in results["loops"]["rows"]:
@@ -375,7 +386,7 @@ def _loops_section(results: dict[str, Any]) -> list[str]:
         "every loop running turns back to back (a turn: one tool step and an answer). Commit "
         "latency = each `journal.append` the sessions' writers made. Bare = the same journal, "
         "N tasks appending one record per call (the same event bodies), same run. gc = seconds "
-        "of Python's cyclic garbage collector inside the measured window.",
+        "of Python's cyclic garbage collector inside the measured window. " + _permits_note(rows),
         "",
         *_table(
             [

@@ -41,6 +41,7 @@ from .model import Model as Model
 from .model import ModelRequest as ModelRequest
 from .notices import INTERRUPTED_NOTICE as INTERRUPTED_NOTICE
 from .notices import TRUNCATED_NOTICE as TRUNCATED_NOTICE
+from .permits import limit_working_loops as limit_working_loops
 from .state import LoopState as LoopState
 from .state import LoopStatus as LoopStatus
 from .state import fold as fold
@@ -100,5 +101,6 @@ __all__ = [
     "classifier",
     "fold",
     "hook",
+    "limit_working_loops",
     "tool",
 ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import structlog
 import trio
@@ -86,6 +86,7 @@ from .ids import new_id
 from .keys import command_digest, command_name, repeat_of
 from .mailbox import Mailbox
 from .model import Delta
+from .permits import Admission, Outside, Permits, Working
 from .ports import ChildLoop
 from .principals import stamped
 from .relisting import relisting_events
@@ -95,6 +96,8 @@ from .toolsets import Toolsets
 from .turn import TurnRunner
 
 __all__ = ["Loop", "LoopHost"]
+
+T = TypeVar("T")
 
 _stdlib = logging.getLogger(__name__)
 log = structlog.wrap_logger(_stdlib)
@@ -167,6 +170,7 @@ class Loop:
     # with the class's other instances and costs about 1.6 KB per loop.
     __slots__ = (
         "_active",
+        "_admission",
         "_answers",
         "_auto_tried_at",
         "_awaited",
@@ -176,6 +180,7 @@ class Loop:
         "_creator",
         "_flush",
         "_flushes",
+        "_holding",
         "_home",
         "_mailbox",
         "_nursery",
@@ -236,6 +241,9 @@ class Loop:
         """The types open form gates' answers must fit (``gates.Forms``)."""
         self._active = 0
         """Tasks of this loop doing work (not waiting on a person)."""
+        self._holding = 0
+        self._admission: Admission | None = None
+        """This loop's part in the run's ``Permits``."""
         self._awaited: ChildLoop | None = None
         """The foreground child a tool call of this loop waits on (``wait_child``)."""
         self._quiet: trio.lowlevel.ParkingLot | None = None
@@ -323,6 +331,20 @@ class Loop:
     @property
     def listed(self) -> tuple[Tool, ...]:
         return self.toolsets.tools
+
+    def working(self) -> Working:
+        return Permits.of_this_run().working(self)
+
+    def outside(self) -> Outside:
+        return Permits.of_this_run().outside(self)
+
+    async def run_working(self, work: Callable[..., Awaitable[T]], *args: Any) -> T:
+        async with Permits.of_this_run().working(self):
+            return await work(*args)
+
+    async def run_outside(self, wait: Callable[..., Awaitable[T]], *args: Any) -> T:
+        async with Permits.of_this_run().outside(self):
+            return await wait(*args)
 
     async def wait_gate(self, gate_id: str) -> GateResolved:
         # Waiting on a person: a requested compaction may run now, and the
@@ -504,7 +526,9 @@ class Loop:
         """One stretch of the actor's life: from its start (``task_status``)
         or a command arriving at a parked loop, to parking or stopping."""
         stopped = True
+        permits = Permits.of_this_run()
         try:
+            await permits.enter(self)
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 if task_status is not None:
@@ -528,6 +552,7 @@ class Loop:
                     # Parked: the finished nursery is not kept either.
                     del self._nursery
         finally:
+            permits.leave(self)
             if stopped:
                 self._close_down()
 
@@ -592,7 +617,8 @@ class Loop:
                     if self._quiet is not None and not self._quiet:
                         self._quiet = None
                     return False
-                await mailbox.wait()
+                async with self.outside():
+                    await mailbox.wait()
                 continue
             self.busy(+1)
             try:
@@ -936,13 +962,16 @@ class Loop:
         principal = self._compaction_principals.pop(attempt_id, None)
 
         async def run() -> None:
+            permits = Permits.of_this_run()
             try:
+                await permits.enter(self)
                 await compact(self, attempt_id, trigger=trigger, cause=cause, principal=principal)
             finally:
                 self._compacting = False
                 if not self._mailbox.closed:
                     self._mailbox.send_priority(_CompactionDone())
                 self.busy(-1)
+                permits.leave(self)
 
         self._compacting = True
         self.busy(+1)
@@ -952,6 +981,7 @@ class Loop:
         self._turn_task_running = True
         self._turn_finished = trio.Event()
         self.busy(+1)
+        Permits.of_this_run().join(self)
         self._nursery.start_soon(self._turn_task, TurnRunner(self))
 
     async def _turn_task(self, runner: TurnRunner) -> None:
@@ -967,6 +997,7 @@ class Loop:
             if not self._mailbox.closed:
                 self._mailbox.send_priority(_TurnDone())
             self.busy(-1)
+            Permits.of_this_run().leave(self)
 
     async def _resume(self) -> None:
         """Continue after start or restore: an open turn with nothing unknown
@@ -1001,7 +1032,10 @@ class Loop:
         else:
             self._cancel_on_start = True
         assert self._turn_finished is not None  # made with the running turn's task
-        await self._turn_finished.wait()
+        # Its settling may wait on other loops (a child interrupted): the
+        # actor holds no permit meanwhile, or they could never get one.
+        async with self.outside():
+            await self._turn_finished.wait()
         return True
 
     def _waits_only_on_people(self) -> bool:

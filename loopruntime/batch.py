@@ -322,7 +322,7 @@ async def _admit(
     if verdict == "ask":
         allowed = state.decided.get(use.id)
         if allowed is None:
-            asked = await _ask_permission(batch, use, tool)
+            asked = await loop.run_outside(_ask_permission, batch, use, tool)
             if isinstance(asked, _Refused):
                 return asked
             allowed = asked
@@ -377,7 +377,7 @@ async def _execute(batch: _Batch, calls: list[_Call]) -> None:
     calls_of = ParallelCalls(batch.loop)
     turn = calls_of.turn
     try:
-        async with trio.open_nursery() as nursery:
+        async with batch.loop.outside(), trio.open_nursery() as nursery:
             running: list[trio.Event] = []
             last_for_target: dict[str, trio.Event] = {}
             for call in calls:
@@ -388,7 +388,7 @@ async def _execute(batch: _Batch, calls: list[_Call]) -> None:
                             await done.wait()
                             turn.end()
                     running.clear()
-                    await _run_one(batch, call)
+                    await batch.loop.run_working(_run_one, batch, call)
                     continue
                 done = trio.Event()
                 target = call.tool.target(call.input)
@@ -427,7 +427,7 @@ async def _run_parallel(
             follower.begin(before)
             await before.wait()
             follower.end()
-        await _run_one(batch, call)
+        await batch.loop.run_working(_run_one, batch, call)
     finally:
         if follower is not None:
             follower.end()
@@ -515,7 +515,7 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
         with deadlines.timer(timeout) as deadline:
             shown = None
             try:
-                value = await call_tool(call.tool, ctx, call.parsed, middleware)
+                value = await loop.run_outside(call_tool, call.tool, ctx, call.parsed, middleware)
                 if call.tool.redact_output is not None:
                     # The model is shown the real result; the journal the redacted one.
                     shown, _ = shape_result(value, limit)

@@ -183,7 +183,8 @@ async def compact(
     obligations = obligations_of(state)
     compactor = loop.definition.compactor or ModelCompactor()
     try:
-        text = await compactor.summarize(replaced, obligations, model=loop.resolved().model)
+        async with loop.outside():
+            text = await compactor.summarize(replaced, obligations, model=loop.resolved().model)
     except ModelError as exc:
         await _reject(
             loop, attempt_id, cause, "failed", f"compactor model failed ({exc.code}): {exc}"

@@ -9,7 +9,8 @@ folds and publishes); no worker imports the actor.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol, TypeVar
 
 import trio
 from structlog.typing import FilteringBoundLogger
@@ -26,6 +27,8 @@ from .state import LoopState
 from .tools import Tool
 
 __all__ = ["ChildLoop", "DeltaSink", "LoopPort", "ParentPort", "ToolsPort", "TurnPort"]
+
+T = TypeVar("T")
 
 
 class LoopPort(Protocol):
@@ -61,6 +64,25 @@ class LoopPort(Protocol):
         record that made it happen); ``ids`` names records beforehand.  With
         ``guard``, append only if ``guard()`` holds once everything committed
         before is folded; else raise ``GuardFailedError`` (compare-and-swap)."""
+        ...
+
+    def working(self) -> AbstractAsyncContextManager[None]:
+        """``async with`` around the work of a task of the loop's own: it waits
+        for the loop's permit (``permits.py``) unless the loop holds it."""
+        ...
+
+    def outside(self) -> AbstractAsyncContextManager[None]:
+        """``async with`` around a wait on something outside the runtime (a
+        model, a tool, a person): past ``permits.HOLD`` of it the loop's permit
+        goes to another loop, and is waited for again after."""
+        ...
+
+    async def run_working(self, work: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``await work(*args)`` inside ``working()``."""
+        ...
+
+    async def run_outside(self, wait: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``await wait(*args)`` inside ``outside()``."""
         ...
 
 

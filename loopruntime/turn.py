@@ -347,7 +347,7 @@ class TurnRunner:
             with deadlines.timer(opening) as clock:
                 try:
                     boundary = False
-                    async with resolved.model.stream(request) as stream:
+                    async with loop.outside(), resolved.model.stream(request) as stream:
                         async for delta in stream:
                             acc.feed(delta)
                             if self.redacting and secret_piece(delta, self.redacting, secret):
@@ -403,7 +403,7 @@ class TurnRunner:
             if not output and attempt <= limits.model_retries:
                 # Nothing arrived, so nothing can be repeated: send it again.
                 await loop.commit([passed], cause=call_record)
-                await trio.sleep(deadlines.retry_backoff(attempt))
+                await loop.run_outside(trio.sleep, deadlines.retry_backoff(attempt))
                 attempt += 1
                 continue
             cut = msgspec.structs.replace(

@@ -47,6 +47,7 @@ LOOP_KEYS = {
     "transactions",
     "largest_transaction",
     "gc_seconds",
+    "working_loops_limit",
     "bare_records",
     "bare_records_per_second",
     "ratio",
@@ -108,6 +109,7 @@ def test_loop_benchmark_rows() -> None:
     (many,) = by_scenario["loops"]
     assert set(many) == LOOP_KEYS
     assert many["loops"] == 2 and many["turns"] == 2 * many["turns_per_loop"]
+    assert many["working_loops_limit"] == 32  # the runtime's default
     # Every turn writes at least turn.started, a model call and turn.ended.
     assert many["records"] >= 3 * many["turns"]
     # Each transaction carries at most one append (or lease) per loop.
