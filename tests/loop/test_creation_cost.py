@@ -108,3 +108,32 @@ async def test_sessions_of_one_definition_share_its_resolution() -> None:
     # Before its first turn a loop resolves with no model named; after, by the
     # name its records chose: two choices, one answer each.
     assert len(d._resolutions) == 2
+
+
+def test_a_definition_digests_its_prompts_once() -> None:
+    from loopruntime.configuration import _prompt_sets, digest, prompts_of
+
+    long = "Be careful. " * 2000
+    d = one_step(system=long, modes=[Mode(name="brief", system="Be brief.")])
+    prompts = prompts_of(d)
+    assert prompts == {digest(long): long, digest("Be brief."): "Be brief."}
+    assert prompts_of(d) is prompts
+    # Another definition object digests for itself, and what was kept for one
+    # goes with it.
+    other = one_step(system=long)
+    assert prompts_of(other) == {digest(long): long}
+    key = id(other)
+    del other
+    assert key not in _prompt_sets
+
+
+async def test_every_session_of_a_definition_records_its_prompt() -> None:
+    d = one_step(system="Answer in French.")
+    async with open_journal("memory:") as journal:
+        ids = []
+        for _ in range(2):
+            async with Session.create(journal, d) as s:
+                ids.append(s.id)
+        for session_id in ids:
+            configured = [r.event async for r in journal.read(session_id) if r.seq == 2]
+            assert list(configured[0].prompts.values()) == ["Answer in French."]
