@@ -53,8 +53,8 @@ def prompts_of(definition: LoopDefinition) -> dict[str, str]:
     """Digest -> text of every system prompt the definition may run under.
 
     Made once per definition object (a definition is frozen) and shared by
-    every loop of it: read it, never change it.  Hashing the prompts at every
-    loop's start cost about 5 us a loop, and 100 us for a 20 KB prompt."""
+    every loop of it: read it, never change it.  Hashing the prompts at
+    every loop's start cost about 1 us a loop, and 130 us for a 20 KB prompt."""
     kept = _prompt_sets.get(id(definition))
     if kept is not None and kept[0]() is definition:
         return kept[1]
