@@ -407,7 +407,8 @@ def _loops_section(results: dict[str, Any]) -> list[str]:
         "",
         "N sessions, each after one turn, idle in one process: growth of resident memory "
         "(RSS) / N. Setup = seconds to create them all (the process's CPU meanwhile, of "
-        "which cyclic GC), made inside "
+        "which the trio thread's, the rest being the journal's writer thread, and cyclic "
+        "GC), made inside "
         "`session.collector_paused()` as an application making many sessions at once would "
         "(no automatic collection meanwhile; one collection and `gc.freeze()` at its end, "
         "inside the window).",
@@ -419,7 +420,12 @@ def _loops_section(results: dict[str, Any]) -> list[str]:
 def _setup_cpu(row: dict[str, Any]) -> str:
     # Results written before the idle rows carried the process's CPU have none.
     cpu = row.get("setup_cpu_seconds")
-    return "" if cpu is None else f"CPU {cpu:.1f}, "
+    if cpu is None:
+        return ""
+    trio_cpu = row.get("setup_trio_cpu_seconds")
+    if trio_cpu is None:  # results written before the trio thread's was taken apart
+        return f"CPU {cpu:.1f}, "
+    return f"CPU {cpu:.1f}, trio thread {trio_cpu:.1f}, "
 
 
 def _loops_targets(results: dict[str, Any], targets: Targets) -> None:

@@ -225,6 +225,13 @@ class LoopDefinition:
     """Reviewers of a call the permission policy would ask a person about
     (``loopruntime.classifiers``), in this order."""
 
+    _resolutions: dict[tuple[str | None, str | None, int | None], ResolvedDefinition] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """What ``resolved`` gave for a choice without server tools or a tool
+    choice: a definition is frozen, so it is the same every time, and the
+    sessions of a host resolve it once instead of at every start and turn."""
+
     def __post_init__(self) -> None:
         self._check_hooks()
         names = [t.name for t in self.tools] + [d.name for d in self.delegates]
@@ -411,7 +418,26 @@ class LoopDefinition:
         listed (``listed``) and the choices a loop made by command: ``model``
         (a registered model's name; when no model of that name is registered
         the mode's or the definition's applies), ``max_tokens`` and ``tools``
-        (names; delegates are always offered)."""
+        (names; delegates are always offered).  Shared: the answer for a
+        choice without ``listed`` or ``tools`` is made once per definition."""
+        if listed or tools is not None:
+            return self._resolve(mode_name, listed, model, max_tokens, tools)
+        key = (mode_name, model, max_tokens)
+        kept: ResolvedDefinition | None = self._resolutions.get(key)
+        if kept is None:
+            kept = self._resolve(mode_name, listed, model, max_tokens, tools)
+            if len(self._resolutions) < _RESOLUTIONS_KEPT:
+                self._resolutions[key] = kept
+        return kept
+
+    def _resolve(
+        self,
+        mode_name: str | None,
+        listed: Sequence[Tool],
+        model: str | None,
+        max_tokens: int | None,
+        tools: Sequence[str] | None,
+    ) -> ResolvedDefinition:
         mode = self.mode(mode_name)
         delegated = [_delegate_tool(d) for d in self.delegates]
         if tools is None:
@@ -444,6 +470,11 @@ class LoopDefinition:
             output=spec,
             deferred=frozenset(t.name for t in deferred),
         )
+
+
+_RESOLUTIONS_KEPT = 64
+"""Resolutions a definition keeps (mode, model and output budget chosen by
+command): a process choosing many budgets resolves the others each time."""
 
 
 @dataclass(frozen=True, kw_only=True)

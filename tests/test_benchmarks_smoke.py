@@ -64,6 +64,7 @@ IDLE_KEYS = {
     "gc_objects_per_loop",
     "setup_seconds",
     "setup_cpu_seconds",
+    "setup_trio_cpu_seconds",
     "gc_seconds",
     "collector",
 }
@@ -120,6 +121,9 @@ def test_loop_benchmark_rows() -> None:
     assert set(idle) == IDLE_KEYS
     assert idle["loops"] == 2
     assert idle["rss_after_bytes"] > 0 and idle["setup_seconds"] > 0
+    # The trio thread's CPU is a part of the process's (the journal's writer
+    # thread has the rest).
+    assert 0 < idle["setup_trio_cpu_seconds"] <= idle["setup_cpu_seconds"]
     # Not its size: two sessions' few dozen tracked objects each are fewer than the rest
     # of a test process may free meanwhile (an earlier trio run's idle worker thread
     # exiting, say). What a session keeps is pinned by tests/loop/test_idle_cost.py and

@@ -37,11 +37,11 @@ EntryRow = tuple[int, str, bytes, int, int | None, bytes | None]
 """A stored inbox entry: ``(number, key, body, created_at, consumed_at, outcome)``."""
 
 
-def insert_session(conn: sqlite3.Connection, session: str, now: int) -> None:
-    """Store a new session, with no records and incarnation 0."""
+def insert_session(conn: sqlite3.Connection, session: str, now: int, incarnation: int = 0) -> None:
+    """Store a new session, with no records, at ``incarnation``."""
     conn.execute(
-        "INSERT INTO sessions (session, incarnation, created_at) VALUES (?, 0, ?)",
-        (session, now),
+        "INSERT INTO sessions (session, incarnation, created_at) VALUES (?, ?, ?)",
+        (session, incarnation, now),
     )
 
 

@@ -554,20 +554,29 @@ class Writer:
         store_lease(self.conn, session, state.incarnation, lease, definition)
         state.incarnation = lease[0]
 
-    def _new_session(self, session: str, work: dict[str, _State], now: int) -> _State:
-        insert_session(self.conn, session, now)
-        state = work[session] = _State(0, 0, GENESIS, now)
+    def _new_session(
+        self, session: str, work: dict[str, _State], now: int, incarnation: int = 0
+    ) -> _State:
+        insert_session(self.conn, session, now, incarnation)
+        state = work[session] = _State(incarnation, 0, GENESIS, now)
         return state
 
     def _open(self, request: OpenRequest, work: dict[str, _State], now: int) -> SessionLease:
-        state = self._state(request.session, work)
+        session = request.session
+        state = self._state(session, work)
         if state is None:
             if not request.create:
-                raise SessionNotFoundError(request.session)
-            state = self._new_session(request.session, work, now)
-        lease = lease_state(self.conn, request.session, state.incarnation)
-        self._set_lease(request.session, state, decide_open(request.session, lease, now), None)
-        return SessionLease(session=request.session, incarnation=state.incarnation, head=state.head)
+                raise SessionNotFoundError(session)
+            # A new session has no lease to read (every session is stored with
+            # its lease row, and neither is ever deleted), and it is stored at
+            # the incarnation its opening gives it: two statements, not four.
+            opened = decide_open(session, (0, None, 0), now)
+            state = self._new_session(session, work, now, opened[0])
+            store_lease(self.conn, session, state.incarnation, opened, None)
+        else:
+            lease = lease_state(self.conn, session, state.incarnation)
+            self._set_lease(session, state, decide_open(session, lease, now), None)
+        return SessionLease(session=session, incarnation=state.incarnation, head=state.head)
 
     def _lease_op(
         self, request: LeaseRequest, work: dict[str, _State], now: int

@@ -734,3 +734,29 @@ async def test_a_stray_checkpoint_index_entry_is_corruption_not_a_conflict(
             3,
             4,
         ]
+
+
+async def test_a_new_session_is_opened_with_three_statements(tmp_path: Path) -> None:
+    async with open_journal(url(tmp_path / "j.db")) as journal:
+        assert isinstance(journal, SQLiteJournal) and journal._writer is not None
+        statements: list[str] = []
+        journal._writer.conn.set_trace_callback(statements.append)
+        first = await journal.open_session("new")
+        made = [s.split()[0] for s in statements if " sessions " in s or " leases " in s]
+        # The lookup that misses, the session stored at its first incarnation, its lease.
+        assert made == ["SELECT", "INSERT", "INSERT"], statements
+        statements.clear()
+        again = await journal.open_session("new")
+        journal._writer.conn.set_trace_callback(None)
+        assert (first.incarnation, again.incarnation) == (1, 2)
+        await journal.append(again, drafts("x", 1), expected_seq=0)
+        with pytest.raises(FencedError):
+            await journal.append(first, drafts("y", 1), expected_seq=1)
+    conn = sqlite3.connect(tmp_path / "j.db")
+    try:
+        assert conn.execute("SELECT incarnation FROM sessions").fetchall() == [(2,)]
+        assert conn.execute("SELECT session, owner, expires_at FROM leases").fetchall() == [
+            ("new", None, 0)
+        ]
+    finally:
+        conn.close()
