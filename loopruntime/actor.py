@@ -549,12 +549,16 @@ class Loop:
             if stopped:
                 self._close_down()
 
-    async def _begin(self, task_status: trio.TaskStatus[Loop], nursery: trio.Nursery | None) -> None:
+    async def _begin(
+        self, task_status: trio.TaskStatus[Loop], nursery: trio.Nursery | None
+    ) -> None:
+        """Open the loop, report it started, and learn the nursery it runs in."""
         await self._open(nursery)
         task_status.started(self)
         self._home = trio.lowlevel.current_task().parent_nursery
 
     async def _resume_started(self) -> None:
+        """After the start: what a restore found open resumes."""
         self.busy(+1)
         try:
             self._maybe_compact()  # keyed requests a restore found not started
