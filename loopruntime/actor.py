@@ -619,12 +619,20 @@ class Loop:
                 self._due = None
                 if command is not None or not parks:
                     self._start_task(self._turn_task, runner)
-                elif await self._turn_here(runner):
-                    # The turn ended with no other stretch running: this
-                    # task takes its end, the turn's busy count carried over.
-                    command, held = _TURN_DONE, True
                 else:
-                    return False  # another stretch is the actor now
+                    # Run here, the actor parked meanwhile: a command arriving
+                    # starts another stretch, as at an idle loop.
+                    self._parked = True
+                    mailbox.release()
+                    try:
+                        await runner.run()
+                    finally:
+                        held = self._turn_ended(here=True)
+                    if not held:
+                        return False  # another stretch is the actor now
+                    # No other stretch ran at the turn's end: this task takes
+                    # it, the turn's busy count carried over.
+                    command = _TURN_DONE
             if command is None:
                 if parks and not self._stopping:
                     # Decided and marked in one step: an item arriving from
@@ -674,15 +682,6 @@ class Loop:
             and self._active == 0
             and not self.forms.holding
         )
-
-    async def _turn_here(self, runner: TurnRunner) -> bool:
-        """Run the due turn in this task, the actor parked meanwhile (a
-        command arriving starts another stretch, as at an idle loop).  True
-        when no stretch runs once the turn has ended: this task is the actor
-        again, with the turn's end to take."""
-        self._parked = True
-        self._mailbox.release()
-        return await self._turn_task(runner, here=True)
 
     def _start_task(self, work: Callable[..., Awaitable[Any]], *args: Any) -> None:
         self._tasks.start_soon(self._guarded, work, *args)
@@ -1038,20 +1037,25 @@ class Loop:
         self.busy(+1)
         self._due = TurnRunner(self)
 
-    async def _turn_task(self, runner: TurnRunner, *, here: bool = False) -> bool:
-        """Run the turn, then hand its end to the actor (``_TurnDone``).  Run
-        ``here``, in a stretch of the actor that parked for it, with no
-        stretch running at its end: True, and this task takes the end itself,
-        still counted busy (nobody sees the loop quiet in between)."""
+    async def _turn_task(self, runner: TurnRunner) -> None:
+        """A turn in a task of its own (started while commands waited, or in
+        a loop that keeps its actor's task)."""
         try:
             await runner.run()
         finally:
-            self._turn_task_running = False
-            self._turn_scope = None
-            # Set and dropped: a waiter holds its own reference.
-            finished, self._turn_finished = self._turn_finished, None
-            if finished is not None:
-                finished.set()
+            self._turn_ended(here=False)
+
+    def _turn_ended(self, *, here: bool) -> bool:
+        """The turn has finished: hand its end to the actor (``_TurnDone``).
+        Run ``here`` (in a stretch of the actor that parked for it) with no
+        stretch running now: True, and the caller takes the end itself, still
+        counted busy (nobody sees the loop quiet in between)."""
+        self._turn_task_running = False
+        self._turn_scope = None
+        # Set and dropped: a waiter holds its own reference.
+        finished, self._turn_finished = self._turn_finished, None
+        if finished is not None:
+            finished.set()
         if self._mailbox.closed:
             self.busy(-1)
             return False
