@@ -90,10 +90,6 @@ class TurnRunner:
             t.name: t.redact_input for t in self.resolved.tools if t.redact_input is not None
         }
         """The tools whose calls' inputs the journal holds redacted (``redaction``)."""
-        limits = self.resolved.limits
-        first_token, whole = limits.model_first_token_timeout, limits.model_call_timeout
-        self.opening = whole if first_token is None else min(first_token, whole or first_token)
-        """A model call's first deadline: the earlier of its two (None: neither)."""
 
     @property
     def state(self) -> LoopState:
@@ -325,7 +321,7 @@ class TurnRunner:
         call_record = call[0].id
         limits = resolved.limits
         first_token, whole = limits.model_first_token_timeout, limits.model_call_timeout
-        opening = self.opening
+        opening = min((t for t in (first_token, whole) if t is not None), default=None)
         attempt = 1
         buffer: list[Piece] = []
         secret: set[int] = set()
