@@ -1,10 +1,14 @@
 """The Loop actor: one trio task owning one agent loop.
 
 It takes commands from its mailbox (Interrupt and Shutdown first).  A turn
-runs in a child task with its own cancel scope, so the actor keeps taking
-commands while a turn runs.  With nothing to do and no task of its own
-running, the actor parks as data (no task, nursery or cancel scope: an idle
-loop's memory) and its mailbox starts it again when an item arrives.
+runs under its own cancel scope, in the actor's own task once the mailbox is
+empty: the actor parks as data meanwhile, so a command arriving during the
+turn starts another stretch of the actor (a task of its own) while the turn
+runs on.  The turn's task takes the turn's end itself when no stretch runs
+by then.  With nothing left to do the actor parks as data (no task, nursery
+or cancel scope: an idle loop's memory) and its mailbox starts it again when
+an item arrives.  The loop's other tasks (a turn started while commands
+wait, a compaction, a stream flush) run in the nursery the actor runs in.
 Workers (turn, batch, compaction, delegation) get the ``Loop`` through the
 narrow ports of ``ports.py``, which it implements.
 
@@ -157,6 +161,9 @@ class _CompactionDone:
     """Internal: a compaction attempt finished."""
 
 
+_TURN_DONE = _TurnDone()
+
+
 _NO_TOOLSETS = Toolsets()
 """What every loop whose definition names no MCP server shares: it connects
 nothing, lists nothing and never changes."""
@@ -177,19 +184,21 @@ class Loop:
         "_cancel_on_start",
         "_compacting",
         "_compaction_principals",
+        "_compaction_scope",
         "_creator",
+        "_due",
         "_flush",
         "_flushes",
         "_holding",
         "_home",
         "_mailbox",
-        "_nursery",
         "_parked",
         "_pending_compactions",
         "_quiet",
         "_start_cause",
         "_stopped",
         "_stopping",
+        "_tasks",
         "_turn_finished",
         "_turn_scope",
         "_turn_task_running",
@@ -229,13 +238,20 @@ class Loop:
         self.state = state if state is not None else LoopState()
         self._mailbox = Mailbox(mailbox_capacity, self._arrived)
         self._parked = False
-        """The actor has no task: the next item in the mailbox starts one."""
+        """No task serves the mailbox: the next item in it starts one (a turn
+        may be running meanwhile, in the task that parked)."""
         self._home: trio.Nursery | None = None
         """The nursery ``run`` ran in, where a parked actor starts again."""
+        self._tasks: trio.Nursery
+        """Where the loop's other tasks start: ``_home``, or for a loop with MCP
+        servers (which keeps its task) the actor's own nursery."""
         self._turn_task_running = False
         self._turn_scope: trio.CancelScope | None = None
         self._turn_finished: trio.Event | None = None
-        """Set when the running turn's task has finished (made with the task)."""
+        """Set when the running turn has finished (made by the first waiter)."""
+        self._due: TurnRunner | None = None
+        """A turn started and not yet running: the actor runs it once it has
+        taken every command waiting (``_serve``)."""
         self._answers = gates.Answers()
         self.forms = gates.Forms(self._resend_answer)
         """The types open form gates' answers must fit (``gates.Forms``)."""
@@ -269,6 +285,8 @@ class Loop:
         self._flushes: Callable[[], Awaitable[None]] | None = None
         """What that flush runs."""
         self._compacting = False
+        self._compaction_scope: trio.CancelScope | None = None
+        """The running compaction's scope (cancelled when the loop stops)."""
         # Keyed requests the journal holds and no compaction started yet
         # (after a restore too): they run as if just asked for.
         # A tuple (most loops never have one): no empty list per idle loop.
@@ -394,14 +412,8 @@ class Loop:
         assert ticket is self._flush and flush is not None
         self.cancel_flush()
         # A flush is pending only while the turn's model call streams, so
-        # the actor's nursery is open.
-        self._nursery.start_soon(self._flushing, flush)
-
-    async def _flushing(self, flush: Callable[[], Awaitable[None]]) -> None:
-        try:
-            await flush()
-        finally:
-            self._mailbox.poke()  # the actor may park once this task is gone
+        # the nursery the turn runs in is open.
+        self._start_task(flush)
 
     def busy(self, delta: int) -> None:
         self._active += delta
@@ -491,10 +503,11 @@ class Loop:
 
     async def run(self, *, task_status: trio.TaskStatus[Loop] = trio.TASK_STATUS_IGNORED) -> None:
         """Start the loop (a new one commits what it runs under; a restored
-        one resumes), then take commands.  Returns once the loop has nothing
-        to do and no task of its own runs: its actor is parked as data (an
-        idle loop keeps no task, nursery or cancel scope) and the next item
-        its mailbox takes starts it again in the nursery ``run`` ran in.
+        one resumes), then take commands.  Returns once the actor parks, its
+        mailbox empty (a turn it started runs first, in this task): the actor
+        is then data (an idle loop keeps no task, nursery or cancel scope) and
+        the next item its mailbox takes starts it again in the nursery ``run``
+        ran in.
         After ``Shutdown`` the loop is stopped for good; an error propagates
         into that nursery, as from any task of it."""
         await self._act(task_status)
@@ -510,7 +523,7 @@ class Loop:
         if self.definition.toolsets or self.state.loop:
             await home.start(self.run)
             return
-        self._home = home
+        self._home = self._tasks = home
         try:
             await self._open(home)
         except BaseException:
@@ -524,44 +537,67 @@ class Loop:
 
     async def _act(self, task_status: trio.TaskStatus[Loop] | None) -> None:
         """One stretch of the actor's life: from its start (``task_status``)
-        or a command arriving at a parked loop, to parking or stopping."""
+        or a command arriving at a parked loop, to parking or stopping.  A
+        loop with MCP servers keeps its task and a nursery of its own, where
+        their connections and the loop's other tasks live; any other runs
+        without one (its tasks start in ``_home``), which spares every
+        stretch a nursery and the schedule point of its exit."""
         stopped = True
         permits = Permits.of_this_run()
         try:
             await permits.enter(self)
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                if task_status is not None:
-                    await self._open(nursery)
-                    task_status.started(self)
-                    # The status keeps the nursery ``start`` waited in (its
-                    # cancel scope and status); dropped, the actor holds none.
-                    task_status = None
-                    self._home = trio.lowlevel.current_task().parent_nursery
-                    self.busy(+1)
-                    try:
-                        self._maybe_compact()  # keyed requests a restore found not started
-                        await self._resume()
-                    finally:
-                        self.busy(-1)
-                stopped = await self._serve(nursery)
-                if stopped:
-                    self.toolsets.close()
-                    nursery.cancel_scope.cancel()
-                else:
-                    # Parked: the finished nursery is not kept either.
-                    del self._nursery
+            if self.definition.toolsets:
+                async with trio.open_nursery() as nursery:
+                    self._tasks = nursery
+                    if task_status is not None:
+                        await self._begin(task_status, nursery)
+                        # The status keeps the nursery ``start`` waited in (its
+                        # cancel scope and status); dropped, the actor holds none.
+                        task_status = None
+                        await self._resume_started()
+                    stopped = await self._serve()
+                    if stopped:
+                        self.toolsets.close()
+                        nursery.cancel_scope.cancel()
+                return
+            if task_status is not None:
+                await self._begin(task_status, None)
+                task_status = None
+                assert self._home is not None
+                self._tasks = self._home
+                await self._resume_started()
+            stopped = await self._serve()
+            if stopped and self._compaction_scope is not None:
+                self._compaction_scope.cancel()
         finally:
             permits.leave(self)
             if stopped:
                 self._close_down()
 
-    async def _open(self, nursery: trio.Nursery) -> None:
+    async def _begin(
+        self, task_status: trio.TaskStatus[Loop], nursery: trio.Nursery | None
+    ) -> None:
+        """Open the loop, report it started, and learn the nursery it runs in."""
+        await self._open(nursery)
+        task_status.started(self)
+        self._home = trio.lowlevel.current_task().parent_nursery
+
+    async def _resume_started(self) -> None:
+        """After the start: what a restore found open resumes."""
+        self.busy(+1)
+        try:
+            self._maybe_compact()  # keyed requests a restore found not started
+            await self._resume()
+        finally:
+            self.busy(-1)
+
+    async def _open(self, nursery: trio.Nursery | None) -> None:
         """List the servers' tools, then commit what a new loop runs under (or,
         restored, what changed on its servers)."""
         # The servers' tools are known before the first request is built.
-        taken = [t.name for t in self.definition.resolved(None).tools]
-        await self.toolsets.open(nursery, taken)
+        if nursery is not None:
+            taken = [t.name for t in self.definition.resolved(None).tools]
+            await self.toolsets.open(nursery, taken)
         if not self.state.loop:
             resolved = self.resolved()
             # Born with what it runs under: one commit, so no record
@@ -591,36 +627,55 @@ class Loop:
             if relisted:
                 await self.commit(relisted)
 
-    async def _serve(self, nursery: trio.Nursery) -> bool:
-        """Take commands until ``Shutdown`` (True) or until the loop may park
-        (False): nothing in the mailbox, no task of the loop running (turn,
-        compaction, flusher), no answer held, and no MCP server."""
+    async def _serve(self) -> bool:
+        """Take commands until ``Shutdown`` (True) or until the actor may park
+        (False): nothing in the mailbox, and no MCP server (a loop with
+        servers keeps its task).  A turn started meanwhile runs in this task
+        once the mailbox is empty, the actor parked while it runs; in a task
+        of its own if commands wait (they are taken first) or the loop keeps
+        its actor's task."""
         mailbox = self._mailbox
+        parks = self._home is not None and not self.definition.toolsets
         while True:
             command = mailbox.take()
+            held = False
+            runner = self._due
+            if runner is not None:
+                self._due = None
+                if command is not None or not parks:
+                    # The turn's task works under the permit this one holds.
+                    Permits.of_this_run().join(self)
+                    self._start_task(self._turn_task, runner)
+                else:
+                    # Run here, the actor parked meanwhile: a command arriving
+                    # starts another stretch, as at an idle loop.
+                    self._parked = True
+                    mailbox.release()
+                    try:
+                        await runner.run()
+                    finally:
+                        held = self._turn_ended(here=True)
+                    if not held:
+                        return False  # another stretch is the actor now
+                    # No other stretch ran at the turn's end: this task takes
+                    # it, the turn's busy count carried over.
+                    command = _TURN_DONE
             if command is None:
-                if (
-                    self._home is not None
-                    # A loop with MCP servers keeps its task: their
-                    # connections (made again on demand) live in its nursery.
-                    and not self.definition.toolsets
-                    and not nursery.child_tasks
-                    and self._active == 0
-                    and not self._stopping
-                    and not self.forms.holding
-                ):
+                if parks and not self._stopping:
                     # Decided and marked in one step: an item arriving from
                     # now on starts the actor again (``_arrived``).
                     self._parked = True
                     mailbox.release()
-                    shed_empty(self.state)
-                    if self._quiet is not None and not self._quiet:
-                        self._quiet = None
+                    if self._idle():
+                        shed_empty(self.state)
+                        if self._quiet is not None and not self._quiet:
+                            self._quiet = None
                     return False
                 async with self.outside():
                     await mailbox.wait()
                 continue
-            self.busy(+1)
+            if not held:
+                self.busy(+1)
             try:
                 if isinstance(command, _TurnDone):
                     self.forms.release_all()
@@ -645,6 +700,29 @@ class Loop:
                     return True
             finally:
                 self.busy(-1)
+
+    def _idle(self) -> bool:
+        """No turn or compaction runs, nothing counts itself busy and no
+        answer is held: a parked loop may shed its empty containers."""
+        return (
+            not self._turn_task_running
+            and not self._compacting
+            and self._active == 0
+            and not self.forms.holding
+        )
+
+    def _start_task(self, work: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        self._tasks.start_soon(self._guarded, work, *args)
+
+    async def _guarded(self, work: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """A task of the loop (a turn the actor does not run, a compaction, a
+        flush): its failure stops the loop, as the actor's own would (it
+        then propagates into the nursery, as from any task of it)."""
+        try:
+            await work(*args)
+        except BaseException:
+            self._close_down()
+            raise
 
     def _arrived(self) -> None:
         """An item is in the mailbox: a parked actor starts again."""
@@ -964,9 +1042,15 @@ class Loop:
         async def run() -> None:
             permits = Permits.of_this_run()
             try:
-                await permits.enter(self)
-                await compact(self, attempt_id, trigger=trigger, cause=cause, principal=principal)
+                # Its own scope: the loop's stop cancels it (the actor has
+                # no nursery to cancel), waiting for a permit included.
+                with trio.CancelScope() as self._compaction_scope:
+                    await permits.enter(self)
+                    await compact(
+                        self, attempt_id, trigger=trigger, cause=cause, principal=principal
+                    )
             finally:
+                self._compaction_scope = None
                 self._compacting = False
                 if not self._mailbox.closed:
                     self._mailbox.send_priority(_CompactionDone())
@@ -975,29 +1059,46 @@ class Loop:
 
         self._compacting = True
         self.busy(+1)
-        self._nursery.start_soon(run)
+        self._start_task(run)
 
     def _spawn_turn(self) -> None:
+        """Start a turn: it runs once the actor has taken every command
+        waiting (``_serve``)."""
         self._turn_task_running = True
-        self._turn_finished = trio.Event()
         self.busy(+1)
-        Permits.of_this_run().join(self)
-        self._nursery.start_soon(self._turn_task, TurnRunner(self))
+        self._due = TurnRunner(self)
 
     async def _turn_task(self, runner: TurnRunner) -> None:
+        """A turn in a task of its own (started while commands waited, or in
+        a loop that keeps its actor's task)."""
         try:
             await runner.run()
         finally:
-            self._turn_task_running = False
-            self._turn_scope = None
-            # Set and dropped: a waiter holds its own reference.
-            finished, self._turn_finished = self._turn_finished, None
-            assert finished is not None
-            finished.set()
-            if not self._mailbox.closed:
-                self._mailbox.send_priority(_TurnDone())
-            self.busy(-1)
+            self._turn_ended(here=False)
             Permits.of_this_run().leave(self)
+
+    def _turn_ended(self, *, here: bool) -> bool:
+        """The turn has finished: hand its end to the actor (``_TurnDone``).
+        Run ``here`` (in a stretch of the actor that parked for it) with no
+        stretch running now: True, and the caller takes the end itself, still
+        counted busy (nobody sees the loop quiet in between)."""
+        self._turn_task_running = False
+        self._turn_scope = None
+        # Set and dropped: a waiter holds its own reference.
+        finished, self._turn_finished = self._turn_finished, None
+        if finished is not None:
+            finished.set()
+        if self._mailbox.closed:
+            self.busy(-1)
+            return False
+        if here and self._parked:
+            # Parked with an empty mailbox (an item would have started a
+            # stretch): nothing else is the actor.
+            self._parked = False
+            return True
+        self._mailbox.send_priority(_TURN_DONE)
+        self.busy(-1)
+        return False
 
     async def _resume(self) -> None:
         """Continue after start or restore: an open turn with nothing unknown
@@ -1031,7 +1132,8 @@ class Loop:
             self._turn_scope.cancel()
         else:
             self._cancel_on_start = True
-        assert self._turn_finished is not None  # made with the running turn's task
+        if self._turn_finished is None:
+            self._turn_finished = trio.Event()
         # Its settling may wait on other loops (a child interrupted): the
         # actor holds no permit meanwhile, or they could never get one.
         async with self.outside():

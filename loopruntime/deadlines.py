@@ -76,14 +76,20 @@ class Timer:
     A timer of no deadline has no cancel scope (``scope`` is None): nothing
     can cut its block, and a scope would cost a trio deadline registration
     on the way in and out of every tool call and turn, most of which have no
-    deadline.  It cannot be ``reset`` to one (``TimerError``)."""
+    deadline.  It cannot be ``reset`` to one (``TimerError``), has nothing
+    to pause, and is not among the task's timers (``current``); its
+    ``opened`` is 0.0 (it reads no clock)."""
 
     __slots__ = ("_left", "_paused", "_paused_at", "_paused_for", "opened", "scope", "seconds")
 
     def __init__(self, seconds: float | None) -> None:
         self.seconds = seconds
-        self.opened = trio.current_time()
-        self.scope = None if seconds is None else trio.CancelScope(deadline=self.opened + seconds)
+        if seconds is None:
+            self.opened = 0.0
+            self.scope: trio.CancelScope | None = None
+        else:
+            self.opened = trio.current_time()
+            self.scope = trio.CancelScope(deadline=self.opened + seconds)
         self._paused = 0
         self._left = math.inf
         self._paused_at = 0.0
@@ -160,7 +166,8 @@ class timer:  # lower case, as contextlib.suppress: it reads as a function
 
     A class rather than a ``@contextmanager`` generator: a turn opens two of
     these per step, and the generator's frames and wrapper cost more than
-    the timer itself."""
+    the timer itself.  A timer of no deadline (a turn's and a tool call's by
+    default) is not registered as the task's: pausing it would do nothing."""
 
     __slots__ = ("_timer", "_token")
 
@@ -169,8 +176,8 @@ class timer:  # lower case, as contextlib.suppress: it reads as a function
 
     def __enter__(self) -> Timer:
         t = self._timer
-        self._token = _running.set((*_running.get(), t))
         if t.scope is not None:
+            self._token = _running.set((*_running.get(), t))
             try:
                 t.scope.__enter__()
             except BaseException:
@@ -185,8 +192,10 @@ class timer:  # lower case, as contextlib.suppress: it reads as a function
         tb: TracebackType | None,
     ) -> bool:
         scope = self._timer.scope
+        if scope is None:
+            return False
         try:
-            return scope is not None and scope.__exit__(exc_type, exc, tb)
+            return scope.__exit__(exc_type, exc, tb)
         finally:
             _running.reset(self._token)
 

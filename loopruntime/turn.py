@@ -321,7 +321,7 @@ class TurnRunner:
         call_record = call[0].id
         limits = resolved.limits
         first_token, whole = limits.model_first_token_timeout, limits.model_call_timeout
-        opening = min((t for t in (first_token, whole) if t is not None), default=None)
+        opening = whole if first_token is None else min(first_token, whole or first_token)
         attempt = 1
         buffer: list[Piece] = []
         secret: set[int] = set()

@@ -233,8 +233,16 @@ class _DiesBeforeDelivery(ForwardingJournal):
         return await self.inner.append(lease, drafts, expected_seq=expected_seq, consumes=consumes)
 
 
-async def test_background_result_is_delivered_exactly_once_after_a_crash() -> None:
-    watcher = LoopDefinition(name="watcher", model=ScriptedModel([Reply(text="all green")]))
+async def test_background_result_is_delivered_exactly_once_after_a_crash(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # The watcher answers a virtual second later, once the lead's turn has
+    # ended: the crash comes at the delivery to an idle lead, whatever order
+    # trio runs the two loops' steps in (else the lead's own turn may still be
+    # open at the crash, and its restore resumes that turn first).
+    watcher = LoopDefinition(
+        name="watcher", model=ScriptedModel([Reply(text="all green", chunk_delay=1.0)])
+    )
 
     def lead(replies: list[Reply]) -> LoopDefinition:
         return LoopDefinition(
