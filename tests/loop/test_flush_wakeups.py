@@ -8,10 +8,12 @@ from typing import Any
 import trio
 
 from journal import open_journal
-from loopruntime import Limits, LoopDefinition, ToolContext, tool
+from loopruntime import LoopDefinition
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 from tests.support.loops import tags
+
+from .test_pipelining import stepping
 
 
 class ClockSteps(trio.abc.Instrument):
@@ -23,28 +25,13 @@ class ClockSteps(trio.abc.Instrument):
             self.steps += 1
 
 
+async def _a_tenth_of_a_second(_ctx: Any) -> None:
+    await trio.sleep(0.1)
+
+
 def slow_steps(n: int) -> LoopDefinition:
     """``n`` tool steps of 0.1 s each, so the turn outlasts many flush deadlines."""
-    calls = {"n": 0}
-
-    def script(_request: Any) -> Reply:
-        if calls["n"] >= n:
-            return Reply(text="done")
-        calls["n"] += 1
-        return Reply(tool_calls=[ToolCall(name="wait", input={"q": str(calls["n"])})])
-
-    @tool(permission="allow")
-    async def wait(ctx: ToolContext, *, q: str) -> str:
-        """Take a tenth of a second."""
-        await trio.sleep(0.1)
-        return q
-
-    return LoopDefinition(
-        name="slow-steps",
-        model=ScriptedModel(script),
-        tools=[wait],
-        limits=Limits(max_model_calls_per_turn=n + 1, max_tool_calls_per_turn=n),
-    )
+    return stepping(n, probe=_a_tenth_of_a_second)
 
 
 async def test_model_calls_whose_streams_end_in_time_never_wake_the_flush_clock(
@@ -75,7 +62,7 @@ async def test_a_flush_after_every_earlier_deadline_was_cancelled_still_comes(
     d = LoopDefinition(
         name="then-slow",
         model=ScriptedModel(
-            [Reply(tool_calls=[ToolCall(name="wait", input={"q": "1"})]), Reply(text="ok"), slow]
+            [Reply(tool_calls=[ToolCall(name="look", input={"q": "1"})]), Reply(text="ok"), slow]
         ),
         tools=slow_steps(1).tools,
     )
