@@ -11,18 +11,9 @@ from journal import open_journal
 from loopruntime import LoopDefinition
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
-from tests.support.loops import tags
+from tests.support.loops import TaskSteps, tags
 
 from .test_pipelining import stepping
-
-
-class ClockSteps(trio.abc.Instrument):
-    def __init__(self) -> None:
-        self.steps = 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task.name == "loops' stream flushes":
-            self.steps += 1
 
 
 async def _a_tenth_of_a_second(_ctx: Any) -> None:
@@ -40,7 +31,7 @@ async def test_model_calls_whose_streams_end_in_time_never_wake_the_flush_clock(
     # Each model call puts a flush deadline 250 ms ahead and cancels it when
     # its stream ends at once; the turn lasts 2 s.  The clock's task ran for
     # each cancelled deadline it slept until (about one a step).
-    clock = ClockSteps()
+    clock = TaskSteps("loops' stream flushes")
     async with open_journal("memory:") as journal:
         async with Session.create(journal, slow_steps(20)) as s:
             trio.lowlevel.add_instrument(clock)

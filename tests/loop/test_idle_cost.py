@@ -29,6 +29,7 @@ from loopruntime.toolsets import McpServer
 from session import Session, SessionExistsError
 from session.linger import LINGER
 from session.writer import IDLE_EXIT
+from tests.support.loops import SpawnedTasks
 
 
 @tool(permission="allow")
@@ -143,14 +144,6 @@ async def test_an_idle_session_keeps_no_task(autojump_clock: Any) -> None:
             await s.wait_idle()
             await s.verify()
             assert (await s.snapshot()).turn_index == 2
-
-
-class SpawnedTasks(trio.abc.Instrument):
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        self.names.append(task.name)
 
 
 async def test_a_new_session_starts_its_loop_parked_without_a_task() -> None:

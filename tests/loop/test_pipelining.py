@@ -22,6 +22,7 @@ from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 from session.durability import may_pipeline
 from session.linger import LINGER
+from tests.support.loops import TaskSteps
 
 
 class DurableHead(ForwardingJournal):
@@ -241,22 +242,13 @@ async def test_pipelined_commits_that_ride_with_barriers_need_no_writer_task() -
     assert spawned.spawned == 0
 
 
-class LingerSteps(trio.abc.Instrument):
-    def __init__(self) -> None:
-        self.steps = 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task.name == "session writers' linger":
-            self.steps += 1
-
-
 async def test_pipelined_commits_taken_by_barriers_wake_no_linger_watcher(
     autojump_clock: Any,
 ) -> None:
     # Every step's pipelined commits ride with the next step's tool.started,
     # and the last ones with turn.ended: the watcher of LINGER is told each
     # time, so it never wakes to find nothing to flush (it did once a step).
-    watcher = LingerSteps()
+    watcher = TaskSteps("session writers' linger")
     async with open_journal("memory:") as journal:
         async with Session.create(journal, stepping(10)) as s:
             trio.lowlevel.add_instrument(watcher)

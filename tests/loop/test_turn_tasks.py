@@ -16,23 +16,16 @@ from loopruntime import Limits, LoopDefinition, ToolContext, tool
 from loopruntime.model import Model
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
+from tests.support.loops import SpawnedTasks
 
 from .test_pipelining import stepping
-
-
-class Spawned(trio.abc.Instrument):
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        self.names.append(task.name)
 
 
 async def test_a_turn_of_a_parked_loop_spawns_one_task_the_actors() -> None:
     # The stretch the input starts runs the turn and takes its end: no task of
     # the turn's own, and no nursery of the actor's (whose exit is a schedule
     # point of its own).
-    spawned = Spawned()
+    spawned = SpawnedTasks()
     async with open_journal("memory:") as journal:
         async with Session.create(journal, stepping(2)) as s:
             trio.lowlevel.add_instrument(spawned)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
+
 from journal import Draft, Journal, Record
 from loopruntime import LoopDefinition, ToolContext, tool
 from loopruntime.model import ModelRequest
@@ -77,3 +79,25 @@ async def run_turns(journal: Journal, session_id: str, n: int) -> None:
         for i in range(n):
             await s.submit(f"count {i}")
             await s.wait_idle()
+
+
+class SpawnedTasks(trio.abc.Instrument):
+    """The names of the tasks spawned while it is added."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.names.append(task.name)
+
+
+class TaskSteps(trio.abc.Instrument):
+    """How many times tasks of one name ran while it is added."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name == self.name:
+            self.steps += 1
