@@ -20,3 +20,22 @@ def test_dev_refuses_an_unknown_command() -> None:
     done = subprocess.run([ROOT / "dev", "frobnicate"], capture_output=True, text=True, check=False)
     assert done.returncode == 2
     assert "unknown command 'frobnicate'" in done.stderr
+
+
+def test_dev_test_prints_only_what_pytest_prints() -> None:
+    # scripts/ensure-postgres prints the directory it found; ./dev keeps it for itself.
+    done = subprocess.run(
+        [
+            ROOT / "dev",
+            "test",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"{__file__}::test_dev_refuses_an_unknown_command",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[0].startswith("."), done.stdout
