@@ -261,6 +261,7 @@ async def _replay(args: argparse.Namespace) -> int:
         at=args.at,
         otlp=args.otlp,
         causes=args.causes,
+        inherited=not args.no_inherited,
         color=sys.stdout.isatty(),
         out=out,
         err=err,
@@ -447,6 +448,12 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("--at", type=int, metavar="SEQ", help="show each loop's state at SEQ")
     replay.add_argument(
         "--causes", action="store_true", help="list each record with the record that caused it"
+    )
+    replay.add_argument(
+        "--no-inherited",
+        action="store_true",
+        help="for a fork, leave out the conversation it inherited from its source (shown "
+        "first by default, each line marked │)",
     )
     replay.set_defaults(run=cmd_replay)
     fork = command(

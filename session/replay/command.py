@@ -25,6 +25,7 @@ from loopruntime.host import FoldError
 from ..terminal import progress, table
 from .causes import CAUSE_COLUMNS, cause_rows, render_causes
 from .checker import check
+from .inherited import inherited_lines
 from .states import render_states, states_at
 from .transcript import TranscriptRenderer, render_transcript
 from .tree import render_tree, tree_json
@@ -73,13 +74,17 @@ async def replay_command(
     at: int | None = None,
     otlp: str | None = None,
     causes: bool = False,
+    inherited: bool = True,
     color: bool = False,
     out: Callable[[str], None] = print,
     err: Callable[[str], None] = print,
 ) -> int:
     """``loopruntime replay``: 0 when the output is complete (or the check
     passed), 1 when the journal is damaged or fails the check, 2 when the
-    journal or session cannot be read at all.  Never writes to the journal."""
+    journal or session cannot be read at all, or ``at`` is past its head.
+    The transcript of a fork begins with the conversation it inherited from
+    its source, marked as such, unless not ``inherited``.  Never writes to
+    the journal."""
     if follow and (check_only or at is not None or fmt != "transcript" or causes):
         err("loopruntime replay: --follow works with the transcript format only")
         return 2
@@ -110,7 +115,7 @@ async def replay_command(
                 out(report.summary())
                 return 0 if report.ok else 1
             if follow:
-                return await _follow(journal, session_id, color, out, err)
+                return await _follow(journal, session_id, color, inherited, out, err)
             records: list[Record] = []
             damage: JournalError | None = None
             try:
@@ -121,6 +126,13 @@ async def replay_command(
             except JournalError as exc:
                 # Show everything before the damage, then say where it is.
                 damage = exc
+            head = records[-1].seq if records else 0
+            if at is not None and at > head and damage is None:
+                err(
+                    f"loopruntime replay: --at {at} is past the head of session {session_id} "
+                    f"(seq {head}); give a seq from 0 to {head}"
+                )
+                return 2
             if at is not None:
                 try:
                     out(
@@ -139,6 +151,9 @@ async def replay_command(
                 if not table(CAUSE_COLUMNS, cause_rows(records)):
                     out(render_causes(records, color=color))
             elif fmt == "transcript":
+                if inherited and records:
+                    for line in await inherited_lines(journal, records[0], color=color):
+                        out(line)
                 out(render_transcript(records, color=color))
             elif fmt == "tree":
                 out(render_tree(build_tree(session_id, records), color=color))
@@ -194,14 +209,19 @@ async def _follow(
     journal: Journal,
     session_id: str,
     color: bool,
+    inherited: bool,
     out: Callable[[str], None],
     err: Callable[[str], None],
 ) -> int:
-    """Print the transcript, then every record appended later, until the
-    journal closes (or the reader is interrupted)."""
+    """Print the transcript (a fork's after what it inherited), then every
+    record appended later, until the journal closes (or the reader is
+    interrupted)."""
     renderer = TranscriptRenderer(color=color)
     try:
         async for record in journal.tail(session_id):
+            if inherited and record.seq == 1:
+                for line in await inherited_lines(journal, record, color=color):
+                    out(line)
             for line in renderer.feed(record):
                 out(line)
     except SessionNotFoundError as exc:
