@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from journal import open_journal
+from journal import open_journal, parse_location
 from loopruntime import LoopDefinition
 
 from .client import Client
@@ -38,12 +38,25 @@ def load_definitions(spec: str) -> dict[str, LoopDefinition]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"--definitions: cannot import {module_name!r} ({exc})") from exc
+    except Exception as exc:
+        # The module's own code failed while it was imported: a person's
+        # mistake in their module, told in one line (-v shows the traceback).
+        raise ValueError(
+            f"--definitions: importing {module_name} failed: {_one_line(exc)}"
+        ) from exc
     try:
         found: Any = getattr(module, attribute)
     except AttributeError:
         raise ValueError(f"--definitions: module {module_name} has no {attribute!r}") from None
     if callable(found) and not isinstance(found, LoopDefinition):
-        found = found()
+        try:
+            found = found()
+        except Exception as exc:
+            raise ValueError(
+                f"--definitions {spec}: calling {attribute}() failed: {_one_line(exc)}; name a "
+                "LoopDefinition, a list or mapping of them, or a function that returns one "
+                "when called with no arguments"
+            ) from exc
     if isinstance(found, LoopDefinition):
         found = [found]
     if isinstance(found, Mapping):
@@ -55,6 +68,22 @@ def load_definitions(spec: str) -> dict[str, LoopDefinition]:
             f"function returning one, not {type(found).__name__}"
         )
     return {d.name: d for d in definitions}
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}".rstrip(": ")
+
+
+def reachable_journal(url: str, who: str) -> str:
+    """``url``, unless it names a memory journal: that one lives inside this
+    process, so no client, host or console elsewhere could ever reach it."""
+    if parse_location(url).scheme == "memory":
+        raise ValueError(
+            f"{who} needs a journal other processes can reach, and memory: lives inside "
+            "this process only (no client could send it anything): give --journal a SQLite "
+            "path or a postgresql:// URL"
+        )
+    return url
 
 
 async def _host(args: argparse.Namespace, url: str) -> int:
@@ -154,7 +183,7 @@ def add_commands(
     )
 
     def run_host(args: argparse.Namespace) -> int:
-        return trio.run(_host, args, url(args))
+        return trio.run(_host, args, reachable_journal(url(args), "a host"))
 
     # Its claims, failovers and passivations are what a person runs it to see.
     host.set_defaults(run=run_host, info_logs=True)
@@ -234,6 +263,7 @@ def add_commands(
     )
 
     def run_console(args: argparse.Namespace) -> int:
+        journal = reachable_journal(console_url(args), "the console")
         from .console import serve_console
 
         def out(text: str) -> None:
@@ -243,7 +273,7 @@ def add_commands(
             functools.partial(
                 serve_console, read_only=args.read_only, principal=args.principal, out=out
             ),
-            console_url(args),
+            journal,
             args.bind,
         )
 
