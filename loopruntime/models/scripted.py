@@ -23,11 +23,13 @@ from journal.content import (
     BlockStarted,
     BlockStopped,
     InputJsonDelta,
+    Message,
     SignatureDelta,
     Text,
     TextDelta,
     ThinkingDelta,
     ToolResult,
+    ToolUse,
     Usage,
 )
 
@@ -72,7 +74,16 @@ Script = Sequence[Reply] | Callable[[ModelRequest], Reply]
 
 
 class ScriptedModel:
-    """A model that answers from a script.  ``requests`` records what it was sent."""
+    """A model that answers from a script.  ``requests`` records what it was sent.
+
+    A list plays one reply a call, across every loop that uses the model.
+    Its first call may meet a conversation that already holds model replies:
+    a loop restored in a new process, or a fork.  When the list opens with
+    exactly those replies (the same text and tool calls, in order), it is the
+    script of the whole conversation and goes on after them, so a restore
+    never hears the first replies again (a tool call would run twice);
+    otherwise the list is taken as the replies still to come.
+    """
 
     def __init__(
         self,
@@ -85,6 +96,8 @@ class ScriptedModel:
         self.name = name
         self.context_window = context_window
         self.requests: list[ModelRequest] = []
+        self._played = 0
+        """How many of the list's replies the conversation held before its first call."""
 
     @classmethod
     def echo(cls) -> ScriptedModel:
@@ -101,7 +114,9 @@ class ScriptedModel:
     def _next(self, request: ModelRequest) -> Reply:
         if callable(self._script):
             return self._script(request)
-        asked = len(self.requests)
+        if len(self.requests) == 1:
+            self._played = _replies_already_given(self._script, request.messages)
+        asked = self._played + len(self.requests)
         if asked > len(self._script):
             raise ScriptExhaustedError(asked, len(self._script))
         return self._script[asked - 1]
@@ -113,6 +128,32 @@ class ScriptedModel:
         if reply.error is not None:
             raise reply.error
         yield _play(reply, request)
+
+
+def _replies_already_given(script: Sequence[Reply], messages: Sequence[Message]) -> int:
+    """How many replies at the head of ``script`` the conversation already
+    holds as its model replies, in order; 0 when it does not open with them
+    all.  A scripted failure leaves no message, so it matches nothing and is
+    passed over."""
+    given = [m for m in messages if m.role == "assistant" and not m.synthetic]
+    position = 0
+    for message in given:
+        while position < len(script) and _leaves_no_message(script[position]):
+            position += 1
+        if position == len(script) or not _is_reply(message, script[position]):
+            return 0
+        position += 1
+    return position if given else 0
+
+
+def _leaves_no_message(reply: Reply) -> bool:
+    return reply.error is not None or reply.stall_after_chunks is not None
+
+
+def _is_reply(message: Message, reply: Reply) -> bool:
+    text = "".join(b.text for b in message.blocks if isinstance(b, Text))
+    calls = [(b.name, b.input) for b in message.blocks if isinstance(b, ToolUse)]
+    return text == reply.text and calls == [(c.name, c.input) for c in reply.tool_calls]
 
 
 def _last_user_text(request: ModelRequest) -> str:
