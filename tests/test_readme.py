@@ -1,24 +1,18 @@
-"""The README's example runs as printed."""
+"""The README's example runs as printed, and its quickstart is the two commands."""
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.docs import ROOT, python_blocks
+from tests.test_guide import run_block
 
 
 def test_readme_example_runs(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    [example] = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
-    script = tmp_path / "example.py"
-    script.write_text(example)
-    done = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stderr
+    [example] = python_blocks(ROOT / "README.md")
+    assert example.not_run is None
+    done = run_block(example, tmp_path)
     assert "2 + 3 = 5" in done.stdout
     # A library configures no logging of its own: the example prints what it prints.
     assert len(done.stdout.splitlines()) == 1, done.stdout
