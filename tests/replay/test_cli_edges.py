@@ -3,6 +3,8 @@ inherited conversation."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,8 @@ from loopruntime.models import Reply, ScriptedModel
 from session import Session
 from session.cli import main
 from session.replay.inherited import MARK
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _definition(*replies: str) -> LoopDefinition:
@@ -112,3 +116,31 @@ def test_a_fork_of_a_fork_shows_both_sources_outermost_first(
     headings = [line for line in out.splitlines() if "inherited from session" in line]
     assert [h.split()[4].rstrip(",") for h in headings] == [source, fork]
     assert out.index("first question") < out.index("question in the fork")
+
+
+def test_follow_on_a_fork_begins_with_what_it_inherited(tmp_path: Path) -> None:
+    db, source, fork, at = _journal_with_a_fork(tmp_path)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "session.cli", "replay", "--journal", db, fork, "--follow"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follower.stdout is not None
+    try:
+        lines: list[str] = []
+        while not lines or "answer in the fork" not in lines[-1]:
+            line = follower.stdout.readline()
+            assert line, f"the follower ended after {lines!r}"
+            lines.append(line.rstrip("\n"))
+    finally:
+        follower.terminate()
+        follower.wait()
+    assert (
+        lines[0]
+        == f"{MARK}inherited from session {source}, seq 1 to {at} (--no-inherited hides it)"
+    )
+    assert any(line.startswith(MARK) and "user: first question" in line for line in lines)
+    own = [line for line in lines if not line.startswith(MARK)]
+    assert f"forked from session {source} at seq {at}" in own[0]
