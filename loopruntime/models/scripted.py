@@ -133,8 +133,9 @@ class ScriptedModel:
 def _replies_already_given(script: Sequence[Reply], messages: Sequence[Message]) -> int:
     """How many replies at the head of ``script`` the conversation already
     holds as its model replies, in order; 0 when it does not open with them
-    all.  A scripted failure leaves no message, so it matches nothing and is
-    passed over."""
+    all.  A reply that fails before any output leaves no message, so it
+    matches nothing and is passed over; one cut off part-way leaves part of a
+    message, which matches no reply, so such a list is played as given."""
     given = [m for m in messages if m.role == "assistant" and not m.synthetic]
     position = 0
     for message in given:
@@ -143,11 +144,11 @@ def _replies_already_given(script: Sequence[Reply], messages: Sequence[Message])
         if position == len(script) or not _is_reply(message, script[position]):
             return 0
         position += 1
-    return position if given else 0
+    return position
 
 
 def _leaves_no_message(reply: Reply) -> bool:
-    return reply.error is not None or reply.stall_after_chunks is not None
+    return reply.error is not None or 0 in (reply.stall_after_chunks, reply.fail_after_chunks)
 
 
 def _is_reply(message: Message, reply: Reply) -> bool:
