@@ -27,12 +27,15 @@ async def inherited_lines(journal: Journal, first: Record, *, color: bool = Fals
     its place: what the fork holds itself is still shown."""
     chain: list[tuple[str, int, list[Record], str | None]] = []
     seen: set[str] = set()
-    event = first.event
-    while isinstance(event, SessionForked) and event.source not in seen:
+    opening: Record | None = first
+    while opening is not None:
+        event = opening.event
+        if not isinstance(event, SessionForked) or event.source in seen:
+            break
         seen.add(event.source)
         records, problem = await _read_up_to(journal, event.source, event.seq)
         chain.append((event.source, event.seq, records, problem))
-        event = records[0].event if records else None
+        opening = records[0] if records else None
     lines: list[str] = []
     for source, seq, records, problem in reversed(chain):
         heading = f"inherited from session {source}, seq 1 to {seq} (--no-inherited hides it)"
