@@ -63,8 +63,10 @@ def test_a_definitions_module_that_fails_on_import(
 @pytest.mark.parametrize(
     ("command", "who"),
     [
-        (["host", "--definitions", "examples.web_service.agents:DEFINITIONS"], "a host"),
-        (["console", "--bind", "127.0.0.1:0"], "the console"),
+        # Each also carries another mistake, checked after the journal: before
+        # the journal was checked, these failed on that one instead of serving.
+        (["host", "--definitions", "os:sep"], "a host"),
+        (["console", "--bind", "nowhere"], "the console"),
     ],
 )
 def test_a_memory_journal_is_refused(
