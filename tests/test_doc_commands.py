@@ -77,6 +77,25 @@ def test_every_option_beside_a_command_is_one_it_takes(page: Path) -> None:
             )
 
 
+def unknown_commands(text: str) -> list[str]:
+    """The commands named in inline code (`loopruntime NAME ...`) that the
+    command line lacks; a placeholder (`loopruntime COMMAND`) names none."""
+    return [
+        words[1]
+        for code in inline_code(text)
+        if len(words := code.split()) > 1
+        and words[0] == "loopruntime"
+        and re.fullmatch(r"[a-z][a-z-]*", words[1])
+        and words[1] not in COMMANDS
+    ]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_command_named_is_one_there_is(page: Path) -> None:
+    for line, text in prose_paragraphs(page):
+        assert unknown_commands(text) == [], f"{page.name}:{line}"
+
+
 def test_the_checks_see_the_commands() -> None:
     lines = [argv for page in PAGES for _, argv in command_lines(page)]
     assert ["console", "--journal", "postgresql://app@db/agents"] in lines
