@@ -54,11 +54,14 @@ from journal import (
     SessionLease,
 )
 from journal import inbox as ib
-from loopruntime import LoopClosedError, LoopDefinition, LoopError
+from loopruntime import LoopDefinition
 from loopruntime.host import new_id
 
 from .checkpoints import read_restored
+from .host_commands import damaged as _damaged
 from .host_commands import expected as _expected
+from .host_commands import not_started as _not_started
+from .host_commands import refused as _refused
 from .host_commands import run as _run
 from .host_principals import Principals, checked_principals, refusal
 from .runtime import ROOT_LOOP, Session
@@ -454,22 +457,7 @@ class Host:
         the ``Create``, or a host's release), which saves reading the session
         once more only to learn it; without one, the fold says."""
         if lease.head == 0:
-            entries = await self.journal.inbox(hosted.id)
-            first = entries[0].command if entries else None
-            if not isinstance(first, ib.Create):
-                return None  # nothing to start it with: the entries wait
-            refusal = self.refusal(first)
-            if refusal is not None:
-                # Consumed with its reason: no session is started for it.
-                consumed = ib.Consumed(entry=entries[0].number, outcome=refusal)
-                await self.journal.append(lease, [], expected_seq=0, consumes=[consumed])
-                self._applied += 1
-                return None
-            definition = self.definitions.get(first.definition)
-            if definition is None:
-                await self._release(hosted, definition=first.definition)
-                return None
-            return Session.create(self.journal, definition, lease=lease, principal=first.principal)
+            return await self._starting(hosted, lease)
         name = recorded
         if name is None or name not in self.definitions:
             restored = await read_restored(self.journal, hosted.id)
@@ -481,6 +469,39 @@ class Host:
             await self._release(hosted, definition=name)
             return None
         return Session.restore(self.journal, hosted.id, definition, lease=lease)
+
+    async def _starting(
+        self, hosted: _Hosted, lease: SessionLease
+    ) -> AbstractAsyncContextManager[Session] | None:
+        """How to start a session with no records: its first ``Create`` this
+        host takes.  Every entry before it is refused once, in one append
+        (deterministic refusals: a create from a principal the host does not
+        know, a damaged entry, a command for a session never started), so
+        nothing is left for a host to claim again and again.  A create for a
+        definition this host does not run is left for a host that does."""
+        refusals: list[ib.Consumed] = []
+        refused_create: tuple[str, ib.InboxOutcome] | None = None
+        start: ib.Create | None = None
+        for entry in await self.journal.inbox(hosted.id):
+            command = entry.command
+            why = self._damaged(hosted.id, entry) if command is None else self.refusal(command)
+            if why is None:
+                if isinstance(command, ib.Create):
+                    start = command
+                    break
+                why = _not_started(hosted.id, entry, refused_create)
+            elif isinstance(command, ib.Create):
+                refused_create = (entry.key, why)
+            refusals.append(ib.Consumed(entry=entry.number, outcome=why))
+        if refusals:
+            await self.journal.append(lease, [], expected_seq=0, consumes=refusals)
+            self._applied += len(refusals)
+            self.log.info("entries_refused", session=hosted.id, entries=len(refusals))
+        definition = self.definitions.get(start.definition) if start is not None else None
+        if start is None or definition is None:
+            await self._release(hosted, definition=start.definition if start else None)
+            return None
+        return Session.create(self.journal, definition, lease=lease, principal=start.principal)
 
     async def _serve(self, hosted: _Hosted, session: Session) -> None:
         try:
@@ -554,20 +575,8 @@ class Host:
         writer = session._writer
         command = entry.command
         if command is None:
-            self.log.error(
-                "inbox_entry_damaged", session=session.id, entry=entry.number, damage=entry.damage
-            )
-            message = (
-                f"inbox entry {entry.number} (key {entry.key!r}) of session {session.id}: "
-                f"{entry.damage}; it was skipped and the session went on: send the command "
-                "again under a new key"
-            )
-            await writer.consume(
-                ib.Consumed(
-                    entry=entry.number,
-                    outcome=ib.InboxOutcome(error="InboxEntryDamaged", message=message),
-                )
-            )
+            damage = self._damaged(session.id, entry)
+            await writer.consume(ib.Consumed(entry=entry.number, outcome=damage))
             return
         refusal = None if isinstance(command, ib.Create) else self.refusal(command)
         if refusal is not None:
@@ -579,11 +588,16 @@ class Host:
         outcome: ib.InboxOutcome
         try:
             value = await _run(session, command, entry.key)
+        except Exception as exc:
+            refused = _refused(exc)
+            if refused is None:
+                raise  # transient: the entry waits for the session's next owner
+            self.log.info(
+                "command_refused", session=session.id, entry=entry.number, error=refused.error
+            )
+            outcome = refused
+        else:
             outcome = ib.InboxOutcome(value=value)
-        except LoopClosedError:
-            raise  # the session is closing: the entry waits for the next owner
-        except (LoopError, ValueError) as exc:
-            outcome = ib.InboxOutcome(error=type(exc).__name__, message=str(exc))
         finally:
             if expectation is not None:
                 writer.forget(expectation)
@@ -591,6 +605,12 @@ class Host:
         if expectation is not None and expectation.outcome is not None:
             return  # consumed by the append that holds what the command made
         await writer.consume(ib.Consumed(entry=entry.number, outcome=outcome))
+
+    def _damaged(self, session: str, entry: ib.InboxEntry) -> ib.InboxOutcome:
+        self.log.error(
+            "inbox_entry_damaged", session=session, entry=entry.number, damage=entry.damage
+        )
+        return _damaged(session, entry)
 
     def refusal(self, command: ib.InboxCommand) -> ib.InboxOutcome | None:
         """The outcome refusing ``command`` for its principal (None: taken)."""
