@@ -21,9 +21,9 @@ Rules (docs/host.md tells the story):
   passivation follows, at most ``_STOP_CHECKPOINTS`` at a time and none begun
   past ``lease_ttl / 3`` into the stop (a failed one is logged; the session
   is released all the same);
-* with ``principals``, an entry whose principal the host does not know is
-  consumed with the error ``UnknownPrincipalError`` and applies nothing (a
-  ``Create`` so refused starts no session).
+* a command the host will never apply (an unknown principal, a damaged
+  entry, an error applying it again would raise again) is consumed once with
+  its reason (``host_commands``); entries of a session never started are.
 * the host id is registered in the journal for as long as the host runs (a
   live host's id is refused at ``open``); work is looked for every ``poll``
   seconds (one ``claimable`` pass, which also wakes this host's quiet
@@ -58,9 +58,9 @@ from loopruntime import LoopDefinition
 from loopruntime.host import new_id
 
 from .checkpoints import read_restored
+from .host_commands import before_start as _before_start
 from .host_commands import damaged as _damaged
 from .host_commands import expected as _expected
-from .host_commands import not_started as _not_started
 from .host_commands import refused as _refused
 from .host_commands import run as _run
 from .host_principals import Principals, checked_principals, refusal
@@ -473,30 +473,14 @@ class Host:
     async def _starting(
         self, hosted: _Hosted, lease: SessionLease
     ) -> AbstractAsyncContextManager[Session] | None:
-        """How to start a session with no records: its first ``Create`` this
-        host takes.  Every entry before it is refused once, in one append
-        (deterministic refusals: a create from a principal the host does not
-        know, a damaged entry, a command for a session never started), so
-        nothing is left for a host to claim again and again.  A create for a
-        definition this host does not run is left for a host that does."""
-        refusals: list[ib.Consumed] = []
-        refused_create: tuple[str, ib.InboxOutcome] | None = None
-        start: ib.Create | None = None
-        for entry in await self.journal.inbox(hosted.id):
-            command = entry.command
-            why = self._damaged(hosted.id, entry) if command is None else self.refusal(command)
-            if why is None:
-                if isinstance(command, ib.Create):
-                    start = command
-                    break
-                why = _not_started(hosted.id, entry, refused_create)
-            elif isinstance(command, ib.Create):
-                refused_create = (entry.key, why)
-            refusals.append(ib.Consumed(entry=entry.number, outcome=why))
+        """Start a session with no records at its first ``Create`` this host
+        takes, refusing the entries before it once (``before_start``); a create
+        for a definition not run here waits for a host that runs it."""
+        entries = await self.journal.inbox(hosted.id)
+        refusals, start = _before_start(hosted.id, entries, self._refusal)
         if refusals:
             await self.journal.append(lease, [], expected_seq=0, consumes=refusals)
             self._applied += len(refusals)
-            self.log.info("entries_refused", session=hosted.id, entries=len(refusals))
         definition = self.definitions.get(start.definition) if start is not None else None
         if start is None or definition is None:
             await self._release(hosted, definition=start.definition if start else None)
@@ -574,15 +558,12 @@ class Host:
         """Apply ``entry`` through its command, exactly once (see the module's rules)."""
         writer = session._writer
         command = entry.command
-        if command is None:
-            damage = self._damaged(session.id, entry)
-            await writer.consume(ib.Consumed(entry=entry.number, outcome=damage))
-            return
-        refusal = None if isinstance(command, ib.Create) else self.refusal(command)
+        refusal = None if isinstance(command, ib.Create) else self._refusal(entry)
         if refusal is not None:
             self._applied += 1
             await writer.consume(ib.Consumed(entry=entry.number, outcome=refusal))
             return
+        assert command is not None  # a damaged entry is refused above
         match = _expected(command, entry.key)
         expectation = writer.expect(entry.number, None, match) if match is not None else None
         outcome: ib.InboxOutcome
@@ -592,9 +573,7 @@ class Host:
             refused = _refused(exc)
             if refused is None:
                 raise  # transient: the entry waits for the session's next owner
-            self.log.info(
-                "command_refused", session=session.id, entry=entry.number, error=refused.error
-            )
+            self.log.info("command_refused", session=session.id, error=refused.error)
             outcome = refused
         else:
             outcome = ib.InboxOutcome(value=value)
@@ -606,11 +585,14 @@ class Host:
             return  # consumed by the append that holds what the command made
         await writer.consume(ib.Consumed(entry=entry.number, outcome=outcome))
 
-    def _damaged(self, session: str, entry: ib.InboxEntry) -> ib.InboxOutcome:
+    def _refusal(self, entry: ib.InboxEntry) -> ib.InboxOutcome | None:
+        """The outcome refusing ``entry`` for its damage or its principal (None: taken)."""
+        if entry.command is not None:
+            return self.refusal(entry.command)
         self.log.error(
-            "inbox_entry_damaged", session=session, entry=entry.number, damage=entry.damage
+            "inbox_entry_damaged", session=entry.session, entry=entry.number, damage=entry.damage
         )
-        return _damaged(session, entry)
+        return _damaged(entry.session, entry)
 
     def refusal(self, command: ib.InboxCommand) -> ib.InboxOutcome | None:
         """The outcome refusing ``command`` for its principal (None: taken)."""

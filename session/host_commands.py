@@ -11,7 +11,7 @@ are told apart here, and only here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from journal import InvalidEventError, JournalError
 from journal import inbox as ib
@@ -20,7 +20,7 @@ from loopruntime import LoopClosedError, LoopError
 
 from .runtime import Session
 
-__all__ = ["Match", "damaged", "expected", "not_started", "refused", "run"]
+__all__ = ["Match", "before_start", "damaged", "expected", "not_started", "refused", "run"]
 
 Match = Callable[[Event], ib.InboxOutcome | None]
 
@@ -120,3 +120,28 @@ def damaged(session: str, entry: ib.InboxEntry) -> ib.InboxOutcome:
         "again under a new key"
     )
     return ib.InboxOutcome(error="InboxEntryDamaged", message=message)
+
+
+def before_start(
+    session: str,
+    entries: Sequence[ib.InboxEntry],
+    refusal: Callable[[ib.InboxEntry], ib.InboxOutcome | None],
+) -> tuple[list[ib.Consumed], ib.Create | None]:
+    """What a host does with the pending ``entries`` of ``session``, which has
+    no records yet: the entries to consume as refused (each before the first
+    ``Create`` it takes: one ``refusal`` refuses, for its principal or its
+    damage, or a command for the session never started), and that ``Create``
+    (None: there is none, and nothing is left to start it with)."""
+    refusals: list[ib.Consumed] = []
+    refused_create: tuple[str, ib.InboxOutcome] | None = None
+    for entry in entries:
+        command = entry.command
+        why = refusal(entry)
+        if why is None:
+            if isinstance(command, ib.Create):
+                return refusals, command
+            why = not_started(session, entry, refused_create)
+        elif isinstance(command, ib.Create):
+            refused_create = (entry.key, why)
+        refusals.append(ib.Consumed(entry=entry.number, outcome=why))
+    return refusals, None
