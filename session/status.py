@@ -25,6 +25,7 @@ __all__ = [
     "Status",
     "blocking_statuses",
     "describe",
+    "never_started",
     "serves",
     "statuses",
     "waiting_for_host",
@@ -140,7 +141,19 @@ def _decide(
         return Status.WAITING_FOR_HOST, _join(wanted or "", waiting)
     if states and loops == {LoopStatus.STOPPED}:
         return Status.STOPPED, "every loop stopped"
-    return Status.IDLE, ""
+    return Status.IDLE, never_started(info) or ""
+
+
+def never_started(info: SessionInfo) -> str | None:
+    """Words for a session ``info`` lists with no records and no entries
+    waiting (None: it has either): most often a host refused every command
+    sent to it, its create included, and each entry's outcome says why."""
+    if info.head or info.pending:
+        return None
+    return (
+        "never started: no record was written and no command waits (a command a host "
+        "refused has its reason in its outcome: `loopruntime submit --wait`, `Client.wait`)"
+    )
 
 
 def waiting_for_host(info: SessionInfo, live: bool, hosts: Sequence[HostInfo] | None) -> str | None:

@@ -27,7 +27,7 @@ from journal.events import (
 from loopruntime import LoopState
 
 from ..replay import TranscriptRenderer
-from ..status import waiting_for_host
+from ..status import never_started, waiting_for_host
 
 __all__ = [
     "STATUS_ORDER",
@@ -132,7 +132,8 @@ class SessionRow(msgspec.Struct, kw_only=True):
     """Why the session could not be read (status ``damaged``)."""
     detail: str = ""
     """Why it is in its status, when the word alone does not say (status
-    ``host``: whether any live host serves its definition)."""
+    ``host``: whether any live host serves its definition; ``idle``: that it
+    never started, every command sent to it refused)."""
 
 
 def session_row(
@@ -151,6 +152,8 @@ def session_row(
     detail = ""
     if status == "host":
         detail = waiting_for_host(info, False, hosts) or ""
+    elif status == "idle":
+        detail = never_started(info) or ""
     return SessionRow(
         session=info.session,
         status=status,

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from journal import HostInfo, SessionInfo
 from loopruntime import LoopState
 from session.console.views import STATUS_ORDER, session_row, session_status, summary_of
@@ -61,3 +63,11 @@ async def test_the_api_lists_a_session_of_a_definition_no_host_serves() -> None:
     assert rows[lost]["status_text"] == "waiting for a host"
     assert rows[lost]["detail"].startswith("no live host serves definition 'nosuch'")
     assert [r["session"] for r in only] == [lost]
+
+
+def test_a_session_never_started_says_so() -> None:
+    never = msgspec.structs.replace(waiting(), pending=0)
+    row = session_row(never, summary_of({}, 0), now_ns=NOW, hosts=[])
+    assert row.status == "idle" and row.detail.startswith("never started")
+    started = msgspec.structs.replace(never, head=3)
+    assert session_row(started, summary_of({}, 3), now_ns=NOW).detail == ""

@@ -24,7 +24,7 @@ from journal import (
 )
 from journal import inbox as ib
 from loopruntime import LoopClosedError, LoopError, QueueFullError
-from session import Client, CommandRefusedError, Host
+from session import Client, CommandRefusedError, Host, Status
 from session.host_commands import refused
 from tests.cli.test_host_cli import cli
 from tests.host.support import counting_definition, trio_clock_journal, wait_for
@@ -105,6 +105,8 @@ async def test_a_refused_principal_is_consumed_once_and_never_claimed_again(
         with pytest.raises(CommandRefusedError) as caught:
             await client.wait("s1", "k1", timeout=0.5)
         claims = host.statistics().claims
+        [listed] = [s for s in await client.sessions() if s.session == "s1"]
+    assert listed.status is Status.IDLE and listed.detail.startswith("never started")
     assert caught.value.outcome.error == "UnknownPrincipalError"
     assert "principal 'bob' is not one host h1 takes commands from" in str(caught.value)
     create = await journal.entry("s1", "k1/create")
