@@ -1246,9 +1246,7 @@ class _LeaseAndInboxContract:
             with pytest.raises(ValueError, match="ttl"):
                 await journal.register_host(host, "token-2", ttl=0)
 
-    async def test_hosts_say_which_definitions_a_live_host_serves(
-        self, backend: Backend
-    ) -> None:
+    async def test_hosts_say_which_definitions_a_live_host_serves(self, backend: Backend) -> None:
         """What a session's status reads to say "no live host serves definition
         ...": every registration, its definitions in order, and whether it is live
         (an expired one stays listed, not live, until it is replaced or removed)."""
