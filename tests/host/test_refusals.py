@@ -198,14 +198,15 @@ async def test_a_host_process_refuses_a_principal_once_and_submit_says_why(
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=out,
         )  # fmt: skip
         try:
+            # --wait's bound is a hang guard (the host may still be starting), not a speed.
             refused_ = await run(
                 "submit", "s1", "hi", "--key", "k1", "--create", "echo", "--principal", "bob",
-                "--wait", "20",
+                "--wait", "120",
             )  # fmt: skip
             # A session after it is served: the host went on past the refusal.
             served = await run(
                 "submit", "s2", "hi", "--key", "k1", "--create", "echo", "--principal",
-                "alice", "--wait", "20",
+                "alice", "--wait", "120",
             )  # fmt: skip
         finally:
             os.kill(host.pid, signal.SIGTERM)
