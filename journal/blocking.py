@@ -1,8 +1,9 @@
 """Blocking access to a journal's inbox and records, for code that is not trio's.
 
-A client process needs four things of a journal: put a command into a
+A client process needs five things of a journal: put a command into a
 session's inbox, read an entry's outcome back, read a session's records after
-a seq, and list the sessions.  ``open_blocking(url)`` gives exactly those as
+a seq, list the sessions, and list the hosts (which definitions a live one
+serves).  ``open_blocking(url)`` gives exactly those as
 plain blocking calls, safe to make from any thread and from any event loop's
 worker threads; nothing here starts or needs a trio run.  Each backend runs
 the statements and decisions its trio journal runs (``sqlite/blocking.py``,
@@ -18,7 +19,7 @@ from .inbox import InboxCommand, InboxEntry
 from .location import parse_location
 from .record import Record
 from .sqlite.blocking import SQLiteBlocking
-from .store import SessionInfo
+from .store import HostInfo, SessionInfo
 
 __all__ = ["BlockingJournal", "open_blocking"]
 
@@ -27,7 +28,7 @@ __all__ = ["BlockingJournal", "open_blocking"]
 class BlockingJournal(Protocol):
     """A journal's inbox and records through blocking, thread-safe calls.
 
-    ``put``, ``entry`` and ``sessions`` mean what the ``Journal`` methods of
+    ``put``, ``entry``, ``sessions`` and ``hosts`` mean what the ``Journal`` methods of
     the same names mean; ``read`` returns (rather than yields) up to about
     ``limit`` records after seq ``after``, verified, and ``[]`` when there are
     none yet.  After ``close`` every call raises ``JournalClosedError``.
@@ -44,6 +45,8 @@ class BlockingJournal(Protocol):
     def read(self, session: str, *, after: int = 0, limit: int = 512) -> list[Record]: ...
 
     def sessions(self) -> list[SessionInfo]: ...
+
+    def hosts(self) -> list[HostInfo]: ...
 
     def close(self) -> None: ...
 

@@ -172,6 +172,8 @@ async def _sessions(args: argparse.Namespace) -> int:
                 continue
             listed = describe(info, states, hosts)
             label = _OPEN if listed.status is Status.OPEN else listed.status.value
+            if listed.status is Status.WAITING_FOR_HOST and listed.detail:
+                label = f"{label}: {listed.detail}"
             open_turns = open_turns or listed.status is Status.OPEN
             origin = ""
             if forked is not None:
@@ -226,7 +228,7 @@ def _hosting(status: SessionStatus) -> str:
             parts.append(f"owner {status.owner}, lease until {until}")
         else:
             parts.append(f"owner {status.owner}, lease expired")
-    if status.detail and status.status is not Status.OPEN:
+    if status.detail and status.status not in (Status.OPEN, Status.WAITING_FOR_HOST):
         parts.append(status.detail)
     return f"  [{'; '.join(parts)}]" if parts else ""
 

@@ -30,6 +30,7 @@ import msgspec
 
 from journal import (
     BlockingJournal,
+    HostInfo,
     Journal,
     JournalClosedError,
     Record,
@@ -245,6 +246,8 @@ class _Inbox(Protocol):
 
     async def statuses(self) -> list[SessionStatus]: ...
 
+    async def hosts(self) -> list[HostInfo]: ...
+
     async def aclose(self) -> None: ...
 
 
@@ -270,6 +273,9 @@ class _JournalInbox:
 
     async def statuses(self) -> list[SessionStatus]:
         return await statuses(self.journal)
+
+    async def hosts(self) -> list[HostInfo]:
+        return await self.journal.hosts()
 
     async def aclose(self) -> None:
         pass
@@ -322,6 +328,9 @@ class _ThreadedInbox:
 
     async def statuses(self) -> list[SessionStatus]:
         return await self._run(partial(blocking_statuses, self.blocking))
+
+    async def hosts(self) -> list[HostInfo]:
+        return await self._run(self.blocking.hosts)
 
     async def aclose(self) -> None:
         self.closed = True
@@ -555,6 +564,12 @@ class Client:
         """Every session with its owner, lease expiry, waiting entries and
         status (``session.status``: "running" only under a live lease)."""
         return await self._open().statuses()
+
+    async def hosts(self) -> list[HostInfo]:
+        """Every host registered in the journal, live or not, with the
+        definitions it serves: a session of a definition no live host serves
+        waits in the inbox until one starts."""
+        return await self._open().hosts()
 
 
 def open_client(url: str, *, poll: float = 0.05) -> Client:

@@ -21,9 +21,9 @@ Rules (docs/host.md tells the story):
   passivation follows, at most ``_STOP_CHECKPOINTS`` at a time and none begun
   past ``lease_ttl / 3`` into the stop (a failed one is logged; the session
   is released all the same);
-* with ``principals``, an entry whose principal the host does not know is
-  consumed with the error ``UnknownPrincipalError`` and applies nothing (a
-  ``Create`` so refused starts no session).
+* a command the host will never apply (an unknown principal, a damaged
+  entry, an error applying it again would raise again) is consumed once with
+  its reason (``host_commands``); entries of a session never started are.
 * the host id is registered in the journal for as long as the host runs (a
   live host's id is refused at ``open``); work is looked for every ``poll``
   seconds (one ``claimable`` pass, which also wakes this host's quiet
@@ -54,11 +54,14 @@ from journal import (
     SessionLease,
 )
 from journal import inbox as ib
-from loopruntime import LoopClosedError, LoopDefinition, LoopError
+from loopruntime import LoopDefinition
 from loopruntime.host import new_id
 
 from .checkpoints import read_restored
+from .host_commands import before_start as _before_start
+from .host_commands import damaged as _damaged
 from .host_commands import expected as _expected
+from .host_commands import refused as _refused
 from .host_commands import run as _run
 from .host_principals import Principals, checked_principals, refusal
 from .runtime import ROOT_LOOP, Session
@@ -454,22 +457,7 @@ class Host:
         the ``Create``, or a host's release), which saves reading the session
         once more only to learn it; without one, the fold says."""
         if lease.head == 0:
-            entries = await self.journal.inbox(hosted.id)
-            first = entries[0].command if entries else None
-            if not isinstance(first, ib.Create):
-                return None  # nothing to start it with: the entries wait
-            refusal = self.refusal(first)
-            if refusal is not None:
-                # Consumed with its reason: no session is started for it.
-                consumed = ib.Consumed(entry=entries[0].number, outcome=refusal)
-                await self.journal.append(lease, [], expected_seq=0, consumes=[consumed])
-                self._applied += 1
-                return None
-            definition = self.definitions.get(first.definition)
-            if definition is None:
-                await self._release(hosted, definition=first.definition)
-                return None
-            return Session.create(self.journal, definition, lease=lease, principal=first.principal)
+            return await self._starting(hosted, lease)
         name = recorded
         if name is None or name not in self.definitions:
             restored = await read_restored(self.journal, hosted.id)
@@ -481,6 +469,23 @@ class Host:
             await self._release(hosted, definition=name)
             return None
         return Session.restore(self.journal, hosted.id, definition, lease=lease)
+
+    async def _starting(
+        self, hosted: _Hosted, lease: SessionLease
+    ) -> AbstractAsyncContextManager[Session] | None:
+        """Start a session with no records at its first ``Create`` this host
+        takes, refusing the entries before it once (``before_start``); a create
+        for a definition not run here waits for a host that runs it."""
+        entries = await self.journal.inbox(hosted.id)
+        refusals, start = _before_start(hosted.id, entries, self._refusal)
+        if refusals:
+            await self.journal.append(lease, [], expected_seq=0, consumes=refusals)
+            self._applied += len(refusals)
+        definition = self.definitions.get(start.definition) if start is not None else None
+        if start is None or definition is None:
+            await self._release(hosted, definition=start.definition if start else None)
+            return None
+        return Session.create(self.journal, definition, lease=lease, principal=start.principal)
 
     async def _serve(self, hosted: _Hosted, session: Session) -> None:
         try:
@@ -553,37 +558,25 @@ class Host:
         """Apply ``entry`` through its command, exactly once (see the module's rules)."""
         writer = session._writer
         command = entry.command
-        if command is None:
-            self.log.error(
-                "inbox_entry_damaged", session=session.id, entry=entry.number, damage=entry.damage
-            )
-            message = (
-                f"inbox entry {entry.number} (key {entry.key!r}) of session {session.id}: "
-                f"{entry.damage}; it was skipped and the session went on: send the command "
-                "again under a new key"
-            )
-            await writer.consume(
-                ib.Consumed(
-                    entry=entry.number,
-                    outcome=ib.InboxOutcome(error="InboxEntryDamaged", message=message),
-                )
-            )
-            return
-        refusal = None if isinstance(command, ib.Create) else self.refusal(command)
+        refusal = None if isinstance(command, ib.Create) else self._refusal(entry)
         if refusal is not None:
             self._applied += 1
             await writer.consume(ib.Consumed(entry=entry.number, outcome=refusal))
             return
+        assert command is not None  # a damaged entry is refused above
         match = _expected(command, entry.key)
         expectation = writer.expect(entry.number, None, match) if match is not None else None
         outcome: ib.InboxOutcome
         try:
             value = await _run(session, command, entry.key)
+        except Exception as exc:
+            refused = _refused(exc)
+            if refused is None:
+                raise  # transient: the entry waits for the session's next owner
+            self.log.info("command_refused", session=session.id, error=refused.error)
+            outcome = refused
+        else:
             outcome = ib.InboxOutcome(value=value)
-        except LoopClosedError:
-            raise  # the session is closing: the entry waits for the next owner
-        except (LoopError, ValueError) as exc:
-            outcome = ib.InboxOutcome(error=type(exc).__name__, message=str(exc))
         finally:
             if expectation is not None:
                 writer.forget(expectation)
@@ -591,6 +584,15 @@ class Host:
         if expectation is not None and expectation.outcome is not None:
             return  # consumed by the append that holds what the command made
         await writer.consume(ib.Consumed(entry=entry.number, outcome=outcome))
+
+    def _refusal(self, entry: ib.InboxEntry) -> ib.InboxOutcome | None:
+        """The outcome refusing ``entry`` for its damage or its principal (None: taken)."""
+        if entry.command is not None:
+            return self.refusal(entry.command)
+        self.log.error(
+            "inbox_entry_damaged", session=entry.session, entry=entry.number, damage=entry.damage
+        )
+        return _damaged(entry.session, entry)
 
     def refusal(self, command: ib.InboxCommand) -> ib.InboxOutcome | None:
         """The outcome refusing ``command`` for its principal (None: taken)."""

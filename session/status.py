@@ -20,7 +20,16 @@ from loopruntime import LoopState, LoopStatus
 from .checkpoints import SessionFolder
 from .restore import read_states
 
-__all__ = ["SessionStatus", "Status", "blocking_statuses", "describe", "statuses"]
+__all__ = [
+    "SessionStatus",
+    "Status",
+    "blocking_statuses",
+    "describe",
+    "never_started",
+    "serves",
+    "statuses",
+    "waiting_for_host",
+]
 
 
 class Status(enum.Enum):
@@ -74,7 +83,7 @@ def describe(
 ) -> SessionStatus:
     """The status of the session ``info`` lists, whose loops fold to
     ``states`` (None: its records do not read back); ``hosts``, the
-    registered hosts, lets it say when no live host runs its definition."""
+    registered hosts, lets it say when no live host serves its definition."""
     live = info.live
     status, detail = _decide(info, states, live, hosts)
     return SessionStatus(
@@ -128,19 +137,48 @@ def _decide(
     if info.pending:
         if live:
             return Status.RUNNING, _join(waiting, "being applied")
-        return Status.WAITING_FOR_HOST, _join(waiting, _for_host(info, hosts))
+        wanted = waiting_for_host(info, live, hosts)
+        return Status.WAITING_FOR_HOST, _join(wanted or "", waiting)
     if states and loops == {LoopStatus.STOPPED}:
         return Status.STOPPED, "every loop stopped"
-    return Status.IDLE, ""
+    return Status.IDLE, never_started(info) or ""
+
+
+def never_started(info: SessionInfo) -> str | None:
+    """Words for a session ``info`` lists with no records and no entries
+    waiting (None: it has either): most often a host refused every command
+    sent to it, its create included, and each entry's outcome says why."""
+    if info.head or info.pending:
+        return None
+    return (
+        "never started: no record was written and no command waits (a command a host "
+        "refused has its reason in its outcome: `loopruntime submit --wait`, `Client.wait`)"
+    )
+
+
+def waiting_for_host(info: SessionInfo, live: bool, hosts: Sequence[HostInfo] | None) -> str | None:
+    """Why the session ``info`` lists waits for a host, in words (None: it
+    does not, having no entries waiting or a live owner).  ``live``: whether
+    its owner's lease is live; ``hosts``: the registered hosts (None when
+    not known), which say whether any live one serves its definition.  The
+    console and ``loopruntime sessions`` both show these words."""
+    if not info.pending or live:
+        return None
+    return _for_host(info, hosts)
+
+
+def serves(hosts: Sequence[HostInfo], definition: str) -> bool:
+    """Whether a live host among ``hosts`` serves ``definition``."""
+    return any(h.live and definition in h.definitions for h in hosts)
 
 
 def _for_host(info: SessionInfo, hosts: Sequence[HostInfo] | None) -> str:
     name = info.definition
     if name is None:
         return "the next host running its definition takes it"
-    if hosts is not None and not any(h.live and name in h.definitions for h in hosts):
+    if hosts is not None and not serves(hosts, name):
         return (
-            f"no live host runs definition {name!r}: start one that does "
+            f"no live host serves definition {name!r}: start one that does "
             "(`loopruntime host --definitions module:NAME`)"
         )
     return f"waits for a host running definition {name!r}"
@@ -168,7 +206,8 @@ async def statuses(journal: Journal) -> list[SessionStatus]:
 def blocking_statuses(journal: BlockingJournal) -> list[SessionStatus]:
     """``statuses`` through a blocking journal (a client's, in a worker
     thread): each session's loops folded from its records (checkpoints are
-    derived data), without the hosts' registrations."""
+    derived data)."""
+    hosts = journal.hosts()
     found: list[SessionStatus] = []
     for info in sorted(journal.sessions(), key=lambda i: i.updated_at):
         folder = SessionFolder()
@@ -177,7 +216,7 @@ def blocking_statuses(journal: BlockingJournal) -> list[SessionStatus]:
                 for record in batch:
                     folder.feed(record)
         except JournalError:
-            found.append(describe(info, None))
+            found.append(describe(info, None, hosts))
             continue
-        found.append(describe(info, {k: v for k, v in folder.states.items() if v.loop}))
+        found.append(describe(info, {k: v for k, v in folder.states.items() if v.loop}, hosts))
     return found

@@ -15,7 +15,14 @@ from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from journal import BlockingJournal, JournalClosedError, Record, SessionInfo, open_blocking
+from journal import (
+    BlockingJournal,
+    HostInfo,
+    JournalClosedError,
+    Record,
+    SessionInfo,
+    open_blocking,
+)
 from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
 from loopruntime.host import new_id
@@ -313,6 +320,10 @@ class SyncClient:
 
     def sessions(self) -> list[SessionInfo]:
         return self._run(lambda j: j.sessions())
+
+    def hosts(self) -> list[HostInfo]:
+        """``Client.hosts``: the registered hosts and the definitions each serves."""
+        return self._run(lambda j: j.hosts())
 
 
 def open_sync_client(url: str, *, poll: float = 0.05) -> SyncClient:

@@ -9,10 +9,16 @@ Run a host and the service beside it, on one journal::
 The routes (JSON in, JSON or Server-Sent Events out):
 
 * ``POST /sessions`` ``{"definition": "echo"}``: a new session; with an
-  ``Idempotency-Key`` header a retry returns the same session.
+  ``Idempotency-Key`` header a retry returns the same session.  422 when no
+  live host serves the definition (nothing is created: it would only wait).
 * ``POST /sessions/{id}/messages`` ``{"text": "..."}``: the message, sent with
   the request's ``Idempotency-Key`` as its command key (required): a retried
   request is one input.
+* ``GET /sessions/{id}/commands/{key}?wait=SECONDS``: what became of the
+  command sent under ``key``, waiting up to ``wait`` seconds (default 10, at
+  most 60): ``applied`` (with its value), ``refused`` (with the reason: a
+  host consumes a command it will never apply once, with its error) or
+  ``waiting`` (with why: no host holds the session, or its host is busy).
 * ``GET /sessions/{id}/events``: the session's records as Server-Sent Events,
   from the start or after the ``Last-Event-ID`` header (or ``?after=SEQ``);
   each event's id is its seq, so a browser that reconnects resumes exactly.
@@ -33,6 +39,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import quote
 
 import msgspec
 from starlette.applications import Starlette
@@ -42,7 +49,7 @@ from starlette.routing import Route
 
 from journal import InboxKeyError, SessionNotFoundError
 from loopruntime import CommandError
-from session import Client, open_client
+from session import Client, CommandRefusedError, WaitTimeoutError, open_client
 
 __all__ = ["app", "create_app"]
 
@@ -83,6 +90,13 @@ async def create_session(request: Request) -> Response:
     key = request.headers.get("idempotency-key")
     session_id = _session_for(key) if key else None
     client = _client(request)
+    if not any(h.live and definition in h.definitions for h in await client.hosts()):
+        raise _Problem(
+            422,
+            f"no live host serves definition {definition!r}: nothing was created; start a "
+            "host that runs it (`loopruntime host --definitions module:NAME`) and send the "
+            "request again",
+        )
     session_id = await client.create(
         definition, session_id=session_id, key=f"create/{key or session_id or os.urandom(8).hex()}"
     )
@@ -99,7 +113,34 @@ async def post_message(request: Request) -> Response:
     if not isinstance(text, str) or not text:
         raise _Problem(400, "`text` must be a non-empty string")
     entry = await _client(request).submit(session_id, text, key=key)
-    return JSONResponse({"session": session_id, "key": key, "entry": entry.number}, status_code=202)
+    outcome = f"/sessions/{session_id}/commands/{quote(key, safe='')}"
+    return JSONResponse(
+        {"session": session_id, "key": key, "entry": entry.number, "outcome": outcome},
+        status_code=202,
+    )
+
+
+async def command_outcome(request: Request) -> Response:
+    session_id, key = request.path_params["session_id"], request.path_params["key"]
+    given = request.query_params.get("wait", "10")
+    try:
+        wait = float(given)
+    except ValueError:
+        wait = -1.0
+    if not 0 < wait <= 60:
+        raise _Problem(
+            400, f"`wait` must be a number of seconds above 0 and at most 60, not {given!r}"
+        )
+    try:
+        outcome = await _client(request).wait(session_id, key, timeout=wait)
+    except KeyError:
+        raise _Problem(404, f"session {session_id} has no command with that key") from None
+    except CommandRefusedError as exc:
+        refused = {"error": exc.outcome.error, "reason": exc.outcome.message}
+        return JSONResponse({"state": "refused", **refused})
+    except WaitTimeoutError as exc:
+        return JSONResponse({"state": "waiting", "reason": str(exc)})
+    return JSONResponse({"state": "applied", "value": outcome.value, "record": outcome.record})
 
 
 async def answer_gate(request: Request) -> Response:
@@ -199,6 +240,7 @@ def create_app(journal_url: str | None = None) -> Starlette:
             Route("/sessions", list_sessions, methods=["GET"]),
             Route("/sessions/{session_id}/messages", post_message, methods=["POST"]),
             Route("/sessions/{session_id}/events", session_events, methods=["GET"]),
+            Route("/sessions/{session_id}/commands/{key:path}", command_outcome, methods=["GET"]),
             Route("/gates/{gate_id}", answer_gate, methods=["POST"]),
         ],
         exception_handlers={

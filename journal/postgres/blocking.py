@@ -22,7 +22,7 @@ from ..codec import chained_records
 from ..errors import JournalClosedError, SessionNotFoundError
 from ..inbox import InboxCommand, InboxEntry, encode_command
 from ..record import Record
-from ..store import SessionInfo
+from ..store import HostInfo, SessionInfo
 from . import leases
 from .reading import first_page, list_sessions
 from .schema import check_pg_text, connect, describe, discard, lost, open_prepared, translate
@@ -86,6 +86,9 @@ class PostgresBlocking:
 
     def sessions(self) -> list[SessionInfo]:
         return self._run("listing sessions", list_sessions)
+
+    def hosts(self) -> list[HostInfo]:
+        return self._run("listing hosts", leases.hosts)
 
     def close(self) -> None:
         """Close the idle connections (a busy one closes when it is handed back).  Idempotent."""

@@ -21,8 +21,8 @@ from ..inbox import InboxCommand, InboxEntry, encode_command
 from ..location import JournalLocation
 from ..record import Record, check_text
 from ..rules import UNOWNED
-from ..store import SessionInfo
-from .leases import insert_session, put_entry, store_lease
+from ..store import HostInfo, SessionInfo
+from .leases import insert_session, list_hosts, put_entry, store_lease
 from .reading import (
     SELECT_BATCH,
     SELECT_SESSION,
@@ -121,6 +121,14 @@ class SQLiteBlocking:
     def sessions(self) -> list[SessionInfo]:
         self._check_open()
         return list_sessions(self._readers, self.path)
+
+    def hosts(self) -> list[HostInfo]:
+        self._check_open()
+        try:
+            with self._readers.connection() as conn:
+                return list_hosts(conn)
+        except sqlite3.Error as exc:
+            raise unavailable(exc, self.path, "listing hosts") from exc
 
     def close(self) -> None:
         """Close the connections (a busy reader closes when it is handed back).  Idempotent."""

@@ -66,6 +66,7 @@ class Overview:
 
     async def _refresh(self) -> list[SessionRow]:
         infos = await self.journal.sessions()
+        hosts = await self.journal.hosts()
         now_ns = self.clock()
         rows = []
         for info in infos:
@@ -78,7 +79,7 @@ class Overview:
                 self._folders.pop(info.session, None)
                 rows.append(session_row(info, None, now_ns=now_ns, problem=str(exc)))
                 continue
-            rows.append(session_row(info, summary, now_ns=now_ns))
+            rows.append(session_row(info, summary, now_ns=now_ns, hosts=hosts))
         gone = self._summaries.keys() - {i.session for i in infos}
         for session in gone:
             del self._summaries[session]

@@ -9,13 +9,13 @@ can take on a session's loop states.  ``app`` turns these into JSON.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import msgspec
 
-from journal import Record, SessionInfo
+from journal import HostInfo, Record, SessionInfo
 from journal.content import TextDelta
 from journal.events import (
     GateOpened,
@@ -27,6 +27,7 @@ from journal.events import (
 from loopruntime import LoopState
 
 from ..replay import TranscriptRenderer
+from ..status import never_started, waiting_for_host
 
 __all__ = [
     "STATUS_ORDER",
@@ -44,9 +45,17 @@ __all__ = [
     "summary_of",
 ]
 
-Status = Literal["waiting", "unknown", "crashed", "running", "idle", "damaged"]
+Status = Literal["waiting", "unknown", "crashed", "running", "idle", "damaged", "host"]
 
-STATUS_ORDER: tuple[Status, ...] = ("waiting", "unknown", "crashed", "damaged", "running", "idle")
+STATUS_ORDER: tuple[Status, ...] = (
+    "waiting",
+    "unknown",
+    "crashed",
+    "damaged",
+    "host",
+    "running",
+    "idle",
+)
 """The list's order: what needs a person first."""
 
 STATUS_WORDS: dict[Status, str] = {
@@ -54,6 +63,7 @@ STATUS_WORDS: dict[Status, str] = {
     "unknown": "unknown effects",
     "crashed": "crashed, unowned",
     "damaged": "damaged",
+    "host": "waiting for a host",
     "running": "running",
     "idle": "idle",
 }
@@ -86,15 +96,22 @@ def session_status(summary: Summary, info: SessionInfo, now_ns: int) -> Status:
     unknown effect (a person must resolve it), then an open turn: ``running``
     while a host holds a live lease on it, ``crashed`` when no live owner does
     (a process died mid-turn, or a session run outside any host stopped;
-    restoring settles it), else ``idle``."""
+    restoring settles it), then entries waiting: ``running`` while a host
+    holds it, ``host`` (waiting for a host) while none does; else ``idle``."""
     if summary.gates:
         return "waiting"
     if summary.unknown:
         return "unknown"
+    live = _live(info, now_ns)
     if summary.open_turns:
-        live = info.owner is not None and info.expires_at > now_ns
         return "running" if live else "crashed"
+    if info.pending:
+        return "running" if live else "host"
     return "idle"
+
+
+def _live(info: SessionInfo, now_ns: int) -> bool:
+    return info.owner is not None and info.expires_at > now_ns
 
 
 class SessionRow(msgspec.Struct, kw_only=True):
@@ -113,6 +130,10 @@ class SessionRow(msgspec.Struct, kw_only=True):
     definition: str | None = None
     problem: str | None = None
     """Why the session could not be read (status ``damaged``)."""
+    detail: str = ""
+    """Why it is in its status, when the word alone does not say (status
+    ``host``: whether any live host serves its definition; ``idle``: that it
+    never started, every command sent to it refused)."""
 
 
 def session_row(
@@ -121,16 +142,25 @@ def session_row(
     *,
     now_ns: int | None = None,
     problem: str | None = None,
+    hosts: Sequence[HostInfo] | None = None,
 ) -> SessionRow:
-    """The row of ``info``; ``summary`` None when its records could not be read."""
+    """The row of ``info``; ``summary`` None when its records could not be
+    read; ``hosts``, the registered hosts, say whether any live one serves
+    the definition of a session waiting for a host."""
     now_ns = time.time_ns() if now_ns is None else now_ns
     status: Status = "damaged" if summary is None else session_status(summary, info, now_ns)
+    detail = ""
+    if status == "host":
+        detail = waiting_for_host(info, False, hosts) or ""
+    elif status == "idle":
+        detail = never_started(info) or ""
     return SessionRow(
         session=info.session,
         status=status,
         status_text=STATUS_WORDS[status],
+        detail=detail,
         owner=info.owner,
-        owner_live=info.owner is not None and info.expires_at > now_ns,
+        owner_live=_live(info, now_ns),
         last_activity=info.updated_at,
         records=info.head,
         pending=info.pending,

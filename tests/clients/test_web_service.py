@@ -217,9 +217,12 @@ def test_a_permission_is_decided_over_http(service: tuple[str, str], tmp_path: P
         stream.close()
 
 
-def test_the_web_service_refuses_bad_requests(service: tuple[str, str]) -> None:
-    base, _ = service
-    with httpx.Client(base_url=base, timeout=HANG_GUARD) as http:
+def test_the_web_service_refuses_bad_requests(service: tuple[str, str], tmp_path: Path) -> None:
+    base, journal = service
+    with (
+        host_process(journal, "a", tmp_path / "host.log"),
+        httpx.Client(base_url=base, timeout=HANG_GUARD) as http,
+    ):
         sid = http.post("/sessions", json={"definition": "echo"}).json()["session"]
         no_key = http.post(f"/sessions/{sid}/messages", json={"text": "hi"})
         assert no_key.status_code == 400 and "Idempotency-Key" in no_key.json()["error"]
@@ -250,3 +253,35 @@ def test_the_web_service_refuses_bad_requests(service: tuple[str, str]) -> None:
         # A stream of a session that does not exist says so, and ends.
         nowhere = http.get("/sessions/ses_missing/events")
         assert "event: error" in nowhere.text and "ses_missing" in nowhere.text
+
+
+def test_the_web_service_says_what_no_host_serves_and_why_a_command_was_refused(
+    service: tuple[str, str], tmp_path: Path
+) -> None:
+    base, journal = service
+    with httpx.Client(base_url=base, timeout=HANG_GUARD) as http:
+        # No host at all: a session would only wait, so none is made.
+        alone = http.post("/sessions", json={"definition": "echo"})
+        assert alone.status_code == 422
+        assert "no live host serves definition 'echo'" in alone.json()["error"]
+        assert http.get("/sessions").json() == []
+        with host_process(journal, "a", tmp_path / "host.log"):
+            nosuch = http.post("/sessions", json={"definition": "nosuch"})
+            assert nosuch.status_code == 422
+            assert "no live host serves definition 'nosuch'" in nosuch.json()["error"]
+            sid = http.post("/sessions", json={"definition": "echo"}).json()["session"]
+            sent = http.post(
+                f"/sessions/{sid}/messages", json={"text": "hi"}, headers={"Idempotency-Key": "m/1"}
+            )
+            applied = http.get(sent.json()["outcome"]).json()
+            assert applied["state"] == "applied" and applied["value"].startswith("in_")
+            # A gate the session never opened: the host refuses it once, with the reason.
+            http.post("/gates/nope", json={"session": sid, "answer": "yes"})
+            refused = http.get(f"/sessions/{sid}/commands/gate/nope").json()
+            assert refused["state"] == "refused" and refused["error"] == "GateMismatchError"
+            assert "nope" in refused["reason"]
+            unknown = http.get(f"/sessions/{sid}/commands/never-sent")
+            assert unknown.status_code == 404
+            bad_wait = http.get(f"/sessions/{sid}/commands/m/1", params={"wait": "0"})
+            assert bad_wait.status_code == 400
+        assert [s["session"] for s in http.get("/sessions").json()] == [sid]

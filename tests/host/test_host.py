@@ -354,7 +354,7 @@ async def test_sessions_say_what_each_session_is_doing(autojump_clock: object) -
         await trio.sleep(2)
         waiting = by_id(await client.sessions())[lost]
         assert waiting.status is Status.WAITING_FOR_HOST
-        assert "no live host runs definition 'nobody-runs-this'" in waiting.detail
+        assert "no live host serves definition 'nobody-runs-this'" in waiting.detail
         release.set()
         paused.resumed.set()
 

@@ -1246,6 +1246,21 @@ class _LeaseAndInboxContract:
             with pytest.raises(ValueError, match="ttl"):
                 await journal.register_host(host, "token-2", ttl=0)
 
+    async def test_hosts_say_which_definitions_a_live_host_serves(self, backend: Backend) -> None:
+        """What a session's status reads to say "no live host serves definition
+        ...": every registration, its definitions in order, and whether it is live
+        (an expired one stays listed, not live, until it is replaced or removed)."""
+        live, gone = new_session(), new_session()
+        async with backend.open() as journal:
+            await journal.register_host(live, "token", ttl=60, definitions=["echo", "asker"])
+            await journal.register_host(gone, "token", ttl=1e-6, definitions=["nosuch"])
+            listed = {h.host: h for h in await journal.hosts()}
+            assert (listed[live].definitions, listed[live].live) == (("echo", "asker"), True)
+            assert (listed[gone].definitions, listed[gone].live) == (("nosuch",), False)
+            assert listed[gone].expires_at <= listed[live].expires_at
+            await journal.deregister_host(live, "token")
+            await journal.deregister_host(gone, "token")
+
     async def test_release_fences_and_frees_at_once(self, backend: Backend) -> None:
         session = new_session()
         async with backend.open() as journal:

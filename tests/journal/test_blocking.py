@@ -118,3 +118,24 @@ def test_puts_by_key_as_the_journal_does(url: str) -> None:
         assert blocking.read("s1") == []
     finally:
         blocking.close()
+
+
+async def test_lists_the_hosts_and_the_definitions_each_serves(url: str) -> None:
+    async with open_journal(url) as journal:
+        await journal.register_host("h1", "token-1", ttl=60, definitions=["echo", "asker"])
+        await journal.register_host("h2", "token-2", ttl=1e-6, definitions=["gone"])
+        expected = await journal.hosts()
+        blocking = await trio.to_thread.run_sync(open_blocking, url)
+        try:
+            listed = await trio.to_thread.run_sync(blocking.hosts)
+        finally:
+            blocking.close()
+    assert [(h.host, h.definitions, h.live) for h in listed] == [
+        ("h1", ("echo", "asker"), True),
+        ("h2", ("gone",), False),
+    ]
+    assert [(h.host, h.definitions, h.expires_at) for h in listed] == [
+        (h.host, h.definitions, h.expires_at) for h in expected
+    ]
+    with pytest.raises(JournalClosedError):
+        blocking.hosts()

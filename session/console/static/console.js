@@ -53,7 +53,7 @@ function when(ns) {
 
 // -- the session list -------------------------------------------------------------
 
-const STATUSES = ["waiting", "unknown", "crashed", "damaged", "running", "idle"];
+const STATUSES = ["waiting", "unknown", "crashed", "damaged", "host", "running", "idle"];
 
 function listPage() {
   const tbody = document.querySelector("#sessions tbody");
@@ -89,7 +89,12 @@ function listPage() {
           "tr",
           { "data-session": r.session, "data-status": r.status, class: `status-${r.status}` },
           el("td", {}, el("a", { href: `/sessions/${encodeURIComponent(r.session)}`, text: r.session })),
-          el("td", {}, el("span", { class: `pill ${r.status}`, text: r.status_text, title: r.problem || "" })),
+          el(
+            "td",
+            {},
+            el("span", { class: `pill ${r.status}`, text: r.status_text, title: r.problem || "" }),
+            r.detail ? el("div", { class: "detail", text: r.detail }) : null
+          ),
           el("td", { text: r.owner ? `${r.owner}${r.owner_live ? "" : " (lease expired)"}` : "none" }),
           el("td", { text: when(r.last_activity) }),
           el("td", { class: "num records", text: String(r.records) }),
