@@ -15,7 +15,14 @@ from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from journal import BlockingJournal, JournalClosedError, Record, SessionInfo, open_blocking
+from journal import (
+    BlockingJournal,
+    InboxEntryTooLargeError,
+    JournalClosedError,
+    Record,
+    SessionInfo,
+    open_blocking,
+)
 from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
 from loopruntime.host import new_id
@@ -29,6 +36,7 @@ from .client import (
     check_key,
     check_timeout,
     decide_command,
+    entry_too_large,
     resolve_command,
     steer_command,
     submit_command,
@@ -133,7 +141,10 @@ class SyncClient:
     ) -> ib.InboxEntry:
         key = check_key(key)
         command = with_principal(command, principal)
-        return self._run(lambda j: j.put(session, key, command, definition=definition))
+        try:
+            return self._run(lambda j: j.put(session, key, command, definition=definition))
+        except InboxEntryTooLargeError as exc:
+            raise entry_too_large(exc) from exc
 
     # -- commands ------------------------------------------------------------------
 
