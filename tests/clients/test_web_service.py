@@ -24,6 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
+from examples.web_service.app import MAX_BODY_BYTES
+from journal import open_blocking
+from journal.inbox import MAX_ENTRY_BYTES
 from tests.clients.support import HANG_GUARD, host_process, start_host, stop
 from tests.support.processes import ROOT
 
@@ -250,3 +253,40 @@ def test_the_web_service_refuses_bad_requests(service: tuple[str, str]) -> None:
         # A stream of a session that does not exist says so, and ends.
         nowhere = http.get("/sessions/ses_missing/events")
         assert "event: error" in nowhere.text and "ses_missing" in nowhere.text
+
+
+def test_a_message_over_the_inbox_limit_is_answered_413_and_nothing_is_written(
+    service: tuple[str, str],
+) -> None:
+    base, journal = service
+    with httpx.Client(base_url=base, timeout=HANG_GUARD) as http:
+        sid = http.post("/sessions", json={"definition": "echo"}).json()["session"]
+        blocking = open_blocking(journal)
+        try:
+            [created] = [i for i in blocking.sessions() if i.session == sid]
+            # The JSON body fits the service's body limit; the command it makes
+            # is a few bytes over what the inbox takes in one entry.
+            text = "x" * MAX_ENTRY_BYTES
+            over = http.post(
+                f"/sessions/{sid}/messages", json={"text": text}, headers={"Idempotency-Key": "big"}
+            )
+            assert over.status_code == 413, over.text
+            refused = over.json()
+            assert refused["limit"] == MAX_ENTRY_BYTES and refused["size"] > MAX_ENTRY_BYTES
+            assert f"{MAX_ENTRY_BYTES:,} bytes" in refused["error"]
+            # A body past the service's own limit is refused before it is read.
+            huge = http.post(
+                f"/sessions/{sid}/messages",
+                content=b'{"text": "' + b"y" * MAX_BODY_BYTES + b'"}',
+                headers={"Idempotency-Key": "huge", "Content-Type": "application/json"},
+            )
+            assert huge.status_code == 413 and huge.json()["limit"] == MAX_BODY_BYTES
+            assert blocking.entry(sid, "big") is None and blocking.entry(sid, "huge") is None
+            [after] = [i for i in blocking.sessions() if i.session == sid]
+            assert (after.head, after.pending) == (created.head, created.pending)
+            fits = http.post(
+                f"/sessions/{sid}/messages", json={"text": "hi"}, headers={"Idempotency-Key": "ok"}
+            )
+            assert fits.status_code == 202
+        finally:
+            blocking.close()
