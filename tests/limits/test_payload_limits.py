@@ -13,18 +13,27 @@ import pytest
 
 from journal import Journal, open_journal
 from journal.content import Message, Text, ToolResult, ToolUse
-from journal.events import ModelCallFailed, ModelMessageCommitted, Notice, TurnEnded
+from journal.events import (
+    CompactionRejected,
+    ModelCallFailed,
+    ModelMessageCommitted,
+    Notice,
+    TurnEnded,
+)
 from loopruntime import (
     Limits,
     LoopDefinition,
+    ModelCompactor,
     ModelRequest,
     PayloadTooLargeError,
     ToolContext,
     tool,
 )
 from loopruntime.models import Reply, ScriptedModel, ToolCall
+from loopruntime.summary import MAX_SUMMARY_CHARS
 from session import Session
 from session.validation import tool_result
+from tests.compaction.support import outcome
 from tests.support.loops import records
 
 BACKENDS = ["memory", "sqlite"]
@@ -229,3 +238,24 @@ async def test_a_tool_input_over_its_limit_is_an_error_result_and_does_not_run(
     assert refused.is_error
     said = " ".join(b.text for b in refused.content if isinstance(b, Text))
     assert f"{limit + 1:,} bytes" in said and "Limits.max_tool_input_bytes" in said
+
+
+async def test_a_compactors_runaway_summary_stream_is_stopped() -> None:
+    runaway = ScriptedModel([Reply(text="z" * (4 * MAX_SUMMARY_CHARS + 1), chunk_size=4096)])
+    model = ScriptedModel([Reply(text="a1"), Reply(text="a2"), Reply(text="a3")])
+    definition = LoopDefinition(
+        name="compacting",
+        model=model,
+        limits=Limits(retained_exchanges=1),
+        compactor=ModelCompactor(model=runaway),
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition) as s:
+            for text in ("u1", "u2", "u3"):
+                await s.submit(text)
+                await s.wait_idle()
+            await s.compact()
+            await s.wait_idle()
+        rejected = await outcome(journal, s.id)
+    assert isinstance(rejected, CompactionRejected) and rejected.reason == "failed"
+    assert "model.response_too_large" in rejected.detail
