@@ -12,11 +12,12 @@ import msgspec
 import pytest
 
 from journal import Journal, open_journal
-from journal.content import Message, Text, ToolResult, ToolUse
+from journal.content import Message, Text, TextDelta, ToolResult, ToolUse
 from journal.events import (
     CompactionRejected,
     ModelCallFailed,
     ModelMessageCommitted,
+    ModelOutput,
     Notice,
     TurnEnded,
 )
@@ -194,7 +195,16 @@ async def test_a_reply_past_max_response_bytes_is_cut_and_none_of_it_kept(
     [failed] = [e for e in events if isinstance(e, ModelCallFailed)]
     assert failed.code == "model.response_too_large" and f"{limit:,} bytes" in failed.detail
     [notice] = [e for e in events if isinstance(e, Notice)]
-    assert notice.code == "truncated"
+    assert notice.code == "truncated" and notice.refs == (failed.effect_id,)
+    # Reading stopped at the limit: the journal holds no more of the reply than it.
+    streamed = [
+        p.text
+        for e in events
+        if isinstance(e, ModelOutput) and e.effect_id == failed.effect_id
+        for p in e.pieces
+        if isinstance(p, TextDelta)
+    ]
+    assert 0 < len("".join(streamed)) <= limit
     # The first reply is the only assistant message: nothing of the second was promoted.
     messages = [e.message for e in events if isinstance(e, ModelMessageCommitted)]
     assert [m.blocks for m in messages] == [(Text(text="a" * limit),)]
