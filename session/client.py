@@ -199,7 +199,7 @@ def entry_too_large(exc: InboxEntryTooLargeError) -> PayloadTooLargeError:
         f"the {exc.what} command",
         size=exc.size,
         limit=exc.limit,
-        field="the journal's max_entry_bytes (journal.inbox.MAX_ENTRY_BYTES by default)",
+        field="the journal's max_entry_bytes",
     )
 
 
