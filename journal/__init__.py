@@ -19,6 +19,7 @@ from .errors import DuplicateEventError as DuplicateEventError
 from .errors import FencedError as FencedError
 from .errors import HostIdInUseError as HostIdInUseError
 from .errors import InboxConsumedError as InboxConsumedError
+from .errors import InboxEntryTooLargeError as InboxEntryTooLargeError
 from .errors import InboxError as InboxError
 from .errors import InboxKeyError as InboxKeyError
 from .errors import InvalidEventError as InvalidEventError
@@ -59,6 +60,7 @@ __all__ = [
     "FencedError",
     "ForwardingJournal",
     "InboxConsumedError",
+    "InboxEntryTooLargeError",
     "InboxError",
     "InboxKeyError",
     "InvalidEventError",

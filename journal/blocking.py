@@ -71,4 +71,4 @@ def open_blocking(url: str) -> BlockingJournal:
     from .postgres.blocking import PostgresBlocking  # psycopg is optional
 
     assert location.conninfo is not None
-    return PostgresBlocking(location.conninfo)
+    return PostgresBlocking(location.conninfo, location.max_entry_bytes)

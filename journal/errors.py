@@ -7,6 +7,7 @@ __all__ = [
     "DuplicateEventError",
     "FencedError",
     "InboxConsumedError",
+    "InboxEntryTooLargeError",
     "InboxError",
     "InboxKeyError",
     "InvalidEventError",
@@ -161,4 +162,18 @@ class InboxConsumedError(InboxError):
         super().__init__(
             f"session {session}: inbox entry {number} was already applied with another "
             "outcome; nothing was appended (an entry is applied exactly once)"
+        )
+
+
+class InboxEntryTooLargeError(InboxError):
+    """A command's stored bytes are more than the journal takes in one inbox
+    entry (``journal.inbox.MAX_ENTRY_BYTES`` unless the journal's URL sets
+    ``max_entry_bytes``); nothing was stored.  ``what`` names the command,
+    ``size`` and ``limit`` are bytes."""
+
+    def __init__(self, session: str, what: str, size: int, limit: int) -> None:
+        self.session, self.what, self.size, self.limit = session, what, size, limit
+        super().__init__(
+            f"session {session}: the {what} command is {size:,} bytes, over the inbox's "
+            f"limit of {limit:,} bytes per entry; nothing was stored: send less"
         )

@@ -19,9 +19,11 @@ from typing import Any, Literal
 import msgspec
 
 from .content import Message, ResultBlock
-from .errors import InvalidEventError
+from .errors import InboxEntryTooLargeError, InvalidEventError
+from .location import parse_location
 
 __all__ = [
+    "MAX_ENTRY_BYTES",
     "Answer",
     "CancelQueued",
     "ChangeMode",
@@ -43,6 +45,7 @@ __all__ = [
     "decode_outcome",
     "encode_command",
     "encode_outcome",
+    "entry_limit",
 ]
 
 _opts: dict[str, Any] = {"frozen": True, "kw_only": True}
@@ -184,14 +187,29 @@ def command_name(command: InboxCommand) -> str:
     return str(type(command).__struct_config__.tag)
 
 
-def encode_command(command: InboxCommand) -> bytes:
+MAX_ENTRY_BYTES = 16 * 1024 * 1024
+"""Bytes one inbox entry's command may take, unless the journal's URL sets
+``max_entry_bytes``: room for the largest input ``Limits`` allow by default
+(``max_input_bytes``, 8 MiB) twice over, so the inbox refuses only what no
+loop would take, before any of it is stored."""
+
+
+def entry_limit(url: str) -> int:
+    """The most bytes the journal at ``url`` takes in one inbox entry."""
+    return parse_location(url).max_entry_bytes or MAX_ENTRY_BYTES
+
+
+def encode_command(command: InboxCommand, session: str = "", limit: int = MAX_ENTRY_BYTES) -> bytes:
     """The stored bytes of ``command``, proven to decode back
     (``InvalidEventError`` naming the field otherwise): an entry that does
-    not decode is refused when it is put, never stored."""
+    not decode is refused when it is put, never stored.  More than ``limit``
+    bytes raise ``InboxEntryTooLargeError`` (measured before decoding)."""
     if not isinstance(command, InboxCommand):
         raise InvalidEventError(command, "it is not an inbox command (journal.inbox)")
     try:
         body = _encoder.encode(command)
+        if len(body) > limit:
+            raise InboxEntryTooLargeError(session, command_name(command), len(body), limit)
         _command_decoder.decode(body)
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidEventError(command, str(exc)) from exc

@@ -15,6 +15,9 @@
   ``1MiB``, ``1MB``; ``KiB``/``MiB``/``GiB`` are powers of 1024, ``KB``/``MB``/
   ``GB`` powers of 1000).  It travels with the URL, so every process given the
   URL splits records alike.
+* Every URL may carry ``max_entry_bytes=<size>`` too: the most bytes one
+  inbox entry's command may take (``journal.inbox.MAX_ENTRY_BYTES`` when
+  absent); a larger one is refused before it is stored.
 
 Pure: nothing here touches the disk or the network (``journal.opening`` does).
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict
 from urllib.parse import parse_qs, unquote_plus
 
 import msgspec
@@ -52,6 +55,8 @@ class JournalLocation(msgspec.Struct, frozen=True, kw_only=True):
     """Given as a filesystem path rather than a URL."""
     blob_threshold: int | None = None
     """The URL's ``blob_threshold`` in bytes; None when it names none."""
+    max_entry_bytes: int | None = None
+    """The URL's ``max_entry_bytes``; None when it names none."""
     conninfo: str | None = None
     """The URL handed to libpq (without loopruntime's options); None but for PostgreSQL."""
 
@@ -79,14 +84,32 @@ def parse_size(text: str) -> int | None:
     return size if size > 0 else None
 
 
-def _blob_threshold(url: str, value: str) -> int:
+def _size_option(url: str, name: str, value: str) -> int:
     size = parse_size(value)
     if size is None:
         raise ValueError(
-            f"journal URL {url!r}: blob_threshold must be a positive number of bytes such as "
+            f"journal URL {url!r}: {name} must be a positive number of bytes such as "
             f"1048576, 512KiB or 1MiB, not {value!r}"
         )
     return size
+
+
+_SIZE_OPTIONS = ("blob_threshold", "max_entry_bytes")
+
+
+class _Sizes(TypedDict, total=False):
+    blob_threshold: int
+    max_entry_bytes: int
+
+
+def _sized(sizes: dict[str, int]) -> _Sizes:
+    """The size options found, as ``JournalLocation``'s fields."""
+    found = _Sizes()
+    if "blob_threshold" in sizes:
+        found["blob_threshold"] = sizes["blob_threshold"]
+    if "max_entry_bytes" in sizes:
+        found["max_entry_bytes"] = sizes["max_entry_bytes"]
+    return found
 
 
 def parse_location(url_or_path: str) -> JournalLocation:
@@ -112,30 +135,29 @@ def parse_location(url_or_path: str) -> JournalLocation:
 
 def _memory(url: str) -> JournalLocation:
     _, question, query = url.partition("?")
-    threshold = None
+    sizes: dict[str, int] = {}
     for key, values in parse_qs(query, keep_blank_values=True).items() if question else ():
-        if key != "blob_threshold":
+        if key not in _SIZE_OPTIONS:
             raise ValueError(
                 f"journal URL {url!r}: unknown option {key!r}; a memory journal knows only "
-                "blob_threshold=<size>"
+                "blob_threshold=<size> and max_entry_bytes=<size>"
             )
-        threshold = _blob_threshold(url, values[-1])
-    return JournalLocation(scheme="memory", url=url, blob_threshold=threshold)
+        sizes[key] = _size_option(url, key, values[-1])
+    return JournalLocation(scheme="memory", url=url, **_sized(sizes))
 
 
 def _postgresql(url: str) -> JournalLocation:
     base, question, query = url.partition("?")
-    threshold, kept = None, []
+    sizes: dict[str, int] = {}
+    kept = []
     for part in query.split("&") if question else ():
         key, _, value = part.partition("=")
-        if unquote_plus(key) == "blob_threshold":
-            threshold = _blob_threshold(url, unquote_plus(value))
+        if unquote_plus(key) in _SIZE_OPTIONS:
+            sizes[unquote_plus(key)] = _size_option(url, unquote_plus(key), unquote_plus(value))
         elif part:
             kept.append(part)
     conninfo = f"{base}?{'&'.join(kept)}" if kept else base
-    return JournalLocation(
-        scheme="postgresql", url=url, blob_threshold=threshold, conninfo=conninfo
-    )
+    return JournalLocation(scheme="postgresql", url=url, conninfo=conninfo, **_sized(sizes))
 
 
 def _sqlite(url: str, *, plain_path: bool) -> JournalLocation:
@@ -154,7 +176,8 @@ def _sqlite(url: str, *, plain_path: bool) -> JournalLocation:
             f"journal URL {url!r} does not name a database file; use "
             "'sqlite:///path/to/file.db' (or 'memory:' for a journal that is not kept)"
         )
-    synchronous, poll, threshold = "NORMAL", DEFAULT_POLL, None
+    synchronous, poll = "NORMAL", DEFAULT_POLL
+    sizes: dict[str, int] = {}
     for key, values in parse_qs(query, keep_blank_values=True, strict_parsing=False).items():
         value = values[-1]
         if key == "synchronous":
@@ -172,12 +195,13 @@ def _sqlite(url: str, *, plain_path: bool) -> JournalLocation:
                 raise ValueError(
                     f"journal URL {url!r}: poll must be a positive number of seconds, not {value!r}"
                 )
-        elif key == "blob_threshold":
-            threshold = _blob_threshold(url, value)
+        elif key in _SIZE_OPTIONS:
+            sizes[key] = _size_option(url, key, value)
         else:
             raise ValueError(
                 f"journal URL {url!r}: unknown option {key!r}; known options are "
-                "synchronous=NORMAL|FULL, poll=<seconds> and blob_threshold=<size>"
+                "synchronous=NORMAL|FULL, poll=<seconds>, blob_threshold=<size> and "
+                "max_entry_bytes=<size>"
             )
     return JournalLocation(
         scheme="sqlite",
@@ -186,5 +210,5 @@ def _sqlite(url: str, *, plain_path: bool) -> JournalLocation:
         synchronous=synchronous,
         poll=poll,
         plain_path=plain_path,
-        blob_threshold=threshold,
+        **_sized(sizes),
     )

@@ -31,6 +31,7 @@ from .inbox import (
     decode_outcome,
     encode_command,
     encode_outcome,
+    entry_limit,
 )
 from .record import Draft, Record, check_drafts, check_text
 from .rules import (
@@ -124,6 +125,7 @@ class MemoryJournal:
         self.url = url
         self.clock = clock
         self.blob_threshold = check_threshold(blob_threshold)
+        self.max_entry_bytes = entry_limit(url)
         self._blobs: dict[bytes, bytes] = {}
         """The blob table (``journal.blobs``): digest -> bytes, shared by every session."""
         self._sessions: dict[str, _Session] = {}
@@ -237,7 +239,7 @@ class MemoryJournal:
         self._check_open()
         check_text("session id", session)
         check_text("key", key)
-        body = encode_command(command)
+        body = encode_command(command, session, self.max_entry_bytes)
         await trio.lowlevel.checkpoint()
         s = self._sessions.get(session)
         if s is None:

@@ -25,6 +25,7 @@ from .errors import NotQueuedError as NotQueuedError
 from .errors import NotRegisteredError as NotRegisteredError
 from .errors import NotUnknownEffectError as NotUnknownEffectError
 from .errors import OutsideToolCallError as OutsideToolCallError
+from .errors import PayloadTooLargeError as PayloadTooLargeError
 from .errors import QueueFullError as QueueFullError
 from .hooks import AddContext as AddContext
 from .hooks import AfterTool as AfterTool
@@ -88,6 +89,7 @@ __all__ = [
     "NotUnknownEffectError",
     "OutsideToolCallError",
     "PermissionRequest",
+    "PayloadTooLargeError",
     "QueueFullError",
     "ReplaceResult",
     "Review",

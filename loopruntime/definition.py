@@ -97,6 +97,22 @@ class Limits:
     """Seconds a hook or an async permission classifier may take (its own
     ``timeout=`` overrides it); one that passes it fails closed (a hook) or
     counts as ``ask`` (a classifier)."""
+    max_input_bytes: int = 8 * 1024 * 1024
+    """Bytes one command's content may take as the journal stores it: a
+    ``submit``'s message, a steering text, a host's ``resolve`` result.
+    More is refused with ``PayloadTooLargeError`` before anything is written."""
+    max_input_blocks: int = 100
+    """Content blocks one ``submit``'s message may hold."""
+    max_answer_bytes: int = 100_000
+    """Bytes (UTF-8) of a person's answer at a gate: a question's text, a
+    form's JSON, a URL gate's value."""
+    max_tool_input_bytes: int = 1024 * 1024
+    """Bytes of one tool call's JSON input as the model streams it; a larger
+    call does not run and the model is told why in its result."""
+    max_response_bytes: int = 4 * 1024 * 1024
+    """Bytes one model reply may stream (text, thinking, tool input); past it
+    the call is stopped, nothing of the reply enters the context, and the
+    turn fails with code ``model.response_too_large``."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -107,6 +123,11 @@ class Limits:
             "max_tool_result_bytes",
             "max_tokens",
             "max_queued_inputs",
+            "max_input_bytes",
+            "max_input_blocks",
+            "max_answer_bytes",
+            "max_tool_input_bytes",
+            "max_response_bytes",
         ):
             _check_count(name, getattr(self, name), least=1)
         for name in ("retained_exchanges", "tool_retries", "model_retries", "max_output_retries"):

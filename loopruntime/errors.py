@@ -18,6 +18,7 @@ __all__ = [
     "NotRegisteredError",
     "NotUnknownEffectError",
     "OutsideToolCallError",
+    "PayloadTooLargeError",
     "QueueFullError",
     "RedactedInputError",
     "ScriptExhaustedError",
@@ -97,6 +98,26 @@ class QueueFullError(CommandError):
     code = "input.queue_full"
 
 
+class PayloadTooLargeError(CommandError):
+    """A command's content is larger than its limit allows (``Limits.max_input_bytes``,
+    ``max_input_blocks``, ``max_answer_bytes``); nothing was committed.
+    ``what`` names the payload, ``size`` and ``limit`` are in the limit's unit
+    (bytes, or blocks for ``max_input_blocks``), ``field`` names the limit
+    (``Limits.max_input_bytes``; a journal's ``max_entry_bytes`` for an inbox
+    entry a client was refused)."""
+
+    code = "command.payload_too_large"
+
+    def __init__(
+        self, what: str, *, size: int, limit: int, field: str, unit: str = "bytes"
+    ) -> None:
+        self.what, self.size, self.limit, self.field = what, size, limit, field
+        super().__init__(
+            f"{what} is {size:,} {unit}, over the limit of {limit:,} {unit} "
+            f"({field}); nothing was committed: send less, or raise the limit"
+        )
+
+
 class ModeNotFoundError(CommandError):
     code = "mode.unknown"
 
@@ -133,6 +154,7 @@ ModelErrorKind = Literal[
     "protocol",
     "script",
     "timeout",
+    "too_large",
 ]
 
 

@@ -32,6 +32,8 @@ from journal.content import (
     Usage,
 )
 
+from .errors import ModelError
+
 __all__ = [
     "Accumulator",
     "Delta",
@@ -122,14 +124,27 @@ class Accumulator:
     provider and appends the notice as the last text block: unfinished or
     unanswerable ``tool_use`` blocks and unsigned, unfinished thinking are
     left out of the message (the journal's ``model.output`` keeps them).
+
+    Bounds (None: none), in bytes of UTF-8: ``max_response_bytes`` for the
+    whole reply's text, thinking, signatures and tool input; the piece that
+    passes it makes ``feed`` drop everything held and raise ``ModelError``
+    (code ``model.response_too_large``), so no part of the reply can be made
+    into a message.  ``max_tool_input_bytes`` for one call's input: a larger
+    one is kept as ``{}`` and listed in ``invalid_tool_inputs``.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, max_response_bytes: int | None = None, max_tool_input_bytes: int | None = None
+    ) -> None:
         self._blocks: dict[int, _Block] = {}
         self.stop_reason: str | None = None
         self.usage = Usage()
         self.invalid_tool_inputs: dict[str, str] = {}
         """tool_use id -> why its streamed JSON input could not be parsed."""
+        self.max_response_bytes = max_response_bytes
+        self.max_tool_input_bytes = max_tool_input_bytes
+        self.size = 0
+        """Bytes of the reply received (counted only under ``max_response_bytes``)."""
 
     @property
     def empty(self) -> bool:
@@ -197,9 +212,31 @@ class Accumulator:
                 out.append(ToolUse(id=b.id, name=b.name, input=self._tool_input(b)))
         return out
 
+    def _grow(self, text: str) -> None:
+        limit = self.max_response_bytes
+        if limit is None:
+            return
+        self.size += _utf8_size(text)
+        if self.size > limit:
+            self._blocks.clear()
+            raise ModelError(
+                f"the model's reply passed {limit:,} bytes (Limits.max_response_bytes) and "
+                f"was stopped at {self.size:,}; none of it was kept in the conversation",
+                kind="too_large",
+                code="model.response_too_large",
+            )
+
     def _tool_input(self, b: _Block) -> dict[str, Any]:
         raw = "".join(b.parts).strip()
         if not raw:
+            return {}
+        limit = self.max_tool_input_bytes
+        if limit is not None and (size := _utf8_size(raw)) > limit:
+            self.invalid_tool_inputs[b.id] = (
+                f"the input of this {b.name} call is {size:,} bytes, over the limit of "
+                f"{limit:,} bytes (Limits.max_tool_input_bytes), so it did not run; send a "
+                "smaller input"
+            )
             return {}
         try:
             value = msgspec.json.decode(raw)
@@ -212,23 +249,33 @@ class Accumulator:
         return value
 
 
+def _utf8_size(text: str) -> int:
+    # ``isascii`` is a flag lookup: most pieces are measured without a copy.
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def _started(acc: Accumulator, delta: BlockStarted) -> None:
+    acc._grow(delta.data)
     acc._blocks[delta.index] = _Block(delta)
 
 
 def _text(acc: Accumulator, delta: TextDelta) -> None:
+    acc._grow(delta.text)
     acc._block(delta.index).parts.append(delta.text)
 
 
 def _thinking(acc: Accumulator, delta: ThinkingDelta) -> None:
+    acc._grow(delta.thinking)
     acc._block(delta.index).parts.append(delta.thinking)
 
 
 def _signature(acc: Accumulator, delta: SignatureDelta) -> None:
+    acc._grow(delta.signature)
     acc._block(delta.index).signature += delta.signature
 
 
 def _json(acc: Accumulator, delta: InputJsonDelta) -> None:
+    acc._grow(delta.partial_json)
     acc._block(delta.index).parts.append(delta.partial_json)
 
 

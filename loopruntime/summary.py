@@ -229,7 +229,9 @@ class ModelCompactor:
             messages=(Message(role="user", blocks=(Text(text=ask),)),),
             max_tokens=self.max_tokens,
         )
-        acc = Accumulator()
+        # A summary past MAX_SUMMARY_CHARS is refused anyway: stop reading a
+        # stream that could not make one (four bytes a character at most).
+        acc = Accumulator(max_response_bytes=4 * MAX_SUMMARY_CHARS)
         async with chosen.stream(request) as stream:
             async for delta in stream:
                 acc.feed(delta)

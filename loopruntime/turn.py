@@ -339,7 +339,7 @@ class TurnRunner:
 
         publish, loop_id = loop.host.publish_delta, loop.id
         while True:
-            acc = self.acc = Accumulator()
+            acc = self.acc = Accumulator(limits.max_response_bytes, limits.max_tool_input_bytes)
             buffer = []
             error: ModelError | None = None
             cut: DeadlinePassed | None = None

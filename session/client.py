@@ -31,6 +31,7 @@ import msgspec
 from journal import (
     BlockingJournal,
     HostInfo,
+    InboxEntryTooLargeError,
     Journal,
     JournalClosedError,
     Record,
@@ -39,6 +40,7 @@ from journal import (
 )
 from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
+from loopruntime import PayloadTooLargeError
 from loopruntime.host import check_principal, new_id
 
 from .status import SessionStatus, blocking_statuses, statuses
@@ -189,6 +191,17 @@ def answer_command(gate_id: str, text: str | Any) -> ib.Answer:
     """A question's answer; a form's may be given as data, sent as its JSON
     text and checked by the session's owner."""
     return ib.Answer(gate_id=gate_id, text=answer_text(gate_id, text, data=True))
+
+
+def entry_too_large(exc: InboxEntryTooLargeError) -> PayloadTooLargeError:
+    """The journal's refusal of an inbox entry, as the client's callers see
+    every payload refused: a ``PayloadTooLargeError`` naming size and limit."""
+    return PayloadTooLargeError(
+        f"the {exc.what} command",
+        size=exc.size,
+        limit=exc.limit,
+        field="the journal's max_entry_bytes",
+    )
 
 
 def with_principal(command: C, principal: str | None) -> C:
@@ -430,7 +443,10 @@ class Client:
         principal: str | None,
     ) -> ib.InboxEntry:
         command = with_principal(command, principal)
-        return await self._open().put(session_id, check_key(key), command, definition)
+        try:
+            return await self._open().put(session_id, check_key(key), command, definition)
+        except InboxEntryTooLargeError as exc:
+            raise entry_too_large(exc) from exc
 
     async def submit(
         self,

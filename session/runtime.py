@@ -26,6 +26,7 @@ from journal.content import Block, Message, ResultBlock
 from journal.events import Provenance, TurnRejected
 from loopruntime import (
     GateMismatchError,
+    Limits,
     Loop,
     LoopClosedError,
     LoopDefinition,
@@ -508,6 +509,15 @@ class Session:
             raise LoopError(f"session {self.id} has no loop {loop!r}")
         return found
 
+    def _limits(self, loop: Loop | None) -> Limits:
+        """The limits a command's content is checked against: those of the
+        loop it goes to, under its mode (the root loop's when it names none
+        that exists: the command is refused for that anyway)."""
+        loop = loop or self.loops.get(ROOT_LOOP)
+        if loop is None:
+            return Limits()
+        return loop.definition.limits_under(loop.state.mode)
+
     async def _send(self, target: Loop | None, command: Command, route: Route) -> Any:
         return await send_keyed(self.loops, self._key_flights, target, command, route)
 
@@ -524,7 +534,7 @@ class Session:
         commits nothing (see docs/boundaries.md).  Beyond
         ``Limits.max_queued_inputs`` queued inputs it raises ``QueueFullError``."""
         key, principal = check_key(key), check_principal(principal)
-        message = user_message(content)
+        message = user_message(content, self._limits(self.loops.get(loop or ROOT_LOOP)))
         input_id = new_id("in_")
         command = UserInput(input_id=input_id, messages=(message,), key=key, principal=principal)
         try:
@@ -561,7 +571,7 @@ class Session:
         principal: str | None = None,
     ) -> str:
         key, principal = check_key(key), check_principal(principal)
-        text = steering_text(text)
+        text = steering_text(text, self._limits(self.loops.get(loop or ROOT_LOOP)))
         command = Steer(steer_id=new_id("st_"), text=text, key=key, principal=principal)
         steer_id: str = await self._send(self._loop(loop), command, _routed)
         return steer_id
@@ -609,10 +619,13 @@ class Session:
         ``InvalidAnswerError`` naming why (the field, for a form), and the gate
         stays open."""
         key, principal = check_key(key), check_principal(principal)
-        gate = next((g for lp in self.loops.values() if (g := lp.state.gates.get(gate_id))), None)
+        at = next((lp for lp in self.loops.values() if gate_id in lp.state.gates), None)
+        gate = at.state.gates[gate_id] if at is not None else None
         # Data is a form's answer; for a gate not open here (a keyed repeat
         # after it closed) the loop's answer decides.
-        text = answer_text(gate_id, text, data=gate is None or gate.form is not None)
+        text = answer_text(
+            gate_id, text, data=gate is None or gate.form is not None, limits=self._limits(at)
+        )
         self._loop(None)  # refuse when closed, before a repeat is answered
         command = AnswerGate(gate_id=gate_id, answer=text, key=key, principal=principal)
         await self._send(None, command, lambda: self._gate_loop(gate_id))
@@ -651,7 +664,8 @@ class Session:
     ) -> None:
         """Settle a tool call whose outcome is unknown (after a crash)."""
         key, principal = check_key(key), check_principal(principal)
-        content = tool_result(execution_id, result, is_error)
+        at = next((lp for lp in self.loops.values() if execution_id in lp.state.unknown), None)
+        content = tool_result(execution_id, result, is_error, self._limits(at))
         self._loop(None)
         command = ResolveToolCall(
             execution_id=execution_id,

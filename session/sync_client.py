@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from journal import (
     BlockingJournal,
     HostInfo,
+    InboxEntryTooLargeError,
     JournalClosedError,
     Record,
     SessionInfo,
@@ -36,6 +37,7 @@ from .client import (
     check_key,
     check_timeout,
     decide_command,
+    entry_too_large,
     resolve_command,
     steer_command,
     submit_command,
@@ -140,7 +142,10 @@ class SyncClient:
     ) -> ib.InboxEntry:
         key = check_key(key)
         command = with_principal(command, principal)
-        return self._run(lambda j: j.put(session, key, command, definition=definition))
+        try:
+            return self._run(lambda j: j.put(session, key, command, definition=definition))
+        except InboxEntryTooLargeError as exc:
+            raise entry_too_large(exc) from exc
 
     # -- commands ------------------------------------------------------------------
 

@@ -14,7 +14,14 @@ from typing import Any
 import msgspec
 
 from journal.content import Block, Message, ResultBlock, Text
-from loopruntime import InvalidAnswerError, LoopDefinition, NotRegisteredError, Tool
+from loopruntime import (
+    InvalidAnswerError,
+    Limits,
+    LoopDefinition,
+    NotRegisteredError,
+    PayloadTooLargeError,
+    Tool,
+)
 from loopruntime.host import ChangeInference, ReplaceTools
 
 from .errors import InvalidContentError
@@ -34,20 +41,45 @@ _result_decoder = msgspec.msgpack.Decoder(tuple[ResultBlock, ...])
 _text_decoder = msgspec.msgpack.Decoder(str)
 
 
-def _recordable(value: object, decoder: msgspec.msgpack.Decoder[Any], what: str) -> None:
+def _recordable(
+    value: object,
+    decoder: msgspec.msgpack.Decoder[Any],
+    what: str,
+    limit: int | None = None,
+) -> None:
     """Refuse what the journal could not read back: a plain string among a
     message's blocks would be appended and then fail every read; text that is
-    not Unicode would fail the append itself, which ends the whole session."""
+    not Unicode would fail the append itself, which ends the whole session.
+    With ``limit``, refuse more bytes than ``Limits.max_input_bytes``
+    (measured before the bytes are decoded again)."""
     try:
-        decoder.decode(msgspec.msgpack.encode(value))
+        body = msgspec.msgpack.encode(value)
+        if limit is not None and len(body) > limit:
+            raise PayloadTooLargeError(
+                what, size=len(body), limit=limit, field="Limits.max_input_bytes"
+            )
+        decoder.decode(body)
     except (msgspec.MsgspecError, TypeError, ValueError) as exc:
         raise InvalidContentError(
             f"{what} cannot be recorded ({exc}); nothing was committed"
         ) from exc
 
 
-def user_message(content: str | Message | Sequence[Block]) -> Message:
-    """Input as the user's message: text, a message, or its content blocks."""
+def _check_blocks(message: Message, limits: Limits) -> None:
+    count = len(message.blocks)
+    if count > limits.max_input_blocks:
+        raise PayloadTooLargeError(
+            "the input",
+            size=count,
+            limit=limits.max_input_blocks,
+            field="Limits.max_input_blocks",
+            unit="blocks",
+        )
+
+
+def user_message(content: str | Message | Sequence[Block], limits: Limits | None = None) -> Message:
+    """Input as the user's message: text, a message, or its content blocks.
+    With ``limits`` (the loop's), refuse more blocks or bytes than they allow."""
     if isinstance(content, str):
         message = Message(role="user", blocks=(Text(text=content),))
     elif isinstance(content, Message):
@@ -60,36 +92,58 @@ def user_message(content: str | Message | Sequence[Block]) -> Message:
                 f"input must be text, a Message or a sequence of content blocks, not "
                 f"{type(content).__name__}; nothing was committed"
             ) from exc
-    _recordable(message, _message_decoder, "the input")
+    if limits is not None:
+        _check_blocks(message, limits)
+    _recordable(message, _message_decoder, "the input", _max_input(limits))
     return message
 
 
-def steering_text(text: object) -> str:
+def _max_input(limits: Limits | None) -> int | None:
+    return None if limits is None else limits.max_input_bytes
+
+
+def steering_text(text: object, limits: Limits | None = None) -> str:
     if not isinstance(text, str):
         raise InvalidContentError(
             f"steering must be text, not {type(text).__name__}; nothing was committed"
         )
-    _recordable(text, _text_decoder, "the steering")
+    _recordable(text, _text_decoder, "the steering", _max_input(limits))
     return text
 
 
-def answer_text(gate_id: str, text: object, *, data: bool = False) -> str:
+def answer_text(
+    gate_id: str, text: object, *, data: bool = False, limits: Limits | None = None
+) -> str:
     """An answer as the text the gate is answered with.  With ``data`` (a
     form's answer) a value that is not text (a dict, a Struct, a number...)
-    is taken as its JSON."""
+    is taken as its JSON.  With ``limits``, refuse more bytes than
+    ``Limits.max_answer_bytes`` (the gate stays open)."""
     if isinstance(text, str):
-        return text
-    if data:
+        answer = text
+    elif data:
         try:
-            return msgspec.json.encode(text).decode()
+            answer = msgspec.json.encode(text).decode()
         except (TypeError, msgspec.EncodeError) as exc:
             raise InvalidAnswerError(
                 f"the answer to form gate {gate_id} cannot be written as JSON ({exc}); "
                 "the gate stays open"
             ) from exc
-    raise InvalidAnswerError(
-        f"the answer to gate {gate_id} must be text, not {type(text).__name__}; the gate stays open"
-    )
+    else:
+        raise InvalidAnswerError(
+            f"the answer to gate {gate_id} must be text, not {type(text).__name__}; "
+            "the gate stays open"
+        )
+    if limits is not None:
+        # Text that is not Unicode is measured as written; the codec refuses it later.
+        size = len(answer.encode("utf-8", "surrogatepass"))
+        if size > limits.max_answer_bytes:
+            raise PayloadTooLargeError(
+                f"the answer to gate {gate_id}",
+                size=size,
+                limit=limits.max_answer_bytes,
+                field="Limits.max_answer_bytes",
+            )
+    return answer
 
 
 def check_decision(gate_id: str, allow: object, scope: str) -> None:
@@ -108,7 +162,10 @@ def check_decision(gate_id: str, allow: object, scope: str) -> None:
 
 
 def tool_result(
-    execution_id: str, result: str | Sequence[ResultBlock], is_error: object
+    execution_id: str,
+    result: str | Sequence[ResultBlock],
+    is_error: object,
+    limits: Limits | None = None,
 ) -> tuple[ResultBlock, ...]:
     """The content of a host's result for a call whose outcome is unknown."""
     if isinstance(result, str):
@@ -121,7 +178,9 @@ def tool_result(
                 f"the result of execution {execution_id} must be text or a sequence of "
                 f"Text and Image blocks, not {type(result).__name__}; nothing was committed"
             ) from exc
-    _recordable(content, _result_decoder, f"the result of execution {execution_id}")
+    _recordable(
+        content, _result_decoder, f"the result of execution {execution_id}", _max_input(limits)
+    )
     if not isinstance(is_error, bool):
         raise InvalidContentError(
             f"is_error must be a bool, not {is_error!r}; nothing was committed"

@@ -28,6 +28,11 @@ The routes (JSON in, JSON or Server-Sent Events out):
   gate id (a gate is answered once).
 * ``GET /sessions``: every session with its owner and waiting commands.
 
+A body larger than ``MAX_BODY_BYTES``, or a command larger than the journal
+takes in one inbox entry (``journal.inbox.MAX_ENTRY_BYTES``, 16 MiB, unless the
+journal URL sets ``max_entry_bytes``), is answered 413 naming the size and the
+limit; nothing is written.
+
 The service runs no loops: it writes commands into the inbox and reads
 records back, so it can restart, or run as many copies, at any time.
 """
@@ -35,6 +40,7 @@ records back, so it can restart, or run as many copies, at any time.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -47,13 +53,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from journal import InboxKeyError, SessionNotFoundError
-from loopruntime import CommandError
+from journal import InboxEntryTooLargeError, InboxKeyError, SessionNotFoundError
+from journal.inbox import MAX_ENTRY_BYTES
+from loopruntime import CommandError, PayloadTooLargeError
 from session import Client, CommandRefusedError, WaitTimeoutError, open_client
 
 __all__ = ["app", "create_app"]
 
 DEFAULT_JOURNAL = "sqlite:///.loopruntime/journal.db"
+
+MAX_BODY_BYTES = MAX_ENTRY_BYTES + 64 * 1024
+"""The most bytes of a request body the service reads: a message as large as
+the inbox takes, with room for its JSON around it.  A larger body is refused
+(413) before it is read into memory."""
 
 
 def _client(request: Request) -> Client:
@@ -62,8 +74,17 @@ def _client(request: Request) -> Client:
 
 
 async def _body(request: Request) -> dict[str, Any]:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise _too_large(int(declared))
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _too_large(size)
+        chunks.append(chunk)
     try:
-        body = await request.json()
+        body = json.loads(b"".join(chunks))
     except ValueError:
         body = None
     if not isinstance(body, dict):
@@ -72,9 +93,18 @@ async def _body(request: Request) -> dict[str, Any]:
 
 
 class _Problem(Exception):
-    def __init__(self, status: int, detail: str) -> None:
+    def __init__(self, status: int, detail: str, **fields: int) -> None:
         super().__init__(detail)
-        self.status, self.detail = status, detail
+        self.status, self.detail, self.fields = status, detail, fields
+
+
+def _too_large(size: int) -> _Problem:
+    return _Problem(
+        413,
+        f"the request body is {size:,} bytes or more, over the limit of {MAX_BODY_BYTES:,} bytes",
+        size=size,
+        limit=MAX_BODY_BYTES,
+    )
 
 
 def _session_for(key: str) -> str:
@@ -216,7 +246,10 @@ async def list_sessions(request: Request) -> Response:
 
 async def _problem(request: Request, exc: Exception) -> Response:
     if isinstance(exc, _Problem):
-        return JSONResponse({"error": exc.detail}, status_code=exc.status)
+        return JSONResponse({"error": exc.detail, **exc.fields}, status_code=exc.status)
+    if isinstance(exc, PayloadTooLargeError | InboxEntryTooLargeError):
+        found = {"error": str(exc), "size": exc.size, "limit": exc.limit}
+        return JSONResponse(found, status_code=413)
     if isinstance(exc, SessionNotFoundError):
         return JSONResponse({"error": str(exc)}, status_code=404)
     if isinstance(exc, InboxKeyError):
@@ -247,6 +280,7 @@ def create_app(journal_url: str | None = None) -> Starlette:
             _Problem: _problem,
             SessionNotFoundError: _problem,
             InboxKeyError: _problem,
+            InboxEntryTooLargeError: _problem,
             CommandError: _problem,
             ValueError: _problem,
         },

@@ -20,7 +20,7 @@ import structlog
 
 from ..codec import chained_records
 from ..errors import JournalClosedError, SessionNotFoundError
-from ..inbox import InboxCommand, InboxEntry, encode_command
+from ..inbox import MAX_ENTRY_BYTES, InboxCommand, InboxEntry, encode_command
 from ..record import Record
 from ..store import HostInfo, SessionInfo
 from . import leases
@@ -43,8 +43,10 @@ class PostgresBlocking:
     Opening creates the tables when absent, as ``open_journal`` does.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, max_entry_bytes: int | None = None) -> None:
+        """``url``: the conninfo; ``max_entry_bytes``: the URL's option, if any."""
         self.url = url
+        self.max_entry_bytes = max_entry_bytes or MAX_ENTRY_BYTES
         self._where = describe(url)
         conn, _ = open_prepared(url, self._where)
         self._idle: list[psycopg.Connection[Any]] = [conn]
@@ -57,7 +59,7 @@ class PostgresBlocking:
         check_pg_text("session id", session)
         check_pg_text("key", key)
         check_pg_text("definition", definition)
-        body = encode_command(command)
+        body = encode_command(command, session, self.max_entry_bytes)
         work = partial(leases.put, session=session, key=key, body=body, definition=definition)
         row = self._run(f"putting a command in the inbox of {session}", work)
         return leases.entry_of(session, row)

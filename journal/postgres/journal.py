@@ -18,7 +18,15 @@ import trio
 
 from ..blobs import DEFAULT_BLOB_THRESHOLD, check_threshold, choose_threshold, encode_pending
 from ..errors import JournalClosedError, SessionNotFoundError
-from ..inbox import Claim, Consumed, InboxCommand, InboxEntry, encode_command, encode_outcome
+from ..inbox import (
+    Claim,
+    Consumed,
+    InboxCommand,
+    InboxEntry,
+    encode_command,
+    encode_outcome,
+    entry_limit,
+)
 from ..location import parse_location
 from ..record import Draft, Record
 from ..rules import ttl_ns
@@ -52,6 +60,7 @@ class PostgresJournal:
     ) -> None:
         self.url = url
         self.blob_threshold = check_threshold(blob_threshold)
+        self.max_entry_bytes = entry_limit(url)
         self._where, self._pool = where, pool
         self._commits = GroupCommit(conninfo or url, where, schema)
         self._inbox_channel = inbox_channel(schema)
@@ -189,7 +198,7 @@ class PostgresJournal:
         check_pg_text("session id", session)
         check_pg_text("key", key)
         check_pg_text("definition", definition)
-        body = encode_command(command)
+        body = encode_command(command, session, self.max_entry_bytes)
         work = partial(
             leases.put,
             session=session,

@@ -17,7 +17,7 @@ import time
 
 from ..codec import GENESIS, chained_records
 from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
-from ..inbox import InboxCommand, InboxEntry, encode_command
+from ..inbox import MAX_ENTRY_BYTES, InboxCommand, InboxEntry, encode_command
 from ..location import JournalLocation
 from ..record import Record, check_text
 from ..rules import UNOWNED
@@ -50,6 +50,7 @@ class SQLiteBlocking:
     def __init__(self, location: JournalLocation) -> None:
         assert location.path is not None
         self.url, self.path = location.url, location.path
+        self.max_entry_bytes = location.max_entry_bytes or MAX_ENTRY_BYTES
         self._conn = prepare(location.path, location.synchronous)
         self._lock = threading.Lock()
         self._readers = Readers(location.path, location.synchronous, "write", ())
@@ -61,7 +62,7 @@ class SQLiteBlocking:
         check_text("session id", session)
         check_text("key", key)
         check_text("definition", definition)
-        body = encode_command(command)
+        body = encode_command(command, session, self.max_entry_bytes)
         with self._lock:
             self._check_open()
             conn = self._conn

@@ -18,6 +18,7 @@ import trio
 from ..blobs import DEFAULT_BLOB_THRESHOLD, check_threshold, choose_threshold, encode_pending
 from ..errors import DuplicateEventError, JournalClosedError, JournalReadOnlyError
 from ..inbox import (
+    MAX_ENTRY_BYTES,
     Claim,
     Consumed,
     InboxCommand,
@@ -79,6 +80,7 @@ class SQLiteJournal:
         assert location.path is not None
         self.url = location.url
         self.blob_threshold = check_threshold(blob_threshold)
+        self.max_entry_bytes = location.max_entry_bytes or MAX_ENTRY_BYTES
         self.path = location.path
         self.synchronous = location.synchronous
         self.poll = location.poll
@@ -212,7 +214,7 @@ class SQLiteJournal:
         check_text("session id", session)
         check_text("key", key)
         check_text("definition", definition)
-        body = encode_command(command)
+        body = encode_command(command, session, self.max_entry_bytes)
         row = await self._submit(PutRequest(session, key, body, definition))
         return entry_of(session, row)
 

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ from typing import Any
 import httpx
 import pytest
 
+from examples.web_service.app import MAX_BODY_BYTES
+from journal import open_blocking
+from journal.inbox import MAX_ENTRY_BYTES
 from tests.clients.support import HANG_GUARD, host_process, start_host, stop
 from tests.support.processes import ROOT
 
@@ -285,3 +289,48 @@ def test_the_web_service_says_what_no_host_serves_and_why_a_command_was_refused(
             bad_wait = http.get(f"/sessions/{sid}/commands/m/1", params={"wait": "0"})
             assert bad_wait.status_code == 400
         assert [s["session"] for s in http.get("/sessions").json()] == [sid]
+
+
+def test_a_message_over_the_inbox_limit_is_answered_413_and_nothing_is_written(
+    service: tuple[str, str], tmp_path: Path
+) -> None:
+    base, journal = service
+    with (
+        httpx.Client(base_url=base, timeout=HANG_GUARD) as http,
+        host_process(journal, "a", tmp_path / "host.log"),
+    ):
+        sid = http.post("/sessions", json={"definition": "echo"}).json()["session"]
+        blocking = open_blocking(journal)
+        try:
+            # The host applies the session's Create; after that nothing waits.
+            deadline = time.monotonic() + HANG_GUARD
+            while [i.pending for i in blocking.sessions() if i.session == sid] != [0]:
+                assert time.monotonic() < deadline, "the host never applied the Create"
+                time.sleep(0.05)
+            [created] = [i for i in blocking.sessions() if i.session == sid]
+            # The JSON body fits the service's body limit; the command it makes
+            # is a few bytes over what the inbox takes in one entry.
+            text = "x" * MAX_ENTRY_BYTES
+            over = http.post(
+                f"/sessions/{sid}/messages", json={"text": text}, headers={"Idempotency-Key": "big"}
+            )
+            assert over.status_code == 413, over.text
+            refused = over.json()
+            assert refused["limit"] == MAX_ENTRY_BYTES and refused["size"] > MAX_ENTRY_BYTES
+            assert f"{MAX_ENTRY_BYTES:,} bytes" in refused["error"]
+            # A body past the service's own limit is refused before it is read.
+            huge = http.post(
+                f"/sessions/{sid}/messages",
+                content=b'{"text": "' + b"y" * MAX_BODY_BYTES + b'"}',
+                headers={"Idempotency-Key": "huge", "Content-Type": "application/json"},
+            )
+            assert huge.status_code == 413 and huge.json()["limit"] == MAX_BODY_BYTES
+            assert blocking.entry(sid, "big") is None and blocking.entry(sid, "huge") is None
+            [after] = [i for i in blocking.sessions() if i.session == sid]
+            assert after.pending == created.pending == 0
+            fits = http.post(
+                f"/sessions/{sid}/messages", json={"text": "hi"}, headers={"Idempotency-Key": "ok"}
+            )
+            assert fits.status_code == 202
+        finally:
+            blocking.close()

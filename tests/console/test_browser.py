@@ -274,3 +274,27 @@ def test_a_gate_answered_elsewhere_is_shown_as_answered_and_nothing_is_sent_twic
     assert in_journal(shared.url, resolutions) == 1
     fresh.context.close()
     stale.context.close()
+
+
+def test_long_text_is_drawn_folded_and_unfolds_on_request(page: Any, shared: Stack) -> None:
+    long = "long " + "".join(f"{i:06d} " for i in range(10_000))  # 70,005 characters
+    sid = new_session(shared, long, key="fold")
+    open_session(page, sid)
+    # The person's message and the echo of it: each drawn as its first 4,096
+    # characters and a button, not as 70,000.
+    page.wait_for_function(
+        "() => document.querySelectorAll('#lines .folded').length >= 2", timeout=HANG
+    )
+    assert page.evaluate("document.getElementById('lines').textContent.length") < 20_000
+    first = page.locator(f'#lines [data-length="{len(long)}"]').first
+    assert "folded" in (first.get_attribute("class") or "")
+    assert "65,909 of 70,005 characters hidden" in first.locator("button.unfold").inner_text()
+    first.locator("button.unfold").click()  # 65,536 more: all but the last 373
+    assert "373 of 70,005" in first.locator("button.unfold").inner_text()
+    first.locator("button.unfold").click()
+    assert first.locator("button.unfold").count() == 0
+    assert "folded" not in (first.get_attribute("class") or "")
+    assert first.text_content() == long
+    # The record's JSON is folded alike.
+    first.locator("xpath=ancestor::li").locator("button.seq").click()
+    page.locator("#record-json .folded button.unfold").wait_for()

@@ -93,6 +93,7 @@ from journal import (
     FencedError,
     HostIdInUseError,
     InboxConsumedError,
+    InboxEntryTooLargeError,
     InboxError,
     InboxKeyError,
     InvalidEventError,
@@ -114,7 +115,15 @@ from journal.events import (
     Notice,
     SessionCheckpoint,
 )
-from journal.inbox import Consumed, Create, InboxOutcome, Steer, Submit
+from journal.inbox import (
+    MAX_ENTRY_BYTES,
+    Consumed,
+    Create,
+    InboxOutcome,
+    Steer,
+    Submit,
+    encode_command,
+)
 
 __all__ = [
     "EVENT_STRATEGIES",
@@ -1109,6 +1118,15 @@ def submit(text: str) -> Submit:
     return Submit(message=Message(role="user", blocks=(Text(text=text),)))
 
 
+def submit_of_size(size: int) -> Submit:
+    """A submit whose stored command is exactly ``size`` bytes (``size`` above 64 KiB)."""
+    probe = 100_000
+    overhead = len(encode_command(submit("x" * probe))) - probe
+    command = submit("x" * (size - overhead))
+    assert len(encode_command(command, limit=size)) == size
+    return command
+
+
 class _LeaseAndInboxContract:
     async def test_acquire_takes_a_new_incarnation_and_fences_the_last(
         self, backend: Backend
@@ -1322,6 +1340,28 @@ class _LeaseAndInboxContract:
             with pytest.raises(InvalidEventError):
                 await journal.put(session, "k3", "submit hi")  # type: ignore[arg-type]
             assert [e.number for e in await journal.inbox(session)] == [1]
+
+    async def test_an_entry_over_the_limit_is_refused_before_it_is_stored(
+        self, backend: Backend
+    ) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            await journal.put(session, "k1", Create(definition="agent"), definition="agent")
+            at_limit = submit_of_size(MAX_ENTRY_BYTES)
+            accepted = await journal.put(session, "k2", at_limit)
+            assert accepted.command == at_limit
+            before = (await journal.head(session), await journal.inbox(session))
+            with pytest.raises(InboxEntryTooLargeError) as caught:
+                await journal.put(session, "k3", submit_of_size(MAX_ENTRY_BYTES + 1))
+            refused = caught.value
+            assert (refused.size, refused.limit, refused.what) == (
+                MAX_ENTRY_BYTES + 1,
+                MAX_ENTRY_BYTES,
+                "submit",
+            )
+            assert f"{MAX_ENTRY_BYTES + 1:,} bytes" in str(refused)
+            assert (await journal.head(session), await journal.inbox(session)) == before
+            assert await journal.entry(session, "k3") is None
 
     async def test_claimable_lists_waiting_work_without_a_live_owner(
         self, backend: Backend

@@ -22,6 +22,37 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// Text longer than FOLD characters is drawn folded: its start, and a button
+// that draws the rest a slice at a time.  A page never lays out megabytes at
+// once (a reply, a tool's input or result, a record's JSON may be that big).
+const FOLD = 4096;
+const UNFOLD_STEP = 65536;
+
+function folded(text, attrs) {
+  if (text.length <= FOLD) return el("span", { ...attrs, text });
+  let shown = FOLD;
+  const head = document.createTextNode(text.slice(0, shown));
+  const node = el("span", { ...attrs, "data-length": text.length }, head);
+  node.classList.add("folded");
+  const more = el("button", { type: "button", class: "unfold" });
+  const label = () => {
+    more.textContent = `… show more (${(text.length - shown).toLocaleString()} of ${text.length.toLocaleString()} characters hidden)`;
+  };
+  more.addEventListener("click", () => {
+    shown = Math.min(text.length, shown + UNFOLD_STEP);
+    head.textContent = text.slice(0, shown);
+    if (shown >= text.length) {
+      more.remove();
+      node.classList.remove("folded");
+    } else {
+      label();
+    }
+  });
+  label();
+  node.append(more);
+  return node;
+}
+
 function showProblem(text) {
   const p = document.getElementById("problem");
   if (!p) return;
@@ -156,7 +187,8 @@ function sessionPage() {
     const div = el("div", { class: "line" });
     div.style.paddingLeft = `${line.depth * 1.5}em`;
     for (const [kind, text] of line.spans) {
-      div.append(kind ? el("span", { class: `k-${kind}`, text }) : document.createTextNode(text));
+      if (text.length > FOLD) div.append(folded(text, kind ? { class: `k-${kind}` } : {}));
+      else div.append(kind ? el("span", { class: `k-${kind}`, text }) : document.createTextNode(text));
     }
     return div;
   }
@@ -189,11 +221,17 @@ function sessionPage() {
         el("span", { class: "seq", text: "…" }),
         el("div", { class: "body" }, el("div", { class: "line" }, el("span", { class: "k-assistant", text: "assistant: " }), text))
       );
-      streams.set(s.effect, { li, text });
+      streams.set(s.effect, { li, text, full: "" });
       frag.append(li);
     } else if (s.state === "more") {
       const open = streams.get(s.effect);
-      if (open) open.text.textContent += s.text;
+      if (open) {
+        // While it streams, a long reply shows its start and how much more came.
+        open.full += s.text;
+        open.text.textContent = open.full.length <= FOLD
+          ? open.full
+          : `${open.full.slice(0, FOLD)} … (${(open.full.length - FOLD).toLocaleString()} more characters)`;
+      }
     } else {
       const open = streams.get(s.effect);
       if (open) {
@@ -481,7 +519,7 @@ function sessionPage() {
     document.getElementById("record-seq").textContent = String(seq);
     try {
       const record = await getJSON(`${base}/records/${seq}`);
-      document.getElementById("record-json").textContent = JSON.stringify(record, null, 2);
+      document.getElementById("record-json").replaceChildren(folded(JSON.stringify(record, null, 2), {}));
     } catch (err) {
       document.getElementById("record-json").textContent = String(err.message);
     }
@@ -535,7 +573,7 @@ function sessionPage() {
     try {
       const states = await getJSON(`${base}/states?seq=${encodeURIComponent(seq)}`);
       if (mine === asked) {
-        out.textContent = states.text;
+        out.replaceChildren(folded(states.text, {}));
         out.dataset.seq = String(states.seq);
         out.classList.remove("problem");
       }
