@@ -34,12 +34,14 @@ from journal import (
     JournalClosedError,
     Record,
     SessionInfo,
+    SessionNotFoundError,
     open_blocking,
 )
 from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
 from loopruntime.host import check_principal, new_id
 
+from .errors import SessionExistsError
 from .status import SessionStatus, blocking_statuses, statuses
 from .validation import answer_text, check_decision, steering_text, tool_result, user_message
 
@@ -50,10 +52,12 @@ __all__ = [
     "ClientNotOpenError",
     "CommandRefusedError",
     "Backoff",
+    "DEFAULT_TIMEOUT",
     "WaitTimeoutError",
     "answer_command",
     "check_key",
     "check_timeout",
+    "check_wait",
     "decide_command",
     "open_client",
     "resolve_command",
@@ -163,13 +167,30 @@ def check_key(key: object) -> str:
     return key
 
 
-def check_timeout(timeout: float | None) -> float:
+DEFAULT_TIMEOUT = 30.0
+"""Seconds ``wait`` waits unless told: nothing waits unbounded by accident."""
+
+
+def check_timeout(timeout: object) -> float:
     """``timeout`` as a number of seconds (None: forever); ``ValueError`` otherwise."""
     if timeout is None:
         return float("inf")
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
         raise ValueError(f"a wait's timeout is a number of seconds >= 0 or None, not {timeout!r}")
     return float(timeout)
+
+
+def check_wait(timeout: object) -> float:
+    """``wait``'s bound: a number of seconds >= 0 (``math.inf`` waits without
+    one, said on purpose); ``ValueError`` otherwise, None included: a blocked
+    thread is a resource a threaded server cannot get back, and a task's
+    caller should say how long it may wait."""
+    if timeout is None:
+        raise ValueError(
+            "wait needs a timeout in seconds (math.inf to wait without a bound, on purpose); "
+            "not None: a wait must never be unbounded by accident"
+        )
+    return check_timeout(timeout)
 
 
 # The inbox command of each client method, checked as ``Session`` checks it:
@@ -228,6 +249,40 @@ class Backoff:
         return delay
 
 
+def check_id(what: str, value: object) -> str:
+    """A session, gate, execution or definition name: non-empty text that can
+    be stored (``ValueError`` otherwise), checked before anything is sent."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"the {what} must be a non-empty string, not {value!r}")
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"the {what} {value!a} is not valid Unicode text ({exc.reason}); fix the string"
+        ) from exc
+    return value
+
+
+def create_command(definition_name: object) -> ib.Create:
+    return ib.Create(definition=check_id("definition name", definition_name))
+
+
+def check_creation(session_id: str, definition_name: str, existing: SessionInfo | None) -> None:
+    """Refuse to create ``session_id`` when it exists running another
+    definition: the id is taken, and the command would be applied to a
+    session that is not what the caller asked for."""
+    recorded = existing.definition if existing is not None else None
+    if recorded is not None and recorded != definition_name:
+        raise SessionExistsError(
+            f"session {session_id} already exists with definition {recorded!r}, not "
+            f"{definition_name!r}; nothing was sent: choose another session id, or send "
+            f"commands to the existing session",
+            session=session_id,
+            definition=recorded,
+            requested=definition_name,
+        )
+
+
 class _Inbox(Protocol):
     """What a ``Client`` needs of a journal, awaitable."""
 
@@ -239,6 +294,10 @@ class _Inbox(Protocol):
 
     async def entry(self, session: str, key: str) -> ib.InboxEntry | None: ...
 
+    async def existing(self, session: str) -> SessionInfo | None:
+        """The session as the journal lists it; None when there is no such session."""
+        ...
+
     def subscribe(self, session: str, after: int, poll: float) -> AsyncIterator[Record]: ...
 
     async def sessions(self) -> list[SessionInfo]: ...
@@ -246,6 +305,10 @@ class _Inbox(Protocol):
     async def statuses(self) -> list[SessionStatus]: ...
 
     async def aclose(self) -> None: ...
+
+
+def _listed(infos: Sequence[SessionInfo], session: str) -> SessionInfo | None:
+    return next((i for i in infos if i.session == session), None)
 
 
 class _JournalInbox:
@@ -262,6 +325,13 @@ class _JournalInbox:
     async def entry(self, session: str, key: str) -> ib.InboxEntry | None:
         return await self.journal.entry(session, key)
 
+    async def existing(self, session: str) -> SessionInfo | None:
+        try:
+            await self.journal.head(session)  # one indexed read: a new id ends here
+        except SessionNotFoundError:
+            return None
+        return _listed(await self.journal.sessions(), session)
+
     def subscribe(self, session: str, after: int, poll: float) -> AsyncIterator[Record]:
         return self.journal.tail(session, after=after)
 
@@ -276,13 +346,16 @@ class _JournalInbox:
 
 
 class _ThreadedInbox:
-    """A ``BlockingJournal`` called in anyio's worker threads (any event loop)."""
+    """A ``BlockingJournal`` called in anyio's worker threads (any event loop);
+    closed with the client when ``owned``."""
 
-    def __init__(self, blocking: BlockingJournal) -> None:
-        self.blocking, self.url = blocking, blocking.url
+    def __init__(self, blocking: BlockingJournal, *, owned: bool) -> None:
+        self.blocking, self.url, self.owned = blocking, blocking.url, owned
         self.closed = False
 
     async def _run(self, call: Callable[[], T]) -> T:
+        if self.closed:
+            raise ClientClosedError(self.url)
         try:
             return await anyio.to_thread.run_sync(call)
         except JournalClosedError as exc:
@@ -298,6 +371,16 @@ class _ThreadedInbox:
 
     async def entry(self, session: str, key: str) -> ib.InboxEntry | None:
         return await self._run(partial(self.blocking.entry, session, key))
+
+    async def existing(self, session: str) -> SessionInfo | None:
+        def look() -> SessionInfo | None:
+            try:
+                self.blocking.read(session, limit=1)  # one indexed read: a new id ends here
+            except SessionNotFoundError:
+                return None
+            return _listed(self.blocking.sessions(), session)
+
+        return await self._run(look)
 
     async def subscribe(self, session: str, after: int, poll: float) -> AsyncIterator[Record]:
         read = self.blocking.read
@@ -325,16 +408,45 @@ class _ThreadedInbox:
 
     async def aclose(self) -> None:
         self.closed = True
-        await anyio.to_thread.run_sync(self.blocking.close)
+        if self.owned:
+            await anyio.to_thread.run_sync(self.blocking.close)
+
+
+async def _within(
+    records: AsyncIterator[Record], session: str, after: int, limit: float
+) -> AsyncIterator[Record]:
+    """``records``, with a ``TimeoutError`` when none comes within ``limit`` seconds."""
+    try:
+        while True:
+            found = False
+            with anyio.move_on_after(limit):
+                try:
+                    record = await records.__anext__()
+                except StopAsyncIteration:
+                    return
+                # Yielded outside the scope: its deadline bounds the wait only.
+                found = True
+            if not found:
+                raise TimeoutError(
+                    f"session {session}: no record after seq {after} within {limit} s"
+                )
+            yield record
+            after = record.seq
+    finally:
+        close = getattr(records, "aclose", None)
+        if close is not None:
+            await close()
 
 
 class Client:
     """Writes commands into sessions' inboxes and reads their outcomes and records.
 
-    ``async with open_client(url) as client:`` under trio or asyncio;
-    ``Client(journal)`` on an open trio ``Journal`` (trio only, the journal
-    stays its owner's).  Every command takes the caller's idempotency ``key``.
-    Safe to use from many tasks at once.
+    ``async with open_client(url) as client:`` (or ``await Client.open(url)``)
+    under trio or asyncio; ``Client(journal)`` on an open trio ``Journal``
+    (trio only, the journal stays its owner's).  Every command takes the
+    caller's idempotency ``key``; every argument is checked before anything
+    is written.  Safe to use from many tasks at once.  ``SyncClient`` runs
+    this class for threaded programs: a rule written here holds for both.
     """
 
     def __init__(
@@ -347,12 +459,26 @@ class Client:
                 "a Client needs either an open trio journal (Client(journal)) or a journal "
                 "URL (async with open_client(url) as client:)"
             )
-        self.poll = poll
+        self.poll = check_poll(poll)
         self._url = url
         self._inbox: _Inbox | None = None
         self._closed = False
+        self._opener = "async with open_client(url) as client:"
         if journal is not None:
             self._inbox = _JournalInbox(journal)
+
+    @classmethod
+    def _on_blocking(cls, blocking: BlockingJournal, *, poll: float) -> Client:
+        """A client on an open ``BlockingJournal`` (any event loop; its owner closes it)."""
+        client = cls(url=blocking.url, poll=poll)
+        client._inbox = _ThreadedInbox(blocking, owned=False)
+        return client
+
+    @classmethod
+    async def open(cls, url: str, *, poll: float = 0.05) -> Client:
+        """A client of the journal at ``url``, open now (created when missing);
+        close it with ``aclose()`` or use it as an ``async with`` block."""
+        return await cls(url=url, poll=poll).__aenter__()
 
     @property
     def url(self) -> str:
@@ -368,7 +494,7 @@ class Client:
         if self._inbox is None:
             assert self._url is not None
             blocking = await anyio.to_thread.run_sync(open_blocking, self._url)
-            self._inbox = _ThreadedInbox(blocking)
+            self._inbox = _ThreadedInbox(blocking, owned=True)
         return self
 
     async def __aexit__(
@@ -380,7 +506,9 @@ class Client:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the client (and the journal it opened itself).  Idempotent."""
+        """Close the client (and the journal it opened itself).  Idempotent;
+        waits and streams running in other tasks end, later calls raise
+        ``ClientClosedError``."""
         if self._closed:
             return
         self._closed = True
@@ -393,8 +521,22 @@ class Client:
         if self._closed:
             raise ClientClosedError(self.url)
         if self._inbox is None:
-            raise ClientNotOpenError(self.url, "async with open_client(url) as client:")
+            raise ClientNotOpenError(self.url, self._opener)
         return self._inbox
+
+    async def _put(
+        self,
+        session_id: str,
+        key: str,
+        command: ib.InboxCommand,
+        *,
+        principal: str | None,
+    ) -> ib.InboxEntry:
+        """Every argument checked (the command was built and checked by the
+        caller), then the one write."""
+        session_id = check_id("session id", session_id)
+        key, command = check_key(key), with_principal(command, principal)
+        return await self._open().put(session_id, key, command, None)
 
     async def create(
         self,
@@ -405,23 +547,19 @@ class Client:
         principal: str | None = None,
     ) -> str:
         """Ask for a new session running ``definition_name``; returns its id.
-        A host offering that definition starts it."""
-        session_id = session_id or new_id("ses_")
-        command = ib.Create(definition=definition_name)
-        await self._put(session_id, key, command, definition_name, principal=principal)
+        A host offering that definition starts it.  ``SessionExistsError``
+        when ``session_id`` names a session of another definition."""
+        command = with_principal(create_command(definition_name), principal)
+        key = check_key(key)
+        if session_id is not None:
+            session_id = check_id("session id", session_id)
+        inbox = self._open()
+        if session_id is None:
+            session_id = new_id("ses_")
+        else:
+            check_creation(session_id, command.definition, await inbox.existing(session_id))
+        await inbox.put(session_id, key, command, command.definition)
         return session_id
-
-    async def _put(
-        self,
-        session_id: str,
-        key: str,
-        command: ib.InboxCommand,
-        definition: str | None = None,
-        *,
-        principal: str | None,
-    ) -> ib.InboxEntry:
-        command = with_principal(command, principal)
-        return await self._open().put(session_id, check_key(key), command, definition)
 
     async def submit(
         self,
@@ -432,6 +570,7 @@ class Client:
         loop: str | None = None,
         principal: str | None = None,
     ) -> ib.InboxEntry:
+        """Queue input (``EmptyInputError`` for input with no text to send)."""
         return await self._put(session_id, key, submit_command(content, loop), principal=principal)
 
     async def steer(
@@ -524,19 +663,19 @@ class Client:
         self,
         session_id: str,
         key: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - the wait's own bound, as the issue asks
+        timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - the wait's own bound, as the issue asks
     ) -> ib.InboxOutcome:
         """The outcome of the command sent with ``key`` once its session's
         owner applied it: the input or steer id, the record it made.  A refusal
         is a ``CommandRefusedError``; ``WaitTimeoutError`` (a ``TimeoutError``)
-        after ``timeout`` seconds, saying whether a host holds the session (the
-        command stays in the inbox); ``KeyError`` for a key never sent."""
-        inbox = self._open()
-        limit = check_timeout(timeout)
+        after ``timeout`` seconds (30 unless told; ``math.inf``: no bound),
+        saying whether a host holds the session (the command stays in the
+        inbox); ``KeyError`` for a key never sent."""
+        limit = check_wait(timeout)
         with anyio.move_on_after(limit):
             # Polled: the owner may be another process, with no event to wait on.
             while True:
-                entry = await inbox.entry(session_id, key)
+                entry = await self._open().entry(session_id, key)
                 if entry is None:
                     raise KeyError(f"session {session_id} has no command with key {key!r}")
                 if entry.outcome is not None:
@@ -544,17 +683,32 @@ class Client:
                         raise CommandRefusedError(session_id, key, entry.outcome)
                     return entry.outcome
                 await anyio.sleep(self.poll)
-        raise timeout_error(session_id, key, limit, await inbox.sessions())
+        raise timeout_error(session_id, key, limit, await self._open().sessions())
 
-    def subscribe(self, session_id: str, after: int = 0) -> AsyncIterator[Record]:
+    def subscribe(
+        self, session_id: str, after: int = 0, *, timeout: float | None = None
+    ) -> AsyncIterator[Record]:
         """The session's records after ``after``, then those committed later
-        (until the client closes).  Verified as every read is."""
-        return self._open().subscribe(session_id, after, self.poll)
+        (until the client closes).  Verified as every read is.  ``timeout``:
+        seconds to wait for each next record before ``TimeoutError`` (None:
+        no bound).  ``SessionNotFoundError`` at the first record asked for a
+        session that does not exist."""
+        limit = check_timeout(timeout)
+        records = self._open().subscribe(session_id, after, self.poll)
+        if limit == float("inf"):
+            return records
+        return _within(records, session_id, after, limit)
 
     async def sessions(self) -> list[SessionStatus]:
         """Every session with its owner, lease expiry, waiting entries and
         status (``session.status``: "running" only under a live lease)."""
         return await self._open().statuses()
+
+
+def check_poll(poll: object) -> float:
+    if isinstance(poll, bool) or not isinstance(poll, int | float) or not 0 < poll < float("inf"):
+        raise ValueError(f"poll is a number of seconds > 0, not {poll!r}")
+    return float(poll)
 
 
 def open_client(url: str, *, poll: float = 0.05) -> Client:

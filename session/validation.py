@@ -17,7 +17,7 @@ from journal.content import Block, Message, ResultBlock, Text
 from loopruntime import InvalidAnswerError, LoopDefinition, NotRegisteredError, Tool
 from loopruntime.host import ChangeInference, ReplaceTools
 
-from .errors import InvalidContentError
+from .errors import EmptyInputError, InvalidContentError
 
 __all__ = [
     "answer_text",
@@ -61,7 +61,22 @@ def user_message(content: str | Message | Sequence[Block]) -> Message:
                 f"{type(content).__name__}; nothing was committed"
             ) from exc
     _recordable(message, _message_decoder, "the input")
+    _check_said(message.blocks, "the input")
     return message
+
+
+def _check_said(blocks: Sequence[object], what: str) -> None:
+    """Refuse a message the model API would refuse: no block, or a text block
+    of whitespace only (the API wants non-whitespace text in every one)."""
+    if not blocks:
+        raise EmptyInputError(what, "it has no content block")
+    for block in blocks:
+        if isinstance(block, Text) and not block.text.strip():
+            raise EmptyInputError(what, _blank(block.text))
+
+
+def _blank(text: str) -> str:
+    return "empty text" if not text else f"{len(text)} characters of whitespace only"
 
 
 def steering_text(text: object) -> str:
@@ -70,6 +85,8 @@ def steering_text(text: object) -> str:
             f"steering must be text, not {type(text).__name__}; nothing was committed"
         )
     _recordable(text, _text_decoder, "the steering")
+    if not text.strip():
+        raise EmptyInputError("the steering", _blank(text))
     return text
 
 
