@@ -11,8 +11,8 @@ from .collector import collector_paused as collector_paused
 from .collector import freeze_held as freeze_held
 from .collector import thaw_held as thaw_held
 from .errors import DefinitionDriftError as DefinitionDriftError
-from .errors import ForkError as ForkError
 from .errors import EmptyInputError as EmptyInputError
+from .errors import ForkError as ForkError
 from .errors import InvalidContentError as InvalidContentError
 from .errors import NoResultError as NoResultError
 from .errors import SeqOutOfRangeError as SeqOutOfRangeError

@@ -95,9 +95,7 @@ class EmptyInputError(InvalidContentError):
 
     def __init__(self, what: str, detail: str) -> None:
         self.what = what
-        super().__init__(
-            f"{what} is empty ({detail}): give it some text; nothing was committed"
-        )
+        super().__init__(f"{what} is empty ({detail}): give it some text; nothing was committed")
 
 
 class SeqOutOfRangeError(LoopError):

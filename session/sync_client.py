@@ -286,7 +286,12 @@ class SyncClient:
         principal: str | None = None,
     ) -> ib.InboxEntry:
         return self._call(
-            self._client.cancel_queued, session_id, input_id, key=key, loop=loop, principal=principal
+            self._client.cancel_queued,
+            session_id,
+            input_id,
+            key=key,
+            loop=loop,
+            principal=principal,
         )
 
     def compact(

@@ -126,8 +126,7 @@ def snapshot(url: str) -> list[tuple[str, int, int, int, str | None]]:
     blocking = open_blocking(url)
     try:
         return [
-            (i.session, i.head, i.incarnation, i.pending, i.definition)
-            for i in blocking.sessions()
+            (i.session, i.head, i.incarnation, i.pending, i.definition) for i in blocking.sessions()
         ]
     finally:
         blocking.close()
@@ -223,4 +222,3 @@ def test_the_strategies_reach_every_inbox_and_reading_command() -> None:
 
     collect()
     assert seen == names
-

@@ -37,7 +37,7 @@ def snapshot(url: str) -> list[tuple[str, int, int, str | None]]:
 
 @pytest.fixture
 def url(tmp_path: Path) -> Iterator[str]:
-    """A SQLite journal holding session ``s1`` (definition ``counter``), created through the inbox."""
+    """A SQLite journal holding ``s1`` (definition ``counter``), created through the inbox."""
     url = f"sqlite:///{tmp_path / 'journal.db'}"
     with SyncClient.open(url) as client:
         client.create("counter", session_id="s1", key="c1")
