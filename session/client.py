@@ -1,11 +1,11 @@
 """Client: commands into a session's inbox from any process; outcomes read back.
 
 A client never runs loops.  Each command is checked as ``Session`` checks it
-(``validation``) and written with ``put`` under the caller's idempotency key:
-sending the same command with the same key again is harmless (the stored
-entry is returned, the command is applied once); another command under a
-used key is an ``InboxKeyError``.  The host that owns the session applies it;
-``wait`` reads its outcome back.
+(``client_checks``, every argument before the one write) and written with
+``put`` under the caller's idempotency key: sending the same command with the
+same key again is harmless (the stored entry is returned, the command is
+applied once); another command under a used key is an ``InboxKeyError``.  The
+host that owns the session applies it; ``wait`` reads its outcome back.
 
 ``Client`` runs on anyio, so the same class serves trio and asyncio callers.
 Opened by URL (``open_client``) it talks to the journal through the blocking
@@ -13,12 +13,11 @@ access of ``journal.open_blocking``, run in anyio's worker threads: under
 asyncio nothing starts a trio run.  Built on an open trio ``Journal``
 (``Client(journal)``, what a host's own process does) it calls that journal
 directly, and so works only under trio.  ``SyncClient`` (``sync_client.py``)
-is the blocking twin for threaded programs.  The story: ``docs/clients.md``.
+runs this class for threaded programs.  The story: ``docs/clients.md``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from types import TracebackType
@@ -26,7 +25,6 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
-import msgspec
 
 from journal import (
     BlockingJournal,
@@ -39,11 +37,24 @@ from journal import (
 )
 from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
-from loopruntime.host import check_principal, new_id
+from loopruntime.host import new_id
 
-from .errors import SessionExistsError
+from .client_checks import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
+from .client_checks import answer_command as answer_command
+from .client_checks import check_creation, check_id, check_poll, create_command, with_principal
+from .client_checks import check_key as check_key
+from .client_checks import check_timeout as check_timeout
+from .client_checks import decide_command as decide_command
+from .client_checks import resolve_command as resolve_command
+from .client_checks import steer_command as steer_command
+from .client_checks import submit_command as submit_command
+from .client_errors import ClientClosedError as ClientClosedError
+from .client_errors import ClientError as ClientError
+from .client_errors import ClientNotOpenError as ClientNotOpenError
+from .client_errors import CommandRefusedError as CommandRefusedError
+from .client_errors import WaitTimeoutError as WaitTimeoutError
+from .client_errors import timeout_error as timeout_error
 from .status import SessionStatus, blocking_statuses, statuses
-from .validation import answer_text, check_decision, steering_text, tool_result, user_message
 
 __all__ = [
     "Client",
@@ -57,7 +68,6 @@ __all__ = [
     "answer_command",
     "check_key",
     "check_timeout",
-    "check_wait",
     "decide_command",
     "open_client",
     "resolve_command",
@@ -68,165 +78,6 @@ __all__ = [
 
 
 T = TypeVar("T")
-C = TypeVar("C", bound=ib.InboxCommand)
-
-
-class ClientError(Exception):
-    """Base of the errors a client raises itself (the journal's are ``JournalError``)."""
-
-
-class ClientNotOpenError(ClientError):
-    """A client made by ``open_client`` / ``open_sync_client`` used before its block opened it."""
-
-    def __init__(self, url: str, opener: str) -> None:
-        self.url = url
-        super().__init__(
-            f"the client of {url} is not open: use it inside `{opener}` "
-            "(the block opens the journal and closes it at the end)"
-        )
-
-
-class ClientClosedError(ClientError):
-    """A client used after it was closed (its ``with`` block ended); nothing was sent."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        super().__init__(
-            f"the client of {url} is closed (its `with` block has ended); nothing was sent: "
-            "open a new client to go on"
-        )
-
-
-class CommandRefusedError(ClientError):
-    """The session's owner refused the command (nothing was applied)."""
-
-    def __init__(self, session: str, key: str, outcome: ib.InboxOutcome) -> None:
-        self.session, self.key, self.outcome = session, key, outcome
-        super().__init__(
-            f"session {session}: the command with key {key!r} was refused: "
-            f"{outcome.error}: {outcome.message}"
-        )
-
-
-class WaitTimeoutError(ClientError, TimeoutError):
-    """``wait`` gave up: the command was not applied in time (it stays in the inbox).
-
-    ``owner`` is the host holding the session's lease (None: no host took
-    it), ``definition`` what a host must offer to take it."""
-
-    def __init__(
-        self,
-        session: str,
-        key: str,
-        timeout: float,
-        *,
-        owner: str | None,
-        live: bool,
-        definition: str | None,
-    ) -> None:
-        self.session, self.key, self.timeout = session, key, timeout
-        self.owner, self.definition = owner, definition
-        wanted = f"definition {definition!r}" if definition else "its definition"
-        start = (
-            f"start one offering {wanted} (`loopruntime host --journal URL "
-            "--definitions module:NAME`)"
-        )
-        if owner is None:
-            why = f"no host has taken the session: {start}"
-        elif not live:
-            why = (
-                f"its host {owner} stopped renewing its lease (the host is gone or stuck); "
-                f"a host offering {wanted} takes it over, or {start}"
-            )
-        else:
-            why = f"its host {owner} holds it but has not applied the command yet"
-        super().__init__(
-            f"session {session}: the command with key {key!r} was not applied within "
-            f"{timeout} s; it waits in the inbox and is applied once a host runs the "
-            f"session: {why}"
-        )
-
-
-def timeout_error(
-    session: str, key: str, timeout: float, infos: Sequence[SessionInfo]
-) -> WaitTimeoutError:
-    """The ``WaitTimeoutError`` of a wait on ``session``, from the sessions' listing."""
-    info = next((i for i in infos if i.session == session), None)
-    owner = info.owner if info is not None else None
-    live = info is not None and info.expires_at > time.time_ns()
-    definition = info.definition if info is not None else None
-    return WaitTimeoutError(session, key, timeout, owner=owner, live=live, definition=definition)
-
-
-def check_key(key: object) -> str:
-    if not isinstance(key, str) or not key or len(key) > 200:
-        raise ValueError(
-            f"an inbox command needs an idempotency key (a non-empty string of at most 200 "
-            f"characters), not {key!r}: the same key makes a retry safe"
-        )
-    return key
-
-
-DEFAULT_TIMEOUT = 30.0
-"""Seconds ``wait`` waits unless told: nothing waits unbounded by accident."""
-
-
-def check_timeout(timeout: object) -> float:
-    """``timeout`` as a number of seconds (None: forever); ``ValueError`` otherwise."""
-    if timeout is None:
-        return float("inf")
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
-        raise ValueError(f"a wait's timeout is a number of seconds >= 0 or None, not {timeout!r}")
-    return float(timeout)
-
-
-def check_wait(timeout: object) -> float:
-    """``wait``'s bound: a number of seconds >= 0 (``math.inf`` waits without
-    one, said on purpose); ``ValueError`` otherwise, None included: a blocked
-    thread is a resource a threaded server cannot get back, and a task's
-    caller should say how long it may wait."""
-    if timeout is None:
-        raise ValueError(
-            "wait needs a timeout in seconds (math.inf to wait without a bound, on purpose); "
-            "not None: a wait must never be unbounded by accident"
-        )
-    return check_timeout(timeout)
-
-
-# The inbox command of each client method, checked as ``Session`` checks it:
-# shared by ``Client`` and ``SyncClient`` so both refuse the same input.
-
-
-def submit_command(content: str | Message | Sequence[Block], loop: str | None) -> ib.Submit:
-    return ib.Submit(message=user_message(content), loop=loop)
-
-
-def steer_command(text: str, loop: str | None) -> ib.Steer:
-    return ib.Steer(text=steering_text(text), loop=loop)
-
-
-def answer_command(gate_id: str, text: str | Any) -> ib.Answer:
-    """A question's answer; a form's may be given as data, sent as its JSON
-    text and checked by the session's owner."""
-    return ib.Answer(gate_id=gate_id, text=answer_text(gate_id, text, data=True))
-
-
-def with_principal(command: C, principal: str | None) -> C:
-    """``command`` carrying who sent it (checked: text of at most 200 characters)."""
-    principal = check_principal(principal)
-    return command if principal is None else msgspec.structs.replace(command, principal=principal)
-
-
-def decide_command(gate_id: str, allow: bool, scope: str) -> ib.Decide:
-    check_decision(gate_id, allow, scope)
-    return ib.Decide(gate_id=gate_id, allow=allow, scope=scope)  # type: ignore[arg-type]
-
-
-def resolve_command(
-    execution_id: str, result: str | Sequence[ResultBlock], is_error: bool
-) -> ib.Resolve:
-    content = tool_result(execution_id, result, is_error)
-    return ib.Resolve(execution_id=execution_id, content=content, is_error=is_error)
 
 
 class Backoff:
@@ -247,40 +98,6 @@ class Backoff:
         delay = self.delay
         self.delay = min(delay * 2, self.poll)
         return delay
-
-
-def check_id(what: str, value: object) -> str:
-    """A session, gate, execution or definition name: non-empty text that can
-    be stored (``ValueError`` otherwise), checked before anything is sent."""
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"the {what} must be a non-empty string, not {value!r}")
-    try:
-        value.encode()
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"the {what} {value!a} is not valid Unicode text ({exc.reason}); fix the string"
-        ) from exc
-    return value
-
-
-def create_command(definition_name: object) -> ib.Create:
-    return ib.Create(definition=check_id("definition name", definition_name))
-
-
-def check_creation(session_id: str, definition_name: str, existing: SessionInfo | None) -> None:
-    """Refuse to create ``session_id`` when it exists running another
-    definition: the id is taken, and the command would be applied to a
-    session that is not what the caller asked for."""
-    recorded = existing.definition if existing is not None else None
-    if recorded is not None and recorded != definition_name:
-        raise SessionExistsError(
-            f"session {session_id} already exists with definition {recorded!r}, not "
-            f"{definition_name!r}; nothing was sent: choose another session id, or send "
-            f"commands to the existing session",
-            session=session_id,
-            definition=recorded,
-            requested=definition_name,
-        )
 
 
 class _Inbox(Protocol):
@@ -663,15 +480,15 @@ class Client:
         self,
         session_id: str,
         key: str,
-        timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - the wait's own bound, as the issue asks
+        timeout: float | None = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - the wait's own bound
     ) -> ib.InboxOutcome:
         """The outcome of the command sent with ``key`` once its session's
         owner applied it: the input or steer id, the record it made.  A refusal
         is a ``CommandRefusedError``; ``WaitTimeoutError`` (a ``TimeoutError``)
-        after ``timeout`` seconds (30 unless told; ``math.inf``: no bound),
+        after ``timeout`` seconds (30 unless told; None: no bound),
         saying whether a host holds the session (the command stays in the
         inbox); ``KeyError`` for a key never sent."""
-        limit = check_wait(timeout)
+        limit = check_timeout(timeout)
         with anyio.move_on_after(limit):
             # Polled: the owner may be another process, with no event to wait on.
             while True:
@@ -703,12 +520,6 @@ class Client:
         """Every session with its owner, lease expiry, waiting entries and
         status (``session.status``: "running" only under a live lease)."""
         return await self._open().statuses()
-
-
-def check_poll(poll: object) -> float:
-    if isinstance(poll, bool) or not isinstance(poll, int | float) or not 0 < poll < float("inf"):
-        raise ValueError(f"poll is a number of seconds > 0, not {poll!r}")
-    return float(poll)
 
 
 def open_client(url: str, *, poll: float = 0.05) -> Client:

@@ -25,7 +25,9 @@ from journal import BlockingJournal, Record
 from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
 
-from .client import DEFAULT_TIMEOUT, Client, ClientClosedError, check_poll
+from .client import Client
+from .client_checks import DEFAULT_TIMEOUT, check_poll, check_thread_wait
+from .client_errors import ClientClosedError
 from .status import SessionStatus
 
 __all__ = ["SyncClient", "open_sync_client"]
@@ -314,9 +316,12 @@ class SyncClient:
 
     # -- reading -------------------------------------------------------------------
 
-    def wait(self, session_id: str, key: str, timeout: float = DEFAULT_TIMEOUT) -> ib.InboxOutcome:
-        """``Client.wait``, blocking this thread."""
-        return self._call(self._client.wait, session_id, key, timeout)
+    def wait(
+        self, session_id: str, key: str, timeout: float | None = DEFAULT_TIMEOUT
+    ) -> ib.InboxOutcome:
+        """``Client.wait``, blocking this thread: ``timeout`` None is refused
+        (``math.inf`` waits without a bound, said on purpose)."""
+        return self._call(self._client.wait, session_id, key, check_thread_wait(timeout))
 
     def subscribe(
         self, session_id: str, after: int = 0, *, timeout: float | None = None

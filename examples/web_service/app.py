@@ -42,7 +42,7 @@ from starlette.routing import Route
 
 from journal import InboxKeyError, SessionNotFoundError
 from loopruntime import CommandError
-from session import Client, open_client
+from session import Client, SessionExistsError, open_client
 
 __all__ = ["app", "create_app"]
 
@@ -178,7 +178,7 @@ async def _problem(request: Request, exc: Exception) -> Response:
         return JSONResponse({"error": exc.detail}, status_code=exc.status)
     if isinstance(exc, SessionNotFoundError):
         return JSONResponse({"error": str(exc)}, status_code=404)
-    if isinstance(exc, InboxKeyError):
+    if isinstance(exc, InboxKeyError | SessionExistsError):
         return JSONResponse({"error": str(exc)}, status_code=409)
     return JSONResponse({"error": str(exc)}, status_code=422)
 
@@ -205,6 +205,7 @@ def create_app(journal_url: str | None = None) -> Starlette:
             _Problem: _problem,
             SessionNotFoundError: _problem,
             InboxKeyError: _problem,
+            SessionExistsError: _problem,
             CommandError: _problem,
             ValueError: _problem,
         },
