@@ -6,11 +6,13 @@ The commands run in this process (``main``) on one SQLite journal that holds
 a session asked for through the inbox (``s1``) and one with records
 (``s3``); each example compares the journal's sessions, heads, incarnations
 and waiting entries before and after.  ``host`` and ``console`` run until
-stopped, so their arguments are only parsed here."""
+stopped, so their arguments are only parsed here; ``demo`` takes none, and
+``journal init`` would create journals wherever its argument points."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import uuid
 from collections.abc import Iterator
@@ -184,6 +186,32 @@ def test_inbox_commands(url: str, argv: list[str], capsys: pytest.CaptureFixture
 @SETTINGS
 @given(argv=reading_commands())
 def test_reading_commands(url: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    check(url, argv, capsys)
+
+
+@SETTINGS
+@given(
+    session=st.none() | _IDS,
+    model=st.none() | _TEXT,
+    said=st.sampled_from(["", "hello\n", "  \n\nhi\n"]),
+)
+def test_chat(
+    url: str,
+    session: str | None,
+    model: str | None,
+    said: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``chat`` reads its lines from stdin (here: a few, then its end) with the
+    local echo model (no API key)."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.setattr("sys.stdin", io.StringIO(said))
+    argv = ["chat"]
+    if session is not None:
+        argv += ["--session", session]
+    if model is not None:
+        argv += ["--model", model]
     check(url, argv, capsys)
 
 
