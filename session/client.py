@@ -41,7 +41,14 @@ from loopruntime.host import new_id
 
 from .client_checks import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from .client_checks import answer_command as answer_command
-from .client_checks import check_creation, check_id, check_poll, create_command, with_principal
+from .client_checks import (
+    check_after,
+    check_creation,
+    check_id,
+    check_poll,
+    create_command,
+    with_principal,
+)
 from .client_checks import check_key as check_key
 from .client_checks import check_timeout as check_timeout
 from .client_checks import decide_command as decide_command
@@ -510,8 +517,8 @@ class Client:
         seconds to wait for each next record before ``TimeoutError`` (None:
         no bound).  ``SessionNotFoundError`` at the first record asked for a
         session that does not exist."""
-        limit = check_timeout(timeout)
-        records = self._open().subscribe(session_id, after, self.poll)
+        limit, after = check_timeout(timeout), check_after(after)
+        records = self._open().subscribe(check_id("session id", session_id), after, self.poll)
         if limit == float("inf"):
             return records
         return _within(records, session_id, after, limit)

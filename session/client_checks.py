@@ -21,6 +21,7 @@ from .validation import answer_text, check_decision, steering_text, tool_result,
 __all__ = [
     "DEFAULT_TIMEOUT",
     "answer_command",
+    "check_after",
     "check_creation",
     "check_id",
     "check_key",
@@ -58,6 +59,15 @@ def check_timeout(timeout: object) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
         raise ValueError(f"a wait's timeout is a number of seconds >= 0 or None, not {timeout!r}")
     return float(timeout)
+
+
+def check_after(after: object) -> int:
+    """A stream's starting point: the seq of the last record seen, 0 for all."""
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise ValueError(
+            f"subscribe(after=...) takes the seq of the last record seen (0 for all), not {after!r}"
+        )
+    return after
 
 
 def check_thread_wait(timeout: object) -> float:

@@ -156,7 +156,15 @@ class SyncClient:
             raise
 
     def __enter__(self) -> SyncClient:
-        self._call(self._client.__aenter__)
+        try:
+            self._call(self._client.__aenter__)
+        except BaseException:
+            # Not opened: no thread is left behind, and a later ``with`` may try again.
+            with self._lock:
+                loop, self._loop = self._loop, None
+            if loop is not None:
+                loop.stop()
+            raise
         return self
 
     def __exit__(

@@ -111,6 +111,8 @@ BAD_CALLS: list[tuple[str, Call, type[Exception]]] = [
     ("wait timeout='5'", lambda c: c.wait("s1", "c1", timeout="5"), ValueError),
     ("wait timeout=True", lambda c: c.wait("s1", "c1", timeout=True), ValueError),
     ("subscribe timeout=-1", lambda c: c.subscribe("s1", timeout=-1), ValueError),
+    ("subscribe after=-1", lambda c: c.subscribe("s1", -1), ValueError),
+    ("subscribe after='3'", lambda c: c.subscribe("s1", "3"), ValueError),
     ("create definition=''", lambda c: c.create("", key="k"), ValueError),
     ("create definition=5", lambda c: c.create(5, key="k"), ValueError),
     ("create session_id=''", lambda c: c.create("counter", session_id="", key="k"), ValueError),

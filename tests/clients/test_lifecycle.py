@@ -234,3 +234,21 @@ def test_a_sync_wait_ends_with_a_named_error_when_another_thread_closes_the_clie
     assert not waiter.is_alive()
     [error] = raised
     assert isinstance(error, ClientClosedError) and "is closed" in str(error)
+
+
+def sync_client_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "loopruntime-sync-client"]
+
+
+def test_a_sync_client_leaves_no_thread_behind(url: str) -> None:
+    """A ``SyncClient`` runs its calls on an event loop in a thread of its own:
+    closing it ends that thread, and so does a failed open."""
+    before = sync_client_threads()  # what other tests left open
+    with SyncClient.open(url) as client:
+        client.create("echo", key="c1")
+        assert len(sync_client_threads()) == len(before) + 1
+    assert sync_client_threads() == before
+    for _ in range(3):
+        with pytest.raises(JournalUnavailableError):
+            SyncClient.open("postgresql://nobody@127.0.0.1:1/none")
+    assert sync_client_threads() == before
