@@ -5,9 +5,10 @@ a traceback, and a refused command writes nothing.
 The commands run in this process (``main``) on one SQLite journal that holds
 a session asked for through the inbox (``s1``) and one with records
 (``s3``); each example compares the journal's sessions, heads, incarnations
-and waiting entries before and after.  ``host`` and ``console`` run until
-stopped, so their arguments are only parsed here; ``demo`` takes none, and
-``journal init`` would create journals wherever its argument points."""
+and waiting entries before and after.  ``host`` runs until stopped, so its
+numbers are only parsed here; ``console`` writes only when a person acts (its
+own tests cover that), ``demo`` takes no arguments, and ``journal init``
+would create journals wherever its argument points."""
 
 from __future__ import annotations
 
