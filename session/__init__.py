@@ -3,6 +3,7 @@
 from .client import Client as Client
 from .client import ClientClosedError as ClientClosedError
 from .client import ClientError as ClientError
+from .client import ClientForkedError as ClientForkedError
 from .client import ClientNotOpenError as ClientNotOpenError
 from .client import CommandRefusedError as CommandRefusedError
 from .client import WaitTimeoutError as WaitTimeoutError
@@ -37,6 +38,7 @@ __all__ = [
     "Client",
     "ClientClosedError",
     "ClientError",
+    "ClientForkedError",
     "ClientNotOpenError",
     "CommandRefusedError",
     "CommitStatistics",

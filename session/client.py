@@ -57,6 +57,7 @@ from .client_checks import steer_command as steer_command
 from .client_checks import submit_command as submit_command
 from .client_errors import ClientClosedError as ClientClosedError
 from .client_errors import ClientError as ClientError
+from .client_errors import ClientForkedError as ClientForkedError
 from .client_errors import ClientNotOpenError as ClientNotOpenError
 from .client_errors import CommandRefusedError as CommandRefusedError
 from .client_errors import WaitTimeoutError as WaitTimeoutError
@@ -67,6 +68,7 @@ __all__ = [
     "Client",
     "ClientClosedError",
     "ClientError",
+    "ClientForkedError",
     "ClientNotOpenError",
     "CommandRefusedError",
     "Backoff",

@@ -12,6 +12,7 @@ from journal import inbox as ib
 __all__ = [
     "ClientClosedError",
     "ClientError",
+    "ClientForkedError",
     "ClientNotOpenError",
     "CommandRefusedError",
     "WaitTimeoutError",
@@ -42,6 +43,19 @@ class ClientClosedError(ClientError):
         super().__init__(
             f"the client of {url} is closed (its `with` block has ended); nothing was sent: "
             "open a new client to go on"
+        )
+
+
+class ClientForkedError(ClientError):
+    """A ``SyncClient`` used in a process forked after it was opened (a
+    pre-forking server, a worker pool): its event loop's thread was not
+    copied into the child; nothing was sent."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        super().__init__(
+            f"the client of {url} was opened in another process, before this one was forked; "
+            "nothing was sent: open a client in each process (after the fork)"
         )
 
 

@@ -12,6 +12,7 @@ twin delegates rather than repeats.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from functools import partial
@@ -27,7 +28,7 @@ from journal.content import Block, Message, ResultBlock
 
 from .client import Client
 from .client_checks import DEFAULT_TIMEOUT, check_poll, check_thread_wait
-from .client_errors import ClientClosedError
+from .client_errors import ClientClosedError, ClientForkedError
 from .status import SessionStatus
 
 __all__ = ["SyncClient", "open_sync_client"]
@@ -45,6 +46,7 @@ class _LoopThread:
     interpreter joins at exit would hang it."""
 
     def __init__(self) -> None:
+        self.pid = os.getpid()
         started = threading.Event()
         self._portal: BlockingPortal | None = None
         self._failure: BaseException | None = None
@@ -144,6 +146,9 @@ class SyncClient:
                 raise ClientClosedError(self.url)
             if self._loop is None:
                 self._loop = _LoopThread()
+            elif self._loop.pid != os.getpid():
+                # A forked child has no copy of the loop's thread: a call would wait forever.
+                raise ClientForkedError(self.url)
             return self._loop
 
     def _call(self, method: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:

@@ -56,6 +56,7 @@ PUBLIC = {
         "EmptyInputError", "ForkError", "NoResultError", "DefinitionDriftError",
         "Client", "CommandRefusedError", "Host", "HostStatistics", "open_client",
         "ClientError", "ClientClosedError", "ClientNotOpenError", "WaitTimeoutError",
+        "ClientForkedError",
         "SyncClient", "open_sync_client",
         "SessionStatus", "Status",
         "CommitStatistics",

@@ -7,6 +7,7 @@ is checked is what the clients write and refuse."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from journal import JournalUnavailableError, open_blocking
 from session import (
     ClientClosedError,
+    ClientForkedError,
     ClientNotOpenError,
     SyncClient,
     WaitTimeoutError,
@@ -252,3 +254,23 @@ def test_a_sync_client_leaves_no_thread_behind(url: str) -> None:
         with pytest.raises(JournalUnavailableError):
             SyncClient.open("postgresql://nobody@127.0.0.1:1/none")
     assert sync_client_threads() == before
+
+
+def test_a_sync_client_used_after_a_fork_says_so(url: str) -> None:
+    """A pre-forking server opens a client, then forks: the child has no copy of
+    the client's event loop thread, so its calls are refused by name (before,
+    they would have waited forever), and the parent's client goes on."""
+    with SyncClient.open(url) as client:
+        sid = client.create("echo", key="c1")
+        child = os.fork()
+        if child == 0:  # the child: report through the exit code only
+            try:
+                client.submit(sid, "from the child", key="m1")
+            except ClientForkedError as exc:
+                os._exit(0 if "open a client in each process" in str(exc) else 3)
+            except BaseException:
+                os._exit(2)
+            os._exit(1)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert client.submit(sid, "from the parent", key="m2").number == 2
