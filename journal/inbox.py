@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .content import Message, ResultBlock
+from .content import Message, ResultBlock, Text
 from .errors import InboxEntryTooLargeError, InvalidEventError
 from .location import parse_location
 
@@ -206,6 +206,9 @@ def encode_command(command: InboxCommand, session: str = "", limit: int = MAX_EN
     bytes raise ``InboxEntryTooLargeError`` (measured before decoding)."""
     if not isinstance(command, InboxCommand):
         raise InvalidEventError(command, "it is not an inbox command (journal.inbox)")
+    blank = _blank_input(command)
+    if blank is not None:
+        raise InvalidEventError(command, blank)
     try:
         body = _encoder.encode(command)
         if len(body) > limit:
@@ -214,6 +217,26 @@ def encode_command(command: InboxCommand, session: str = "", limit: int = MAX_EN
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidEventError(command, str(exc)) from exc
     return body
+
+
+def _blank_input(command: InboxCommand) -> str | None:
+    """Why ``command`` carries input with nothing to say (None: it does not).
+    The model API refuses an empty message and a text block of whitespace
+    only, so such input could only fail its turn: it is never stored."""
+    # Values of the wrong type pass here: the round trip below names them.
+    match command:
+        case Submit(message=Message(blocks=[*blocks])):
+            if not blocks:
+                return "its message has no content block; give it some text"
+            if any(_blank(b.text) for b in blocks if isinstance(b, Text)):
+                return "its message holds a text block that is empty or only whitespace"
+        case Steer(text=text) if _blank(text):
+            return "its steering text is empty or only whitespace"
+    return None
+
+
+def _blank(text: object) -> bool:
+    return isinstance(text, str) and not text.strip()
 
 
 def decode_command(body: bytes) -> InboxCommand:

@@ -3,6 +3,7 @@
 from .client import Client as Client
 from .client import ClientClosedError as ClientClosedError
 from .client import ClientError as ClientError
+from .client import ClientForkedError as ClientForkedError
 from .client import ClientNotOpenError as ClientNotOpenError
 from .client import CommandRefusedError as CommandRefusedError
 from .client import WaitTimeoutError as WaitTimeoutError
@@ -11,6 +12,7 @@ from .collector import collector_paused as collector_paused
 from .collector import freeze_held as freeze_held
 from .collector import thaw_held as thaw_held
 from .errors import DefinitionDriftError as DefinitionDriftError
+from .errors import EmptyInputError as EmptyInputError
 from .errors import ForkError as ForkError
 from .errors import InvalidContentError as InvalidContentError
 from .errors import NoResultError as NoResultError
@@ -36,12 +38,14 @@ __all__ = [
     "Client",
     "ClientClosedError",
     "ClientError",
+    "ClientForkedError",
     "ClientNotOpenError",
     "CommandRefusedError",
     "CommitStatistics",
     "Host",
     "HostStatistics",
     "ForkError",
+    "EmptyInputError",
     "InvalidContentError",
     "NoResultError",
     "SeqOutOfRangeError",

@@ -36,7 +36,7 @@ from loopruntime.host import check_principal
 from .chat import run_chat
 from .client import CommandRefusedError
 from .fork import lineage, plan_fork, write_fork
-from .hosting_cli import add_commands, submit_command
+from .hosting_cli import add_commands, seconds, submit_command
 from .replay import ReplayInputError, open_for_replay, replay_command
 from .restore import read_states, resolve_offline
 from .status import SessionStatus, Status, describe
@@ -498,7 +498,14 @@ def parser() -> argparse.ArgumentParser:
         help="send it through the session's inbox under this idempotency key instead (for a "
         "session a host runs: the host applies it)",
     )
-    resolve.add_argument("--wait", type=float, nargs="?", const=60.0, metavar="SECONDS")
+    resolve.add_argument(
+        "--wait",
+        type=seconds,
+        nargs="?",
+        const=60.0,
+        metavar="SECONDS",
+        help="with --key: wait for the resolution's outcome (default 60 s)",
+    )
     resolve.add_argument(
         "--principal",
         help="who resolves it (a user id, a service name), recorded on the resolution",

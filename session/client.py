@@ -1,11 +1,11 @@
 """Client: commands into a session's inbox from any process; outcomes read back.
 
 A client never runs loops.  Each command is checked as ``Session`` checks it
-(``validation``) and written with ``put`` under the caller's idempotency key:
-sending the same command with the same key again is harmless (the stored
-entry is returned, the command is applied once); another command under a
-used key is an ``InboxKeyError``.  The host that owns the session applies it;
-``wait`` reads its outcome back.
+(``client_checks``, every argument before the one write) and written with
+``put`` under the caller's idempotency key: sending the same command with the
+same key again is harmless (the stored entry is returned, the command is
+applied once); another command under a used key is an ``InboxKeyError``.  The
+host that owns the session applies it; ``wait`` reads its outcome back.
 
 ``Client`` runs on anyio, so the same class serves trio and asyncio callers.
 Opened by URL (``open_client``) it talks to the journal through the blocking
@@ -13,12 +13,11 @@ access of ``journal.open_blocking``, run in anyio's worker threads: under
 asyncio nothing starts a trio run.  Built on an open trio ``Journal``
 (``Client(journal)``, what a host's own process does) it calls that journal
 directly, and so works only under trio.  ``SyncClient`` (``sync_client.py``)
-is the blocking twin for threaded programs.  The story: ``docs/clients.md``.
+runs this class for threaded programs.  The story: ``docs/clients.md``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from types import TracebackType
@@ -26,7 +25,6 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
-import msgspec
 
 from journal import (
     BlockingJournal,
@@ -36,23 +34,48 @@ from journal import (
     JournalClosedError,
     Record,
     SessionInfo,
+    SessionNotFoundError,
     open_blocking,
 )
 from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
-from loopruntime import PayloadTooLargeError
-from loopruntime.host import check_principal, new_id
+from loopruntime.host import new_id
 
+from .client_checks import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
+from .client_checks import answer_command as answer_command
+from .client_checks import (
+    check_after,
+    check_creation,
+    check_id,
+    check_poll,
+    create_command,
+    with_principal,
+)
+from .client_checks import check_key as check_key
+from .client_checks import check_timeout as check_timeout
+from .client_checks import decide_command as decide_command
+from .client_checks import resolve_command as resolve_command
+from .client_checks import steer_command as steer_command
+from .client_checks import submit_command as submit_command
+from .client_errors import ClientClosedError as ClientClosedError
+from .client_errors import ClientError as ClientError
+from .client_errors import ClientForkedError as ClientForkedError
+from .client_errors import ClientNotOpenError as ClientNotOpenError
+from .client_errors import CommandRefusedError as CommandRefusedError
+from .client_errors import WaitTimeoutError as WaitTimeoutError
+from .client_errors import entry_too_large
+from .client_errors import timeout_error as timeout_error
 from .status import SessionStatus, blocking_statuses, statuses
-from .validation import answer_text, check_decision, steering_text, tool_result, user_message
 
 __all__ = [
     "Client",
     "ClientClosedError",
     "ClientError",
+    "ClientForkedError",
     "ClientNotOpenError",
     "CommandRefusedError",
     "Backoff",
+    "DEFAULT_TIMEOUT",
     "WaitTimeoutError",
     "answer_command",
     "check_key",
@@ -67,159 +90,6 @@ __all__ = [
 
 
 T = TypeVar("T")
-C = TypeVar("C", bound=ib.InboxCommand)
-
-
-class ClientError(Exception):
-    """Base of the errors a client raises itself (the journal's are ``JournalError``)."""
-
-
-class ClientNotOpenError(ClientError):
-    """A client made by ``open_client`` / ``open_sync_client`` used before its block opened it."""
-
-    def __init__(self, url: str, opener: str) -> None:
-        self.url = url
-        super().__init__(
-            f"the client of {url} is not open: use it inside `{opener}` "
-            "(the block opens the journal and closes it at the end)"
-        )
-
-
-class ClientClosedError(ClientError):
-    """A client used after it was closed (its ``with`` block ended); nothing was sent."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        super().__init__(
-            f"the client of {url} is closed (its `with` block has ended); nothing was sent: "
-            "open a new client to go on"
-        )
-
-
-class CommandRefusedError(ClientError):
-    """The session's owner refused the command (nothing was applied)."""
-
-    def __init__(self, session: str, key: str, outcome: ib.InboxOutcome) -> None:
-        self.session, self.key, self.outcome = session, key, outcome
-        super().__init__(
-            f"session {session}: the command with key {key!r} was refused: "
-            f"{outcome.error}: {outcome.message}"
-        )
-
-
-class WaitTimeoutError(ClientError, TimeoutError):
-    """``wait`` gave up: the command was not applied in time (it stays in the inbox).
-
-    ``owner`` is the host holding the session's lease (None: no host took
-    it), ``definition`` what a host must offer to take it."""
-
-    def __init__(
-        self,
-        session: str,
-        key: str,
-        timeout: float,
-        *,
-        owner: str | None,
-        live: bool,
-        definition: str | None,
-    ) -> None:
-        self.session, self.key, self.timeout = session, key, timeout
-        self.owner, self.definition = owner, definition
-        wanted = f"definition {definition!r}" if definition else "its definition"
-        start = (
-            f"start one offering {wanted} (`loopruntime host --journal URL "
-            "--definitions module:NAME`)"
-        )
-        if owner is None:
-            why = f"no host has taken the session: {start}"
-        elif not live:
-            why = (
-                f"its host {owner} stopped renewing its lease (the host is gone or stuck); "
-                f"a host offering {wanted} takes it over, or {start}"
-            )
-        else:
-            why = f"its host {owner} holds it but has not applied the command yet"
-        super().__init__(
-            f"session {session}: the command with key {key!r} was not applied within "
-            f"{timeout} s; it waits in the inbox and is applied once a host runs the "
-            f"session: {why}"
-        )
-
-
-def timeout_error(
-    session: str, key: str, timeout: float, infos: Sequence[SessionInfo]
-) -> WaitTimeoutError:
-    """The ``WaitTimeoutError`` of a wait on ``session``, from the sessions' listing."""
-    info = next((i for i in infos if i.session == session), None)
-    owner = info.owner if info is not None else None
-    live = info is not None and info.expires_at > time.time_ns()
-    definition = info.definition if info is not None else None
-    return WaitTimeoutError(session, key, timeout, owner=owner, live=live, definition=definition)
-
-
-def check_key(key: object) -> str:
-    if not isinstance(key, str) or not key or len(key) > 200:
-        raise ValueError(
-            f"an inbox command needs an idempotency key (a non-empty string of at most 200 "
-            f"characters), not {key!r}: the same key makes a retry safe"
-        )
-    return key
-
-
-def check_timeout(timeout: float | None) -> float:
-    """``timeout`` as a number of seconds (None: forever); ``ValueError`` otherwise."""
-    if timeout is None:
-        return float("inf")
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
-        raise ValueError(f"a wait's timeout is a number of seconds >= 0 or None, not {timeout!r}")
-    return float(timeout)
-
-
-# The inbox command of each client method, checked as ``Session`` checks it:
-# shared by ``Client`` and ``SyncClient`` so both refuse the same input.
-
-
-def submit_command(content: str | Message | Sequence[Block], loop: str | None) -> ib.Submit:
-    return ib.Submit(message=user_message(content), loop=loop)
-
-
-def steer_command(text: str, loop: str | None) -> ib.Steer:
-    return ib.Steer(text=steering_text(text), loop=loop)
-
-
-def answer_command(gate_id: str, text: str | Any) -> ib.Answer:
-    """A question's answer; a form's may be given as data, sent as its JSON
-    text and checked by the session's owner."""
-    return ib.Answer(gate_id=gate_id, text=answer_text(gate_id, text, data=True))
-
-
-def entry_too_large(exc: InboxEntryTooLargeError) -> PayloadTooLargeError:
-    """The journal's refusal of an inbox entry, as the client's callers see
-    every payload refused: a ``PayloadTooLargeError`` naming size and limit."""
-    return PayloadTooLargeError(
-        f"the {exc.what} command",
-        size=exc.size,
-        limit=exc.limit,
-        field="the journal's max_entry_bytes",
-    )
-
-
-def with_principal(command: C, principal: str | None) -> C:
-    """``command`` carrying who sent it (checked: text of at most 200 characters)."""
-    principal = check_principal(principal)
-    return command if principal is None else msgspec.structs.replace(command, principal=principal)
-
-
-def decide_command(gate_id: str, allow: bool, scope: str) -> ib.Decide:
-    check_decision(gate_id, allow, scope)
-    return ib.Decide(gate_id=gate_id, allow=allow, scope=scope)  # type: ignore[arg-type]
-
-
-def resolve_command(
-    execution_id: str, result: str | Sequence[ResultBlock], is_error: bool
-) -> ib.Resolve:
-    content = tool_result(execution_id, result, is_error)
-    return ib.Resolve(execution_id=execution_id, content=content, is_error=is_error)
 
 
 class Backoff:
@@ -253,6 +123,10 @@ class _Inbox(Protocol):
 
     async def entry(self, session: str, key: str) -> ib.InboxEntry | None: ...
 
+    async def existing(self, session: str) -> SessionInfo | None:
+        """The session as the journal lists it; None when there is no such session."""
+        ...
+
     def subscribe(self, session: str, after: int, poll: float) -> AsyncIterator[Record]: ...
 
     async def sessions(self) -> list[SessionInfo]: ...
@@ -262,6 +136,10 @@ class _Inbox(Protocol):
     async def hosts(self) -> list[HostInfo]: ...
 
     async def aclose(self) -> None: ...
+
+
+def _listed(infos: Sequence[SessionInfo], session: str) -> SessionInfo | None:
+    return next((i for i in infos if i.session == session), None)
 
 
 class _JournalInbox:
@@ -277,6 +155,13 @@ class _JournalInbox:
 
     async def entry(self, session: str, key: str) -> ib.InboxEntry | None:
         return await self.journal.entry(session, key)
+
+    async def existing(self, session: str) -> SessionInfo | None:
+        try:
+            await self.journal.head(session)  # one indexed read: a new id ends here
+        except SessionNotFoundError:
+            return None
+        return _listed(await self.journal.sessions(), session)
 
     def subscribe(self, session: str, after: int, poll: float) -> AsyncIterator[Record]:
         return self.journal.tail(session, after=after)
@@ -295,13 +180,16 @@ class _JournalInbox:
 
 
 class _ThreadedInbox:
-    """A ``BlockingJournal`` called in anyio's worker threads (any event loop)."""
+    """A ``BlockingJournal`` called in anyio's worker threads (any event loop);
+    closed with the client when ``owned``."""
 
-    def __init__(self, blocking: BlockingJournal) -> None:
-        self.blocking, self.url = blocking, blocking.url
+    def __init__(self, blocking: BlockingJournal, *, owned: bool) -> None:
+        self.blocking, self.url, self.owned = blocking, blocking.url, owned
         self.closed = False
 
     async def _run(self, call: Callable[[], T]) -> T:
+        if self.closed:
+            raise ClientClosedError(self.url)
         try:
             return await anyio.to_thread.run_sync(call)
         except JournalClosedError as exc:
@@ -317,6 +205,16 @@ class _ThreadedInbox:
 
     async def entry(self, session: str, key: str) -> ib.InboxEntry | None:
         return await self._run(partial(self.blocking.entry, session, key))
+
+    async def existing(self, session: str) -> SessionInfo | None:
+        def look() -> SessionInfo | None:
+            try:
+                self.blocking.read(session, limit=1)  # one indexed read: a new id ends here
+            except SessionNotFoundError:
+                return None
+            return _listed(self.blocking.sessions(), session)
+
+        return await self._run(look)
 
     async def subscribe(self, session: str, after: int, poll: float) -> AsyncIterator[Record]:
         read = self.blocking.read
@@ -347,16 +245,45 @@ class _ThreadedInbox:
 
     async def aclose(self) -> None:
         self.closed = True
-        await anyio.to_thread.run_sync(self.blocking.close)
+        if self.owned:
+            await anyio.to_thread.run_sync(self.blocking.close)
+
+
+async def _within(
+    records: AsyncIterator[Record], session: str, after: int, limit: float
+) -> AsyncIterator[Record]:
+    """``records``, with a ``TimeoutError`` when none comes within ``limit`` seconds."""
+    try:
+        while True:
+            found = False
+            with anyio.move_on_after(limit):
+                try:
+                    record = await records.__anext__()
+                except StopAsyncIteration:
+                    return
+                # Yielded outside the scope: its deadline bounds the wait only.
+                found = True
+            if not found:
+                raise TimeoutError(
+                    f"session {session}: no record after seq {after} within {limit} s"
+                )
+            yield record
+            after = record.seq
+    finally:
+        close = getattr(records, "aclose", None)
+        if close is not None:
+            await close()
 
 
 class Client:
     """Writes commands into sessions' inboxes and reads their outcomes and records.
 
-    ``async with open_client(url) as client:`` under trio or asyncio;
-    ``Client(journal)`` on an open trio ``Journal`` (trio only, the journal
-    stays its owner's).  Every command takes the caller's idempotency ``key``.
-    Safe to use from many tasks at once.
+    ``async with open_client(url) as client:`` (or ``await Client.open(url)``)
+    under trio or asyncio; ``Client(journal)`` on an open trio ``Journal``
+    (trio only, the journal stays its owner's).  Every command takes the
+    caller's idempotency ``key``; every argument is checked before anything
+    is written.  Safe to use from many tasks at once.  ``SyncClient`` runs
+    this class for threaded programs: a rule written here holds for both.
     """
 
     def __init__(
@@ -369,12 +296,26 @@ class Client:
                 "a Client needs either an open trio journal (Client(journal)) or a journal "
                 "URL (async with open_client(url) as client:)"
             )
-        self.poll = poll
+        self.poll = check_poll(poll)
         self._url = url
         self._inbox: _Inbox | None = None
         self._closed = False
+        self._opener = "async with open_client(url) as client:"
         if journal is not None:
             self._inbox = _JournalInbox(journal)
+
+    @classmethod
+    def _on_blocking(cls, blocking: BlockingJournal, *, poll: float) -> Client:
+        """A client on an open ``BlockingJournal`` (any event loop; its owner closes it)."""
+        client = cls(url=blocking.url, poll=poll)
+        client._inbox = _ThreadedInbox(blocking, owned=False)
+        return client
+
+    @classmethod
+    async def open(cls, url: str, *, poll: float = 0.05) -> Client:
+        """A client of the journal at ``url``, open now (created when missing);
+        close it with ``aclose()`` or use it as an ``async with`` block."""
+        return await cls(url=url, poll=poll).__aenter__()
 
     @property
     def url(self) -> str:
@@ -390,7 +331,7 @@ class Client:
         if self._inbox is None:
             assert self._url is not None
             blocking = await anyio.to_thread.run_sync(open_blocking, self._url)
-            self._inbox = _ThreadedInbox(blocking)
+            self._inbox = _ThreadedInbox(blocking, owned=True)
         return self
 
     async def __aexit__(
@@ -402,7 +343,9 @@ class Client:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the client (and the journal it opened itself).  Idempotent."""
+        """Close the client (and the journal it opened itself).  Idempotent;
+        waits and streams running in other tasks end, later calls raise
+        ``ClientClosedError``."""
         if self._closed:
             return
         self._closed = True
@@ -415,8 +358,22 @@ class Client:
         if self._closed:
             raise ClientClosedError(self.url)
         if self._inbox is None:
-            raise ClientNotOpenError(self.url, "async with open_client(url) as client:")
+            raise ClientNotOpenError(self.url, self._opener)
         return self._inbox
+
+    async def _put(
+        self,
+        session_id: str,
+        key: str,
+        command: ib.InboxCommand,
+        *,
+        principal: str | None,
+    ) -> ib.InboxEntry:
+        """Every argument checked (the command was built and checked by the
+        caller), then the one write."""
+        session_id = check_id("session id", session_id)
+        key, command = check_key(key), with_principal(command, principal)
+        return await _put_checked(self._open(), session_id, key, command, None)
 
     async def create(
         self,
@@ -427,26 +384,19 @@ class Client:
         principal: str | None = None,
     ) -> str:
         """Ask for a new session running ``definition_name``; returns its id.
-        A host offering that definition starts it."""
-        session_id = session_id or new_id("ses_")
-        command = ib.Create(definition=definition_name)
-        await self._put(session_id, key, command, definition_name, principal=principal)
+        A host offering that definition starts it.  ``SessionExistsError``
+        when ``session_id`` names a session of another definition."""
+        command = with_principal(create_command(definition_name), principal)
+        key = check_key(key)
+        if session_id is not None:
+            session_id = check_id("session id", session_id)
+        inbox = self._open()
+        if session_id is None:
+            session_id = new_id("ses_")
+        else:
+            check_creation(session_id, command.definition, await inbox.existing(session_id))
+        await _put_checked(inbox, session_id, key, command, command.definition)
         return session_id
-
-    async def _put(
-        self,
-        session_id: str,
-        key: str,
-        command: ib.InboxCommand,
-        definition: str | None = None,
-        *,
-        principal: str | None,
-    ) -> ib.InboxEntry:
-        command = with_principal(command, principal)
-        try:
-            return await self._open().put(session_id, check_key(key), command, definition)
-        except InboxEntryTooLargeError as exc:
-            raise entry_too_large(exc) from exc
 
     async def submit(
         self,
@@ -457,6 +407,7 @@ class Client:
         loop: str | None = None,
         principal: str | None = None,
     ) -> ib.InboxEntry:
+        """Queue input (``EmptyInputError`` for input with no text to send)."""
         return await self._put(session_id, key, submit_command(content, loop), principal=principal)
 
     async def steer(
@@ -549,19 +500,19 @@ class Client:
         self,
         session_id: str,
         key: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - the wait's own bound, as the issue asks
+        timeout: float | None = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - the wait's own bound
     ) -> ib.InboxOutcome:
         """The outcome of the command sent with ``key`` once its session's
         owner applied it: the input or steer id, the record it made.  A refusal
         is a ``CommandRefusedError``; ``WaitTimeoutError`` (a ``TimeoutError``)
-        after ``timeout`` seconds, saying whether a host holds the session (the
-        command stays in the inbox); ``KeyError`` for a key never sent."""
-        inbox = self._open()
+        after ``timeout`` seconds (30 unless told; None: no bound),
+        saying whether a host holds the session (the command stays in the
+        inbox); ``KeyError`` for a key never sent."""
         limit = check_timeout(timeout)
         with anyio.move_on_after(limit):
             # Polled: the owner may be another process, with no event to wait on.
             while True:
-                entry = await inbox.entry(session_id, key)
+                entry = await self._open().entry(session_id, key)
                 if entry is None:
                     raise KeyError(f"session {session_id} has no command with key {key!r}")
                 if entry.outcome is not None:
@@ -569,12 +520,21 @@ class Client:
                         raise CommandRefusedError(session_id, key, entry.outcome)
                     return entry.outcome
                 await anyio.sleep(self.poll)
-        raise timeout_error(session_id, key, limit, await inbox.sessions())
+        raise timeout_error(session_id, key, limit, await self._open().sessions())
 
-    def subscribe(self, session_id: str, after: int = 0) -> AsyncIterator[Record]:
+    def subscribe(
+        self, session_id: str, after: int = 0, *, timeout: float | None = None
+    ) -> AsyncIterator[Record]:
         """The session's records after ``after``, then those committed later
-        (until the client closes).  Verified as every read is."""
-        return self._open().subscribe(session_id, after, self.poll)
+        (until the client closes).  Verified as every read is.  ``timeout``:
+        seconds to wait for each next record before ``TimeoutError`` (None:
+        no bound).  ``SessionNotFoundError`` at the first record asked for a
+        session that does not exist."""
+        limit, after = check_timeout(timeout), check_after(after)
+        records = self._open().subscribe(check_id("session id", session_id), after, self.poll)
+        if limit == float("inf"):
+            return records
+        return _within(records, session_id, after, limit)
 
     async def sessions(self) -> list[SessionStatus]:
         """Every session with its owner, lease expiry, waiting entries and
@@ -586,6 +546,17 @@ class Client:
         definitions it serves: a session of a definition no live host serves
         waits in the inbox until one starts."""
         return await self._open().hosts()
+
+
+async def _put_checked(
+    inbox: _Inbox, session: str, key: str, command: ib.InboxCommand, definition: str | None
+) -> ib.InboxEntry:
+    """The one write of a client: the journal's refusal of an entry too
+    large becomes the ``PayloadTooLargeError`` every payload refusal is."""
+    try:
+        return await inbox.put(session, key, command, definition)
+    except InboxEntryTooLargeError as exc:
+        raise entry_too_large(exc) from exc
 
 
 def open_client(url: str, *, poll: float = 0.05) -> Client:

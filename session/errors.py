@@ -9,6 +9,7 @@ from loopruntime import CommandError, LoopError
 
 __all__ = [
     "DefinitionDriftError",
+    "EmptyInputError",
     "ForkError",
     "InvalidContentError",
     "NoResultError",
@@ -39,9 +40,22 @@ class DefinitionDriftError(LoopError):
 
 
 class SessionExistsError(LoopError):
-    """Create named a session that already has records."""
+    """Create named a session that already exists: one with records, or (from
+    a client) one of another definition.  ``session``, ``definition`` (the
+    existing session's) and ``requested`` are set when known."""
 
     code = "session.exists"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session: str | None = None,
+        definition: str | None = None,
+        requested: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.session, self.definition, self.requested = session, definition, requested
 
 
 class VerifyError(LoopError):
@@ -69,6 +83,19 @@ class InvalidContentError(CommandError):
     was refused before anything was committed."""
 
     code = "command.invalid_content"
+
+
+class EmptyInputError(InvalidContentError):
+    """Input with nothing to say: no content block, or a text block that is
+    empty or only whitespace.  The model API refuses such a message, so a
+    turn would only fail; it was refused before anything was committed.
+    ``what`` names the argument ("the input", "the steering")."""
+
+    code = "command.empty_input"
+
+    def __init__(self, what: str, detail: str) -> None:
+        self.what = what
+        super().__init__(f"{what} is empty ({detail}): give it some text; nothing was committed")
 
 
 class SeqOutOfRangeError(LoopError):

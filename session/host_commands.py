@@ -18,6 +18,7 @@ from journal import inbox as ib
 from journal.events import CommandKeyed, Event
 from loopruntime import LoopClosedError, LoopError
 
+from .errors import SessionExistsError
 from .runtime import Session
 
 __all__ = ["Match", "before_start", "damaged", "expected", "not_started", "refused", "run"]
@@ -31,7 +32,16 @@ async def run(session: Session, command: ib.InboxCommand, key: str) -> str | boo
     commits nothing)."""
     who = command.principal
     match command:
-        case ib.Create():
+        case ib.Create(definition=name):
+            if name != session.definition.name:
+                # Two creates of one new id raced past the clients' check.
+                raise SessionExistsError(
+                    f"session {session.id} already exists with definition "
+                    f"{session.definition.name!r}, not {name!r}; nothing was applied",
+                    session=session.id,
+                    definition=session.definition.name,
+                    requested=name,
+                )
             return session.id  # made by the host as it opened the session
         case ib.Submit(message=message, loop=loop):
             return await session.submit(message, loop=loop, key=key, principal=who)

@@ -20,10 +20,49 @@ import trio
 from journal import open_journal, parse_location
 from loopruntime import LoopDefinition
 
-from .client import Client
+from .client import Client, check_key
+from .client import submit_command as submit_input
 from .host import Host
 
-__all__ = ["add_commands", "load_definitions", "submit_command"]
+__all__ = [
+    "add_commands",
+    "count",
+    "load_definitions",
+    "positive_seconds",
+    "seconds",
+    "submit_command",
+]
+
+
+def seconds(text: str) -> float:
+    """An option's number of seconds, 0 or more (``inf``: no bound); argparse
+    names the option and exits 2 before the command writes anything."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}") from None
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, not {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """``seconds``, above 0 and finite (a lease, a poll: a period)."""
+    value = seconds(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, not {text!r}")
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {text!r}")
+    return value
 
 
 def load_definitions(spec: str) -> dict[str, LoopDefinition]:
@@ -117,6 +156,10 @@ async def submit_command(args: argparse.Namespace, url: str) -> int:
         match args.command:
             case "submit":
                 if args.create is not None:
+                    # Two writes: the input is checked before the first, so a
+                    # refused one leaves no session behind.
+                    submit_input(args.text, None)
+                    check_key(key)
                     # The same key makes the pair safe to resend: each entry once.
                     await client.create(
                         args.create, session_id=session, key=f"{key}/create", principal=who
@@ -167,12 +210,16 @@ def add_commands(
         "a function returning one",
     )
     host.add_argument("--host-id", help="this host's id (default: a fresh one)")
-    host.add_argument("--lease-ttl", type=float, default=30.0, help="lease seconds (default 30)")
     host.add_argument(
-        "--idle-after", type=float, default=300.0, help="passivate after idle seconds"
+        "--lease-ttl", type=positive_seconds, default=30.0, help="lease seconds (default 30)"
     )
-    host.add_argument("--max-sessions", type=int, default=1000, help="sessions loaded at most")
-    host.add_argument("--poll", type=float, default=1.0, help="seconds between looks for work")
+    host.add_argument(
+        "--idle-after", type=positive_seconds, default=300.0, help="passivate after idle seconds"
+    )
+    host.add_argument("--max-sessions", type=count, default=1000, help="sessions loaded at most")
+    host.add_argument(
+        "--poll", type=positive_seconds, default=1.0, help="seconds between looks for work"
+    )
     host.add_argument(
         "--known-principal",
         dest="known_principals",
@@ -199,11 +246,11 @@ def add_commands(
         )
         parser.add_argument(
             "--wait",
-            type=float,
+            type=seconds,
             nargs="?",
             const=60.0,
             metavar="SECONDS",
-            help="wait for the command's outcome (default 60 s)",
+            help="wait for the command's outcome (default 60 s; inf: until it comes)",
         )
         parser.set_defaults(run=run_submit)
 

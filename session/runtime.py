@@ -206,8 +206,10 @@ class Session:
             try:
                 existing = await journal.head(session_id)
             except SessionNotFoundError:
-                existing = 0
-        if existing:
+                existing = -1
+            if existing == 0 and lease is None:
+                await _refuse_other_definition(journal, session_id, definition.name)
+        if existing > 0:
             # Refused before taking a lease, so a live writer is not fenced.
             raise SessionExistsError(
                 f"session {session_id} already has {existing} records; use "
@@ -954,3 +956,19 @@ def _journal_failure(group: BaseExceptionGroup[BaseException]) -> JournalError |
     if found and all(isinstance(e, JournalError | trio.Cancelled) for e in leaves):
         return found[0]
     return None
+
+
+async def _refuse_other_definition(journal: Journal, session_id: str, name: str) -> None:
+    """A session with no records yet may have been asked for through the
+    inbox (a client's ``create``) with another definition: creating it here
+    with this one would run what nobody asked for."""
+    info = next((i for i in await journal.sessions() if i.session == session_id), None)
+    recorded = info.definition if info is not None else None
+    if recorded is not None and recorded != name:
+        raise SessionExistsError(
+            f"session {session_id} already exists with definition {recorded!r}, not "
+            f"{name!r}: a host running {recorded!r} starts it; choose another session id",
+            session=session_id,
+            definition=recorded,
+            requested=name,
+        )

@@ -1,62 +1,108 @@
-"""SyncClient: ``Client``'s commands and reads as blocking calls, for threaded programs.
+"""SyncClient: ``Client`` as blocking calls, for threaded programs.
 
-No event loop anywhere: every call is a blocking call on the journal's
-blocking access (``journal.open_blocking``), safe to make from many threads
-at once on one client.  Every wait has a bound: ``wait`` takes a timeout
-(30 s unless told), and ``subscribe``'s iterator can take one per record.
-The commands are built and checked by the same code as ``Client``'s.
+A ``SyncClient`` holds a ``Client`` and a private event loop (trio, in a
+daemon thread, reached through an anyio blocking portal); each method hands
+its call to that loop and blocks until it returns.  So every rule -- the
+checks before a write, a wait's bound and what its timeout says, a stream's
+pauses -- is written once, in ``Client``, and this module only crosses
+threads.  One client is safe to share between threads: the portal takes
+calls from any of them.  docs/decisions.md ("Clients") says why the blocking
+twin delegates rather than repeats.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar
 
-from journal import (
-    BlockingJournal,
-    HostInfo,
-    InboxEntryTooLargeError,
-    JournalClosedError,
-    Record,
-    SessionInfo,
-    open_blocking,
-)
+import anyio
+from anyio.from_thread import BlockingPortal
+
+from journal import BlockingJournal, HostInfo, Record
 from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
-from loopruntime.host import new_id
 
-from .client import (
-    Backoff,
-    ClientClosedError,
-    ClientNotOpenError,
-    CommandRefusedError,
-    answer_command,
-    check_key,
-    check_timeout,
-    decide_command,
-    entry_too_large,
-    resolve_command,
-    steer_command,
-    submit_command,
-    timeout_error,
-    with_principal,
-)
+from .client import Client
+from .client_checks import DEFAULT_TIMEOUT, check_poll, check_thread_wait
+from .client_errors import ClientClosedError, ClientForkedError
+from .status import SessionStatus
 
 __all__ = ["SyncClient", "open_sync_client"]
 
 T = TypeVar("T")
 
-DEFAULT_TIMEOUT = 30.0
-"""Seconds ``SyncClient.wait`` waits unless told: a thread never waits unbounded by accident."""
+_OPENER = "with open_sync_client(url) as client:"
+
+
+class _LoopThread:
+    """A trio run in a daemon thread that runs the coroutines handed to it.
+
+    Daemon: a program that forgets ``close()`` still exits (the journal's
+    connections end with the process), where a worker thread the
+    interpreter joins at exit would hang it."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        started = threading.Event()
+        self._portal: BlockingPortal | None = None
+        self._failure: BaseException | None = None
+
+        def main() -> None:
+            try:
+                anyio.run(self._serve, started, backend="trio")
+            except BaseException as exc:  # reported to the opener below
+                self._failure = exc
+            finally:
+                started.set()
+
+        self._thread = threading.Thread(target=main, name="loopruntime-sync-client", daemon=True)
+        self._thread.start()
+        started.wait()
+        if self._portal is None:
+            raise RuntimeError("the SyncClient's event loop did not start") from self._failure
+
+    async def _serve(self, started: threading.Event) -> None:
+        async with BlockingPortal() as portal:
+            self._portal = portal
+            started.set()
+            await portal.sleep_until_stopped()
+
+    def call(self, run: Callable[[], Awaitable[T]]) -> T:
+        assert self._portal is not None
+        return self._portal.call(_awaited, run)
+
+    def stop(self) -> None:
+        """Stop once the calls still running returned (a closed client ends them)."""
+        assert self._portal is not None
+        self._portal.call(self._portal.stop)
+        self._thread.join()
+
+
+async def _awaited(run: Callable[[], Awaitable[T]]) -> T:
+    return await run()
+
+
+class _End:
+    """The end of a stream, handed back across the thread as a value."""
+
+
+async def _next_of(records: AsyncIterator[Record]) -> Record | _End:
+    try:
+        return await records.__anext__()
+    except StopAsyncIteration:
+        return _End()
 
 
 class SyncClient:
     """Blocking twin of ``Client``: ``with open_sync_client(url) as client:``
     (or ``SyncClient.open(url)``), or ``SyncClient(blocking)`` on an open
-    ``BlockingJournal`` (its owner closes it).  Safe to share between threads."""
+    ``BlockingJournal`` (its owner closes it).  The same methods, arguments,
+    checks, errors and results as ``Client``'s, without ``await``.  Safe to
+    share between threads."""
 
     def __init__(
         self, journal: BlockingJournal | None = None, *, poll: float = 0.05, url: str | None = None
@@ -68,32 +114,62 @@ class SyncClient:
                 "a SyncClient needs either an open BlockingJournal (SyncClient(journal)) or a "
                 "journal URL (with open_sync_client(url) as client:)"
             )
-        self.poll = poll
-        self._journal = journal
-        self._owned = False
-        self._url = journal.url if journal is not None else str(url)
-        self._closed = False
+        poll = check_poll(poll)
+        if journal is not None:
+            self._client = Client._on_blocking(journal, poll=poll)
+        else:
+            assert url is not None
+            self._client = Client(url=url, poll=poll)
+        self._client._opener = _OPENER
+        self._loop: _LoopThread | None = None
         self._lock = threading.Lock()
+        self._closed = False
 
     @classmethod
     def open(cls, url: str, *, poll: float = 0.05) -> SyncClient:
         """A client of the journal at ``url``, open now (created when missing);
         close it with ``close()`` or use it as a ``with`` block."""
-        client = cls(open_blocking(url), poll=poll)
-        client._owned = True
-        return client
+        return cls(url=url, poll=poll).__enter__()
+
+    @property
+    def poll(self) -> float:
+        return self._client.poll
 
     @property
     def url(self) -> str:
-        return self._url
+        return self._client.url
 
-    def __enter__(self) -> SyncClient:
+    def _running(self) -> _LoopThread:
+        """The event loop, started by the first call; ``ClientClosedError`` once closed."""
         with self._lock:
             if self._closed:
                 raise ClientClosedError(self.url)
-            if self._journal is None:
-                self._journal = open_blocking(self._url)
-                self._owned = True
+            if self._loop is None:
+                self._loop = _LoopThread()
+            elif self._loop.pid != os.getpid():
+                # A forked child has no copy of the loop's thread: a call would wait forever.
+                raise ClientForkedError(self.url)
+            return self._loop
+
+    def _call(self, method: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        loop = self._running()
+        try:
+            return loop.call(partial(method, *args, **kwargs))
+        except RuntimeError as exc:
+            if self._closed:  # closed by another thread as this call was handed over
+                raise ClientClosedError(self.url) from exc
+            raise
+
+    def __enter__(self) -> SyncClient:
+        try:
+            self._call(self._client.__aenter__)
+        except BaseException:
+            # Not opened: no thread is left behind, and a later ``with`` may try again.
+            with self._lock:
+                loop, self._loop = self._loop, None
+            if loop is not None:
+                loop.stop()
+            raise
         return self
 
     def __exit__(
@@ -106,46 +182,16 @@ class SyncClient:
 
     def close(self) -> None:
         """Close the client (and the journal it opened).  Idempotent; calls
-        running in other threads finish, later ones raise ``ClientClosedError``."""
+        running in other threads end (a wait with ``ClientClosedError``, a
+        stream as exhausted), later ones raise ``ClientClosedError``."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            journal, owned = self._journal, self._owned
-        if journal is not None and owned:
-            journal.close()
-
-    def _open(self) -> BlockingJournal:
-        if self._closed:
-            raise ClientClosedError(self.url)
-        journal = self._journal
-        if journal is None:
-            raise ClientNotOpenError(self.url, "with open_sync_client(url) as client:")
-        return journal
-
-    def _run(self, call: Callable[[BlockingJournal], T]) -> T:
-        journal = self._open()
-        try:
-            return call(journal)
-        except JournalClosedError as exc:
-            # Closed by another thread while this call ran.
-            raise ClientClosedError(self.url) from exc
-
-    def _call_put(
-        self,
-        session: str,
-        key: str,
-        command: ib.InboxCommand,
-        definition: str | None = None,
-        *,
-        principal: str | None,
-    ) -> ib.InboxEntry:
-        key = check_key(key)
-        command = with_principal(command, principal)
-        try:
-            return self._run(lambda j: j.put(session, key, command, definition=definition))
-        except InboxEntryTooLargeError as exc:
-            raise entry_too_large(exc) from exc
+            loop = self._loop
+        if loop is not None:
+            loop.call(self._client.aclose)
+            loop.stop()
 
     # -- commands ------------------------------------------------------------------
 
@@ -157,15 +203,13 @@ class SyncClient:
         key: str,
         principal: str | None = None,
     ) -> str:
-        session_id = session_id or new_id("ses_")
-        self._call_put(
-            session_id,
-            key,
-            ib.Create(definition=definition_name),
+        return self._call(
+            self._client.create,
             definition_name,
+            session_id=session_id,
+            key=key,
             principal=principal,
         )
-        return session_id
 
     def submit(
         self,
@@ -176,7 +220,9 @@ class SyncClient:
         loop: str | None = None,
         principal: str | None = None,
     ) -> ib.InboxEntry:
-        return self._call_put(session_id, key, submit_command(content, loop), principal=principal)
+        return self._call(
+            self._client.submit, session_id, content, key=key, loop=loop, principal=principal
+        )
 
     def steer(
         self,
@@ -187,7 +233,9 @@ class SyncClient:
         loop: str | None = None,
         principal: str | None = None,
     ) -> ib.InboxEntry:
-        return self._call_put(session_id, key, steer_command(text, loop), principal=principal)
+        return self._call(
+            self._client.steer, session_id, text, key=key, loop=loop, principal=principal
+        )
 
     def answer(
         self,
@@ -198,7 +246,9 @@ class SyncClient:
         key: str,
         principal: str | None = None,
     ) -> ib.InboxEntry:
-        return self._call_put(session_id, key, answer_command(gate_id, text), principal=principal)
+        return self._call(
+            self._client.answer, session_id, gate_id, text, key=key, principal=principal
+        )
 
     def decide(
         self,
@@ -210,8 +260,8 @@ class SyncClient:
         key: str,
         principal: str | None = None,
     ) -> ib.InboxEntry:
-        return self._call_put(
-            session_id, key, decide_command(gate_id, allow, scope), principal=principal
+        return self._call(
+            self._client.decide, session_id, gate_id, allow, scope, key=key, principal=principal
         )
 
     def resolve(
@@ -224,14 +274,22 @@ class SyncClient:
         key: str,
         principal: str | None = None,
     ) -> ib.InboxEntry:
-        return self._call_put(
-            session_id, key, resolve_command(execution_id, result, is_error), principal=principal
+        return self._call(
+            self._client.resolve,
+            session_id,
+            execution_id,
+            result,
+            is_error,
+            key=key,
+            principal=principal,
         )
 
     def interrupt(
         self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
     ) -> ib.InboxEntry:
-        return self._call_put(session_id, key, ib.Interrupt(loop=loop), principal=principal)
+        return self._call(
+            self._client.interrupt, session_id, key=key, loop=loop, principal=principal
+        )
 
     def cancel_queued(
         self,
@@ -242,14 +300,19 @@ class SyncClient:
         loop: str | None = None,
         principal: str | None = None,
     ) -> ib.InboxEntry:
-        return self._call_put(
-            session_id, key, ib.CancelQueued(input_id=input_id, loop=loop), principal=principal
+        return self._call(
+            self._client.cancel_queued,
+            session_id,
+            input_id,
+            key=key,
+            loop=loop,
+            principal=principal,
         )
 
     def compact(
         self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
     ) -> ib.InboxEntry:
-        return self._call_put(session_id, key, ib.Compact(loop=loop), principal=principal)
+        return self._call(self._client.compact, session_id, key=key, loop=loop, principal=principal)
 
     def change_mode(
         self,
@@ -260,75 +323,52 @@ class SyncClient:
         loop: str | None = None,
         principal: str | None = None,
     ) -> ib.InboxEntry:
-        return self._call_put(
-            session_id, key, ib.ChangeMode(mode=mode, loop=loop), principal=principal
+        return self._call(
+            self._client.change_mode, session_id, mode, key=key, loop=loop, principal=principal
         )
 
     # -- reading -------------------------------------------------------------------
 
-    def wait(self, session_id: str, key: str, timeout: float = DEFAULT_TIMEOUT) -> ib.InboxOutcome:
-        """``Client.wait``, blocking, bounded by ``timeout`` seconds (never None
-        here): ``WaitTimeoutError`` then, saying whether a host holds the session."""
-        self._open()
-        if timeout is None:
-            raise ValueError(
-                "SyncClient.wait needs a timeout in seconds: a thread must never wait unbounded"
-            )
-        limit = check_timeout(timeout)
-        deadline = time.monotonic() + limit
-        while True:
-            entry = self._run(lambda j: j.entry(session_id, key))
-            if entry is None:
-                raise KeyError(f"session {session_id} has no command with key {key!r}")
-            if entry.outcome is not None:
-                if entry.outcome.error is not None:
-                    raise CommandRefusedError(session_id, key, entry.outcome)
-                return entry.outcome
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise timeout_error(session_id, key, limit, self._run(lambda j: j.sessions()))
-            time.sleep(min(self.poll, left))
+    def wait(
+        self, session_id: str, key: str, timeout: float | None = DEFAULT_TIMEOUT
+    ) -> ib.InboxOutcome:
+        """``Client.wait``, blocking this thread: ``timeout`` None is refused
+        (``math.inf`` waits without a bound, said on purpose)."""
+        return self._call(self._client.wait, session_id, key, check_thread_wait(timeout))
 
     def subscribe(
         self, session_id: str, after: int = 0, *, timeout: float | None = None
     ) -> Iterator[Record]:
-        """The session's records after ``after``, then those committed later,
-        as an ordinary iterator; it ends when the client closes.  ``timeout``:
-        seconds to wait for each next record before ``TimeoutError`` (None: no bound).
-        ``SessionNotFoundError`` at the first ``next`` for a session that does not exist."""
-        journal = self._open()
-        limit = check_timeout(timeout)
-        return self._follow(journal, session_id, after, limit)
+        """``Client.subscribe`` as an ordinary iterator; it ends when the client closes."""
+        loop = self._running()
+        records = self._client.subscribe(session_id, after, timeout=timeout)
+        return self._follow(loop, records)
 
-    def _follow(
-        self, journal: BlockingJournal, session_id: str, after: int, limit: float
-    ) -> Iterator[Record]:
-        quiet_since = time.monotonic()
-        backoff = Backoff(self.poll)
-        while not self._closed:
-            try:
-                records = journal.read(session_id, after=after)
-            except JournalClosedError:
-                return
-            for record in records:
+    def _follow(self, loop: _LoopThread, records: AsyncIterator[Record]) -> Iterator[Record]:
+        try:
+            while not isinstance(record := loop.call(partial(_next_of, records)), _End):
                 yield record
-                after = record.seq
-            if records:
-                quiet_since = time.monotonic()
-                backoff.found()
-                continue
-            if time.monotonic() - quiet_since >= limit:
-                raise TimeoutError(
-                    f"session {session_id}: no record after seq {after} within {limit} s"
-                )
-            time.sleep(backoff.pause())
+        finally:
+            # A stream left early (``break``) gives its reader back; a closed
+            # client's streams ended with it.
+            if not self._closed:
+                try:
+                    loop.call(getattr(records, "aclose", _nothing))
+                except RuntimeError:
+                    if not self._closed:
+                        raise
 
-    def sessions(self) -> list[SessionInfo]:
-        return self._run(lambda j: j.sessions())
+    def sessions(self) -> list[SessionStatus]:
+        """Every session with its owner, lease expiry, waiting entries and status."""
+        return self._call(self._client.sessions)
 
     def hosts(self) -> list[HostInfo]:
-        """``Client.hosts``: the registered hosts and the definitions each serves."""
-        return self._run(lambda j: j.hosts())
+        """Every host registered in the journal, live or not, with the definitions it serves."""
+        return self._call(self._client.hosts)
+
+
+async def _nothing() -> None:
+    pass
 
 
 def open_sync_client(url: str, *, poll: float = 0.05) -> SyncClient:

@@ -24,7 +24,7 @@ from loopruntime import (
 )
 from loopruntime.host import ChangeInference, ReplaceTools
 
-from .errors import InvalidContentError
+from .errors import EmptyInputError, InvalidContentError
 
 __all__ = [
     "answer_text",
@@ -95,11 +95,26 @@ def user_message(content: str | Message | Sequence[Block], limits: Limits | None
     if limits is not None:
         _check_blocks(message, limits)
     _recordable(message, _message_decoder, "the input", _max_input(limits))
+    _check_said(message.blocks, "the input")
     return message
 
 
 def _max_input(limits: Limits | None) -> int | None:
     return None if limits is None else limits.max_input_bytes
+
+
+def _check_said(blocks: Sequence[object], what: str) -> None:
+    """Refuse a message the model API would refuse: no block, or a text block
+    of whitespace only (the API wants non-whitespace text in every one)."""
+    if not blocks:
+        raise EmptyInputError(what, "it has no content block")
+    for block in blocks:
+        if isinstance(block, Text) and not block.text.strip():
+            raise EmptyInputError(what, _blank(block.text))
+
+
+def _blank(text: str) -> str:
+    return "empty text" if not text else f"{len(text)} characters of whitespace only"
 
 
 def steering_text(text: object, limits: Limits | None = None) -> str:
@@ -108,6 +123,8 @@ def steering_text(text: object, limits: Limits | None = None) -> str:
             f"steering must be text, not {type(text).__name__}; nothing was committed"
         )
     _recordable(text, _text_decoder, "the steering", _max_input(limits))
+    if not text.strip():
+        raise EmptyInputError("the steering", _blank(text))
     return text
 
 

@@ -54,9 +54,10 @@ PUBLIC = {
     "session": {
         "Session", "ROOT_LOOP", "StreamDelta", "SessionExistsError", "SessionLagError",
         "UnknownSessionError", "VerifyError", "InvalidContentError", "SeqOutOfRangeError",
-        "ForkError", "NoResultError", "DefinitionDriftError",
+        "EmptyInputError", "ForkError", "NoResultError", "DefinitionDriftError",
         "Client", "CommandRefusedError", "Host", "HostStatistics", "open_client",
         "ClientError", "ClientClosedError", "ClientNotOpenError", "WaitTimeoutError",
+        "ClientForkedError",
         "SyncClient", "open_sync_client",
         "SessionStatus", "Status",
         "CommitStatistics",

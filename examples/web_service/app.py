@@ -56,7 +56,7 @@ from starlette.routing import Route
 from journal import InboxEntryTooLargeError, InboxKeyError, SessionNotFoundError
 from journal.inbox import MAX_ENTRY_BYTES
 from loopruntime import CommandError, PayloadTooLargeError
-from session import Client, CommandRefusedError, WaitTimeoutError, open_client
+from session import Client, CommandRefusedError, SessionExistsError, WaitTimeoutError, open_client
 
 __all__ = ["app", "create_app"]
 
@@ -252,7 +252,7 @@ async def _problem(request: Request, exc: Exception) -> Response:
         return JSONResponse(found, status_code=413)
     if isinstance(exc, SessionNotFoundError):
         return JSONResponse({"error": str(exc)}, status_code=404)
-    if isinstance(exc, InboxKeyError):
+    if isinstance(exc, InboxKeyError | SessionExistsError):
         return JSONResponse({"error": str(exc)}, status_code=409)
     return JSONResponse({"error": str(exc)}, status_code=422)
 
@@ -281,6 +281,7 @@ def create_app(journal_url: str | None = None) -> Starlette:
             SessionNotFoundError: _problem,
             InboxKeyError: _problem,
             InboxEntryTooLargeError: _problem,
+            SessionExistsError: _problem,
             CommandError: _problem,
             ValueError: _problem,
         },

@@ -7,6 +7,7 @@ is checked is what the clients write and refuse."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from journal import JournalUnavailableError, open_blocking
 from session import (
     ClientClosedError,
+    ClientForkedError,
     ClientNotOpenError,
     SyncClient,
     WaitTimeoutError,
@@ -234,3 +236,41 @@ def test_a_sync_wait_ends_with_a_named_error_when_another_thread_closes_the_clie
     assert not waiter.is_alive()
     [error] = raised
     assert isinstance(error, ClientClosedError) and "is closed" in str(error)
+
+
+def sync_client_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "loopruntime-sync-client"]
+
+
+def test_a_sync_client_leaves_no_thread_behind(url: str) -> None:
+    """A ``SyncClient`` runs its calls on an event loop in a thread of its own:
+    closing it ends that thread, and so does a failed open."""
+    before = sync_client_threads()  # what other tests left open
+    with SyncClient.open(url) as client:
+        client.create("echo", key="c1")
+        assert len(sync_client_threads()) == len(before) + 1
+    assert sync_client_threads() == before
+    for _ in range(3):
+        with pytest.raises(JournalUnavailableError):
+            SyncClient.open("postgresql://nobody@127.0.0.1:1/none")
+    assert sync_client_threads() == before
+
+
+def test_a_sync_client_used_after_a_fork_says_so(url: str) -> None:
+    """A pre-forking server opens a client, then forks: the child has no copy of
+    the client's event loop thread, so its calls are refused by name (before,
+    they would have waited forever), and the parent's client goes on."""
+    with SyncClient.open(url) as client:
+        sid = client.create("echo", key="c1")
+        child = os.fork()
+        if child == 0:  # the child: report through the exit code only
+            try:
+                client.submit(sid, "from the child", key="m1")
+            except ClientForkedError as exc:
+                os._exit(0 if "open a client in each process" in str(exc) else 3)
+            except BaseException:
+                os._exit(2)
+            os._exit(1)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert client.submit(sid, "from the parent", key="m2").number == 2

@@ -252,6 +252,17 @@ def test_the_web_service_refuses_bad_requests(service: tuple[str, str], tmp_path
             headers={"Idempotency-Key": "u", "Content-Type": "application/json"},
         )
         assert surrogate.status_code == 422, surrogate.text
+        blank = http.post(
+            f"/sessions/{sid}/messages", json={"text": "  "}, headers={"Idempotency-Key": "b"}
+        )
+        assert blank.status_code == 422 and "the input is empty" in blank.json()["error"]
+        # A creation key names one session: another definition under it is a conflict.
+        made = http.post("/sessions", json={"definition": "echo"}, headers={"Idempotency-Key": "c"})
+        clash = http.post(
+            "/sessions", json={"definition": "confirm"}, headers={"Idempotency-Key": "c"}
+        )
+        assert (made.status_code, clash.status_code) == (201, 409)
+        assert "'echo', not 'confirm'" in clash.json()["error"]
         resume = http.get(f"/sessions/{sid}/events", headers={"Last-Event-ID": "x"})
         assert resume.status_code == 400
         # A stream of a session that does not exist says so, and ends.

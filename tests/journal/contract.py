@@ -100,6 +100,7 @@ from journal import (
     Journal,
     JournalClosedError,
     JournalCorruptError,
+    JournalError,
     LeaseHeldError,
     Record,
     SessionLease,
@@ -119,6 +120,7 @@ from journal.inbox import (
     MAX_ENTRY_BYTES,
     Consumed,
     Create,
+    InboxCommand,
     InboxOutcome,
     Steer,
     Submit,
@@ -1127,7 +1129,68 @@ def submit_of_size(size: int) -> Submit:
     return command
 
 
+_COMMANDS = strategy_for(mi.type_info(InboxCommand))
+"""Any inbox command a caller may build, blank input and odd text included."""
+
+_NOT_COMMANDS: st.SearchStrategy[Any] = st.one_of(
+    st.none(),
+    _TEXT,
+    _INT,
+    st.builds(Create, definition=_INT),
+    st.builds(
+        Submit,
+        message=st.builds(
+            Message,
+            role=st.just("user"),
+            blocks=st.lists(_TEXT | st.builds(Text, text=_TEXT), min_size=1, max_size=3).map(tuple),
+        ),
+    ),
+)
+"""What a caller may pass by mistake: no command, or one whose fields the
+journal could not read back (a plain string among a message's blocks)."""
+
+
+def said_something(command: InboxCommand) -> bool:
+    """Input the model API would take: some block, and no blank text."""
+    if isinstance(command, Steer):
+        return bool(command.text.strip())
+    if isinstance(command, Submit):
+        blocks = command.message.blocks
+        return bool(blocks) and all(b.text.strip() for b in blocks if isinstance(b, Text))
+    return True
+
+
 class _LeaseAndInboxContract:
+    @settings(
+        max_examples=20,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(data=st.data())
+    async def test_any_put_is_stored_once_or_refused_by_name_writing_nothing(
+        self, backend: Backend, data: st.DataObject
+    ) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            await journal.put(session, "first", Create(definition="agent"), definition="agent")
+            for i in range(data.draw(st.integers(min_value=1, max_value=4), label="puts")):
+                command = data.draw(_COMMANDS | _NOT_COMMANDS, label=f"command {i}")
+                key = data.draw(st.sampled_from(["first", "k1", "\udcff"]) | _TEXT, label="key")
+                where = data.draw(st.sampled_from([session, new_session()]), label="session")
+                definition = data.draw(st.sampled_from([None, "agent"]), label="definition")
+                before = await journal.sessions(), await journal.inbox(session)
+                try:
+                    entry = await journal.put(where, key, command, definition=definition)
+                except (JournalError, ValueError) as exc:
+                    assert str(exc)  # says what was refused
+                    assert (await journal.sessions(), await journal.inbox(session)) == before
+                    continue
+                assert (entry.session, entry.key, entry.command) == (where, key, command)
+                assert said_something(command), "input with nothing to say was stored"
+                # Once: the same put again is the same entry.
+                again = await journal.put(where, key, command, definition=definition)
+                assert again.number == entry.number
+
     async def test_acquire_takes_a_new_incarnation_and_fences_the_last(
         self, backend: Backend
     ) -> None:
