@@ -34,6 +34,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from journal import InboxKeyError, Journal, JournalError, Record, SessionNotFoundError
+from journal import inbox as ib
 from journal.events import CommandKeyed, GateCancelled, GateResolved, ToolResolved
 from loopruntime import LoopError
 from loopruntime.host import FoldError, check_principal
@@ -286,6 +287,8 @@ def _routes(console: Console) -> list[Route | Mount]:
             (g for st in states.values() for g in st.open_gates if g.gate_id == gate_id), None
         )
         if open_gate is None:
+            if await _sent_before(console, sid, key, gate_id):
+                return await _outcome(console, sid, key)
             raise ConsoleError(*await _closed_gate(console, sid, gate_id))
         action = body.get("action")
         who = console.principal
@@ -355,6 +358,8 @@ def _routes(console: Console) -> list[Route | Mount]:
             raise ConsoleError(400, f"is_error must be true or false, not {is_error!r}")
         states = await read_states(console.journal, sid) if await console.head(sid) else {}
         if not any(execution in st.unknown for st in states.values()):
+            if await _sent_before(console, sid, key, execution):
+                return await _outcome(console, sid, key)
             raise ConsoleError(*await _settled_effect(console, sid, execution))
         send = console.client.resolve(
             sid, execution, result, is_error, key=key, principal=console.principal
@@ -403,13 +408,38 @@ def _key(body: dict[str, Any]) -> str:
 
 async def _sent(console: Console, sid: str, key: str, send: Awaitable[object]) -> Response:
     """Put the command, then wait a while for its owner to apply it: 200 with
-    the record it made, 409 when refused, 202 when it still waits."""
+    the record it made, 409 when refused, 202 when it still waits (the same
+    for a retry with the same key)."""
     try:
         await send
     except InboxKeyError as exc:
         raise ConsoleError(409, str(exc)) from exc
     except (LoopError, ValueError) as exc:
         raise ConsoleError(400, str(exc)) from exc
+    return await _outcome(console, sid, key)
+
+
+async def _sent_before(console: Console, sid: str, key: str, target: str) -> bool:
+    """Whether ``key`` already names a command for this gate or tool call: a
+    retry of an action that was applied meanwhile (the gate is closed now)
+    answers that command's outcome, not "already answered"."""
+    entry = await console.journal.entry(sid, key)
+    if entry is None:
+        return False
+    command = entry.command
+    if isinstance(command, (ib.Answer, ib.Decide)) and command.gate_id == target:
+        return True
+    if isinstance(command, ib.Resolve) and command.execution_id == target:
+        return True
+    raise ConsoleError(
+        409,
+        f"this key was already used for another command (inbox entry {entry.number}); "
+        "send a new key",
+    )
+
+
+async def _outcome(console: Console, sid: str, key: str) -> Response:
+    """Wait a while for the command sent with ``key`` to be applied."""
     try:
         outcome = await console.client.wait(sid, key, timeout=console.wait)
     except CommandRefusedError as exc:
