@@ -247,6 +247,6 @@ def test_the_web_service_refuses_bad_requests(service: tuple[str, str]) -> None:
         assert surrogate.status_code == 422, surrogate.text
         resume = http.get(f"/sessions/{sid}/events", headers={"Last-Event-ID": "x"})
         assert resume.status_code == 400
-        # A stream of a session that does not exist says so, and ends.
+        # A stream of a session that does not exist is no stream.
         nowhere = http.get("/sessions/ses_missing/events")
-        assert "event: error" in nowhere.text and "ses_missing" in nowhere.text
+        assert nowhere.status_code == 404 and "ses_missing" in nowhere.json()["error"]
