@@ -35,6 +35,7 @@ from typing import Any
 import msgspec
 import trio
 from opentelemetry import trace
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -73,11 +74,14 @@ from .checkpoints import fork_base
 from .runtime import Session
 
 __all__ = [
+    "DEFAULT_SERVICE_NAME",
     "Exporter",
     "FinishedSpan",
     "SpanBuilder",
     "otlp_json",
+    "provider_of",
     "send_otlp",
+    "service_resource",
     "span_id_of",
     "spans_of",
     "trace_id_of",
@@ -212,9 +216,7 @@ class SpanBuilder:
                     if e.principal is not None:
                         turn.attributes["loopruntime.interrupted_by"] = e.principal
                     if e.outcome in ("failed", "crashed"):
-                        turn.error = e.code or e.outcome
-                        if e.code:
-                            turn.attributes["error.type"] = e.code
+                        _fail(turn, e.code or e.outcome)
                     done.append(_close(turn, r))
                     loop.turn = None
             case ModelCallStarted():
@@ -227,6 +229,7 @@ class SpanBuilder:
                     kind=SpanKind.CLIENT,
                     attributes={
                         "gen_ai.operation.name": "chat",
+                        "gen_ai.provider.name": provider_of(e.model),
                         "gen_ai.request.model": e.model,
                         "gen_ai.conversation.id": self.session,
                         "loopruntime.step": e.step,
@@ -247,8 +250,7 @@ class SpanBuilder:
             case ModelCallFailed():
                 call = self.calls.pop(e.effect_id, None)
                 if call is not None:
-                    call.attributes["error.type"] = e.code
-                    call.error = f"{e.code}: {e.detail}" if e.detail else e.code
+                    _fail(call, e.code, f"{e.code}: {e.detail}" if e.detail else e.code)
                     done.append(_close(call, r))
             case ToolStarted():
                 attributes = {
@@ -287,7 +289,7 @@ class SpanBuilder:
                     )
                 tool.attributes["loopruntime.disposition"] = e.disposition
                 if e.disposition != "succeeded":
-                    tool.error = e.disposition
+                    _fail(tool, e.disposition)
                 if self.capture_content:
                     tool.attributes["gen_ai.tool.call.result"] = _result_text(e.content)
                 done.append(_close(tool, r))
@@ -302,7 +304,7 @@ class SpanBuilder:
                     self._event(loop, "loopruntime.tool.interrupted", r.at, attributes)
                     if tool is not None:
                         del self.tools[e.execution_id]
-                        tool.error = "interrupted"
+                        _fail(tool, "interrupted")
                         done.append(_close(tool, r))
                 else:
                     # Unknown until the host resolves it: the span stays open.
@@ -320,7 +322,7 @@ class SpanBuilder:
                     if e.principal is not None:
                         tool.attributes["loopruntime.resolved_principal"] = e.principal
                     if e.is_error:
-                        tool.error = "resolved as an error"
+                        _fail(tool, "resolved_as_error", "resolved as an error")
                     if self.capture_content:
                         tool.attributes["gen_ai.tool.call.result"] = _result_text(e.content)
                     done.append(_close(tool, r))
@@ -455,6 +457,21 @@ class SpanBuilder:
 
     def feed_all(self, records: Iterable[Record]) -> list[FinishedSpan]:
         return [span for r in records for span in self.feed(r)]
+
+
+def provider_of(model: str) -> str:
+    """``gen_ai.provider.name`` of a model's name: the part before its first
+    colon, as the adapters name their models ("anthropic" for
+    ``anthropic:claude-...``, "scripted" for ``scripted:demo``), else the
+    whole name ("scripted"); "_OTHER" for an empty one."""
+    return model.partition(":")[0] or "_OTHER"
+
+
+def _fail(span: FinishedSpan, error_type: str, description: str | None = None) -> None:
+    """A span that ended in error: its status and the ``error.type`` the
+    conventions ask for beside it (a short, low-cardinality code)."""
+    span.attributes["error.type"] = error_type
+    span.error = description or error_type
 
 
 def _close(span: FinishedSpan, r: Record) -> FinishedSpan:
@@ -596,13 +613,35 @@ class Exporter:
         out.end(end_time=span.end)
 
 
+DEFAULT_SERVICE_NAME = "loopruntime"
+"""``service.name`` of the traces ``spans_of`` makes, unless the environment
+names one (``OTEL_SERVICE_NAME``, or ``service.name`` in
+``OTEL_RESOURCE_ATTRIBUTES``) or the caller does."""
+
+
+def service_resource(service_name: str | None = None) -> Resource:
+    """The resource traces are made under: ``service_name``, else the one the
+    environment names, else ``DEFAULT_SERVICE_NAME`` (never the SDK's
+    ``unknown_service``), with the SDK's other detected attributes."""
+    detected = Resource.create()
+    named = str(detected.attributes.get(SERVICE_NAME, ""))
+    if service_name is None and named and not named.startswith("unknown_service"):
+        return detected
+    return detected.merge(Resource({SERVICE_NAME: service_name or DEFAULT_SERVICE_NAME}))
+
+
 def spans_of(
-    session_id: str, records: Iterable[Record], *, capture_content: bool = False
+    session_id: str,
+    records: Iterable[Record],
+    *,
+    capture_content: bool = False,
+    service_name: str | None = None,
 ) -> tuple[ReadableSpan, ...]:
     """Every span the records close, as the SDK's finished spans (for an
-    export of a past session: ``replay --otlp`` / ``--format otel-json``)."""
+    export of a past session: ``replay --otlp`` / ``--format otel-json``),
+    under ``service_resource(service_name)``."""
     memory = InMemorySpanExporter()
-    provider = TracerProvider()
+    provider = TracerProvider(resource=service_resource(service_name))
     provider.add_span_processor(SimpleSpanProcessor(memory))
     Exporter(provider, capture_content=capture_content).export(session_id, records)
     provider.shutdown()
