@@ -567,7 +567,9 @@ def create_app(
     def refused(request: Request, status: int, message: str) -> Response:
         if _wants_html(request):
             return HTMLResponse(
-                message_page(status, message), status_code=status, headers=_PAGE_HEADERS
+                message_page(status, message, console.read_only),
+                status_code=status,
+                headers=_PAGE_HEADERS,
             )
         return _json({"error": message}, status=status)
 
