@@ -30,7 +30,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 import msgspec
 import trio
@@ -47,26 +47,43 @@ from journal.content import Message, Text, Thinking, ToolResult, ToolUse
 from journal.events import (
     CHECKPOINT_STREAM,
     ChildFinished,
+    ChildStarted,
+    CommandKeyed,
     CompactionCommitted,
     CompactionRejected,
+    CompactionStarted,
+    ContextMeasured,
+    DeadlinePassed,
     GateCancelled,
     GateOpened,
     GateResolved,
     GateReviewed,
     HookDecided,
+    InputCancelled,
     InputQueued,
+    LoopConfigured,
+    LoopInferenceChanged,
     LoopModeChanged,
+    LoopReconfigured,
     LoopStarted,
+    LoopStopped,
+    LoopToolsReplaced,
     ModelCallFailed,
     ModelCallStarted,
     ModelMessageCommitted,
+    ModelOutput,
     Notice,
     SessionForked,
+    SessionLevelEvent,
+    SteerApplied,
+    SteerQueued,
     ToolAbandoned,
     ToolCompleted,
     ToolResolved,
+    ToolsLoaded,
     ToolStarted,
     TurnEnded,
+    TurnRejected,
     TurnStarted,
 )
 
@@ -419,8 +436,28 @@ class SpanBuilder:
                     r.at,
                     {"gen_ai.agent.id": e.child_loop, "loopruntime.outcome": e.status},
                 )
-            case _:
+            case (
+                InputCancelled()
+                | SteerQueued()
+                | SteerApplied()
+                | TurnRejected()
+                | CommandKeyed()
+                | ModelOutput()
+                | ContextMeasured()
+                | ToolsLoaded()
+                | DeadlinePassed()
+                | CompactionStarted()
+                | LoopStopped()
+                | LoopConfigured()
+                | LoopReconfigured()
+                | LoopInferenceChanged()
+                | LoopToolsReplaced()
+                | ChildStarted()
+                | SessionLevelEvent()
+            ):
                 pass  # input bookkeeping, stream pieces, measures: no span, no event
+            case _:
+                assert_never(e)
         return done
 
     def _start_fork(self, r: Record) -> None:
