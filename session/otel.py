@@ -17,9 +17,10 @@
   (whose tool span also gets ``loopruntime.resolved_principal``); an
   interrupt's is ``loopruntime.interrupted_by`` on the turn it ended.
 
-The module is one piece: ``SpanBuilder`` is one ``match`` over every kind
-of record, whose cases share the spans still open, and the exporter is the
-thin shell that feeds it.
+The module is one piece: ``SpanBuilder`` dispatches every kind of record in
+one ``match`` to a method per part of the trace (turns, model calls, tool
+calls, gates, markers), all sharing the spans still open, and the exporter
+is the thin shell that feeds it.
 
 docs/traces.md tells the whole story.
 """
@@ -189,6 +190,53 @@ class SpanBuilder:
         loop = self.loops.setdefault(r.loop, _Loop())
         done: list[FinishedSpan] = []
         match e:
+            case LoopStarted() | InputQueued():
+                self._loop_input(r, e, loop)
+            case TurnStarted() | TurnEnded():
+                self._turn(r, e, loop, done)
+            case ModelCallStarted() | ModelMessageCommitted() | ModelCallFailed():
+                self._model_call(r, e, loop, done)
+            case ToolStarted() | ToolCompleted():
+                self._tool_call(r, e, loop, done)
+            case ToolAbandoned() | ToolResolved():
+                self._unsettled_call(r, e, loop, done)
+            case GateOpened() | GateResolved() | GateCancelled() | GateReviewed() | HookDecided():
+                self._gate(r, e, loop)
+            case (
+                Notice()
+                | CompactionCommitted()
+                | CompactionRejected()
+                | LoopModeChanged()
+                | ChildFinished()
+            ):
+                self._marker(r, e, loop)
+            case (
+                InputCancelled()
+                | SteerQueued()
+                | SteerApplied()
+                | TurnRejected()
+                | CommandKeyed()
+                | ModelOutput()
+                | ContextMeasured()
+                | ToolsLoaded()
+                | DeadlinePassed()
+                | CompactionStarted()
+                | LoopStopped()
+                | LoopConfigured()
+                | LoopReconfigured()
+                | LoopInferenceChanged()
+                | LoopToolsReplaced()
+                | ChildStarted()
+                | SessionLevelEvent()
+            ):
+                pass  # input bookkeeping, stream pieces, measures: no span, no event
+            case _:
+                assert_never(e)
+        return done
+
+    def _loop_input(self, r: Record, e: LoopStarted | InputQueued, loop: _Loop) -> None:
+        """A loop's definition and parent; who queued an input, and what it said."""
+        match e:
             case LoopStarted():
                 loop.definition, loop.model = e.definition, e.model
                 if e.parent is not None:
@@ -198,6 +246,14 @@ class SpanBuilder:
                     self.inputs[e.input_id] = e.messages
                 if e.principal is not None:
                     self.principals[e.input_id] = e.principal
+            case _:
+                assert_never(e)
+
+    def _turn(
+        self, r: Record, e: TurnStarted | TurnEnded, loop: _Loop, done: list[FinishedSpan]
+    ) -> None:
+        """A turn's ``invoke_agent`` span: opened, closed."""
+        match e:
             case TurnStarted():
                 attributes: dict[str, Any] = {
                     "gen_ai.operation.name": "invoke_agent",
@@ -236,6 +292,18 @@ class SpanBuilder:
                         _fail(turn, e.code or e.outcome)
                     done.append(_close(turn, r))
                     loop.turn = None
+            case _:
+                assert_never(e)
+
+    def _model_call(
+        self,
+        r: Record,
+        e: ModelCallStarted | ModelMessageCommitted | ModelCallFailed,
+        loop: _Loop,
+        done: list[FinishedSpan],
+    ) -> None:
+        """A model call's ``chat`` span: opened, closed by its message or its failure."""
+        match e:
             case ModelCallStarted():
                 self.calls[e.effect_id] = FinishedSpan(
                     name=f"chat {e.model}",
@@ -269,6 +337,15 @@ class SpanBuilder:
                 if call is not None:
                     _fail(call, e.code, f"{e.code}: {e.detail}" if e.detail else e.code)
                     done.append(_close(call, r))
+            case _:
+                assert_never(e)
+
+    def _tool_call(
+        self, r: Record, e: ToolStarted | ToolCompleted, loop: _Loop, done: list[FinishedSpan]
+    ) -> None:
+        """A tool call's ``execute_tool`` span: opened, closed (a call rejected
+        before it ran is a span of no length)."""
+        match e:
             case ToolStarted():
                 attributes = {
                     "gen_ai.operation.name": "execute_tool",
@@ -310,6 +387,15 @@ class SpanBuilder:
                 if self.capture_content:
                     tool.attributes["gen_ai.tool.call.result"] = _result_text(e.content)
                 done.append(_close(tool, r))
+            case _:
+                assert_never(e)
+
+    def _unsettled_call(
+        self, r: Record, e: ToolAbandoned | ToolResolved, loop: _Loop, done: list[FinishedSpan]
+    ) -> None:
+        """A tool call cut short: closed when interrupted, left open while its
+        outcome is unknown, closed by its resolution."""
+        match e:
             case ToolAbandoned():
                 attributes = {
                     "loopruntime.execution_id": e.execution_id,
@@ -343,6 +429,17 @@ class SpanBuilder:
                     if self.capture_content:
                         tool.attributes["gen_ai.tool.call.result"] = _result_text(e.content)
                     done.append(_close(tool, r))
+            case _:
+                assert_never(e)
+
+    def _gate(
+        self,
+        r: Record,
+        e: GateOpened | GateResolved | GateCancelled | GateReviewed | HookDecided,
+        loop: _Loop,
+    ) -> None:
+        """Gates, their reviews and hook decisions: events of the turn."""
+        match e:
             case GateOpened():
                 self._event(
                     loop,
@@ -357,7 +454,10 @@ class SpanBuilder:
                     | ({"loopruntime.gate.prompt": e.prompt} if self.capture_content else {}),
                 )
             case GateResolved():
-                attributes = {"loopruntime.gate_id": e.gate_id, "loopruntime.gate.kind": e.kind}
+                attributes: dict[str, Any] = {
+                    "loopruntime.gate_id": e.gate_id,
+                    "loopruntime.gate.kind": e.kind,
+                }
                 if e.allow is not None:
                     attributes["loopruntime.gate.allow"] = e.allow
                     attributes["loopruntime.gate.scope"] = e.scope or ""
@@ -373,13 +473,19 @@ class SpanBuilder:
                     r.at,
                     {"loopruntime.gate_id": e.gate_id, "loopruntime.reason": e.reason},
                 )
-            case Notice():
+            case GateReviewed():
                 self._event(
                     loop,
-                    "loopruntime.notice",
+                    "loopruntime.gate.reviewed",
                     r.at,
-                    {"loopruntime.notice.code": e.code, "loopruntime.notice.refs": e.refs}
-                    | ({"loopruntime.notice.text": e.text} if self.capture_content else {}),
+                    {
+                        "loopruntime.classifier": e.classifier,
+                        "loopruntime.verdict": e.verdict,
+                        "loopruntime.failed": e.failed,
+                        "gen_ai.tool.name": e.tool_name,
+                        "gen_ai.tool.call.id": e.tool_use_id,
+                    }
+                    | ({"loopruntime.reason": e.reason} if self.capture_content else {}),
                 )
             case HookDecided():
                 self._event(
@@ -394,19 +500,24 @@ class SpanBuilder:
                     }
                     | ({"loopruntime.reason": e.reason} if self.capture_content else {}),
                 )
-            case GateReviewed():
+            case _:
+                assert_never(e)
+
+    def _marker(
+        self,
+        r: Record,
+        e: Notice | CompactionCommitted | CompactionRejected | LoopModeChanged | ChildFinished,
+        loop: _Loop,
+    ) -> None:
+        """What else a reader of the trace wants marked: events of the turn."""
+        match e:
+            case Notice():
                 self._event(
                     loop,
-                    "loopruntime.gate.reviewed",
+                    "loopruntime.notice",
                     r.at,
-                    {
-                        "loopruntime.classifier": e.classifier,
-                        "loopruntime.verdict": e.verdict,
-                        "loopruntime.failed": e.failed,
-                        "gen_ai.tool.name": e.tool_name,
-                        "gen_ai.tool.call.id": e.tool_use_id,
-                    }
-                    | ({"loopruntime.reason": e.reason} if self.capture_content else {}),
+                    {"loopruntime.notice.code": e.code, "loopruntime.notice.refs": e.refs}
+                    | ({"loopruntime.notice.text": e.text} if self.capture_content else {}),
                 )
             case CompactionCommitted():
                 self._event(
@@ -436,29 +547,8 @@ class SpanBuilder:
                     r.at,
                     {"gen_ai.agent.id": e.child_loop, "loopruntime.outcome": e.status},
                 )
-            case (
-                InputCancelled()
-                | SteerQueued()
-                | SteerApplied()
-                | TurnRejected()
-                | CommandKeyed()
-                | ModelOutput()
-                | ContextMeasured()
-                | ToolsLoaded()
-                | DeadlinePassed()
-                | CompactionStarted()
-                | LoopStopped()
-                | LoopConfigured()
-                | LoopReconfigured()
-                | LoopInferenceChanged()
-                | LoopToolsReplaced()
-                | ChildStarted()
-                | SessionLevelEvent()
-            ):
-                pass  # input bookkeeping, stream pieces, measures: no span, no event
             case _:
                 assert_never(e)
-        return done
 
     def _start_fork(self, r: Record) -> None:
         """A fork's loops come from its base (seq 2), not from ``loop.started``;
