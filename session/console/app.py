@@ -189,195 +189,216 @@ _PAGE_HEADERS = {
 }
 
 
-def _routes(console: Console) -> list[Route | Mount]:
-    async def index(request: Request) -> Response:
-        return _page(
-            console, request, lambda: list_page(console.token, console.read_only, console.principal)
-        )
+def _console(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
 
-    async def session(request: Request) -> Response:
-        sid = request.path_params["session"]
-        if request.query_params.get("token") is None:
-            console.check_read(request)
-            await console.head(sid)
-        return _page(
-            console,
-            request,
-            lambda: session_page(sid, console.token, console.read_only, console.principal),
-        )
 
-    async def sessions(request: Request) -> Response:
+async def _index(request: Request) -> Response:
+    console = _console(request)
+    return _page(
+        console, request, lambda: list_page(console.token, console.read_only, console.principal)
+    )
+
+
+async def _session(request: Request) -> Response:
+    console = _console(request)
+    sid = request.path_params["session"]
+    if request.query_params.get("token") is None:
         console.check_read(request)
-        wanted = request.query_params.get("status")
-        if wanted is not None and wanted not in STATUS_ORDER:
-            raise ConsoleError(400, f"status {wanted!r} is not one of {', '.join(STATUS_ORDER)}")
-        rows = await console.overview.rows()
-        return _json([r for r in rows if wanted is None or r.status == wanted])
-
-    async def sessions_events(request: Request) -> Response:
-        console.check_read(request)
-        return EventStream(functools.partial(list_stream, console.overview, console.list_poll))
-
-    async def session_events(request: Request) -> Response:
-        console.check_read(request)
-        sid = request.path_params["session"]
         await console.head(sid)
-        after = _int(
-            request.headers.get("last-event-id") or request.query_params.get("after", "0"), "after"
-        )
-        return EventStream(
-            functools.partial(session_stream, console.journal, console.client, sid, after)
-        )
+    return _page(
+        console,
+        request,
+        lambda: session_page(sid, console.token, console.read_only, console.principal),
+    )
 
-    async def tree(request: Request) -> Response:
-        console.check_read(request)
-        sid = request.path_params["session"]
-        records = await console.records(sid)
-        return Response(tree_json(build_tree(sid, records)), media_type="application/json")
 
-    async def states(request: Request) -> Response:
-        console.check_read(request)
-        sid = request.path_params["session"]
-        seq = _int(request.query_params.get("seq"), "seq")
-        records = await console.records(sid)
-        head = records[-1].seq if records else 0
-        if not 1 <= seq <= head:
+async def _sessions(request: Request) -> Response:
+    console = _console(request)
+    console.check_read(request)
+    wanted = request.query_params.get("status")
+    if wanted is not None and wanted not in STATUS_ORDER:
+        raise ConsoleError(400, f"status {wanted!r} is not one of {', '.join(STATUS_ORDER)}")
+    rows = await console.overview.rows()
+    return _json([r for r in rows if wanted is None or r.status == wanted])
+
+
+async def _sessions_events(request: Request) -> Response:
+    console = _console(request)
+    console.check_read(request)
+    return EventStream(functools.partial(list_stream, console.overview, console.list_poll))
+
+
+async def _session_events(request: Request) -> Response:
+    console = _console(request)
+    console.check_read(request)
+    sid = request.path_params["session"]
+    await console.head(sid)
+    after = _int(
+        request.headers.get("last-event-id") or request.query_params.get("after", "0"), "after"
+    )
+    return EventStream(
+        functools.partial(session_stream, console.journal, console.client, sid, after)
+    )
+
+
+async def _tree(request: Request) -> Response:
+    console = _console(request)
+    console.check_read(request)
+    sid = request.path_params["session"]
+    records = await console.records(sid)
+    return Response(tree_json(build_tree(sid, records)), media_type="application/json")
+
+
+async def _states(request: Request) -> Response:
+    console = _console(request)
+    console.check_read(request)
+    sid = request.path_params["session"]
+    seq = _int(request.query_params.get("seq"), "seq")
+    records = await console.records(sid)
+    head = records[-1].seq if records else 0
+    if not 1 <= seq <= head:
+        raise ConsoleError(400, f"seq {seq} is out of range: session {sid} has seqs 1 to {head}")
+    try:
+        found = states_at(records, seq)
+    except FoldError as exc:
+        raise ConsoleError(
+            422, f"{exc}; `loopruntime replay {sid} --check` reports every problem"
+        ) from exc
+    loops = [
+        {
+            "loop": loop,
+            "status": st.status.value,
+            "turn": st.turn_index,
+            "messages": len(st.messages),
+            "last_seq": st.last_seq,
+        }
+        for loop, st in found.items()
+    ]
+    return _json({"seq": seq, "head": head, "loops": loops, "text": render_states(found, seq)})
+
+
+async def _record(request: Request) -> Response:
+    console = _console(request)
+    console.check_read(request)
+    sid = request.path_params["session"]
+    seq = _int(request.path_params["seq"], "seq")
+    head = await console.head(sid)
+    if not 1 <= seq <= head:
+        raise ConsoleError(404, f"session {sid} has no record {seq} (its seqs are 1 to {head})")
+    async for r in console.journal.read(sid, after=seq - 1):
+        return Response(msgspec.json.encode(msgspec.to_builtins(r)), media_type="application/json")
+    raise ConsoleError(404, f"session {sid} has no record {seq}")
+
+
+async def _answer_gate(request: Request) -> Response:
+    console = _console(request)
+    console.check_write(request)
+    sid = request.path_params["session"]
+    gate_id = request.path_params["gate"]
+    body = await _body(request)
+    key = _key(body)
+    states = await read_states(console.journal, sid) if await console.head(sid) else {}
+    open_gate = next(
+        (g for st in states.values() for g in st.open_gates if g.gate_id == gate_id), None
+    )
+    if open_gate is None:
+        if await _sent_before(console, sid, key, gate_id):
+            return await _outcome(console, sid, key)
+        raise ConsoleError(*await _closed_gate(console, sid, gate_id))
+    action = body.get("action")
+    who = console.principal
+    if open_gate.kind == "permission":
+        choices = {
+            "allow_once": (True, "once"),
+            "allow_session": (True, "session"),
+            "deny": (False, "once"),
+        }
+        if action not in choices:
             raise ConsoleError(
-                400, f"seq {seq} is out of range: session {sid} has seqs 1 to {head}"
+                400,
+                f"gate {gate_id} asks for permission: action must be allow_once, "
+                f"allow_session or deny, not {action!r}",
             )
-        try:
-            found = states_at(records, seq)
-        except FoldError as exc:
+        allow, scope = choices[action]
+        send = console.client.decide(sid, gate_id, allow, scope, key=key, principal=who)
+    elif open_gate.url is not None:
+        value = body.get("value")
+        if action != "confirm" or not (value is None or isinstance(value, str)):
             raise ConsoleError(
-                422, f"{exc}; `loopruntime replay {sid} --check` reports every problem"
-            ) from exc
-        loops = [
-            {
-                "loop": loop,
-                "status": st.status.value,
-                "turn": st.turn_index,
-                "messages": len(st.messages),
-                "last_seq": st.last_seq,
-            }
-            for loop, st in found.items()
-        ]
-        return _json({"seq": seq, "head": head, "loops": loops, "text": render_states(found, seq)})
-
-    async def record(request: Request) -> Response:
-        console.check_read(request)
-        sid = request.path_params["session"]
-        seq = _int(request.path_params["seq"], "seq")
-        head = await console.head(sid)
-        if not 1 <= seq <= head:
-            raise ConsoleError(404, f"session {sid} has no record {seq} (its seqs are 1 to {head})")
-        async for r in console.journal.read(sid, after=seq - 1):
-            return Response(
-                msgspec.json.encode(msgspec.to_builtins(r)), media_type="application/json"
+                400,
+                f"gate {gate_id} asks to open {open_gate.url} and confirm: send action "
+                "'confirm' (with 'value', text, when it asks for one)",
             )
-        raise ConsoleError(404, f"session {sid} has no record {seq}")
-
-    async def gate(request: Request) -> Response:
-        console.check_write(request)
-        sid = request.path_params["session"]
-        gate_id = request.path_params["gate"]
-        body = await _body(request)
-        key = _key(body)
-        states = await read_states(console.journal, sid) if await console.head(sid) else {}
-        open_gate = next(
-            (g for st in states.values() for g in st.open_gates if g.gate_id == gate_id), None
-        )
-        if open_gate is None:
-            if await _sent_before(console, sid, key, gate_id):
-                return await _outcome(console, sid, key)
-            raise ConsoleError(*await _closed_gate(console, sid, gate_id))
-        action = body.get("action")
-        who = console.principal
-        if open_gate.kind == "permission":
-            choices = {
-                "allow_once": (True, "once"),
-                "allow_session": (True, "session"),
-                "deny": (False, "once"),
-            }
-            if action not in choices:
-                raise ConsoleError(
-                    400,
-                    f"gate {gate_id} asks for permission: action must be allow_once, "
-                    f"allow_session or deny, not {action!r}",
-                )
-            allow, scope = choices[action]
-            send = console.client.decide(sid, gate_id, allow, scope, key=key, principal=who)
-        elif open_gate.url is not None:
-            value = body.get("value")
-            if action != "confirm" or not (value is None or isinstance(value, str)):
-                raise ConsoleError(
-                    400,
-                    f"gate {gate_id} asks to open {open_gate.url} and confirm: send action "
-                    "'confirm' (with 'value', text, when it asks for one)",
-                )
-            if open_gate.needs_value and not (value or "").strip():
-                raise ConsoleError(
-                    400,
-                    f"gate {gate_id} asks for the value the page at {open_gate.url} gave "
-                    "(a code, an id): put it in 'value'; nothing was sent",
-                )
-            text = value if value and value.strip() else URL_CONFIRMED
-            send = console.client.answer(sid, gate_id, text, key=key, principal=who)
-        elif open_gate.form is not None:
-            if action != "answer" or ("data" not in body) == ("text" not in body):
-                raise ConsoleError(
-                    400,
-                    f"gate {gate_id} asks for a form: send action 'answer' with 'data' (the "
-                    "form's value) or 'text' (its JSON)",
-                )
-            if "data" in body:
-                text = msgspec.json.encode(body["data"]).decode()
-            elif isinstance(body["text"], str) and body["text"].strip():
-                text = body["text"]
-            else:
-                raise ConsoleError(400, f"the answer to form gate {gate_id} is empty JSON text")
-            send = console.client.answer(sid, gate_id, text, key=key, principal=who)
+        if open_gate.needs_value and not (value or "").strip():
+            raise ConsoleError(
+                400,
+                f"gate {gate_id} asks for the value the page at {open_gate.url} gave "
+                "(a code, an id): put it in 'value'; nothing was sent",
+            )
+        text = value if value and value.strip() else URL_CONFIRMED
+        send = console.client.answer(sid, gate_id, text, key=key, principal=who)
+    elif open_gate.form is not None:
+        if action != "answer" or ("data" not in body) == ("text" not in body):
+            raise ConsoleError(
+                400,
+                f"gate {gate_id} asks for a form: send action 'answer' with 'data' (the "
+                "form's value) or 'text' (its JSON)",
+            )
+        if "data" in body:
+            text = msgspec.json.encode(body["data"]).decode()
+        elif isinstance(body["text"], str) and body["text"].strip():
+            text = body["text"]
         else:
-            said = body.get("text")
-            if action != "answer" or not isinstance(said, str) or not said.strip():
-                raise ConsoleError(
-                    400, f"gate {gate_id} asks a question: send action 'answer' with its text"
-                )
-            send = console.client.answer(sid, gate_id, said, key=key, principal=who)
-        return await _sent(console, sid, key, send)
+            raise ConsoleError(400, f"the answer to form gate {gate_id} is empty JSON text")
+        send = console.client.answer(sid, gate_id, text, key=key, principal=who)
+    else:
+        said = body.get("text")
+        if action != "answer" or not isinstance(said, str) or not said.strip():
+            raise ConsoleError(
+                400, f"gate {gate_id} asks a question: send action 'answer' with its text"
+            )
+        send = console.client.answer(sid, gate_id, said, key=key, principal=who)
+    return await _sent(console, sid, key, send)
 
-    async def effect(request: Request) -> Response:
-        console.check_write(request)
-        sid = request.path_params["session"]
-        execution = request.path_params["execution"]
-        body = await _body(request)
-        key = _key(body)
-        result, is_error = body.get("result"), body.get("is_error", False)
-        if not isinstance(result, str) or not result.strip():
-            raise ConsoleError(400, "a resolution needs the result the model will see (text)")
-        if not isinstance(is_error, bool):
-            raise ConsoleError(400, f"is_error must be true or false, not {is_error!r}")
-        states = await read_states(console.journal, sid) if await console.head(sid) else {}
-        if not any(execution in st.unknown for st in states.values()):
-            if await _sent_before(console, sid, key, execution):
-                return await _outcome(console, sid, key)
-            raise ConsoleError(*await _settled_effect(console, sid, execution))
-        send = console.client.resolve(
-            sid, execution, result, is_error, key=key, principal=console.principal
-        )
-        return await _sent(console, sid, key, send)
 
+async def _resolve_effect(request: Request) -> Response:
+    console = _console(request)
+    console.check_write(request)
+    sid = request.path_params["session"]
+    execution = request.path_params["execution"]
+    body = await _body(request)
+    key = _key(body)
+    result, is_error = body.get("result"), body.get("is_error", False)
+    if not isinstance(result, str) or not result.strip():
+        raise ConsoleError(400, "a resolution needs the result the model will see (text)")
+    if not isinstance(is_error, bool):
+        raise ConsoleError(400, f"is_error must be true or false, not {is_error!r}")
+    states = await read_states(console.journal, sid) if await console.head(sid) else {}
+    if not any(execution in st.unknown for st in states.values()):
+        if await _sent_before(console, sid, key, execution):
+            return await _outcome(console, sid, key)
+        raise ConsoleError(*await _settled_effect(console, sid, execution))
+    send = console.client.resolve(
+        sid, execution, result, is_error, key=key, principal=console.principal
+    )
+    return await _sent(console, sid, key, send)
+
+
+def _routes() -> list[Route | Mount]:
     static = StaticFiles(directory=str(files("session.console") / "static"))
     return [
-        Route("/", index),
-        Route("/sessions/{session}", session),
-        Route("/api/sessions", sessions),
-        Route("/api/sessions/events", sessions_events),
-        Route("/api/sessions/{session}/events", session_events),
-        Route("/api/sessions/{session}/tree", tree),
-        Route("/api/sessions/{session}/states", states),
-        Route("/api/sessions/{session}/records/{seq}", record),
-        Route("/api/sessions/{session}/gates/{gate}", gate, methods=["POST"]),
-        Route("/api/sessions/{session}/effects/{execution}", effect, methods=["POST"]),
+        Route("/", _index),
+        Route("/sessions/{session}", _session),
+        Route("/api/sessions", _sessions),
+        Route("/api/sessions/events", _sessions_events),
+        Route("/api/sessions/{session}/events", _session_events),
+        Route("/api/sessions/{session}/tree", _tree),
+        Route("/api/sessions/{session}/states", _states),
+        Route("/api/sessions/{session}/records/{seq}", _record),
+        Route("/api/sessions/{session}/gates/{gate}", _answer_gate, methods=["POST"]),
+        Route("/api/sessions/{session}/effects/{execution}", _resolve_effect, methods=["POST"]),
         Mount("/static", static),
     ]
 
@@ -593,7 +614,7 @@ def create_app(
         )
 
     app = Starlette(
-        routes=_routes(console),
+        routes=_routes(),
         exception_handlers={
             ConsoleError: console_error,
             HTTPException: http_error,
