@@ -10,7 +10,6 @@ whose outcome is unknown."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import trio
 import trio.testing

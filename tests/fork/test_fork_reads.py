@@ -21,7 +21,9 @@ BACKENDS = ["memory", "sqlite", "postgres"]
 
 
 @asynccontextmanager
-async def backend(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Journal]:
+async def backend(
+    name: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Journal]:
     if name == "memory":
         yield MemoryJournal()
         return
