@@ -30,7 +30,7 @@ from .checkpoints import SessionFolder
 from .errors import ForkError, SessionExistsError, UnknownSessionError
 from .replay.checker import check_read
 
-__all__ = ["lineage", "plan_fork", "write_fork"]
+__all__ = ["inherited_records", "lineage", "plan_fork", "write_fork"]
 
 
 class ForkPlan:
@@ -52,6 +52,22 @@ async def lineage(journal: Journal, session_id: str) -> SessionForked | None:
         event = record.event
         return event if isinstance(event, SessionForked) and record.seq == 1 else None
     return None
+
+
+async def inherited_records(journal: Journal, session_id: str) -> list[Record]:
+    """The records a fork inherits, oldest first: its source's up to the seq it
+    was cut at (with, for a fork of a fork, what that source inherited).
+    Empty for a session that is not a fork, or whose source is not in
+    ``journal``.  Their seqs are their own session's."""
+    forked = await lineage(journal, session_id)
+    if forked is None:
+        return []
+    try:
+        found = await inherited_records(journal, forked.source)
+        found += await _read_until(journal, forked.source, forked.seq)
+    except SessionNotFoundError:
+        return []
+    return found
 
 
 async def plan_fork(

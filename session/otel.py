@@ -17,9 +17,10 @@
   (whose tool span also gets ``loopruntime.resolved_principal``); an
   interrupt's is ``loopruntime.interrupted_by`` on the turn it ended.
 
-The module is one piece: ``SpanBuilder`` is one ``match`` over every kind
-of record, whose cases share the spans still open, and the exporter is the
-thin shell that feeds it.
+The module is one piece: ``SpanBuilder`` dispatches every kind of record in
+one ``match`` to a method per part of the trace (turns, model calls, tool
+calls, gates, markers), all sharing the spans still open, and the exporter
+is the thin shell that feeds it.
 
 docs/traces.md tells the whole story.
 """
@@ -30,11 +31,12 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 import msgspec
 import trio
 from opentelemetry import trace
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -46,26 +48,43 @@ from journal.content import Message, Text, Thinking, ToolResult, ToolUse
 from journal.events import (
     CHECKPOINT_STREAM,
     ChildFinished,
+    ChildStarted,
+    CommandKeyed,
     CompactionCommitted,
     CompactionRejected,
+    CompactionStarted,
+    ContextMeasured,
+    DeadlinePassed,
     GateCancelled,
     GateOpened,
     GateResolved,
     GateReviewed,
     HookDecided,
+    InputCancelled,
     InputQueued,
+    LoopConfigured,
+    LoopInferenceChanged,
     LoopModeChanged,
+    LoopReconfigured,
     LoopStarted,
+    LoopStopped,
+    LoopToolsReplaced,
     ModelCallFailed,
     ModelCallStarted,
     ModelMessageCommitted,
+    ModelOutput,
     Notice,
     SessionForked,
+    SessionLevelEvent,
+    SteerApplied,
+    SteerQueued,
     ToolAbandoned,
     ToolCompleted,
     ToolResolved,
+    ToolsLoaded,
     ToolStarted,
     TurnEnded,
+    TurnRejected,
     TurnStarted,
 )
 
@@ -73,11 +92,14 @@ from .checkpoints import fork_base
 from .runtime import Session
 
 __all__ = [
+    "DEFAULT_SERVICE_NAME",
     "Exporter",
     "FinishedSpan",
     "SpanBuilder",
     "otlp_json",
+    "provider_of",
     "send_otlp",
+    "service_resource",
     "span_id_of",
     "spans_of",
     "trace_id_of",
@@ -168,6 +190,53 @@ class SpanBuilder:
         loop = self.loops.setdefault(r.loop, _Loop())
         done: list[FinishedSpan] = []
         match e:
+            case LoopStarted() | InputQueued():
+                self._loop_input(r, e, loop)
+            case TurnStarted() | TurnEnded():
+                self._turn(r, e, loop, done)
+            case ModelCallStarted() | ModelMessageCommitted() | ModelCallFailed():
+                self._model_call(r, e, loop, done)
+            case ToolStarted() | ToolCompleted():
+                self._tool_call(r, e, loop, done)
+            case ToolAbandoned() | ToolResolved():
+                self._unsettled_call(r, e, loop, done)
+            case GateOpened() | GateResolved() | GateCancelled() | GateReviewed() | HookDecided():
+                self._gate(r, e, loop)
+            case (
+                Notice()
+                | CompactionCommitted()
+                | CompactionRejected()
+                | LoopModeChanged()
+                | ChildFinished()
+            ):
+                self._marker(r, e, loop)
+            case (
+                InputCancelled()
+                | SteerQueued()
+                | SteerApplied()
+                | TurnRejected()
+                | CommandKeyed()
+                | ModelOutput()
+                | ContextMeasured()
+                | ToolsLoaded()
+                | DeadlinePassed()
+                | CompactionStarted()
+                | LoopStopped()
+                | LoopConfigured()
+                | LoopReconfigured()
+                | LoopInferenceChanged()
+                | LoopToolsReplaced()
+                | ChildStarted()
+                | SessionLevelEvent()
+            ):
+                pass  # input bookkeeping, stream pieces, measures: no span, no event
+            case _:
+                assert_never(e)
+        return done
+
+    def _loop_input(self, r: Record, e: LoopStarted | InputQueued, loop: _Loop) -> None:
+        """A loop's definition and parent; who queued an input, and what it said."""
+        match e:
             case LoopStarted():
                 loop.definition, loop.model = e.definition, e.model
                 if e.parent is not None:
@@ -177,6 +246,14 @@ class SpanBuilder:
                     self.inputs[e.input_id] = e.messages
                 if e.principal is not None:
                     self.principals[e.input_id] = e.principal
+            case _:
+                assert_never(e)
+
+    def _turn(
+        self, r: Record, e: TurnStarted | TurnEnded, loop: _Loop, done: list[FinishedSpan]
+    ) -> None:
+        """A turn's ``invoke_agent`` span: opened, closed."""
+        match e:
             case TurnStarted():
                 attributes: dict[str, Any] = {
                     "gen_ai.operation.name": "invoke_agent",
@@ -212,11 +289,21 @@ class SpanBuilder:
                     if e.principal is not None:
                         turn.attributes["loopruntime.interrupted_by"] = e.principal
                     if e.outcome in ("failed", "crashed"):
-                        turn.error = e.code or e.outcome
-                        if e.code:
-                            turn.attributes["error.type"] = e.code
+                        _fail(turn, e.code or e.outcome)
                     done.append(_close(turn, r))
                     loop.turn = None
+            case _:
+                assert_never(e)
+
+    def _model_call(
+        self,
+        r: Record,
+        e: ModelCallStarted | ModelMessageCommitted | ModelCallFailed,
+        loop: _Loop,
+        done: list[FinishedSpan],
+    ) -> None:
+        """A model call's ``chat`` span: opened, closed by its message or its failure."""
+        match e:
             case ModelCallStarted():
                 self.calls[e.effect_id] = FinishedSpan(
                     name=f"chat {e.model}",
@@ -227,6 +314,7 @@ class SpanBuilder:
                     kind=SpanKind.CLIENT,
                     attributes={
                         "gen_ai.operation.name": "chat",
+                        "gen_ai.provider.name": provider_of(e.model),
                         "gen_ai.request.model": e.model,
                         "gen_ai.conversation.id": self.session,
                         "loopruntime.step": e.step,
@@ -247,9 +335,17 @@ class SpanBuilder:
             case ModelCallFailed():
                 call = self.calls.pop(e.effect_id, None)
                 if call is not None:
-                    call.attributes["error.type"] = e.code
-                    call.error = f"{e.code}: {e.detail}" if e.detail else e.code
+                    _fail(call, e.code, f"{e.code}: {e.detail}" if e.detail else e.code)
                     done.append(_close(call, r))
+            case _:
+                assert_never(e)
+
+    def _tool_call(
+        self, r: Record, e: ToolStarted | ToolCompleted, loop: _Loop, done: list[FinishedSpan]
+    ) -> None:
+        """A tool call's ``execute_tool`` span: opened, closed (a call rejected
+        before it ran is a span of no length)."""
+        match e:
             case ToolStarted():
                 attributes = {
                     "gen_ai.operation.name": "execute_tool",
@@ -287,10 +383,19 @@ class SpanBuilder:
                     )
                 tool.attributes["loopruntime.disposition"] = e.disposition
                 if e.disposition != "succeeded":
-                    tool.error = e.disposition
+                    _fail(tool, e.disposition)
                 if self.capture_content:
                     tool.attributes["gen_ai.tool.call.result"] = _result_text(e.content)
                 done.append(_close(tool, r))
+            case _:
+                assert_never(e)
+
+    def _unsettled_call(
+        self, r: Record, e: ToolAbandoned | ToolResolved, loop: _Loop, done: list[FinishedSpan]
+    ) -> None:
+        """A tool call cut short: closed when interrupted, left open while its
+        outcome is unknown, closed by its resolution."""
+        match e:
             case ToolAbandoned():
                 attributes = {
                     "loopruntime.execution_id": e.execution_id,
@@ -302,7 +407,7 @@ class SpanBuilder:
                     self._event(loop, "loopruntime.tool.interrupted", r.at, attributes)
                     if tool is not None:
                         del self.tools[e.execution_id]
-                        tool.error = "interrupted"
+                        _fail(tool, "interrupted")
                         done.append(_close(tool, r))
                 else:
                     # Unknown until the host resolves it: the span stays open.
@@ -320,10 +425,21 @@ class SpanBuilder:
                     if e.principal is not None:
                         tool.attributes["loopruntime.resolved_principal"] = e.principal
                     if e.is_error:
-                        tool.error = "resolved as an error"
+                        _fail(tool, "resolved_as_error", "resolved as an error")
                     if self.capture_content:
                         tool.attributes["gen_ai.tool.call.result"] = _result_text(e.content)
                     done.append(_close(tool, r))
+            case _:
+                assert_never(e)
+
+    def _gate(
+        self,
+        r: Record,
+        e: GateOpened | GateResolved | GateCancelled | GateReviewed | HookDecided,
+        loop: _Loop,
+    ) -> None:
+        """Gates, their reviews and hook decisions: events of the turn."""
+        match e:
             case GateOpened():
                 self._event(
                     loop,
@@ -338,7 +454,10 @@ class SpanBuilder:
                     | ({"loopruntime.gate.prompt": e.prompt} if self.capture_content else {}),
                 )
             case GateResolved():
-                attributes = {"loopruntime.gate_id": e.gate_id, "loopruntime.gate.kind": e.kind}
+                attributes: dict[str, Any] = {
+                    "loopruntime.gate_id": e.gate_id,
+                    "loopruntime.gate.kind": e.kind,
+                }
                 if e.allow is not None:
                     attributes["loopruntime.gate.allow"] = e.allow
                     attributes["loopruntime.gate.scope"] = e.scope or ""
@@ -354,13 +473,19 @@ class SpanBuilder:
                     r.at,
                     {"loopruntime.gate_id": e.gate_id, "loopruntime.reason": e.reason},
                 )
-            case Notice():
+            case GateReviewed():
                 self._event(
                     loop,
-                    "loopruntime.notice",
+                    "loopruntime.gate.reviewed",
                     r.at,
-                    {"loopruntime.notice.code": e.code, "loopruntime.notice.refs": e.refs}
-                    | ({"loopruntime.notice.text": e.text} if self.capture_content else {}),
+                    {
+                        "loopruntime.classifier": e.classifier,
+                        "loopruntime.verdict": e.verdict,
+                        "loopruntime.failed": e.failed,
+                        "gen_ai.tool.name": e.tool_name,
+                        "gen_ai.tool.call.id": e.tool_use_id,
+                    }
+                    | ({"loopruntime.reason": e.reason} if self.capture_content else {}),
                 )
             case HookDecided():
                 self._event(
@@ -375,19 +500,24 @@ class SpanBuilder:
                     }
                     | ({"loopruntime.reason": e.reason} if self.capture_content else {}),
                 )
-            case GateReviewed():
+            case _:
+                assert_never(e)
+
+    def _marker(
+        self,
+        r: Record,
+        e: Notice | CompactionCommitted | CompactionRejected | LoopModeChanged | ChildFinished,
+        loop: _Loop,
+    ) -> None:
+        """What else a reader of the trace wants marked: events of the turn."""
+        match e:
+            case Notice():
                 self._event(
                     loop,
-                    "loopruntime.gate.reviewed",
+                    "loopruntime.notice",
                     r.at,
-                    {
-                        "loopruntime.classifier": e.classifier,
-                        "loopruntime.verdict": e.verdict,
-                        "loopruntime.failed": e.failed,
-                        "gen_ai.tool.name": e.tool_name,
-                        "gen_ai.tool.call.id": e.tool_use_id,
-                    }
-                    | ({"loopruntime.reason": e.reason} if self.capture_content else {}),
+                    {"loopruntime.notice.code": e.code, "loopruntime.notice.refs": e.refs}
+                    | ({"loopruntime.notice.text": e.text} if self.capture_content else {}),
                 )
             case CompactionCommitted():
                 self._event(
@@ -418,8 +548,7 @@ class SpanBuilder:
                     {"gen_ai.agent.id": e.child_loop, "loopruntime.outcome": e.status},
                 )
             case _:
-                pass  # input bookkeeping, stream pieces, measures: no span, no event
-        return done
+                assert_never(e)
 
     def _start_fork(self, r: Record) -> None:
         """A fork's loops come from its base (seq 2), not from ``loop.started``;
@@ -455,6 +584,21 @@ class SpanBuilder:
 
     def feed_all(self, records: Iterable[Record]) -> list[FinishedSpan]:
         return [span for r in records for span in self.feed(r)]
+
+
+def provider_of(model: str) -> str:
+    """``gen_ai.provider.name`` of a model's name: the part before its first
+    colon, as the adapters name their models ("anthropic" for
+    ``anthropic:claude-...``, "scripted" for ``scripted:demo``), else the
+    whole name ("scripted"); "_OTHER" for an empty one."""
+    return model.partition(":")[0] or "_OTHER"
+
+
+def _fail(span: FinishedSpan, error_type: str, description: str | None = None) -> None:
+    """A span that ended in error: its status and the ``error.type`` the
+    conventions ask for beside it (a short, low-cardinality code)."""
+    span.attributes["error.type"] = error_type
+    span.error = description or error_type
 
 
 def _close(span: FinishedSpan, r: Record) -> FinishedSpan:
@@ -596,13 +740,35 @@ class Exporter:
         out.end(end_time=span.end)
 
 
+DEFAULT_SERVICE_NAME = "loopruntime"
+"""``service.name`` of the traces ``spans_of`` makes, unless the environment
+names one (``OTEL_SERVICE_NAME``, or ``service.name`` in
+``OTEL_RESOURCE_ATTRIBUTES``) or the caller does."""
+
+
+def service_resource(service_name: str | None = None) -> Resource:
+    """The resource traces are made under: ``service_name``, else the one the
+    environment names, else ``DEFAULT_SERVICE_NAME`` (never the SDK's
+    ``unknown_service``), with the SDK's other detected attributes."""
+    detected = Resource.create()
+    named = str(detected.attributes.get(SERVICE_NAME, ""))
+    if service_name is None and named and not named.startswith("unknown_service"):
+        return detected
+    return detected.merge(Resource({SERVICE_NAME: service_name or DEFAULT_SERVICE_NAME}))
+
+
 def spans_of(
-    session_id: str, records: Iterable[Record], *, capture_content: bool = False
+    session_id: str,
+    records: Iterable[Record],
+    *,
+    capture_content: bool = False,
+    service_name: str | None = None,
 ) -> tuple[ReadableSpan, ...]:
     """Every span the records close, as the SDK's finished spans (for an
-    export of a past session: ``replay --otlp`` / ``--format otel-json``)."""
+    export of a past session: ``replay --otlp`` / ``--format otel-json``),
+    under ``service_resource(service_name)``."""
     memory = InMemorySpanExporter()
-    provider = TracerProvider()
+    provider = TracerProvider(resource=service_resource(service_name))
     provider.add_span_processor(SimpleSpanProcessor(memory))
     Exporter(provider, capture_content=capture_content).export(session_id, records)
     provider.shutdown()

@@ -64,7 +64,7 @@ from .collaboration import Collaboration
 from .collaboration.driver import collaborate, resume
 from .drift import Drift, check_choice, check_drift, reopening
 from .errors import SessionExistsError, UnknownSessionError, VerifyError
-from .fork import plan_fork, write_fork
+from .fork import inherited_records, plan_fork, write_fork
 from .keys import Route, send_keyed
 from .results import turn_result
 from .subscriptions import StreamDelta, Subscriptions
@@ -748,8 +748,11 @@ class Session:
         """A consistent copy of a loop's state."""
         state: LoopState = await self._loop(loop).send(Snapshot())
         if state.last_seq > self._writer.head:
-            # It holds pipelined records: returned once they are durable.
-            await self._writer.wait_durable(state.last_seq)
+            # It holds pipelined records: returned once they are durable.  Not
+            # ``wait_durable(state.last_seq)``: a fork's loop that has folded
+            # no record of its own yet carries its source's seq, which this
+            # session may never reach.
+            await self._writer.wait_durable()
         return state
 
     async def result(self, turn_id: int | None = None, *, loop: str | None = None) -> Any:
@@ -758,7 +761,9 @@ class Session:
         decoded from the journal, else the text of its last reply.  Raises
         ``NoResultError`` when that turn did not complete."""
         target = self._loop(loop)
-        records = [r async for r in self.journal.read(self.id)]
+        # A fork's turns before its seq are its source's: read them there.
+        records = await inherited_records(self.journal, self.id)
+        records += [r async for r in self.journal.read(self.id)]
         return turn_result(records, target.id, target.definition, turn_id)
 
     async def wait_idle(self) -> None:

@@ -21,11 +21,13 @@ The routes (JSON in, JSON or Server-Sent Events out):
   ``waiting`` (with why: no host holds the session, or its host is busy).
 * ``GET /sessions/{id}/events``: the session's records as Server-Sent Events,
   from the start or after the ``Last-Event-ID`` header (or ``?after=SEQ``);
-  each event's id is its seq, so a browser that reconnects resumes exactly.
+  each event's id is its seq, so a browser that reconnects resumes exactly;
+  404 for a session that is not there.
 * ``POST /gates/{gate_id}`` ``{"session": id, "answer": "..."}`` or
   ``{"session": id, "allow": true, "scope": "once"}``: answer a question or
   decide a permission.  The key is the ``Idempotency-Key`` header, else the
-  gate id (a gate is answered once).
+  gate id (a gate is answered once).  An ``Idempotency-Key`` has 1 to 128
+  characters.
 * ``GET /sessions``: every session with its owner and waiting commands.
 
 A body larger than ``MAX_BODY_BYTES``, or a command larger than the journal
@@ -49,6 +51,7 @@ from urllib.parse import quote
 
 import msgspec
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -107,6 +110,27 @@ def _too_large(size: int) -> _Problem:
     )
 
 
+KEY_LIMIT = 128
+"""Characters an ``Idempotency-Key`` may have (the commands' keys add a short
+prefix to it, and the inbox takes keys of up to 200)."""
+
+
+def _idempotency_key(request: Request) -> str | None:
+    """The request's ``Idempotency-Key``, checked; never echoed back in an
+    error (it may be long, or a secret the caller did not mean to log)."""
+    key = request.headers.get("idempotency-key")
+    if key is not None and not 0 < len(key) <= KEY_LIMIT:
+        raise _Problem(
+            400, f"the Idempotency-Key header must have 1 to {KEY_LIMIT} characters, not {len(key)}"
+        )
+    return key
+
+
+def _shown(value: str) -> str:
+    """A value quoted back in an error: whole when short, else only its length."""
+    return repr(value) if len(value) <= 40 else f"a value of {len(value)} characters"
+
+
 def _session_for(key: str) -> str:
     """The session a creation key names: the same key, the same session."""
     return "ses_" + hashlib.blake2b(key.encode(), digest_size=10).hexdigest()
@@ -117,7 +141,7 @@ async def create_session(request: Request) -> Response:
     definition = body.get("definition", "echo")
     if not isinstance(definition, str) or not definition:
         raise _Problem(400, "`definition` must name a definition the host runs")
-    key = request.headers.get("idempotency-key")
+    key = _idempotency_key(request)
     session_id = _session_for(key) if key else None
     client = _client(request)
     if not any(h.live and definition in h.definitions for h in await client.hosts()):
@@ -135,7 +159,7 @@ async def create_session(request: Request) -> Response:
 
 async def post_message(request: Request) -> Response:
     session_id = request.path_params["session_id"]
-    key = request.headers.get("idempotency-key")
+    key = _idempotency_key(request)
     if not key:
         raise _Problem(400, "send an Idempotency-Key header: it makes a retried message one input")
     body = await _body(request)
@@ -179,7 +203,7 @@ async def answer_gate(request: Request) -> Response:
     session_id = body.get("session")
     if not isinstance(session_id, str):
         raise _Problem(400, "`session` must name the gate's session")
-    key = request.headers.get("idempotency-key") or f"gate/{gate_id}"
+    key = _idempotency_key(request) or f"gate/{gate_id}"
     client = _client(request)
     if "answer" in body:
         entry = await client.answer(session_id, gate_id, body["answer"], key=key)
@@ -199,14 +223,20 @@ def _resume_from(request: Request) -> int:
     try:
         after = int(given)
     except ValueError:
-        raise _Problem(400, f"Last-Event-ID / after must be a seq, not {given!r}") from None
+        raise _Problem(400, f"Last-Event-ID / after must be a seq, not {_shown(given)}") from None
     return max(after, 0)
 
 
 async def session_events(request: Request) -> Response:
     session_id = request.path_params["session_id"]
     after = _resume_from(request)
-    records = _client(request).subscribe(session_id, after)
+    client = _client(request)
+    # A session that is not there is a 404, not a stream: the client's list is
+    # its one public way to tell (a service with many sessions would keep
+    # its own index).
+    if not any(info.session == session_id for info in await client.sessions()):
+        raise _Problem(404, f"there is no session {session_id} in this journal")
+    records = client.subscribe(session_id, after)
 
     async def stream() -> AsyncIterator[bytes]:
         # A comment first, so the response starts at once even when the
@@ -250,6 +280,8 @@ async def _problem(request: Request, exc: Exception) -> Response:
     if isinstance(exc, PayloadTooLargeError | InboxEntryTooLargeError):
         found = {"error": str(exc), "size": exc.size, "limit": exc.limit}
         return JSONResponse(found, status_code=413)
+    if isinstance(exc, HTTPException):  # no such route, or not that method
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
     if isinstance(exc, SessionNotFoundError):
         return JSONResponse({"error": str(exc)}, status_code=404)
     if isinstance(exc, InboxKeyError | SessionExistsError):
@@ -278,6 +310,7 @@ def create_app(journal_url: str | None = None) -> Starlette:
         ],
         exception_handlers={
             _Problem: _problem,
+            HTTPException: _problem,
             SessionNotFoundError: _problem,
             InboxKeyError: _problem,
             InboxEntryTooLargeError: _problem,

@@ -12,7 +12,6 @@ takes a lease.  An error is a 4xx/5xx with a JSON reason, never a traceback.
 from __future__ import annotations
 
 import functools
-import hmac
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -33,15 +32,16 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from journal import InboxKeyError, Journal, JournalError, Record, SessionNotFoundError
+from journal import InboxKeyError, Journal, JournalError
+from journal import inbox as ib
 from journal.events import CommandKeyed, GateCancelled, GateResolved, ToolResolved
 from loopruntime import LoopError
-from loopruntime.host import FoldError, check_principal
+from loopruntime.host import FoldError
 
-from ..client import Client, CommandRefusedError
+from ..client import CommandRefusedError
 from ..replay import build_tree, render_states, states_at, tree_json
 from ..restore import read_states
-from .overview import Overview
+from .guards import Console, ConsoleError
 from .pages import list_page, message_page, session_page
 from .streams import EventStream, list_stream, session_stream
 from .views import STATUS_ORDER
@@ -52,105 +52,6 @@ log = structlog.get_logger(__name__)
 
 URL_CONFIRMED = "confirmed"
 """The answer a URL gate gets when it is confirmed without a value."""
-
-
-class ConsoleError(Exception):
-    """A request the console refuses: an HTTP status and a reason for a person."""
-
-    def __init__(self, status: int, message: str) -> None:
-        self.status = status
-        super().__init__(message)
-
-
-class Console:
-    """What every request shares: the journal, the client, the token."""
-
-    def __init__(
-        self,
-        journal: Journal,
-        *,
-        token: str,
-        read_only: bool,
-        wait: float,
-        list_poll: float,
-        clock: Callable[[], int],
-        principal: str | None = None,
-    ) -> None:
-        self.journal = journal
-        self.principal = check_principal(principal)
-        """Who the console's commands are from (recorded on what they make)."""
-        self.client = Client(journal)
-        self.token = token
-        self.read_only = read_only
-        self.wait = wait
-        self.list_poll = list_poll
-        self.overview = Overview(journal, fresh=list_poll / 2, clock=clock)
-
-    # -- the guards --------------------------------------------------------------
-
-    def cookie_name(self, request: Request) -> str:
-        # One cookie per port: two consoles on one machine keep their own.
-        port = request.url.port or (443 if request.url.scheme == "https" else 80)
-        return f"loopruntime_console_{port}"
-
-    def _matches(self, given: str | None) -> bool:
-        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
-
-    def check_read(self, request: Request) -> None:
-        given = (
-            request.headers.get("x-console-token")
-            or request.cookies.get(self.cookie_name(request))
-            or request.query_params.get("token")
-        )
-        if given is None:
-            raise ConsoleError(
-                401,
-                "this console needs its token: open the address the console printed when it "
-                "started (it ends with ?token=...)",
-            )
-        if not self._matches(given):
-            raise ConsoleError(
-                403, "the token is not this console's: open the address it printed at start"
-            )
-
-    def check_write(self, request: Request) -> None:
-        """A state-changing request: same origin, token in the header, not read-only."""
-        if self.read_only:
-            raise ConsoleError(403, "this console is read-only (--read-only): it sends no commands")
-        origin = request.headers.get("origin")
-        own = f"{request.url.scheme}://{request.headers.get('host', '')}"
-        if origin is not None and origin != own:
-            raise ConsoleError(
-                403, f"cross-site request refused: it comes from {origin}, not from {own}"
-            )
-        site = request.headers.get("sec-fetch-site")
-        if site is not None and site not in ("same-origin", "none"):
-            raise ConsoleError(403, f"cross-site request refused (Sec-Fetch-Site: {site})")
-        given = request.headers.get("x-console-token")
-        if given is None:
-            raise ConsoleError(
-                401,
-                "a request that changes a session needs the console's token in the "
-                "X-Console-Token header (the console's own page sends it)",
-            )
-        if not self._matches(given):
-            raise ConsoleError(403, "the X-Console-Token header does not hold this console's token")
-
-    async def head(self, session: str) -> int:
-        try:
-            return await self.journal.head(session)
-        except SessionNotFoundError:
-            raise ConsoleError(
-                404,
-                f"there is no session {session} in this journal; the list shows those there are",
-            ) from None
-
-    async def records(self, session: str) -> list[Record]:
-        try:
-            return [r async for r in self.journal.read(session)]
-        except SessionNotFoundError:
-            await self.head(session)
-            raise
 
 
 # -- pages ------------------------------------------------------------------------
@@ -188,191 +89,216 @@ _PAGE_HEADERS = {
 }
 
 
-def _routes(console: Console) -> list[Route | Mount]:
-    async def index(request: Request) -> Response:
-        return _page(
-            console, request, lambda: list_page(console.token, console.read_only, console.principal)
-        )
+def _console(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
 
-    async def session(request: Request) -> Response:
-        sid = request.path_params["session"]
-        if request.query_params.get("token") is None:
-            console.check_read(request)
-            await console.head(sid)
-        return _page(
-            console,
-            request,
-            lambda: session_page(sid, console.token, console.read_only, console.principal),
-        )
 
-    async def sessions(request: Request) -> Response:
+async def _index(request: Request) -> Response:
+    console = _console(request)
+    return _page(
+        console, request, lambda: list_page(console.token, console.read_only, console.principal)
+    )
+
+
+async def _session(request: Request) -> Response:
+    console = _console(request)
+    sid = request.path_params["session"]
+    if request.query_params.get("token") is None:
         console.check_read(request)
-        wanted = request.query_params.get("status")
-        if wanted is not None and wanted not in STATUS_ORDER:
-            raise ConsoleError(400, f"status {wanted!r} is not one of {', '.join(STATUS_ORDER)}")
-        rows = await console.overview.rows()
-        return _json([r for r in rows if wanted is None or r.status == wanted])
-
-    async def sessions_events(request: Request) -> Response:
-        console.check_read(request)
-        return EventStream(functools.partial(list_stream, console.overview, console.list_poll))
-
-    async def session_events(request: Request) -> Response:
-        console.check_read(request)
-        sid = request.path_params["session"]
         await console.head(sid)
-        after = _int(
-            request.headers.get("last-event-id") or request.query_params.get("after", "0"), "after"
-        )
-        return EventStream(
-            functools.partial(session_stream, console.journal, console.client, sid, after)
-        )
+    return _page(
+        console,
+        request,
+        lambda: session_page(sid, console.token, console.read_only, console.principal),
+    )
 
-    async def tree(request: Request) -> Response:
-        console.check_read(request)
-        sid = request.path_params["session"]
-        records = await console.records(sid)
-        return Response(tree_json(build_tree(sid, records)), media_type="application/json")
 
-    async def states(request: Request) -> Response:
-        console.check_read(request)
-        sid = request.path_params["session"]
-        seq = _int(request.query_params.get("seq"), "seq")
-        records = await console.records(sid)
-        head = records[-1].seq if records else 0
-        if not 1 <= seq <= head:
+async def _sessions(request: Request) -> Response:
+    console = _console(request)
+    console.check_read(request)
+    wanted = request.query_params.get("status")
+    if wanted is not None and wanted not in STATUS_ORDER:
+        raise ConsoleError(400, f"status {wanted!r} is not one of {', '.join(STATUS_ORDER)}")
+    rows = await console.overview.rows()
+    return _json([r for r in rows if wanted is None or r.status == wanted])
+
+
+async def _sessions_events(request: Request) -> Response:
+    console = _console(request)
+    console.check_read(request)
+    return EventStream(functools.partial(list_stream, console.overview, console.list_poll))
+
+
+async def _session_events(request: Request) -> Response:
+    console = _console(request)
+    console.check_read(request)
+    sid = request.path_params["session"]
+    await console.head(sid)
+    after = _int(
+        request.headers.get("last-event-id") or request.query_params.get("after", "0"), "after"
+    )
+    return EventStream(
+        functools.partial(session_stream, console.journal, console.client, sid, after)
+    )
+
+
+async def _tree(request: Request) -> Response:
+    console = _console(request)
+    console.check_read(request)
+    sid = request.path_params["session"]
+    records = await console.records(sid)
+    return Response(tree_json(build_tree(sid, records)), media_type="application/json")
+
+
+async def _states(request: Request) -> Response:
+    console = _console(request)
+    console.check_read(request)
+    sid = request.path_params["session"]
+    seq = _int(request.query_params.get("seq"), "seq")
+    records = await console.records(sid)
+    head = records[-1].seq if records else 0
+    if not 1 <= seq <= head:
+        raise ConsoleError(400, f"seq {seq} is out of range: session {sid} has seqs 1 to {head}")
+    try:
+        found = states_at(records, seq)
+    except FoldError as exc:
+        raise ConsoleError(
+            422, f"{exc}; `loopruntime replay {sid} --check` reports every problem"
+        ) from exc
+    loops = [
+        {
+            "loop": loop,
+            "status": st.status.value,
+            "turn": st.turn_index,
+            "messages": len(st.messages),
+            "last_seq": st.last_seq,
+        }
+        for loop, st in found.items()
+    ]
+    return _json({"seq": seq, "head": head, "loops": loops, "text": render_states(found, seq)})
+
+
+async def _record(request: Request) -> Response:
+    console = _console(request)
+    console.check_read(request)
+    sid = request.path_params["session"]
+    seq = _int(request.path_params["seq"], "seq")
+    head = await console.head(sid)
+    if not 1 <= seq <= head:
+        raise ConsoleError(404, f"session {sid} has no record {seq} (its seqs are 1 to {head})")
+    async for r in console.journal.read(sid, after=seq - 1):
+        return Response(msgspec.json.encode(msgspec.to_builtins(r)), media_type="application/json")
+    raise ConsoleError(404, f"session {sid} has no record {seq}")
+
+
+async def _answer_gate(request: Request) -> Response:
+    console = _console(request)
+    console.check_write(request)
+    sid = request.path_params["session"]
+    gate_id = request.path_params["gate"]
+    body = await _body(request)
+    key = _key(body)
+    states = await read_states(console.journal, sid) if await console.head(sid) else {}
+    open_gate = next(
+        (g for st in states.values() for g in st.open_gates if g.gate_id == gate_id), None
+    )
+    if open_gate is None:
+        if await _sent_before(console, sid, key, gate_id):
+            return await _outcome(console, sid, key)
+        raise ConsoleError(*await _closed_gate(console, sid, gate_id))
+    action = body.get("action")
+    who = console.principal
+    if open_gate.kind == "permission":
+        choices = {
+            "allow_once": (True, "once"),
+            "allow_session": (True, "session"),
+            "deny": (False, "once"),
+        }
+        if action not in choices:
             raise ConsoleError(
-                400, f"seq {seq} is out of range: session {sid} has seqs 1 to {head}"
+                400,
+                f"gate {gate_id} asks for permission: action must be allow_once, "
+                f"allow_session or deny, not {action!r}",
             )
-        try:
-            found = states_at(records, seq)
-        except FoldError as exc:
+        allow, scope = choices[action]
+        send = console.client.decide(sid, gate_id, allow, scope, key=key, principal=who)
+    elif open_gate.url is not None:
+        value = body.get("value")
+        if action != "confirm" or not (value is None or isinstance(value, str)):
             raise ConsoleError(
-                422, f"{exc}; `loopruntime replay {sid} --check` reports every problem"
-            ) from exc
-        loops = [
-            {
-                "loop": loop,
-                "status": st.status.value,
-                "turn": st.turn_index,
-                "messages": len(st.messages),
-                "last_seq": st.last_seq,
-            }
-            for loop, st in found.items()
-        ]
-        return _json({"seq": seq, "head": head, "loops": loops, "text": render_states(found, seq)})
-
-    async def record(request: Request) -> Response:
-        console.check_read(request)
-        sid = request.path_params["session"]
-        seq = _int(request.path_params["seq"], "seq")
-        head = await console.head(sid)
-        if not 1 <= seq <= head:
-            raise ConsoleError(404, f"session {sid} has no record {seq} (its seqs are 1 to {head})")
-        async for r in console.journal.read(sid, after=seq - 1):
-            return Response(
-                msgspec.json.encode(msgspec.to_builtins(r)), media_type="application/json"
+                400,
+                f"gate {gate_id} asks to open {open_gate.url} and confirm: send action "
+                "'confirm' (with 'value', text, when it asks for one)",
             )
-        raise ConsoleError(404, f"session {sid} has no record {seq}")
-
-    async def gate(request: Request) -> Response:
-        console.check_write(request)
-        sid = request.path_params["session"]
-        gate_id = request.path_params["gate"]
-        body = await _body(request)
-        key = _key(body)
-        states = await read_states(console.journal, sid) if await console.head(sid) else {}
-        open_gate = next(
-            (g for st in states.values() for g in st.open_gates if g.gate_id == gate_id), None
-        )
-        if open_gate is None:
-            raise ConsoleError(*await _closed_gate(console, sid, gate_id))
-        action = body.get("action")
-        who = console.principal
-        if open_gate.kind == "permission":
-            choices = {
-                "allow_once": (True, "once"),
-                "allow_session": (True, "session"),
-                "deny": (False, "once"),
-            }
-            if action not in choices:
-                raise ConsoleError(
-                    400,
-                    f"gate {gate_id} asks for permission: action must be allow_once, "
-                    f"allow_session or deny, not {action!r}",
-                )
-            allow, scope = choices[action]
-            send = console.client.decide(sid, gate_id, allow, scope, key=key, principal=who)
-        elif open_gate.url is not None:
-            value = body.get("value")
-            if action != "confirm" or not (value is None or isinstance(value, str)):
-                raise ConsoleError(
-                    400,
-                    f"gate {gate_id} asks to open {open_gate.url} and confirm: send action "
-                    "'confirm' (with 'value', text, when it asks for one)",
-                )
-            if open_gate.needs_value and not (value or "").strip():
-                raise ConsoleError(
-                    400,
-                    f"gate {gate_id} asks for the value the page at {open_gate.url} gave "
-                    "(a code, an id): put it in 'value'; nothing was sent",
-                )
-            text = value if value and value.strip() else URL_CONFIRMED
-            send = console.client.answer(sid, gate_id, text, key=key, principal=who)
-        elif open_gate.form is not None:
-            if action != "answer" or ("data" not in body) == ("text" not in body):
-                raise ConsoleError(
-                    400,
-                    f"gate {gate_id} asks for a form: send action 'answer' with 'data' (the "
-                    "form's value) or 'text' (its JSON)",
-                )
-            if "data" in body:
-                text = msgspec.json.encode(body["data"]).decode()
-            elif isinstance(body["text"], str) and body["text"].strip():
-                text = body["text"]
-            else:
-                raise ConsoleError(400, f"the answer to form gate {gate_id} is empty JSON text")
-            send = console.client.answer(sid, gate_id, text, key=key, principal=who)
+        if open_gate.needs_value and not (value or "").strip():
+            raise ConsoleError(
+                400,
+                f"gate {gate_id} asks for the value the page at {open_gate.url} gave "
+                "(a code, an id): put it in 'value'; nothing was sent",
+            )
+        text = value if value and value.strip() else URL_CONFIRMED
+        send = console.client.answer(sid, gate_id, text, key=key, principal=who)
+    elif open_gate.form is not None:
+        if action != "answer" or ("data" not in body) == ("text" not in body):
+            raise ConsoleError(
+                400,
+                f"gate {gate_id} asks for a form: send action 'answer' with 'data' (the "
+                "form's value) or 'text' (its JSON)",
+            )
+        if "data" in body:
+            text = msgspec.json.encode(body["data"]).decode()
+        elif isinstance(body["text"], str) and body["text"].strip():
+            text = body["text"]
         else:
-            said = body.get("text")
-            if action != "answer" or not isinstance(said, str) or not said.strip():
-                raise ConsoleError(
-                    400, f"gate {gate_id} asks a question: send action 'answer' with its text"
-                )
-            send = console.client.answer(sid, gate_id, said, key=key, principal=who)
-        return await _sent(console, sid, key, send)
+            raise ConsoleError(400, f"the answer to form gate {gate_id} is empty JSON text")
+        send = console.client.answer(sid, gate_id, text, key=key, principal=who)
+    else:
+        said = body.get("text")
+        if action != "answer" or not isinstance(said, str) or not said.strip():
+            raise ConsoleError(
+                400, f"gate {gate_id} asks a question: send action 'answer' with its text"
+            )
+        send = console.client.answer(sid, gate_id, said, key=key, principal=who)
+    return await _sent(console, sid, key, send)
 
-    async def effect(request: Request) -> Response:
-        console.check_write(request)
-        sid = request.path_params["session"]
-        execution = request.path_params["execution"]
-        body = await _body(request)
-        key = _key(body)
-        result, is_error = body.get("result"), body.get("is_error", False)
-        if not isinstance(result, str) or not result.strip():
-            raise ConsoleError(400, "a resolution needs the result the model will see (text)")
-        if not isinstance(is_error, bool):
-            raise ConsoleError(400, f"is_error must be true or false, not {is_error!r}")
-        states = await read_states(console.journal, sid) if await console.head(sid) else {}
-        if not any(execution in st.unknown for st in states.values()):
-            raise ConsoleError(*await _settled_effect(console, sid, execution))
-        send = console.client.resolve(
-            sid, execution, result, is_error, key=key, principal=console.principal
-        )
-        return await _sent(console, sid, key, send)
 
+async def _resolve_effect(request: Request) -> Response:
+    console = _console(request)
+    console.check_write(request)
+    sid = request.path_params["session"]
+    execution = request.path_params["execution"]
+    body = await _body(request)
+    key = _key(body)
+    result, is_error = body.get("result"), body.get("is_error", False)
+    if not isinstance(result, str) or not result.strip():
+        raise ConsoleError(400, "a resolution needs the result the model will see (text)")
+    if not isinstance(is_error, bool):
+        raise ConsoleError(400, f"is_error must be true or false, not {is_error!r}")
+    states = await read_states(console.journal, sid) if await console.head(sid) else {}
+    if not any(execution in st.unknown for st in states.values()):
+        if await _sent_before(console, sid, key, execution):
+            return await _outcome(console, sid, key)
+        raise ConsoleError(*await _settled_effect(console, sid, execution))
+    send = console.client.resolve(
+        sid, execution, result, is_error, key=key, principal=console.principal
+    )
+    return await _sent(console, sid, key, send)
+
+
+def _routes() -> list[Route | Mount]:
     static = StaticFiles(directory=str(files("session.console") / "static"))
     return [
-        Route("/", index),
-        Route("/sessions/{session}", session),
-        Route("/api/sessions", sessions),
-        Route("/api/sessions/events", sessions_events),
-        Route("/api/sessions/{session}/events", session_events),
-        Route("/api/sessions/{session}/tree", tree),
-        Route("/api/sessions/{session}/states", states),
-        Route("/api/sessions/{session}/records/{seq}", record),
-        Route("/api/sessions/{session}/gates/{gate}", gate, methods=["POST"]),
-        Route("/api/sessions/{session}/effects/{execution}", effect, methods=["POST"]),
+        Route("/", _index),
+        Route("/sessions/{session}", _session),
+        Route("/api/sessions", _sessions),
+        Route("/api/sessions/events", _sessions_events),
+        Route("/api/sessions/{session}/events", _session_events),
+        Route("/api/sessions/{session}/tree", _tree),
+        Route("/api/sessions/{session}/states", _states),
+        Route("/api/sessions/{session}/records/{seq}", _record),
+        Route("/api/sessions/{session}/gates/{gate}", _answer_gate, methods=["POST"]),
+        Route("/api/sessions/{session}/effects/{execution}", _resolve_effect, methods=["POST"]),
         Mount("/static", static),
     ]
 
@@ -403,13 +329,38 @@ def _key(body: dict[str, Any]) -> str:
 
 async def _sent(console: Console, sid: str, key: str, send: Awaitable[object]) -> Response:
     """Put the command, then wait a while for its owner to apply it: 200 with
-    the record it made, 409 when refused, 202 when it still waits."""
+    the record it made, 409 when refused, 202 when it still waits (the same
+    for a retry with the same key)."""
     try:
         await send
     except InboxKeyError as exc:
         raise ConsoleError(409, str(exc)) from exc
     except (LoopError, ValueError) as exc:
         raise ConsoleError(400, str(exc)) from exc
+    return await _outcome(console, sid, key)
+
+
+async def _sent_before(console: Console, sid: str, key: str, target: str) -> bool:
+    """Whether ``key`` already names a command for this gate or tool call: a
+    retry of an action that was applied meanwhile (the gate is closed now)
+    answers that command's outcome, not "already answered"."""
+    entry = await console.journal.entry(sid, key)
+    if entry is None:
+        return False
+    command = entry.command
+    if isinstance(command, (ib.Answer, ib.Decide)) and command.gate_id == target:
+        return True
+    if isinstance(command, ib.Resolve) and command.execution_id == target:
+        return True
+    raise ConsoleError(
+        409,
+        f"this key was already used for another command (inbox entry {entry.number}); "
+        "send a new key",
+    )
+
+
+async def _outcome(console: Console, sid: str, key: str) -> Response:
+    """Wait a while for the command sent with ``key`` to be applied."""
     try:
         outcome = await console.client.wait(sid, key, timeout=console.wait)
     except CommandRefusedError as exc:
@@ -537,7 +488,9 @@ def create_app(
     def refused(request: Request, status: int, message: str) -> Response:
         if _wants_html(request):
             return HTMLResponse(
-                message_page(status, message), status_code=status, headers=_PAGE_HEADERS
+                message_page(status, message, console.read_only),
+                status_code=status,
+                headers=_PAGE_HEADERS,
             )
         return _json({"error": message}, status=status)
 
@@ -561,7 +514,7 @@ def create_app(
         )
 
     app = Starlette(
-        routes=_routes(console),
+        routes=_routes(),
         exception_handlers={
             ConsoleError: console_error,
             HTTPException: http_error,

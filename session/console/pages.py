@@ -105,7 +105,8 @@ def session_page(session: str, token: str, read_only: bool, principal: str | Non
     )
 
 
-def message_page(status: int, message: str) -> str:
+def message_page(status: int, message: str, read_only: bool) -> str:
+    """An error page; ``read_only`` is the console's, for its header's badge."""
     body = f"""<main><h1>{status}</h1><p class="problem">{escape(message)}</p>
 <p><a href="/">the session list</a></p></main>"""
-    return _shell(f"{status}", body, token=None, read_only=True, page="message")
+    return _shell(f"{status}", body, token=None, read_only=read_only, page="message")

@@ -280,6 +280,63 @@ class _Checker:
     def record(self, r: Record, state: LoopState) -> None:
         """Rules checked against the state *before* ``r`` is folded."""
         e = r.event
+        match e:
+            case (
+                ToolStarted()
+                | ToolCompleted()
+                | ToolAbandoned()
+                | ToolResolved()
+                | DeadlinePassed()
+            ):
+                self._tool_rules(r, e, state)
+            case GateOpened() | GateResolved() | GateCancelled() | HookDecided() | GateReviewed():
+                self._gate_rules(r, e, state)
+            case TurnStarted() | TurnEnded() | ModelCallStarted() | CommandKeyed():
+                self._turn_rules(r, e, state)
+            case CompactionStarted() | CompactionCommitted() | CompactionRejected():
+                self._compaction_rules(r, e, state)
+            case SessionCheckpoint() | SessionForked():
+                self._session_rules(r, e, state)
+            case (
+                LoopStarted()
+                | LoopModeChanged()
+                | LoopStopped()
+                | LoopConfigured()
+                | LoopReconfigured()
+                | LoopInferenceChanged()
+                | LoopToolsReplaced()
+                | ToolsLoaded()
+                | InputQueued()
+                | InputCancelled()
+                | SteerQueued()
+                | SteerApplied()
+                | ModelOutput()
+                | ModelMessageCommitted()
+                | ModelCallFailed()
+                | ContextMeasured()
+                | ChildStarted()
+                | ChildFinished()
+                | Notice()
+                | TurnRejected()
+                | CollabStarted()
+                | CollabTurn()
+                | CollabTaskStarted()
+                | CollabTaskFinished()
+                | CollabControlled()
+                | CollabEnded()
+            ):
+                pass  # no rule reads these before the fold
+            case _:
+                assert_never(e)
+
+    def _tool_rules(
+        self,
+        r: Record,
+        e: ToolStarted | ToolCompleted | ToolAbandoned | ToolResolved | DeadlinePassed,
+        state: LoopState,
+    ) -> None:
+        """A tool call starts once, settles once after its start, and answers
+        an open tool_use."""
         seq = r.seq
         match e:
             case ToolStarted():
@@ -312,6 +369,21 @@ class _Checker:
                     self.unknown.discard(e.execution_id)
                     self.settle(seq, e.execution_id, e.tool_use_id)
                 self.answer(seq, e.tool_use_id, state)
+            case DeadlinePassed():
+                self.deadline(seq, r.loop, e, state)
+            case _:
+                assert_never(e)
+
+    def _gate_rules(
+        self,
+        r: Record,
+        e: GateOpened | GateResolved | GateCancelled | HookDecided | GateReviewed,
+        state: LoopState,
+    ) -> None:
+        """A gate opens once and closes once, with its kind; a decision names an
+        open tool_use."""
+        seq = r.seq
+        match e:
             case GateOpened():
                 if e.gate_id in self.gates_seen:
                     self.bad(seq, "gate opened once", e.gate_id)
@@ -326,6 +398,26 @@ class _Checker:
                     self.bad(seq, "gate resolved with its kind", e.gate_id)
                 self.gates_open.pop(e.gate_id, None)
                 self.gates_closed.add(e.gate_id)
+            case HookDecided() | GateReviewed():
+                if e.tool_use_id and e.tool_use_id not in state.tool_uses:
+                    self.bad(
+                        seq,
+                        "decision names an open tool_use",
+                        f"no committed assistant message awaits {e.tool_use_id}",
+                    )
+            case _:
+                assert_never(e)
+
+    def _turn_rules(
+        self,
+        r: Record,
+        e: TurnStarted | TurnEnded | ModelCallStarted | CommandKeyed,
+        state: LoopState,
+    ) -> None:
+        """Turns open and close in order; a model call sees a whole context and
+        its configured model; a key is used once."""
+        seq = r.seq
+        match e:
             case TurnStarted():
                 if r.loop in self.turns_open:
                     self.bad(
@@ -344,15 +436,6 @@ class _Checker:
                     self.bad(seq, "turn ended at most once", f"turn {e.turn} is not open")
                 elif open_turn != e.turn:
                     self.bad(seq, "turn.ended names the open turn", f"turn {e.turn} ≠ {open_turn}")
-            case DeadlinePassed():
-                self.deadline(seq, r.loop, e, state)
-            case HookDecided() | GateReviewed():
-                if e.tool_use_id and e.tool_use_id not in state.tool_uses:
-                    self.bad(
-                        seq,
-                        "decision names an open tool_use",
-                        f"no committed assistant message awaits {e.tool_use_id}",
-                    )
             case ModelCallStarted():
                 _check_tail(seq, state.messages, self.bad)
                 if state.configured is not None and e.model != state.model:
@@ -363,6 +446,27 @@ class _Checker:
                         f"call {e.effect_id} used {e.model}, but the loop was configured "
                         f"to use {state.model}",
                     )
+            case CommandKeyed():
+                for loop_id, other in self.states.items():
+                    if other.keys and e.key in other.keys:
+                        first = other.keys[e.key].seq
+                        self.bad(
+                            seq,
+                            "key used once",
+                            f"key {e.key!r} was used at seq {first} (loop {loop_id}) already",
+                        )
+            case _:
+                assert_never(e)
+
+    def _compaction_rules(
+        self,
+        r: Record,
+        e: CompactionStarted | CompactionCommitted | CompactionRejected,
+        state: LoopState,
+    ) -> None:
+        """A compaction commits what it started, on the current history."""
+        seq = r.seq
+        match e:
             case CompactionStarted():
                 self.compactions[e.attempt_id] = e.basis
             case CompactionCommitted():
@@ -392,6 +496,15 @@ class _Checker:
                     )
             case CompactionRejected():
                 self.compactions.pop(e.attempt_id, None)
+            case _:
+                assert_never(e)
+
+    def _session_rules(
+        self, r: Record, e: SessionCheckpoint | SessionForked, state: LoopState
+    ) -> None:
+        """A fork's marker is seq 1 and its base seq 2; checkpoints picture the fold."""
+        seq = r.seq
+        match e:
             case SessionCheckpoint():
                 if self.forked and seq == 2:
                     self.adopt_base(seq, e)
@@ -401,44 +514,6 @@ class _Checker:
                 if seq != 1:
                     self.bad(seq, "fork marker is seq 1", f"a session.forked marker at seq {seq}")
                 self.forked = seq == 1
-            case CommandKeyed():
-                for loop_id, other in self.states.items():
-                    if other.keys and e.key in other.keys:
-                        first = other.keys[e.key].seq
-                        self.bad(
-                            seq,
-                            "key used once",
-                            f"key {e.key!r} was used at seq {first} (loop {loop_id}) already",
-                        )
-            case (
-                LoopStarted()
-                | LoopModeChanged()
-                | LoopStopped()
-                | LoopConfigured()
-                | LoopReconfigured()
-                | LoopInferenceChanged()
-                | LoopToolsReplaced()
-                | ToolsLoaded()
-                | InputQueued()
-                | InputCancelled()
-                | SteerQueued()
-                | SteerApplied()
-                | ModelOutput()
-                | ModelMessageCommitted()
-                | ModelCallFailed()
-                | ContextMeasured()
-                | ChildStarted()
-                | ChildFinished()
-                | Notice()
-                | TurnRejected()
-                | CollabStarted()
-                | CollabTurn()
-                | CollabTaskStarted()
-                | CollabTaskFinished()
-                | CollabControlled()
-                | CollabEnded()
-            ):
-                pass
             case _:
                 assert_never(e)
 

@@ -104,6 +104,89 @@ class TranscriptRenderer:
         prefix = f"{paint('dim', f'{r.seq:>5} ')}{pad}"
         lines: list[str] = []
         match e:
+            case (
+                LoopStarted()
+                | LoopStopped()
+                | LoopModeChanged()
+                | LoopConfigured()
+                | LoopReconfigured()
+                | LoopInferenceChanged()
+                | LoopToolsReplaced()
+                | ToolsLoaded()
+            ):
+                self._loop_lines(r, e, prefix, lines)
+            case (
+                InputQueued()
+                | InputCancelled()
+                | SteerQueued()
+                | SteerApplied()
+                | CommandKeyed()
+                | TurnRejected()
+                | TurnStarted()
+                | TurnEnded()
+            ):
+                self._input_lines(r, e, prefix, lines)
+            case (
+                ModelMessageCommitted()
+                | ModelCallFailed()
+                | ToolStarted()
+                | ToolCompleted()
+                | ToolAbandoned()
+                | ToolResolved()
+                | DeadlinePassed()
+            ):
+                self._call_lines(r, e, prefix, lines)
+            case (
+                GateOpened()
+                | GateResolved()
+                | GateCancelled()
+                | GateReviewed()
+                | HookDecided()
+                | Notice()
+            ):
+                self._gate_lines(r, e, prefix, lines)
+            case (
+                SessionCheckpoint()
+                | SessionForked()
+                | CompactionStarted()
+                | CompactionCommitted()
+                | CompactionRejected()
+                | ChildStarted()
+                | ChildFinished()
+            ):
+                self._session_lines(r, e, prefix, lines)
+            case (
+                CollabStarted()
+                | CollabTurn()
+                | CollabTaskStarted()
+                | CollabTaskFinished()
+                | CollabControlled()
+                | CollabEnded()
+            ):
+                self._collab_lines(r, e, prefix, lines)
+            case ModelCallStarted() | ModelOutput() | ContextMeasured():
+                pass  # the committed message is what the transcript shows
+            case _:
+                assert_never(e)
+        return lines
+
+    def _loop_lines(
+        self,
+        r: Record,
+        e: LoopStarted
+        | LoopStopped
+        | LoopModeChanged
+        | LoopConfigured
+        | LoopReconfigured
+        | LoopInferenceChanged
+        | LoopToolsReplaced
+        | ToolsLoaded,
+        prefix: str,
+        lines: list[str],
+    ) -> None:
+        """A loop starting, stopping, and changing how it runs."""
+        paint = self.paint
+        match e:
             case LoopStarted():
                 parent = f", child of {e.parent.parent_loop}" if e.parent else ""
                 lines.append(
@@ -116,6 +199,36 @@ class TranscriptRenderer:
                 )
             case LoopStopped():
                 lines.append(prefix + paint("dim", f"loop {r.loop} stopped ({e.reason})"))
+            case LoopModeChanged():
+                lines.append(prefix + paint("dim", f"(mode: {e.mode}{_by(e.principal)})"))
+            case LoopConfigured():
+                lines.append(prefix + paint("dim", f"(configured: {config_text(e)})"))
+                lines += self._prompts(prefix, e.prompts)
+            case LoopReconfigured():
+                lines.append(prefix + paint("notice", f"⟳ definition changed: {config_text(e)}"))
+                lines += self._prompts(prefix, e.prompts)
+            case LoopInferenceChanged() | LoopToolsReplaced() | ToolsLoaded():
+                lines.append(prefix + paint("dim", f"({config_text(e)})"))
+            case _:
+                assert_never(e)
+
+    def _input_lines(
+        self,
+        r: Record,
+        e: InputQueued
+        | InputCancelled
+        | SteerQueued
+        | SteerApplied
+        | CommandKeyed
+        | TurnRejected
+        | TurnStarted
+        | TurnEnded,
+        prefix: str,
+        lines: list[str],
+    ) -> None:
+        """What people said and asked for, and the turns it started."""
+        paint = self.paint
+        match e:
             case InputQueued():
                 who = ("user" if e.trigger == "external" else e.trigger) + _by(e.principal)
                 for m in e.messages:
@@ -130,12 +243,40 @@ class TranscriptRenderer:
                 lines.append(prefix + paint("user", f"steer{_by(e.principal)}: ") + e.text)
             case SteerApplied():
                 lines.append(prefix + paint("dim", f"(steering applied: {len(e.steer_ids)})"))
+            case CommandKeyed():
+                lines.append(
+                    prefix + paint("dim", f"({e.command}, key {e.key!r}{_by(e.principal)})")
+                )
+            case TurnRejected():
+                lines.append(
+                    prefix
+                    + paint("notice", f"input {e.input_id}{_by(e.principal)} refused ({e.reason})")
+                )
             case TurnStarted():
                 lines.append(prefix + paint("dim", f"── turn {e.turn} ──"))
             case TurnEnded():
                 why = f" ({e.code})" if e.code else ""
                 who = f" by {e.principal}" if e.principal is not None else ""
                 lines.append(prefix + paint("dim", f"── turn {e.turn} {e.outcome}{who}{why} ──"))
+            case _:
+                assert_never(e)
+
+    def _call_lines(
+        self,
+        r: Record,
+        e: ModelMessageCommitted
+        | ModelCallFailed
+        | ToolStarted
+        | ToolCompleted
+        | ToolAbandoned
+        | ToolResolved
+        | DeadlinePassed,
+        prefix: str,
+        lines: list[str],
+    ) -> None:
+        """The model's replies and failures, and the tool calls with their outcomes."""
+        paint = self.paint
+        match e:
             case ModelMessageCommitted():
                 lines.extend(self._message(prefix, e))
             case ModelCallFailed():
@@ -175,6 +316,19 @@ class TranscriptRenderer:
                 )
             case DeadlinePassed():
                 lines.append(prefix + paint("notice", deadline_text(e)))
+            case _:
+                assert_never(e)
+
+    def _gate_lines(
+        self,
+        r: Record,
+        e: GateOpened | GateResolved | GateCancelled | GateReviewed | HookDecided | Notice,
+        prefix: str,
+        lines: list[str],
+    ) -> None:
+        """Questions put to people, their answers, reviews, hooks and notices."""
+        paint = self.paint
+        match e:
             case GateOpened():
                 lines.append(prefix + paint("gate", gate_text(e)))
             case GateResolved():
@@ -192,6 +346,25 @@ class TranscriptRenderer:
                 lines.append(prefix + paint("notice", "⚑ " + hook_text(e)))
             case Notice():
                 lines.append(prefix + paint("notice", f"notice [{e.code}]: {e.text}"))
+            case _:
+                assert_never(e)
+
+    def _session_lines(
+        self,
+        r: Record,
+        e: SessionCheckpoint
+        | SessionForked
+        | CompactionStarted
+        | CompactionCommitted
+        | CompactionRejected
+        | ChildStarted
+        | ChildFinished,
+        prefix: str,
+        lines: list[str],
+    ) -> None:
+        """The session's own records, compactions, and child loops."""
+        paint = self.paint
+        match e:
             case SessionCheckpoint():
                 pass  # derived from the records before it; the tree lists them
             case SessionForked():
@@ -202,15 +375,6 @@ class TranscriptRenderer:
                         f"⑂ forked from session {e.source} at seq {e.seq}; "
                         "it goes on from the state the source had there",
                     )
-                )
-            case CommandKeyed():
-                lines.append(
-                    prefix + paint("dim", f"({e.command}, key {e.key!r}{_by(e.principal)})")
-                )
-            case TurnRejected():
-                lines.append(
-                    prefix
-                    + paint("notice", f"input {e.input_id}{_by(e.principal)} refused ({e.reason})")
                 )
             case CompactionStarted():
                 if e.principal is not None:
@@ -230,18 +394,24 @@ class TranscriptRenderer:
                 lines.append(prefix + paint("dim", f"┌ child loop {e.child_loop} ({e.definition})"))
             case ChildFinished():
                 lines.append(prefix + paint("dim", f"└ child loop {e.child_loop} {e.status}"))
-            case LoopModeChanged():
-                lines.append(prefix + paint("dim", f"(mode: {e.mode}{_by(e.principal)})"))
-            case LoopConfigured():
-                lines.append(prefix + paint("dim", f"(configured: {config_text(e)})"))
-                lines += self._prompts(prefix, e.prompts)
-            case LoopReconfigured():
-                lines.append(prefix + paint("notice", f"⟳ definition changed: {config_text(e)}"))
-                lines += self._prompts(prefix, e.prompts)
-            case LoopInferenceChanged() | LoopToolsReplaced() | ToolsLoaded():
-                lines.append(prefix + paint("dim", f"({config_text(e)})"))
-            case ModelCallStarted() | ModelOutput() | ContextMeasured():
-                pass  # the committed message is what the transcript shows
+            case _:
+                assert_never(e)
+
+    def _collab_lines(
+        self,
+        r: Record,
+        e: CollabStarted
+        | CollabTurn
+        | CollabTaskStarted
+        | CollabTaskFinished
+        | CollabControlled
+        | CollabEnded,
+        prefix: str,
+        lines: list[str],
+    ) -> None:
+        """A collaboration's stream."""
+        paint = self.paint
+        match e:
             case CollabStarted():
                 lines.append(
                     prefix
@@ -271,7 +441,6 @@ class TranscriptRenderer:
                 )
             case _:
                 assert_never(e)
-        return lines
 
     def _prompts(self, prefix: str, prompts: dict[str, str]) -> list[str]:
         """A system prompt's text, the first time the journal holds it."""

@@ -156,12 +156,82 @@ class _StreamBuilder:
         if self.run is not None:
             self.run.last_seq = r.seq
         match e:
+            case ModelCallStarted() if self.run is None:
+                return  # a call outside any run: kept out of the tree and of its fold
+            case (
+                LoopStarted()
+                | LoopConfigured()
+                | LoopReconfigured()
+                | LoopInferenceChanged()
+                | LoopToolsReplaced()
+                | ToolsLoaded()
+            ):
+                self._loop_config(r, e)
+            case InputQueued() | InputCancelled() | SteerQueued() | SteerApplied():
+                self._input(r, e)
+            case (
+                TurnStarted()
+                | TurnEnded()
+                | ModelCallStarted()
+                | ModelOutput()
+                | ModelCallFailed()
+                | ModelMessageCommitted()
+            ):
+                self._run_step(r, e)
+            case ToolStarted() | ToolCompleted() | ToolAbandoned() | ToolResolved():
+                self._tool_call(r, e)
+            case GateOpened() | GateResolved() | GateCancelled():
+                self._gate(r, e)
+            case (
+                CompactionStarted()
+                | CompactionCommitted()
+                | ChildStarted()
+                | ChildFinished()
+                | Notice()
+                | DeadlinePassed()
+                | HookDecided()
+                | GateReviewed()
+            ):
+                self._marker(r, e)
+            case LoopModeChanged() | LoopStopped() | ContextMeasured() | CompactionRejected():
+                pass  # nothing the tree draws
+            case SessionCheckpoint() | SessionForked():
+                pass  # _TreeBuilder keeps the session's own records out of the streams
+            case CommandKeyed() | TurnRejected():
+                pass  # a command's bookkeeping: the records it made tell the story
+            case (
+                CollabStarted()
+                | CollabTurn()
+                | CollabTaskStarted()
+                | CollabTaskFinished()
+                | CollabControlled()
+                | CollabEnded()
+            ):
+                pass  # the collaboration's own stream carries no turns or steps
+            case _:
+                assert_never(e)
+        try:
+            fold(self.state, r)
+        except FoldError:
+            pass  # the checker reports it; the tree shows what it can
+
+    def _loop_config(
+        self,
+        r: Record,
+        e: LoopStarted
+        | LoopConfigured
+        | LoopReconfigured
+        | LoopInferenceChanged
+        | LoopToolsReplaced
+        | ToolsLoaded,
+    ) -> None:
+        """Who the loop is, and the configuration changes of its epoch."""
+        s = self.stream
+        match e:
             case LoopStarted():
                 s.definition, s.model = e.definition, e.model
                 if e.parent is not None:
                     s.parent_loop, s.parent_execution = e.parent.parent_loop, e.parent.execution_id
-            case LoopModeChanged() | LoopStopped() | ContextMeasured() | CompactionRejected():
-                pass
             case (
                 LoopConfigured()
                 | LoopReconfigured()
@@ -174,6 +244,15 @@ class _StreamBuilder:
                 self.epoch.configs.append(
                     ConfigNode(id=f"config:{r.seq}", seq=r.seq, kind=kind, text=config_text(e))
                 )
+            case _:
+                assert_never(e)
+
+    def _input(
+        self, r: Record, e: InputQueued | InputCancelled | SteerQueued | SteerApplied
+    ) -> None:
+        """Inputs and steering: queued, cancelled, taken by a run."""
+        s = self.stream
+        match e:
             case InputQueued():
                 node = InputNode(
                     id=f"input:{self.loop}:{e.input_id}",
@@ -206,6 +285,21 @@ class _StreamBuilder:
                 if self.run is not None:
                     self.run.steer_ids += e.steer_ids
                     self.run.steering += [self.steers.get(i, "") for i in e.steer_ids]
+            case _:
+                assert_never(e)
+
+    def _run_step(
+        self,
+        r: Record,
+        e: TurnStarted
+        | TurnEnded
+        | ModelCallStarted
+        | ModelOutput
+        | ModelCallFailed
+        | ModelMessageCommitted,
+    ) -> None:
+        """A run (a turn) and its model steps."""
+        match e:
             case TurnStarted():
                 self.start_run(r, e)
             case TurnEnded():
@@ -219,8 +313,6 @@ class _StreamBuilder:
                     self.prev_run, self.run = self.run, None
                     self.last_step = None
             case ModelCallStarted():
-                if self.run is None:
-                    return
                 step = ModelStep(
                     id=f"step:{self.loop}:{e.turn}:m{e.step}",
                     index=e.step,
@@ -249,6 +341,15 @@ class _StreamBuilder:
                     found_m.last_seq = r.seq
             case ModelMessageCommitted():
                 self.message(r, e)
+            case _:
+                assert_never(e)
+
+    def _tool_call(
+        self, r: Record, e: ToolStarted | ToolCompleted | ToolAbandoned | ToolResolved
+    ) -> None:
+        """A tool step: started, completed, cut short, resolved."""
+        s = self.stream
+        match e:
             case ToolStarted():
                 step_t = self.tool_step(r, e.tool_use_id, e.name, e.input)
                 step_t.execution_id, step_t.started_seq, step_t.status = (
@@ -288,6 +389,13 @@ class _StreamBuilder:
                     s.stats.synthetic_tool_results += 1
                 else:
                     s.stats.tool_calls += 1
+            case _:
+                assert_never(e)
+
+    def _gate(self, r: Record, e: GateOpened | GateResolved | GateCancelled) -> None:
+        """A gate: opened on its tool step, resolved or cancelled."""
+        s = self.stream
+        match e:
             case GateOpened():
                 gate = GateNode(
                     id=f"gate:{e.gate_id}",
@@ -321,6 +429,24 @@ class _StreamBuilder:
                     gate_r.status, gate_r.closed_seq, gate_r.reason = "cancelled", r.seq, e.reason
                     source = self.run.id if self.run is not None else s.id
                     self.relate("cancels", source, gate_r.id, "exact", e.gate_id)
+            case _:
+                assert_never(e)
+
+    def _marker(
+        self,
+        r: Record,
+        e: CompactionStarted
+        | CompactionCommitted
+        | ChildStarted
+        | ChildFinished
+        | Notice
+        | DeadlinePassed
+        | HookDecided
+        | GateReviewed,
+    ) -> None:
+        """Epochs, children, and the runtime's words (notices, deadlines, hooks,
+        reviews)."""
+        match e:
             case CompactionStarted():
                 self.compactions[e.attempt_id] = r.seq
             case CompactionCommitted():
@@ -355,25 +481,8 @@ class _StreamBuilder:
                         refs=(e.tool_use_id,),
                     ),
                 )
-            case SessionCheckpoint() | SessionForked():
-                pass  # _TreeBuilder keeps the session's own records out of the streams
-            case CommandKeyed() | TurnRejected():
-                pass  # a command's bookkeeping: the records it made tell the story
-            case (
-                CollabStarted()
-                | CollabTurn()
-                | CollabTaskStarted()
-                | CollabTaskFinished()
-                | CollabControlled()
-                | CollabEnded()
-            ):
-                pass  # the collaboration's own stream carries no turns or steps
             case _:
                 assert_never(e)
-        try:
-            fold(self.state, r)
-        except FoldError:
-            pass  # the checker reports it; the tree shows what it can
 
     def start_run(self, r: Record, e: TurnStarted) -> None:
         taken = [self.inputs[i] for i in e.input_ids if i in self.inputs]

@@ -265,9 +265,9 @@ def test_the_web_service_refuses_bad_requests(service: tuple[str, str], tmp_path
         assert "'echo', not 'confirm'" in clash.json()["error"]
         resume = http.get(f"/sessions/{sid}/events", headers={"Last-Event-ID": "x"})
         assert resume.status_code == 400
-        # A stream of a session that does not exist says so, and ends.
+        # A stream of a session that does not exist is no stream.
         nowhere = http.get("/sessions/ses_missing/events")
-        assert "event: error" in nowhere.text and "ses_missing" in nowhere.text
+        assert nowhere.status_code == 404 and "ses_missing" in nowhere.json()["error"]
 
 
 def test_the_web_service_says_what_no_host_serves_and_why_a_command_was_refused(

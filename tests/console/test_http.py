@@ -140,9 +140,15 @@ async def test_allow_goes_through_the_inbox_once_and_a_second_answer_is_refused(
         # The record the page waits for is the one the command made.
         records = [r async for r in env.journal.read(sid)]
         assert applied["record"] in {r.id for r in records}
-        # A retry with the same key is the same command: applied once.
+        # A retry with the same key is the same command: applied once, and
+        # answered with the first one's outcome.
         again = await env.post(path, {"action": "allow_once", "key": "k1"})
-        assert again.status_code == 409 and "already answered" in again.json()["error"]
+        assert again.status_code == 200 and again.json() == applied
+        # The key of that command, used for another gate, is refused.
+        reused = await env.post(
+            f"/api/sessions/{sid}/gates/gate_nope", {"action": "deny", "key": "k1"}
+        )
+        assert reused.status_code == 409 and "already used for another command" in reused.text
         # Another person's answer (another key) finds the gate closed.
         late = await env.post(path, {"action": "deny", "key": "k2"})
         assert late.status_code == 409
@@ -215,10 +221,13 @@ async def test_an_unknown_effect_is_resolved_through_the_inbox_once() -> None:
         path = f"/api/sessions/{sid}/effects/{effect.execution_id}"
         assert (await env.post(path, {"result": ""})).status_code == 400
         assert (await env.post(path, {"result": "x", "is_error": "yes"})).status_code == 400
-        r = await env.post(path, {"result": "the provider shows no charge", "is_error": True})
+        body = {"result": "the provider shows no charge", "is_error": True, "key": "r1"}
+        r = await env.post(path, body)
         assert r.status_code == 200, r.text
         [resolved] = await events_of(env.journal, sid, ToolResolved)
         assert resolved.is_error and resolved.execution_id == effect.execution_id
+        retried = await env.post(path, body)
+        assert retried.status_code == 200 and retried.json() == r.json()
         again = await env.post(path, {"result": "again"})
         assert again.status_code == 409 and "already resolved" in again.json()["error"]
         assert len(await events_of(env.journal, sid, ToolResolved)) == 1
@@ -249,6 +258,9 @@ async def test_bad_action_bodies_get_a_reason() -> None:
         r = await env.post(path, {"action": "maybe"})
         assert r.status_code == 400 and "allow_once, allow_session or deny" in r.json()["error"]
         assert (await env.post(path, {"action": "deny", "key": ""})).status_code == 400
+        long = await env.post(path, {"action": "deny", "key": "k" * 300})
+        assert long.status_code == 400 and "k" * 50 not in long.text
+        assert (await env.get("/api/sessions/nope/events")).status_code == 404
         assert (
             await env.post(f"/api/sessions/{sid}/gates/gate_nope", {"action": "deny"})
         ).status_code == 404

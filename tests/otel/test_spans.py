@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import trio
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -13,11 +14,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from journal import Record, open_journal
 from journal.events import ToolStarted
-from loopruntime import Delegate, LoopDefinition
+from loopruntime import Delegate, LoopDefinition, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 from session.demo import demo_definition
-from session.otel import Exporter, spans_of, trace_id_of
+from session.otel import Exporter, otlp_json, provider_of, spans_of, trace_id_of
 from session.replay import replay_command
 from tests.otel.otlp_receiver import open_receiver
 
@@ -233,3 +234,52 @@ async def test_a_child_loop_nests_under_the_tool_call_that_started_it() -> None:
         "      chat scripted model=scripted finish=end_turn",
         "  chat scripted model=scripted finish=end_turn",
     ]
+
+
+async def test_spans_carry_what_the_conventions_require(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``chat`` names its provider; a span in error names its ``error.type``;
+    the service is ``loopruntime`` unless the environment or the caller
+    names another."""
+
+    @tool(permission="allow")
+    async def explode(ctx: ToolContext) -> str:
+        """Fails."""
+        raise RuntimeError("boom")
+
+    definition = LoopDefinition(
+        name="failing",
+        model=ScriptedModel(
+            [Reply(tool_calls=[ToolCall(name="explode", input={})]), Reply(text="it failed")],
+            name="scripted:failing",
+        ),
+        tools=[explode],
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition) as s:
+            await s.submit("try it")
+            await s.wait_idle()
+        records = [r async for r in journal.read(s.id)]
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    spans = spans_of(s.id, records)
+    chats = [sp for sp in spans if sp.name.startswith("chat ")]
+    assert chats and all(
+        (sp.attributes or {})["gen_ai.provider.name"] == "scripted" for sp in chats
+    )
+    [failed] = [sp for sp in spans if not sp.status.is_ok]
+    assert failed.name == "execute_tool explode"
+    assert (failed.attributes or {})["error.type"] == "failed"
+    assert {sp.resource.attributes["service.name"] for sp in spans} == {"loopruntime"}
+    assert '"stringValue": "loopruntime"' in otlp_json(spans)
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "billing-agents")
+    assert spans_of(s.id, records)[0].resource.attributes["service.name"] == "billing-agents"
+    named = spans_of(s.id, records, service_name="support")
+    assert named[0].resource.attributes["service.name"] == "support"
+
+
+def test_the_provider_is_the_model_names_prefix() -> None:
+    assert provider_of("anthropic:claude-sonnet-4-5") == "anthropic"
+    assert provider_of("scripted") == "scripted"
+    assert provider_of("") == "_OTHER"
