@@ -48,6 +48,7 @@ PUBLIC = {
     "loopruntime.models": {
         "ScriptedModel", "Reply", "ToolCall", "AnthropicModel", "OpenAIModel",
         "MissingExtraError", "RecordingError", "RecordingMismatchError",
+        "RecordingModel", "ReplayModel", "request_digest",
     },
     "loopruntime.models.openai": {
         "OpenAIModel", "DEFAULT_CONTEXT_WINDOW", "STOP_REASONS", "ChunkTranslator",

@@ -3,9 +3,12 @@ OpenAI-compatible server, and recordings of any of them (docs/models.md)."""
 
 from typing import Any
 
+from .digest import request_digest as request_digest
 from .errors import MissingExtraError as MissingExtraError
 from .errors import RecordingError as RecordingError
 from .errors import RecordingMismatchError as RecordingMismatchError
+from .recording import RecordingModel as RecordingModel
+from .recording import ReplayModel as ReplayModel
 from .scripted import Reply as Reply
 from .scripted import ScriptedModel as ScriptedModel
 from .scripted import ToolCall as ToolCall
@@ -16,9 +19,12 @@ __all__ = [
     "OpenAIModel",
     "RecordingError",
     "RecordingMismatchError",
+    "RecordingModel",
+    "ReplayModel",
     "Reply",
     "ScriptedModel",
     "ToolCall",
+    "request_digest",
 ]
 
 
