@@ -531,6 +531,30 @@ async def test_a_stream_cut_before_output_is_retried(autojump_clock: trio.abc.Cl
     assert len(server.requests) == 2
 
 
+async def test_a_stream_cut_after_the_finish_reason_keeps_the_whole_reply() -> None:
+    # Only the usage chunk and [DONE] were lost: the reply itself is whole.
+    cut = Stream([role(), chunk({"content": "Done."}), chunk(finish="stop"), Drop()])
+    async with serve([cut]) as (server, model):
+        deltas = await collect(model)
+    acc = assemble(deltas)
+    assert (acc.text(), acc.stop_reason) == ("Done.", "end_turn")
+    assert len(server.requests) == 1
+
+
+async def test_a_refusal_is_kept_as_text_and_stops_as_one() -> None:
+    reply = Stream(
+        [
+            role(),
+            chunk({"content": None, "refusal": "I can't help with that."}),
+            chunk(finish="stop"),
+            DONE,
+        ]
+    )
+    async with serve([reply]) as (_, model):
+        acc = assemble(await collect(model))
+    assert (acc.text(), acc.stop_reason) == ("I can't help with that.", "refusal")
+
+
 async def test_a_stream_ending_without_a_finish_reason_is_incomplete() -> None:
     ended = Stream([role(), chunk({"content": "Half"}), DONE])
     async with serve([ended]) as (_, model):

@@ -183,6 +183,13 @@ class OpenAIModel:
                 except StopAsyncIteration:
                     break
                 except FOREIGN_ERRORS as exc:
+                    if translator.finished:
+                        # The reply is whole; only its usage chunk or [DONE]
+                        # was lost, which is no reason to fail the reply.
+                        log.info(
+                            "model_stream_tail_lost", model=self.name, error=type(exc).__name__
+                        )
+                        break
                     raise translate(exc, attempt, model=self.model, secrets=secrets) from chainable(
                         exc, secrets
                     )

@@ -5,9 +5,10 @@ never its SDK class, so a server's extra or missing fields do no harm; empty
 text starts no block (a first chunk carrying only the role is no output);
 reasoning a server streams (``reasoning_content`` or ``reasoning``) is a
 thinking block; each tool call is a block found by its ``index``, its
-argument text passed on unchanged, valid or not; every open block stops at
-the finish reason, which is mapped to the runtime's stop reasons (a server
-that says ``stop`` after streaming tool calls means ``tool_calls``).
+argument text passed on unchanged, valid or not; a ``refusal`` text is kept
+as text and makes the reply a refusal; every open block stops at the finish
+reason, which is mapped to the runtime's stop reasons (a server that says
+``stop`` after streaming tool calls means ``tool_calls``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class ChunkTranslator:
         """The text or thinking block that streamed text goes on in."""
         self._calls: dict[int, int] = {}
         """A tool call's index in the stream -> its block index."""
+        self._refused = False
+        """Whether the model sent a ``refusal`` text instead of content."""
 
     def feed(self, chunk: Any) -> list[Delta]:
         out: list[Delta] = []
@@ -67,6 +70,10 @@ class ChunkTranslator:
             for field in ("reasoning_content", "reasoning"):
                 self._prose_delta(out, "thinking", _str(delta, field))
             self._prose_delta(out, "text", _str(delta, "content"))
+            refusal = _str(delta, "refusal")
+            if refusal:
+                self._refused = True
+                self._prose_delta(out, "text", refusal)
             for position, call in enumerate(getattr(delta, "tool_calls", None) or ()):
                 self._tool_call(out, position, call)
             finish = _str(choice, "finish_reason")
@@ -76,6 +83,8 @@ class ChunkTranslator:
                 self._prose = None
                 if finish == "stop" and self._calls:
                     finish = "tool_calls"
+                elif finish == "stop" and self._refused:
+                    finish = "content_filter"
                 out.append(StopDelta(stop_reason=STOP_REASONS.get(finish, finish)))
                 self.finished = True
         if usage is not None:
