@@ -629,3 +629,21 @@ def test_constructor_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="control character") as caught:
         OpenAIModel("gpt-x", api_key="sk-one\nsk-two")
     assert "sk-one" not in str(caught.value)
+
+
+def test_without_the_extra_the_import_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import sys
+
+    from loopruntime.models import MissingExtraError
+
+    # As if the SDK were not installed: importing it raises ImportError.
+    monkeypatch.setitem(sys.modules, "openai", None)
+    for name in [m for m in sys.modules if m.startswith("loopruntime.models.openai")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(MissingExtraError) as caught:
+        importlib.import_module("loopruntime.models.openai")
+    err = caught.value
+    assert isinstance(err, ImportError)  # an `except ImportError` guard still works
+    assert (err.extra, err.package, err.code) == ("openai", "openai", "model.extra_missing")
+    assert "pip install 'loopruntime[openai]'" in str(err)
