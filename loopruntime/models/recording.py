@@ -122,7 +122,7 @@ class RecordingModel:
     @asynccontextmanager
     async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[Delta]]:
         """The wrapped model's stream, recorded when the call exits (however)."""
-        mark = request_mark(request)
+        mark = _checked_mark(request, self.path)
         seen: list[Delta] = []
         ending: dict[str, Any] = {"outcome": "cut"}
         try:
@@ -203,7 +203,7 @@ class ReplayModel:
     @asynccontextmanager
     async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[Delta]]:
         self.calls += 1
-        mark = request_mark(request)
+        mark = _checked_mark(request, self.path)
         waiting = self._waiting.get(mark.digest)
         if not waiting:
             raise self._mismatch(mark)
@@ -276,6 +276,17 @@ def request_mark(request: ModelRequest) -> RequestMark:
             for m in request.messages
         ),
     )
+
+
+def _checked_mark(request: ModelRequest, path: str) -> RequestMark:
+    try:
+        return request_mark(request)
+    except TypeError as exc:
+        raise RecordingError(
+            f"a request cannot be matched against the recording {path}: {exc}; "
+            "keep ModelRequest.options to values JSON can hold",
+            path=path,
+        ) from exc
 
 
 def _shared(recorded: RequestMark, now: RequestMark) -> int:

@@ -220,6 +220,13 @@ async def test_any_model_is_recorded_here_a_real_sdk_call(tmp_path: Path) -> Non
     assert KEY not in path.read_text()
 
 
+async def test_an_option_json_cannot_hold_is_a_recording_error(tmp_path: Path) -> None:
+    recording = RecordingModel(ScriptedModel([Reply(text="ok")]), tmp_path / "x.jsonl")
+    odd = ModelRequest(system="", messages=ask("hi").messages, options={"when": object()})
+    with pytest.raises(RecordingError, match="options to values JSON can hold"):
+        await collect(recording, odd)
+
+
 def test_a_recording_that_is_missing_or_not_one_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RecordingError, match="there is no recording at") as caught:
         ReplayModel(tmp_path / "missing.jsonl")
