@@ -1,8 +1,10 @@
 """``loopruntime chat``: a person talking to a loop in a terminal.
 
-Claude when ``ANTHROPIC_API_KEY`` is set, else a local echo model.  Replies
-stream as they arrive; Ctrl-C interrupts the reply, never the program; a
-failed reply is said in the conversation.
+Claude when ``ANTHROPIC_API_KEY`` is set, else a local echo model;
+``--model openai:NAME`` an OpenAI-compatible model (with ``OPENAI_API_KEY``
+or a server's ``--base-url``).  Replies stream as they arrive; Ctrl-C
+interrupts the reply, never the program; a failed reply is said in the
+conversation.
 """
 
 from __future__ import annotations
@@ -20,32 +22,81 @@ from loopruntime.models import ScriptedModel
 from .runtime import Session
 from .subscriptions import StreamDelta
 
-__all__ = ["chat_definition", "run_chat"]
+__all__ = ["PROVIDERS", "chat_definition", "run_chat"]
+
+PROVIDERS = ("anthropic", "openai")
+"""The prefixes ``--model`` may name a provider with (``openai:NAME``); a
+name without one is Claude's."""
 
 
-def chat_definition(model_name: str | None) -> tuple[LoopDefinition, str]:
+def chat_definition(
+    model_name: str | None, base_url: str | None = None
+) -> tuple[LoopDefinition, str]:
+    """The chat's loop and a line saying which model it talks to.
+
+    ``openai:NAME``: an OpenAI-compatible model, which needs OPENAI_API_KEY or
+    a server (``base_url``, or OPENAI_BASE_URL).  Otherwise Claude when
+    ANTHROPIC_API_KEY is set, else the local echo brain.  Raises
+    ``ValueError`` (an unknown provider, a missing key) or
+    ``MissingExtraError`` before anything is opened.
+    """
+    provider, colon, name = (model_name or "").partition(":")
+    if not colon:
+        provider, name = "anthropic", model_name or ""
+    if provider not in PROVIDERS:
+        raise ValueError(
+            f"--model {model_name}: unknown provider {provider!r}; name one of "
+            f"{', '.join(p + ':NAME' for p in PROVIDERS)}, or a Claude model alone"
+        )
+    if colon and not name:
+        raise ValueError(f"--model {model_name}: the model's name is missing after {provider}:")
+    if provider == "openai":
+        model: Any = _openai_model(name, base_url)
+        said = f"using {model.name}"
+    elif base_url is not None:
+        raise ValueError(
+            "--base-url names an OpenAI-compatible server, for --model openai:NAME "
+            "(Claude's is ANTHROPIC_BASE_URL)"
+        )
+    else:
+        model, said = _claude_or_echo(name or None)
+    return LoopDefinition(name="chat", model=model, system="You are a helpful assistant."), said
+
+
+def _claude_or_echo(name: str | None) -> tuple[Any, str]:
     """Claude when ANTHROPIC_API_KEY is set, else the local echo brain."""
     from loopruntime.models.anthropic import AnthropicModel
 
-    model: Any = AnthropicModel.from_env(model=model_name)
+    model: Any = AnthropicModel.from_env(model=name)
+    if model is not None:
+        return model, f"using {model.name}"
+    said = "no ANTHROPIC_API_KEY: using the local scripted echo model"
+    if name:
+        said += f" (--model {name} needs the key, so it is not used)"
+    return ScriptedModel.echo(), said
+
+
+def _openai_model(name: str, base_url: str | None) -> Any:
+    from loopruntime.models import OpenAIModel  # MissingExtraError without the extra
+
+    model = OpenAIModel.from_env(name, base_url=base_url)
     if model is None:
-        model = ScriptedModel.echo()
-        said = "no ANTHROPIC_API_KEY: using the local scripted echo model"
-        if model_name:
-            said += f" (--model {model_name} needs the key, so it is not used)"
-    else:
-        said = f"using {model.name}"
-    return LoopDefinition(name="chat", model=model, system="You are a helpful assistant."), said
+        raise ValueError(
+            f"--model openai:{name} needs OPENAI_API_KEY, or the address of an "
+            "OpenAI-compatible server: --base-url URL (or OPENAI_BASE_URL)"
+        )
+    return model
 
 
 # How many of a resumed session's last messages are shown before the prompt.
 _RESUMED_MESSAGES = 6
 
 
-async def run_chat(url: str, session_id: str | None, model_name: str | None) -> int:
+async def run_chat(url: str, session_id: str | None, chosen: tuple[LoopDefinition, str]) -> int:
     """The interactive chat on the journal at ``url``: a new session, or
-    ``session_id`` resumed with its last exchanges shown first."""
-    definition, said = chat_definition(model_name)
+    ``session_id`` resumed with its last exchanges shown first; ``chosen`` is
+    what ``chat_definition`` returned."""
+    definition, said = chosen
     print(f"loopruntime chat — {said}. Ctrl-C stops a reply, Ctrl-D quits.", flush=True)
     async with open_journal(url) as journal:
         opener = (

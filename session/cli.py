@@ -33,7 +33,7 @@ from journal import (
 from loopruntime import LoopError
 from loopruntime.host import check_principal
 
-from .chat import run_chat
+from .chat import chat_definition, run_chat
 from .client import CommandRefusedError
 from .fork import lineage, plan_fork, write_fork
 from .hosting_cli import add_commands, seconds, submit_command
@@ -135,7 +135,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     session_id = _checked_text(args.session, "session id") if args.session else None
-    return trio.run(run_chat, journal_url(args.journal, create=True), session_id, args.model)
+    # The model first: a bad --model is refused before the journal is touched.
+    chosen = chat_definition(args.model, args.base_url)
+    return trio.run(run_chat, journal_url(args.journal, create=True), session_id, chosen)
 
 
 # -- sessions -----------------------------------------------------------------------
@@ -415,7 +417,12 @@ def parser() -> argparse.ArgumentParser:
     )
     chat.add_argument("--session", help="resume this session (its last exchanges are shown)")
     chat.add_argument(
-        "--model", help="the Claude model to use (needs ANTHROPIC_API_KEY; ignored without it)"
+        "--model",
+        help="the model: a Claude model (needs ANTHROPIC_API_KEY; ignored without it), or "
+        "openai:NAME for an OpenAI-compatible one (needs OPENAI_API_KEY or --base-url)",
+    )
+    chat.add_argument(
+        "--base-url", help="the OpenAI-compatible server of --model openai:NAME, e.g. its /v1 URL"
     )
     chat.set_defaults(run=cmd_chat)
     command(

@@ -46,7 +46,15 @@ PUBLIC = {
         "describe", "digest", "prompts_of", "restore_config", "server_of",
         "MAX_PRINCIPAL_LENGTH", "check_principal", "NO_LIST", "own_list",
     },
-    "loopruntime.models": {"ScriptedModel", "Reply", "ToolCall", "AnthropicModel"},
+    "loopruntime.models": {
+        "ScriptedModel", "Reply", "ToolCall", "AnthropicModel", "OpenAIModel",
+        "MissingExtraError", "RecordingError", "RecordingMismatchError",
+        "RecordingModel", "ReplayModel", "request_digest",
+    },
+    "loopruntime.models.openai": {
+        "OpenAIModel", "DEFAULT_CONTEXT_WINDOW", "STOP_REASONS", "ChunkTranslator",
+        "MaxTokensField", "api_messages", "request_params",
+    },
     "loopruntime.toolsets": {
         "McpServer", "Stdio", "Http", "McpTool", "McpServerError", "McpToolError", "Toolsets",
         "check_toolsets",

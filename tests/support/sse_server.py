@@ -92,6 +92,8 @@ class Status:
     error_type: str
     message: str
     headers: Sequence[tuple[str, str]] = ()
+    code: str | None = None
+    """The error's ``code`` (OpenAI's body carries one, e.g. ``insufficient_quota``)."""
 
 
 @dataclass(frozen=True)
@@ -247,9 +249,10 @@ async def _send_reply(
         case Hangup():
             return False
         case Status():
-            payload = json.dumps(
-                {"type": "error", "error": {"type": reply.error_type, "message": reply.message}}
-            ).encode()
+            error = {"type": reply.error_type, "message": reply.message}
+            if reply.code is not None:
+                error["code"] = reply.code
+            payload = json.dumps({"type": "error", "error": error}).encode()
             headers = [
                 ("content-type", "application/json"),
                 ("content-length", str(len(payload))),

@@ -11,26 +11,18 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any, Final, Self
 
 import anthropic
 import structlog
-import trio
 
 from loopruntime.errors import ModelError
 from loopruntime.model import Delta, ModelRequest, UsageDelta
 
-from .errors import (
-    ADVICE,
-    FOREIGN_ERRORS,
-    Attempt,
-    after_output,
-    chainable,
-    client_secrets,
-    retry_delay,
-    translate,
-)
+from ..credentials import chainable
+from ..retries import Attempt, after_output, with_retries
+from .errors import ADVICE, FOREIGN_ERRORS, client_secrets, translate
 from .request import ThinkingOption, request_params, thinking_body
 from .stream import StreamTranslator
 
@@ -189,35 +181,17 @@ class AnthropicModel:
         finally:
             await deltas.aclose()
 
-    async def _deltas(
+    def _deltas(
         self, client: anthropic.AsyncAnthropic, params: dict[str, Any]
     ) -> AsyncGenerator[Delta, None]:
-        """All attempts of one call.  A failed attempt is retried only if it
-        yielded nothing; see ``errors``."""
-        attempt = Attempt()
-        while True:
-            attempt.number += 1
-            try:
-                async with aclosing(self._attempt(client, params, attempt)) as deltas:
-                    async for delta in deltas:
-                        attempt.output_started = True
-                        yield delta
-                return
-            except ModelError as err:
-                delay = retry_delay(
-                    err, attempt, max_retries=self.max_retries, max_retry_wait=self.max_retry_wait
-                )
-                if delay is None:
-                    raise
-                log.info(
-                    "model_retry",
-                    model=self.name,
-                    kind=err.error_kind,
-                    status=err.status,
-                    attempt=attempt.number,
-                    delay=round(delay, 3),
-                )
-                await trio.sleep(delay)
+        """All attempts of one call (``retries.with_retries``)."""
+        return with_retries(
+            lambda attempt: self._attempt(client, params, attempt),
+            model=self.name,
+            max_retries=self.max_retries,
+            max_retry_wait=self.max_retry_wait,
+            log=log,
+        )
 
     async def _attempt(
         self, client: anthropic.AsyncAnthropic, params: dict[str, Any], attempt: Attempt

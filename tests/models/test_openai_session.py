@@ -1,0 +1,110 @@
+"""A Session driving an OpenAI-compatible model through the real SDK against
+the local server: a tool turn and the requests on the wire, a stream dying
+after output, an interrupted reply."""
+
+from __future__ import annotations
+
+import trio
+
+from journal import open_journal
+from journal.content import Text, TextDelta
+from journal.events import ModelMessageCommitted, TurnEnded
+from loopruntime import INTERRUPTED_NOTICE, TRUNCATED_NOTICE, LoopDefinition, ToolContext, tool
+from loopruntime.models import OpenAIModel
+from session import Session, StreamDelta
+from session.replay import check
+from tests.models.test_openai import DONE, KEY, MODEL, chunk, role, text_reply, tool_reply
+from tests.support.sse_server import Drop, Hold, Stream, open_sse_server
+
+
+@tool(permission="allow")
+async def weather(ctx: ToolContext, *, city: str) -> str:
+    """Today's weather in a city."""
+    return f"{city}: sunny"
+
+
+async def test_a_tool_turn_over_the_real_sdk() -> None:
+    async with open_sse_server([tool_reply(), text_reply("Oslo is sunny.")]) as server:
+        async with OpenAIModel(MODEL, api_key=KEY, base_url=server.url) as model:
+            d = LoopDefinition(name="gpt", model=model, system="Be brief.", tools=[weather])
+            async with open_journal("memory:") as journal:
+                async with Session.create(journal, d) as s:
+                    await s.submit("Weather in Oslo?")
+                    await s.wait_idle()
+                    state = await s.snapshot()
+                    await s.verify()
+                report = await check(journal, s.id)
+                serialized = b"".join(
+                    [r.id.encode() + repr(r.event).encode() async for r in journal.read(s.id)]
+                )
+    assert report.ok, report.summary()
+    assert state.last_outcome == "completed"
+    assert state.messages[-1].blocks == (Text(text="Oslo is sunny."),)
+    first, second = (r.body for r in server.requests)
+    assert first["tools"][0]["function"]["name"] == "weather"
+    assert first["tools"][0]["function"]["parameters"]["properties"] == {"city": {"type": "string"}}
+    assert first["tool_choice"] == "auto"
+    # The second request answers the call with a `tool` message after the
+    # assistant message that asked for it.
+    assistant, result = second["messages"][-2:]
+    assert assistant["role"] == "assistant" and assistant["content"] == "Checking."
+    assert assistant["tool_calls"] == [
+        {
+            "id": "call_01",
+            "type": "function",
+            "function": {"name": "weather", "arguments": '{"city": "Oslo"}'},
+        }
+    ]
+    assert result == {"role": "tool", "tool_call_id": "call_01", "content": "Oslo: sunny"}
+    assert KEY.encode() not in serialized  # the key never reaches the journal
+
+
+async def test_a_stream_dying_after_output_leaves_the_truncated_notice() -> None:
+    dying = Stream([role(), chunk({"content": "The answer is"}), Drop()])
+    async with open_sse_server([dying]) as server:
+        async with OpenAIModel(MODEL, api_key=KEY, base_url=server.url) as model:
+            d = LoopDefinition(name="gpt", model=model)
+            async with open_journal("memory:") as journal:
+                async with Session.create(journal, d) as s:
+                    await s.submit("What is the answer?")
+                    await s.wait_idle()
+                records = [r.event async for r in journal.read(s.id)]
+    assert len(server.requests) == 1  # never resent after output began
+    [message] = [e for e in records if isinstance(e, ModelMessageCommitted)]
+    assert message.notice == "truncated"
+    assert message.message.blocks == (Text(text="The answer is"), Text(text=TRUNCATED_NOTICE))
+    [ended] = [e for e in records if isinstance(e, TurnEnded)]
+    assert ended.outcome == "failed" and ended.kind == "model"
+
+
+async def test_an_interrupted_reply_leaves_the_interrupted_notice() -> None:
+    held = Stream([role(), chunk({"content": "Once upon"}), Hold(), chunk(finish="stop"), DONE])
+    async with open_sse_server([held]) as server:
+        async with OpenAIModel(MODEL, api_key=KEY, base_url=server.url) as model:
+            d = LoopDefinition(name="gpt", model=model)
+            async with open_journal("memory:") as journal:
+                async with Session.create(journal, d) as s:
+                    streamed = trio.Event()
+
+                    async def watch() -> None:
+                        async for item in s.subscribe(after=None, deltas=True):
+                            if isinstance(item, StreamDelta) and isinstance(item.delta, TextDelta):
+                                streamed.set()
+                                return
+
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(watch)
+                        await s.submit("Tell a story.")
+                        await streamed.wait()
+                    assert await s.interrupt() is True
+                    await s.wait_idle()
+                    state = await s.snapshot()
+                records = [r.event async for r in journal.read(s.id)]
+        # A guard so a broken build fails instead of hanging, not a timing
+        # assertion: the disconnect normally arrives at once.
+        with trio.fail_after(120):
+            await server.disconnected.wait()
+    [message] = [e for e in records if isinstance(e, ModelMessageCommitted)]
+    assert message.notice == "interrupted"
+    assert message.message.blocks == (Text(text="Once upon"), Text(text=INTERRUPTED_NOTICE))
+    assert state.last_outcome == "interrupted"
