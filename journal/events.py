@@ -773,8 +773,12 @@ class CollabTaskStarted(SessionLevelEvent, tag="collab.task_started", frozen=Tru
 class CollabTaskFinished(SessionLevelEvent, tag="collab.task_finished", frozen=True, kw_only=True):
     collab_id: str
     key: str
-    status: Literal["completed", "failed", "interrupted", "crashed", "cancelled"]
+    status: Literal["completed", "failed", "interrupted", "crashed", "cancelled", "start_failed"]
+    """``start_failed``: the worker never ran the task (its input was refused, or
+    its loop could not start); ``output`` then says why."""
     output: str = ""
+    code: str | None = None
+    """Why a start failed (the refusing error's code)."""
 
 
 class CollabControlled(SessionLevelEvent, tag="collab.controlled", frozen=True, kw_only=True):
