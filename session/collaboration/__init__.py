@@ -35,10 +35,14 @@ from .fold import WorkerInfo as WorkerInfo
 from .fold import fold_collaboration as fold_collaboration
 from .grammar import next_step as next_step
 from .person import person as person
+from .status import CollabPhase as CollabPhase
+from .status import CollabStatus as CollabStatus
 
 __all__ = [
     "COUNTER_LIMIT",
+    "CollabPhase",
     "CollabState",
+    "CollabStatus",
     "Collaboration",
     "CollaborationError",
     "Control",

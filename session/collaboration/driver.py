@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -35,13 +35,23 @@ from journal.events import (
 from loopruntime import Loop, LoopClosedError, LoopDefinition, LoopError
 from loopruntime.host import Interrupt, Steer, UserInput, child_outcome, new_id
 
+from ..subscriptions import StreamDelta
 from ..validation import user_message
 from ..writer import Stream
 from .definition import Collaboration, CollaborationError
 from .fold import CollabState, Turn, WorkerInfo, fold_collaboration
+from .status import CollabStatus, describe, unresolved_effects
 from .grammar import Complete, Decide, Done, Fail, Wait, check_decision, next_step
 
-__all__ = ["CollaborationHost", "Driver", "collaborate", "parse_decision", "resume"]
+__all__ = [
+    "CollaborationHost",
+    "Driver",
+    "collaborate",
+    "parse_decision",
+    "read_collaboration",
+    "resume",
+    "status",
+]
 
 
 _decision_decoder = msgspec.json.Decoder(Decision)
@@ -95,6 +105,8 @@ class CollaborationHost(Protocol):
     async def commit(self, loop: Stream, events: Sequence[Event]) -> list[Record]: ...
 
     def child(self, child_id: str) -> Loop | None: ...
+
+    def subscribe(self, after: int | None = 0) -> AsyncIterator[Record | StreamDelta]: ...
 
     async def start_worker(
         self, loop_id: str, definition: LoopDefinition, provenance: Provenance
@@ -231,7 +243,7 @@ class Driver:
                 messages=(Message(role="user", blocks=(Text(text=ask),)),),
             )
         )
-        await loop.wait_settled()
+        await self._wait_resolved(loop)
         status, text = child_outcome(loop)
         if status != "completed":
             # The coordinator's own code (a provider's error, a limit) says more
@@ -241,6 +253,23 @@ class Driver:
                 code=loop.state.last_failure_code or "collaboration.coordinator.failed",
             )
         return parse_decision(text)
+
+    async def _wait_resolved(self, loop: Loop) -> None:
+        """Wait until the coordinator has settled with nothing unresolved in
+        its subtree: only then does its answer authorize a decision (a child
+        still running may yet change it, through the turn its result starts)."""
+        await loop.wait_settled()
+        while unresolved_effects(loop.state):
+            # Any record of the coordinator after the state just read may
+            # resolve something: read from there, so none is missed.
+            records = self.session.subscribe(after=loop.state.last_seq)
+            try:
+                async for item in records:
+                    if isinstance(item, Record) and item.loop == loop.id:
+                        break
+            finally:
+                await _close(records)
+            await loop.wait_settled()
 
     async def _coordinator_loop(self, definition: LoopDefinition) -> Loop:
         loop_id = f"{self.stream.id}/coordinator"
@@ -390,6 +419,12 @@ class Driver:
         )
 
 
+async def _close(iterator: AsyncIterator[Any]) -> None:
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
+
+
 async def _quietly(call: Awaitable[Any]) -> None:
     try:
         await call
@@ -470,12 +505,30 @@ async def _drive(driver: Driver) -> str:
     return outcome
 
 
+async def read_collaboration(session: CollaborationHost, collab_id: str) -> CollabState:
+    """The collaboration ``collab_id`` folded from the session's journal."""
+    state, stream_id = CollabState(), f"collab:{collab_id}"
+    async for record in session.journal.read(session.id):
+        if record.loop == stream_id:
+            fold_collaboration(state, record)
+    return state
+
+
+async def status(session: CollaborationHost, collab_id: str) -> CollabStatus:
+    """What collaboration ``collab_id`` is doing (``Session.collaboration_status``)."""
+    state = await read_collaboration(session, collab_id)
+    if not state.collab_id:
+        raise CollaborationError(
+            f"session {session.id} has no collaboration {collab_id}",
+            code="collaboration.unknown",
+        )
+    return describe(state, {loop_id: loop.state for loop_id, loop in session.loops.items()})
+
+
 async def resume(session: CollaborationHost, collab: Collaboration, collab_id: str) -> str:
     """Continue a collaboration from its journal stream (after a restore)."""
     stream = _Stream(collab_id)
-    async for record in session.journal.read(session.id):
-        if record.loop == stream.id:
-            stream.apply(record)
+    stream.state = await read_collaboration(session, collab_id)
     if stream.state.protocol_error:
         raise CollaborationError(
             f"the stream of collaboration {collab_id} breaks the collaboration protocol "

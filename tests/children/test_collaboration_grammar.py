@@ -19,12 +19,14 @@ from journal.events import (
     CollabTaskStarted,
     CollabTurn,
     GateOpened,
+    TurnEnded,
 )
-from loopruntime import Limits, LoopDefinition
-from loopruntime.models import Reply, ScriptedModel
+from loopruntime import Delegate, Limits, LoopDefinition
+from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 from session.collaboration import (
     COUNTER_LIMIT,
+    CollabPhase,
     CollabState,
     Collaboration,
     CollaborationError,
@@ -435,3 +437,65 @@ def test_a_collaboration_with_bad_configuration_is_refused(options: dict[str, An
     with pytest.raises(CollaborationError) as info:
         Collaboration(**{"coordinator": scripted([]), "workers": [FAST], **options})
     assert info.value.code == "collaboration.config.invalid"
+
+
+async def test_a_coordinator_with_a_running_child_cannot_authorize_a_decision(
+    journal: Journal, autojump_clock: trio.abc.Clock
+) -> None:
+    def say(decision: Decision) -> Reply:
+        return Reply(text=msgspec.json.encode(decision).decode())
+
+    # The coordinator starts a background check (a person, so it runs until
+    # answered), answers at once, and answers again once the check reports.
+    coordinator = LoopDefinition(
+        name="coordinator",
+        model=ScriptedModel(
+            [
+                Reply(tool_calls=[ToolCall(name="check", input={"task": "Is it safe?"})]),
+                say(Decision(mode="complete", output="premature")),
+                say(Decision(mode="complete", output="after the check")),
+            ]
+        ),
+        delegates=[
+            Delegate(
+                name="check",
+                description="a person checks",
+                definition=person("checker").definition,
+                background=True,
+            )
+        ],
+    )
+    collab = Collaboration(coordinator=coordinator, workers=[FAST])
+    async with Session.create(journal, HOST) as s:
+        outcome: list[str] = []
+
+        async def run() -> None:
+            outcome.append(await s.collaborate(collab, "go", collab_id="u"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            ended = await until_record(
+                s, lambda r: r.loop == "collab:u/coordinator" and isinstance(r.event, TurnEnded)
+            )
+            gate = await until_record(
+                s, lambda r: r.loop.startswith("collab:u/coordinator/") and is_gate(r)
+            )
+            status = await s.collaboration_status("u")
+            assert status.phase is CollabPhase.COORDINATOR_UNRESOLVED
+            assert [u.split(" ")[0] for u in status.unresolved] == ["child"]
+            assert gate.loop in status.unresolved[0]
+            # Its answer was not taken: no decision is recorded.
+            assert await events_of(journal, s.id, CollabTurn) == []
+            assert isinstance(ended.event, TurnEnded) and isinstance(gate.event, GateOpened)
+            await s.answer(gate.event.gate_id, "yes")
+        await s.verify()
+        done = await s.collaboration_status("u")
+    assert outcome == ["after the check"]
+    assert (done.phase, done.unresolved) == (CollabPhase.COMPLETED, ())
+    [turn] = await events_of(journal, s.id, CollabTurn)
+    assert turn.decision.output == "after the check"
+    assert (await check(journal, s.id)).ok
+
+
+def is_gate(r: Record) -> bool:
+    return isinstance(r.event, GateOpened)
