@@ -60,8 +60,7 @@ from loopruntime.host import (
 )
 
 from .checkpoints import DEFAULT_EVERY, Checkpointer, SessionFolder, read_restored
-from .collaboration import Collaboration
-from .collaboration import CollabStatus
+from .collaboration import Collaboration, CollabStatus
 from .collaboration.driver import collaborate, resume
 from .collaboration.driver import status as collaboration_status
 from .drift import Drift, check_choice, check_drift, reopening

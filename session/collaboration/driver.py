@@ -40,8 +40,8 @@ from ..validation import user_message
 from ..writer import Stream
 from .definition import Collaboration, CollaborationError
 from .fold import CollabState, Turn, WorkerInfo, fold_collaboration
-from .status import CollabStatus, describe, unresolved_effects
 from .grammar import Complete, Decide, Done, Fail, Wait, check_decision, next_step
+from .status import CollabStatus, describe, unresolved_effects
 
 __all__ = [
     "CollaborationHost",

@@ -312,9 +312,9 @@ async def test_resume_refuses_a_running_task_whose_worker_is_not_given(
 
 def test_collaboration_exports_its_names() -> None:
     names = {
-        "COUNTER_LIMIT", "CollabPhase", "CollabState", "CollabStatus", "Collaboration", "CollaborationError", "Control",
-        "Decision", "TaskSpec", "TaskView", "Turn", "Worker", "WorkerInfo", "fold_collaboration",
-        "next_step", "parse_decision", "person",
+        "COUNTER_LIMIT", "CollabPhase", "CollabState", "CollabStatus", "Collaboration",
+        "CollaborationError", "Control", "Decision", "TaskSpec", "TaskView", "Turn", "Worker",
+        "WorkerInfo", "fold_collaboration", "next_step", "parse_decision", "person",
     }  # fmt: skip
     assert set(session.collaboration.__all__) == names
     for name in names:

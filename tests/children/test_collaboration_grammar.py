@@ -26,10 +26,10 @@ from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 from session.collaboration import (
     COUNTER_LIMIT,
-    CollabPhase,
-    CollabState,
     Collaboration,
     CollaborationError,
+    CollabPhase,
+    CollabState,
     Control,
     Decision,
     TaskSpec,
@@ -229,9 +229,7 @@ async def test_the_grammar(
     options: dict[str, Any],
     outcome: str,
 ) -> None:
-    collab = Collaboration(
-        coordinator=scripted(plan), workers=[FAST, SLOW, SMALL], **options
-    )
+    collab = Collaboration(coordinator=scripted(plan), workers=[FAST, SLOW, SMALL], **options)
     failure: CollaborationError | None = None
     async with Session.create(journal, HOST) as s:
         try:
