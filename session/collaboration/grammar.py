@@ -160,7 +160,9 @@ def check_decision(
     of it is recorded.  ``seen``: the finished tasks the coordinator was
     shown; ``defined``: the workers this process has definitions for."""
     _check_shape(d)
-    if d.mode != "complete" and d.state:
+    if d.mode != "complete" or d.state:
+        # The state is handed to the next turn: a decision that has one must
+        # carry it whole (a final decision needs none).
         check_typed(d.state, state_type, "state")
     if d.mode == "complete":
         check_typed(d.output, output_type, "output")

@@ -203,6 +203,11 @@ GRAMMAR = {
         {"state_type": Notes},
         "collaboration.decision.invalid",
     ),
+    "typed state is required": (
+        [Decision(mode="wait", tasks=(task("a"),))],
+        {"state_type": Notes},
+        "collaboration.decision.invalid",
+    ),
     "typed output that fits": (
         [Decision(mode="complete", output="42")],
         {"output_type": int},
