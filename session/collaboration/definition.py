@@ -43,7 +43,8 @@ class Collaboration:
     max_concurrent_tasks: int = 4
     max_controls_per_turn: int = 4
     state_type: type[Any] | None = None
-    """A msgspec type every decision's ``state`` must be JSON of (None: free text)."""
+    """A msgspec type the ``state`` of every ``continue`` and ``wait`` decision
+    must be JSON of (None: free text)."""
     output_type: type[Any] | None = None
     """A msgspec type the ``complete`` decision's ``output`` must be JSON of."""
 
@@ -59,15 +60,16 @@ class Collaboration:
                 continue
             if type(value) is not int or not 0 <= value <= COUNTER_LIMIT:
                 raise CollaborationError(
-                    f"Collaboration {field}={value!r} is not a count from 0 to {COUNTER_LIMIT}",
+                    f"Collaboration of {self.coordinator_name!r}: {field}={value!r} is not a "
+                    f"count from 0 to {COUNTER_LIMIT}",
                     code="collaboration.config.invalid",
                 )
         names = [w.name for w in self.workers]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise CollaborationError(
-                f"Collaboration names workers {twice} more than once; a task names its "
-                "worker, so each name must be unique",
+                f"Collaboration of {self.coordinator_name!r} names workers {twice} more than "
+                "once; a task names its worker, so each name must be unique",
                 code="collaboration.config.invalid",
             )
         for field, schema in (("state_type", self.state_type), ("output_type", self.output_type)):
@@ -77,7 +79,8 @@ class Collaboration:
                 msgspec.json.Decoder(schema)
             except TypeError as exc:
                 raise CollaborationError(
-                    f"Collaboration {field}={schema!r} is not a type msgspec can decode: {exc}",
+                    f"Collaboration of {self.coordinator_name!r}: {field}={schema!r} is not a "
+                    f"type msgspec can decode: {exc}",
                     code="collaboration.config.invalid",
                 ) from exc
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
 import msgspec
 import trio
@@ -154,7 +154,8 @@ class Driver:
                 self._watch(task.key)
         await self._apply_unfinished_decision()
         while True:
-            match next_step(state):
+            step = next_step(state)
+            match step:
                 case Done():
                     break
                 case Complete(output=output):
@@ -168,6 +169,8 @@ class Driver:
                 case Decide():
                     if not await self._take_turn():
                         break
+                case _:
+                    assert_never(step)
         if state.status != "completed":
             raise CollaborationError(
                 f"collaboration {state.collab_id} failed ({state.code})"
