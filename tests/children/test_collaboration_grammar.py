@@ -357,6 +357,8 @@ async def test_a_person_answers_a_task_through_its_gate_across_a_crash(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(partial(s.collaborate, collab, "go", collab_id="p"))
             opened = await until_record(s, is_gate_of("collab:p/ask"))
+            status = await s.collaboration_status("p")
+            assert (status.phase, status.running) == (CollabPhase.WAITING_FOR_TASKS, ("ask",))
             nursery.cancel_scope.cancel()
     assert isinstance(opened.event, GateOpened)
     assert (opened.event.kind, opened.event.prompt) == ("user_input", "Ship it?")
@@ -502,3 +504,15 @@ async def test_a_coordinator_with_a_running_child_cannot_authorize_a_decision(
 
 def is_gate(r: Record) -> bool:
     return isinstance(r.event, GateOpened)
+
+
+async def test_an_unknown_collaboration_is_a_named_error(journal: Journal) -> None:
+    collab = Collaboration(coordinator=scripted([]), workers=[FAST])
+    async with Session.create(journal, HOST) as s:
+        before = len(await records(journal, s.id))
+        for call in (s.collaboration_status("nope"), s.resume_collaboration(collab, "nope")):
+            with pytest.raises(CollaborationError) as info:
+                await call
+            assert info.value.code == "collaboration.unknown"
+            assert "no collaboration nope" in str(info.value)
+        assert len(await records(journal, s.id)) == before
