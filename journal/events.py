@@ -747,6 +747,11 @@ class CollabStarted(SessionLevelEvent, tag="collab.started", frozen=True, kw_onl
     max_tasks: int
     max_concurrent_tasks: int
     max_controls_per_turn: int
+    state_schema: str = ""
+    """The JSON Schema of the typed ``state`` every decision carries ("" for
+    free text): a resumed collaboration must be given the same type."""
+    output_schema: str = ""
+    """Likewise for the ``complete`` decision's ``output``."""
 
 
 class CollabTurn(SessionLevelEvent, tag="collab.turn", frozen=True, kw_only=True):

@@ -93,6 +93,15 @@ class Collaboration:
         return COUNTER_LIMIT if self.max_tasks is None else self.max_tasks
 
     @property
+    def state_schema(self) -> str:
+        """The JSON Schema of ``state_type``, as recorded ("" for free text)."""
+        return _schema_text(self.state_type)
+
+    @property
+    def output_schema(self) -> str:
+        return _schema_text(self.output_type)
+
+    @property
     def coordinator_name(self) -> str:
         if isinstance(self.coordinator, LoopDefinition):
             return self.coordinator.name
@@ -104,6 +113,12 @@ class Collaboration:
         if isinstance(self.coordinator, LoopDefinition):
             out.append(self.coordinator)
         return out
+
+
+def _schema_text(schema: type[Any] | None) -> str:
+    if schema is None:
+        return ""
+    return msgspec.json.encode(msgspec.json.schema(schema), order="sorted").decode()
 
 
 class CollaborationError(LoopError):

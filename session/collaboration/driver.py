@@ -462,6 +462,8 @@ async def collaborate(
             max_tasks=collab.task_bound,
             max_concurrent_tasks=collab.max_concurrent_tasks,
             max_controls_per_turn=collab.max_controls_per_turn,
+            state_schema=collab.state_schema,
+            output_schema=collab.output_schema,
         )
     )
     return await _drive(driver)
@@ -551,5 +553,22 @@ async def resume(session: CollaborationHost, collab: Collaboration, collab_id: s
             "Collaboration given to resume it does not define",
             code="collaboration.worker.missing",
         )
+    _refuse_changed_schemas(stream.state, collab)
     driver = Driver(session, collab, stream)
     return await _drive(driver)
+
+
+def _refuse_changed_schemas(state: CollabState, collab: Collaboration) -> None:
+    """The decisions already recorded were checked against the types the
+    collaboration started with; later ones must be checked against the same."""
+    for part, recorded, given in (
+        ("state_type", state.state_schema, collab.state_schema),
+        ("output_type", state.output_schema, collab.output_schema),
+    ):
+        if recorded != given:
+            raise CollaborationError(
+                f"collaboration {state.collab_id} started with {part} schema "
+                f"{recorded or '(free text)'}, and the Collaboration given to resume it has "
+                f"{given or '(free text)'}; resume it with the {part} it started with",
+                code="collaboration.schema.changed",
+            )

@@ -69,6 +69,8 @@ class CollabState(msgspec.Struct, kw_only=True):
     max_controls_per_turn: int = 0
     """The bounds recorded when the collaboration started: a resumed driver
     keeps them whatever the restoring code passes."""
+    state_schema: str = ""
+    output_schema: str = ""
     turns: int = 0
     notes: str = ""
     last: Decision | None = None
@@ -116,6 +118,7 @@ def fold_collaboration(state: CollabState, record: Record) -> CollabState:
             state.max_turns, state.max_tasks = e.max_turns, e.max_tasks
             state.max_concurrent_tasks = e.max_concurrent_tasks
             state.max_controls_per_turn = e.max_controls_per_turn
+            state.state_schema, state.output_schema = e.state_schema, e.output_schema
         case CollabTurn():
             state.turns = e.number
             state.notes = e.decision.state

@@ -516,3 +516,34 @@ async def test_an_unknown_collaboration_is_a_named_error(journal: Journal) -> No
             assert info.value.code == "collaboration.unknown"
             assert "no collaboration nope" in str(info.value)
         assert len(await records(journal, s.id)) == before
+
+
+async def test_resume_refuses_a_changed_state_type(
+    journal: Journal, autojump_clock: trio.abc.Clock
+) -> None:
+    plan = [Decision(mode="wait", state='{"count": 1}', tasks=(task("ask", "reviewer", "Ok?"),))]
+    typed = Collaboration(coordinator=scripted(plan), workers=[REVIEWER], state_type=Notes)
+    async with Session.create(journal, HOST) as s:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(s.collaborate, typed, "go", collab_id="t"))
+            opened = await until_record(s, is_gate_of("collab:t/ask"))
+            nursery.cancel_scope.cancel()
+    copy = await crashed_copy(journal, s.id, opened.seq)
+    untyped = Collaboration(coordinator=scripted(plan), workers=[REVIEWER])
+    async with Session.restore(journal, copy, HOST, also=typed) as s2:
+        before = len(await records(journal, copy))
+        with pytest.raises(CollaborationError) as info:
+            await s2.resume_collaboration(untyped, "t")
+        assert info.value.code == "collaboration.schema.changed"
+        assert "state_type" in str(info.value) and "Notes" in str(info.value)
+        assert len(await records(journal, copy)) == before
+        async with trio.open_nursery() as nursery:
+            outcome: list[str] = []
+
+            async def resume() -> None:
+                outcome.append(await s2.resume_collaboration(typed, "t"))
+
+            nursery.start_soon(resume)
+            assert isinstance(opened.event, GateOpened)
+            await s2.answer(opened.event.gate_id, "fine")
+    assert outcome == ["ask=completed"]
