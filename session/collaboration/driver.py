@@ -440,7 +440,10 @@ _COORDINATOR_ASK = (
     '{"mode": "continue"|"wait"|"complete", "state": "<your notes>", '
     '"tasks": [{"key": "<unique>", "worker": "<worker name>", "input": "<task>"}], '
     '"controls": [{"key": "<task key>", "kind": "steer"|"cancel", "text": "..."}], '
-    '"output": "<final answer when complete>"}.\nThis turn:\n'
+    '"output": "<final answer when complete>"}.\n'
+    "continue: run your next turn at once; wait: start the tasks, then run your next "
+    "turn once a task finishes; complete: end with output (required) and no tasks or "
+    "controls. Only complete carries output.\nThis turn:\n"
 )
 
 
