@@ -265,13 +265,22 @@ class Driver:
         while unresolved_effects(loop.state):
             # Any record of the coordinator after the state just read may
             # resolve something: read from there, so none is missed.
-            records = self.session.subscribe(after=loop.state.last_seq)
+            records, moved = self.session.subscribe(after=loop.state.last_seq), False
             try:
                 async for item in records:
                     if isinstance(item, Record) and item.loop == loop.id:
+                        moved = True
                         break
             finally:
                 await _close(records)
+            if not moved:
+                # The session closed: what the coordinator said before is
+                # still unauthorized.
+                raise CollaborationError(
+                    f"session {self.session.id} closed while the coordinator waited on "
+                    f"{', '.join(unresolved_effects(loop.state))}",
+                    code="collaboration.coordinator.unresolved",
+                )
             await loop.wait_settled()
 
     async def _coordinator_loop(self, definition: LoopDefinition) -> Loop:
