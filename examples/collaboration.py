@@ -28,8 +28,9 @@ def decide(request: ModelRequest) -> Reply:
     assert isinstance(asked, Text)
     turn = msgspec.json.decode(asked.text.split("This turn:\n", 1)[1], type=Turn)
     if not turn.tasks:
+        # Start both and wait for them in one decision.
         decision = Decision(
-            mode="continue",
+            mode="wait",
             state="asked both workers",
             tasks=(
                 TaskSpec(key="pros", worker="optimist", input="List the pros of trio."),

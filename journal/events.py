@@ -747,6 +747,11 @@ class CollabStarted(SessionLevelEvent, tag="collab.started", frozen=True, kw_onl
     max_tasks: int
     max_concurrent_tasks: int
     max_controls_per_turn: int
+    state_schema: str = ""
+    """The JSON Schema of the typed ``state`` every decision carries ("" for
+    free text): a resumed collaboration must be given the same type."""
+    output_schema: str = ""
+    """Likewise for the ``complete`` decision's ``output``."""
 
 
 class CollabTurn(SessionLevelEvent, tag="collab.turn", frozen=True, kw_only=True):
@@ -773,8 +778,12 @@ class CollabTaskStarted(SessionLevelEvent, tag="collab.task_started", frozen=Tru
 class CollabTaskFinished(SessionLevelEvent, tag="collab.task_finished", frozen=True, kw_only=True):
     collab_id: str
     key: str
-    status: Literal["completed", "failed", "interrupted", "crashed", "cancelled"]
+    status: Literal["completed", "failed", "interrupted", "crashed", "cancelled", "start_failed"]
+    """``start_failed``: the worker never ran the task (its input was refused, or
+    its loop could not start); ``output`` then says why."""
     output: str = ""
+    code: str | None = None
+    """Why a start failed (the refusing error's code)."""
 
 
 class CollabControlled(SessionLevelEvent, tag="collab.controlled", frozen=True, kw_only=True):

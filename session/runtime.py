@@ -60,8 +60,9 @@ from loopruntime.host import (
 )
 
 from .checkpoints import DEFAULT_EVERY, Checkpointer, SessionFolder, read_restored
-from .collaboration import Collaboration
+from .collaboration import Collaboration, CollabStatus
 from .collaboration.driver import collaborate, resume
+from .collaboration.driver import status as collaboration_status
 from .drift import Drift, check_choice, check_drift, reopening
 from .errors import SessionExistsError, UnknownSessionError, VerifyError
 from .fork import inherited_records, plan_fork, write_fork
@@ -449,6 +450,13 @@ class Session:
         """Continue a collaboration recorded in this session's journal."""
         self._loop(None)
         return await resume(self, collaboration, collab_id)
+
+    async def collaboration_status(self, collab_id: str) -> CollabStatus:
+        """What collaboration ``collab_id`` is doing: its phase (a coordinator
+        whose open gates, unknown effects or running children keep its
+        decision from counting is ``coordinator unresolved``, and ``unresolved``
+        names them), its turns and running tasks."""
+        return await collaboration_status(self, collab_id)
 
     def new_prompts(self, prompts: dict[str, str]) -> dict[str, str]:
         fresh = {d: text for d, text in prompts.items() if d not in self._prompts}

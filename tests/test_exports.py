@@ -89,7 +89,8 @@ def test_session_methods_of_the_design() -> None:
     for method in (
         "create", "restore", "submit", "steer", "cancel_queued", "interrupt", "answer",
         "decide", "resolve", "compact", "change_mode", "snapshot", "verify", "subscribe",
-        "wait_idle", "shutdown", "collaborate", "resume_collaboration", "fork", "result",
+        "wait_idle", "shutdown", "collaborate", "resume_collaboration",
+        "collaboration_status", "fork", "result",
         "change_inference", "replace_tools",
     ):  # fmt: skip
         assert callable(getattr(Session, method))

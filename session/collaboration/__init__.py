@@ -9,10 +9,10 @@ controls -- and returns a ``Decision``:
 * ``controls`` steer or cancel running tasks;
 * ``mode``: ``continue`` runs the next coordinator turn at once, ``wait`` runs
   it once a task it has not seen finish has finished, ``complete`` returns
-  ``output`` and cancels what still runs.
+  ``output`` (and carries no tasks or controls) and cancels what still runs.
 
-The grammar (which mode may carry what), the bounds and every failure code
-are in ``docs/collaboration.md``.
+The grammar (which mode may carry what, ``grammar.py``), the bounds and every
+failure code are in ``docs/collaboration.md``.
 
 Every step is an event on the collaboration's own stream (loop id
 ``collab:<id>``), folded by the pure ``fold_collaboration``; so a collaboration
@@ -23,6 +23,7 @@ from journal.events import Control as Control
 from journal.events import Decision as Decision
 from journal.events import TaskSpec as TaskSpec
 
+from .definition import COUNTER_LIMIT as COUNTER_LIMIT
 from .definition import Collaboration as Collaboration
 from .definition import CollaborationError as CollaborationError
 from .definition import Worker as Worker
@@ -32,9 +33,16 @@ from .fold import TaskView as TaskView
 from .fold import Turn as Turn
 from .fold import WorkerInfo as WorkerInfo
 from .fold import fold_collaboration as fold_collaboration
+from .grammar import next_step as next_step
+from .person import person as person
+from .status import CollabPhase as CollabPhase
+from .status import CollabStatus as CollabStatus
 
 __all__ = [
+    "COUNTER_LIMIT",
+    "CollabPhase",
     "CollabState",
+    "CollabStatus",
     "Collaboration",
     "CollaborationError",
     "Control",
@@ -45,5 +53,7 @@ __all__ = [
     "Worker",
     "WorkerInfo",
     "fold_collaboration",
+    "next_step",
     "parse_decision",
+    "person",
 ]

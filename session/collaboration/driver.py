@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Awaitable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from typing import Any, Protocol, assert_never
 
 import msgspec
 import trio
@@ -32,33 +32,54 @@ from journal.events import (
     Provenance,
     TaskSpec,
 )
-from loopruntime import Loop, LoopClosedError, LoopDefinition
+from loopruntime import Loop, LoopClosedError, LoopDefinition, LoopError
 from loopruntime.host import Interrupt, Steer, UserInput, child_outcome, new_id
 
+from ..subscriptions import StreamDelta
+from ..validation import user_message
 from ..writer import Stream
 from .definition import Collaboration, CollaborationError
 from .fold import CollabState, Turn, WorkerInfo, fold_collaboration
+from .grammar import Complete, Decide, Done, Fail, Wait, check_decision, next_step
+from .status import CollabStatus, describe, unresolved_effects
 
-__all__ = ["CollaborationHost", "Driver", "collaborate", "parse_decision", "resume"]
+__all__ = [
+    "CollaborationHost",
+    "Driver",
+    "collaborate",
+    "parse_decision",
+    "read_collaboration",
+    "resume",
+    "status",
+]
 
 
 _decision_decoder = msgspec.json.Decoder(Decision)
 
 
 def parse_decision(text: str) -> Decision:
-    """A decision from a model's reply: the outermost JSON object in it."""
+    """A decision from a model's reply: the outermost JSON object in it.
+
+    A reply that holds no JSON object, or one that does not parse, is not a
+    decision frame at all (``collaboration.protocol.invalid``); an object that
+    is not a ``Decision`` is an invalid decision (``collaboration.decision.invalid``)."""
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end < start:
         raise CollaborationError(
             "the coordinator's reply holds no JSON decision object",
-            code="collaboration.decision.invalid",
+            code="collaboration.protocol.invalid",
         )
     try:
         return _decision_decoder.decode(text[start : end + 1])
-    except msgspec.DecodeError as exc:
+    except msgspec.ValidationError as exc:
         raise CollaborationError(
             f"the coordinator's decision is not valid: {exc}",
             code="collaboration.decision.invalid",
+        ) from exc
+    except msgspec.DecodeError as exc:
+        raise CollaborationError(
+            f"the coordinator's reply is not a JSON object: {exc}",
+            code="collaboration.protocol.invalid",
         ) from exc
 
 
@@ -85,6 +106,8 @@ class CollaborationHost(Protocol):
 
     def child(self, child_id: str) -> Loop | None: ...
 
+    def subscribe(self, after: int | None = 0) -> AsyncIterator[Record | StreamDelta]: ...
+
     async def start_worker(
         self, loop_id: str, definition: LoopDefinition, provenance: Provenance
     ) -> Loop: ...
@@ -109,6 +132,8 @@ class Driver:
         self.workers = {w.name: w for w in collab.workers}
         self.changed = trio.Event()
         self.cancelling: set[str] = set()
+        self.refused_at: str | None = None
+        """Where a refused typed ``state`` or ``output`` broke its schema."""
 
     @property
     def state(self) -> CollabState:
@@ -123,47 +148,68 @@ class Driver:
         self.nursery = nursery
         state = self.state
         for task in state.running:
-            self._watch(task.key)
+            if self.session.child(task.child_loop) is None:
+                await self._run_task(task.key)  # a crash cut its start short
+            else:
+                self._watch(task.key)
         await self._apply_unfinished_decision()
-        while not state.ended:
-            last = state.last
-            if last is not None and last.mode == "complete":
-                await self._complete(last.output)
-                break
-            if last is not None and last.mode == "wait" and state.finished_since_turn == 0:
-                if not state.running:
-                    await self._fail("collaboration.decision.invalid", "wait with no running task")
+        while True:
+            step = next_step(state)
+            match step:
+                case Done():
                     break
-                await self.changed.wait()
-                continue
-            if state.turns >= state.max_turns:
-                await self._fail(
-                    "collaboration.limit.turns",
-                    f"the coordinator used its {state.max_turns} turns without completing",
-                )
-                break
-            try:
-                turn = self._turn()
-                decision = await self._decide(turn)
-                seen = sum(1 for t in turn.tasks if t.status != "running")
-                self._validate(decision, seen)
-            except CollaborationError as exc:
-                await self._fail(exc.code, str(exc))
-                break
-            await self.commit(
-                CollabTurn(
-                    collab_id=state.collab_id,
-                    number=state.turns + 1,
-                    decision=decision,
-                    seen_finished=seen,
-                )
-            )
-            await self._apply_unfinished_decision()
+                case Complete(output=output):
+                    await self._complete(output)
+                    break
+                case Fail(code=code, detail=detail):
+                    await self._fail(code, detail)
+                    break
+                case Wait():
+                    await self.changed.wait()
+                case Decide():
+                    if not await self._take_turn():
+                        break
+                case _:
+                    assert_never(step)
         if state.status != "completed":
             raise CollaborationError(
-                f"collaboration {state.collab_id} failed: {state.code}", code=state.code or ""
+                f"collaboration {state.collab_id} failed ({state.code})"
+                + (f": {state.detail}" if state.detail else ""),
+                code=state.code or "",
+                path=self.refused_at,
             )
         return state.output
+
+    async def _take_turn(self) -> bool:
+        """One coordinator turn: decide, check, record, act.  False when the
+        decision was refused (the collaboration then failed)."""
+        state = self.state
+        try:
+            turn = self._turn()
+            decision = await self._decide(turn)
+            seen = sum(1 for t in turn.tasks if t.status != "running")
+            check_decision(
+                state,
+                decision,
+                seen=seen,
+                defined=self.workers,
+                state_type=self.collab.state_type,
+                output_type=self.collab.output_type,
+            )
+        except CollaborationError as exc:
+            self.refused_at = exc.path
+            await self._fail(exc.code, str(exc))
+            return False
+        await self.commit(
+            CollabTurn(
+                collab_id=state.collab_id,
+                number=state.turns + 1,
+                decision=decision,
+                seen_finished=seen,
+            )
+        )
+        await self._apply_unfinished_decision()
+        return True
 
     # -- one turn --------------------------------------------------------------------
 
@@ -189,7 +235,7 @@ class Driver:
             if not isinstance(answer, Decision):
                 raise CollaborationError(
                     f"the coordinator returned {type(answer).__name__}, not a Decision",
-                    code="collaboration.decision.invalid",
+                    code="collaboration.protocol.invalid",
                 )
             return answer
         loop = await self._coordinator_loop(coordinator)
@@ -200,7 +246,7 @@ class Driver:
                 messages=(Message(role="user", blocks=(Text(text=ask),)),),
             )
         )
-        await loop.wait_settled()
+        await self._wait_resolved(loop)
         status, text = child_outcome(loop)
         if status != "completed":
             # The coordinator's own code (a provider's error, a limit) says more
@@ -210,6 +256,32 @@ class Driver:
                 code=loop.state.last_failure_code or "collaboration.coordinator.failed",
             )
         return parse_decision(text)
+
+    async def _wait_resolved(self, loop: Loop) -> None:
+        """Wait until the coordinator has settled with nothing unresolved in
+        its subtree: only then does its answer authorize a decision (a child
+        still running may yet change it, through the turn its result starts)."""
+        await loop.wait_settled()
+        while unresolved_effects(loop.state):
+            # Any record of the coordinator after the state just read may
+            # resolve something: read from there, so none is missed.
+            records, moved = self.session.subscribe(after=loop.state.last_seq), False
+            try:
+                async for item in records:
+                    if isinstance(item, Record) and item.loop == loop.id:
+                        moved = True
+                        break
+            finally:
+                await _close(records)
+            if not moved:
+                # The session closed: what the coordinator said before is
+                # still unauthorized.
+                raise CollaborationError(
+                    f"session {self.session.id} closed while the coordinator waited on "
+                    f"{', '.join(unresolved_effects(loop.state))}",
+                    code="collaboration.coordinator.unresolved",
+                )
+            await loop.wait_settled()
 
     async def _coordinator_loop(self, definition: LoopDefinition) -> Loop:
         loop_id = f"{self.stream.id}/coordinator"
@@ -221,47 +293,6 @@ class Driver:
             definition,
             Provenance(parent_loop=self.stream.id, turn=0, step=0, execution_id="coordinator"),
         )
-
-    def _validate(self, d: Decision, seen: int) -> None:
-        """Refuse a decision that breaks the grammar or a bound (each with its own
-        code); ``seen``: the finished tasks the coordinator was shown."""
-        state = self.state
-        _check_shape(d)
-        invalid = "collaboration.decision.invalid"
-        keys = [t.key for t in d.tasks]
-        for t in d.tasks:
-            if t.worker not in state.workers:
-                raise CollaborationError(f"unknown worker {t.worker!r}", code=invalid)
-            if t.worker not in self.workers:
-                raise CollaborationError(
-                    f"worker {t.worker!r} has no definition in this process; pass it in the "
-                    "Collaboration given to resume_collaboration",
-                    code="collaboration.worker.missing",
-                )
-            if not t.key or t.key in state.tasks or keys.count(t.key) > 1:
-                raise CollaborationError(f"duplicate task key {t.key!r}", code=invalid)
-        for ctl in d.controls:
-            if ctl.key not in state.tasks:
-                raise CollaborationError(f"control names unknown task {ctl.key!r}", code=invalid)
-        if len(d.controls) > state.max_controls_per_turn:
-            raise CollaborationError(
-                f"{len(d.controls)} controls in one turn (at most {state.max_controls_per_turn})",
-                code="collaboration.limit.controls",
-            )
-        if len(state.tasks) + len(d.tasks) > state.max_tasks:
-            raise CollaborationError(
-                f"more than {state.max_tasks} tasks in all", code="collaboration.limit.tasks"
-            )
-        cancelled = {ctl.key for ctl in d.controls if ctl.kind == "cancel"}
-        running = len([t for t in state.running if t.key not in cancelled])
-        if d.mode != "complete" and running + len(d.tasks) > state.max_concurrent_tasks:
-            raise CollaborationError(
-                f"{running + len(d.tasks)} tasks at once (at most {state.max_concurrent_tasks})",
-                code="collaboration.limit.concurrent_tasks",
-            )
-        if d.mode == "wait" and not running and state.finished <= seen:
-            # A task that finished while the coordinator decided is still news.
-            raise CollaborationError("wait with no task running or unseen", code=invalid)
 
     async def _apply_unfinished_decision(self) -> None:
         """Carry out what the last decision asked that is not yet recorded
@@ -319,34 +350,49 @@ class Driver:
         await loop.finish()
 
     async def _start(self, spec: TaskSpec) -> None:
-        child_id = f"{self.stream.id}/{spec.key}"
         await self.commit(
             CollabTaskStarted(
                 collab_id=self.state.collab_id,
                 key=spec.key,
                 worker=spec.worker,
-                child_loop=child_id,
+                child_loop=f"{self.stream.id}/{spec.key}",
                 input=spec.input,
                 turn=self.state.turns,
             )
         )
-        loop = await self.session.start_worker(
-            child_id,
-            self.workers[spec.worker].definition,
-            Provenance(
-                parent_loop=self.stream.id,
-                turn=self.state.turns,
-                step=0,
-                execution_id=spec.key,
-            ),
-        )
-        await loop.send(
-            UserInput(
-                input_id=new_id("in_"),
-                messages=(Message(role="user", blocks=(Text(text=spec.input),)),),
+        await self._run_task(spec.key)
+
+    async def _run_task(self, key: str) -> None:
+        """Start the worker of a task recorded started (after a restore too,
+        when a crash came between the record and the worker's first records);
+        a start that fails is recorded as the task's end, ``start_failed``."""
+        task = self.state.tasks[key]
+        definition = self.workers[task.worker].definition
+        try:
+            message = user_message(task.input, definition.limits)
+            loop = await self.session.start_worker(
+                task.child_loop,
+                definition,
+                Provenance(
+                    parent_loop=self.stream.id,
+                    turn=task.started_turn,
+                    step=0,
+                    execution_id=key,
+                ),
             )
-        )
-        self._watch(spec.key)
+            await loop.send(UserInput(input_id=new_id("in_"), messages=(message,)))
+        except LoopError as exc:
+            await self.commit(
+                CollabTaskFinished(
+                    collab_id=self.state.collab_id,
+                    key=key,
+                    status="start_failed",
+                    output=str(exc),
+                    code=exc.code,
+                )
+            )
+            return
+        self._watch(key)
 
     def _watch(self, key: str) -> None:
         self.nursery.start_soon(self._finish_when_settled, key)
@@ -385,21 +431,10 @@ class Driver:
         )
 
 
-_SHAPES = {
-    ("complete", "tasks"): "collaboration.decision.complete_with_tasks",
-    ("continue", "output"): "collaboration.decision.continue_with_output",
-    ("wait", "tasks"): "collaboration.decision.wait_with_tasks",
-    ("wait", "output"): "collaboration.decision.wait_with_output",
-}
-
-
-def _check_shape(d: Decision) -> None:
-    """The decision grammar (docs/collaboration.md): ``complete`` carries no
-    tasks, ``continue`` no output, ``wait`` neither."""
-    for part, present in (("tasks", bool(d.tasks)), ("output", bool(d.output))):
-        code = _SHAPES.get((d.mode, part))
-        if code is not None and present:
-            raise CollaborationError(f"a {d.mode!r} decision carries no {part}", code=code)
+async def _close(iterator: AsyncIterator[Any]) -> None:
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
 
 
 async def _quietly(call: Awaitable[Any]) -> None:
@@ -414,7 +449,10 @@ _COORDINATOR_ASK = (
     '{"mode": "continue"|"wait"|"complete", "state": "<your notes>", '
     '"tasks": [{"key": "<unique>", "worker": "<worker name>", "input": "<task>"}], '
     '"controls": [{"key": "<task key>", "kind": "steer"|"cancel", "text": "..."}], '
-    '"output": "<final answer when complete>"}.\nThis turn:\n'
+    '"output": "<final answer when complete>"}.\n'
+    "continue: run your next turn at once; wait: start the tasks, then run your next "
+    "turn once a task finishes; complete: end with output (required) and no tasks or "
+    "controls. Only complete carries output.\nThis turn:\n"
 )
 
 
@@ -432,10 +470,12 @@ async def collaborate(
             coordinator=collab.coordinator_name,
             workers=tuple(w.name for w in collab.workers),
             input=input,
-            max_turns=collab.max_turns,
-            max_tasks=collab.max_tasks,
+            max_turns=collab.turn_bound,
+            max_tasks=collab.task_bound,
             max_concurrent_tasks=collab.max_concurrent_tasks,
             max_controls_per_turn=collab.max_controls_per_turn,
+            state_schema=collab.state_schema,
+            output_schema=collab.output_schema,
         )
     )
     return await _drive(driver)
@@ -482,12 +522,36 @@ async def _drive(driver: Driver) -> str:
     return outcome
 
 
+async def read_collaboration(session: CollaborationHost, collab_id: str) -> CollabState:
+    """The collaboration ``collab_id`` folded from the session's journal."""
+    state, stream_id = CollabState(), f"collab:{collab_id}"
+    async for record in session.journal.read(session.id):
+        if record.loop == stream_id:
+            fold_collaboration(state, record)
+    return state
+
+
+async def status(session: CollaborationHost, collab_id: str) -> CollabStatus:
+    """What collaboration ``collab_id`` is doing (``Session.collaboration_status``)."""
+    state = await read_collaboration(session, collab_id)
+    if not state.collab_id:
+        raise CollaborationError(
+            f"session {session.id} has no collaboration {collab_id}",
+            code="collaboration.unknown",
+        )
+    return describe(state, {loop_id: loop.state for loop_id, loop in session.loops.items()})
+
+
 async def resume(session: CollaborationHost, collab: Collaboration, collab_id: str) -> str:
     """Continue a collaboration from its journal stream (after a restore)."""
     stream = _Stream(collab_id)
-    async for record in session.journal.read(session.id):
-        if record.loop == stream.id:
-            stream.apply(record)
+    stream.state = await read_collaboration(session, collab_id)
+    if stream.state.protocol_error:
+        raise CollaborationError(
+            f"the stream of collaboration {collab_id} breaks the collaboration protocol "
+            f"({stream.state.protocol_error}); it cannot be resumed",
+            code="collaboration.protocol.invalid",
+        )
     if not stream.state.collab_id:
         raise CollaborationError(
             f"session {session.id} has no collaboration {collab_id}",
@@ -501,5 +565,22 @@ async def resume(session: CollaborationHost, collab: Collaboration, collab_id: s
             "Collaboration given to resume it does not define",
             code="collaboration.worker.missing",
         )
+    _refuse_changed_schemas(stream.state, collab)
     driver = Driver(session, collab, stream)
     return await _drive(driver)
+
+
+def _refuse_changed_schemas(state: CollabState, collab: Collaboration) -> None:
+    """The decisions already recorded were checked against the types the
+    collaboration started with; later ones must be checked against the same."""
+    for part, recorded, given in (
+        ("state_type", state.state_schema, collab.state_schema),
+        ("output_type", state.output_schema, collab.output_schema),
+    ):
+        if recorded != given:
+            raise CollaborationError(
+                f"collaboration {state.collab_id} started with {part} schema "
+                f"{recorded or '(free text)'}, and the Collaboration given to resume it has "
+                f"{given or '(free text)'}; resume it with the {part} it started with",
+                code="collaboration.schema.changed",
+            )

@@ -34,8 +34,12 @@ class TaskView(msgspec.Struct, kw_only=True):
     input: str
     started_turn: int
     status: str = "running"
+    """``running``, how the worker's loop ended, ``cancelled``, or
+    ``start_failed`` (the worker never ran it: ``output`` says why)."""
     output: str = ""
     child_loop: str = ""
+    code: str | None = None
+    """Why the start failed."""
 
 
 class Receipt(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,18 +69,26 @@ class CollabState(msgspec.Struct, kw_only=True):
     max_controls_per_turn: int = 0
     """The bounds recorded when the collaboration started: a resumed driver
     keeps them whatever the restoring code passes."""
+    state_schema: str = ""
+    output_schema: str = ""
     turns: int = 0
     notes: str = ""
     last: Decision | None = None
     tasks: dict[str, TaskView] = {}
     receipts: list[Receipt] = []
-    finished_since_turn: int = 0
-    """Tasks that finished since the coordinator's last view of them (what
-    ``wait`` waits for)."""
+    finish_order: list[str] = []
+    """Keys of the finished tasks, in the order their ends were recorded."""
+    unseen: list[str] = []
+    """Keys of the tasks that finished after the view the coordinator last
+    decided on (what ``wait`` waits for)."""
     ended: bool = False
     status: str = ""
     output: str = ""
     code: str | None = None
+    detail: str = ""
+    protocol_error: str = ""
+    """The first record that breaks the collaboration protocol (a resumed
+    driver refuses such a stream with ``collaboration.protocol.invalid``)."""
 
     @property
     def running(self) -> list[TaskView]:
@@ -84,18 +96,29 @@ class CollabState(msgspec.Struct, kw_only=True):
 
     @property
     def finished(self) -> int:
-        return sum(1 for t in self.tasks.values() if t.status != "running")
+        return len(self.finish_order)
+
+    @property
+    def finished_since_turn(self) -> int:
+        return len(self.unseen)
 
 
 def fold_collaboration(state: CollabState, record: Record) -> CollabState:
-    """Apply one collaboration record (pure; in place, like loop fold)."""
+    """Apply one collaboration record (pure; in place, like loop fold).  A
+    record the driver could not have written is noted in ``protocol_error``
+    (the first one) and otherwise skipped."""
     e = record.event
+    broken = _protocol_error(state, e)
+    if broken:
+        state.protocol_error = state.protocol_error or f"seq {record.seq}: {broken}"
+        return state
     match e:
         case CollabStarted():
             state.collab_id, state.input, state.workers = e.collab_id, e.input, e.workers
             state.max_turns, state.max_tasks = e.max_turns, e.max_tasks
             state.max_concurrent_tasks = e.max_concurrent_tasks
             state.max_controls_per_turn = e.max_controls_per_turn
+            state.state_schema, state.output_schema = e.state_schema, e.output_schema
         case CollabTurn():
             state.turns = e.number
             state.notes = e.decision.state
@@ -103,9 +126,8 @@ def fold_collaboration(state: CollabState, record: Record) -> CollabState:
             state.receipts = []
             # Tasks that finished after the view the coordinator decided on
             # have not been seen yet: they satisfy a ``wait`` at once.
-            state.finished_since_turn = (
-                state.finished - e.seen_finished if e.seen_finished >= 0 else 0
-            )
+            seen = e.seen_finished if e.seen_finished >= 0 else len(state.finish_order)
+            state.unseen = state.finish_order[seen:]
         case CollabTaskStarted():
             state.tasks[e.key] = TaskView(
                 key=e.key,
@@ -115,14 +137,37 @@ def fold_collaboration(state: CollabState, record: Record) -> CollabState:
                 child_loop=e.child_loop,
             )
         case CollabTaskFinished():
-            task = state.tasks.get(e.key)
-            if task is not None and task.status == "running":
-                task.status, task.output = e.status, e.output
-                state.finished_since_turn += 1
+            task = state.tasks[e.key]
+            if task.status == "running":
+                task.status, task.output, task.code = e.status, e.output, e.code
+                state.finish_order.append(e.key)
+                state.unseen.append(e.key)
         case CollabControlled():
             state.receipts.append(Receipt(key=e.key, kind=e.kind, receipt=e.receipt))
         case CollabEnded():
             state.ended, state.status, state.output, state.code = True, e.status, e.output, e.code
+            state.detail = e.detail
         case _:
             pass
     return state
+
+
+def _protocol_error(state: CollabState, e: object) -> str:
+    """Why ``e`` cannot follow ``state`` on a collaboration's stream ("" when
+    it can).  A task's end recorded twice is not one: a cancellation and the
+    task's own end may both land."""
+    if isinstance(e, CollabStarted):
+        return "a second collab.started" if state.collab_id else ""
+    if not state.collab_id:
+        return "a record before collab.started"
+    if state.ended:
+        return "a record after collab.ended"
+    match e:
+        case CollabTurn() if e.number != state.turns + 1:
+            return f"turn {e.number} after turn {state.turns}"
+        case CollabTaskStarted() if e.key in state.tasks:
+            return f"task {e.key!r} started twice"
+        case CollabTaskFinished() | CollabControlled() if e.key not in state.tasks:
+            return f"task {e.key!r} was never started"
+        case _:
+            return ""
