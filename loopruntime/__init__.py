@@ -14,6 +14,7 @@ from .definition import Limits as Limits
 from .definition import LoopDefinition as LoopDefinition
 from .definition import Mode as Mode
 from .errors import CommandError as CommandError
+from .errors import DefinitionError as DefinitionError
 from .errors import GateMismatchError as GateMismatchError
 from .errors import IdempotencyKeyError as IdempotencyKeyError
 from .errors import InvalidAnswerError as InvalidAnswerError
@@ -21,6 +22,7 @@ from .errors import LoopClosedError as LoopClosedError
 from .errors import LoopError as LoopError
 from .errors import ModelError as ModelError
 from .errors import ModeNotFoundError as ModeNotFoundError
+from .errors import NameClashError as NameClashError
 from .errors import NotQueuedError as NotQueuedError
 from .errors import NotRegisteredError as NotRegisteredError
 from .errors import NotUnknownEffectError as NotUnknownEffectError
@@ -63,6 +65,7 @@ __all__ = [
     "Classifier",
     "CommandError",
     "Compactor",
+    "DefinitionError",
     "Delegate",
     "Deny",
     "GateMismatchError",
@@ -83,6 +86,7 @@ __all__ = [
     "ModelCompactor",
     "ModelError",
     "ModelRequest",
+    "NameClashError",
     "NotQueuedError",
     "NotRegisteredError",
     "NotUnknownEffectError",

@@ -14,10 +14,17 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from .capabilities import attenuated
 from .classifiers import Classifier, PermissionRequest, as_classifier
 from .deadlines import check_timeout
 from .deferred import LOAD_TOOLS, load_tools_tool
-from .errors import LoopClosedError, ModeNotFoundError, NotRegisteredError
+from .errors import (
+    DefinitionError,
+    LoopClosedError,
+    ModeNotFoundError,
+    NameClashError,
+    NotRegisteredError,
+)
 from .hooks import Hook
 from .model import Model
 from .output import FINAL_ANSWER, OutputSpec, output_spec
@@ -174,12 +181,39 @@ class Mode:
 
 @dataclass(frozen=True, kw_only=True)
 class Delegate:
-    """A child loop the model can start, shown to it as a tool."""
+    """A child loop the model can start, shown to it as a tool.  It fixes what
+    the child runs under (the model only gives the task); checked when made
+    (``DefinitionError`` naming delegate, definition and rule)."""
 
     name: str
     description: str
     definition: LoopDefinition
     background: bool = False
+    mode: str | None = None
+    """The mode of ``definition`` the child starts in, named on its
+    ``loop.started`` (no mode change is recorded); None: the definition's own."""
+    tools: Sequence[str] | None = None
+    """The only tools the child has (names of ``definition``'s tools, registry
+    tools, delegates or MCP servers); None: all of them."""
+    permissions: Mapping[str, PermissionPolicy] | None = None
+    """Policies for the child's tools, applied together with the definition's,
+    never wider (``loopruntime.capabilities``)."""
+    child: LoopDefinition = field(init=False, repr=False, compare=False)
+    """What the child runs: ``definition``, or narrowed by ``tools`` or
+    ``permissions``, a copy named ``definition[delegate]`` (restore finds it)."""
+
+    def __post_init__(self) -> None:
+        where = f"delegate {self.name!r} of definition {self.definition.name!r}"
+        if self.mode is not None and self.mode not in {m.name for m in self.definition.modes}:
+            known = ", ".join(m.name for m in self.definition.modes) or "none"
+            raise DefinitionError(
+                f"{where} starts its child in mode {self.mode!r}, which the definition does "
+                f"not have (modes: {known}); name one of its modes or leave mode=None",
+                definition=self.definition.name,
+                name=self.mode,
+                rule="delegate_mode_unknown",
+            )
+        object.__setattr__(self, "child", attenuated(self, where))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -234,6 +268,7 @@ class LoopDefinition:
 
     def __post_init__(self) -> None:
         self._check_hooks()
+        self._check_names_unique()
         names = [t.name for t in self.tools] + [d.name for d in self.delegates]
         check_toolsets(self.name, self.toolsets, names)
         self._check_deferred(names)
@@ -263,6 +298,28 @@ class LoopDefinition:
                     "name must be one tool"
                 )
             seen.add(t.name)
+
+    def _check_names_unique(self) -> None:
+        """Every name the model may be offered means one thing: a tool (listed
+        or deferred), a delegate, or a registry tool ``replace_tools`` may
+        offer beside them."""
+        seen: dict[str, str] = {}
+        delegated = {d.name for d in self.delegates}
+        offered = [
+            *((t.name, "deferred tool" if self.is_deferred(t) else "tool") for t in self.tools),
+            *((d.name, "delegate") for d in self.delegates),
+            *((t.name, "registry tool") for t in self.tool_registry if t.name in delegated),
+        ]
+        for name, what in offered:
+            if name in seen:
+                raise NameClashError(
+                    f"loop definition {self.name!r} has a {seen[name]} and a {what} both named "
+                    f"{name!r}; the model would be offered two tools called {name!r} and could "
+                    "not tell them apart: rename one",
+                    definition=self.name,
+                    name=name,
+                )
+            seen[name] = what
 
     def _check_hooks(self) -> None:
         """Hooks, middleware and classifiers, refused when they cannot run."""
@@ -537,7 +594,7 @@ def find_definition(root: LoopDefinition, name: str) -> LoopDefinition | None:
     if root.name == name:
         return root
     for delegate in root.delegates:
-        found = find_definition(delegate.definition, name)
+        found = find_definition(delegate.child, name)
         if found is not None:
             return found
     return None
