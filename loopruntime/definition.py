@@ -199,8 +199,7 @@ class Delegate:
     """Policies for the child's tools, applied together with the definition's,
     never wider (``loopruntime.capabilities``)."""
     child: LoopDefinition = field(init=False, repr=False, compare=False)
-    """What the child runs: ``definition``, or narrowed by ``tools`` or
-    ``permissions``, a copy named ``definition[delegate]`` (restore finds it)."""
+    """What the child runs: ``definition``, or its narrowed copy ``name[delegate]``."""
 
     def __post_init__(self) -> None:
         where = f"delegate {self.name!r} of definition {self.definition.name!r}"
@@ -300,11 +299,9 @@ class LoopDefinition:
             seen.add(t.name)
 
     def _check_names_unique(self) -> None:
-        """Every name the model may be offered means one thing: a tool (listed
-        or deferred), a delegate, or a registry tool ``replace_tools`` may
-        offer beside them."""
-        seen: dict[str, str] = {}
-        delegated = {d.name for d in self.delegates}
+        """Every name the model may be offered is one tool, deferred tool,
+        delegate, or registry tool (``replace_tools`` may offer it)."""
+        seen, delegated = dict[str, str](), {d.name for d in self.delegates}
         offered = [
             *((t.name, "deferred tool" if self.is_deferred(t) else "tool") for t in self.tools),
             *((d.name, "delegate") for d in self.delegates),
@@ -590,11 +587,14 @@ def _build_delegate_tool(delegate: Delegate) -> Tool:
 
 
 def find_definition(root: LoopDefinition, name: str) -> LoopDefinition | None:
-    """The definition called ``name``: ``root`` or one of its delegates, at any depth."""
+    """The definition called ``name``: ``root`` or one of its delegates', at any
+    depth: the narrowed child's, then (recorded before it narrowed) its own."""
     if root.name == name:
         return root
-    for delegate in root.delegates:
-        found = find_definition(delegate.child, name)
+    for d in root.delegates:
+        found = find_definition(d.child, name)
+        if found is None and d.child is not d.definition:
+            found = find_definition(d.definition, name)
         if found is not None:
             return found
     return None

@@ -128,6 +128,7 @@ def test_a_name_the_model_sees_means_one_thing(options: dict[str, Any], said: st
     assert isinstance(err, ValueError)  # as the definition's other value checks
 
 
+@pytest.mark.slow  # a real MCP server process, on the real clock
 async def test_an_mcp_listing_whose_names_clash_refuses_the_start(tmp_path: Path) -> None:
     from tests.toolsets.test_mcp_failures import raw_server
 
@@ -266,6 +267,34 @@ async def test_a_delegate_narrows_its_childs_tools_and_permissions(
             await s.verify()
 
 
+@pytest.mark.parametrize("kind", JOURNALS)
+async def test_a_child_started_before_its_delegate_narrowed_it_keeps_its_definition(
+    kind: str, tmp_path: Path
+) -> None:
+    wide = Delegate(
+        name="narrow",
+        description="Narrow.",
+        definition=worker(ScriptedModel([Reply(text="done")]), tools=[search, write]),
+    )
+    lead = LoopDefinition(name="lead", model=calling("narrow"), delegates=[wide])
+    async with journal_of(kind, tmp_path) as journal:
+        async with Session.create(journal, lead, session_id="s") as s:
+            await s.submit("go")
+            await s.wait_idle()
+            [child_id] = (await s.snapshot()).children
+        narrowed = Delegate(
+            name="narrow",
+            description="Narrow.",
+            definition=worker(ScriptedModel([]), tools=[search, write]),
+            tools=["search"],
+        )
+        later = LoopDefinition(name="lead", model=ScriptedModel([]), delegates=[narrowed])
+        async with Session.restore(journal, "s", later) as s:
+            # Its records name "worker": restore finds the definition it narrows.
+            assert s.loops[child_id].definition is narrowed.definition
+            await s.verify()
+
+
 def test_a_function_policy_is_combined_never_widened() -> None:
     child = worker(ScriptedModel([]), tools=[publish])
     delegate = Delegate(
@@ -281,7 +310,9 @@ def test_a_function_policy_is_combined_never_widened() -> None:
 # -- 7. a rejected delegate start ------------------------------------------------------
 
 
-async def test_a_refused_child_start_is_a_rejected_result(tmp_path: Path) -> None:
+@pytest.mark.slow  # a real MCP server process, on the real clock
+@pytest.mark.parametrize("kind", JOURNALS)
+async def test_a_refused_child_start_is_a_rejected_result(kind: str, tmp_path: Path) -> None:
     from tests.toolsets.test_mcp_failures import raw_server
 
     broken = worker(
@@ -303,7 +334,7 @@ async def test_a_refused_child_start_is_a_rejected_result(tmp_path: Path) -> Non
             Delegate(name="second", description="Sound.", definition=sound),
         ],
     )
-    async with open_journal(f"sqlite:///{tmp_path / 'j.db'}") as journal:
+    async with journal_of(kind, tmp_path) as journal:
         async with Session.create(journal, lead, session_id="s") as s:
             await s.submit("go")
             await s.wait_idle()
