@@ -32,6 +32,7 @@ from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from loopruntime.notices import DENIED_RESULT
 from session import Session
+from session.replay import check
 from tests.support.loops import events_of, records
 
 JOURNALS = ["memory", "sqlite"]
@@ -265,6 +266,8 @@ async def test_a_delegate_narrows_its_childs_tools_and_permissions(
             assert s.loops[child_id].definition is delegate.child
             assert [t.name for t in s.loops[child_id].resolved().tools] == ["search", "write"]
             await s.verify()
+        report = await check(journal, "s")
+        assert report.ok, report.summary()
 
 
 @pytest.mark.parametrize("kind", JOURNALS)
@@ -350,5 +353,7 @@ async def test_a_refused_child_start_is_a_rejected_result(kind: str, tmp_path: P
         statuses = sorted(c.status for c in state.children.values())
         assert statuses == ["completed", "rejected"]
         assert state.messages[-1].blocks[-1].text == "done by the second"
+        report = await check(journal, "s")
+        assert report.ok, report.summary()
         async with Session.restore(journal, "s", lead) as s:
             await s.verify()
