@@ -287,25 +287,20 @@ class LoopDefinition:
                 f"{', '.join(map(repr, twice))} in models=; a choice is made by name, so "
                 "each name must be one model"
             )
-        own = {t.name: t for t in self.tools}
-        seen: set[str] = set()
-        for t in self.tool_registry:
-            if t.name in seen or (t.name in own and own[t.name] is not t):
-                raise ValueError(
-                    f"loop definition {self.name!r} registers two tools named {t.name!r} "
-                    "(in tools= and tool_registry=); a tool is chosen by name, so each "
-                    "name must be one tool"
-                )
-            seen.add(t.name)
 
     def _check_names_unique(self) -> None:
-        """Every name the model may be offered is one tool, deferred tool,
-        delegate, or registry tool (``replace_tools`` may offer it)."""
-        seen, delegated = dict[str, str](), {d.name for d in self.delegates}
+        """Every name the model may be offered (a tool, deferred or not, a
+        delegate, a registry tool ``replace_tools`` may offer) is one thing."""
+        seen: dict[str, str] = {}
         offered = [
             *((t.name, "deferred tool" if self.is_deferred(t) else "tool") for t in self.tools),
             *((d.name, "delegate") for d in self.delegates),
-            *((t.name, "registry tool") for t in self.tool_registry if t.name in delegated),
+            # A registry tool may also be one of ``tools`` (the same object).
+            *(
+                (t.name, "registry tool")
+                for t in self.tool_registry
+                if not any(t is u for u in self.tools)
+            ),
         ]
         for name, what in offered:
             if name in seen:

@@ -112,6 +112,10 @@ def _helper_delegate(name: str = "helper") -> Delegate:
             {"delegates": [_helper_delegate()], "tool_registry": [helper_tool]},
             "a delegate and a registry tool",
         ),
+        (
+            {"tools": [helper_tool], "tool_registry": [deferred_helper]},
+            "a tool and a registry tool",
+        ),
     ],
 )
 def test_a_name_the_model_sees_means_one_thing(options: dict[str, Any], said: str) -> None:
@@ -144,6 +148,13 @@ async def test_an_mcp_listing_whose_names_clash_refuses_the_start(tmp_path: Path
     err = caught.value
     assert (err.definition, err.name, err.server) == ("m", "raw__ok", "raw")
     assert "MCP server 'raw'" in str(err) and "another of its own tools" in str(err)
+
+
+def test_a_tool_may_be_listed_and_registered_as_itself() -> None:
+    definition = LoopDefinition(
+        name="lead", model=ScriptedModel([]), tools=[helper_tool], tool_registry=[helper_tool]
+    )
+    assert [t.name for t in definition.all_tools()] == ["helper"]
 
 
 # -- 4. a delegate starts its child in a mode --------------------------------------
