@@ -309,6 +309,31 @@ async def test_a_child_started_before_its_delegate_narrowed_it_keeps_its_definit
             await s.verify()
 
 
+def test_a_delegate_keeps_an_mcp_server_by_its_name() -> None:
+    from loopruntime.toolsets import McpServer
+
+    git = McpServer.stdio("git-mcp", name="git", permission="ask")
+    crm = McpServer.stdio("crm-mcp", name="crm", permission="allow")
+    child = worker(ScriptedModel([]), tools=[search], toolsets=[git, crm])
+    delegate = Delegate(
+        name="narrow",
+        description="Narrow.",
+        definition=child,
+        tools=["git"],
+        permissions={"git__status": "deny"},
+    )
+    assert delegate.child.toolsets == [git] and delegate.child.tools == []
+    assert delegate.child.permissions == {"git__status": "deny"}
+    with pytest.raises(DefinitionError) as caught:
+        Delegate(
+            name="narrow",
+            description="Narrow.",
+            definition=child,
+            permissions={"git__push": "allow"},  # the server's tools ask
+        )
+    assert (caught.value.name, caught.value.rule) == ("git__push", "capabilities_widened")
+
+
 def test_a_function_policy_is_combined_never_widened() -> None:
     child = worker(ScriptedModel([]), tools=[publish])
     delegate = Delegate(
