@@ -11,14 +11,16 @@ from typing import Any
 
 import pytest
 
-from journal import Journal, open_journal
+from journal import Journal, JournalUnavailableError, open_journal
 from journal.content import Text, ToolResult
 from journal.events import (
     ChildFinished,
+    ChildStarted,
     LoopModeChanged,
     LoopStarted,
     ToolCompleted,
 )
+from journal.forwarding import ForwardingJournal
 from loopruntime import (
     DefinitionError,
     Delegate,
@@ -34,6 +36,7 @@ from loopruntime.notices import DENIED_RESULT
 from session import Session
 from session.replay import check
 from tests.support.loops import events_of, records
+from tests.toolsets.test_mcp_failures import raw_server
 
 JOURNALS = ["memory", "sqlite"]
 
@@ -135,8 +138,6 @@ def test_a_name_the_model_sees_means_one_thing(options: dict[str, Any], said: st
 
 @pytest.mark.slow  # a real MCP server process, on the real clock
 async def test_an_mcp_listing_whose_names_clash_refuses_the_start(tmp_path: Path) -> None:
-    from tests.toolsets.test_mcp_failures import raw_server
-
     definition = LoopDefinition(
         name="m", model=ScriptedModel([]), toolsets=[raw_server(tmp_path / "calls", "twice")]
     )
@@ -352,8 +353,6 @@ def test_a_function_policy_is_combined_never_widened() -> None:
 @pytest.mark.slow  # a real MCP server process, on the real clock
 @pytest.mark.parametrize("kind", JOURNALS)
 async def test_a_refused_child_start_is_a_rejected_result(kind: str, tmp_path: Path) -> None:
-    from tests.toolsets.test_mcp_failures import raw_server
-
     broken = worker(
         ScriptedModel([]), name="broken", toolsets=[raw_server(tmp_path / "calls", "twice")]
     )
@@ -393,3 +392,55 @@ async def test_a_refused_child_start_is_a_rejected_result(kind: str, tmp_path: P
         assert report.ok, report.summary()
         async with Session.restore(journal, "s", lead) as s:
             await s.verify()
+
+
+class _DiesAtTheRejection(ForwardingJournal):
+    """A journal that fails (like a crash) on the append carrying the rejected
+    call's ``tool.completed``: the child's refusal is durable, the call's
+    result is not."""
+
+    async def append(
+        self, lease: Any, drafts: Any, *, expected_seq: int, consumes: Any = ()
+    ) -> Any:
+        if any(
+            isinstance(d.event, ToolCompleted) and d.event.disposition == "rejected" for d in drafts
+        ):
+            raise JournalUnavailableError("the process died here")
+        return await self.inner.append(lease, drafts, expected_seq=expected_seq, consumes=consumes)
+
+
+@pytest.mark.slow  # a real MCP server process, on the real clock
+@pytest.mark.parametrize("kind", JOURNALS)
+async def test_a_rejected_call_cut_by_a_crash_stays_rejected(kind: str, tmp_path: Path) -> None:
+    def lead(replies: list[Reply]) -> LoopDefinition:
+        broken = worker(
+            ScriptedModel([]), name="broken", toolsets=[raw_server(tmp_path / "calls", "twice")]
+        )
+        return LoopDefinition(
+            name="lead",
+            model=ScriptedModel(replies),
+            delegates=[Delegate(name="first", description="Broken.", definition=broken)],
+        )
+
+    async with journal_of(kind, tmp_path) as inner:
+        with pytest.raises(JournalUnavailableError):
+            async with Session.create(
+                _DiesAtTheRejection(inner),
+                lead([Reply(tool_calls=[ToolCall(name="first", input={"task": "go"})])]),
+                session_id="s",
+            ) as s:
+                await s.submit("go")
+                await s.wait_idle()
+        [refused] = await events_of(inner, "s", ChildFinished)
+        assert refused.rejected and not await events_of(inner, "s", ToolCompleted)
+        restored = lead([Reply(text="no worker could start")])
+        async with Session.restore(inner, "s", restored) as s:
+            await s.wait_idle()
+            state = await s.snapshot()
+            await s.verify()
+        # Re-entered, the call said "rejected" again and started no child.
+        [completed] = await events_of(inner, "s", ToolCompleted)
+        assert completed.disposition == "rejected"
+        assert len(await events_of(inner, "s", ChildStarted)) == 1
+        assert [c.status for c in state.children.values()] == ["rejected"]
+        assert state.messages[-1].blocks[-1].text == "no worker could start"
