@@ -13,6 +13,7 @@ from .definition import Delegate as Delegate
 from .definition import Limits as Limits
 from .definition import LoopDefinition as LoopDefinition
 from .definition import Mode as Mode
+from .errors import ChildRejectedError as ChildRejectedError
 from .errors import CommandError as CommandError
 from .errors import DefinitionError as DefinitionError
 from .errors import GateMismatchError as GateMismatchError
@@ -62,6 +63,7 @@ __all__ = [
     "AfterTool",
     "BeforeModel",
     "BeforeTool",
+    "ChildRejectedError",
     "Classifier",
     "CommandError",
     "Compactor",

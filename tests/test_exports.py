@@ -27,7 +27,7 @@ PUBLIC = {
         "InvalidAnswerError", "LoopClosedError", "ModeNotFoundError", "ModelError",
         "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError",
         "IdempotencyKeyError", "QueueFullError",
-        "NotRegisteredError", "DefinitionError", "NameClashError",
+        "NotRegisteredError", "DefinitionError", "NameClashError", "ChildRejectedError",
         "hook", "Hook", "AddContext", "StopTurn", "Deny", "Rewrite", "ReplaceResult",
         "BeforeModel", "BeforeTool", "AfterTool", "TurnEnd",
         "classifier", "Classifier", "PermissionRequest", "Review",
