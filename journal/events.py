@@ -692,6 +692,9 @@ class ChildFinished(msgspec.Struct, tag="child.finished", **_opts):
     child_loop: str
     status: Literal["completed", "failed", "interrupted", "crashed"]
     output: str = ""
+    rejected: bool = False
+    """The child's start was refused and it never ran (``status`` is then
+    ``failed``, ``output`` says why); its parent's call completed ``rejected``."""
 
 
 # -- session level ------------------------------------------------------------

@@ -13,7 +13,9 @@ from .definition import Delegate as Delegate
 from .definition import Limits as Limits
 from .definition import LoopDefinition as LoopDefinition
 from .definition import Mode as Mode
+from .errors import ChildRejectedError as ChildRejectedError
 from .errors import CommandError as CommandError
+from .errors import DefinitionError as DefinitionError
 from .errors import GateMismatchError as GateMismatchError
 from .errors import IdempotencyKeyError as IdempotencyKeyError
 from .errors import InvalidAnswerError as InvalidAnswerError
@@ -21,6 +23,7 @@ from .errors import LoopClosedError as LoopClosedError
 from .errors import LoopError as LoopError
 from .errors import ModelError as ModelError
 from .errors import ModeNotFoundError as ModeNotFoundError
+from .errors import NameClashError as NameClashError
 from .errors import NotQueuedError as NotQueuedError
 from .errors import NotRegisteredError as NotRegisteredError
 from .errors import NotUnknownEffectError as NotUnknownEffectError
@@ -61,9 +64,11 @@ __all__ = [
     "AfterTool",
     "BeforeModel",
     "BeforeTool",
+    "ChildRejectedError",
     "Classifier",
     "CommandError",
     "Compactor",
+    "DefinitionError",
     "Delegate",
     "Deny",
     "GateMismatchError",
@@ -84,6 +89,7 @@ __all__ = [
     "ModelCompactor",
     "ModelError",
     "ModelRequest",
+    "NameClashError",
     "NotQueuedError",
     "NotRegisteredError",
     "NotUnknownEffectError",

@@ -134,9 +134,15 @@ class LoopHost(Protocol):
         ...
 
     async def start_child(
-        self, parent: Loop, child_id: str, definition: LoopDefinition, provenance: Provenance
+        self,
+        parent: Loop,
+        child_id: str,
+        definition: LoopDefinition,
+        provenance: Provenance,
+        *,
+        mode: str | None = None,
     ) -> Loop:
-        """Create and start a child loop in the same session."""
+        """Create and start a child loop in the same session, in ``mode``."""
         ...
 
     def child(self, child_id: str) -> Loop | None:
@@ -226,6 +232,7 @@ class Loop:
         mailbox_capacity: int = 64,
         cause: str | None = None,
         principal: str | None = None,
+        mode: str | None = None,
     ) -> None:
         self.id = loop_id
         self._creator = principal
@@ -235,7 +242,9 @@ class Loop:
         self.parent = parent
         self.definition = definition
         self.host = host
-        self.state = state if state is not None else LoopState()
+        # A new loop may start in a mode (a delegate's child): its first
+        # record names it, and until then the state already runs it.
+        self.state = state if state is not None else LoopState(mode=mode)
         self._mailbox = Mailbox(mailbox_capacity, self._arrived)
         self._parked = False
         """No task serves the mailbox: the next item in it starts one (a turn
@@ -383,9 +392,14 @@ class Loop:
         return self.host.child(child_id)
 
     async def start_child(
-        self, child_id: str, definition: LoopDefinition, provenance: Provenance
+        self,
+        child_id: str,
+        definition: LoopDefinition,
+        provenance: Provenance,
+        *,
+        mode: str | None = None,
     ) -> Loop:
-        return await self.host.start_child(self, child_id, definition, provenance)
+        return await self.host.start_child(self, child_id, definition, provenance, mode=mode)
 
     def watch_background(self, child_id: str) -> None:
         self.host.watch_background(self, child_id)
@@ -597,7 +611,7 @@ class Loop:
         # The servers' tools are known before the first request is built.
         if nursery is not None:
             taken = [t.name for t in self.definition.resolved(None).tools]
-            await self.toolsets.open(nursery, taken)
+            await self.toolsets.open(nursery, taken, definition=self.definition.name)
         if not self.state.loop:
             resolved = self.resolved()
             # Born with what it runs under: one commit, so no record
@@ -607,6 +621,7 @@ class Loop:
                     LoopStarted(
                         definition=self.definition.name,
                         model=resolved.model.name,
+                        mode=self.state.mode,
                         parent=self.parent,
                         principal=self._creator,
                     ),

@@ -51,7 +51,7 @@ from journal.events import (
 from . import classifiers, deadlines, gates, hooks
 from .deferred import not_loaded
 from .definition import ResolvedDefinition
-from .errors import RedactedInputError
+from .errors import ChildRejectedError, RedactedInputError
 from .hooks import Hook
 from .ids import new_id
 from .notices import (
@@ -527,6 +527,8 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
                 if is_empty_result(blocks):
                     blocks, disposition = (Text(text=EMPTY_RESULT),), "failed"
                     shown = None
+            except ChildRejectedError as exc:  # never ran: the model may choose another
+                blocks, cut, disposition = (Text(text=f"[rejected: {exc}]"),), 0, "rejected"
             except Exception as exc:
                 shown = None
                 error = scrub(f"{type(exc).__name__}: {exc}", call.input, call.use.input)

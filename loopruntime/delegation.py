@@ -10,6 +10,12 @@ down the tree).  A background call returns at once; the result comes back as
 a notification input, ``child.finished`` and ``input.queued`` in one commit
 (delivered exactly once).  Re-entered after a restore, a call re-attaches to
 its child and never starts another.
+
+A child whose start is refused (its configuration breaks a rule only its
+start can check, such as an MCP server listing a tool name the child already
+has) is a *rejected* call, not a failed one: ``child.finished`` says
+``rejected``, and the model is shown a ``rejected`` result so it may choose
+another worker.  A child that ran and failed fails the call.
 """
 
 from __future__ import annotations
@@ -23,11 +29,17 @@ from journal.events import ChildFinished, ChildStarted, Provenance
 
 from .commands import Interrupt, UserInput
 from .definition import Delegate
-from .errors import LoopClosedError
+from .errors import ChildRejectedError, DefinitionError, LoopClosedError
 from .ids import new_id
 from .ports import ChildLoop, ParentPort
 
-__all__ = ["ChildFailedError", "ChildStatus", "child_outcome", "run_delegate"]
+__all__ = [
+    "ChildFailedError",
+    "ChildRejectedError",
+    "ChildStatus",
+    "child_outcome",
+    "run_delegate",
+]
 
 ChildStatus = Literal["completed", "failed", "interrupted", "crashed"]
 
@@ -66,6 +78,8 @@ async def run_delegate(
     return its result (foreground) or a note that it runs (background)."""
     child_id = f"{loop.id}/{delegate.name}@{execution_id.removeprefix('exe_')[:8]}"
     known = loop.state.children.get(child_id)
+    if known is not None and known.status == "rejected":
+        raise ChildRejectedError(known.output)  # refused before a restart: say so again
     if known is not None and known.status != "running":
         return known.output  # settled before a restart: report it again
     child = loop.child(child_id) if known is not None else None
@@ -80,14 +94,21 @@ async def run_delegate(
             [
                 ChildStarted(
                     child_loop=child_id,
-                    definition=delegate.definition.name,
+                    definition=delegate.child.name,
                     provenance=provenance,
                     background=delegate.background,
                 )
             ],
             cause=execution_id,
         )
-        child = await loop.start_child(child_id, delegate.definition, provenance)
+        try:
+            child = await loop.start_child(child_id, delegate.child, provenance, mode=delegate.mode)
+        except DefinitionError as exc:
+            reason = f"delegate {delegate.name} could not start its child: {exc}"
+            await loop.commit(
+                [ChildFinished(child_loop=child_id, status="failed", output=reason, rejected=True)]
+            )
+            raise ChildRejectedError(reason) from exc
         # The delegate call (its tool.started record) is the cause of the
         # child's first records.
         await child.send(

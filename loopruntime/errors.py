@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Literal
 
 __all__ = [
+    "ChildRejectedError",
     "CommandError",
+    "DefinitionError",
     "GateMismatchError",
     "GuardFailedError",
     "IdempotencyKeyError",
@@ -14,6 +16,7 @@ __all__ = [
     "LoopError",
     "ModeNotFoundError",
     "ModelError",
+    "NameClashError",
     "NotQueuedError",
     "NotRegisteredError",
     "NotUnknownEffectError",
@@ -127,6 +130,45 @@ class NotRegisteredError(CommandError):
     (``LoopDefinition.models`` / ``tool_registry``); nothing was committed."""
 
     code = "definition.not_registered"
+
+
+class DefinitionError(LoopError, ValueError):
+    """A definition, or a delegate, breaks a rule when it is made (or when its
+    MCP servers list their tools): nothing ran and nothing was committed.
+    ``definition`` names the definition, ``name`` what broke the rule and
+    ``rule`` the rule (also the end of ``code``: ``definition.<rule>``).  A
+    ``ValueError`` too, as the other checks of a definition's values are."""
+
+    kind = "definition"
+    code = "definition.invalid"
+
+    def __init__(self, message: str, *, definition: str, name: str, rule: str) -> None:
+        super().__init__(message, code=f"definition.{rule}")
+        self.definition = definition
+        self.name = name
+        self.rule = rule
+
+
+class NameClashError(DefinitionError):
+    """Two things the model would see under one name (tools, delegates, an MCP
+    server's listed tools).  ``server`` names the MCP server whose listing
+    clashed (None: the clash is in the definition itself)."""
+
+    def __init__(
+        self, message: str, *, definition: str, name: str, server: str | None = None
+    ) -> None:
+        super().__init__(message, definition=definition, name=name, rule="name_clash")
+        self.server = server
+
+
+class ChildRejectedError(LoopError):
+    """A delegate's child was refused at its start and never ran (its
+    definition broke a rule only the start can check).  The parent's tool
+    call completes ``rejected``, not ``failed``: the model may choose another
+    worker."""
+
+    kind = "delegate"
+    code = "delegate.rejected"
 
 
 class GuardFailedError(LoopError):

@@ -195,9 +195,15 @@ class ParentPort(LoopPort, Protocol):
         ...
 
     async def start_child(
-        self, child_id: str, definition: LoopDefinition, provenance: Provenance
+        self,
+        child_id: str,
+        definition: LoopDefinition,
+        provenance: Provenance,
+        *,
+        mode: str | None = None,
     ) -> ChildLoop:
-        """Create and start a child loop in the same session."""
+        """Create and start a child loop in the same session, in ``mode``
+        (None: the definition's own configuration)."""
         ...
 
     def watch_background(self, child_id: str) -> None:

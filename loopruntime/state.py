@@ -137,6 +137,7 @@ class ChildState(msgspec.Struct, kw_only=True):
     provenance: Provenance
     background: bool
     status: str = "running"
+    """``running``, a ``child.finished`` status, or ``rejected`` (never ran)."""
     output: str = ""
 
 
@@ -583,7 +584,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
         case ChildFinished():
             child = state.children.get(event.child_loop)
             if child is not None:
-                child.status = event.status
+                child.status = "rejected" if event.rejected else event.status
                 child.output = event.output
         case Notice():
             if event.code == OUTPUT_REQUIRED:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -25,6 +25,7 @@ from journal import Journal, JournalError, Record, SessionLease, SessionNotFound
 from journal.content import Block, Message, ResultBlock
 from journal.events import Provenance, TurnRejected
 from loopruntime import (
+    DefinitionError,
     GateMismatchError,
     Limits,
     Loop,
@@ -410,12 +411,18 @@ class Session:
     # -- children (LoopHost) -------------------------------------------------------
 
     async def start_child(
-        self, parent: Loop, child_id: str, definition: LoopDefinition, provenance: Provenance
+        self,
+        parent: Loop,
+        child_id: str,
+        definition: LoopDefinition,
+        provenance: Provenance,
+        *,
+        mode: str | None = None,
     ) -> Loop:
         # The parent's delegate call (its tool.started record, whose id is the
         # execution id) is the cause of the child's first records.
         return await self.start_worker(
-            child_id, definition, provenance, cause=provenance.execution_id
+            child_id, definition, provenance, cause=provenance.execution_id, mode=mode
         )
 
     def child(self, child_id: str) -> Loop | None:
@@ -428,13 +435,28 @@ class Session:
         provenance: Provenance,
         *,
         cause: str | None = None,
+        mode: str | None = None,
     ) -> Loop:
-        """Start a loop that is not a delegate of another (collaboration workers)."""
+        """Start a loop that is not a delegate of another (collaboration
+        workers), in ``mode``; a start that fails leaves no loop behind."""
         loop = Loop(
-            loop_id=loop_id, definition=definition, host=self, parent=provenance, cause=cause
+            loop_id=loop_id,
+            definition=definition,
+            host=self,
+            parent=provenance,
+            cause=cause,
+            mode=mode,
         )
         self.loops[loop_id] = loop
-        await self._nursery.start(loop.run)
+        try:
+            await self._nursery.start(loop.run)
+        except BaseException as exc:
+            if not loop.state.loop:
+                del self.loops[loop_id]
+            refused = _refusal(exc) if isinstance(exc, BaseExceptionGroup) else None
+            if refused is not None:
+                raise refused from None
+            raise
         return loop
 
     async def collaborate(
@@ -947,14 +969,27 @@ class _Running:
                 return bool(await manager.__aexit__(None, None, None))
             return bool(await manager.__aexit__(type(exc), exc, exc.__traceback__))
         except BaseExceptionGroup as group:
-            failure = _journal_failure(group)
+            failure = _journal_failure(group) or _refusal(group)
             if failure is None:
                 raise
             raise failure from None
 
 
+E = TypeVar("E", bound=BaseException)
+
+
 def _journal_failure(group: BaseExceptionGroup[BaseException]) -> JournalError | None:
     """The journal error behind a group made only of it (and cancellations)."""
+    return _alone(group, JournalError)
+
+
+def _refusal(group: BaseExceptionGroup[BaseException]) -> DefinitionError | None:
+    """The refused definition behind a group made only of it (and
+    cancellations): a loop's start that its configuration refused."""
+    return _alone(group, DefinitionError)
+
+
+def _alone(group: BaseExceptionGroup[BaseException], kind: type[E]) -> E | None:
     leaves: list[BaseException] = []
 
     def walk(exc: BaseException) -> None:
@@ -965,8 +1000,8 @@ def _journal_failure(group: BaseExceptionGroup[BaseException]) -> JournalError |
             leaves.append(exc)
 
     walk(group)
-    found = [e for e in leaves if isinstance(e, JournalError)]
-    if found and all(isinstance(e, JournalError | trio.Cancelled) for e in leaves):
+    found = [e for e in leaves if isinstance(e, kind)]
+    if found and all(isinstance(e, kind | trio.Cancelled) for e in leaves):
         return found[0]
     return None
 

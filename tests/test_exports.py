@@ -28,7 +28,7 @@ PUBLIC = {
         "InvalidAnswerError", "LoopClosedError", "ModeNotFoundError", "ModelError",
         "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError",
         "IdempotencyKeyError", "QueueFullError", "PayloadTooLargeError",
-        "NotRegisteredError",
+        "NotRegisteredError", "DefinitionError", "NameClashError", "ChildRejectedError",
         "hook", "Hook", "AddContext", "StopTurn", "Deny", "Rewrite", "ReplaceResult",
         "BeforeModel", "BeforeTool", "AfterTool", "TurnEnd",
         "classifier", "Classifier", "PermissionRequest", "Review",

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import trio
 
+from ..errors import NameClashError
 from ..tools import Tool
 from .connection import McpConnection
 from .mcp import Http, McpServer, McpServerError, McpTool, McpToolError, Stdio
@@ -76,23 +77,40 @@ class Toolsets:
         """The names of the servers that answered the listing (the others
         could not be reached, and their tools are not known)."""
 
-    async def open(self, nursery: trio.Nursery, taken: Sequence[str]) -> None:
+    async def open(
+        self, nursery: trio.Nursery, taken: Sequence[str], *, definition: str = ""
+    ) -> None:
         """Connect every server at once and list its tools; a server that
         cannot be reached is logged and offers none.  A listed tool whose
-        name another tool of the loop already has is left out, logged."""
+        name another tool of the loop (``taken``, or one listed before it)
+        already has refuses the start: ``NameClashError`` naming the server,
+        the name and ``definition``, since the model could not tell the two
+        apart."""
         if not self.connections:
             return
         async with trio.open_nursery() as connecting:
             for connection in self.connections:
                 connecting.start_soon(connection.open, nursery)
-        names = set(taken)
+        names = dict.fromkeys(taken, "")
         tools: list[Tool] = []
         for connection in self.connections:
+            server = connection.server.name
             for t in connection.tools:
                 if t.name in names:
-                    connection.log.warning("mcp_tool_name_taken", tool=t.name)
-                    continue
-                names.add(t.name)
+                    other = names[t.name]
+                    clash = f"MCP server {other!r}" if other else "a tool of the loop"
+                    if other == server:
+                        clash = "another of its own tools"
+                    raise NameClashError(
+                        f"loop definition {definition!r}: MCP server {server!r} lists a tool "
+                        f"named {t.name!r}, the name of {clash}; the model could not tell them "
+                        "apart, so the server is refused: give it a prefix= that makes its "
+                        "names unique",
+                        definition=definition,
+                        name=t.name,
+                        server=server,
+                    )
+                names[t.name] = server
                 tools.append(t)
         self.tools = tuple(tools)
         self.answered = frozenset(c.server.name for c in self.connections if c.listed)

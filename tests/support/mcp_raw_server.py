@@ -7,7 +7,9 @@ answers garbage, malformed results or nothing at all looks like to the client.
   break the call: ``garbage`` answers with a line that is not JSON,
   ``malformed`` with a result that is not a tool result, ``silent`` never
   answers, ``ok`` answers properly (the next call after a broken one);
-* ``mute``: never answers ``initialize`` (a server that hangs at start).
+* ``mute``: never answers ``initialize`` (a server that hangs at start);
+* ``twice``: like ``serve``, but lists its tool ``ok`` twice (a listing
+  whose names clash).
 
 Each tool call appends its tool's name to CALLS_FILE, as the SDK test server
 does.
@@ -60,7 +62,7 @@ def main(argv: list[str]) -> None:
                             "description": f"breaks the call: {name}",
                             "inputSchema": {"type": "object", "properties": {}},
                         }
-                        for name in TOOLS
+                        for name in ([*TOOLS, "ok"] if mode == "twice" else TOOLS)
                     ]
                 },
             )
