@@ -17,6 +17,7 @@ from .errors import CommandError as CommandError
 from .errors import GateMismatchError as GateMismatchError
 from .errors import IdempotencyKeyError as IdempotencyKeyError
 from .errors import InvalidAnswerError as InvalidAnswerError
+from .errors import LeaseLostError as LeaseLostError
 from .errors import LoopClosedError as LoopClosedError
 from .errors import LoopError as LoopError
 from .errors import ModelError as ModelError
@@ -71,6 +72,7 @@ __all__ = [
     "InvalidAnswerError",
     "Limits",
     "Loop",
+    "LeaseLostError",
     "LoopClosedError",
     "LoopDefinition",
     "LoopError",

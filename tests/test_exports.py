@@ -27,7 +27,7 @@ PUBLIC = {
         "InvalidAnswerError", "LoopClosedError", "ModeNotFoundError", "ModelError",
         "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError",
         "IdempotencyKeyError", "QueueFullError",
-        "NotRegisteredError",
+        "NotRegisteredError", "LeaseLostError",
         "hook", "Hook", "AddContext", "StopTurn", "Deny", "Rewrite", "ReplaceResult",
         "BeforeModel", "BeforeTool", "AfterTool", "TurnEnd",
         "classifier", "Classifier", "PermissionRequest", "Review",
@@ -44,6 +44,7 @@ PUBLIC = {
         "ChangeInference", "ReplaceTools", "change_text", "changes",
         "describe", "digest", "prompts_of", "restore_config", "server_of",
         "MAX_PRINCIPAL_LENGTH", "check_principal", "NO_LIST", "own_list",
+        "OwnerCheck", "owning",
     },
     "loopruntime.models": {"ScriptedModel", "Reply", "ToolCall", "AnthropicModel"},
     "loopruntime.toolsets": {
