@@ -130,6 +130,8 @@ class _Hosted:
         self.scope = trio.CancelScope()
         """Its deadline is the lease's expiry as this host counts it, less the
         margin: pushed forward only by a take or a renewal that went through."""
+        self.owned_to = -math.inf
+        """The scope's deadline once a take went through (before it: none)."""
         self.passivated: str | None = None
         """Why it was unloaded at rest ("idle", "pressure"): logged once released."""
         self.stopping = False
@@ -148,12 +150,13 @@ class _Hosted:
         """A take or renewal sent at ``sent`` (trio time) went through: the
         journal counts ``ttl`` from a moment no earlier, so the work may go on
         until ``sent + ttl - margin``."""
-        self.scope.deadline = max(self.scope.deadline, sent + ttl - margin)
+        self.owned_to = max(self.owned_to, sent + ttl - margin)
+        self.scope.deadline = self.owned_to
 
     def check_owner(self) -> None:
         if self.lease is None:
             raise LeaseLostError(self.id, self.host_id, "another host took it")
-        if trio.current_time() >= self.scope.deadline:
+        if trio.current_time() >= self.owned_to:
             raise LeaseLostError(self.id, self.host_id, "its lease ran out before a renewal")
 
     def idle(self) -> bool:
