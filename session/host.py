@@ -528,14 +528,17 @@ class Host:
                 await self._claim_and_run(hosted, claim)
             if hosted.scope.cancelled_caught and hosted.lease is not None:
                 # Its deadline (a dropped session has no lease): every piece
-                # of its work stopped before any other host may take it.
+                # of its work stopped before any other host may take it.  Its
+                # lease is left to expire, as a crash leaves it: the journal
+                # may be what kept it from being renewed.
+                hosted.lease = None
                 self._expired += 1
                 self.log.warning(
                     "session_stopped",
                     session=hosted.id,
                     reason="lease_deadline",
                     detail="its lease was not renewed in time; its work stopped a margin "
-                    "before the lease expires",
+                    "before the lease expires, and the next host takes it over",
                 )
         except FencedError:
             self._drop(hosted, "fenced")
