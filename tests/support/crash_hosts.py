@@ -123,7 +123,8 @@ def charging_definitions(side: Path, go: Path) -> dict[str, LoopDefinition]:
     async def charge(ctx: ToolContext, *, amount: int) -> str:
         """Charge a card (not safe to run twice)."""
         ready()
-        while not go.exists():
+        # Polled: the file is made by another process, and no event crosses processes.
+        while not go.exists():  # noqa: ASYNC110, ASYNC240
             await trio.sleep(0.05)
         record_effect(side, tool="charge", execution=ctx.execution_id, pid=os.getpid())
         return f"charged {amount}"
