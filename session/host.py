@@ -43,6 +43,11 @@ Rules (docs/host.md tells the story):
 * at most ``max_sessions`` are loaded: past it the least recently busy idle
   session is passivated for one with work, and with none idle nothing is
   claimed until one is.
+
+The module is one piece: the claimer, the renewals and each session's task
+all work on the same table of held sessions, their leases and deadlines;
+split, each part would reach into the others' private state.  What stands
+apart (applying one command, principals, the outage) has its own module.
 """
 
 from __future__ import annotations

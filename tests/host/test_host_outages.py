@@ -1,7 +1,7 @@
 """A host rides out its journal going out of reach: a PostgreSQL server
 restarted under it (fast and immediate, in this process and in a host
-process of its own), and, under ``autojump_clock``, an outage longer than
-its leases.  It claims nothing meanwhile, reports not ready, logs the outage
+process of its own), a SQLite file locked past its busy timeout, and, under
+``autojump_clock``, an outage longer than its leases.  It claims nothing meanwhile, reports not ready, logs the outage
 once when it begins and once when it ends, and then applies what comes.
 
 Time: the PostgreSQL tests run in real time against a server of their own
@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -189,3 +192,45 @@ async def test_an_outage_longer_than_the_leases_is_ridden_out(autojump_clock: ob
     gaps = [b - a for a, b in zip(journal.tries, journal.tries[1:], strict=False)]
     assert max(gaps) <= RETRY_CAP
     assert 10 < len(journal.tries) < 200
+
+
+async def test_a_host_rides_out_a_sqlite_file_locked_past_its_busy_timeout(
+    tmp_path: Path,
+) -> None:
+    # Real time: SQLite's busy timeout runs in its own thread.  Another
+    # process's connection holds the file's write lock until the host has
+    # said it is not ready; the host's writes fail meanwhile ("locked").
+    path = tmp_path / "journal.db"
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:
+        conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+        try:
+            conn.execute("BEGIN EXCLUSIVE")
+            held.set()
+            release.wait()
+            conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+
+    with capture_logs() as logs:
+        async with open_journal(f"sqlite:///{path}") as journal:
+            async with Host.open(journal, DEFS, host_id="a", poll=0.05, lease_ttl=30) as host:
+                client = Client(journal)
+                sid = await client.create("counter", key="c1")
+                await client.wait(sid, "c1", timeout=None)
+                hosted = host.sessions[sid]
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(trio.to_thread.run_sync, hold_the_lock)
+                    try:
+                        await trio.to_thread.run_sync(held.wait)
+                        await wait_for(lambda: not host.ready)
+                    finally:
+                        release.set()
+                await wait_for(lambda: host.ready)
+                await client.submit(sid, "count", key="s1")
+                await client.wait(sid, "s1", timeout=None)
+                assert host.sessions.get(sid) is hosted
+    [began] = [e for e in logs if e["event"] == "journal_unreachable"]
+    assert "locked" in str(began["error"])
+    assert [e["event"] for e in logs].count("journal_reachable_again") == 1
