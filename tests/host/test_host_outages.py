@@ -1,8 +1,9 @@
 """A host rides out its journal going out of reach: a PostgreSQL server
 restarted under it (fast and immediate, in this process and in a host
 process of its own), a SQLite file locked past its busy timeout, and, under
-``autojump_clock``, an outage longer than its leases.  It claims nothing meanwhile, reports not ready, logs the outage
-once when it begins and once when it ends, and then applies what comes.
+``autojump_clock``, an outage longer than its leases.  It claims nothing
+meanwhile, reports not ready, logs the outage once when it begins and once
+when it ends, and then applies what comes.
 
 Time: the PostgreSQL tests run in real time against a server of their own
 (``tests.support.pgrestart``), waiting for states, never for spans."""
