@@ -16,7 +16,7 @@ from pathlib import Path
 import trio
 import trio.lowlevel
 
-from journal import open_journal
+from journal import HostIdInUseError, open_journal
 from journal.events import ToolStarted, TurnEnded
 from session import Client, Host
 from session.status import Status
@@ -140,3 +140,9 @@ async def test_a_host_relaunched_under_its_own_id_waits_out_its_registration(
         if host.returncode is None:
             host.kill()
             await host.wait()
+
+
+def test_a_registration_with_less_than_a_second_left_is_not_said_to_run_0s() -> None:
+    assert "runs 0.1s more" in str(HostIdInUseError("a", 0.04))
+    assert "runs 0.5s more" in str(HostIdInUseError("a", 0.41))
+    assert "runs 12.0s more" in str(HostIdInUseError("a", 12.0))
