@@ -600,6 +600,8 @@ class Host:
             # paused past it, whose work stopped a margin before the expiry by
             # its own clock; a margin more covers the clocks' disagreement.
             await trio.sleep(self.lease_margin)
+            if hosted.stopping:
+                return  # the host began to stop meanwhile: taken by the next one
         sent = trio.current_time()
         try:
             lease = await self.journal.acquire(hosted.id, self.id, ttl=self.lease_ttl)
