@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 __all__ = [
     "ConflictError",
     "DuplicateEventError",
@@ -132,9 +134,11 @@ class HostIdInUseError(JournalError):
 
     def __init__(self, host: str, left: float) -> None:
         self.host, self.left = host, left
+        # Rounded up: a registration with 0.4 s left is not one that "runs 0s more".
+        shown = max(math.ceil(left * 10) / 10, 0.1)
         super().__init__(
             f"host id {host!r} is in use by a live host (its registration runs "
-            f"{left:.0f}s more unless that host renews it); give this host another id, "
+            f"{shown:.1f}s more unless that host renews it); give this host another id, "
             "or stop that host first"
         )
 

@@ -19,6 +19,7 @@ from .errors import DefinitionError as DefinitionError
 from .errors import GateMismatchError as GateMismatchError
 from .errors import IdempotencyKeyError as IdempotencyKeyError
 from .errors import InvalidAnswerError as InvalidAnswerError
+from .errors import LeaseLostError as LeaseLostError
 from .errors import LoopClosedError as LoopClosedError
 from .errors import LoopError as LoopError
 from .errors import ModelError as ModelError
@@ -77,6 +78,7 @@ __all__ = [
     "InvalidAnswerError",
     "Limits",
     "Loop",
+    "LeaseLostError",
     "LoopClosedError",
     "LoopDefinition",
     "LoopError",

@@ -708,8 +708,10 @@ class Loop:
                     # the turn.rejected that records it): the caller
                     # hears why, and the loop goes on.
                     command.reply.fail(exc)
-                except Exception as exc:
-                    command.reply.fail(exc)
+                except BaseException as exc:
+                    # Cancelled too (its session's work stopped midway): the
+                    # caller must not wait on an actor that is gone.
+                    command.reply.fail(exc if isinstance(exc, Exception) else closed_error(self.id))
                     raise
                 if isinstance(command, Shutdown):
                     return True

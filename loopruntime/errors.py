@@ -12,6 +12,7 @@ __all__ = [
     "GuardFailedError",
     "IdempotencyKeyError",
     "InvalidAnswerError",
+    "LeaseLostError",
     "LoopClosedError",
     "LoopError",
     "ModeNotFoundError",
@@ -175,6 +176,23 @@ class GuardFailedError(LoopError):
     """A guarded commit was not appended: its precondition no longer held."""
 
     code = "commit.guard_failed"
+
+
+class LeaseLostError(LoopError):
+    """The process running a tool no longer owns its session: its host's lease
+    ran out before a renewal, or another host took the session.  The tool must
+    stop before its effect; the call's outcome is settled by the next owner."""
+
+    kind = "lease"
+    code = "lease.lost"
+
+    def __init__(self, session: str, host: str, reason: str) -> None:
+        self.session, self.host, self.reason = session, host, reason
+        super().__init__(
+            f"session {session} is no longer owned by host {host!r} ({reason}); stop before "
+            "the effect: the next owner settles this call (run again if replay-safe, "
+            "otherwise an unknown effect for a person to resolve)"
+        )
 
 
 class OutsideToolCallError(LoopError):

@@ -45,6 +45,8 @@ from .keys import command_name as command_name
 from .keys import repeat_of as repeat_of
 from .model import Accumulator as Accumulator
 from .model import Delta as Delta
+from .ownership import OwnerCheck as OwnerCheck
+from .ownership import owning as owning
 from .principals import MAX_PRINCIPAL_LENGTH as MAX_PRINCIPAL_LENGTH
 from .principals import check_principal as check_principal
 from .settling import reply_cut_short as reply_cut_short
@@ -109,4 +111,6 @@ __all__ = [
     "settle_turn_events",
     "unanswered_tool_uses",
     "own_list",
+    "OwnerCheck",
+    "owning",
 ]

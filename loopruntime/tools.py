@@ -29,6 +29,7 @@ import structlog
 from .deadlines import check_timeout
 from .errors import OutsideToolCallError
 from .model import ToolSchema
+from .ownership import check_owner
 from .redaction import (
     InputRedaction,
     ResultRedaction,
@@ -217,6 +218,15 @@ class ToolContext:
             answer, self.continuation = self.continuation, None
             return answer
         return await self._ask(prompt, None, url=url, needs_value=value)
+
+    def check_owner(self) -> None:
+        """Raise ``LeaseLostError`` when the host running this call no longer
+        owns its session (its lease ran out before a renewal, or another host
+        took it); return at once otherwise.  Cheap (no I/O): call it between
+        the steps of long work and right before an effect.  Outside a host it
+        does nothing.  From a worker thread, call it through
+        ``trio.from_thread.run_sync(ctx.check_owner)``."""
+        check_owner()
 
     def _check_active(self, what: str) -> None:
         if not self._active:

@@ -5,6 +5,16 @@ Rules (docs/host.md tells the story):
 * a session runs here only under a lease this host took with
   ``Journal.acquire``; the lease is renewed every ``lease_ttl / 3``; a
   renewal or an append that finds it fenced drops the session at once;
+* everything a session does runs in a cancel scope whose deadline is its
+  lease's expiry as this host counts it (from when the take or renewal was
+  sent) less ``lease_margin``, pushed forward only by a renewal that went
+  through: a host paused past it cancels the session's work before its next
+  step, and before any other host may take it; a takeover of an expired
+  lease waits ``lease_margin`` first; tools see the same rule through
+  ``ToolContext.check_owner``;
+* an unreachable journal (``JournalUnavailableError``) is ridden out
+  (``host_outage``): nothing new is claimed, the sessions held stay loaded,
+  and the renewals retry with backoff until one round goes through;
 * work is found with ``Journal.claimable``: sessions with inbox entries and
   no live owner (activation), and sessions whose owner's lease expired
   (failover); each is restored under the existing restore rules;
@@ -25,13 +35,19 @@ Rules (docs/host.md tells the story):
   entry, an error applying it again would raise again) is consumed once with
   its reason (``host_commands``); entries of a session never started are.
 * the host id is registered in the journal for as long as the host runs (a
-  live host's id is refused at ``open``); work is looked for every ``poll``
+  live host's id is refused at ``open``; a registration nobody renews, left by
+  a crash, is waited out); work is looked for every ``poll``
   seconds (one ``claimable`` pass, which also wakes this host's quiet
   sessions with entries) and whenever the journal's inbox wake-ups say so;
   a quiet session reads its inbox itself only every ``lease_ttl / 3``;
 * at most ``max_sessions`` are loaded: past it the least recently busy idle
   session is passivated for one with work, and with none idle nothing is
   claimed until one is.
+
+The module is one piece: the claimer, the renewals and each session's task
+all work on the same table of held sessions, their leases and deadlines;
+split, each part would reach into the others' private state.  What stands
+apart (applying one command, principals, the outage) has its own module.
 """
 
 from __future__ import annotations
@@ -50,12 +66,13 @@ from journal import (
     HostIdInUseError,
     Journal,
     JournalError,
+    JournalUnavailableError,
     LeaseHeldError,
     SessionLease,
 )
 from journal import inbox as ib
-from loopruntime import LoopDefinition
-from loopruntime.host import new_id
+from loopruntime import LeaseLostError, LoopDefinition
+from loopruntime.host import new_id, owning
 
 from .checkpoints import read_restored
 from .host_commands import before_start as _before_start
@@ -63,6 +80,7 @@ from .host_commands import damaged as _damaged
 from .host_commands import expected as _expected
 from .host_commands import refused as _refused
 from .host_commands import run as _run
+from .host_outage import Outage
 from .host_principals import Principals, checked_principals, refusal
 from .runtime import ROOT_LOOP, Session
 
@@ -74,6 +92,11 @@ _REST_CHECKPOINT_AFTER = 100
 """Records since the last checkpoint past which a session is checkpointed
 when it is passivated (a tenth of the writer's interval: below it, folding
 the tail on activation costs less than the checkpoint)."""
+
+_LEASE_MARGIN = 0.1
+"""The share of ``lease_ttl`` a session's work stops before its lease expires
+as this host counts it, and a takeover waits past an expiry the journal
+reported (docs/host.md, "What a lease guarantees")."""
 
 _STOP_CHECKPOINTS = 8
 """Checkpoints at rest a stopping host appends at once: enough to keep the
@@ -94,17 +117,31 @@ class HostStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """Inbox entries applied."""
     fenced: int
     """Sessions dropped because another host took them."""
+    expired: int = 0
+    """Sessions whose work was stopped because their lease was not renewed in time."""
+    ready: bool = True
+    """Taking new work: registered, not stopping, and the journal within reach."""
+    outages: int = 0
+    """Times the journal went out of reach (see ``session.host_outage``)."""
 
 
 class _Hosted:
-    """A session this host holds."""
+    """A session this host holds; its ``scope`` holds everything the session does,
+    and is the owner check its tools see (``loopruntime.host.OwnerCheck``)."""
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, host_id: str) -> None:
         self.id = session_id
+        self.host_id = host_id
         self.lease: SessionLease | None = None
         self.session: Session | None = None
         self.wake = trio.Event()
         self.scope = trio.CancelScope()
+        """Its deadline is the lease's expiry as this host counts it, less the
+        margin: pushed forward only by a take or a renewal that went through."""
+        self.owned_to = -math.inf
+        """The scope's deadline once a take went through (before it: none)."""
+        self.passivated: str | None = None
+        """Why it was unloaded at rest ("idle", "pressure"): logged once released."""
         self.stopping = False
         self.busy = False
         """Work was left when it stopped: its lease is handed over, not just released."""
@@ -116,6 +153,19 @@ class _Hosted:
         self.rest_failed = False
         """Its checkpoint at rest failed (and stopped its writer): the session
         is released all the same, its records being durable and whole."""
+
+    def owned_until(self, sent: float, ttl: float, margin: float) -> None:
+        """A take or renewal sent at ``sent`` (trio time) went through: the
+        journal counts ``ttl`` from a moment no earlier, so the work may go on
+        until ``sent + ttl - margin``."""
+        self.owned_to = max(self.owned_to, sent + ttl - margin)
+        self.scope.deadline = self.owned_to
+
+    def check_owner(self) -> None:
+        if self.lease is None:
+            raise LeaseLostError(self.id, self.host_id, "another host took it")
+        if trio.current_time() >= self.owned_to:
+            raise LeaseLostError(self.id, self.host_id, "its lease ran out before a renewal")
 
     def idle(self) -> bool:
         """Loaded, with nothing running and nothing waiting in its inbox."""
@@ -164,12 +214,16 @@ class Host:
         """Drawn per process: tells this host's registration of ``id`` from another's."""
         self.idle_after, self.lease_ttl, self.poll = idle_after, lease_ttl, poll
         self.max_sessions = max_sessions
+        self.lease_margin = lease_ttl * _LEASE_MARGIN
+        """A session's work stops this long before its lease expires as this
+        host counts it; a takeover of an expired lease waits this long first."""
         self._quiet_poll = max(poll, lease_ttl / 3)
         """How often a quiet session reads its own inbox (for an entry past the pass's limit)."""
         self.sessions: dict[str, _Hosted] = {}
         self._claims = self._failovers = self._passivations = self._applied = 0
-        self._fenced = 0
+        self._fenced = self._expired = 0
         self._stopping = False
+        self._registered = False
         self._stop_checkpoints = trio.CapacityLimiter(_STOP_CHECKPOINTS)
         self._stop_checkpoints_until = math.inf
         """No checkpoint at rest is begun past this (trio time): set by ``aclose``."""
@@ -177,6 +231,7 @@ class Host:
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.log = log.bind(host=self.id)
+        self._outage = Outage(self.log)
 
     @classmethod
     @asynccontextmanager
@@ -209,7 +264,7 @@ class Host:
             poll=poll,
             principals=principals,
         )
-        await host._register()
+        await host._register_first()
         async with trio.open_nursery() as nursery:
             host._nursery = nursery
             # Listening before the first look for work: nothing put between is missed.
@@ -232,7 +287,16 @@ class Host:
             passivations=self._passivations,
             applied=self._applied,
             fenced=self._fenced,
+            expired=self._expired,
+            ready=self.ready,
+            outages=self._outage.count,
         )
+
+    @property
+    def ready(self) -> bool:
+        """Whether the host takes new work: registered, not stopping, and its
+        journal within reach (what a readiness check reports)."""
+        return self._registered and not self._stopping and not self._outage.down
 
     def poke(self) -> None:
         """Look for work now rather than at the next poll."""
@@ -268,11 +332,17 @@ class Host:
         names = sorted(self.definitions)
         full = False
         while not self._stopping:
+            # Out of reach: nothing new is taken until a renewal round reaches it.
+            await self._outage.wait_over()
             self._wake = trio.Event()
-            # Room for the sessions held here too: the pass wakes the quiet ones.
-            claims = await self.journal.claimable(
-                definitions=names, owner=self.id, limit=self.max_sessions + len(self.sessions)
-            )
+            try:
+                # Room for the sessions held here too: the pass wakes the quiet ones.
+                claims = await self.journal.claimable(
+                    definitions=names, owner=self.id, limit=self.max_sessions + len(self.sessions)
+                )
+            except JournalUnavailableError as exc:
+                self._outage.failed("finding sessions with work", exc)
+                continue
             waiting = 0
             for claim in claims:
                 hosted = self.sessions.get(claim.session)
@@ -317,23 +387,33 @@ class Host:
         missed and for backends without them (SQLite).  Started once the
         journal says it is watching (its first wake-up, ``""``)."""
         started = False
-        try:
-            async for session in self.journal.inbox_wakeups():
+        while True:
+            try:
+                async for session in self.journal.inbox_wakeups():
+                    if not started:
+                        task_status.started()
+                        started = True
+                    hosted = self.sessions.get(session)
+                    if hosted is not None:
+                        hosted.wake.set()
+                    else:
+                        self._wake.set()
+                break  # the journal closed
+            except JournalUnavailableError as exc:
+                # Listened for again once the journal is back; the poll covers the gap.
+                self._outage.failed("listening for inbox wake-ups", exc)
                 if not started:
                     task_status.started()
                     started = True
-                hosted = self.sessions.get(session)
-                if hosted is not None:
-                    hosted.wake.set()
-                else:
-                    self._wake.set()
-        except JournalError as exc:
-            self.log.warning("inbox_wakeups_lost", error=str(exc))
+                await self._outage.wait_over()
+            except JournalError as exc:
+                self.log.warning("inbox_wakeups_lost", error=str(exc))
+                break
         if not started:
             task_status.started()
 
     def _start(self, claim: ib.Claim) -> None:
-        hosted = _Hosted(claim.session)
+        hosted = _Hosted(claim.session, self.id)
         self.sessions[claim.session] = hosted
         assert self._nursery is not None
         self._nursery.start_soon(self._host, hosted, claim)
@@ -342,6 +422,43 @@ class Host:
         await self.journal.register_host(
             self.id, self._token, ttl=self.lease_ttl, definitions=sorted(self.definitions)
         )
+
+    async def _register_first(self) -> None:
+        """Register the id.  Another process's live registration of it is
+        waited out while nobody renews it (a host restarted under its own id
+        after a crash: at most that registration's TTL, logged once), and
+        refused with ``HostIdInUseError`` as soon as it is renewed (a live host)."""
+        seen: int | None = None
+        while True:
+            try:
+                await self._register()
+            except HostIdInUseError as exc:
+                expiry = await self._registration_expiry()
+                if expiry is None:
+                    continue  # removed meanwhile (a clean stop): try again at once
+                if seen is not None and expiry != seen:
+                    raise  # renewed while this one waited: that host is alive
+                if seen is None:
+                    self.log.warning(
+                        "host_id_waiting",
+                        seconds=round(exc.left, 1),
+                        detail=f"host id {self.id!r} is still registered by another process "
+                        f"for {exc.left:.1f}s; waiting it out (a restart after a crash), "
+                        "unless that process renews it (a live host: then refused)",
+                    )
+                seen = expiry
+                # Looked at again within a third of a TTL: a live host renews by then.
+                await trio.sleep(max(min(exc.left, self.lease_ttl / 3), 0.01))
+            else:
+                self._registered = True
+                return
+
+    async def _registration_expiry(self) -> int | None:
+        """When the journal's registration of this host's id expires (its clock)."""
+        for info in await self.journal.hosts():
+            if info.host == self.id:
+                return info.expires_at
+        return None
 
     async def _deregister(self) -> None:
         try:
@@ -357,28 +474,44 @@ class Host:
         due = trio.current_time()
         while True:
             due += self.lease_ttl / 3
-            await trio.sleep_until(max(due, trio.current_time()))
+            # In an outage a round is the probe too: tried again after its backoff.
+            await self._outage.sleep_until(max(due, trio.current_time()))
             due = trio.current_time()
-            try:
-                await self._register()
-            except HostIdInUseError as exc:
-                # Paused past its registration, and the id taken since: the
-                # sessions' own leases decide what this host may still write.
-                self.log.error("host_id_taken", error=str(exc))
-            except JournalError as exc:
-                self.log.warning("host_renewal_failed", error=str(exc))
-            await self._renew_all()
+            await self._renew_round()
 
-    async def _renew_all(self) -> None:
+    async def _renew_round(self) -> None:
+        """The registration, then every lease; a round that reached the journal
+        whole ends an outage."""
+        try:
+            await self._register()
+        except HostIdInUseError as exc:
+            # Paused past its registration, and the id taken since: the
+            # sessions' own leases decide what this host may still write.
+            self.log.error("host_id_taken", error=str(exc))
+        except JournalUnavailableError as exc:
+            self._outage.failed("renewing the host's registration", exc)
+            return
+        except JournalError as exc:
+            self.log.warning("host_renewal_failed", error=str(exc))
+        if await self._renew_all():
+            self._outage.reached()
+
+    async def _renew_all(self) -> bool:
+        """Renew every lease held, pushing each session's deadline; False when
+        the journal was out of reach."""
         held = [(h, h.lease) for h in self.sessions.values() if h.lease and not h.stopping]
         if not held:
-            return
+            return True
         leases = [lease for _, lease in held]
+        sent = trio.current_time()
         try:
             renewed = await self.journal.renew_all(leases, ttl=self.lease_ttl)
+        except JournalUnavailableError as exc:
+            self._outage.failed("renewing leases", exc)
+            return False
         except JournalError as exc:
             self.log.warning("lease_renewal_failed", sessions=len(leases), error=str(exc))
-            return
+            return True
         for (hosted, lease), after in zip(held, renewed, strict=True):
             if hosted.lease is not lease:
                 continue  # released or dropped meanwhile: its own release fenced it
@@ -386,6 +519,8 @@ class Host:
                 self._drop(hosted, "lease_lost")
             else:
                 hosted.lease = after
+                hosted.owned_until(sent, self.lease_ttl, self.lease_margin)
+        return True
 
     def _drop(self, hosted: _Hosted, why: str) -> None:
         self._fenced += 1
@@ -397,10 +532,35 @@ class Host:
 
     async def _host(self, hosted: _Hosted, claim: ib.Claim) -> None:
         try:
-            with hosted.scope:
+            with owning(hosted), hosted.scope:
                 await self._claim_and_run(hosted, claim)
+            if hosted.scope.cancelled_caught and hosted.lease is not None:
+                # Its deadline (a dropped session has no lease): every piece
+                # of its work stopped before any other host may take it.  Its
+                # lease is left to expire, as a crash leaves it: the journal
+                # may be what kept it from being renewed.
+                hosted.lease = None
+                self._expired += 1
+                self.log.warning(
+                    "session_stopped",
+                    session=hosted.id,
+                    reason="lease_deadline",
+                    detail="its lease was not renewed in time; its work stopped a margin "
+                    "before the lease expires, and the next host takes it over",
+                )
         except FencedError:
             self._drop(hosted, "fenced")
+        except JournalUnavailableError as exc:
+            if hosted.rest_failed:
+                return  # only its checkpoint at rest failed (logged then): released below
+            # Its records are durable up to the failed commit; the next owner
+            # (this host too) restores it from them once the journal is back.
+            self._outage.failed(f"running session {hosted.id}", exc)
+            self.log.warning("session_stopped", session=hosted.id, reason="journal_unreachable")
+            hosted.busy = True  # handed over at once, not left to expire
+            if hosted.lease is not None:
+                with trio.move_on_at(hosted.scope.deadline):
+                    await self._outage.wait_over()
         except Exception as exc:
             if not hosted.rest_failed:
                 # One session's failure (a damaged journal, a definition that
@@ -412,26 +572,46 @@ class Host:
             # every record durable before it: released like any other.
         finally:
             with trio.CancelScope(shield=True):
-                await self._release(hosted)
+                released = await self._release(hosted)
+            if hosted.passivated is not None and released:
+                self._passivations += 1
+                self.log.info("session_passivated", session=hosted.id, reason=hosted.passivated)
             del self.sessions[hosted.id]
             hosted.done.set()
             self._wake.set()  # its place is free: look for work now
 
-    async def _release(self, hosted: _Hosted, definition: str | None = None) -> None:
+    async def _release(self, hosted: _Hosted, definition: str | None = None) -> bool:
+        """Release the session's lease (if held); False when another host took
+        the session meanwhile."""
         lease, hosted.lease = hosted.lease, None
         if lease is None:
-            return
+            return True
         try:
             await self.journal.release(lease, handoff=hosted.busy, definition=definition)
+        except FencedError:
+            # Paused past its lease: the session went on elsewhere.
+            self._fenced += 1
+            self.log.warning("session_lost", session=hosted.id, detail="lost to another host")
+            return False
         except JournalError as exc:
             self.log.warning("lease_release_failed", session=hosted.id, error=str(exc))
+        return True
 
     async def _claim_and_run(self, hosted: _Hosted, claim: ib.Claim) -> None:
+        if claim.owner is not None and claim.expires_at > 0:
+            # An expired lease, not one handed over: its holder may be a host
+            # paused past it, whose work stopped a margin before the expiry by
+            # its own clock; a margin more covers the clocks' disagreement.
+            await trio.sleep(self.lease_margin)
+            if hosted.stopping:
+                return  # the host began to stop meanwhile: taken by the next one
+        sent = trio.current_time()
         try:
             lease = await self.journal.acquire(hosted.id, self.id, ttl=self.lease_ttl)
         except LeaseHeldError:
             return  # another host was quicker
         hosted.lease = lease
+        hosted.owned_until(sent, self.lease_ttl, self.lease_margin)
         self._claims += 1
         if claim.owner is not None and claim.owner != self.id:
             self._failovers += 1
@@ -499,7 +679,13 @@ class Host:
         quiet_since = trio.current_time()
         while not hosted.stopping:
             hosted.wake = trio.Event()
-            entries = await self.journal.inbox(hosted.id, after=last)
+            try:
+                entries = await self.journal.inbox(hosted.id, after=last)
+            except JournalUnavailableError as exc:
+                # Kept loaded: read again once the journal is back (its lease permitting).
+                self._outage.failed(f"reading the inbox of session {hosted.id}", exc)
+                await self._outage.wait_over()
+                continue
             for entry in entries:
                 if hosted.stopping:
                     return
@@ -515,9 +701,8 @@ class Host:
                     # Its next activation reads this checkpoint and nothing
                     # after it, rather than folding up to a thousand records.
                     await self._checkpoint_at_rest(hosted, session)
-                    self._passivations += 1
-                    why = "pressure" if hosted.evict else "idle"
-                    self.log.info("session_passivated", session=hosted.id, reason=why)
+                    # Logged once released: a session lost meanwhile was not passivated.
+                    hosted.passivated = "pressure" if hosted.evict else "idle"
                     return
             # Quiet: woken by a wake-up, the claimer's pass, an eviction or a stop.
             wait = self.poll

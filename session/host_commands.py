@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from journal import InvalidEventError, JournalError
 from journal import inbox as ib
 from journal.events import CommandKeyed, Event
-from loopruntime import LoopClosedError, LoopError
+from loopruntime import LeaseLostError, LoopClosedError, LoopError
 
 from .errors import SessionExistsError
 from .runtime import Session
@@ -91,8 +91,9 @@ def refused(exc: Exception) -> ib.InboxOutcome | None:
     validation, so applying it again would raise the same error, and a host
     retrying it would only spin.  None for a transient failure (the session
     closing, the journal unreachable or fencing this writer): the entry stays
-    in the inbox for the session's next owner."""
-    if isinstance(exc, LoopClosedError):
+    in the inbox for the session's next owner.  A lost lease is transient too:
+    the next owner applies the entry."""
+    if isinstance(exc, LoopClosedError | LeaseLostError):
         return None
     if isinstance(exc, JournalError) and not isinstance(exc, InvalidEventError):
         return None

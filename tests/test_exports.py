@@ -29,6 +29,7 @@ PUBLIC = {
         "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError",
         "IdempotencyKeyError", "QueueFullError", "PayloadTooLargeError",
         "NotRegisteredError", "DefinitionError", "NameClashError", "ChildRejectedError",
+        "LeaseLostError",
         "hook", "Hook", "AddContext", "StopTurn", "Deny", "Rewrite", "ReplaceResult",
         "BeforeModel", "BeforeTool", "AfterTool", "TurnEnd",
         "classifier", "Classifier", "PermissionRequest", "Review",
@@ -45,6 +46,7 @@ PUBLIC = {
         "ChangeInference", "ReplaceTools", "change_text", "changes",
         "describe", "digest", "prompts_of", "restore_config", "server_of",
         "MAX_PRINCIPAL_LENGTH", "check_principal", "NO_LIST", "own_list",
+        "OwnerCheck", "owning",
     },
     "loopruntime.models": {
         "ScriptedModel", "Reply", "ToolCall", "AnthropicModel", "OpenAIModel",

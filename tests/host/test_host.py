@@ -26,7 +26,7 @@ from journal.events import (
     ToolStarted,
     TurnEnded,
 )
-from journal.inbox import InboxEntry
+from journal.inbox import Claim, InboxEntry
 from loopruntime import InvalidAnswerError, LoopDefinition, ToolContext, tool
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
@@ -146,19 +146,27 @@ async def test_an_idle_session_is_passivated_and_activated_again(autojump_clock:
 
 
 class PausedRenewals(ForwardingJournal):
-    """A host's view of the journal while its process is paused: renewals
-    wait until ``resume`` (the rest goes on, as it would for a host whose
-    renewing task is starved)."""
+    """A host's view of the journal while its process is paused (from
+    ``paused``): renewals and looks for work wait until ``resumed``."""
 
     def __init__(self, inner: Journal) -> None:
         super().__init__(inner)
+        self.paused = False
         self.resumed = trio.Event()
 
     async def renew_all(
         self, leases: Sequence[SessionLease], *, ttl: float
     ) -> list[SessionLease | None]:
-        await self.resumed.wait()
+        if self.paused:
+            await self.resumed.wait()
         return await self.inner.renew_all(leases, ttl=ttl)
+
+    async def claimable(
+        self, *, definitions: Sequence[str], owner: str | None = None, limit: int = 100
+    ) -> list[Claim]:
+        if self.paused:
+            await self.resumed.wait()
+        return await self.inner.claimable(definitions=definitions, owner=owner, limit=limit)
 
 
 async def test_an_expired_lease_is_taken_over_and_the_paused_owner_fenced(
@@ -170,15 +178,17 @@ async def test_an_expired_lease_is_taken_over_and_the_paused_owner_fenced(
     async with Host.open(paused, DEFS, host_id="a", poll=0.5, lease_ttl=3) as a:
         sid = await client.create("counter", key="c1")
         await client.wait(sid, "c1", timeout=30)
+        paused.paused = True
         # Host a renews no more: its lease expires in 3 s of trio time.
         async with Host.open(journal, DEFS, host_id="b", poll=0.5, lease_ttl=3) as b:
             await wait_for(lambda: b.statistics().failovers >= 1)
             await client.submit(sid, "count", key="s1")
             await client.wait(sid, "s1", timeout=30)
-            # Resumed, host a is fenced at its next renewal and drops the session.
-            paused.resumed.set()
+            # Host a stopped the session's work at its deadline, a margin
+            # before its lease expired, and took nothing back once resumed.
             await wait_for(lambda: sid not in a.sessions)
-            assert a.statistics().fenced == 1
+            paused.resumed.set()
+            assert (a.statistics().expired, a.statistics().fenced) == (1, 0)
             await wait_for(lambda: ended_turns(journal, sid, 1))
             info = {i.session: i for i in await client.sessions()}[sid]
             assert info.owner == "b"
@@ -256,13 +266,14 @@ async def test_bad_input_to_the_client_and_the_host(autojump_clock: object) -> N
         await client.wait(sid, "never-sent", timeout=1)
     # A session a host owns refuses a direct writer, with what to do instead.
     async with Host.open(journal, DEFS, host_id="h1", poll=0.5, lease_ttl=3600):
-        # The id of a live host is refused, before anything is claimed.
-        with pytest.raises(HostIdInUseError, match="give this host another id"):
-            async with Host.open(journal, DEFS, host_id="h1"):
-                pass
         await client.wait(sid, "c1", timeout=30)
         with pytest.raises(LeaseHeldError, match="loopruntime submit"):
             async with Session.restore(journal, sid, counting_definition()):
+                pass
+        # The id of a live host is refused once it renews its registration,
+        # before anything is claimed.
+        with pytest.raises(HostIdInUseError, match="give this host another id"):
+            async with Host.open(journal, DEFS, host_id="h1"):
                 pass
 
 
@@ -344,7 +355,8 @@ async def test_sessions_say_what_each_session_is_doing(autojump_clock: object) -
         assert now[slow].owner == "a"
         assert now[asks].status is Status.WAITING_ON_PERSON
         assert now[idle].status is Status.IDLE
-        # Host a stops renewing: past its lease the open turn is nobody's.
+        # Host a stops renewing (paused): past its lease the open turn is nobody's.
+        paused.paused = True
         await trio.sleep(4)
         now = by_id(await client.sessions())
         assert now[slow].status is Status.CRASHED and not now[slow].live

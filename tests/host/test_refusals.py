@@ -23,7 +23,7 @@ from journal import (
     open_journal,
 )
 from journal import inbox as ib
-from loopruntime import LoopClosedError, LoopError, QueueFullError
+from loopruntime import LeaseLostError, LoopClosedError, LoopError, QueueFullError
 from session import Client, CommandRefusedError, Host, Status
 from session.host_commands import refused
 from tests.cli.test_host_cli import cli
@@ -168,6 +168,7 @@ def test_deterministic_refusals_are_told_from_transient_failures() -> None:
         assert outcome.message == str(deterministic)
     for transient in (
         LoopClosedError("closing"),
+        LeaseLostError("s", "host-a", "its lease ran out"),
         FencedError("s", 2, 3),
         JournalUnavailableError("the server went away"),
         RuntimeError("a bug"),

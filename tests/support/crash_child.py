@@ -65,8 +65,10 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     "crash-wal": crash_wal.run,
     # URL SIDE_FILE ENTRY before|after: a host killed at the append consuming ENTRY
     "host-consume": crash_hosts.host_consume,
-    # URL SIDE_FILE: a host killed while a tool call runs
+    # URL SIDE_FILE [TTL]: a host killed while a tool call runs
     "host-tool": crash_hosts.host_tool,
+    # URL SIDE_FILE GO_FILE: a host paused while its tool waits for GO_FILE
+    "host-pause": crash_hosts.host_pause,
     # URL SESSION_ID WORKDIR: a replay-safe tool that redacts its input, killed as it runs
     "redacted": crash_redaction.redacted,
     # URL SIDE_DIR HOST_ID: a host of the load test, until killed or stopped

@@ -9,6 +9,7 @@ Rules: as ``crash_scenarios``: a scenario runs in the child process of
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,15 @@ from session import Host
 from tests.support.crash_scenarios import effects, record_effect
 from tests.support.processes import kill_self, ready
 
-__all__ = ["LEASE_TTL", "cli_definitions", "definitions", "host_consume", "host_tool"]
+__all__ = [
+    "LEASE_TTL",
+    "charging_definitions",
+    "cli_definitions",
+    "definitions",
+    "host_consume",
+    "host_pause",
+    "host_tool",
+]
 
 LEASE_TTL = 1.0
 """Short, so the next host takes over soon after a kill (tests wait for the
@@ -96,10 +105,47 @@ async def host_consume(url: str, side: str, entry: str, when: str) -> None:
             await trio.sleep_forever()
 
 
-async def host_tool(url: str, side: str) -> None:
+async def host_tool(url: str, side: str, ttl: str = str(LEASE_TTL)) -> None:
     """A host that runs sessions until it is SIGKILLed (its tool says READY)."""
     async with open_journal(url) as journal:
         async with Host.open(
-            journal, definitions(Path(side)), host_id="a", lease_ttl=LEASE_TTL, poll=0.05
+            journal, definitions(Path(side)), host_id="a", lease_ttl=float(ttl), poll=0.05
+        ):
+            await trio.sleep_forever()
+
+
+def charging_definitions(side: Path, go: Path) -> dict[str, LoopDefinition]:
+    """``charger``: every turn calls ``charge`` once (not replay-safe), then
+    answers.  ``charge`` says READY, waits (a sleep at a time) until the
+    file ``go`` exists, then records its effect in ``side``."""
+
+    @tool(permission="allow")
+    async def charge(ctx: ToolContext, *, amount: int) -> str:
+        """Charge a card (not safe to run twice)."""
+        ready()
+        # Polled: the file is made by another process, and no event crosses processes.
+        while not go.exists():  # noqa: ASYNC110, ASYNC240
+            await trio.sleep(0.05)
+        record_effect(side, tool="charge", execution=ctx.execution_id, pid=os.getpid())
+        return f"charged {amount}"
+
+    def script(request: ModelRequest) -> Reply:
+        last = request.messages[-1]
+        if last.role == "user" and any(getattr(b, "tool_use_id", None) for b in last.blocks):
+            return Reply(text="charged")
+        return Reply(tool_calls=[ToolCall(name="charge", input={"amount": 5})])
+
+    return {"charger": LoopDefinition(name="charger", model=ScriptedModel(script), tools=[charge])}
+
+
+async def host_pause(url: str, side: str, go: str) -> None:
+    """Host ``a`` running ``charging_definitions`` until it is stopped."""
+    async with open_journal(url) as journal:
+        async with Host.open(
+            journal,
+            charging_definitions(Path(side), Path(go)),
+            host_id="a",
+            lease_ttl=LEASE_TTL,
+            poll=0.05,
         ):
             await trio.sleep_forever()

@@ -1,0 +1,214 @@
+"""A session's work stops at its lease's deadline: a host whose renewals fail
+cancels a running tool before its next step, even when the tool's own sleep
+ends at that very moment; a tool may ask ``ctx.check_owner()``; a takeover of
+an expired lease waits a margin; a release lost to another host says so.
+
+Time: trio's ``autojump_clock`` and the memory journal on it (a host whose
+renewals fail stands for a host paused past its lease)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import trio
+from structlog.testing import capture_logs
+
+from journal import ForwardingJournal, Journal, JournalError, SessionLease
+from journal.events import ToolCompleted, ToolStarted
+from loopruntime import LeaseLostError, LoopDefinition, ToolContext, tool
+from loopruntime.model import ModelRequest
+from loopruntime.models import Reply, ScriptedModel, ToolCall
+from session import Client, Host, Session
+from tests.host.support import counting_definition, trio_clock_journal, wait_for
+from tests.support.loops import events_of, run_turns
+
+TTL = 30.0
+
+
+class Renewals(ForwardingJournal):
+    """Refuses every renewal while ``failing``; records when each take was sent."""
+
+    def __init__(self, inner: Journal) -> None:
+        super().__init__(inner)
+        self.failing = False
+        self.takes: list[float] = []
+
+    async def renew_all(
+        self, leases: Sequence[SessionLease], *, ttl: float
+    ) -> list[SessionLease | None]:
+        if self.failing:
+            raise JournalError("renewals refused (the host stands for one paused past its lease)")
+        return await self.inner.renew_all(leases, ttl=ttl)
+
+    async def acquire(
+        self, session: str, owner: str, *, ttl: float, create: bool = False
+    ) -> SessionLease:
+        self.takes.append(trio.current_time())
+        return await self.inner.acquire(session, owner, ttl=ttl, create=create)
+
+
+class Effects:
+    """What the test's tool did: the effect it performed, what it saw."""
+
+    def __init__(self) -> None:
+        self.done: list[str] = []
+        self.seen: list[BaseException] = []
+        self.host: Host | None = None
+
+
+def effect_definition(effects: Effects, how: str) -> LoopDefinition:
+    """``charger``: every turn calls ``charge`` once (not replay-safe), then answers.
+
+    ``how``: ``sleep`` sleeps past two lease TTLs before its effect;
+    ``deadline`` sleeps until exactly its host's deadline for the session;
+    ``shielded`` works 2 TTLs in a stretch nothing can cancel, then asks
+    ``ctx.check_owner()`` before its effect."""
+
+    @tool(permission="allow")
+    async def charge(ctx: ToolContext, *, amount: int) -> str:
+        """Charge a card."""
+        if how == "deadline":
+            assert effects.host is not None
+            hosted = next(iter(effects.host.sessions.values()))
+            await trio.sleep_until(hosted.scope.deadline)
+        elif how == "shielded":
+            with trio.CancelScope(shield=True):  # a blocking call in a thread, say
+                await trio.sleep(2 * TTL)
+            try:
+                ctx.check_owner()
+            except LeaseLostError as exc:
+                effects.seen.append(exc)
+                raise
+        else:
+            await trio.sleep(2 * TTL)
+        effects.done.append(ctx.execution_id)
+        return f"charged {amount}"
+
+    def script(request: ModelRequest) -> Reply:
+        last = request.messages[-1]
+        if last.role == "user" and any(getattr(b, "tool_use_id", None) for b in last.blocks):
+            return Reply(text="charged")
+        return Reply(tool_calls=[ToolCall(name="charge", input={"amount": 5})])
+
+    return LoopDefinition(name="charger", model=ScriptedModel(script), tools=[charge])
+
+
+async def run_until_the_deadline(how: str) -> tuple[Effects, Renewals, list[dict[str, object]]]:
+    """A host whose renewals fail from the start runs ``charge``; back once
+    the deadline stopped it."""
+    effects = Effects()
+    journal = Renewals(trio_clock_journal())
+    journal.failing = True
+    defs = {"charger": effect_definition(effects, how)}
+    with capture_logs() as logs, trio.fail_after(3600):  # a hang guard, in virtual time
+        async with Host.open(journal, defs, host_id="a", lease_ttl=TTL, poll=0.5) as host:
+            effects.host = host
+            client = Client(journal.inner)
+            sid = await client.create("charger", key="c")
+            await client.submit(sid, "charge it", key="s")
+            await wait_for(lambda: host.statistics().expired == 1)
+            # Its work stopped before the lease expired: a margin was left.
+            started = await events_of(journal.inner, sid, ToolStarted)
+            assert len(started) == 1
+            assert await events_of(journal.inner, sid, ToolCompleted) == []
+            journal.failing = False
+            await host.aclose()
+    return effects, journal, logs
+
+
+async def test_a_host_whose_renewals_fail_stops_a_tool_before_its_effect(
+    autojump_clock: object,
+) -> None:
+    effects, _, logs = await run_until_the_deadline("sleep")
+    assert effects.done == []
+    stopped = [e for e in logs if e["event"] == "session_stopped"]
+    assert [e["reason"] for e in stopped] == ["lease_deadline"]
+
+
+async def test_a_tool_whose_sleep_ends_at_the_deadline_does_not_win(
+    autojump_clock: object,
+) -> None:
+    # Both the tool's sleep and the session's scope expire at the same
+    # moment: trio delivers Cancelled to the outermost cancelled scope, the
+    # session's, so the tool never reaches its next step.
+    effects, _, _ = await run_until_the_deadline("deadline")
+    assert effects.done == []
+
+
+async def test_check_owner_raises_once_the_lease_ran_out(autojump_clock: object) -> None:
+    effects, _, _ = await run_until_the_deadline("shielded")
+    assert effects.done == []
+    [lost] = effects.seen
+    assert isinstance(lost, LeaseLostError)
+    assert (lost.host, lost.reason) == ("a", "its lease ran out before a renewal")
+    assert "stop before the effect" in str(lost)
+
+
+async def test_renewals_push_the_deadline_and_check_owner_passes(autojump_clock: object) -> None:
+    effects = Effects()
+    journal = Renewals(trio_clock_journal())
+    defs = {"charger": effect_definition(effects, "shielded")}
+    async with Host.open(journal, defs, host_id="a", lease_ttl=TTL, poll=0.5) as host:
+        client = Client(journal.inner)
+        sid = await client.create("charger", key="c")
+        await client.submit(sid, "charge it", key="s")
+        await client.wait(sid, "s", timeout=None)
+        await wait_for(lambda: len(effects.done) == 1)
+        assert host.statistics().expired == 0
+    assert effects.seen == []
+
+
+async def test_check_owner_outside_a_host_does_nothing(autojump_clock: object) -> None:
+    effects = Effects()
+    journal = trio_clock_journal()
+    async with Session.create(journal, effect_definition(effects, "shielded")) as session:
+        await session.submit("charge it")
+        await session.wait_idle()
+    assert len(effects.done) == 1 and effects.seen == []
+
+
+async def test_a_takeover_waits_a_margin_past_the_expired_lease(autojump_clock: object) -> None:
+    inner = trio_clock_journal()
+    await run_turns(inner, "s1", 1)
+    # Its host went away holding it (a crash, or a pause past the lease).
+    sid = (await inner.acquire("s1", "gone", ttl=TTL)).session
+    expiry = trio.current_time() + TTL
+    await Client(inner).submit(sid, "count", key="k")
+    journal = Renewals(inner)
+    defs = {"counter": counting_definition()}
+    async with Host.open(journal, defs, host_id="b", lease_ttl=TTL, poll=0.5) as b:
+        await wait_for(lambda: b.statistics().failovers == 1)
+    [taken] = journal.takes
+    assert taken >= expiry + b.lease_margin
+
+
+async def test_a_release_lost_to_another_host_is_not_a_passivation(
+    autojump_clock: object,
+) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    defs = {"counter": counting_definition()}
+    with capture_logs() as logs:
+        async with Host.open(
+            journal, defs, host_id="a", lease_ttl=TTL, poll=0.5, idle_after=2
+        ) as host:
+            sid = await client.create("counter", key="c")
+            await client.wait(sid, "c", timeout=None)
+            # Taken again meanwhile (its incarnation moved), before a renewal
+            # round could tell the host: its idle passivation finds it gone.
+            await journal.acquire(sid, "a", ttl=TTL)
+            await wait_for(lambda: sid not in host.sessions)
+            assert host.statistics().passivations == 0
+    events = [(e["event"], e.get("session")) for e in logs]
+    assert ("session_passivated", sid) not in events
+    assert ("lease_release_failed", sid) not in events
+    [lost] = [e for e in logs if e["event"] == "session_lost"]
+    assert lost["detail"] == "lost to another host"
+
+
+@pytest.mark.parametrize("value", [0, -1.0])
+async def test_a_lease_margin_is_a_share_of_the_ttl(value: float) -> None:
+    with pytest.raises(ValueError, match="lease_ttl"):
+        Host(trio_clock_journal(), {}, lease_ttl=value)
+    assert Host(trio_clock_journal(), {}, lease_ttl=20).lease_margin == pytest.approx(2.0)
