@@ -47,6 +47,7 @@ from .store import SessionInfo as SessionInfo
 from .store import SessionLease as SessionLease
 from .store import StorageCheck as StorageCheck
 from .store import StorageProblem as StorageProblem
+from .store import WriterSpan as WriterSpan
 
 __all__ = [
     "DEFAULT_BLOB_THRESHOLD",
@@ -80,6 +81,7 @@ __all__ = [
     "SessionNotFoundError",
     "StorageCheck",
     "StorageProblem",
+    "WriterSpan",
     "check_existing_journal",
     "codec",
     "content",

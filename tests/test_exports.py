@@ -17,7 +17,7 @@ PUBLIC = {
         "check_existing_journal", "make_journal_directory", "StorageCheck", "StorageProblem",
         "inbox", "LeaseHeldError", "InboxError", "InboxKeyError", "InboxConsumedError",
         "BlockingJournal", "open_blocking",
-        "HostIdInUseError", "HostInfo", "DEFAULT_BLOB_THRESHOLD",
+        "HostIdInUseError", "HostInfo", "DEFAULT_BLOB_THRESHOLD", "WriterSpan",
     },
     "loopruntime": {
         "LoopDefinition", "Limits", "Mode", "Delegate", "tool", "Tool", "ToolContext",

@@ -28,7 +28,7 @@ from ..inbox import (
 from ..location import JournalLocation, parse_location
 from ..record import Draft, Record, check_drafts, check_text
 from ..rules import repeated_id, ttl_ns
-from ..store import HostInfo, SessionInfo, SessionLease, StorageCheck
+from ..store import HostInfo, SessionInfo, SessionLease, StorageCheck, WriterSpan
 from .reading import Reading, entry_of
 from .schema import (
     Access,
@@ -385,6 +385,12 @@ class SQLiteJournal:
         """Every session, in creation order."""
         self._check_open()
         return await self._reading.sessions()
+
+    async def writers(self, session: str) -> list[WriterSpan]:
+        """Who appended the session's records (``Journal.writers``), in seq
+        order; ``SessionNotFoundError`` if the session does not exist."""
+        self._check_open()
+        return await self._reading.writers(session)
 
     async def check_storage(self) -> StorageCheck:
         """SQLite's quick check of the whole file (every page of every table and

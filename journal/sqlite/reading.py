@@ -28,7 +28,7 @@ from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundErr
 from ..events import Event
 from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
 from ..record import Record
-from ..store import HostInfo, SessionInfo, StorageCheck, StorageProblem
+from ..store import HostInfo, SessionInfo, StorageCheck, StorageProblem, WriterSpan
 from .blobs import fetch as fetch_blobs
 from .leases import list_hosts
 from .schema import Access, connect, damaged, unavailable
@@ -396,6 +396,26 @@ class Reading:
 
     async def sessions(self) -> list[SessionInfo]:
         return await trio.to_thread.run_sync(self._sessions)
+
+    async def writers(self, session: str) -> list[WriterSpan]:
+        return await trio.to_thread.run_sync(self._writers, session)
+
+    def _writers(self, session: str) -> list[WriterSpan]:
+        try:
+            with self._readers.connection() as conn:
+                exists = conn.execute(
+                    "SELECT 1 FROM sessions WHERE session = ?", (session,)
+                ).fetchone()
+                rows = conn.execute(
+                    "SELECT first_seq, incarnation, owner FROM writers"
+                    " WHERE session = ? ORDER BY first_seq",
+                    (session,),
+                ).fetchall()
+        except sqlite3.Error as exc:
+            raise unavailable(exc, self.path, f"reading the writers of session {session}") from exc
+        if not exists:
+            raise SessionNotFoundError(session)
+        return [WriterSpan(first_seq=f, incarnation=i, owner=o) for f, i, o in rows]
 
     async def check_storage(self) -> StorageCheck:
         return await trio.to_thread.run_sync(self._check_storage)

@@ -84,6 +84,17 @@ _INSERT = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_CHECKPOINT = "INSERT INTO checkpoints (session, seq) VALUES (?, ?)"
+# A writer span (``Journal.writers``) only where the append's incarnation is
+# not the last span's (``rules.starts_span``), decided in the statement: it
+# reads the spans this transaction wrote, and other processes' under the lock.
+_INSERT_WRITER = (
+    "INSERT INTO writers (session, first_seq, incarnation, owner) SELECT ?1, ?2, ?3, ?4"
+    " WHERE ?3 IS NOT"
+    " (SELECT incarnation FROM writers WHERE session = ?1 ORDER BY first_seq DESC LIMIT 1)"
+)
+
+Span = tuple[str, int, int, str | None]
+"""A writer span to store: ``(session, first_seq, incarnation, owner)``."""
 
 _MAX_GROUP = 4096
 """Requests per transaction (roughly: a hand-over is never split), so one commit
@@ -185,7 +196,7 @@ class HostRequest(Request):
 
 
 class AppendRequest(Request):
-    __slots__ = ("blobs", "consumes", "expected_seq", "incarnation", "pending")
+    __slots__ = ("blobs", "consumes", "expected_seq", "incarnation", "owner", "pending")
 
     def __init__(
         self,
@@ -197,6 +208,7 @@ class AppendRequest(Request):
     ) -> None:
         super().__init__(lease.session)
         self.incarnation = lease.incarnation
+        self.owner = lease.owner
         self.pending = pending
         self.expected_seq = expected_seq
         self.consumes = consumes
@@ -372,6 +384,7 @@ class Writer:
         cache = self._cache
         rows: list[Row] = []
         marks: list[Mark] = []
+        spans: list[Span] = []
         changed: set[str] = set()
         now = time.time_ns()
         plan, value = plan_append, outcome.Value
@@ -386,7 +399,7 @@ class Writer:
                 if request.expected_seq != state.head:
                     # The ids may already be stored (an idempotent retry); the
                     # lookup must also see rows this group has not flushed yet.
-                    self._flush_fast(rows, marks)
+                    self._flush_fast(rows, marks, spans)
                     stored = self._stored_or_conflict(request, state)
                     if request.consumes:
                         self._consume(request, now)
@@ -401,6 +414,9 @@ class Writer:
                 if records:
                     last = records[-1]
                     state.head, state.digest = last.seq, last.digest
+                    spans.append(
+                        (request.session, records[0].seq, request.incarnation, request.owner)
+                    )
                 if request.blobs:
                     store_blobs(self.conn, request.blobs)
             except JournalError as exc:
@@ -416,23 +432,25 @@ class Writer:
             if records:
                 changed.add(request.session)
             request.result = value(records)
-        self._flush_fast(rows, marks)
+        self._flush_fast(rows, marks, spans)
         return changed
 
-    def _flush_fast(self, rows: list[Row], marks: list[Mark]) -> None:
-        """Insert the planned record rows, then their checkpoint index rows."""
+    def _flush_fast(self, rows: list[Row], marks: list[Mark], spans: list[Span]) -> None:
+        """Insert the planned record rows, their checkpoint index rows and writer spans."""
         if not rows:
             return
         try:
             self.conn.executemany(_INSERT, rows)
             if marks:
                 self.conn.executemany(_INSERT_CHECKPOINT, marks)
+            self.conn.executemany(_INSERT_WRITER, spans)
         except Exception as exc:
             # A constraint (an id already stored, a lost race) or a row of one
             # request SQLite refuses: the slow path finds whose it is.
             raise _Retry from exc
         rows.clear()
         marks.clear()
+        spans.clear()
 
     def _apply_slow(self, group: list[Request]) -> tuple[dict[str, _State], set[str]]:
         """Each request under its own savepoint, with every check made explicitly."""
@@ -498,6 +516,11 @@ class Writer:
             self.conn.executemany(_INSERT, rows)
             if marks:
                 self.conn.executemany(_INSERT_CHECKPOINT, marks)
+            if rows:
+                self.conn.execute(
+                    _INSERT_WRITER,
+                    (request.session, rows[0][1], request.incarnation, request.owner),
+                )
         except sqlite3.IntegrityError as exc:
             raise self._integrity(request, exc) from exc
         if records:
