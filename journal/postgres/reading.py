@@ -27,7 +27,7 @@ from ..codec import GENESIS, checkpoint_records, decode_event
 from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
 from ..events import Event
 from ..record import Record
-from ..store import SessionInfo, StorageCheck, StorageProblem
+from ..store import SessionInfo, StorageCheck, StorageProblem, WriterSpan
 from .blobs import fetch as fetch_blobs
 from .schema import channel, connect, discard, lost, translate
 
@@ -409,6 +409,29 @@ class Reading:
     async def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first."""
         return await self._pool.run("listing sessions", list_sessions)
+
+    async def writers(self, session: str) -> list[WriterSpan]:
+        """Who appended the session's records, in seq order (one query)."""
+
+        def work(conn: psycopg.Connection[Any]) -> list[WriterSpan] | None:
+            rows = conn.execute(
+                "SELECT w.first_seq, w.incarnation, w.owner FROM loopruntime_sessions s"
+                " LEFT JOIN loopruntime_writers w ON w.session = s.session"
+                " WHERE s.session = %s ORDER BY w.first_seq",
+                (session,),
+            ).fetchall()
+            if not rows:
+                return None
+            return [
+                WriterSpan(first_seq=int(f), incarnation=int(i), owner=o)
+                for f, i, o in rows
+                if f is not None
+            ]
+
+        got = await self._pool.run(f"reading the writers of session {session}", work)
+        if got is None:
+            raise SessionNotFoundError(session)
+        return got
 
     async def check_storage(self) -> StorageCheck:
         """Every session row against its last record, and amcheck's heap and

@@ -72,6 +72,19 @@ CREATE TABLE loopruntime_blobs (
 );
 """
 
+# Who appended (``Journal.writers``; schema version 5): a row where a lease
+# other than the last span's first appended to a session, so a row per
+# writer change rather than a column per record.
+_CREATE_WRITERS = """
+CREATE TABLE loopruntime_writers (
+    session text NOT NULL,
+    first_seq bigint NOT NULL,
+    incarnation bigint NOT NULL,
+    owner text,
+    PRIMARY KEY (session, first_seq)
+);
+"""
+
 # Leases and the inbox (journal.store): added to a journal by the first
 # process that knows them; they change no record, so the version stays.
 _CREATE_HOST_TABLES = """
@@ -131,7 +144,7 @@ CREATE TABLE loopruntime_records (
     PRIMARY KEY (session, seq),
     UNIQUE (session, id)
 );
-{_CREATE_CHECKPOINTS}{_CREATE_CHAIN_RULE}{_CREATE_BLOBS}{_CREATE_HOST_TABLES}"""
+{_CREATE_CHECKPOINTS}{_CREATE_CHAIN_RULE}{_CREATE_BLOBS}{_CREATE_WRITERS}{_CREATE_HOST_TABLES}"""
 
 _UPGRADES = {
     1: _CREATE_CHECKPOINTS,
@@ -149,12 +162,15 @@ UPDATE loopruntime_sessions SET incarnation = incarnation + 1;
 """,
     # No record written before refers to a blob: only the table is new.
     3: _CREATE_BLOBS,
+    # Records written before stay unattributed: only the table is new.
+    4: _CREATE_WRITERS,
 }
 """The statements that take a schema from version ``key`` to ``key + 1``.
 Version 1 could not write ``session.checkpoint`` records, so the index it
 lacks starts empty and no record is read.  Version 2 chained the event bytes
 alone; its records keep that rule (``loopruntime_chain_rule``).  Version 3
-stored every record whole; version 4 adds ``loopruntime_blobs``."""
+stored every record whole; version 4 adds ``loopruntime_blobs``; version 5
+``loopruntime_writers``."""
 
 # -- connections and errors -----------------------------------------------------
 
