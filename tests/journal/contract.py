@@ -1473,9 +1473,15 @@ class _WriterContract:
                 for i, lease in enumerate(leases):
                     nursery.start_soon(append, lease, i == 5)
             for i, (s, lease) in enumerate(zip(sessions, leases, strict=True)):
-                expected = [] if i == 5 else [
-                    WriterSpan(first_seq=1, incarnation=lease.incarnation, owner=f"host-{i % 2}")
-                ]
+                expected = (
+                    []
+                    if i == 5
+                    else [
+                        WriterSpan(
+                            first_seq=1, incarnation=lease.incarnation, owner=f"host-{i % 2}"
+                        )
+                    ]
+                )
                 assert await journal.writers(s) == expected
 
     async def test_writers_survive_reopen(self, persistent_backend: Backend) -> None:

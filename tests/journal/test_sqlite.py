@@ -16,7 +16,6 @@ import trio
 
 from journal import (
     SCHEMA_VERSION,
-    WriterSpan,
     ConflictError,
     Draft,
     FencedError,
@@ -27,6 +26,7 @@ from journal import (
     NotAJournalError,
     Record,
     SessionLease,
+    WriterSpan,
     check_existing_journal,
     open_journal,
 )

@@ -1,8 +1,9 @@
 """Journals as older schema versions stored them, made from journals written today.
 
-Schema 4 had no writers table (``Journal.writers``).  Schema 3 also had no blob table (``journal.blobs``) and stored every record
-whole.  Schema 2 also chained each record's event bytes alone (``codec.chain_body``) and
-had no ``chain_rule`` table; schema 1 also had no checkpoint index.  The
+Schema 4 had no writers table (``Journal.writers``).  Schema 3 also had no
+blob table (``journal.blobs``) and stored every record whole.  Schema 2
+also chained each record's event bytes alone (``codec.chain_body``) and had
+no ``chain_rule`` table; schema 1 also had no checkpoint index.  The
 event bytes, the columns and every other table are the same, so rewriting a
 journal written by today's code this way gives exactly the rows version-2
 (or version-1) code would have stored for the same appends:
