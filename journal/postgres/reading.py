@@ -30,6 +30,7 @@ from ..record import Record
 from ..store import SessionInfo, StorageCheck, StorageProblem, WriterSpan
 from .blobs import fetch as fetch_blobs
 from .schema import channel, connect, discard, lost, translate
+from .writers import list_writers
 
 __all__ = ["Pool", "Reading", "first_page", "list_sessions"]
 
@@ -412,23 +413,9 @@ class Reading:
 
     async def writers(self, session: str) -> list[WriterSpan]:
         """Who appended the session's records, in seq order (one query)."""
-
-        def work(conn: psycopg.Connection[Any]) -> list[WriterSpan] | None:
-            rows = conn.execute(
-                "SELECT w.first_seq, w.incarnation, w.owner FROM loopruntime_sessions s"
-                " LEFT JOIN loopruntime_writers w ON w.session = s.session"
-                " WHERE s.session = %s ORDER BY w.first_seq",
-                (session,),
-            ).fetchall()
-            if not rows:
-                return None
-            return [
-                WriterSpan(first_seq=int(f), incarnation=int(i), owner=o)
-                for f, i, o in rows
-                if f is not None
-            ]
-
-        got = await self._pool.run(f"reading the writers of session {session}", work)
+        got = await self._pool.run(
+            f"reading the writers of session {session}", lambda conn: list_writers(conn, session)
+        )
         if got is None:
             raise SessionNotFoundError(session)
         return got

@@ -74,7 +74,12 @@ CREATE TABLE loopruntime_blobs (
 
 # Who appended (``Journal.writers``; schema version 5): a row where a lease
 # other than the last span's first appended to a session, so a row per
-# writer change rather than a column per record.
+# writer change rather than a column per record.  The span is derived here,
+# once per statement that inserts records, from what that append was checked
+# against: the session row it holds locked (the incarnation that passed
+# fencing) and that incarnation's lease (its owner; none for open_session's).
+# So every write path stores it, in the records' transaction, and the writer
+# sends nothing more.
 _CREATE_WRITERS = """
 CREATE TABLE loopruntime_writers (
     session text NOT NULL,
@@ -83,6 +88,21 @@ CREATE TABLE loopruntime_writers (
     owner text,
     PRIMARY KEY (session, first_seq)
 );
+CREATE FUNCTION loopruntime_note_writers() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO loopruntime_writers (session, first_seq, incarnation, owner)
+    SELECT n.session, n.first_seq, s.incarnation, l.owner
+    FROM (SELECT session, min(seq) AS first_seq FROM inserted GROUP BY session) n
+    JOIN loopruntime_sessions s ON s.session = n.session
+    LEFT JOIN loopruntime_leases l ON l.session = n.session
+    WHERE s.incarnation IS DISTINCT FROM (
+        SELECT w.incarnation FROM loopruntime_writers w
+        WHERE w.session = n.session ORDER BY w.first_seq DESC LIMIT 1);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER loopruntime_note_writers AFTER INSERT ON loopruntime_records
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION loopruntime_note_writers();
 """
 
 # Leases and the inbox (journal.store): added to a journal by the first

@@ -116,20 +116,6 @@ INSERT INTO loopruntime_checkpoints (session, seq) SELECT * FROM unnest(%b::text
 
 _NOTIFY = "SELECT pg_notify(c, '') FROM unnest(%b::text[]) AS c"
 
-# Writer spans (``Journal.writers``), one per session of the batch at most,
-# stored only where the incarnation is not the last span's
-# (``rules.starts_span``); the sessions' rows are locked, so no other writer
-# adds a span between the look and the insert.
-_INSERT_WRITERS = """
-INSERT INTO loopruntime_writers (session, first_seq, incarnation, owner)
-SELECT u.session, u.first_seq, u.incarnation, u.owner
-FROM unnest(%b::text[], %b::bigint[], %b::bigint[], %b::text[])
-    AS u(session, first_seq, incarnation, owner)
-WHERE u.incarnation IS DISTINCT FROM (
-    SELECT w.incarnation FROM loopruntime_writers w
-    WHERE w.session = u.session ORDER BY w.first_seq DESC LIMIT 1)
-"""
-
 # The inbox entries a batch applies, locked with their sessions' rows held.
 _FIND_ENTRIES = """
 SELECT i.session, i.number, i.consumed_at IS NOT NULL, i.outcome FROM loopruntime_inbox i
@@ -176,13 +162,11 @@ class Append:
 class _Head:
     """A session's locked state while a batch is being checked."""
 
-    __slots__ = ("digest", "head", "incarnation", "span", "written")
+    __slots__ = ("digest", "head", "incarnation", "written")
 
     def __init__(self, incarnation: int, head: int, digest: bytes) -> None:
         self.incarnation, self.head, self.digest = incarnation, head, digest
         self.written = False
-        self.span: tuple[int, int, str | None] | None = None
-        """``(first_seq, incarnation, owner)`` of the batch's first new record."""
 
 
 class _FastPlan:
@@ -371,14 +355,6 @@ class Writer:
             int8_array([m[1] for m in marks]),
         )
         notify = (text_array([channel(self._schema, s) for s in sessions], encoding),)
-        spans = _spans(
-            [
-                (item.lease.session, records[0].seq, item.lease.incarnation, item.lease.owner)
-                for item, records in zip(batch, plans, strict=True)
-                if records
-            ],
-            encoding,
-        )
         try:
             with conn.pipeline():
                 # Explicit BEGIN and COMMIT on an autocommit connection: the whole
@@ -393,8 +369,6 @@ class Writer:
                     conn.execute(_INSERT_RECORDS, insert)
                 if marks:
                     conn.execute(_INSERT_CHECKPOINTS, index)
-                if rows:
-                    conn.execute(_INSERT_WRITERS, spans)
                 store_blobs(conn, batch)
                 conn.execute(_NOTIFY, notify)
                 conn.execute("COMMIT")
@@ -456,9 +430,6 @@ class Writer:
                         [channel(self._schema, s) for s in written],
                     ),
                 )
-            spans = [(s, *h.span) for s, h in written.items() if h.span is not None]
-            if spans:
-                conn.execute(_INSERT_WRITERS, _spans(spans, conn.info.encoding))
             if applied:
                 sessions_, numbers, outcomes = (list(c) for c in zip(*applied, strict=True))
                 conn.execute(_CONSUME, (now, sessions_, numbers, outcomes))
@@ -518,20 +489,8 @@ class Writer:
                 stored[(session, row[2])] = row
             if records:
                 h.head, h.digest = records[-1].seq, records[-1].digest
-                if h.span is None:
-                    h.span = (records[0].seq, item.lease.incarnation, item.lease.owner)
             h.written = True
         return records
-
-
-def _spans(spans: list[tuple[str, int, int, str | None]], encoding: str) -> tuple[Array, ...]:
-    """``_INSERT_WRITERS``'s parameters for ``(session, first_seq, incarnation, owner)`` each."""
-    return (
-        text_array([s[0] for s in spans], encoding),
-        int8_array([s[1] for s in spans]),
-        int8_array([s[2] for s in spans]),
-        text_array([s[3] for s in spans], encoding),
-    )
 
 
 class GroupCommit:

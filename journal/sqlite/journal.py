@@ -50,6 +50,7 @@ from .writer import (
     SQLiteStatistics,
     Writer,
 )
+from .writers import SELECT_WRITERS, spans_of
 
 __all__ = ["SQLiteJournal"]
 
@@ -390,7 +391,11 @@ class SQLiteJournal:
         """Who appended the session's records (``Journal.writers``), in seq
         order; ``SessionNotFoundError`` if the session does not exist."""
         self._check_open()
-        return await self._reading.writers(session)
+        doing = f"reading the writers of session {session}"
+        rows = await trio.to_thread.run_sync(
+            self._reading.query, session, doing, SELECT_WRITERS, (session,)
+        )
+        return spans_of(rows)
 
     async def check_storage(self) -> StorageCheck:
         """SQLite's quick check of the whole file (every page of every table and

@@ -28,7 +28,7 @@ from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundErr
 from ..events import Event
 from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
 from ..record import Record
-from ..store import HostInfo, SessionInfo, StorageCheck, StorageProblem, WriterSpan
+from ..store import HostInfo, SessionInfo, StorageCheck, StorageProblem
 from .blobs import fetch as fetch_blobs
 from .leases import list_hosts
 from .schema import Access, connect, damaged, unavailable
@@ -397,26 +397,6 @@ class Reading:
     async def sessions(self) -> list[SessionInfo]:
         return await trio.to_thread.run_sync(self._sessions)
 
-    async def writers(self, session: str) -> list[WriterSpan]:
-        return await trio.to_thread.run_sync(self._writers, session)
-
-    def _writers(self, session: str) -> list[WriterSpan]:
-        try:
-            with self._readers.connection() as conn:
-                exists = conn.execute(
-                    "SELECT 1 FROM sessions WHERE session = ?", (session,)
-                ).fetchone()
-                rows = conn.execute(
-                    "SELECT first_seq, incarnation, owner FROM writers"
-                    " WHERE session = ? ORDER BY first_seq",
-                    (session,),
-                ).fetchall()
-        except sqlite3.Error as exc:
-            raise unavailable(exc, self.path, f"reading the writers of session {session}") from exc
-        if not exists:
-            raise SessionNotFoundError(session)
-        return [WriterSpan(first_seq=f, incarnation=i, owner=o) for f, i, o in rows]
-
     async def check_storage(self) -> StorageCheck:
         return await trio.to_thread.run_sync(self._check_storage)
 
@@ -458,7 +438,7 @@ class Reading:
 
     async def inbox(self, session: str, after: int) -> list[InboxEntry]:
         rows = await trio.to_thread.run_sync(
-            self._query,
+            self.query,
             session,
             f"reading the inbox of session {session}",
             "SELECT number, key, body, created_at, consumed_at, outcome FROM inbox"
@@ -469,7 +449,7 @@ class Reading:
 
     async def entry(self, session: str, key: str) -> InboxEntry | None:
         rows = await trio.to_thread.run_sync(
-            self._query,
+            self.query,
             session,
             f"reading the inbox of session {session}",
             "SELECT number, key, body, created_at, consumed_at, outcome FROM inbox"
@@ -478,9 +458,8 @@ class Reading:
         )
         return entry_of(session, rows[0]) if rows else None
 
-    def _query(
-        self, session: str, doing: str, statement: str, params: tuple[Any, ...]
-    ) -> list[Any]:
+    def query(self, session: str, doing: str, statement: str, params: tuple[Any, ...]) -> list[Any]:
+        """Blocking: ``statement``'s rows, once the session is known to exist."""
         return query_session(self._readers, self.path, session, doing, statement, params)
 
     async def claimable(self, definitions: list[str], owner: str | None, limit: int) -> list[Claim]:

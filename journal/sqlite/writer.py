@@ -66,6 +66,7 @@ from .leases import (
 )
 from .schema import unavailable
 from .wal import WalReserve
+from .writers import INSERT_WRITER, Span
 
 __all__ = [
     "AppendRequest",
@@ -84,17 +85,6 @@ _INSERT = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_CHECKPOINT = "INSERT INTO checkpoints (session, seq) VALUES (?, ?)"
-# A writer span (``Journal.writers``) only where the append's incarnation is
-# not the last span's (``rules.starts_span``), decided in the statement: it
-# reads the spans this transaction wrote, and other processes' under the lock.
-_INSERT_WRITER = (
-    "INSERT INTO writers (session, first_seq, incarnation, owner) SELECT ?1, ?2, ?3, ?4"
-    " WHERE ?3 IS NOT"
-    " (SELECT incarnation FROM writers WHERE session = ?1 ORDER BY first_seq DESC LIMIT 1)"
-)
-
-Span = tuple[str, int, int, str | None]
-"""A writer span to store: ``(session, first_seq, incarnation, owner)``."""
 
 _MAX_GROUP = 4096
 """Requests per transaction (roughly: a hand-over is never split), so one commit
@@ -443,7 +433,7 @@ class Writer:
             self.conn.executemany(_INSERT, rows)
             if marks:
                 self.conn.executemany(_INSERT_CHECKPOINT, marks)
-            self.conn.executemany(_INSERT_WRITER, spans)
+            self.conn.executemany(INSERT_WRITER, spans)
         except Exception as exc:
             # A constraint (an id already stored, a lost race) or a row of one
             # request SQLite refuses: the slow path finds whose it is.
@@ -518,7 +508,7 @@ class Writer:
                 self.conn.executemany(_INSERT_CHECKPOINT, marks)
             if rows:
                 self.conn.execute(
-                    _INSERT_WRITER,
+                    INSERT_WRITER,
                     (request.session, rows[0][1], request.incarnation, request.owner),
                 )
         except sqlite3.IntegrityError as exc:

@@ -111,6 +111,8 @@ def to_version_1_sqlite(path: Path) -> None:
 
 def to_version_4_postgres(url: str) -> None:
     with psycopg.connect(url) as conn, conn.transaction():
+        conn.execute("DROP TRIGGER loopruntime_note_writers ON loopruntime_records")
+        conn.execute("DROP FUNCTION loopruntime_note_writers()")
         conn.execute("DROP TABLE loopruntime_writers")
         conn.execute("UPDATE loopruntime_meta SET value = '4' WHERE key = 'schema_version'")
 
