@@ -8,6 +8,8 @@ from . import codec as codec
 from . import content as content
 from . import events as events
 from . import inbox as inbox
+from .backoff import READ_RETRIES as READ_RETRIES
+from .backoff import RetryPolicy as RetryPolicy
 from .blobs import DEFAULT_BLOB_THRESHOLD as DEFAULT_BLOB_THRESHOLD
 from .blocking import BlockingJournal as BlockingJournal
 from .blocking import open_blocking as open_blocking
@@ -21,6 +23,7 @@ from .errors import HostIdInUseError as HostIdInUseError
 from .errors import InboxConsumedError as InboxConsumedError
 from .errors import InboxError as InboxError
 from .errors import InboxKeyError as InboxKeyError
+from .errors import InboxUnavailableError as InboxUnavailableError
 from .errors import InvalidEventError as InvalidEventError
 from .errors import JournalClosedError as JournalClosedError
 from .errors import JournalCorruptError as JournalCorruptError
@@ -41,6 +44,8 @@ from .opening import make_journal_directory as make_journal_directory
 from .opening import open_journal as open_journal
 from .record import Draft as Draft
 from .record import Record as Record
+from .retry import RetryingBlocking as RetryingBlocking
+from .retry import RetryingJournal as RetryingJournal
 from .store import HostInfo as HostInfo
 from .store import Journal as Journal
 from .store import SessionInfo as SessionInfo
@@ -51,6 +56,7 @@ from .store import WriterSpan as WriterSpan
 
 __all__ = [
     "DEFAULT_BLOB_THRESHOLD",
+    "READ_RETRIES",
     "SCHEMA_VERSION",
     "BlockingJournal",
     "ConflictError",
@@ -62,6 +68,7 @@ __all__ = [
     "InboxConsumedError",
     "InboxError",
     "InboxKeyError",
+    "InboxUnavailableError",
     "InvalidEventError",
     "Journal",
     "JournalClosedError",
@@ -76,6 +83,9 @@ __all__ = [
     "LeaseHeldError",
     "NotAJournalError",
     "Record",
+    "RetryPolicy",
+    "RetryingBlocking",
+    "RetryingJournal",
     "SessionInfo",
     "SessionLease",
     "SessionNotFoundError",

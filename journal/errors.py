@@ -9,6 +9,7 @@ __all__ = [
     "InboxConsumedError",
     "InboxError",
     "InboxKeyError",
+    "InboxUnavailableError",
     "InvalidEventError",
     "JournalClosedError",
     "JournalCorruptError",
@@ -24,6 +25,10 @@ __all__ = [
 
 class JournalError(Exception):
     """Base of every error the journal raises."""
+
+    retryable: bool = False
+    """Whether the same call may succeed if made again unchanged (the journal
+    was unreachable), rather than failing the same way (a refusal)."""
 
 
 class ConflictError(JournalError):
@@ -114,6 +119,8 @@ class JournalClosedError(JournalError):
 class JournalUnavailableError(JournalError):
     """The storage could not be reached (connection refused, lost, ...)."""
 
+    retryable = True
+
 
 class LeaseHeldError(JournalError):
     """Another owner holds a live lease on the session."""
@@ -161,4 +168,19 @@ class InboxConsumedError(InboxError):
         super().__init__(
             f"session {session}: inbox entry {number} was already applied with another "
             "outcome; nothing was appended (an entry is applied exactly once)"
+        )
+
+
+class InboxUnavailableError(JournalUnavailableError):
+    """A put into a session's inbox could not reach the journal: retryable.
+
+    Whether the command was stored is unknown; putting it again under the
+    same key is safe (a key's command is stored, and applied, once)."""
+
+    def __init__(self, session: str, key: str, reason: str) -> None:
+        self.session, self.key = session, key
+        super().__init__(
+            f"session {session}: the command with key {key!r} may not have reached the "
+            f"inbox ({reason}); send it again with the same key once the journal is back "
+            "(it is applied once however often it is sent)"
         )

@@ -33,6 +33,8 @@ from journal import (
     Journal,
     JournalClosedError,
     Record,
+    RetryingBlocking,
+    RetryingJournal,
     SessionInfo,
     open_blocking,
 )
@@ -352,7 +354,10 @@ class Client:
         self._inbox: _Inbox | None = None
         self._closed = False
         if journal is not None:
-            self._inbox = _JournalInbox(journal)
+            # Reads ride out a briefly unreachable journal; a put that cannot
+            # reach it raises InboxUnavailableError, retryable under its key.
+            retrying = journal if isinstance(journal, RetryingJournal) else RetryingJournal(journal)
+            self._inbox = _JournalInbox(retrying)
 
     @property
     def url(self) -> str:
@@ -368,7 +373,7 @@ class Client:
         if self._inbox is None:
             assert self._url is not None
             blocking = await anyio.to_thread.run_sync(open_blocking, self._url)
-            self._inbox = _ThreadedInbox(blocking)
+            self._inbox = _ThreadedInbox(RetryingBlocking(blocking))
         return self
 
     async def __aexit__(

@@ -15,7 +15,14 @@ from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from journal import BlockingJournal, JournalClosedError, Record, SessionInfo, open_blocking
+from journal import (
+    BlockingJournal,
+    JournalClosedError,
+    Record,
+    RetryingBlocking,
+    SessionInfo,
+    open_blocking,
+)
 from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
 from loopruntime.host import new_id
@@ -112,7 +119,9 @@ class SyncClient:
         journal = self._journal
         if journal is None:
             raise ClientNotOpenError(self.url, "with open_sync_client(url) as client:")
-        return journal
+        # Reads ride out a briefly unreachable journal; a put that cannot
+        # reach it raises InboxUnavailableError, retryable under its key.
+        return RetryingBlocking(journal)
 
     def _run(self, call: Callable[[BlockingJournal], T]) -> T:
         journal = self._open()

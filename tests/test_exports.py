@@ -18,6 +18,8 @@ PUBLIC = {
         "inbox", "LeaseHeldError", "InboxError", "InboxKeyError", "InboxConsumedError",
         "BlockingJournal", "open_blocking",
         "HostIdInUseError", "HostInfo", "DEFAULT_BLOB_THRESHOLD", "WriterSpan",
+        "InboxUnavailableError", "READ_RETRIES", "RetryPolicy", "RetryingBlocking",
+        "RetryingJournal",
     },
     "loopruntime": {
         "LoopDefinition", "Limits", "Mode", "Delegate", "tool", "Tool", "ToolContext",

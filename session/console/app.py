@@ -33,7 +33,14 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from journal import InboxKeyError, Journal, JournalError, Record, SessionNotFoundError
+from journal import (
+    InboxKeyError,
+    Journal,
+    JournalError,
+    Record,
+    RetryingJournal,
+    SessionNotFoundError,
+)
 from journal.events import CommandKeyed, GateCancelled, GateResolved, ToolResolved
 from loopruntime import LoopError
 from loopruntime.host import FoldError, check_principal
@@ -76,7 +83,8 @@ class Console:
         clock: Callable[[], int],
         principal: str | None = None,
     ) -> None:
-        self.journal = journal
+        # Pages ride out a briefly unreachable journal (journal.retry).
+        self.journal = journal = RetryingJournal(journal)
         self.principal = check_principal(principal)
         """Who the console's commands are from (recorded on what they make)."""
         self.client = Client(journal)
