@@ -54,8 +54,10 @@ __all__ = ["Fault", "Fleet", "Outcome", "Sent", "failover_table"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
-LEASE_TTL = 1.0
-"""The hosts' lease (and registration) seconds: short, so a takeover comes soon."""
+LEASE_TTL = 5.0
+"""The hosts' lease (and registration) seconds: short, so a takeover comes
+soon, and longer than a host process takes to start, so one launched again
+at once after a SIGKILL meets its old registration still live."""
 
 DEFINITION = "worker"
 
@@ -161,11 +163,11 @@ class Fleet:
         os.kill(target.process.pid, signum)
 
     async def stop_all(self) -> None:
-        """SIGTERM every host (after SIGCONT, for a paused one) and wait for each."""
+        """SIGKILL every host and wait for each.  Not SIGTERM: a clean stop
+        is not what this run checks, and one that hangs must not hang it."""
         for started in list(self.running.values()):
             started.ended_by_us = True
-            os.kill(started.process.pid, signal.SIGCONT)
-            os.kill(started.process.pid, signal.SIGTERM)
+            os.kill(started.process.pid, signal.SIGKILL)
         for started in list(self.running.values()):
             await started.process.wait()
 
@@ -285,7 +287,7 @@ def _percentile(values: Sequence[float], q: float) -> float:
 def failover_table(backend: str, figures: dict[str, list[float]]) -> str:
     """The failover figures as a Markdown table."""
     lines = [
-        f"failover on {backend} (fault to the first record by the new host)",
+        f"failover on {backend}, lease {LEASE_TTL:g} s (fault to the first record by the new host)",
         "| fault | sessions | p50 | p99 |",
         "|---|---:|---:|---:|",
     ]
@@ -315,8 +317,10 @@ class Outcome:
     exits: list[Exit]
     faults: list[Fault]
     figures: dict[str, list[float]]
-    paused_call: tuple[str, str, str] | None
+    paused_call: tuple[str, str, str] | None = None
     """``(host, session, tool_use_id)`` of the call a paused host was running."""
+    relaunched_while_registered: bool = False
+    """The killed host was launched again while its old registration was live."""
 
 
 async def read_back(
@@ -336,7 +340,6 @@ async def read_back(
         exits=list(fleet.exits),
         faults=faults,
         figures=failovers(faults, records, spans),
-        paused_call=None,
     )
 
 

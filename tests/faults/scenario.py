@@ -2,7 +2,8 @@
 keyed commands around them (``harness.py`` has the pieces).
 
 1. waves of inputs, one per session and wave, 30 % of them sent twice under
-   their key (a client that never heard back);
+   their key (a client that never heard back); the waves a fault is aimed at
+   are slow (``workload.SLOW_DELAY``), so calls are in flight when it comes;
 2. SIGKILL of a host running a tool call, and that host launched again at
    once under its own ``--host-id``;
 3. SIGSTOP of a host running a tool call, kept stopped until the journal
@@ -59,6 +60,10 @@ async def fault_run(
 ) -> Outcome:
     sent = Sent()
     faults: list[Fault] = []
+
+    def say(what: str) -> None:
+        print(f"[faults {backend}] {what}", flush=True)
+
     async with open_journal(url) as opened, trio.open_nursery() as nursery:
         # The harness's own reads outlive an outage too (and its waits loop).
         journal = RetryingJournal(opened)
@@ -72,26 +77,34 @@ async def fault_run(
             await sent.create(client, journal, sid)
         waves = 0
 
-        async def wave() -> None:
+        async def wave(*, slow: bool = False) -> None:
+            """One input per session; ``slow`` ones keep their calls in flight
+            long enough to fault a host running one."""
             nonlocal waves
             waves += 1
             for sid in sids:
-                key = f"w{waves}"
+                key = f"w{waves}-slow" if slow else f"w{waves}"
                 await sent.submit(client, sid, key)
                 if resent(sid, key):
                     sent.resent += 1
                     await sent.submit(client, sid, key)
 
-        await wave()
-        faults.append(await _kill_and_relaunch(journal, fleet, names))
-        await wave()
-        paused, fault = await _pause_past_the_lease(journal, fleet, names)
+        say("hosts up, sessions created")
+        await wave(slow=True)
+        say("wave 1 sent")
+        killed, registered = await _kill_and_relaunch(journal, fleet)
+        faults.append(killed)
+        say(f"SIGKILLed {killed.host}, launched again")
+        await wave(slow=True)
+        paused, fault = await _pause_past_the_lease(journal, fleet)
         faults.append(fault)
+        say(f"{fault.host} paused past its lease, woken")
         if server is not None:
             for mode in ("fast", "immediate"):
                 async with trio.open_nursery() as restarting:
                     restarting.start_soon(trio.to_thread.run_sync, server.restart, mode)
                     await wave()
+                say(f"PostgreSQL restarted ({mode})")
         else:
             await wave()
         for name in names:
@@ -101,11 +114,19 @@ async def fault_run(
             if not key.endswith("/create") and resent(sid, f"again/{key}"):
                 sent.resent += 1
                 await sent.submit(client, sid, key)
+        say("hosts running again, keys resent")
         await wait_for(lambda: _all_done(journal, sent))
+        say("every input applied")
         outcome = await read_back(journal, backend, sent, workdir, fleet, faults)
         outcome.paused_call = paused
+        outcome.relaunched_while_registered = registered
+        say("journal read back and checked")
         await fleet.stop_all()
+        say("hosts stopped")
     print("\n" + failover_table(backend, outcome.figures), flush=True)
+    for end in outcome.exits:
+        last = end.said.strip().splitlines()[-1:] or ["(nothing on stderr)"]
+        print(f"host {end.host} ended with status {end.returncode}: {last[0][:200]}", flush=True)
     return outcome
 
 
@@ -122,18 +143,21 @@ async def _wait_call_in_flight(journal: Journal, fleet: Fleet) -> tuple[str, str
     return found
 
 
-async def _kill_and_relaunch(journal: Journal, fleet: Fleet, names: list[str]) -> Fault:
+async def _kill_and_relaunch(journal: Journal, fleet: Fleet) -> tuple[Fault, bool]:
+    """The fault, and whether the host was launched again while its old
+    registration was still live (what the relaunch is meant to meet)."""
     host, _, _ = await _wait_call_in_flight(journal, fleet)
     held = await held_with_work(journal, host)
     fleet.signal(host, signal.SIGKILL)
     fault = Fault("SIGKILL", host, now_ns(), held)
+    registered = any(h.host == host and h.live for h in await journal.hosts())
     # At once, under its own id: it must wait out its old registration, not end.
     await fleet.keep_running(host, journal)
-    return fault
+    return fault, registered
 
 
 async def _pause_past_the_lease(
-    journal: Journal, fleet: Fleet, names: list[str]
+    journal: Journal, fleet: Fleet
 ) -> tuple[tuple[str, str, str], Fault]:
     host, session, tool_use_id = call = await _wait_call_in_flight(journal, fleet)
     held = await held_with_work(journal, host)

@@ -83,6 +83,7 @@ def test_the_faults_were_met_and_taken_over(run: Outcome) -> None:
     assert all(f.sessions for f in run.faults)
     assert set(run.figures) == {"SIGKILL", "SIGSTOP past the lease"}
     assert run.paused_call is not None
+    assert run.relaunched_while_registered
 
 
 def test_puts_refused_during_a_restart_were_sent_again(postgres_run: Outcome) -> None:

@@ -3,7 +3,8 @@ tests.faults.workload:definitions``.
 
 Every input (its text names the session and the key it was sent under)
 makes one turn: the model calls ``effect`` once, then answers.  ``effect``
-waits ``EFFECT_DELAY`` (a call in flight to pause or kill a host in), then
+waits ``EFFECT_DELAY`` (``SLOW_DELAY`` for a key ending in ``slow``: a call
+in flight to pause or kill a host in), then
 appends one line to the effects log, a file of its own beside the journal,
 written with fsync: the truth about what tools did, independent of what the
 journal says.  The log's path and the host's id come from the environment
@@ -29,8 +30,12 @@ __all__ = ["EFFECTS_ENV", "HOST_ENV", "Effect", "definitions", "effects"]
 EFFECTS_ENV = "LOOPRUNTIME_FAULTS_EFFECTS"
 HOST_ENV = "LOOPRUNTIME_FAULTS_HOST"
 
-EFFECT_DELAY = 0.3
+EFFECT_DELAY = 0.2
 """Seconds a call waits before its effect (real time: it runs in a host process)."""
+
+SLOW_DELAY = 2.0
+"""The wait of a call whose input's key ends in ``slow``: long enough for the
+harness to find it in flight and fault its host there."""
 
 
 class Effect(msgspec.Struct, frozen=True):
@@ -67,7 +72,7 @@ def definitions() -> dict[str, LoopDefinition]:
     @tool(permission="allow", replay_safe=True)
     async def effect(ctx: ToolContext, *, text: str) -> str:
         """Do the input's effect (safe to run again: its effect is keyed)."""
-        await trio.sleep(EFFECT_DELAY)
+        await trio.sleep(SLOW_DELAY if text.endswith("slow") else EFFECT_DELAY)
         host = os.environ.get(HOST_ENV, "?")
         _record(Effect(text, ctx.tool_use_id, ctx.execution_id, host, time.time_ns()))
         return json.dumps({"done": text})
