@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 import trio
+import trio.testing
 
 from journal import (
     InboxUnavailableError,
@@ -53,7 +54,9 @@ async def test_reads_of_a_client_ride_out_a_restart(
             # The listing starts while the server is down and retries until
             # the server is back.
             nursery.start_soon(list_sessions)
-            await trio.to_thread.run_sync(restartable_postgres.start_again)
+            await trio.testing.wait_all_tasks_blocked()
+            # In this thread, blocking: see RestartableServer.
+            restartable_postgres.start_again()
         assert listed == [session]
 
 

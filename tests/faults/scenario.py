@@ -102,8 +102,10 @@ async def fault_run(
         if server is not None:
             for mode in ("fast", "immediate"):
                 async with trio.open_nursery() as restarting:
-                    restarting.start_soon(trio.to_thread.run_sync, server.restart, mode)
-                    await wave()
+                    restarting.start_soon(wave)
+                    await trio.to_thread.run_sync(server.shut_down, mode)
+                    # In this thread, blocking: see RestartableServer.
+                    server.start_again()
                 say(f"PostgreSQL restarted ({mode})")
         else:
             await wave()

@@ -257,7 +257,12 @@ ShutdownMode = Literal["fast", "immediate"]
 
 
 class RestartableServer:
-    """A throwaway server of one test module's own, which it may stop and start."""
+    """A throwaway server of one test module's own, which it may stop and start.
+
+    Start it again (``start_again``, ``restart``) from the main thread, never
+    from a worker thread: the parent-death signal the server gets follows the
+    thread that started it, so a server started by a worker thread is shut
+    down when that thread ends (trio ends idle ones after a few seconds)."""
 
     def __init__(self, cluster: _Cluster) -> None:
         self._cluster = cluster
