@@ -50,7 +50,7 @@ from session.replay import CheckReport, check
 
 from .workload import EFFECTS_ENV, HOST_ENV, Effect, effects
 
-__all__ = ["Fault", "Fleet", "Outcome", "Sent", "failover_table"]
+__all__ = ["Fault", "Fleet", "HostProcess", "Outcome", "Sent", "failover_table"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,7 +87,7 @@ class Exit:
 
 
 @dataclass
-class _Process:
+class HostProcess:
     host: str
     process: trio.Process
     log: Path
@@ -102,43 +102,75 @@ class Fleet:
     ) -> None:
         self.url, self.workdir, self.nursery = url, workdir, nursery
         self.lease_ttl = lease_ttl
-        self.running: dict[str, _Process] = {}
+        self.running: dict[str, HostProcess] = {}
         self.exits: list[Exit] = []
         self._launches = 0
 
-    async def launch(self, host: str) -> bool:
-        """Start ``host``; True once it runs, False when it ended first (an exit)."""
+    async def _spawn(self, host: str, *, warm: bool) -> HostProcess:
         self._launches += 1
         log = self.workdir / f"{host}.{self._launches}.log"
         env = {**os.environ, EFFECTS_ENV: str(self.workdir / "effects.jsonl"), HOST_ENV: host}
+        module = "tests.faults.prewarmed" if warm else "session.cli"
         command = [
-            sys.executable, "-m", "session.cli", "host", "--journal", self.url,
+            sys.executable, "-m", module, "host", "--journal", self.url,
             "--definitions", "tests.faults.workload:definitions", "--host-id", host,
             "--lease-ttl", str(self.lease_ttl), "--poll", "0.05", "--idle-after", "600",
         ]  # fmt: skip
         err = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             process = await trio.lowlevel.open_process(
-                command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err
+                command,
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.PIPE if warm else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
             )
         finally:
             os.close(err)
-        started = _Process(host, process, log)
-        assert process.stdout is not None
+        return HostProcess(host, process, log)
+
+    async def _said(self, started: HostProcess, word: bytes) -> bool:
+        """Read its stdout until it says ``word`` (True) or closes it (False)."""
+        stdout = started.process.stdout
+        assert stdout is not None
         said = b""
-        while b"runs" not in said:
-            chunk = await process.stdout.receive_some()
+        while word not in said:
+            chunk = await stdout.receive_some()
             if not chunk:
-                break
+                return False
             said += chunk
+        return True
+
+    async def launch(self, host: str, *, warm: HostProcess | None = None) -> bool:
+        """Start ``host`` (or let ``warm``, from ``warm_up``, go on as it);
+        True once it runs, False when it ended first (an exit)."""
+        if warm is None:
+            started = await self._spawn(host, warm=False)
+        else:
+            started = warm
+            assert started.process.stdin is not None
+            await started.process.stdin.send_all(b"go\n")
+        runs = await self._said(started, b"runs")
         self.nursery.start_soon(self._watch, started)
-        if b"runs" not in said:
-            await process.wait()
+        if not runs:
+            await started.process.wait()
             return False
         self.running[host] = started
         return True
 
-    async def _watch(self, started: _Process) -> None:
+    async def warm_up(self, host: str) -> HostProcess:
+        """A process that runs ``loopruntime host`` as ``host`` once ``launch``
+        tells it to, its imports done already; ``discard`` it when unused."""
+        started = await self._spawn(host, warm=True)
+        assert await self._said(started, b"warm"), started.log.read_text(errors="replace")
+        return started
+
+    async def discard(self, warm: HostProcess) -> None:
+        warm.process.kill()
+        await warm.process.wait()
+
+    async def _watch(self, started: HostProcess) -> None:
         await started.process.wait()
         if self.running.get(started.host) is started:
             del self.running[started.host]
@@ -146,10 +178,13 @@ class Fleet:
             said = started.log.read_text(errors="replace")[-2000:]
             self.exits.append(Exit(started.host, started.process.returncode, said))
 
-    async def keep_running(self, host: str, journal: Journal) -> None:
-        """Launch ``host`` until it runs; after a refusal, again once the
-        journal shows its old registration expired."""
-        while not await self.launch(host):
+    async def keep_running(
+        self, host: str, journal: Journal, *, warm: HostProcess | None = None
+    ) -> None:
+        """Launch ``host`` (``warm`` first, when given) until it runs; after a
+        refusal, again once the journal shows its old registration expired."""
+        while not await self.launch(host, warm=warm):
+            warm = None
 
             async def registration_gone() -> bool:
                 return not any(h.host == host and h.live for h in await journal.hosts())
