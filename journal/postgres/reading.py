@@ -91,6 +91,7 @@ _JOURNAL_TABLES = (
     "loopruntime_checkpoints",
     "loopruntime_chain_rule",
     "loopruntime_blobs",
+    "loopruntime_writers",
     "loopruntime_leases",
     "loopruntime_inbox",
 )
