@@ -209,7 +209,7 @@ class AppendRequest(Request):
 class _State:
     """The writer's view of one session: what an append validates against."""
 
-    __slots__ = ("created_at", "digest", "head", "incarnation")
+    __slots__ = ("created_at", "digest", "head", "incarnation", "spanned")
 
     def __init__(self, incarnation: int, head: int, digest: bytes, created_at: int) -> None:
         self.incarnation, self.head, self.digest, self.created_at = (
@@ -218,9 +218,14 @@ class _State:
             digest,
             created_at,
         )
+        self.spanned: int | None = None
+        """The incarnation this writer last stored a writer span for, when it
+        knows: its appends need none more (``INSERT_WRITER`` decides otherwise)."""
 
     def copy(self) -> _State:
-        return _State(self.incarnation, self.head, self.digest, self.created_at)
+        state = _State(self.incarnation, self.head, self.digest, self.created_at)
+        state.spanned = self.spanned
+        return state
 
 
 class _Retry(Exception):
@@ -404,9 +409,11 @@ class Writer:
                 if records:
                     last = records[-1]
                     state.head, state.digest = last.seq, last.digest
-                    spans.append(
-                        (request.session, records[0].seq, request.incarnation, request.owner)
-                    )
+                    if state.spanned != request.incarnation:
+                        state.spanned = request.incarnation
+                        spans.append(
+                            (request.session, records[0].seq, request.incarnation, request.owner)
+                        )
                 if request.blobs:
                     store_blobs(self.conn, request.blobs)
             except JournalError as exc:
@@ -433,7 +440,8 @@ class Writer:
             self.conn.executemany(_INSERT, rows)
             if marks:
                 self.conn.executemany(_INSERT_CHECKPOINT, marks)
-            self.conn.executemany(INSERT_WRITER, spans)
+            if spans:
+                self.conn.executemany(INSERT_WRITER, spans)
         except Exception as exc:
             # A constraint (an id already stored, a lost race) or a row of one
             # request SQLite refuses: the slow path finds whose it is.
