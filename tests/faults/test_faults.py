@@ -33,13 +33,20 @@ pytestmark = pytest.mark.slow
 FIXED_BY_HOST_FAULT_WORK = pytest.mark.xfail(strict=True, reason="fixed by the host fault work")
 
 
-def _run(url: str, workdir: Path, backend: str, **kwargs: object) -> Outcome:
+def _run(
+    url: str,
+    workdir: Path,
+    backend: str,
+    *,
+    hosts: int,
+    sessions: int,
+    server: RestartableServer | None = None,
+) -> Outcome:
+    async def run() -> Outcome:
+        return await fault_run(url, workdir, backend, hosts=hosts, sessions=sessions, server=server)
+
     # Autojump: the harness waits on the journal, never on time.
-    clock = trio.testing.MockClock(autojump_threshold=0)
-    return trio.run(
-        lambda: fault_run(url, workdir, backend, **kwargs),  # type: ignore[arg-type]
-        clock=clock,
-    )
+    return trio.run(run, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 @pytest.fixture(scope="module")
