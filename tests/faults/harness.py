@@ -275,22 +275,27 @@ async def held_with_work(journal: Journal, host: str) -> tuple[str, ...]:
     return tuple(held)
 
 
-async def call_in_flight(journal: Journal, hosts: Sequence[str]) -> tuple[str, str, str] | None:
-    """``(host, session, tool_use_id)`` of a call started and not settled in a
-    session one of ``hosts`` holds live, or None."""
+async def call_in_flight(
+    journal: Journal, hosts: Sequence[str]
+) -> tuple[tuple[str, str, str], int] | None:
+    """The newest call started and not settled in a session one of ``hosts``
+    holds live: ``(host, session, tool_use_id)`` and when it started (unix
+    ns), or None."""
+    newest: tuple[tuple[str, str, str], int] | None = None
     for info in await journal.sessions():
         if info.owner is None or info.owner not in hosts or not info.live:
             continue
-        open_calls: dict[str, None] = {}
+        open_calls: dict[str, int] = {}
         async for r in journal.read(info.session):
             match r.event:
                 case ToolStarted(tool_use_id=t):
-                    open_calls[t] = None
+                    open_calls[t] = r.at
                 case ToolCompleted(tool_use_id=t) | ToolAbandoned(tool_use_id=t):
                     open_calls.pop(t, None)
-        if open_calls:
-            return info.owner, info.session, next(iter(open_calls))
-    return None
+        for tool_use_id, at in open_calls.items():
+            if newest is None or at > newest[1]:
+                newest = ((info.owner, info.session, tool_use_id), at)
+    return newest
 
 
 def failovers(

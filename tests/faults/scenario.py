@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import signal
 import zlib
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -41,6 +43,7 @@ from .harness import (
     read_back,
     wait_for,
 )
+from .workload import SLOW_DELAY
 
 __all__ = ["fault_run"]
 
@@ -94,11 +97,12 @@ async def fault_run(
         say("hosts up, sessions created")
         await wave(slow=True)
         say("wave 1 sent")
-        killed, registered = await _kill_and_relaunch(journal, fleet, warm)
+        slow = partial(wave, slow=True)
+        killed, registered = await _kill_and_relaunch(journal, fleet, warm, slow)
         faults.append(killed)
         say(f"SIGKILLed {killed.host}, launched again")
         await wave(slow=True)
-        paused, fault = await _pause_past_the_lease(journal, fleet)
+        paused, fault = await _pause_past_the_lease(journal, fleet, slow)
         faults.append(fault)
         say(f"{fault.host} paused past its lease, woken")
         if server is not None:
@@ -134,13 +138,24 @@ async def fault_run(
     return outcome
 
 
-async def _wait_call_in_flight(journal: Journal, fleet: Fleet) -> tuple[str, str, str]:
+async def _wait_call_in_flight(
+    journal: Journal, fleet: Fleet, more: Callable[[], Awaitable[None]]
+) -> tuple[str, str, str]:
+    """A call that started less than half its wait ago: a fault now comes
+    before its effect, however long the harness took to find it.  When the
+    hosts ran out of work before one was found, ``more`` gives them more."""
     found: tuple[str, str, str] | None = None
 
     async def running() -> bool:
         nonlocal found
-        found = await call_in_flight(journal, list(fleet.running))
-        return found is not None
+        newest = await call_in_flight(journal, list(fleet.running))
+        if newest is None and not any(i.pending for i in await journal.sessions()):
+            await more()
+            return False
+        if newest is None or now_ns() - newest[1] > SLOW_DELAY / 2 * 1e9:
+            return False
+        found = newest[0]
+        return True
 
     await wait_for(running)
     assert found is not None
@@ -148,14 +163,17 @@ async def _wait_call_in_flight(journal: Journal, fleet: Fleet) -> tuple[str, str
 
 
 async def _kill_and_relaunch(
-    journal: Journal, fleet: Fleet, warm: dict[str, HostProcess]
+    journal: Journal,
+    fleet: Fleet,
+    warm: dict[str, HostProcess],
+    more: Callable[[], Awaitable[None]],
 ) -> tuple[Fault, bool]:
     """The fault, and whether the host was launched again while its old
     registration was still live (what the relaunch is meant to meet).
     ``warm`` holds a process started ahead for each host: whichever is killed
     is launched again within a moment, its imports done (a second or more on
     a busy machine)."""
-    host, _, _ = await _wait_call_in_flight(journal, fleet)
+    host, _, _ = await _wait_call_in_flight(journal, fleet, more)
     held = await held_with_work(journal, host)
     fleet.signal(host, signal.SIGKILL)
     fault = Fault("SIGKILL", host, now_ns(), held)
@@ -168,9 +186,9 @@ async def _kill_and_relaunch(
 
 
 async def _pause_past_the_lease(
-    journal: Journal, fleet: Fleet
+    journal: Journal, fleet: Fleet, more: Callable[[], Awaitable[None]]
 ) -> tuple[tuple[str, str, str], Fault]:
-    host, session, tool_use_id = call = await _wait_call_in_flight(journal, fleet)
+    host, session, tool_use_id = call = await _wait_call_in_flight(journal, fleet, more)
     held = await held_with_work(journal, host)
     fleet.signal(host, signal.SIGSTOP)
     fault = Fault("SIGSTOP past the lease", host, now_ns(), held)
