@@ -115,16 +115,8 @@ async def fault_run(
                 say(f"PostgreSQL restarted ({mode})")
         else:
             await wave()
-        for name in names:
-            if name not in fleet.running:
-                await fleet.keep_running(name, journal)
-        for sid, key in list(sent.entries):
-            if not key.endswith("/create") and resent(sid, f"again/{key}"):
-                sent.resent += 1
-                await sent.submit(client, sid, key)
-        say("hosts running again, keys resent")
-        await wait_for(lambda: _all_done(journal, sent))
-        say("every input applied")
+        await _recover(journal, client, fleet, names, sent)
+        say("hosts running again, keys resent, every input applied")
         outcome = await read_back(journal, backend, sent, workdir, fleet, faults)
         outcome.paused_call = paused
         outcome.relaunched_while_registered = registered
@@ -136,6 +128,22 @@ async def fault_run(
         last = end.said.strip().splitlines()[-1:] or ["(nothing on stderr)"]
         print(f"host {end.host} ended with status {end.returncode}: {last[0][:200]}", flush=True)
     return outcome
+
+
+async def _recover(
+    journal: Journal, client: Client, fleet: Fleet, names: list[str], sent: Sent
+) -> None:
+    """Launch again the hosts that ended, send 30 % of every key once more (a
+    client that never heard back), and wait until every input was applied
+    and its turn ended."""
+    for name in names:
+        if name not in fleet.running:
+            await fleet.keep_running(name, journal)
+    for sid, key in list(sent.entries):
+        if not key.endswith("/create") and resent(sid, f"again/{key}"):
+            sent.resent += 1
+            await sent.submit(client, sid, key)
+    await wait_for(lambda: _all_done(journal, sent))
 
 
 async def _wait_call_in_flight(
