@@ -8,6 +8,8 @@ from . import codec as codec
 from . import content as content
 from . import events as events
 from . import inbox as inbox
+from .backoff import READ_RETRIES as READ_RETRIES
+from .backoff import RetryPolicy as RetryPolicy
 from .blobs import DEFAULT_BLOB_THRESHOLD as DEFAULT_BLOB_THRESHOLD
 from .blocking import BlockingJournal as BlockingJournal
 from .blocking import open_blocking as open_blocking
@@ -22,6 +24,7 @@ from .errors import InboxConsumedError as InboxConsumedError
 from .errors import InboxEntryTooLargeError as InboxEntryTooLargeError
 from .errors import InboxError as InboxError
 from .errors import InboxKeyError as InboxKeyError
+from .errors import InboxUnavailableError as InboxUnavailableError
 from .errors import InvalidEventError as InvalidEventError
 from .errors import JournalClosedError as JournalClosedError
 from .errors import JournalCorruptError as JournalCorruptError
@@ -42,15 +45,19 @@ from .opening import make_journal_directory as make_journal_directory
 from .opening import open_journal as open_journal
 from .record import Draft as Draft
 from .record import Record as Record
+from .retry import RetryingBlocking as RetryingBlocking
+from .retry import RetryingJournal as RetryingJournal
 from .store import HostInfo as HostInfo
 from .store import Journal as Journal
 from .store import SessionInfo as SessionInfo
 from .store import SessionLease as SessionLease
 from .store import StorageCheck as StorageCheck
 from .store import StorageProblem as StorageProblem
+from .store import WriterSpan as WriterSpan
 
 __all__ = [
     "DEFAULT_BLOB_THRESHOLD",
+    "READ_RETRIES",
     "SCHEMA_VERSION",
     "BlockingJournal",
     "ConflictError",
@@ -63,6 +70,7 @@ __all__ = [
     "InboxEntryTooLargeError",
     "InboxError",
     "InboxKeyError",
+    "InboxUnavailableError",
     "InvalidEventError",
     "Journal",
     "JournalClosedError",
@@ -77,11 +85,15 @@ __all__ = [
     "LeaseHeldError",
     "NotAJournalError",
     "Record",
+    "RetryPolicy",
+    "RetryingBlocking",
+    "RetryingJournal",
     "SessionInfo",
     "SessionLease",
     "SessionNotFoundError",
     "StorageCheck",
     "StorageProblem",
+    "WriterSpan",
     "check_existing_journal",
     "codec",
     "content",

@@ -38,7 +38,7 @@ __all__ = [
     "encode_event",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of the record format this code writes and reads.
 
 2 added ``session.checkpoint`` records and each backend's index of them; a
@@ -49,7 +49,10 @@ version-2 journal records, per session, the seq from which the new rule
 applies (one past the session's head at the upgrade).  4 stores large
 units by reference (``journal.blobs``): each backend gains a blob table, and
 a record may start with ``blobs.MARK``; an older journal is upgraded by
-creating the empty table (its records stay as they are)."""
+creating the empty table (its records stay as they are).  5 records who
+appended (``Journal.writers``): each backend gains a table of writer spans,
+created empty, so the records written before stay unattributed; code of
+version 4 would append without a span, so it is refused."""
 
 GENESIS = bytes(16)
 """The digest that the first record of every session chains from."""

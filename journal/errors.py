@@ -12,6 +12,7 @@ __all__ = [
     "InboxEntryTooLargeError",
     "InboxError",
     "InboxKeyError",
+    "InboxUnavailableError",
     "InvalidEventError",
     "JournalClosedError",
     "JournalCorruptError",
@@ -27,6 +28,10 @@ __all__ = [
 
 class JournalError(Exception):
     """Base of every error the journal raises."""
+
+    retryable: bool = False
+    """Whether the same call may succeed if made again unchanged (the journal
+    was unreachable), rather than failing the same way (a refusal)."""
 
 
 class ConflictError(JournalError):
@@ -117,6 +122,8 @@ class JournalClosedError(JournalError):
 class JournalUnavailableError(JournalError):
     """The storage could not be reached (connection refused, lost, ...)."""
 
+    retryable = True
+
 
 class LeaseHeldError(JournalError):
     """Another owner holds a live lease on the session."""
@@ -180,4 +187,19 @@ class InboxEntryTooLargeError(InboxError):
         super().__init__(
             f"session {session}: the {what} command is {size:,} bytes, over the inbox's "
             f"limit of {limit:,} bytes per entry; nothing was stored: send less"
+        )
+
+
+class InboxUnavailableError(JournalUnavailableError):
+    """A put into a session's inbox could not reach the journal: retryable.
+
+    Whether the command was stored is unknown; putting it again under the
+    same key is safe (a key's command is stored, and applied, once)."""
+
+    def __init__(self, session: str, key: str, reason: str) -> None:
+        self.session, self.key = session, key
+        super().__init__(
+            f"session {session}: the command with key {key!r} may not have reached the "
+            f"inbox ({reason}); send it again with the same key once the journal is back "
+            "(it is applied once however often it is sent)"
         )

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from .inbox import Claim, Consumed, InboxCommand, InboxEntry
 from .record import Draft, Record
-from .store import HostInfo, Journal, SessionInfo, SessionLease, StorageCheck
+from .store import HostInfo, Journal, SessionInfo, SessionLease, StorageCheck, WriterSpan
 
 __all__ = ["ForwardingJournal"]
 
@@ -108,6 +108,9 @@ class ForwardingJournal:
 
     async def sessions(self) -> list[SessionInfo]:
         return await self.inner.sessions()
+
+    async def writers(self, session: str) -> list[WriterSpan]:
+        return await self.inner.writers(session)
 
     async def check_storage(self) -> StorageCheck:
         return await self.inner.check_storage()

@@ -49,9 +49,10 @@ from .rules import (
     decide_renew,
     lease_live,
     repeated_id,
+    starts_span,
     ttl_ns,
 )
-from .store import HostInfo, SessionInfo, SessionLease, StorageCheck
+from .store import HostInfo, SessionInfo, SessionLease, StorageCheck, WriterSpan
 
 __all__ = ["MemoryJournal"]
 
@@ -70,6 +71,7 @@ class _Session:
         "owner",
         "rows",
         "updated_at",
+        "writers",
     )
 
     def __init__(self, now: int) -> None:
@@ -78,6 +80,7 @@ class _Session:
         self.by_id: dict[str, int] = {}
         self.checkpoints: list[int] = []
         """seqs of the session's ``session.checkpoint`` records."""
+        self.writers: list[WriterSpan] = []
         self.incarnation = 0
         self.owner: str | None = None
         self.expires_at = 0
@@ -405,6 +408,11 @@ class MemoryJournal:
             rows.append(row)
             by_id[row[2]] = row[1]
         s.checkpoints.extend(seq for _, seq in marks)
+        last = s.writers[-1].incarnation if s.writers else None
+        if new and starts_span(last, lease.incarnation):
+            s.writers.append(
+                WriterSpan(first_seq=new[0][1], incarnation=lease.incarnation, owner=lease.owner)
+            )
         s.updated_at = now
         s.changed.set()
         s.changed = trio.Event()
@@ -515,6 +523,14 @@ class MemoryJournal:
             )
             for name, s in self._sessions.items()
         ]
+
+    async def writers(self, session: str) -> list[WriterSpan]:
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+        s = self._sessions.get(session)
+        if s is None:
+            raise SessionNotFoundError(session)
+        return list(s.writers)
 
     async def check_storage(self) -> StorageCheck:
         """Nothing below the rows to check: process memory has no pages to damage."""

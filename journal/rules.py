@@ -25,6 +25,8 @@ Leases and the inbox (``journal.store`` states the contract):
 * ``decide_consumes`` says which entries an append marks applied;
 * ``decide_register`` says whether a host id may be registered for a token.
 
+Writers: ``starts_span`` says whether an append begins a new writer span.
+
 No I/O, no clock: ``now`` is passed in.  ``plan_append`` runs once per append
 on every backend's commit path, so its loop stays inlined.
 """
@@ -68,6 +70,7 @@ __all__ = [
     "ttl_ns",
     "plan_append",
     "repeated_id",
+    "starts_span",
     "stored_records",
 ]
 
@@ -97,6 +100,12 @@ def check_lease(session: str, incarnation: int, current: int) -> None:
     """Fencing: only a lease of the session's current incarnation may append."""
     if incarnation != current:
         raise FencedError(session, incarnation, current)
+
+
+def starts_span(last_incarnation: int | None, incarnation: int) -> bool:
+    """Whether an append under ``incarnation`` starts a writer span: it does
+    when the session's last span (None: it has none) names another one."""
+    return last_incarnation != incarnation
 
 
 def repeated_id(ids: Sequence[str]) -> str | None:

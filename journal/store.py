@@ -61,6 +61,15 @@ append decisions themselves are ``journal.rules``):
   watches (nothing put after that is missed), and again when some may have
   been missed.  Best effort: a backend without a channel between processes
   (SQLite) yields only the first ``""``, and its hosts find work by polling.
+* Writers: every append is attributed to the lease that made it.
+  ``writers`` lists a session's writer spans in seq order: a span starts at
+  the first record appended under an incarnation other than the last span's,
+  and names that incarnation and the lease's owner (None for a lease of
+  ``open_session``).  A record belongs to the last span starting at or before
+  its seq; records before the first span were written before the journal
+  kept writers, and are unattributed.  An unknown session is a
+  ``SessionNotFoundError``.  Fencing makes the incarnations rise
+  from span to span; ``replay --check`` proves it.
 * ``check_storage`` asks the storage itself whether it is intact (SQLite's
   quick check, PostgreSQL's amcheck where installed, and each backend's own
   bookkeeping); it never writes.  Damage is reported by table, never raised.
@@ -76,7 +85,15 @@ import msgspec
 from .inbox import Claim, Consumed, InboxCommand, InboxEntry
 from .record import Draft, Record
 
-__all__ = ["HostInfo", "Journal", "SessionInfo", "SessionLease", "StorageCheck", "StorageProblem"]
+__all__ = [
+    "HostInfo",
+    "Journal",
+    "SessionInfo",
+    "SessionLease",
+    "StorageCheck",
+    "StorageProblem",
+    "WriterSpan",
+]
 
 
 class SessionLease(msgspec.Struct, frozen=True, kw_only=True):
@@ -121,6 +138,17 @@ class HostInfo(msgspec.Struct, frozen=True, kw_only=True):
     """When its registration expires unless renewed (the journal's clock, unix ns)."""
     live: bool = False
     """Whether it had not expired when the hosts were listed."""
+
+
+class WriterSpan(msgspec.Struct, frozen=True, kw_only=True):
+    """The records one lease appended to a session, from ``first_seq`` up to
+    the next span's first seq (``Journal.writers``)."""
+
+    first_seq: int
+    incarnation: int
+    """The lease's incarnation: fencing lets no older one append after it."""
+    owner: str | None = None
+    """The host id that held the lease; None for a lease of ``open_session``."""
 
 
 class StorageProblem(msgspec.Struct, frozen=True, kw_only=True):
@@ -218,6 +246,8 @@ class Journal(Protocol):
     async def checkpoints(self, session: str) -> list[Record]: ...
 
     async def sessions(self) -> list[SessionInfo]: ...
+
+    async def writers(self, session: str) -> list[WriterSpan]: ...
 
     async def check_storage(self) -> StorageCheck: ...
 

@@ -33,6 +33,8 @@ from journal import (
     Journal,
     JournalClosedError,
     Record,
+    RetryingBlocking,
+    RetryingJournal,
     SessionInfo,
     SessionNotFoundError,
     open_blocking,
@@ -302,13 +304,16 @@ class Client:
         self._closed = False
         self._opener = "async with open_client(url) as client:"
         if journal is not None:
-            self._inbox = _JournalInbox(journal)
+            # Reads ride out a briefly unreachable journal; a put that cannot
+            # reach it raises InboxUnavailableError, retryable under its key.
+            retrying = journal if isinstance(journal, RetryingJournal) else RetryingJournal(journal)
+            self._inbox = _JournalInbox(retrying)
 
     @classmethod
     def _on_blocking(cls, blocking: BlockingJournal, *, poll: float) -> Client:
         """A client on an open ``BlockingJournal`` (any event loop; its owner closes it)."""
         client = cls(url=blocking.url, poll=poll)
-        client._inbox = _ThreadedInbox(blocking, owned=False)
+        client._inbox = _ThreadedInbox(RetryingBlocking(blocking), owned=False)
         return client
 
     @classmethod
@@ -331,7 +336,7 @@ class Client:
         if self._inbox is None:
             assert self._url is not None
             blocking = await anyio.to_thread.run_sync(open_blocking, self._url)
-            self._inbox = _ThreadedInbox(blocking, owned=True)
+            self._inbox = _ThreadedInbox(RetryingBlocking(blocking), owned=True)
         return self
 
     async def __aexit__(

@@ -18,7 +18,9 @@ PUBLIC = {
         "inbox", "LeaseHeldError", "InboxError", "InboxKeyError", "InboxConsumedError",
         "InboxEntryTooLargeError",
         "BlockingJournal", "open_blocking",
-        "HostIdInUseError", "HostInfo", "DEFAULT_BLOB_THRESHOLD",
+        "HostIdInUseError", "HostInfo", "DEFAULT_BLOB_THRESHOLD", "WriterSpan",
+        "InboxUnavailableError", "READ_RETRIES", "RetryPolicy", "RetryingBlocking",
+        "RetryingJournal",
     },
     "loopruntime": {
         "LoopDefinition", "Limits", "Mode", "Delegate", "tool", "Tool", "ToolContext",

@@ -3,20 +3,20 @@
 Rules: every method blocks its caller and is safe to call from any thread:
 each call borrows one autocommit connection from a small pool (one thread at
 a time) and runs the statements the trio journal's pool runs (``leases.py``,
-``reading.py``).  A call whose connection is lost runs once more on a new
-one: each is safe to repeat (a put finds its key's entry the second time).
+``reading.py``).  A call whose connection is lost runs again as the trio
+pool's do (``retrying.py``): each is safe to repeat (a put finds its key's
+entry the second time).
 """
 
 from __future__ import annotations
 
-import logging
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
 
 import psycopg
-import structlog
 
 from ..codec import chained_records
 from ..errors import JournalClosedError, SessionNotFoundError
@@ -25,11 +25,10 @@ from ..record import Record
 from ..store import HostInfo, SessionInfo
 from . import leases
 from .reading import first_page, list_sessions
-from .schema import check_pg_text, connect, describe, discard, lost, open_prepared, translate
+from .retrying import Attempts
+from .schema import check_pg_text, connect, describe, discard, lost, open_prepared
 
 __all__ = ["PostgresBlocking"]
-
-log = structlog.wrap_logger(logging.getLogger(__name__))
 
 _T = TypeVar("_T")
 
@@ -101,7 +100,8 @@ class PostgresBlocking:
             discard(conn)
 
     def _run(self, doing: str, fn: Callable[[psycopg.Connection[Any]], _T]) -> _T:
-        for attempt in (1, 2):
+        attempts = Attempts(self._where, doing)
+        while True:
             with self._lock:
                 if self._closed:
                     raise JournalClosedError(f"journal {self._where} is closed")
@@ -111,20 +111,20 @@ class PostgresBlocking:
                     conn = connect(self.url)
                 result = fn(conn)
             except psycopg.Error as exc:
-                if not lost(conn):
+                broken = lost(conn)
+                if broken:
+                    discard(conn)
+                else:
                     self._return(conn)
-                    raise translate(self._where, doing, exc, lost=False) from exc
-                discard(conn)
-                if attempt == 2:
-                    raise translate(self._where, doing, exc, lost=True) from exc
-                log.warning("postgres_retry", where=self._where, doing=doing, error=str(exc))
+                pause = attempts.failed(exc, broken=broken)
+                if pause:
+                    time.sleep(pause)
                 continue
             except BaseException:
                 self._return(conn)
                 raise
             self._return(conn)
             return result
-        raise AssertionError("unreachable")
 
     def _return(self, conn: psycopg.Connection[Any] | None) -> None:
         if conn is None:

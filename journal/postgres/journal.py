@@ -30,7 +30,7 @@ from ..inbox import (
 from ..location import parse_location
 from ..record import Draft, Record
 from ..rules import ttl_ns
-from ..store import HostInfo, SessionInfo, SessionLease, StorageCheck
+from ..store import HostInfo, SessionInfo, SessionLease, StorageCheck, WriterSpan
 from . import leases
 from .leases import renew_all as _renew_all
 from .reading import Pool, Reading
@@ -339,6 +339,12 @@ class PostgresJournal:
         """Every session, oldest first."""
         self._check_open()
         return await self._reading.sessions()
+
+    async def writers(self, session: str) -> list[WriterSpan]:
+        """Who appended the session's records (``Journal.writers``), in seq
+        order; ``SessionNotFoundError`` if the session does not exist."""
+        self._check_open()
+        return await self._reading.writers(session)
 
     async def check_storage(self) -> StorageCheck:
         """Every session row against its last record (head and digest), and,

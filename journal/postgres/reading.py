@@ -11,14 +11,12 @@ time.
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import Any, TypeVar
 
 import msgspec
 import psycopg
-import structlog
 import trio
 from psycopg import sql
 
@@ -27,13 +25,13 @@ from ..codec import GENESIS, checkpoint_records, decode_event
 from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
 from ..events import Event
 from ..record import Record
-from ..store import SessionInfo, StorageCheck, StorageProblem
+from ..store import SessionInfo, StorageCheck, StorageProblem, WriterSpan
 from .blobs import fetch as fetch_blobs
+from .retrying import Attempts
 from .schema import channel, connect, discard, lost, translate
+from .writers import list_writers
 
 __all__ = ["Pool", "Reading", "first_page", "list_sessions"]
-
-log = structlog.wrap_logger(logging.getLogger(__name__))
 
 _T = TypeVar("_T")
 
@@ -93,6 +91,7 @@ _JOURNAL_TABLES = (
     "loopruntime_checkpoints",
     "loopruntime_chain_rule",
     "loopruntime_blobs",
+    "loopruntime_writers",
     "loopruntime_leases",
     "loopruntime_inbox",
 )
@@ -116,11 +115,11 @@ class Pool:
         """Run blocking ``fn(conn)`` in a worker thread on a pooled connection.
 
         A connection that fails is thrown away; with ``retry`` (for work that
-        is safe to repeat) ``fn`` runs once more on a new connection before
-        ``JournalUnavailableError`` is raised.
+        is safe to repeat) ``fn`` runs again as ``retrying.Attempts`` says.
         """
+        attempts = Attempts(self._where, doing, retry=retry)
         async with self._limit:
-            for attempt in (1, 2):
+            while True:
                 if self.closed:
                     raise JournalClosedError(f"journal {self._where} is closed")
                 conn = self._idle.pop() if self._idle else None
@@ -129,23 +128,21 @@ class Pool:
                         conn = await trio.to_thread.run_sync(connect, self._url)
                     result = await trio.to_thread.run_sync(fn, conn)
                 except psycopg.Error as exc:
-                    if not lost(conn):
+                    broken = lost(conn)
+                    if broken:
+                        # Shielded: closing is quick and must happen even when
+                        # the caller is being cancelled, or the connection leaks.
+                        with trio.CancelScope(shield=True):
+                            await trio.to_thread.run_sync(discard, conn)
+                    else:
                         self._return(conn)
-                        raise translate(self._where, doing, exc, lost=False) from exc
-                    # Shielded: closing is quick and must happen even when the
-                    # caller is being cancelled, or the connection leaks.
-                    with trio.CancelScope(shield=True):
-                        await trio.to_thread.run_sync(discard, conn)
-                    if attempt == 2 or not retry:
-                        raise translate(self._where, doing, exc, lost=True) from exc
-                    log.warning("postgres_retry", where=self._where, doing=doing, error=str(exc))
+                    await trio.sleep(attempts.failed(exc, broken=broken))
                     continue
                 except BaseException:
                     self._return(conn)
                     raise
                 self._return(conn)
                 return result
-        raise AssertionError("unreachable")
 
     def _return(self, conn: psycopg.Connection[Any] | None) -> None:
         if conn is None:
@@ -409,6 +406,15 @@ class Reading:
     async def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first."""
         return await self._pool.run("listing sessions", list_sessions)
+
+    async def writers(self, session: str) -> list[WriterSpan]:
+        """Who appended the session's records, in seq order (one query)."""
+        got = await self._pool.run(
+            f"reading the writers of session {session}", lambda conn: list_writers(conn, session)
+        )
+        if got is None:
+            raise SessionNotFoundError(session)
+        return got
 
     async def check_storage(self) -> StorageCheck:
         """Every session row against its last record, and amcheck's heap and

@@ -72,6 +72,39 @@ CREATE TABLE loopruntime_blobs (
 );
 """
 
+# Who appended (``Journal.writers``; schema version 5): a row where a lease
+# other than the last span's first appended to a session, so a row per
+# writer change rather than a column per record.  The span is derived here,
+# once per statement that inserts records, from what that append was checked
+# against: the session row it holds locked (the incarnation that passed
+# fencing) and that incarnation's lease (its owner; none for open_session's).
+# So every write path stores it, in the records' transaction, and the writer
+# sends nothing more.
+_CREATE_WRITERS = """
+CREATE TABLE loopruntime_writers (
+    session text NOT NULL,
+    first_seq bigint NOT NULL,
+    incarnation bigint NOT NULL,
+    owner text,
+    PRIMARY KEY (session, first_seq)
+);
+CREATE FUNCTION loopruntime_note_writers() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO loopruntime_writers (session, first_seq, incarnation, owner)
+    SELECT n.session, n.first_seq, s.incarnation, l.owner
+    FROM (SELECT session, min(seq) AS first_seq FROM inserted GROUP BY session) n
+    JOIN loopruntime_sessions s ON s.session = n.session
+    LEFT JOIN loopruntime_leases l ON l.session = n.session
+    WHERE s.incarnation IS DISTINCT FROM (
+        SELECT w.incarnation FROM loopruntime_writers w
+        WHERE w.session = n.session ORDER BY w.first_seq DESC LIMIT 1);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER loopruntime_note_writers AFTER INSERT ON loopruntime_records
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION loopruntime_note_writers();
+"""
+
 # Leases and the inbox (journal.store): added to a journal by the first
 # process that knows them; they change no record, so the version stays.
 _CREATE_HOST_TABLES = """
@@ -131,7 +164,7 @@ CREATE TABLE loopruntime_records (
     PRIMARY KEY (session, seq),
     UNIQUE (session, id)
 );
-{_CREATE_CHECKPOINTS}{_CREATE_CHAIN_RULE}{_CREATE_BLOBS}{_CREATE_HOST_TABLES}"""
+{_CREATE_CHECKPOINTS}{_CREATE_CHAIN_RULE}{_CREATE_BLOBS}{_CREATE_WRITERS}{_CREATE_HOST_TABLES}"""
 
 _UPGRADES = {
     1: _CREATE_CHECKPOINTS,
@@ -149,12 +182,15 @@ UPDATE loopruntime_sessions SET incarnation = incarnation + 1;
 """,
     # No record written before refers to a blob: only the table is new.
     3: _CREATE_BLOBS,
+    # Records written before stay unattributed: only the table is new.
+    4: _CREATE_WRITERS,
 }
 """The statements that take a schema from version ``key`` to ``key + 1``.
 Version 1 could not write ``session.checkpoint`` records, so the index it
 lacks starts empty and no record is read.  Version 2 chained the event bytes
 alone; its records keep that rule (``loopruntime_chain_rule``).  Version 3
-stored every record whole; version 4 adds ``loopruntime_blobs``."""
+stored every record whole; version 4 adds ``loopruntime_blobs``; version 5
+``loopruntime_writers``."""
 
 # -- connections and errors -----------------------------------------------------
 

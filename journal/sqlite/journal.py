@@ -29,7 +29,7 @@ from ..inbox import (
 from ..location import JournalLocation, parse_location
 from ..record import Draft, Record, check_drafts, check_text
 from ..rules import repeated_id, ttl_ns
-from ..store import HostInfo, SessionInfo, SessionLease, StorageCheck
+from ..store import HostInfo, SessionInfo, SessionLease, StorageCheck, WriterSpan
 from .reading import Reading, entry_of
 from .schema import (
     Access,
@@ -51,6 +51,7 @@ from .writer import (
     SQLiteStatistics,
     Writer,
 )
+from .writers import SELECT_WRITERS, spans_of
 
 __all__ = ["SQLiteJournal"]
 
@@ -387,6 +388,16 @@ class SQLiteJournal:
         """Every session, in creation order."""
         self._check_open()
         return await self._reading.sessions()
+
+    async def writers(self, session: str) -> list[WriterSpan]:
+        """Who appended the session's records (``Journal.writers``), in seq
+        order; ``SessionNotFoundError`` if the session does not exist."""
+        self._check_open()
+        doing = f"reading the writers of session {session}"
+        rows = await trio.to_thread.run_sync(
+            self._reading.query, session, doing, SELECT_WRITERS, (session,)
+        )
+        return spans_of(rows)
 
     async def check_storage(self) -> StorageCheck:
         """SQLite's quick check of the whole file (every page of every table and

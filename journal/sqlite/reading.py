@@ -438,7 +438,7 @@ class Reading:
 
     async def inbox(self, session: str, after: int) -> list[InboxEntry]:
         rows = await trio.to_thread.run_sync(
-            self._query,
+            self.query,
             session,
             f"reading the inbox of session {session}",
             "SELECT number, key, body, created_at, consumed_at, outcome FROM inbox"
@@ -449,7 +449,7 @@ class Reading:
 
     async def entry(self, session: str, key: str) -> InboxEntry | None:
         rows = await trio.to_thread.run_sync(
-            self._query,
+            self.query,
             session,
             f"reading the inbox of session {session}",
             "SELECT number, key, body, created_at, consumed_at, outcome FROM inbox"
@@ -458,9 +458,8 @@ class Reading:
         )
         return entry_of(session, rows[0]) if rows else None
 
-    def _query(
-        self, session: str, doing: str, statement: str, params: tuple[Any, ...]
-    ) -> list[Any]:
+    def query(self, session: str, doing: str, statement: str, params: tuple[Any, ...]) -> list[Any]:
+        """Blocking: ``statement``'s rows, once the session is known to exist."""
         return query_session(self._readers, self.path, session, doing, statement, params)
 
     async def claimable(self, definitions: list[str], owner: str | None, limit: int) -> list[Claim]:

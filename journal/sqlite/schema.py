@@ -54,6 +54,19 @@ _CHAIN_RULE_TABLE = (
 # rowid table: blobs are large, which WITHOUT ROWID tables store badly.
 _BLOBS_TABLE = "CREATE TABLE blobs ( digest BLOB PRIMARY KEY, body BLOB NOT NULL)"
 
+# Who appended (``Journal.writers``; schema version 5): a row where a lease
+# other than the last span's first appended to a session, so a row per
+# writer change rather than a column per record.  WITHOUT ROWID: the key is
+# nearly the whole row.
+_WRITERS_TABLE = (
+    "CREATE TABLE writers ("
+    " session TEXT NOT NULL,"
+    " first_seq INTEGER NOT NULL,"
+    " incarnation INTEGER NOT NULL,"
+    " owner TEXT,"
+    " PRIMARY KEY (session, first_seq)) WITHOUT ROWID"
+)
+
 # Leases and the inbox (journal.store): tables of their own, added to a
 # journal by the first writer that knows them (``_add_host_tables``).  They
 # change no record, so the schema version stays; older code ignores them.
@@ -106,6 +119,7 @@ _SCHEMA = (
     _CHECKPOINTS_TABLE,
     _CHAIN_RULE_TABLE,
     _BLOBS_TABLE,
+    _WRITERS_TABLE,
     *_HOST_TABLES,
 )
 
@@ -124,6 +138,8 @@ _UPGRADES: dict[int, tuple[str, ...]] = {
     ),
     # Records written before hold no references: only the table is new.
     3: (_BLOBS_TABLE,),
+    # Records written before stay unattributed: only the table is new.
+    4: (_WRITERS_TABLE,),
 }
 """The statements that take a file from schema version ``key`` to ``key + 1``."""
 _WAL_CHECKPOINT_PAGES = 4000
@@ -456,6 +472,9 @@ def reader_stand_ins(version: int) -> tuple[str, ...]:
     if version < 4:
         # No record of such a file refers to a blob.
         statements.append(_BLOBS_TABLE.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
+    if version < 5:
+        # No record of such a file is attributed to a writer.
+        statements.append(_WRITERS_TABLE.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
     return tuple(statements)
 
 

@@ -66,6 +66,7 @@ from .leases import (
 )
 from .schema import unavailable
 from .wal import WalReserve
+from .writers import INSERT_WRITER, Span
 
 __all__ = [
     "AppendRequest",
@@ -185,7 +186,7 @@ class HostRequest(Request):
 
 
 class AppendRequest(Request):
-    __slots__ = ("blobs", "consumes", "expected_seq", "incarnation", "pending")
+    __slots__ = ("blobs", "consumes", "expected_seq", "incarnation", "owner", "pending")
 
     def __init__(
         self,
@@ -197,6 +198,7 @@ class AppendRequest(Request):
     ) -> None:
         super().__init__(lease.session)
         self.incarnation = lease.incarnation
+        self.owner = lease.owner
         self.pending = pending
         self.expected_seq = expected_seq
         self.consumes = consumes
@@ -207,7 +209,7 @@ class AppendRequest(Request):
 class _State:
     """The writer's view of one session: what an append validates against."""
 
-    __slots__ = ("created_at", "digest", "head", "incarnation")
+    __slots__ = ("created_at", "digest", "head", "incarnation", "spanned")
 
     def __init__(self, incarnation: int, head: int, digest: bytes, created_at: int) -> None:
         self.incarnation, self.head, self.digest, self.created_at = (
@@ -216,9 +218,14 @@ class _State:
             digest,
             created_at,
         )
+        self.spanned: int | None = None
+        """The incarnation this writer last stored a writer span for, when it
+        knows: its appends need none more (``INSERT_WRITER`` decides otherwise)."""
 
     def copy(self) -> _State:
-        return _State(self.incarnation, self.head, self.digest, self.created_at)
+        state = _State(self.incarnation, self.head, self.digest, self.created_at)
+        state.spanned = self.spanned
+        return state
 
 
 class _Retry(Exception):
@@ -372,6 +379,7 @@ class Writer:
         cache = self._cache
         rows: list[Row] = []
         marks: list[Mark] = []
+        spans: list[Span] = []
         changed: set[str] = set()
         now = time.time_ns()
         plan, value = plan_append, outcome.Value
@@ -386,7 +394,7 @@ class Writer:
                 if request.expected_seq != state.head:
                     # The ids may already be stored (an idempotent retry); the
                     # lookup must also see rows this group has not flushed yet.
-                    self._flush_fast(rows, marks)
+                    self._flush_fast(rows, marks, spans)
                     stored = self._stored_or_conflict(request, state)
                     if request.consumes:
                         self._consume(request, now)
@@ -401,6 +409,11 @@ class Writer:
                 if records:
                     last = records[-1]
                     state.head, state.digest = last.seq, last.digest
+                    if state.spanned != request.incarnation:
+                        state.spanned = request.incarnation
+                        spans.append(
+                            (request.session, records[0].seq, request.incarnation, request.owner)
+                        )
                 if request.blobs:
                     store_blobs(self.conn, request.blobs)
             except JournalError as exc:
@@ -416,23 +429,26 @@ class Writer:
             if records:
                 changed.add(request.session)
             request.result = value(records)
-        self._flush_fast(rows, marks)
+        self._flush_fast(rows, marks, spans)
         return changed
 
-    def _flush_fast(self, rows: list[Row], marks: list[Mark]) -> None:
-        """Insert the planned record rows, then their checkpoint index rows."""
+    def _flush_fast(self, rows: list[Row], marks: list[Mark], spans: list[Span]) -> None:
+        """Insert the planned record rows, their checkpoint index rows and writer spans."""
         if not rows:
             return
         try:
             self.conn.executemany(_INSERT, rows)
             if marks:
                 self.conn.executemany(_INSERT_CHECKPOINT, marks)
+            if spans:
+                self.conn.executemany(INSERT_WRITER, spans)
         except Exception as exc:
             # A constraint (an id already stored, a lost race) or a row of one
             # request SQLite refuses: the slow path finds whose it is.
             raise _Retry from exc
         rows.clear()
         marks.clear()
+        spans.clear()
 
     def _apply_slow(self, group: list[Request]) -> tuple[dict[str, _State], set[str]]:
         """Each request under its own savepoint, with every check made explicitly."""
@@ -498,6 +514,11 @@ class Writer:
             self.conn.executemany(_INSERT, rows)
             if marks:
                 self.conn.executemany(_INSERT_CHECKPOINT, marks)
+            if rows:
+                self.conn.execute(
+                    INSERT_WRITER,
+                    (request.session, rows[0][1], request.incarnation, request.owner),
+                )
         except sqlite3.IntegrityError as exc:
             raise self._integrity(request, exc) from exc
         if records:

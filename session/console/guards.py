@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from starlette.requests import Request
 
-from journal import Journal, Record, SessionNotFoundError
+from journal import Journal, Record, RetryingJournal, SessionNotFoundError
 from loopruntime.host import check_principal
 
 from ..client import Client
@@ -42,7 +42,8 @@ class Console:
         clock: Callable[[], int],
         principal: str | None = None,
     ) -> None:
-        self.journal = journal
+        # Pages ride out a briefly unreachable journal (journal.retry).
+        self.journal = journal = RetryingJournal(journal)
         self.principal = check_principal(principal)
         """Who the console's commands are from (recorded on what they make)."""
         self.client = Client(journal)

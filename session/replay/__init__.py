@@ -33,6 +33,7 @@ from .tree import Stream as Stream
 from .tree import Talk as Talk
 from .tree import ToolStep as ToolStep
 from .tree import Tree as Tree
+from .tree import WriterNode as WriterNode
 from .tree import render_tree as render_tree
 from .tree import tree_json as tree_json
 from .tree import tree_json_schema as tree_json_schema
@@ -58,6 +59,7 @@ __all__ = [
     "ToolStep",
     "TranscriptRenderer",
     "Tree",
+    "WriterNode",
     "build_tree",
     "check",
     "check_records",

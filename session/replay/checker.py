@@ -88,6 +88,7 @@ from loopruntime.host import (
 
 from .lineage import fork_source_problem
 from .report import EVERY, RULES, CheckReport, Problem, Progress
+from .writers import read_writers, writer_problems
 
 
 async def check(
@@ -125,6 +126,13 @@ async def check(
     report = await check_read(journal, session_id, records, progress=progress)
     if unreadable is not None:
         report.problems.append(unreadable)
+    spans = await read_writers(journal, session_id)
+    if isinstance(spans, Problem):
+        report.problems.append(spans)
+    else:
+        # Past unreadable damage the head is unknown: no span is past it.
+        head = (records[-1].seq if records else 0) if unreadable is None else 2**63 - 1
+        report.problems += writer_problems(spans, head)
     if storage:
         if progress is not None:
             progress.phase("checking the storage")

@@ -28,7 +28,7 @@ from .checker import check
 from .inherited import inherited_lines
 from .states import render_states, states_at
 from .transcript import TranscriptRenderer, render_transcript
-from .tree import render_tree, tree_json
+from .tree import WriterNode, render_tree, tree_json
 from .tree_builder import build_tree
 
 
@@ -158,7 +158,9 @@ async def replay_command(
             elif fmt == "tree":
                 out(render_tree(build_tree(session_id, records), color=color))
             else:
-                out(tree_json(build_tree(session_id, records)).decode())
+                tree = build_tree(session_id, records)
+                tree.writers = await _writer_nodes(journal, session_id, err)
+                out(tree_json(tree).decode())
             if damage is not None:
                 err(
                     f"loopruntime replay: the journal is damaged: {damage}; "
@@ -169,6 +171,21 @@ async def replay_command(
     except ReplayInputError as exc:
         err(f"loopruntime replay: {exc}")
         return 2
+
+
+async def _writer_nodes(
+    journal: Journal, session_id: str, err: Callable[[str], object]
+) -> list[WriterNode]:
+    """The session's writers for the JSON tree; none (said on stderr) when
+    they cannot be read, so the tree is still shown."""
+    try:
+        spans = await journal.writers(session_id)
+    except JournalError as exc:
+        err(f"loopruntime replay: the session's writers could not be read: {exc}")
+        return []
+    return [
+        WriterNode(first_seq=s.first_seq, incarnation=s.incarnation, host=s.owner) for s in spans
+    ]
 
 
 async def _trace(

@@ -47,6 +47,9 @@ RULES = (
     "fork marker is seq 1",
     "fork base is a full checkpoint",
     "fork base equals its source",
+    # Over the session's writer spans (``writers.py``), not its records.
+    "records of a fenced writer never follow a newer one",
+    "writer span starts at a record",
 )
 """Every rule the checker enforces, by the name a ``Problem`` carries."""
 

@@ -270,6 +270,19 @@ class Tree(msgspec.Struct, **_S):
     """Where this session was cut from, when it is a fork."""
     causes: list[Cause] = []
     """Every record that names a cause, with the seq of that cause."""
+    writers: list[WriterNode] = []
+    """Who appended the records, in seq order (``Journal.writers``); empty
+    for a journal that kept no writers when they were written."""
+
+
+class WriterNode(msgspec.Struct, **_S):
+    """The records from ``first_seq`` up to the next writer's were appended
+    under the lease of ``incarnation``, held by ``host`` (null for a lease
+    taken without a host, by an embedded session)."""
+
+    first_seq: int
+    incarnation: int
+    host: str | None = None
 
 
 class Lineage(msgspec.Struct, **_S):

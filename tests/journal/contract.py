@@ -105,6 +105,7 @@ from journal import (
     Record,
     SessionLease,
     SessionNotFoundError,
+    WriterSpan,
 )
 from journal.codec import GENESIS, chain, encode_event
 from journal.content import Message, Text
@@ -1539,5 +1540,81 @@ class _LeaseAndInboxContract:
                 await journal.entry(session, "k")
 
 
-class JournalContract(_RecordContract, _LeaseAndInboxContract):
-    """The whole contract: records, then leases and the inbox."""
+# -- writers: who appended each record ------------------------------------------------
+
+
+class _WriterContract:
+    async def test_each_append_is_attributed_to_its_lease(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            opened = await journal.open_session(session)
+            assert await journal.writers(session) == []
+            first = await journal.append(opened, drafts("a", 2), expected_seq=0)
+            await journal.append(opened, drafts("b", 1), expected_seq=2)
+            # A retried append stores nothing, so it starts no span.
+            assert await journal.append(opened, drafts("a", 2), expected_seq=0) == first
+            held = await journal.acquire(session, "host-a", ttl=60)
+            assert await journal.writers(session) == [
+                WriterSpan(first_seq=1, incarnation=opened.incarnation)
+            ]
+            await journal.append(held, drafts("c", 2), expected_seq=3)
+            with pytest.raises(FencedError):
+                await journal.append(opened, drafts("d", 1), expected_seq=5)
+            with pytest.raises(ConflictError):
+                await journal.append(held, drafts("e", 1), expected_seq=1)
+            await journal.release(held)
+            other = await journal.acquire(session, "host-b", ttl=60)
+            await journal.append(other, drafts("f", 1), expected_seq=5)
+            assert await journal.writers(session) == [
+                WriterSpan(first_seq=1, incarnation=opened.incarnation),
+                WriterSpan(first_seq=4, incarnation=held.incarnation, owner="host-a"),
+                WriterSpan(first_seq=6, incarnation=other.incarnation, owner="host-b"),
+            ]
+            with pytest.raises(SessionNotFoundError):
+                await journal.writers(new_session())
+
+    async def test_appends_committed_together_keep_their_own_writers(
+        self, backend: Backend
+    ) -> None:
+        sessions = [new_session() for _ in range(6)]
+        async with backend.open() as journal:
+            leases = [
+                await journal.acquire(s, f"host-{i % 2}", ttl=60, create=True)
+                for i, s in enumerate(sessions)
+            ]
+
+            async def append(lease: SessionLease, stale: bool) -> None:
+                with contextlib.suppress(ConflictError):
+                    await journal.append(lease, drafts("x", 2), expected_seq=7 if stale else 0)
+
+            async with trio.open_nursery() as nursery:
+                for i, lease in enumerate(leases):
+                    nursery.start_soon(append, lease, i == 5)
+            for i, (s, lease) in enumerate(zip(sessions, leases, strict=True)):
+                expected = (
+                    []
+                    if i == 5
+                    else [
+                        WriterSpan(
+                            first_seq=1, incarnation=lease.incarnation, owner=f"host-{i % 2}"
+                        )
+                    ]
+                )
+                assert await journal.writers(s) == expected
+
+    async def test_writers_survive_reopen(self, persistent_backend: Backend) -> None:
+        session = new_session()
+        async with persistent_backend.open() as journal:
+            lease = await journal.acquire(session, "host-a", ttl=60, create=True)
+            await journal.append(lease, drafts("x", 1), expected_seq=0)
+        async with persistent_backend.open() as journal:
+            again = await journal.acquire(session, "host-a", ttl=60)
+            await journal.append(again, drafts("y", 1), expected_seq=1)
+            assert await journal.writers(session) == [
+                WriterSpan(first_seq=1, incarnation=lease.incarnation, owner="host-a"),
+                WriterSpan(first_seq=2, incarnation=again.incarnation, owner="host-a"),
+            ]
+
+
+class JournalContract(_RecordContract, _LeaseAndInboxContract, _WriterContract):
+    """The whole contract: records, leases and the inbox, and who wrote what."""

@@ -45,6 +45,7 @@ from journal import (
     NotAJournalError,
     Record,
     SessionLease,
+    WriterSpan,
     open_journal,
 )
 from journal.codec import GENESIS, chain, chain_body, encode_event
@@ -54,7 +55,11 @@ from journal.postgres import writer as postgres_writer
 from journal.postgres.schema import channel as _channel
 from journal.postgres.writer import Writer as _Writer
 from tests.support.damage import edit_postgres_record
-from tests.support.old_journal import to_version_1_postgres, to_version_2_postgres
+from tests.support.old_journal import (
+    to_version_1_postgres,
+    to_version_2_postgres,
+    to_version_4_postgres,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -738,7 +743,7 @@ def _no_digests(records: list[Record]) -> list[Record]:
 
 
 async def test_a_version_1_schema_is_upgraded_when_opened(postgres_url: str) -> None:
-    assert SCHEMA_VERSION == 4, "add the upgrade from the previous version, and its test"
+    assert SCHEMA_VERSION == 5, "add the upgrade from the previous version, and its test"
     async with open_journal(postgres_url) as journal:
         lease = await journal.open_session("old")
         written = await journal.append(lease, [_draft("o-1"), _draft("o-2")], expected_seq=0)
@@ -776,6 +781,25 @@ async def test_a_version_1_schema_is_upgraded_when_opened(postgres_url: str) -> 
         assert [r async for r in journal.read("old")] == old + more
         assert await journal.checkpoints("old") == [more[0], more[2]]
         assert (await journal.check_storage()).ok
+
+
+async def test_a_version_4_schema_gains_writers_from_the_next_append(postgres_url: str) -> None:
+    async with open_journal(postgres_url) as journal:
+        lease = await journal.acquire("s", "host-a", ttl=60, create=True)
+        written = await journal.append(lease, [_draft("x-1"), _draft("x-2")], expected_seq=0)
+    await trio.to_thread.run_sync(to_version_4_postgres, postgres_url)
+    async with open_journal(postgres_url) as journal:
+        assert [r async for r in journal.read("s")] == written
+        assert await journal.writers("s") == []
+        # The lease taken before the upgrade still writes, now attributed.
+        await journal.append(lease, [_draft("x-3")], expected_seq=2)
+        assert await journal.writers("s") == [
+            WriterSpan(first_seq=3, incarnation=lease.incarnation, owner="host-a")
+        ]
+    rows = await trio.to_thread.run_sync(
+        _sql, postgres_url, "SELECT value FROM loopruntime_meta WHERE key = 'schema_version'"
+    )
+    assert rows == [(str(SCHEMA_VERSION),)]
 
 
 async def test_a_version_2_schema_keeps_its_chain_and_chains_new_records_whole(

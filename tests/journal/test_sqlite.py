@@ -26,6 +26,7 @@ from journal import (
     NotAJournalError,
     Record,
     SessionLease,
+    WriterSpan,
     check_existing_journal,
     open_journal,
 )
@@ -36,7 +37,11 @@ from journal.sqlite import reading as sqlite_reading
 from journal.sqlite import schema as sqlite_schema
 from journal.sqlite.writer import Writer as _Writer
 from tests.support.damage import damage_record, edit_record
-from tests.support.old_journal import to_version_1_sqlite, to_version_2_sqlite
+from tests.support.old_journal import (
+    to_version_1_sqlite,
+    to_version_2_sqlite,
+    to_version_4_sqlite,
+)
 
 from .contract import checkpoint, drafts, notice, read_all
 
@@ -254,6 +259,29 @@ async def test_a_version_1_file_is_upgraded_on_open(tmp_path: Path) -> None:
     async with open_journal(url(path)) as journal:
         assert await journal.checkpoints("s") == more[:1]
         assert await read_all(journal, "s") == old + more
+    assert _raw_schema_version(path) == str(SCHEMA_VERSION)
+
+
+async def test_a_version_4_file_gains_writers_from_its_next_append(tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
+    async with open_journal(url(path)) as journal:
+        lease = await journal.acquire("s", "host-a", ttl=60, create=True)
+        written = await journal.append(lease, drafts("x", 2), expected_seq=0)
+    to_version_4_sqlite(path)
+    assert _raw_schema_version(path) == "4"
+    # A reader that must not write reads it as it is: nothing attributed.
+    async with open_journal(url(path), readonly=True) as journal:
+        assert await journal.writers("s") == []
+    assert _raw_schema_version(path) == "4"
+    async with open_journal(url(path)) as journal:
+        assert await read_all(journal, "s") == written
+        assert await journal.writers("s") == []
+        # The lease taken before the upgrade still writes: its span starts
+        # at its first append after it.
+        await journal.append(lease, drafts("y", 1), expected_seq=2)
+        assert await journal.writers("s") == [
+            WriterSpan(first_seq=3, incarnation=lease.incarnation, owner="host-a")
+        ]
     assert _raw_schema_version(path) == str(SCHEMA_VERSION)
 
 

@@ -1,12 +1,15 @@
 """Journals as older schema versions stored them, made from journals written today.
 
-Schema 3 had no blob table (``journal.blobs``) and stored every record
-whole.  Schema 2 also chained each record's event bytes alone (``codec.chain_body``) and
-had no ``chain_rule`` table; schema 1 also had no checkpoint index.  The
+Schema 4 had no writers table (``Journal.writers``).  Schema 3 also had no
+blob table (``journal.blobs``) and stored every record whole.  Schema 2
+also chained each record's event bytes alone (``codec.chain_body``) and had
+no ``chain_rule`` table; schema 1 also had no checkpoint index.  The
 event bytes, the columns and every other table are the same, so rewriting a
 journal written by today's code this way gives exactly the rows version-2
 (or version-1) code would have stored for the same appends:
 
+* ``to_version_4_sqlite`` / ``to_version_4_postgres``: the writers table
+  dropped (what it held was never stored by version 4), ``schema_version`` 4;
 * ``to_version_3_sqlite`` / ``to_version_3_postgres``: the (empty) blob
   table dropped, ``schema_version`` 3 (a journal holding blobs is refused:
   no older code could have written it);
@@ -36,6 +39,8 @@ __all__ = [
     "to_version_2_sqlite",
     "to_version_3_postgres",
     "to_version_3_sqlite",
+    "to_version_4_postgres",
+    "to_version_4_sqlite",
 ]
 
 
@@ -49,7 +54,19 @@ def _rechained(rows: list[tuple[str, int, bytes]]) -> dict[tuple[str, int], byte
     return digests
 
 
+def to_version_4_sqlite(path: Path) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DROP TABLE writers")
+        conn.execute("UPDATE journal_meta SET value = '4' WHERE key = 'schema_version'")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
 def to_version_3_sqlite(path: Path) -> None:
+    to_version_4_sqlite(path)
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
@@ -92,7 +109,16 @@ def to_version_1_sqlite(path: Path) -> None:
         conn.close()
 
 
+def to_version_4_postgres(url: str) -> None:
+    with psycopg.connect(url) as conn, conn.transaction():
+        conn.execute("DROP TRIGGER loopruntime_note_writers ON loopruntime_records")
+        conn.execute("DROP FUNCTION loopruntime_note_writers()")
+        conn.execute("DROP TABLE loopruntime_writers")
+        conn.execute("UPDATE loopruntime_meta SET value = '4' WHERE key = 'schema_version'")
+
+
 def to_version_3_postgres(url: str) -> None:
+    to_version_4_postgres(url)
     with psycopg.connect(url) as conn, conn.transaction():
         row = conn.execute("SELECT count(*) FROM loopruntime_blobs").fetchone()
         assert row is not None and row[0] == 0

@@ -29,15 +29,19 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 
 __all__ = [
     "ENSURE_SCRIPT",
+    "RestartableServer",
     "ServerUnavailable",
+    "ShutdownMode",
     "find_bindir",
     "isolated_schema",
+    "restartable_server",
     "temporary_server",
     "with_search_path",
 ]
@@ -173,25 +177,50 @@ class _Cluster:
         last = ""
         for _ in range(5):
             self.port = _free_port()
-            command, switches_user = self._server_command()
-            uid, gid, groups = (None, None, None) if switches_user else self._identity()
-            with open(self.log, "ab") as log:
-                self.process = subprocess.Popen(
-                    command,
-                    cwd=self.root,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=self._env(),
-                    user=uid,
-                    group=gid,
-                    extra_groups=groups,
-                )
-            if self._wait_ready():
+            if self._launch():
                 return
             # Most likely another process took the port first: try another.
             last = self.log.read_text(errors="replace")
         raise ServerUnavailable(f"postgres did not start:\n{last}")
+
+    def _launch(self) -> bool:
+        """Run the server on ``self.port``; True once it accepts connections."""
+        command, switches_user = self._server_command()
+        uid, gid, groups = (None, None, None) if switches_user else self._identity()
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                cwd=self.root,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._env(),
+                user=uid,
+                group=gid,
+                extra_groups=groups,
+            )
+        return self._wait_ready()
+
+    def shut_down(self, mode: ShutdownMode) -> None:
+        """Stop the server as ``pg_ctl stop -m MODE`` does: ``fast`` (SIGINT:
+        sessions ended, a checkpoint written) or ``immediate`` (SIGQUIT: no
+        checkpoint, crash recovery at the next start)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGINT if mode == "fast" else signal.SIGQUIT)
+        self.process.wait(timeout=60)
+        self.process = None
+
+    def restart(self, mode: ShutdownMode) -> None:
+        """``shut_down``, then start again on the same port (``pg_ctl restart -m MODE``)."""
+        self.shut_down(mode)
+        self.start_again()
+
+    def start_again(self) -> None:
+        """Start a server that was shut down, on the port it had."""
+        if not self._launch():
+            raise ServerUnavailable(
+                f"postgres did not start again:\n{self.log.read_text(errors='replace')}"
+            )
 
     def _wait_ready(self) -> bool:
         """True once the server accepts connections; False if it exited."""
@@ -224,6 +253,41 @@ class _Cluster:
         return f"postgresql://{_SUPERUSER}@127.0.0.1:{self.port}/postgres"
 
 
+ShutdownMode = Literal["fast", "immediate"]
+
+
+class RestartableServer:
+    """A throwaway server of one test module's own, which it may stop and start.
+
+    Start it again (``start_again``, ``restart``) from the main thread, never
+    from a worker thread: the parent-death signal the server gets follows the
+    thread that started it, so a server started by a worker thread is shut
+    down when that thread ends (trio ends idle ones after a few seconds)."""
+
+    def __init__(self, cluster: _Cluster) -> None:
+        self._cluster = cluster
+        self.dsn = cluster.dsn
+
+    def shut_down(self, mode: ShutdownMode) -> None:
+        self._cluster.shut_down(mode)
+
+    def start_again(self) -> None:
+        self._cluster.start_again()
+
+    def restart(self, mode: ShutdownMode) -> None:
+        self._cluster.restart(mode)
+
+
+@contextlib.contextmanager
+def restartable_server() -> Iterator[RestartableServer]:
+    """Like ``temporary_server``, yielding the server itself (not only its URL),
+    for tests of what a restart does; never a shared server."""
+    # A process crash (``immediate``) keeps what the OS was handed, so fsync
+    # may stay off; but commits must reach the WAL before they return.
+    with _cluster(durable=False, settings={"synchronous_commit": "on"}) as cluster:
+        yield RestartableServer(cluster)
+
+
 @contextlib.contextmanager
 def temporary_server(*, durable: bool = False) -> Iterator[str]:
     """Run a throwaway PostgreSQL server; yield its URL; stop and delete it on exit.
@@ -234,6 +298,12 @@ def temporary_server(*, durable: bool = False) -> Iterator[str]:
     Raises ``ServerUnavailable`` when the binaries are missing or the server
     does not start (the message includes the server log).
     """
+    with _cluster(durable=durable) as cluster:
+        yield cluster.dsn
+
+
+@contextlib.contextmanager
+def _cluster(*, durable: bool, settings: dict[str, str] | None = None) -> Iterator[_Cluster]:
     bindir = find_bindir()
     if bindir is None:
         raise ServerUnavailable(
@@ -241,16 +311,17 @@ def temporary_server(*, durable: bool = False) -> Iterator[str]:
             "scripts/ensure-postgres (as root it installs them), install the 'postgresql' "
             "package, or set LOOPRUNTIME_TEST_PG_DSN=postgresql://user@host:port/db"
         )
-    settings = {"max_connections": "200"}
+    chosen = {"max_connections": "200"}
     if not durable:
-        settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+        chosen |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+    chosen |= settings or {}
     root = Path(tempfile.mkdtemp(prefix="loopruntime-pg-"))
-    cluster = _Cluster(bindir, root, settings)
+    cluster = _Cluster(bindir, root, chosen)
     try:
         cluster.init()
         cluster.start()
         try:
-            yield cluster.dsn
+            yield cluster
         finally:
             cluster.stop()
     finally:

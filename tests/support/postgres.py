@@ -18,12 +18,19 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import NoReturn
 
 import pytest
 
-from .pgserver import ServerUnavailable, isolated_schema, temporary_server
+from .pgserver import (
+    RestartableServer,
+    ServerUnavailable,
+    isolated_schema,
+    restartable_server,
+    temporary_server,
+)
 
-__all__ = ["postgres_dsn", "postgres_url"]
+__all__ = ["postgres_dsn", "postgres_url", "restartable_postgres"]
 
 DSN_ENV = "LOOPRUNTIME_TEST_PG_DSN"
 
@@ -39,15 +46,32 @@ def postgres_dsn() -> Iterator[str]:
         try:
             dsn = stack.enter_context(temporary_server())
         except ServerUnavailable as exc:
-            if os.environ.get("CI"):
-                pytest.fail(
-                    f"CI is set but no PostgreSQL server could be started: {exc}\n"
-                    "CI must run the Postgres suite: scripts/ensure-postgres installs the "
-                    f"server package, or set {DSN_ENV}.",
-                    pytrace=False,
-                )
-            pytest.skip(f"PostgreSQL tests skipped: {exc}")
+            _no_server(exc)
         yield dsn
+
+
+def _no_server(exc: ServerUnavailable) -> NoReturn:
+    if os.environ.get("CI"):
+        pytest.fail(
+            f"CI is set but no PostgreSQL server could be started: {exc}\n"
+            "CI must run the Postgres suite: scripts/ensure-postgres installs the "
+            f"server package, or set {DSN_ENV}.",
+            pytrace=False,
+        )
+    pytest.skip(f"PostgreSQL tests skipped: {exc}")
+
+
+@pytest.fixture(scope="module")
+def restartable_postgres() -> Iterator[RestartableServer]:
+    """A server of the test module's own, which its tests stop and start
+    (always started from the installed binaries, even when ``DSN_ENV`` names
+    a shared server: that one is never restarted).  Each test leaves it running."""
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(restartable_server())
+        except ServerUnavailable as exc:
+            _no_server(exc)
+        yield server
 
 
 @pytest.fixture
