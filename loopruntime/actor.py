@@ -1,24 +1,19 @@
-"""The Loop actor: one trio task owning one agent loop.
+"""The Loop actor: the one task that owns a loop's state and changes its phase.
 
-It takes commands from its mailbox (Interrupt and Shutdown first).  A turn
-runs under its own cancel scope, in the actor's own task once the mailbox is
-empty: the actor parks as data meanwhile, so a command arriving during the
-turn starts another stretch of the actor (a task of its own) while the turn
-runs on.  The turn's task takes the turn's end itself when no stretch runs
-by then.  With nothing left to do the actor parks as data (no task, nursery
-or cancel scope: an idle loop's memory) and its mailbox starts it again when
-an item arrives.  The loop's other tasks (a turn started while commands
-wait, a compaction, a stream flush) run in the nursery the actor runs in.
-Workers (turn, batch, compaction, delegation) get the ``Loop`` through the
-narrow ports of ``ports.py``, which it implements.
+Rules:
+- State changes only through ``LoopHost.commit``: the host appends, folds each
+  durable record into ``Loop.state`` in seq order, publishes, then returns.
+- The loop's phase (``lifecycle.Phase``) and the actor's presence
+  (``lifecycle.Actor``) change only by a step of their tables (``_step``,
+  ``_move``); nothing else says whether a turn or a compaction runs.
+- One handler per command (``_on_*``); ``_handle`` only dispatches.
+- A turn is stopped by handing it a ``TurnStop``; it returns a ``TurnResult``.
+- Workers (turn, batch, compaction, delegation) get the loop through the ports
+  of ``ports.py``, never the actor.
+- The module is one piece: it is the one task owning the loop's fields, and
+  its handlers, lifecycle steps and ports all read and change them.
 
-State changes only through ``LoopHost.commit``: the host appends the events,
-folds each durable record into ``Loop.state`` (``Loop.apply``) in seq order,
-publishes them, and only then returns to the caller.
-
-The module is one piece on purpose: it is the one task that owns a loop's
-state, and its command dispatch, turn lifecycle and port methods all read and
-change that state; split, each part would need the others' private fields.
+``docs/architecture.md`` ("The loop's lifecycle") tells the whole life.
 """
 
 from __future__ import annotations
@@ -88,6 +83,7 @@ from .errors import (
 from .flushing import FlushClock, Ticket
 from .ids import new_id
 from .keys import command_digest, command_name, repeat_of
+from .lifecycle import TRANSITIONS, Actor, ActorStep, Phase, Step, advance, move
 from .mailbox import Mailbox
 from .model import Delta
 from .permits import Admission, Outside, Permits, Working
@@ -97,7 +93,7 @@ from .relisting import relisting_events
 from .state import LoopState, copy_state, fold, shed_empty
 from .tools import Tool
 from .toolsets import Toolsets
-from .turn import TurnRunner
+from .turn import TurnResult, TurnRunner, TurnStop
 
 __all__ = ["Loop", "LoopHost"]
 
@@ -154,14 +150,17 @@ class LoopHost(Protocol):
 
 
 class _TurnDone:
-    """Internal: the turn task finished."""
+    """Internal: the turn task finished, with ``result``."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: TurnResult | None) -> None:
+        self.result = result
+        """None: the turn's run raised (the loop is closing)."""
 
 
 class _CompactionDone:
     """Internal: a compaction attempt finished."""
-
-
-_TURN_DONE = _TurnDone()
 
 
 _NO_TOOLSETS = Toolsets()
@@ -177,12 +176,11 @@ class Loop:
     # with the class's other instances and costs about 1.6 KB per loop.
     __slots__ = (
         "_active",
+        "_actor",
         "_admission",
         "_answers",
         "_auto_tried_at",
         "_awaited",
-        "_cancel_on_start",
-        "_compacting",
         "_compaction_principals",
         "_compaction_scope",
         "_creator",
@@ -192,16 +190,13 @@ class Loop:
         "_holding",
         "_home",
         "_mailbox",
-        "_parked",
         "_pending_compactions",
+        "_phase",
         "_quiet",
         "_start_cause",
-        "_stopped",
-        "_stopping",
         "_tasks",
+        "_turn",
         "_turn_finished",
-        "_turn_scope",
-        "_turn_task_running",
         "definition",
         "forms",
         "host",
@@ -209,9 +204,6 @@ class Loop:
         "parent",
         "requests",
         "state",
-        "stop_cause",
-        "stop_principal",
-        "stop_reason",
         "toolsets",
     )
 
@@ -237,16 +229,16 @@ class Loop:
         self.host = host
         self.state = state if state is not None else LoopState()
         self._mailbox = Mailbox(mailbox_capacity, self._arrived)
-        self._parked = False
-        """No task serves the mailbox: the next item in it starts one (a turn
-        may be running meanwhile, in the task that parked)."""
+        self._phase = Phase.IDLE
+        self._actor = Actor.SERVING
+        """``Actor.PARKED``: the next item in the mailbox starts a task."""
         self._home: trio.Nursery | None = None
         """The nursery ``run`` ran in, where a parked actor starts again."""
         self._tasks: trio.Nursery
         """Where the loop's other tasks start: ``_home``, or for a loop with MCP
         servers (which keeps its task) the actor's own nursery."""
-        self._turn_task_running = False
-        self._turn_scope: trio.CancelScope | None = None
+        self._turn: TurnRunner | None = None
+        """The open turn this process runs (due or running; ``Phase.TURN``)."""
         self._turn_finished: trio.Event | None = None
         """Set when the running turn has finished (made by the first waiter)."""
         self._due: TurnRunner | None = None
@@ -265,26 +257,12 @@ class Loop:
         self._quiet: trio.lowlevel.ParkingLot | None = None
         """Where ``wait_settled`` and ``wait_quiescent`` wait (made by the
         first waiter; a parked loop drops it when nobody waits)."""
-        self._stopping = False
-        self._stopped = False
-        """The actor has exited (its waiters park on ``_quiet``, woken then)."""
-        self.stop_reason = "interrupted"
-        """Why the running turn is being stopped (read by its settlement):
-        "interrupted", "shutdown", or "detached" (left open, not settled)."""
-        self.stop_cause: str | None = None
-        """Id of the record of the command stopping the turn (a keyed
-        interrupt's), the cause of the settlement; None: the turn's own."""
-        self.stop_principal: str | None = None
-        """Who asked for the interrupt stopping the turn (its ``turn.ended``
-        records it)."""
         self._compaction_principals: dict[str, str] = {}
         """attempt id -> who asked for that compaction (this process only)."""
-        self._cancel_on_start = False
         self._flush: Ticket | None = None
         """The pending flush's entry in the run's ``FlushClock`` (None: none)."""
         self._flushes: Callable[[], Awaitable[None]] | None = None
         """What that flush runs."""
-        self._compacting = False
         self._compaction_scope: trio.CancelScope | None = None
         """The running compaction's scope (cancelled when the loop stops)."""
         # Keyed requests the journal holds and no compaction started yet
@@ -296,6 +274,24 @@ class Loop:
         self._auto_tried_at = -1
         self.requests = RequestBuilder()
         self.toolsets = Toolsets(definition.toolsets) if definition.toolsets else _NO_TOOLSETS
+
+    # -- the lifecycle (lifecycle.py) -------------------------------------------
+
+    @property
+    def phase(self) -> Phase:
+        """What works on the loop's context now (``lifecycle.Phase``)."""
+        return self._phase
+
+    @property
+    def parked(self) -> bool:
+        """No task serves the loop's mailbox (``lifecycle.Actor.PARKED``)."""
+        return self._actor is Actor.PARKED
+
+    def _step(self, step: Step) -> None:
+        self._phase = advance(self._phase, step, self.id)
+
+    def _move(self, step: ActorStep) -> None:
+        self._actor = move(self._actor, step, self.id)
 
     # -- plumbing used by the host, and the ports the workers get (ports.py) ------
 
@@ -452,7 +448,7 @@ class Loop:
     async def wait_settled(self) -> None:
         """Wait until the loop has run its input and has no turn open (or has
         stopped): what a parent waits for on a foreground child."""
-        while not self._stopped and not self.settled:
+        while self._phase is not Phase.STOPPED and not self.settled:
             await self._wait_quiet_change()
 
     @property
@@ -469,7 +465,7 @@ class Loop:
             pass
 
     async def wait_quiescent(self) -> None:
-        while not self.quiescent and not self._stopped:
+        while not self.quiescent and self._phase is not Phase.STOPPED:
             await self._wait_quiet_change()
 
     # -- the public side -------------------------------------------------------
@@ -529,7 +525,7 @@ class Loop:
         except BaseException:
             self._close_down()
             raise
-        self._parked = True
+        self._move(ActorStep.PARK)
         self._mailbox.release()
         shed_empty(self.state)
         if len(self._mailbox):
@@ -649,22 +645,23 @@ class Loop:
                 else:
                     # Run here, the actor parked meanwhile: a command arriving
                     # starts another stretch, as at an idle loop.
-                    self._parked = True
+                    self._move(ActorStep.PARK)
                     mailbox.release()
+                    result = None
                     try:
-                        await runner.run()
+                        result = await runner.run()
                     finally:
-                        held = self._turn_ended(here=True)
+                        held = self._turn_ended(result, here=True)
                     if not held:
                         return False  # another stretch is the actor now
                     # No other stretch ran at the turn's end: this task takes
                     # it, the turn's busy count carried over.
-                    command = _TURN_DONE
+                    command = _TurnDone(result)
             if command is None:
-                if parks and not self._stopping:
+                if parks and self._phase is not Phase.STOPPING:
                     # Decided and marked in one step: an item arriving from
                     # now on starts the actor again (``_arrived``).
-                    self._parked = True
+                    self._move(ActorStep.PARK)
                     mailbox.release()
                     if self._idle():
                         shed_empty(self.state)
@@ -679,12 +676,11 @@ class Loop:
             try:
                 if isinstance(command, _TurnDone):
                     self.forms.release_all()
-                    await self._after_turn()
+                    await self._after_turn(command.result)
                     continue
                 if isinstance(command, _CompactionDone):
                     self._maybe_compact()
-                    if not self._compacting:
-                        await self._resume()
+                    await self._resume()
                     continue
                 try:
                     await self._handle(command)
@@ -704,12 +700,7 @@ class Loop:
     def _idle(self) -> bool:
         """No turn or compaction runs, nothing counts itself busy and no
         answer is held: a parked loop may shed its empty containers."""
-        return (
-            not self._turn_task_running
-            and not self._compacting
-            and self._active == 0
-            and not self.forms.holding
-        )
+        return self._phase is Phase.IDLE and self._active == 0 and not self.forms.holding
 
     def _start_task(self, work: Callable[..., Awaitable[Any]], *args: Any) -> None:
         self._tasks.start_soon(self._guarded, work, *args)
@@ -726,18 +717,18 @@ class Loop:
 
     def _arrived(self) -> None:
         """An item is in the mailbox: a parked actor starts again."""
-        if not self._parked:
+        if self._actor is not Actor.PARKED:
             return
         assert self._home is not None
-        self._parked = False
         try:
             self._home.start_soon(self._act, None)
         except RuntimeError:
             # The nursery the loop ran in is closed (its session ended
             # while the loop was parked): the loop is stopped, and the item
             # is refused like any sent to a stopped loop.
-            self._parked = True
             self._close_down()
+            return
+        self._move(ActorStep.WAKE)
 
     def _close_down(self) -> None:
         """The loop stopped: everything still waiting on it is refused."""
@@ -746,7 +737,7 @@ class Loop:
                 item.reply.fail(closed_error(self.id))
         self._answers.fail_all(closed_error(self.id))
         self.forms.fail_all(closed_error(self.id))
-        self._stopped = True
+        self._step(Step.CLOSE)
         self._quiet_changed()
 
     async def _handle(self, command: Command) -> None:
@@ -896,22 +887,17 @@ class Loop:
                 command.reply.set(command.attempt_id)
                 self._maybe_compact()
             case Interrupt():
-                stopping = self._turn_task_running
-                self.stop_cause = await self._commit_command(command, [], stopping)
-                self.stop_principal = command.principal
-                try:
-                    command.reply.set(await self._stop_turn(reason="interrupted"))
-                finally:
-                    self.stop_cause = self.stop_principal = None
+                stopping = self._turn is not None
+                cause = await self._commit_command(command, [], stopping)
+                stop = TurnStop("interrupted", cause, command.principal)
+                command.reply.set(await self._stop_turn(stop))
             case Shutdown():
-                self._stopping = True
-                if not command.final and self._waits_only_on_people():
-                    # Nothing is lost by leaving the turn open: every gate
-                    # stays answerable after a restore, so a pending approval
-                    # or question outlives a deploy's restart.
-                    await self._stop_turn(reason="detached")
-                else:
-                    await self._stop_turn(reason="shutdown")
+                # Nothing is lost by leaving a turn open that only waits on
+                # people: every gate stays answerable after a restore, so a
+                # pending approval or question outlives a deploy's restart.
+                detach = not command.final and self._waits_only_on_people()
+                self._step(Step.SHUT_DOWN)
+                await self._stop_turn(TurnStop("detached" if detach else "shutdown"))
                 if command.final and not state.stopped:
                     await self.commit([LoopStopped(reason="finished")], cause=command.cause)
                 command.reply.set(True)
@@ -960,9 +946,7 @@ class Loop:
         be queued counts as queued)."""
         state = self.state
         return not (
-            self._turn_task_running
-            or self._stopping
-            or self._compacting
+            self._phase is not Phase.IDLE
             or state.turn_open
             or state.stopped
             or state.gates
@@ -1026,11 +1010,12 @@ class Loop:
         return True
 
     def _maybe_compact(self) -> None:
-        """Start the next requested compaction if nothing works on the context."""
-        if self._compacting or not self._pending_compactions:
+        """Start the next requested compaction if nothing works on the context
+        (no turn, or one that waits on a person)."""
+        phase = self._phase
+        if not self._pending_compactions or Step.START_COMPACTION not in TRANSITIONS[phase]:
             return
-        parked = bool(self.state.gates)  # the turn waits on a person
-        if self._turn_task_running and not parked:
+        if phase is Phase.TURN and not self.state.gates:
             return
         (attempt_id, cause), *rest = self._pending_compactions
         self._pending_compactions = tuple(rest)
@@ -1051,39 +1036,40 @@ class Loop:
                     )
             finally:
                 self._compaction_scope = None
-                self._compacting = False
+                self._step(Step.END_COMPACTION)
                 if not self._mailbox.closed:
                     self._mailbox.send_priority(_CompactionDone())
                 self.busy(-1)
                 permits.leave(self)
 
-        self._compacting = True
+        self._step(Step.START_COMPACTION)
         self.busy(+1)
         self._start_task(run)
 
     def _spawn_turn(self) -> None:
         """Start a turn: it runs once the actor has taken every command
         waiting (``_serve``)."""
-        self._turn_task_running = True
+        self._step(Step.START_TURN)
         self.busy(+1)
-        self._due = TurnRunner(self)
+        self._turn = self._due = TurnRunner(self)
 
     async def _turn_task(self, runner: TurnRunner) -> None:
         """A turn in a task of its own (started while commands waited, or in
         a loop that keeps its actor's task)."""
+        result = None
         try:
-            await runner.run()
+            result = await runner.run()
         finally:
-            self._turn_ended(here=False)
+            self._turn_ended(result, here=False)
             Permits.of_this_run().leave(self)
 
-    def _turn_ended(self, *, here: bool) -> bool:
-        """The turn has finished: hand its end to the actor (``_TurnDone``).
+    def _turn_ended(self, result: TurnResult | None, *, here: bool) -> bool:
+        """The turn has finished: hand ``result`` to the actor (``_TurnDone``).
         Run ``here`` (in a stretch of the actor that parked for it) with no
         stretch running now: True, and the caller takes the end itself, still
         counted busy (nobody sees the loop quiet in between)."""
-        self._turn_task_running = False
-        self._turn_scope = None
+        self._step(Step.END_TURN)
+        self._turn = None
         # Set and dropped: a waiter holds its own reference.
         finished, self._turn_finished = self._turn_finished, None
         if finished is not None:
@@ -1091,12 +1077,12 @@ class Loop:
         if self._mailbox.closed:
             self.busy(-1)
             return False
-        if here and self._parked:
+        if here and self._actor is Actor.PARKED:
             # Parked with an empty mailbox (an item would have started a
             # stretch): nothing else is the actor.
-            self._parked = False
+            self._move(ActorStep.WAKE)
             return True
-        self._mailbox.send_priority(_TURN_DONE)
+        self._mailbox.send_priority(_TurnDone(result))
         self.busy(-1)
         return False
 
@@ -1104,7 +1090,7 @@ class Loop:
         """Continue after start or restore: an open turn with nothing unknown
         resumes where its records left it; otherwise queued input may start."""
         state = self.state
-        if self._turn_task_running or self._stopping or self._compacting:
+        if self._phase is not Phase.IDLE:
             return
         if state.turn_open:
             if not state.unknown:
@@ -1112,26 +1098,24 @@ class Loop:
             return
         await self._maybe_start_turn()
 
-    async def _after_turn(self) -> None:
+    async def _after_turn(self, result: TurnResult | None) -> None:
         self._maybe_compact()
-        state = self.state
-        if state.last_outcome in ("completed", "limit", "crashed", "invalid_output") or (
+        outcome = None if result is None else result.outcome
+        if outcome in ("completed", "limit", "crashed", "invalid_output") or (
             # A person's input that the interrupt left queued was typed to be
             # answered: it starts the next turn once the interrupt settled.
             # Steering alone was for the turn that was stopped: it waits.
-            state.last_outcome == "interrupted" and state.queued
+            outcome == "interrupted" and self.state.queued
         ):
             await self._maybe_start_turn()
 
-    async def _stop_turn(self, *, reason: str) -> bool:
-        """Cancel the running turn and wait until it has settled its records."""
-        if not self._turn_task_running:
+    async def _stop_turn(self, stop: TurnStop) -> bool:
+        """Stop the open turn and wait until it has settled its records
+        (False: no turn was open)."""
+        turn = self._turn
+        if turn is None:
             return False
-        self.stop_reason = reason
-        if self._turn_scope is not None:
-            self._turn_scope.cancel()
-        else:
-            self._cancel_on_start = True
+        turn.stop(stop)
         if self._turn_finished is None:
             self._turn_finished = trio.Event()
         # Its settling may wait on other loops (a child interrupted): the
@@ -1146,7 +1130,7 @@ class Loop:
         questions asked by resumable tools (re-entered with the answer).  No
         model call is open and no other tool runs."""
         state = self.state
-        if not self._turn_task_running or not state.gates or state.open_call is not None:
+        if self._turn is None or not state.gates or state.open_call is not None:
             return False
         # A question is only ever asked from inside a running call, so checking
         # the running calls covers every question gate too.
@@ -1156,9 +1140,3 @@ class Loop:
             if execution_id not in asking or tool is None or not tool.resumable:
                 return False
         return True
-
-    def enter_turn_scope(self, scope: trio.CancelScope) -> None:
-        self._turn_scope = scope
-        if self._cancel_on_start:
-            self._cancel_on_start = False
-            scope.cancel()

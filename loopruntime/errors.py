@@ -10,6 +10,7 @@ __all__ = [
     "GuardFailedError",
     "IdempotencyKeyError",
     "InvalidAnswerError",
+    "LifecycleError",
     "LoopClosedError",
     "LoopError",
     "ModeNotFoundError",
@@ -112,6 +113,24 @@ class GuardFailedError(LoopError):
     """A guarded commit was not appended: its precondition no longer held."""
 
     code = "commit.guard_failed"
+
+
+class LifecycleError(LoopError):
+    """A loop was asked to take a step its phase does not allow (a bug in the
+    actor, never a caller's mistake): ``phase`` and ``step`` name both."""
+
+    code = "loop.illegal_transition"
+
+    def __init__(self, phase: str, step: str, loop_id: str = "") -> None:
+        where = f"loop {loop_id}" if loop_id else "a loop"
+        super().__init__(
+            f"{where} in phase {phase!r} cannot take step {step!r} "
+            "(loopruntime.lifecycle.TRANSITIONS lists what each phase allows); "
+            "this is a bug in loopruntime: please report it with the log"
+        )
+        self.phase = phase
+        self.step = step
+        self.loop_id = loop_id
 
 
 class OutsideToolCallError(LoopError):

@@ -51,6 +51,7 @@ from journal.events import (
     ModelMessageCommitted,
     ModelOutput,
     Notice,
+    Outcome,
     Provenance,
     SessionLevelEvent,
     SteerApplied,
@@ -177,7 +178,7 @@ class LoopState(msgspec.Struct, kw_only=True):
     last_output: Any = None
     """The typed answer of the last turn, as plain data (``turn.ended``
     ``output``); None when it gave none."""
-    last_outcome: str | None = None
+    last_outcome: Outcome | None = None
     last_failure: str = ""
     """Why the last turn did not complete (its ``turn.ended`` detail, e.g. the
     provider's error); empty after a completed turn."""

@@ -26,7 +26,7 @@ the call (as after a restore).
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 import trio
@@ -40,6 +40,7 @@ from journal.events import (
     ModelCallStarted,
     ModelMessageCommitted,
     ModelOutput,
+    Outcome,
     SteerApplied,
     TurnEnded,
 )
@@ -58,7 +59,7 @@ from .redaction import journaled_message, secret_piece
 from .settling import queue_consequences, reply_cut_short, settle_turn_events
 from .state import LoopState
 
-__all__ = ["FLUSH_INTERVAL", "TurnRunner"]
+__all__ = ["FLUSH_INTERVAL", "StopReason", "TurnResult", "TurnRunner", "TurnStop"]
 
 # Exact types: ``isinstance`` on the union pays a slow check per member it fails.
 _PIECES = frozenset(Piece.__args__)
@@ -69,6 +70,30 @@ FLUSH_INTERVAL = 0.25
 
 class _End(Exception):
     """Internal: the turn has ended (its turn.ended is committed)."""
+
+
+StopReason = Literal["interrupted", "shutdown", "detached"]
+"""Why a turn is stopped: a person's interrupt, a shutdown, or a shutdown
+that leaves the turn open as the journal holds it (it only waited on people)."""
+
+
+class TurnStop(NamedTuple):
+    """What the loop hands a turn it stops (``TurnRunner.stop``)."""
+
+    reason: StopReason
+    cause: str | None = None
+    """Id of the record of the command stopping the turn (its settlement's
+    cause); None: the turn's own record."""
+    principal: str | None = None
+    """Who asked for the interrupt (its ``turn.ended`` records it)."""
+
+
+class TurnResult(NamedTuple):
+    """How a turn's run ended, returned by ``TurnRunner.run``."""
+
+    outcome: Outcome | None
+    """The outcome its ``turn.ended`` committed; None: the turn is still open
+    (it waits for an unknown outcome to be resolved, or was detached)."""
 
 
 class TurnRunner:
@@ -83,6 +108,8 @@ class TurnRunner:
         self._log: Any = None
         self.parked = False
         """The turn waits for the host to resolve an unknown outcome."""
+        self._scope: trio.CancelScope | None = None
+        self._stop: TurnStop | None = None
         every = loop.definition.hooks
         self.before_model = [h for h in every if h.point == "before_model"]
         self.turn_end = [h for h in every if h.point == "turn_end"]
@@ -102,34 +129,45 @@ class TurnRunner:
             self._log = self.loop.log.bind(turn=self.loop.state.turn_index)
         return self._log
 
-    async def run(self) -> None:
+    def stop(self, stop: TurnStop) -> None:
+        """Stop the turn (now, or as soon as it starts running); its settlement
+        commits what ``stop`` says.  ``run`` returns once it has settled."""
+        self._stop = stop
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def run(self) -> TurnResult:
         timeout = self.resolved.limits.turn_timeout
         with trio.CancelScope() as scope:
-            self.loop.enter_turn_scope(scope)
+            self._scope = scope
+            if self._stop is not None:
+                scope.cancel()
             with deadlines.timer(timeout) as clock:
                 try:
                     await self._steps()
                 except _End:
                     pass
+        self._scope = None
+        stop = self._stop or TurnStop("interrupted")
         if not self.state.turn_open or self.parked:
             pass
         elif clock.passed and not scope.cancel_called:
             assert timeout is not None
             self.log.warning("turn_deadline_passed", seconds=timeout)
             await self.loop.commit(self._settle_deadline(timeout), cause=self.state.turn_record)
-        elif self.loop.stop_reason != "detached":
+        elif stop.reason != "detached":
             # Cancelled (interrupt or shutdown): settle outside the cancelled
             # scope.  A turn detached by a shutdown while it waited only on
             # people is left open as the journal holds it, for restore.
-            reason = self.loop.stop_reason
             await self.loop.commit(
-                stamped_end(self._settle_interrupted(reason), self.loop.stop_principal),
-                cause=self.loop.stop_cause or self.state.turn_record,
+                stamped_end(self._settle_interrupted(stop.reason), stop.principal),
+                cause=stop.cause or self.state.turn_record,
             )
         if self.turn_end and not self.state.turn_open:
             await self._turn_end_hooks()
         if self.loop.logs(logging.DEBUG):
             self.log.debug("turn_finished", outcome=self.state.last_outcome, parked=self.parked)
+        return TurnResult(None if self.state.turn_open else self.state.last_outcome)
 
     async def _turn_end_hooks(self) -> None:
         """The turn has ended: its hooks see the outcome and change nothing

@@ -31,7 +31,7 @@ PUBLIC = {
         "hook", "Hook", "AddContext", "StopTurn", "Deny", "Rewrite", "ReplaceResult",
         "BeforeModel", "BeforeTool", "AfterTool", "TurnEnd",
         "classifier", "Classifier", "PermissionRequest", "Review",
-        "limit_working_loops",
+        "limit_working_loops", "Phase", "LifecycleError",
     },
     "loopruntime.host": {
         "AnswerGate", "CancelQueuedInput", "ChangeMode", "Compact", "DecideGate", "Interrupt",
