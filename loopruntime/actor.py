@@ -29,6 +29,7 @@ from journal.content import Message, Text
 from journal.events import (
     ChildFinished,
     CommandKeyed,
+    CompactionTrigger,
     Event,
     GateResolved,
     InputCancelled,
@@ -80,17 +81,17 @@ from .errors import (
     QueueFullError,
     UnknownCommandError,
 )
-from .flushing import FlushClock, Ticket
 from .ids import new_id
 from .keys import command_digest, command_name, repeat_of
 from .lifecycle import TRANSITIONS, Actor, ActorStep, Phase, Step, advance, move
 from .mailbox import Mailbox
 from .model import Delta
-from .permits import Admission, Outside, Permits, Working
+from .permits import Outside, Permit, Permits, Working
 from .ports import ChildLoop
 from .principals import stamped
 from .relisting import relisting_events
 from .state import LoopState, copy_state, fold, shed_empty
+from .timers import RunTimer, Ticket
 from .tools import Tool
 from .toolsets import Toolsets
 from .turn import TurnResult, TurnRunner, TurnStop
@@ -163,6 +164,9 @@ class _CompactionDone:
     """Internal: a compaction attempt finished."""
 
 
+_FLUSHES: trio.lowlevel.RunVar[RunTimer] = trio.lowlevel.RunVar("loops_flush_timer")
+"""Every loop's stream flush deadline in one trio run."""
+
 _NO_TOOLSETS = Toolsets()
 """What every loop whose definition names no MCP server shares: it connects
 nothing, lists nothing and never changes."""
@@ -177,7 +181,6 @@ class Loop:
     __slots__ = (
         "_active",
         "_actor",
-        "_admission",
         "_answers",
         "_auto_tried_at",
         "_awaited",
@@ -187,7 +190,6 @@ class Loop:
         "_due",
         "_flush",
         "_flushes",
-        "_holding",
         "_home",
         "_mailbox",
         "_pending_compactions",
@@ -202,6 +204,7 @@ class Loop:
         "host",
         "id",
         "parent",
+        "permit",
         "requests",
         "state",
         "toolsets",
@@ -249,8 +252,7 @@ class Loop:
         """The types open form gates' answers must fit (``gates.Forms``)."""
         self._active = 0
         """Tasks of this loop doing work (not waiting on a person)."""
-        self._holding = 0
-        self._admission: Admission | None = None
+        self.permit = Permit()
         """This loop's part in the run's ``Permits``."""
         self._awaited: ChildLoop | None = None
         """The foreground child a tool call of this loop waits on (``wait_child``)."""
@@ -260,7 +262,7 @@ class Loop:
         self._compaction_principals: dict[str, str] = {}
         """attempt id -> who asked for that compaction (this process only)."""
         self._flush: Ticket | None = None
-        """The pending flush's entry in the run's ``FlushClock`` (None: none)."""
+        """The pending flush's entry in the run's flush timer (None: none)."""
         self._flushes: Callable[[], Awaitable[None]] | None = None
         """What that flush runs."""
         self._compaction_scope: trio.CancelScope | None = None
@@ -347,17 +349,17 @@ class Loop:
         return self.toolsets.tools
 
     def working(self) -> Working:
-        return Permits.of_this_run().working(self)
+        return Permits.of_this_run().working(self.permit)
 
     def outside(self) -> Outside:
-        return Permits.of_this_run().outside(self)
+        return Permits.of_this_run().outside(self.permit)
 
     async def run_working(self, work: Callable[..., Awaitable[T]], *args: Any) -> T:
-        async with Permits.of_this_run().working(self):
+        async with Permits.of_this_run().working(self.permit):
             return await work(*args)
 
     async def run_outside(self, wait: Callable[..., Awaitable[T]], *args: Any) -> T:
-        async with Permits.of_this_run().outside(self):
+        async with Permits.of_this_run().outside(self.permit):
             return await wait(*args)
 
     async def wait_gate(self, gate_id: str) -> GateResolved:
@@ -388,12 +390,13 @@ class Loop:
 
     def flush_at(self, deadline: float, flush: Callable[[], Awaitable[None]]) -> None:
         """Have ``flush`` run at ``deadline`` (trio time) unless cancelled first.
-        The run's one ``FlushClock`` watches the deadline: a task is started
-        only for a flush that comes due (most are cancelled first, by the
-        block's or the stream's end)."""
+        The run's flush timer watches the deadline: a task is started only
+        for a flush that comes due (most are cancelled first, by the block's
+        or the stream's end)."""
         if self._flush is not None:
             self._flush.cancel()
-        self._flush = FlushClock.of_this_run().add(deadline, self)
+        timer = RunTimer.of_this_run(_FLUSHES, "loops' stream flushes")
+        self._flush = timer.add(deadline, self._flush_due)
         self._flushes = flush
 
     def cancel_flush(self) -> None:
@@ -401,12 +404,12 @@ class Loop:
             self._flush.cancel()
             self._flush = self._flushes = None
 
-    def flush_due(self, ticket: Ticket) -> None:
-        """``FlushClock``: the deadline of ``ticket`` (this loop's, not
-        cancelled) has come: run the flush in a task of the loop's own."""
+    def _flush_due(self) -> None:
+        """The pending flush's deadline has come: run it in a task of the
+        loop's own (from the timer's system task, which must not raise)."""
         flush = self._flushes
-        assert ticket is self._flush and flush is not None
-        self.cancel_flush()
+        assert flush is not None
+        self._flush = self._flushes = None
         # A flush is pending only while the turn's model call streams, so
         # the nursery the turn runs in is open.
         self._start_task(flush)
@@ -541,7 +544,7 @@ class Loop:
         stopped = True
         permits = Permits.of_this_run()
         try:
-            await permits.enter(self)
+            await permits.enter(self.permit)
             if self.definition.toolsets:
                 async with trio.open_nursery() as nursery:
                     self._tasks = nursery
@@ -566,7 +569,7 @@ class Loop:
             if stopped and self._compaction_scope is not None:
                 self._compaction_scope.cancel()
         finally:
-            permits.leave(self)
+            permits.leave(self.permit)
             if stopped:
                 self._close_down()
 
@@ -640,7 +643,7 @@ class Loop:
                 self._due = None
                 if command is not None or not parks:
                     # The turn's task works under the permit this one holds.
-                    Permits.of_this_run().join(self)
+                    Permits.of_this_run().join(self.permit)
                     self._start_task(self._turn_task, runner)
                 else:
                     # Run here, the actor parked meanwhile: a command arriving
@@ -750,163 +753,206 @@ class Loop:
             return
         match command:
             case UserInput():
-                queued = InputQueued(
-                    input_id=command.input_id,
-                    messages=command.messages,
-                    trigger=command.trigger,
-                )
-                result = command.input_id
-                if self._may_start_turn(extra=True) and not self._wants_compaction():
-                    # Idle: the input and the turn it starts are one commit.
-                    await self._start_turn([queued], command=command, result=result)
-                    command.reply.set(result)
-                    return
-                limit = self.definition.limits_under(state.mode).max_queued_inputs
-                if len(state.queued) >= limit:
-                    await self.commit(
-                        [
-                            TurnRejected(
-                                input_id=command.input_id,
-                                reason="queue_full",
-                                key=command.key,
-                                principal=command.principal,
-                            )
-                        ],
-                        cause=command.cause,
-                    )
-                    raise QueueFullError(
-                        f"loop {self.id} already holds {len(state.queued)} queued inputs "
-                        f"(Limits.max_queued_inputs={limit}); input {command.input_id} was "
-                        "refused: submit it again once a turn has taken some"
-                    )
-                await self._commit_command(command, [queued], result)
-                command.reply.set(result)
-                await self._maybe_start_turn()
+                await self._on_user_input(command)
             case SubagentResult():
-                trigger: Literal["notification", "subagent"] = (
-                    "notification" if command.background else "subagent"
-                )
-                text = (
-                    f"[result of child loop {command.child_loop} ({command.status})]\n"
-                    f"{command.text}"
-                )
-                # The child's end and its delivery are one commit: after a
-                # crash the result is delivered exactly once.
-                await self.commit(
-                    [
-                        ChildFinished(
-                            child_loop=command.child_loop,
-                            status=command.status,
-                            output=command.text,
-                        ),
-                        InputQueued(
-                            input_id=command.input_id,
-                            messages=(Message(role="user", blocks=(Text(text=text),)),),
-                            trigger=trigger,
-                        ),
-                    ],
-                    cause=command.cause,
-                )
-                command.reply.set(command.input_id)
-                await self._maybe_start_turn()
+                await self._on_subagent_result(command)
             case CancelQueuedInput():
-                if not any(q.input_id == command.input_id for q in state.queued):
-                    raise NotQueuedError(
-                        f"input {command.input_id} is not queued in loop {self.id} "
-                        "(it already started a turn, was cancelled, or never existed)"
-                    )
-                await self._commit_command(command, [InputCancelled(input_id=command.input_id)])
-                command.reply.set(True)
+                await self._on_cancel_queued_input(command)
             case Steer():
-                steer = SteerQueued(steer_id=command.steer_id, text=command.text)
-                await self._commit_command(command, [steer], command.steer_id)
-                command.reply.set(command.steer_id)
-                await self._maybe_start_turn()
+                await self._on_steer(command)
             case AnswerGate() | DecideGate():
-                if isinstance(command, AnswerGate) and self.forms.waits_for_type(state, command):
-                    # A form gate restored open: its type comes back when the
-                    # re-entered tool asks again; the answer is checked then.
-                    self.forms.hold(command)
-                    return
-                resolution = gates.resolution(state, command, self.forms)
-                await self._commit_command(command, [resolution])
-                # The turn may not be waiting yet (just resumed): the answer
-                # is kept until it does.
-                self._answers.deliver(resolution)
-                command.reply.set(True)
+                await self._on_gate_answer(command)
             case ResolveToolCall():
-                if command.execution_id not in state.unknown:
-                    raise NotUnknownEffectError(
-                        f"execution {command.execution_id} in loop {self.id} has no unknown "
-                        "outcome to resolve (it completed, was resolved, or never started)"
-                    )
-                started = state.unknown[command.execution_id]
-                await self._commit_command(
-                    command,
-                    [
-                        ToolResolved(
-                            execution_id=command.execution_id,
-                            tool_use_id=started.tool_use_id,
-                            content=command.content,
-                            is_error=command.is_error,
-                        )
-                    ],
-                )
-                command.reply.set(True)
-                await self._resume()
+                await self._on_resolve_tool_call(command)
             case ChangeMode():
-                self.definition.mode(command.mode)  # raises ModeNotFoundError
-                await self._commit_command(command, [LoopModeChanged(mode=command.mode)])
-                command.reply.set(True)
+                await self._on_change_mode(command)
             case ChangeInference():
-                model = None if command.reset else state.chosen_model
-                max_tokens = None if command.reset else state.chosen_max_tokens
-                if command.model is not None:
-                    self.definition.registered_model(command.model)  # NotRegisteredError
-                    model = command.model
-                if command.max_tokens is not None:
-                    max_tokens = command.max_tokens
-                await self._commit_command(
-                    command, [LoopInferenceChanged(model=model, max_tokens=max_tokens)]
-                )
-                command.reply.set(True)
+                await self._on_change_inference(command)
             case ReplaceTools():
-                for name in command.tools or ():
-                    self.definition.registered_tool(name)  # NotRegisteredError
-                await self._commit_command(command, [LoopToolsReplaced(tools=command.tools)])
-                command.reply.set(True)
+                await self._on_replace_tools(command)
             case Compact():
-                # Runs when no turn is working: now, or once the running turn
-                # ends or parks at a person's gate.  Never an error.  With a
-                # key the request is durable (the fold keeps it until it starts).
-                cause = await self._commit_command(command, [], command.attempt_id)
-                if command.principal is not None:
-                    self._compaction_principals[command.attempt_id] = command.principal
-                pending = (command.attempt_id, command.cause if command.key is None else cause)
-                self._pending_compactions = (*self._pending_compactions, pending)
-                command.reply.set(command.attempt_id)
-                self._maybe_compact()
+                await self._on_compact(command)
             case Interrupt():
-                stopping = self._turn is not None
-                cause = await self._commit_command(command, [], stopping)
-                stop = TurnStop("interrupted", cause, command.principal)
-                command.reply.set(await self._stop_turn(stop))
+                await self._on_interrupt(command)
             case Shutdown():
-                # Nothing is lost by leaving a turn open that only waits on
-                # people: every gate stays answerable after a restore, so a
-                # pending approval or question outlives a deploy's restart.
-                detach = not command.final and self._waits_only_on_people()
-                self._step(Step.SHUT_DOWN)
-                await self._stop_turn(TurnStop("detached" if detach else "shutdown"))
-                if command.final and not state.stopped:
-                    await self.commit([LoopStopped(reason="finished")], cause=command.cause)
-                command.reply.set(True)
+                await self._on_shutdown(command)
             case Snapshot():
-                command.reply.set(copy_state(state))
+                await self._on_snapshot(command)
             case _:
                 raise UnknownCommandError(
                     f"loop {self.id} does not understand {type(command).__name__}"
                 )
+
+    async def _on_user_input(self, command: UserInput) -> None:
+        state = self.state
+        queued = InputQueued(
+            input_id=command.input_id,
+            messages=command.messages,
+            trigger=command.trigger,
+        )
+        result = command.input_id
+        if self._may_start_turn(extra=True) and not self._wants_compaction():
+            # Idle: the input and the turn it starts are one commit.
+            await self._start_turn([queued], command=command, result=result)
+            command.reply.set(result)
+            return
+        limit = self.definition.limits_under(state.mode).max_queued_inputs
+        if len(state.queued) >= limit:
+            await self.commit(
+                [
+                    TurnRejected(
+                        input_id=command.input_id,
+                        reason="queue_full",
+                        key=command.key,
+                        principal=command.principal,
+                    )
+                ],
+                cause=command.cause,
+            )
+            raise QueueFullError(
+                f"loop {self.id} already holds {len(state.queued)} queued inputs "
+                f"(Limits.max_queued_inputs={limit}); input {command.input_id} was "
+                "refused: submit it again once a turn has taken some"
+            )
+        await self._commit_command(command, [queued], result)
+        command.reply.set(result)
+        await self._maybe_start_turn()
+
+    async def _on_subagent_result(self, command: SubagentResult) -> None:
+        trigger: Literal["notification", "subagent"] = (
+            "notification" if command.background else "subagent"
+        )
+        text = f"[result of child loop {command.child_loop} ({command.status})]\n{command.text}"
+        # The child's end and its delivery are one commit: after a
+        # crash the result is delivered exactly once.
+        await self.commit(
+            [
+                ChildFinished(
+                    child_loop=command.child_loop,
+                    status=command.status,
+                    output=command.text,
+                ),
+                InputQueued(
+                    input_id=command.input_id,
+                    messages=(Message(role="user", blocks=(Text(text=text),)),),
+                    trigger=trigger,
+                ),
+            ],
+            cause=command.cause,
+        )
+        command.reply.set(command.input_id)
+        await self._maybe_start_turn()
+
+    async def _on_cancel_queued_input(self, command: CancelQueuedInput) -> None:
+        state = self.state
+        if not any(q.input_id == command.input_id for q in state.queued):
+            raise NotQueuedError(
+                f"input {command.input_id} is not queued in loop {self.id} "
+                "(it already started a turn, was cancelled, or never existed)"
+            )
+        await self._commit_command(command, [InputCancelled(input_id=command.input_id)])
+        command.reply.set(True)
+
+    async def _on_steer(self, command: Steer) -> None:
+        steer = SteerQueued(steer_id=command.steer_id, text=command.text)
+        await self._commit_command(command, [steer], command.steer_id)
+        command.reply.set(command.steer_id)
+        await self._maybe_start_turn()
+
+    async def _on_gate_answer(self, command: AnswerGate | DecideGate) -> None:
+        state = self.state
+        if isinstance(command, AnswerGate) and self.forms.waits_for_type(state, command):
+            # A form gate restored open: its type comes back when the
+            # re-entered tool asks again; the answer is checked then.
+            self.forms.hold(command)
+            return
+        resolution = gates.resolution(state, command, self.forms)
+        await self._commit_command(command, [resolution])
+        # The turn may not be waiting yet (just resumed): the answer
+        # is kept until it does.
+        self._answers.deliver(resolution)
+        command.reply.set(True)
+
+    async def _on_resolve_tool_call(self, command: ResolveToolCall) -> None:
+        state = self.state
+        if command.execution_id not in state.unknown:
+            raise NotUnknownEffectError(
+                f"execution {command.execution_id} in loop {self.id} has no unknown "
+                "outcome to resolve (it completed, was resolved, or never started)"
+            )
+        started = state.unknown[command.execution_id]
+        await self._commit_command(
+            command,
+            [
+                ToolResolved(
+                    execution_id=command.execution_id,
+                    tool_use_id=started.tool_use_id,
+                    content=command.content,
+                    is_error=command.is_error,
+                )
+            ],
+        )
+        command.reply.set(True)
+        await self._resume()
+
+    async def _on_change_mode(self, command: ChangeMode) -> None:
+        self.definition.mode(command.mode)  # raises ModeNotFoundError
+        await self._commit_command(command, [LoopModeChanged(mode=command.mode)])
+        command.reply.set(True)
+
+    async def _on_change_inference(self, command: ChangeInference) -> None:
+        state = self.state
+        model = None if command.reset else state.chosen_model
+        max_tokens = None if command.reset else state.chosen_max_tokens
+        if command.model is not None:
+            self.definition.registered_model(command.model)  # NotRegisteredError
+            model = command.model
+        if command.max_tokens is not None:
+            max_tokens = command.max_tokens
+        await self._commit_command(
+            command, [LoopInferenceChanged(model=model, max_tokens=max_tokens)]
+        )
+        command.reply.set(True)
+
+    async def _on_replace_tools(self, command: ReplaceTools) -> None:
+        for name in command.tools or ():
+            self.definition.registered_tool(name)  # NotRegisteredError
+        await self._commit_command(command, [LoopToolsReplaced(tools=command.tools)])
+        command.reply.set(True)
+
+    async def _on_compact(self, command: Compact) -> None:
+        # Runs when no turn is working: now, or once the running turn
+        # ends or parks at a person's gate.  Never an error.  With a
+        # key the request is durable (the fold keeps it until it starts).
+        cause = await self._commit_command(command, [], command.attempt_id)
+        if command.principal is not None:
+            self._compaction_principals[command.attempt_id] = command.principal
+        pending = (command.attempt_id, command.cause if command.key is None else cause)
+        self._pending_compactions = (*self._pending_compactions, pending)
+        command.reply.set(command.attempt_id)
+        self._maybe_compact()
+
+    async def _on_interrupt(self, command: Interrupt) -> None:
+        stopping = self._turn is not None
+        cause = await self._commit_command(command, [], stopping)
+        stop = TurnStop("interrupted", cause, command.principal)
+        command.reply.set(await self._stop_turn(stop))
+
+    async def _on_shutdown(self, command: Shutdown) -> None:
+        state = self.state
+        # Nothing is lost by leaving a turn open that only waits on
+        # people: every gate stays answerable after a restore, so a
+        # pending approval or question outlives a deploy's restart.
+        detach = not command.final and self._waits_only_on_people()
+        self._step(Step.SHUT_DOWN)
+        await self._stop_turn(TurnStop("detached" if detach else "shutdown"))
+        if command.final and not state.stopped:
+            await self.commit([LoopStopped(reason="finished")], cause=command.cause)
+        command.reply.set(True)
+
+    async def _on_snapshot(self, command: Snapshot) -> None:
+        state = self.state
+        command.reply.set(copy_state(state))
 
     async def _commit_command(
         self, command: Command, events: list[Event], result: str | bool | None = None
@@ -1021,7 +1067,9 @@ class Loop:
         self._pending_compactions = tuple(rest)
         self._start_compaction(attempt_id, "manual", cause)
 
-    def _start_compaction(self, attempt_id: str, trigger: str, cause: str | None) -> None:
+    def _start_compaction(
+        self, attempt_id: str, trigger: CompactionTrigger, cause: str | None
+    ) -> None:
         principal = self._compaction_principals.pop(attempt_id, None)
 
         async def run() -> None:
@@ -1030,7 +1078,7 @@ class Loop:
                 # Its own scope: the loop's stop cancels it (the actor has
                 # no nursery to cancel), waiting for a permit included.
                 with trio.CancelScope() as self._compaction_scope:
-                    await permits.enter(self)
+                    await permits.enter(self.permit)
                     await compact(
                         self, attempt_id, trigger=trigger, cause=cause, principal=principal
                     )
@@ -1040,7 +1088,7 @@ class Loop:
                 if not self._mailbox.closed:
                     self._mailbox.send_priority(_CompactionDone())
                 self.busy(-1)
-                permits.leave(self)
+                permits.leave(self.permit)
 
         self._step(Step.START_COMPACTION)
         self.busy(+1)
@@ -1061,7 +1109,7 @@ class Loop:
             result = await runner.run()
         finally:
             self._turn_ended(result, here=False)
-            Permits.of_this_run().leave(self)
+            Permits.of_this_run().leave(self.permit)
 
     def _turn_ended(self, result: TurnResult | None, *, here: bool) -> bool:
         """The turn has finished: hand ``result`` to the actor (``_TurnDone``).

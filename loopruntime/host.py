@@ -56,6 +56,8 @@ from .state import copy_state as copy_state
 from .state import image_bytes as image_bytes
 from .state import image_missing as image_missing
 from .state import image_state as image_state
+from .timers import RunTimer as RunTimer
+from .timers import Ticket as Ticket
 from .tools import ToolInputError as ToolInputError
 
 __all__ = [
@@ -109,4 +111,6 @@ __all__ = [
     "settle_turn_events",
     "unanswered_tool_uses",
     "own_list",
+    "RunTimer",
+    "Ticket",
 ]

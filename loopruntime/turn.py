@@ -302,7 +302,7 @@ class TurnRunner:
 
     async def end(
         self,
-        outcome: str,
+        outcome: Outcome,
         *,
         kind: str | None = None,
         code: str | None = None,
@@ -317,7 +317,7 @@ class TurnRunner:
         events.append(
             TurnEnded(
                 turn=self.state.turn_index,
-                outcome=outcome,  # type: ignore[arg-type]
+                outcome=outcome,
                 kind=kind,
                 code=code,
                 detail=detail,
@@ -612,9 +612,9 @@ class TurnRunner:
 
     def _settle_interrupted(
         self,
-        reason: str,
+        reason: StopReason,
         *,
-        outcome: str = "interrupted",
+        outcome: Outcome = "interrupted",
         code: str | None = None,
         detail: str = "",
     ) -> list[Event]:

@@ -195,7 +195,7 @@ async def test_a_parked_loop_wakes_for_every_kind_of_command(autojump_clock: Any
             seen: list[str] = []
 
             async def watch() -> None:
-                async for record in s.subscribe(after=s._writer.head):
+                async for record in s.subscribe(after=s.head):
                     assert isinstance(record, Record)
                     seen.append(type(record.event).__struct_config__.tag)
 
