@@ -94,6 +94,17 @@ __all__ = [
     "TurnEnded",
     "TurnRejected",
     "TurnStarted",
+    "CompactionTrigger",
+    "DeadlineAction",
+    "DeadlineKind",
+    "Disposition",
+    "GateCancelReason",
+    "GateScope",
+    "HookAction",
+    "HookPoint",
+    "NoticeKind",
+    "Outcome",
+    "Trigger",
 ]
 
 _opts: dict[str, Any] = {"frozen": True, "kw_only": True, "gc": False}
@@ -553,6 +564,10 @@ class GateOpened(msgspec.Struct, tag="gate.opened", **_opts):
     """A URL gate whose confirmation must carry a value (a code, an id)."""
 
 
+GateScope = Literal["once", "session"]
+"""How long a permission decision holds: this call, or the rest of the session."""
+
+
 class GateResolved(msgspec.Struct, tag="gate.resolved", **_opts):
     """A gate was answered (user input) or decided (permission)."""
 
@@ -560,16 +575,19 @@ class GateResolved(msgspec.Struct, tag="gate.resolved", **_opts):
     kind: Literal["user_input", "permission"]
     answer: str | None = None
     allow: bool | None = None
-    scope: Literal["once", "session"] | None = None
+    scope: GateScope | None = None
     principal: str | None = None
     """Who answered the gate (as the command said; None: not said)."""
+
+
+GateCancelReason = Literal["interrupted", "restore_unavailable", "shutdown"]
 
 
 class GateCancelled(msgspec.Struct, tag="gate.cancelled", **_opts):
     """A gate closed without an answer."""
 
     gate_id: str
-    reason: Literal["interrupted", "restore_unavailable", "shutdown"] = "interrupted"
+    reason: GateCancelReason = "interrupted"
 
 
 class GateReviewed(msgspec.Struct, tag="gate.reviewed", **_opts):
@@ -640,12 +658,16 @@ class ContextMeasured(msgspec.Struct, tag="context.measured", **_opts):
     window: int = 0
 
 
+CompactionTrigger = Literal["manual", "auto"]
+"""``auto``: the context passed its threshold; ``manual``: a request."""
+
+
 class CompactionStarted(msgspec.Struct, tag="compaction.started", **_opts):
     """A compaction attempt summarising history up to seq ``basis``."""
 
     attempt_id: str
     basis: int
-    trigger: Literal["manual", "auto"] = "manual"
+    trigger: CompactionTrigger = "manual"
     principal: str | None = None
     """Who gave the command that made this record (a user id, a service
     name; None: not said).  Recorded, never checked: no authorization."""

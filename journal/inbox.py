@@ -14,12 +14,13 @@ its type; a tag is never reused or renamed.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from .content import Message, ResultBlock, Text
 from .errors import InboxEntryTooLargeError, InvalidEventError
+from .events import GateScope
 from .location import parse_location
 
 __all__ = [
@@ -79,7 +80,7 @@ class Answer(msgspec.Struct, tag="answer", **_opts):
 class Decide(msgspec.Struct, tag="decide", **_opts):
     gate_id: str
     allow: bool
-    scope: Literal["once", "session"] = "once"
+    scope: GateScope = "once"
     principal: str | None = None
 
 

@@ -20,6 +20,7 @@ from .errors import GateMismatchError as GateMismatchError
 from .errors import IdempotencyKeyError as IdempotencyKeyError
 from .errors import InvalidAnswerError as InvalidAnswerError
 from .errors import LeaseLostError as LeaseLostError
+from .errors import LifecycleError as LifecycleError
 from .errors import LoopClosedError as LoopClosedError
 from .errors import LoopError as LoopError
 from .errors import ModelError as ModelError
@@ -42,6 +43,7 @@ from .hooks import Rewrite as Rewrite
 from .hooks import StopTurn as StopTurn
 from .hooks import TurnEnd as TurnEnd
 from .hooks import hook as hook
+from .lifecycle import Phase as Phase
 from .model import Model as Model
 from .model import ModelRequest as ModelRequest
 from .notices import INTERRUPTED_NOTICE as INTERRUPTED_NOTICE
@@ -76,6 +78,7 @@ __all__ = [
     "Hook",
     "IdempotencyKeyError",
     "InvalidAnswerError",
+    "LifecycleError",
     "Limits",
     "Loop",
     "LeaseLostError",
@@ -98,6 +101,7 @@ __all__ = [
     "OutsideToolCallError",
     "PermissionRequest",
     "PayloadTooLargeError",
+    "Phase",
     "QueueFullError",
     "ReplaceResult",
     "Review",

@@ -1,24 +1,19 @@
-"""The Loop actor: one trio task owning one agent loop.
+"""The Loop actor: the one task that owns a loop's state and changes its phase.
 
-It takes commands from its mailbox (Interrupt and Shutdown first).  A turn
-runs under its own cancel scope, in the actor's own task once the mailbox is
-empty: the actor parks as data meanwhile, so a command arriving during the
-turn starts another stretch of the actor (a task of its own) while the turn
-runs on.  The turn's task takes the turn's end itself when no stretch runs
-by then.  With nothing left to do the actor parks as data (no task, nursery
-or cancel scope: an idle loop's memory) and its mailbox starts it again when
-an item arrives.  The loop's other tasks (a turn started while commands
-wait, a compaction, a stream flush) run in the nursery the actor runs in.
-Workers (turn, batch, compaction, delegation) get the ``Loop`` through the
-narrow ports of ``ports.py``, which it implements.
+Rules:
+- State changes only through ``LoopHost.commit``: the host appends, folds each
+  durable record into ``Loop.state`` in seq order, publishes, then returns.
+- The loop's phase (``lifecycle.Phase``) and the actor's presence
+  (``lifecycle.Actor``) change only by a step of their tables (``_step``,
+  ``_move``); nothing else says whether a turn or a compaction runs.
+- One handler per command (``_on_*``); ``_handle`` only dispatches.
+- A turn is stopped by handing it a ``TurnStop``; it returns a ``TurnResult``.
+- Workers (turn, batch, compaction, delegation) get the loop through the ports
+  of ``ports.py``, never the actor.
+- The module is one piece: it is the one task owning the loop's fields, and
+  its handlers, lifecycle steps and ports all read and change them.
 
-State changes only through ``LoopHost.commit``: the host appends the events,
-folds each durable record into ``Loop.state`` (``Loop.apply``) in seq order,
-publishes them, and only then returns to the caller.
-
-The module is one piece on purpose: it is the one task that owns a loop's
-state, and its command dispatch, turn lifecycle and port methods all read and
-change that state; split, each part would need the others' private fields.
+``docs/architecture.md`` ("The loop's lifecycle") tells the whole life.
 """
 
 from __future__ import annotations
@@ -34,6 +29,7 @@ from journal.content import Message, Text
 from journal.events import (
     ChildFinished,
     CommandKeyed,
+    CompactionTrigger,
     Event,
     GateResolved,
     InputCancelled,
@@ -85,19 +81,20 @@ from .errors import (
     QueueFullError,
     UnknownCommandError,
 )
-from .flushing import FlushClock, Ticket
 from .ids import new_id
 from .keys import command_digest, command_name, repeat_of
+from .lifecycle import TRANSITIONS, Actor, ActorStep, Phase, Step, advance, move
 from .mailbox import Mailbox
 from .model import Delta
-from .permits import Admission, Outside, Permits, Working
+from .permits import Outside, Permit, Permits, Working
 from .ports import ChildLoop
 from .principals import stamped
 from .relisting import relisting_events
 from .state import LoopState, copy_state, fold, shed_empty
+from .timers import RunTimer, Ticket
 from .tools import Tool
 from .toolsets import Toolsets
-from .turn import TurnRunner
+from .turn import TurnResult, TurnRunner, TurnStop
 
 __all__ = ["Loop", "LoopHost"]
 
@@ -160,15 +157,21 @@ class LoopHost(Protocol):
 
 
 class _TurnDone:
-    """Internal: the turn task finished."""
+    """Internal: the turn task finished, with ``result``."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: TurnResult | None) -> None:
+        self.result = result
+        """None: the turn's run raised (the loop is closing)."""
 
 
 class _CompactionDone:
     """Internal: a compaction attempt finished."""
 
 
-_TURN_DONE = _TurnDone()
-
+_FLUSHES: trio.lowlevel.RunVar[RunTimer] = trio.lowlevel.RunVar("loops_flush_timer")
+"""Every loop's stream flush deadline in one trio run."""
 
 _NO_TOOLSETS = Toolsets()
 """What every loop whose definition names no MCP server shares: it connects
@@ -183,41 +186,33 @@ class Loop:
     # with the class's other instances and costs about 1.6 KB per loop.
     __slots__ = (
         "_active",
-        "_admission",
+        "_actor",
         "_answers",
         "_auto_tried_at",
         "_awaited",
-        "_cancel_on_start",
-        "_compacting",
         "_compaction_principals",
         "_compaction_scope",
         "_creator",
         "_due",
         "_flush",
         "_flushes",
-        "_holding",
         "_home",
         "_mailbox",
-        "_parked",
         "_pending_compactions",
+        "_phase",
         "_quiet",
         "_start_cause",
-        "_stopped",
-        "_stopping",
         "_tasks",
+        "_turn",
         "_turn_finished",
-        "_turn_scope",
-        "_turn_task_running",
         "definition",
         "forms",
         "host",
         "id",
         "parent",
+        "permit",
         "requests",
         "state",
-        "stop_cause",
-        "stop_principal",
-        "stop_reason",
         "toolsets",
     )
 
@@ -246,16 +241,16 @@ class Loop:
         # record names it, and until then the state already runs it.
         self.state = state if state is not None else LoopState(mode=mode)
         self._mailbox = Mailbox(mailbox_capacity, self._arrived)
-        self._parked = False
-        """No task serves the mailbox: the next item in it starts one (a turn
-        may be running meanwhile, in the task that parked)."""
+        self._phase = Phase.IDLE
+        self._actor = Actor.SERVING
+        """``Actor.PARKED``: the next item in the mailbox starts a task."""
         self._home: trio.Nursery | None = None
         """The nursery ``run`` ran in, where a parked actor starts again."""
         self._tasks: trio.Nursery
         """Where the loop's other tasks start: ``_home``, or for a loop with MCP
         servers (which keeps its task) the actor's own nursery."""
-        self._turn_task_running = False
-        self._turn_scope: trio.CancelScope | None = None
+        self._turn: TurnRunner | None = None
+        """The open turn this process runs (due or running; ``Phase.TURN``)."""
         self._turn_finished: trio.Event | None = None
         """Set when the running turn has finished (made by the first waiter)."""
         self._due: TurnRunner | None = None
@@ -266,34 +261,19 @@ class Loop:
         """The types open form gates' answers must fit (``gates.Forms``)."""
         self._active = 0
         """Tasks of this loop doing work (not waiting on a person)."""
-        self._holding = 0
-        self._admission: Admission | None = None
+        self.permit = Permit()
         """This loop's part in the run's ``Permits``."""
         self._awaited: ChildLoop | None = None
         """The foreground child a tool call of this loop waits on (``wait_child``)."""
         self._quiet: trio.lowlevel.ParkingLot | None = None
         """Where ``wait_settled`` and ``wait_quiescent`` wait (made by the
         first waiter; a parked loop drops it when nobody waits)."""
-        self._stopping = False
-        self._stopped = False
-        """The actor has exited (its waiters park on ``_quiet``, woken then)."""
-        self.stop_reason = "interrupted"
-        """Why the running turn is being stopped (read by its settlement):
-        "interrupted", "shutdown", or "detached" (left open, not settled)."""
-        self.stop_cause: str | None = None
-        """Id of the record of the command stopping the turn (a keyed
-        interrupt's), the cause of the settlement; None: the turn's own."""
-        self.stop_principal: str | None = None
-        """Who asked for the interrupt stopping the turn (its ``turn.ended``
-        records it)."""
         self._compaction_principals: dict[str, str] = {}
         """attempt id -> who asked for that compaction (this process only)."""
-        self._cancel_on_start = False
         self._flush: Ticket | None = None
-        """The pending flush's entry in the run's ``FlushClock`` (None: none)."""
+        """The pending flush's entry in the run's flush timer (None: none)."""
         self._flushes: Callable[[], Awaitable[None]] | None = None
         """What that flush runs."""
-        self._compacting = False
         self._compaction_scope: trio.CancelScope | None = None
         """The running compaction's scope (cancelled when the loop stops)."""
         # Keyed requests the journal holds and no compaction started yet
@@ -305,6 +285,24 @@ class Loop:
         self._auto_tried_at = -1
         self.requests = RequestBuilder()
         self.toolsets = Toolsets(definition.toolsets) if definition.toolsets else _NO_TOOLSETS
+
+    # -- the lifecycle (lifecycle.py) -------------------------------------------
+
+    @property
+    def phase(self) -> Phase:
+        """What works on the loop's context now (``lifecycle.Phase``)."""
+        return self._phase
+
+    @property
+    def parked(self) -> bool:
+        """No task serves the loop's mailbox (``lifecycle.Actor.PARKED``)."""
+        return self._actor is Actor.PARKED
+
+    def _step(self, step: Step) -> None:
+        self._phase = advance(self._phase, step, self.id)
+
+    def _move(self, step: ActorStep) -> None:
+        self._actor = move(self._actor, step, self.id)
 
     # -- plumbing used by the host, and the ports the workers get (ports.py) ------
 
@@ -360,17 +358,17 @@ class Loop:
         return self.toolsets.tools
 
     def working(self) -> Working:
-        return Permits.of_this_run().working(self)
+        return Permits.of_this_run().working(self.permit)
 
     def outside(self) -> Outside:
-        return Permits.of_this_run().outside(self)
+        return Permits.of_this_run().outside(self.permit)
 
     async def run_working(self, work: Callable[..., Awaitable[T]], *args: Any) -> T:
-        async with Permits.of_this_run().working(self):
+        async with Permits.of_this_run().working(self.permit):
             return await work(*args)
 
     async def run_outside(self, wait: Callable[..., Awaitable[T]], *args: Any) -> T:
-        async with Permits.of_this_run().outside(self):
+        async with Permits.of_this_run().outside(self.permit):
             return await wait(*args)
 
     async def wait_gate(self, gate_id: str) -> GateResolved:
@@ -406,12 +404,13 @@ class Loop:
 
     def flush_at(self, deadline: float, flush: Callable[[], Awaitable[None]]) -> None:
         """Have ``flush`` run at ``deadline`` (trio time) unless cancelled first.
-        The run's one ``FlushClock`` watches the deadline: a task is started
-        only for a flush that comes due (most are cancelled first, by the
-        block's or the stream's end)."""
+        The run's flush timer watches the deadline: a task is started only
+        for a flush that comes due (most are cancelled first, by the block's
+        or the stream's end)."""
         if self._flush is not None:
             self._flush.cancel()
-        self._flush = FlushClock.of_this_run().add(deadline, self)
+        timer = RunTimer.of_this_run(_FLUSHES, "loops' stream flushes")
+        self._flush = timer.add(deadline, self._flush_due)
         self._flushes = flush
 
     def cancel_flush(self) -> None:
@@ -419,12 +418,12 @@ class Loop:
             self._flush.cancel()
             self._flush = self._flushes = None
 
-    def flush_due(self, ticket: Ticket) -> None:
-        """``FlushClock``: the deadline of ``ticket`` (this loop's, not
-        cancelled) has come: run the flush in a task of the loop's own."""
+    def _flush_due(self) -> None:
+        """The pending flush's deadline has come: run it in a task of the
+        loop's own (from the timer's system task, which must not raise)."""
         flush = self._flushes
-        assert ticket is self._flush and flush is not None
-        self.cancel_flush()
+        assert flush is not None
+        self._flush = self._flushes = None
         # A flush is pending only while the turn's model call streams, so
         # the nursery the turn runs in is open.
         self._start_task(flush)
@@ -466,7 +465,7 @@ class Loop:
     async def wait_settled(self) -> None:
         """Wait until the loop has run its input and has no turn open (or has
         stopped): what a parent waits for on a foreground child."""
-        while not self._stopped and not self.settled:
+        while self._phase is not Phase.STOPPED and not self.settled:
             await self._wait_quiet_change()
 
     @property
@@ -483,7 +482,7 @@ class Loop:
             pass
 
     async def wait_quiescent(self) -> None:
-        while not self.quiescent and not self._stopped:
+        while not self.quiescent and self._phase is not Phase.STOPPED:
             await self._wait_quiet_change()
 
     # -- the public side -------------------------------------------------------
@@ -543,7 +542,7 @@ class Loop:
         except BaseException:
             self._close_down()
             raise
-        self._parked = True
+        self._move(ActorStep.PARK)
         self._mailbox.release()
         shed_empty(self.state)
         if len(self._mailbox):
@@ -559,7 +558,7 @@ class Loop:
         stopped = True
         permits = Permits.of_this_run()
         try:
-            await permits.enter(self)
+            await permits.enter(self.permit)
             if self.definition.toolsets:
                 async with trio.open_nursery() as nursery:
                     self._tasks = nursery
@@ -584,7 +583,7 @@ class Loop:
             if stopped and self._compaction_scope is not None:
                 self._compaction_scope.cancel()
         finally:
-            permits.leave(self)
+            permits.leave(self.permit)
             if stopped:
                 self._close_down()
 
@@ -659,27 +658,28 @@ class Loop:
                 self._due = None
                 if command is not None or not parks:
                     # The turn's task works under the permit this one holds.
-                    Permits.of_this_run().join(self)
+                    Permits.of_this_run().join(self.permit)
                     self._start_task(self._turn_task, runner)
                 else:
                     # Run here, the actor parked meanwhile: a command arriving
                     # starts another stretch, as at an idle loop.
-                    self._parked = True
+                    self._move(ActorStep.PARK)
                     mailbox.release()
+                    result = None
                     try:
-                        await runner.run()
+                        result = await runner.run()
                     finally:
-                        held = self._turn_ended(here=True)
+                        held = self._turn_ended(result, here=True)
                     if not held:
                         return False  # another stretch is the actor now
                     # No other stretch ran at the turn's end: this task takes
                     # it, the turn's busy count carried over.
-                    command = _TURN_DONE
+                    command = _TurnDone(result)
             if command is None:
-                if parks and not self._stopping:
+                if parks and self._phase is not Phase.STOPPING:
                     # Decided and marked in one step: an item arriving from
                     # now on starts the actor again (``_arrived``).
-                    self._parked = True
+                    self._move(ActorStep.PARK)
                     mailbox.release()
                     if self._idle():
                         shed_empty(self.state)
@@ -694,12 +694,11 @@ class Loop:
             try:
                 if isinstance(command, _TurnDone):
                     self.forms.release_all()
-                    await self._after_turn()
+                    await self._after_turn(command.result)
                     continue
                 if isinstance(command, _CompactionDone):
                     self._maybe_compact()
-                    if not self._compacting:
-                        await self._resume()
+                    await self._resume()
                     continue
                 try:
                     await self._handle(command)
@@ -721,12 +720,7 @@ class Loop:
     def _idle(self) -> bool:
         """No turn or compaction runs, nothing counts itself busy and no
         answer is held: a parked loop may shed its empty containers."""
-        return (
-            not self._turn_task_running
-            and not self._compacting
-            and self._active == 0
-            and not self.forms.holding
-        )
+        return self._phase is Phase.IDLE and self._active == 0 and not self.forms.holding
 
     def _start_task(self, work: Callable[..., Awaitable[Any]], *args: Any) -> None:
         self._tasks.start_soon(self._guarded, work, *args)
@@ -743,18 +737,18 @@ class Loop:
 
     def _arrived(self) -> None:
         """An item is in the mailbox: a parked actor starts again."""
-        if not self._parked:
+        if self._actor is not Actor.PARKED:
             return
         assert self._home is not None
-        self._parked = False
         try:
             self._home.start_soon(self._act, None)
         except RuntimeError:
             # The nursery the loop ran in is closed (its session ended
             # while the loop was parked): the loop is stopped, and the item
             # is refused like any sent to a stopped loop.
-            self._parked = True
             self._close_down()
+            return
+        self._move(ActorStep.WAKE)
 
     def _close_down(self) -> None:
         """The loop stopped: everything still waiting on it is refused."""
@@ -763,7 +757,7 @@ class Loop:
                 item.reply.fail(closed_error(self.id))
         self._answers.fail_all(closed_error(self.id))
         self.forms.fail_all(closed_error(self.id))
-        self._stopped = True
+        self._step(Step.CLOSE)
         self._quiet_changed()
 
     async def _handle(self, command: Command) -> None:
@@ -776,168 +770,206 @@ class Loop:
             return
         match command:
             case UserInput():
-                queued = InputQueued(
-                    input_id=command.input_id,
-                    messages=command.messages,
-                    trigger=command.trigger,
-                )
-                result = command.input_id
-                if self._may_start_turn(extra=True) and not self._wants_compaction():
-                    # Idle: the input and the turn it starts are one commit.
-                    await self._start_turn([queued], command=command, result=result)
-                    command.reply.set(result)
-                    return
-                limit = self.definition.limits_under(state.mode).max_queued_inputs
-                if len(state.queued) >= limit:
-                    await self.commit(
-                        [
-                            TurnRejected(
-                                input_id=command.input_id,
-                                reason="queue_full",
-                                key=command.key,
-                                principal=command.principal,
-                            )
-                        ],
-                        cause=command.cause,
-                    )
-                    raise QueueFullError(
-                        f"loop {self.id} already holds {len(state.queued)} queued inputs "
-                        f"(Limits.max_queued_inputs={limit}); input {command.input_id} was "
-                        "refused: submit it again once a turn has taken some"
-                    )
-                await self._commit_command(command, [queued], result)
-                command.reply.set(result)
-                await self._maybe_start_turn()
+                await self._on_user_input(command)
             case SubagentResult():
-                trigger: Literal["notification", "subagent"] = (
-                    "notification" if command.background else "subagent"
-                )
-                text = (
-                    f"[result of child loop {command.child_loop} ({command.status})]\n"
-                    f"{command.text}"
-                )
-                # The child's end and its delivery are one commit: after a
-                # crash the result is delivered exactly once.
-                await self.commit(
-                    [
-                        ChildFinished(
-                            child_loop=command.child_loop,
-                            status=command.status,
-                            output=command.text,
-                        ),
-                        InputQueued(
-                            input_id=command.input_id,
-                            messages=(Message(role="user", blocks=(Text(text=text),)),),
-                            trigger=trigger,
-                        ),
-                    ],
-                    cause=command.cause,
-                )
-                command.reply.set(command.input_id)
-                await self._maybe_start_turn()
+                await self._on_subagent_result(command)
             case CancelQueuedInput():
-                if not any(q.input_id == command.input_id for q in state.queued):
-                    raise NotQueuedError(
-                        f"input {command.input_id} is not queued in loop {self.id} "
-                        "(it already started a turn, was cancelled, or never existed)"
-                    )
-                await self._commit_command(command, [InputCancelled(input_id=command.input_id)])
-                command.reply.set(True)
+                await self._on_cancel_queued_input(command)
             case Steer():
-                steer = SteerQueued(steer_id=command.steer_id, text=command.text)
-                await self._commit_command(command, [steer], command.steer_id)
-                command.reply.set(command.steer_id)
-                await self._maybe_start_turn()
+                await self._on_steer(command)
             case AnswerGate() | DecideGate():
-                if isinstance(command, AnswerGate) and self.forms.waits_for_type(state, command):
-                    # A form gate restored open: its type comes back when the
-                    # re-entered tool asks again; the answer is checked then.
-                    self.forms.hold(command)
-                    return
-                resolution = gates.resolution(state, command, self.forms)
-                await self._commit_command(command, [resolution])
-                # The turn may not be waiting yet (just resumed): the answer
-                # is kept until it does.
-                self._answers.deliver(resolution)
-                command.reply.set(True)
+                await self._on_gate_answer(command)
             case ResolveToolCall():
-                if command.execution_id not in state.unknown:
-                    raise NotUnknownEffectError(
-                        f"execution {command.execution_id} in loop {self.id} has no unknown "
-                        "outcome to resolve (it completed, was resolved, or never started)"
-                    )
-                started = state.unknown[command.execution_id]
-                await self._commit_command(
-                    command,
-                    [
-                        ToolResolved(
-                            execution_id=command.execution_id,
-                            tool_use_id=started.tool_use_id,
-                            content=command.content,
-                            is_error=command.is_error,
-                        )
-                    ],
-                )
-                command.reply.set(True)
-                await self._resume()
+                await self._on_resolve_tool_call(command)
             case ChangeMode():
-                self.definition.mode(command.mode)  # raises ModeNotFoundError
-                await self._commit_command(command, [LoopModeChanged(mode=command.mode)])
-                command.reply.set(True)
+                await self._on_change_mode(command)
             case ChangeInference():
-                model = None if command.reset else state.chosen_model
-                max_tokens = None if command.reset else state.chosen_max_tokens
-                if command.model is not None:
-                    self.definition.registered_model(command.model)  # NotRegisteredError
-                    model = command.model
-                if command.max_tokens is not None:
-                    max_tokens = command.max_tokens
-                await self._commit_command(
-                    command, [LoopInferenceChanged(model=model, max_tokens=max_tokens)]
-                )
-                command.reply.set(True)
+                await self._on_change_inference(command)
             case ReplaceTools():
-                for name in command.tools or ():
-                    self.definition.registered_tool(name)  # NotRegisteredError
-                await self._commit_command(command, [LoopToolsReplaced(tools=command.tools)])
-                command.reply.set(True)
+                await self._on_replace_tools(command)
             case Compact():
-                # Runs when no turn is working: now, or once the running turn
-                # ends or parks at a person's gate.  Never an error.  With a
-                # key the request is durable (the fold keeps it until it starts).
-                cause = await self._commit_command(command, [], command.attempt_id)
-                if command.principal is not None:
-                    self._compaction_principals[command.attempt_id] = command.principal
-                pending = (command.attempt_id, command.cause if command.key is None else cause)
-                self._pending_compactions = (*self._pending_compactions, pending)
-                command.reply.set(command.attempt_id)
-                self._maybe_compact()
+                await self._on_compact(command)
             case Interrupt():
-                stopping = self._turn_task_running
-                self.stop_cause = await self._commit_command(command, [], stopping)
-                self.stop_principal = command.principal
-                try:
-                    command.reply.set(await self._stop_turn(reason="interrupted"))
-                finally:
-                    self.stop_cause = self.stop_principal = None
+                await self._on_interrupt(command)
             case Shutdown():
-                self._stopping = True
-                if not command.final and self._waits_only_on_people():
-                    # Nothing is lost by leaving the turn open: every gate
-                    # stays answerable after a restore, so a pending approval
-                    # or question outlives a deploy's restart.
-                    await self._stop_turn(reason="detached")
-                else:
-                    await self._stop_turn(reason="shutdown")
-                if command.final and not state.stopped:
-                    await self.commit([LoopStopped(reason="finished")], cause=command.cause)
-                command.reply.set(True)
+                await self._on_shutdown(command)
             case Snapshot():
-                command.reply.set(copy_state(state))
+                await self._on_snapshot(command)
             case _:
                 raise UnknownCommandError(
                     f"loop {self.id} does not understand {type(command).__name__}"
                 )
+
+    async def _on_user_input(self, command: UserInput) -> None:
+        state = self.state
+        queued = InputQueued(
+            input_id=command.input_id,
+            messages=command.messages,
+            trigger=command.trigger,
+        )
+        result = command.input_id
+        if self._may_start_turn(extra=True) and not self._wants_compaction():
+            # Idle: the input and the turn it starts are one commit.
+            await self._start_turn([queued], command=command, result=result)
+            command.reply.set(result)
+            return
+        limit = self.definition.limits_under(state.mode).max_queued_inputs
+        if len(state.queued) >= limit:
+            await self.commit(
+                [
+                    TurnRejected(
+                        input_id=command.input_id,
+                        reason="queue_full",
+                        key=command.key,
+                        principal=command.principal,
+                    )
+                ],
+                cause=command.cause,
+            )
+            raise QueueFullError(
+                f"loop {self.id} already holds {len(state.queued)} queued inputs "
+                f"(Limits.max_queued_inputs={limit}); input {command.input_id} was "
+                "refused: submit it again once a turn has taken some"
+            )
+        await self._commit_command(command, [queued], result)
+        command.reply.set(result)
+        await self._maybe_start_turn()
+
+    async def _on_subagent_result(self, command: SubagentResult) -> None:
+        trigger: Literal["notification", "subagent"] = (
+            "notification" if command.background else "subagent"
+        )
+        text = f"[result of child loop {command.child_loop} ({command.status})]\n{command.text}"
+        # The child's end and its delivery are one commit: after a
+        # crash the result is delivered exactly once.
+        await self.commit(
+            [
+                ChildFinished(
+                    child_loop=command.child_loop,
+                    status=command.status,
+                    output=command.text,
+                ),
+                InputQueued(
+                    input_id=command.input_id,
+                    messages=(Message(role="user", blocks=(Text(text=text),)),),
+                    trigger=trigger,
+                ),
+            ],
+            cause=command.cause,
+        )
+        command.reply.set(command.input_id)
+        await self._maybe_start_turn()
+
+    async def _on_cancel_queued_input(self, command: CancelQueuedInput) -> None:
+        state = self.state
+        if not any(q.input_id == command.input_id for q in state.queued):
+            raise NotQueuedError(
+                f"input {command.input_id} is not queued in loop {self.id} "
+                "(it already started a turn, was cancelled, or never existed)"
+            )
+        await self._commit_command(command, [InputCancelled(input_id=command.input_id)])
+        command.reply.set(True)
+
+    async def _on_steer(self, command: Steer) -> None:
+        steer = SteerQueued(steer_id=command.steer_id, text=command.text)
+        await self._commit_command(command, [steer], command.steer_id)
+        command.reply.set(command.steer_id)
+        await self._maybe_start_turn()
+
+    async def _on_gate_answer(self, command: AnswerGate | DecideGate) -> None:
+        state = self.state
+        if isinstance(command, AnswerGate) and self.forms.waits_for_type(state, command):
+            # A form gate restored open: its type comes back when the
+            # re-entered tool asks again; the answer is checked then.
+            self.forms.hold(command)
+            return
+        resolution = gates.resolution(state, command, self.forms)
+        await self._commit_command(command, [resolution])
+        # The turn may not be waiting yet (just resumed): the answer
+        # is kept until it does.
+        self._answers.deliver(resolution)
+        command.reply.set(True)
+
+    async def _on_resolve_tool_call(self, command: ResolveToolCall) -> None:
+        state = self.state
+        if command.execution_id not in state.unknown:
+            raise NotUnknownEffectError(
+                f"execution {command.execution_id} in loop {self.id} has no unknown "
+                "outcome to resolve (it completed, was resolved, or never started)"
+            )
+        started = state.unknown[command.execution_id]
+        await self._commit_command(
+            command,
+            [
+                ToolResolved(
+                    execution_id=command.execution_id,
+                    tool_use_id=started.tool_use_id,
+                    content=command.content,
+                    is_error=command.is_error,
+                )
+            ],
+        )
+        command.reply.set(True)
+        await self._resume()
+
+    async def _on_change_mode(self, command: ChangeMode) -> None:
+        self.definition.mode(command.mode)  # raises ModeNotFoundError
+        await self._commit_command(command, [LoopModeChanged(mode=command.mode)])
+        command.reply.set(True)
+
+    async def _on_change_inference(self, command: ChangeInference) -> None:
+        state = self.state
+        model = None if command.reset else state.chosen_model
+        max_tokens = None if command.reset else state.chosen_max_tokens
+        if command.model is not None:
+            self.definition.registered_model(command.model)  # NotRegisteredError
+            model = command.model
+        if command.max_tokens is not None:
+            max_tokens = command.max_tokens
+        await self._commit_command(
+            command, [LoopInferenceChanged(model=model, max_tokens=max_tokens)]
+        )
+        command.reply.set(True)
+
+    async def _on_replace_tools(self, command: ReplaceTools) -> None:
+        for name in command.tools or ():
+            self.definition.registered_tool(name)  # NotRegisteredError
+        await self._commit_command(command, [LoopToolsReplaced(tools=command.tools)])
+        command.reply.set(True)
+
+    async def _on_compact(self, command: Compact) -> None:
+        # Runs when no turn is working: now, or once the running turn
+        # ends or parks at a person's gate.  Never an error.  With a
+        # key the request is durable (the fold keeps it until it starts).
+        cause = await self._commit_command(command, [], command.attempt_id)
+        if command.principal is not None:
+            self._compaction_principals[command.attempt_id] = command.principal
+        pending = (command.attempt_id, command.cause if command.key is None else cause)
+        self._pending_compactions = (*self._pending_compactions, pending)
+        command.reply.set(command.attempt_id)
+        self._maybe_compact()
+
+    async def _on_interrupt(self, command: Interrupt) -> None:
+        stopping = self._turn is not None
+        cause = await self._commit_command(command, [], stopping)
+        stop = TurnStop("interrupted", cause, command.principal)
+        command.reply.set(await self._stop_turn(stop))
+
+    async def _on_shutdown(self, command: Shutdown) -> None:
+        state = self.state
+        # Nothing is lost by leaving a turn open that only waits on
+        # people: every gate stays answerable after a restore, so a
+        # pending approval or question outlives a deploy's restart.
+        detach = not command.final and self._waits_only_on_people()
+        self._step(Step.SHUT_DOWN)
+        await self._stop_turn(TurnStop("detached" if detach else "shutdown"))
+        if command.final and not state.stopped:
+            await self.commit([LoopStopped(reason="finished")], cause=command.cause)
+        command.reply.set(True)
+
+    async def _on_snapshot(self, command: Snapshot) -> None:
+        state = self.state
+        command.reply.set(copy_state(state))
 
     async def _commit_command(
         self, command: Command, events: list[Event], result: str | bool | None = None
@@ -977,9 +1009,7 @@ class Loop:
         be queued counts as queued)."""
         state = self.state
         return not (
-            self._turn_task_running
-            or self._stopping
-            or self._compacting
+            self._phase is not Phase.IDLE
             or state.turn_open
             or state.stopped
             or state.gates
@@ -1043,17 +1073,20 @@ class Loop:
         return True
 
     def _maybe_compact(self) -> None:
-        """Start the next requested compaction if nothing works on the context."""
-        if self._compacting or not self._pending_compactions:
+        """Start the next requested compaction if nothing works on the context
+        (no turn, or one that waits on a person)."""
+        phase = self._phase
+        if not self._pending_compactions or Step.START_COMPACTION not in TRANSITIONS[phase]:
             return
-        parked = bool(self.state.gates)  # the turn waits on a person
-        if self._turn_task_running and not parked:
+        if phase is Phase.TURN and not self.state.gates:
             return
         (attempt_id, cause), *rest = self._pending_compactions
         self._pending_compactions = tuple(rest)
         self._start_compaction(attempt_id, "manual", cause)
 
-    def _start_compaction(self, attempt_id: str, trigger: str, cause: str | None) -> None:
+    def _start_compaction(
+        self, attempt_id: str, trigger: CompactionTrigger, cause: str | None
+    ) -> None:
         principal = self._compaction_principals.pop(attempt_id, None)
 
         async def run() -> None:
@@ -1062,45 +1095,46 @@ class Loop:
                 # Its own scope: the loop's stop cancels it (the actor has
                 # no nursery to cancel), waiting for a permit included.
                 with trio.CancelScope() as self._compaction_scope:
-                    await permits.enter(self)
+                    await permits.enter(self.permit)
                     await compact(
                         self, attempt_id, trigger=trigger, cause=cause, principal=principal
                     )
             finally:
                 self._compaction_scope = None
-                self._compacting = False
+                self._step(Step.END_COMPACTION)
                 if not self._mailbox.closed:
                     self._mailbox.send_priority(_CompactionDone())
                 self.busy(-1)
-                permits.leave(self)
+                permits.leave(self.permit)
 
-        self._compacting = True
+        self._step(Step.START_COMPACTION)
         self.busy(+1)
         self._start_task(run)
 
     def _spawn_turn(self) -> None:
         """Start a turn: it runs once the actor has taken every command
         waiting (``_serve``)."""
-        self._turn_task_running = True
+        self._step(Step.START_TURN)
         self.busy(+1)
-        self._due = TurnRunner(self)
+        self._turn = self._due = TurnRunner(self)
 
     async def _turn_task(self, runner: TurnRunner) -> None:
         """A turn in a task of its own (started while commands waited, or in
         a loop that keeps its actor's task)."""
+        result = None
         try:
-            await runner.run()
+            result = await runner.run()
         finally:
-            self._turn_ended(here=False)
-            Permits.of_this_run().leave(self)
+            self._turn_ended(result, here=False)
+            Permits.of_this_run().leave(self.permit)
 
-    def _turn_ended(self, *, here: bool) -> bool:
-        """The turn has finished: hand its end to the actor (``_TurnDone``).
+    def _turn_ended(self, result: TurnResult | None, *, here: bool) -> bool:
+        """The turn has finished: hand ``result`` to the actor (``_TurnDone``).
         Run ``here`` (in a stretch of the actor that parked for it) with no
         stretch running now: True, and the caller takes the end itself, still
         counted busy (nobody sees the loop quiet in between)."""
-        self._turn_task_running = False
-        self._turn_scope = None
+        self._step(Step.END_TURN)
+        self._turn = None
         # Set and dropped: a waiter holds its own reference.
         finished, self._turn_finished = self._turn_finished, None
         if finished is not None:
@@ -1108,12 +1142,12 @@ class Loop:
         if self._mailbox.closed:
             self.busy(-1)
             return False
-        if here and self._parked:
+        if here and self._actor is Actor.PARKED:
             # Parked with an empty mailbox (an item would have started a
             # stretch): nothing else is the actor.
-            self._parked = False
+            self._move(ActorStep.WAKE)
             return True
-        self._mailbox.send_priority(_TURN_DONE)
+        self._mailbox.send_priority(_TurnDone(result))
         self.busy(-1)
         return False
 
@@ -1121,7 +1155,7 @@ class Loop:
         """Continue after start or restore: an open turn with nothing unknown
         resumes where its records left it; otherwise queued input may start."""
         state = self.state
-        if self._turn_task_running or self._stopping or self._compacting:
+        if self._phase is not Phase.IDLE:
             return
         if state.turn_open:
             if not state.unknown:
@@ -1129,26 +1163,24 @@ class Loop:
             return
         await self._maybe_start_turn()
 
-    async def _after_turn(self) -> None:
+    async def _after_turn(self, result: TurnResult | None) -> None:
         self._maybe_compact()
-        state = self.state
-        if state.last_outcome in ("completed", "limit", "crashed", "invalid_output") or (
+        outcome = None if result is None else result.outcome
+        if outcome in ("completed", "limit", "crashed", "invalid_output") or (
             # A person's input that the interrupt left queued was typed to be
             # answered: it starts the next turn once the interrupt settled.
             # Steering alone was for the turn that was stopped: it waits.
-            state.last_outcome == "interrupted" and state.queued
+            outcome == "interrupted" and self.state.queued
         ):
             await self._maybe_start_turn()
 
-    async def _stop_turn(self, *, reason: str) -> bool:
-        """Cancel the running turn and wait until it has settled its records."""
-        if not self._turn_task_running:
+    async def _stop_turn(self, stop: TurnStop) -> bool:
+        """Stop the open turn and wait until it has settled its records
+        (False: no turn was open)."""
+        turn = self._turn
+        if turn is None:
             return False
-        self.stop_reason = reason
-        if self._turn_scope is not None:
-            self._turn_scope.cancel()
-        else:
-            self._cancel_on_start = True
+        turn.stop(stop)
         if self._turn_finished is None:
             self._turn_finished = trio.Event()
         # Its settling may wait on other loops (a child interrupted): the
@@ -1163,7 +1195,7 @@ class Loop:
         questions asked by resumable tools (re-entered with the answer).  No
         model call is open and no other tool runs."""
         state = self.state
-        if not self._turn_task_running or not state.gates or state.open_call is not None:
+        if self._turn is None or not state.gates or state.open_call is not None:
             return False
         # A question is only ever asked from inside a running call, so checking
         # the running calls covers every question gate too.
@@ -1173,9 +1205,3 @@ class Loop:
             if execution_id not in asking or tool is None or not tool.resumable:
                 return False
         return True
-
-    def enter_turn_scope(self, scope: trio.CancelScope) -> None:
-        self._turn_scope = scope
-        if self._cancel_on_start:
-            self._cancel_on_start = False
-            scope.cancel()

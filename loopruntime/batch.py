@@ -24,6 +24,9 @@ The batch is planned from loop state, so it also resumes a batch that a
 restart cut short: calls with results are skipped, open gates are waited on
 again, and restored calls (replay-safe, or resumable with an answered
 question) are re-entered under their original execution id.
+
+The module is one piece: its steps share one batch's plan (``_Batch``,
+``_Call``) and nothing outside runs a part of it.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import trio
 from journal.content import Text, ToolUse
 from journal.events import (
     DeadlinePassed,
+    Disposition,
     Event,
     GateCancelled,
     GateOpened,
@@ -139,12 +143,18 @@ async def run_batch(
             batch.before.append(h)
         elif h.point == "after_tool":
             batch.after.append(h)
-    state = loop.state
-    limits = resolved.limits
-    tools: dict[str, Tool] = {t.name: t for t in resolved.tools}
-    admitted: list[_Call] = []
-    budget = limits.max_tool_calls_per_turn - state.turn_tool_calls
+    admitted = await _admit_all(batch)
+    await _start(batch, admitted)
+    await _execute(batch, admitted)
 
+
+async def _admit_all(batch: _Batch) -> list[_Call]:
+    """Step 1: the calls that run, in call order (re-entered ones included);
+    every other call's rejection is committed on the way."""
+    state = batch.loop.state
+    tools: dict[str, Tool] = {t.name: t for t in batch.resolved.tools}
+    admitted: list[_Call] = []
+    budget = batch.resolved.limits.max_tool_calls_per_turn - state.turn_tool_calls
     for tool_use_id in list(state.awaiting):
         use = state.tool_uses[tool_use_id]
         if tool_use_id in state.results:
@@ -153,83 +163,104 @@ async def run_batch(
         tool = tools.get(use.name)
         if execution is not None:
             if execution in state.running:
-                # Re-entering a call restore kept running.  It was admitted
-                # under the mode of its time, which a later ChangeMode may have
-                # narrowed: restore looks in every mode, so must this, or the
-                # call is never finished and the turn spins on it.
-                started = loop.definition.find_tool(use.name, loop.listed) if tool is None else tool
-                assert started is not None, f"restore kept {execution} running without its tool"
-                real = batch.originals.inputs.get(use.id)
-                if real is None and started.redact_input is not None:
-                    real = await _recover(batch, started, execution, use)
-                    if real is None:
-                        continue
-                real = real if real is not None else use.input
-                admitted.append(
-                    _Call(
-                        use=use,
-                        tool=started,
-                        parsed=started.parse(real),
-                        execution_id=execution,
-                        new=False,
-                        input=real,
-                    )
-                )
+                call = await _reentered(batch, use, execution, tool)
+                if call is not None:
+                    admitted.append(call)
             continue
-        real = batch.originals.inputs.get(use.id)
-        if real is None and tool is not None and tool.redact_input is not None:
-            # Redacted, and the loop restarted before it ran: the real input is gone.
-            await loop.commit(
-                [rejected(use.id, _REDACTED_NOT_RUN.format(tool=tool.name))],
-                cause=state.message_record,
-            )
-            continue
-        real = real if real is not None else use.input
-        refusal = await _admit(batch, use, real, tool, budget - len(admitted))
-        decided: list[Event] = []
-        if refusal is None and batch.before:
-            assert tool is not None
-            verdict = await hooks.before_tool(
-                batch.before,
-                hooks.BeforeTool(
-                    loop=loop.id,
-                    turn=state.turn_index,
-                    tool=tool.name,
-                    tool_use_id=use.id,
-                    input=real,
-                ),
-                tool,
-                resolved.limits.hook_timeout,
-            )
-            if verdict.denial is not None:
-                refusal = _Refused(verdict.denial, verdict.events)
-            elif verdict.events:
-                decided, real = verdict.events, verdict.input
-                journaled = real
-                if tool.redact_input is not None:
-                    # The hook saw the real input; the journal keeps the redacted forms.
-                    decided = [redacted_rewrite(e, tool.redact_input) for e in decided]
-                    journaled = tool.redact_input(real)
-                    batch.originals.inputs[use.id] = real
-                use = msgspec.structs.replace(use, input=journaled)
-        if refusal is not None:
-            await loop.commit(
-                [*refusal.events, rejected(use.id, refusal.text)], cause=state.message_record
-            )
-            continue
-        assert tool is not None
-        admitted.append(
-            _Call(
-                use=use,
-                tool=tool,
-                parsed=tool.parse(real),
-                execution_id=new_id("exe_"),
-                new=True,
-                input=real,
-                decided=decided,
-            )
-        )
+        call = await _admit_new(batch, use, tool, budget - len(admitted))
+        if call is not None:
+            admitted.append(call)
+    return admitted
 
+
+async def _reentered(
+    batch: _Batch, use: ToolUse, execution: str, tool: Tool | None
+) -> _Call | None:
+    """A call restore kept running, to enter again (None: its redacted input
+    is gone, and its outcome was committed as unknown)."""
+    loop = batch.loop
+    # It was admitted under the mode of its time, which a later ChangeMode may
+    # have narrowed: restore looks in every mode, so must this, or the call is
+    # never finished and the turn spins on it.
+    started = loop.definition.find_tool(use.name, loop.listed) if tool is None else tool
+    assert started is not None, f"restore kept {execution} running without its tool"
+    real = batch.originals.inputs.get(use.id)
+    if real is None and started.redact_input is not None:
+        real = await _recover(batch, started, execution, use)
+        if real is None:
+            return None
+    real = real if real is not None else use.input
+    return _Call(
+        use=use,
+        tool=started,
+        parsed=started.parse(real),
+        execution_id=execution,
+        new=False,
+        input=real,
+    )
+
+
+async def _admit_new(batch: _Batch, use: ToolUse, tool: Tool | None, budget: int) -> _Call | None:
+    """A call not started yet: admitted (the ``before_tool`` hooks' rewrite
+    applied), or refused with its rejection committed (None)."""
+    loop, state = batch.loop, batch.loop.state
+    real = batch.originals.inputs.get(use.id)
+    if real is None and tool is not None and tool.redact_input is not None:
+        # Redacted, and the loop restarted before it ran: the real input is gone.
+        await loop.commit(
+            [rejected(use.id, _REDACTED_NOT_RUN.format(tool=tool.name))],
+            cause=state.message_record,
+        )
+        return None
+    real = real if real is not None else use.input
+    refusal = await _admit(batch, use, real, tool, budget)
+    decided: list[Event] = []
+    if refusal is None and batch.before:
+        assert tool is not None
+        verdict = await hooks.before_tool(
+            batch.before,
+            hooks.BeforeTool(
+                loop=loop.id,
+                turn=state.turn_index,
+                tool=tool.name,
+                tool_use_id=use.id,
+                input=real,
+            ),
+            tool,
+            batch.resolved.limits.hook_timeout,
+        )
+        if verdict.denial is not None:
+            refusal = _Refused(verdict.denial, verdict.events)
+        elif verdict.events:
+            decided, real = verdict.events, verdict.input
+            journaled = real
+            if tool.redact_input is not None:
+                # The hook saw the real input; the journal keeps the redacted forms.
+                decided = [redacted_rewrite(e, tool.redact_input) for e in decided]
+                journaled = tool.redact_input(real)
+                batch.originals.inputs[use.id] = real
+            use = msgspec.structs.replace(use, input=journaled)
+    if refusal is not None:
+        await loop.commit(
+            [*refusal.events, rejected(use.id, refusal.text)], cause=state.message_record
+        )
+        return None
+    assert tool is not None
+    return _Call(
+        use=use,
+        tool=tool,
+        parsed=tool.parse(real),
+        execution_id=new_id("exe_"),
+        new=True,
+        input=real,
+        decided=decided,
+    )
+
+
+async def _start(batch: _Batch, admitted: list[_Call]) -> None:
+    """Step 2: one commit of every new call's ``tool.started`` (after the
+    hooks' rewrites), before any runs."""
+    state = batch.loop.state
     starts: list[Event] = []
     ids: list[str | None] = []
     for c in admitted:
@@ -254,8 +285,7 @@ async def run_batch(
     if starts:
         # Each start's record id is its execution id: the call's later
         # records (its gates, its result, a child loop) name it as their cause.
-        await loop.commit(starts, cause=state.message_record, ids=ids)
-    await _execute(batch, admitted)
+        await batch.loop.commit(starts, cause=state.message_record, ids=ids)
 
 
 _REDACTED_NOT_RUN = (
@@ -436,9 +466,78 @@ async def _run_parallel(
         calls_of.ended(done)
 
 
+class _Questions:
+    """The questions one call asks (its ``ToolContext.ask``)."""
+
+    __slots__ = ("call", "cause", "loop", "reattach")
+
+    def __init__(
+        self, loop: ToolsPort, call: _Call, cause: str | None, reattach: GateOpened | None
+    ) -> None:
+        self.loop = loop
+        self.call = call
+        self.cause = cause
+        self.reattach = reattach
+        """A form gate a restore found open: the tool's first question asks it again."""
+
+    async def ask(
+        self,
+        question: str,
+        choices: tuple[str, ...] | None,
+        *,
+        form: Form | None = None,
+        url: str | None = None,
+        needs_value: bool = False,
+    ) -> str:
+        loop, call = self.loop, self.call
+        gate = gates.question(
+            execution_id=call.execution_id,
+            tool_use_id=call.use.id,
+            tool_name=call.tool.name,
+            prompt=question,
+            choices=choices,
+            form=form.schema if form is not None else None,
+            url=url,
+            needs_value=needs_value,
+        )
+        waiting, self.reattach = self.reattach, None
+        if waiting is not None:
+            if form is not None and (waiting.prompt, waiting.form) == (question, gate.form):
+                # The form asked before the restart, asked again: it waits on.
+                gate = waiting
+            else:
+                await loop.commit(
+                    [GateCancelled(gate_id=waiting.gate_id, reason="restore_unavailable")],
+                    cause=self.cause,
+                )
+        if form is not None:
+            loop.forms.expect(gate.gate_id, form.type)
+        try:
+            if gate is waiting:
+                return (await loop.wait_gate(gate.gate_id)).answer or ""
+            return (await gates.open_and_wait(loop, gate, cause=self.cause)).answer or ""
+        finally:
+            if form is not None:
+                loop.forms.forget(gate.gate_id)
+
+
+@dataclass
+class _Result:
+    """What a call's run produced, as the journal will hold it."""
+
+    blocks: tuple[Any, ...]
+    cut: int
+    disposition: Disposition
+    structured: Any = None
+    shown: Any = None
+    """The real result the model is shown (a tool that redacts its output)."""
+    duration: int = 0
+
+
 async def _run_one(batch: _Batch, call: _Call) -> None:
+    """Steps 3 and 4 for one call: run it (again, after a passed deadline,
+    when it may), then settle its ``tool.completed``."""
     loop = batch.loop
-    limit = batch.resolved.limits.max_tool_result_bytes
     # A call started here names its tool.started record; one re-entered after
     # a restore (its record may predate record ids chosen so) names the message.
     cause = call.execution_id if call.new else loop.state.message_record
@@ -454,101 +553,86 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
             reattach = gate
         elif gate is not None:
             continuation = (await loop.wait_gate(gate.gate_id)).answer or ""
+    questions = _Questions(loop, call, cause, reattach)
+    result = await _run_under_deadline(batch, call, questions, continuation, cause)
+    if result is not None:
+        await _settle(batch, call, result, cause)
 
-    async def ask(
-        question: str,
-        choices: tuple[str, ...] | None,
-        *,
-        form: Form | None = None,
-        url: str | None = None,
-        needs_value: bool = False,
-    ) -> str:
-        nonlocal reattach
-        gate = gates.question(
-            execution_id=call.execution_id,
-            tool_use_id=call.use.id,
-            tool_name=call.tool.name,
-            prompt=question,
-            choices=choices,
-            form=form.schema if form is not None else None,
-            url=url,
-            needs_value=needs_value,
-        )
-        waiting, reattach = reattach, None
-        if waiting is not None:
-            if form is not None and (waiting.prompt, waiting.form) == (question, gate.form):
-                # The form asked before the restart, asked again: it waits on.
-                gate = waiting
-            else:
-                await loop.commit(
-                    [GateCancelled(gate_id=waiting.gate_id, reason="restore_unavailable")],
-                    cause=cause,
-                )
-        if form is not None:
-            loop.forms.expect(gate.gate_id, form.type)
-        try:
-            if gate is waiting:
-                return (await loop.wait_gate(gate.gate_id)).answer or ""
-            return (await gates.open_and_wait(loop, gate, cause=cause)).answer or ""
-        finally:
-            if form is not None:
-                loop.forms.forget(gate.gate_id)
 
+async def _run_under_deadline(
+    batch: _Batch,
+    call: _Call,
+    questions: _Questions,
+    continuation: str | None,
+    cause: str | None,
+) -> _Result | None:
+    """Run the tool under its deadline until a run ends in time (its result)
+    or the deadline's consequence is final (committed; None)."""
+    loop = batch.loop
     limits = batch.resolved.limits
     timeout = call.tool.timeout_under(limits.tool_timeout)
     # The runtime's final-answer tool is no function of the host's to wrap.
     middleware = () if isinstance(call.tool, OutputTool) else batch.middleware
     started = time.perf_counter_ns()
-    structured = None
     while True:
         ctx = ToolContext(
             loop=loop.id,
             execution_id=call.execution_id,
             tool_use_id=call.use.id,
             tool_name=call.tool.name,
-            ask=ask,
+            ask=questions.ask,
             continuation=continuation,
             runtime=loop,
             input=call.input,
         )
         batch.entered.add(call.execution_id)
         with deadlines.timer(timeout) as deadline:
-            shown = None
-            try:
-                value = await loop.run_outside(call_tool, call.tool, ctx, call.parsed, middleware)
-                if call.tool.redact_output is not None:
-                    # The model is shown the real result; the journal the redacted one.
-                    shown, _ = shape_result(value, limit)
-                    value = call.tool.redact_output(value)
-                blocks, cut = shape_result(value, limit)
-                if isinstance(value, ToolOutput):
-                    structured = value.structured
-                disposition = "succeeded"
-                if is_empty_result(blocks):
-                    blocks, disposition = (Text(text=EMPTY_RESULT),), "failed"
-                    shown = None
-            except ChildRejectedError as exc:  # never ran: the model may choose another
-                blocks, cut, disposition = (Text(text=f"[rejected: {exc}]"),), 0, "rejected"
-            except Exception as exc:
-                shown = None
-                error = scrub(f"{type(exc).__name__}: {exc}", call.input, call.use.input)
-                loop.log.info("tool_failed", tool=call.tool.name, error=error)
-                blocks, cut = (
-                    (Text(text=f"[error: tool {call.tool.name} failed: {error}]"),),
-                    0,
-                )
-                disposition = "failed"
+            result = await _run_tool(batch, call, ctx, middleware)
         if not deadline.passed:
-            break
+            result.duration = time.perf_counter_ns() - started
+            return result
         assert timeout is not None
         events = overrun(
             loop, call.tool, call.execution_id, call.use.id, timeout, limits.tool_retries
         )
         await loop.commit(events, cause=cause)
         if not any(isinstance(e, DeadlinePassed) and e.action == "retried" for e in events):
-            return
+            return None
         continuation = None  # an answer given to an earlier run was used there
-    duration = time.perf_counter_ns() - started
+
+
+async def _run_tool(
+    batch: _Batch, call: _Call, ctx: ToolContext, middleware: tuple[Middleware, ...]
+) -> _Result:
+    """One run of the tool function: its result shaped for the journal, or
+    its failure as the model reads it."""
+    loop = batch.loop
+    limit = batch.resolved.limits.max_tool_result_bytes
+    try:
+        value = await loop.run_outside(call_tool, call.tool, ctx, call.parsed, middleware)
+        shown = None
+        if call.tool.redact_output is not None:
+            # The model is shown the real result; the journal the redacted one.
+            shown, _ = shape_result(value, limit)
+            value = call.tool.redact_output(value)
+        blocks, cut = shape_result(value, limit)
+        structured = value.structured if isinstance(value, ToolOutput) else None
+        if is_empty_result(blocks):
+            return _Result((Text(text=EMPTY_RESULT),), cut, "failed", structured)
+        return _Result(blocks, cut, "succeeded", structured, shown)
+    except ChildRejectedError as exc:  # never ran: the model may choose another worker
+        return _Result((Text(text=f"[rejected: {exc}]"),), 0, "rejected")
+    except Exception as exc:
+        error = scrub(f"{type(exc).__name__}: {exc}", call.input, call.use.input)
+        loop.log.info("tool_failed", tool=call.tool.name, error=error)
+        return _Result((Text(text=f"[error: tool {call.tool.name} failed: {error}]"),), 0, "failed")
+
+
+async def _settle(batch: _Batch, call: _Call, result: _Result, cause: str | None) -> None:
+    """Step 4: the ``after_tool`` hooks, then one commit of the call's
+    ``tool.completed`` (with its gates still open, closed)."""
+    loop = batch.loop
+    limits = batch.resolved.limits
     decided: list[Event] = []
     if batch.after:
         verdict = await hooks.after_tool(
@@ -560,21 +644,23 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
                 tool_use_id=call.use.id,
                 execution_id=call.execution_id,
                 input=MappingProxyType(call.use.input),
-                content=blocks,
-                is_error=disposition != "succeeded",
+                content=result.blocks,
+                is_error=result.disposition != "succeeded",
             ),
-            limit,
+            limits.max_tool_result_bytes,
             limits.hook_timeout,
         )
         if verdict.changed:
-            # The tool's own result (and structured value) is not kept.
-            decided, blocks, cut, structured = verdict.events, verdict.content, verdict.cut, None
-            disposition = "failed" if verdict.is_error else "succeeded"
+            # The tool's own result (and structured value) is not kept; the
+            # model reads the hook's result, as the journal does.
+            decided = verdict.events
+            disposition: Disposition = "failed" if verdict.is_error else "succeeded"
+            blocks = verdict.content
             if is_empty_result(blocks):
                 blocks, disposition = (Text(text=EMPTY_RESULT),), "failed"
-            shown = None  # the model reads the hook's result, as the journal does
-    if shown is not None:
-        batch.originals.results[call.use.id] = shown
+            result = _Result(blocks, verdict.cut, disposition, duration=result.duration)
+    if result.shown is not None:
+        batch.originals.results[call.use.id] = result.shown
     # A gate of this call still open (a restored form the re-entered tool
     # never asked again) closes with it: nobody is left to take its answer.
     closed: list[Event] = [
@@ -589,11 +675,11 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
             ToolCompleted(
                 execution_id=call.execution_id,
                 tool_use_id=call.use.id,
-                content=blocks,
-                disposition=disposition,  # type: ignore[arg-type]
-                truncated_bytes=cut,
-                duration_ns=duration,
-                structured=structured,
+                content=result.blocks,
+                disposition=result.disposition,
+                truncated_bytes=result.cut,
+                duration_ns=result.duration,
+                structured=result.structured,
             ),
         ],
         cause=cause,

@@ -22,7 +22,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeGuard, get_args, overload
 
 import trio
 
@@ -42,7 +42,11 @@ __all__ = [
 ]
 
 Verdict = Literal["allow", "deny", "ask"]
-_VERDICTS = ("allow", "deny", "ask")
+_VERDICTS: tuple[str, ...] = get_args(Verdict)
+
+
+def _is_verdict(value: object) -> TypeGuard[Verdict]:
+    return isinstance(value, str) and value in _VERDICTS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,8 +144,8 @@ async def _ask(c: Classifier, request: PermissionRequest, hook_timeout: float | 
             raise _Failed(f"classifier {c.name} raised {type(exc).__name__}: {exc}") from exc
     if scope.cancelled_caught:
         raise _Failed(f"classifier {c.name} did not answer within its {seconds:g} s deadline")
-    if isinstance(answer, str) and answer in _VERDICTS:
-        return Review(answer)  # type: ignore[arg-type]
+    if _is_verdict(answer):
+        return Review(answer)
     if isinstance(answer, Review) and answer.verdict in _VERDICTS:
         return answer
     raise _Failed(

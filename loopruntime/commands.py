@@ -13,6 +13,7 @@ from typing import Any, Generic, Literal, TypeVar
 import trio
 
 from journal.content import Message, ResultBlock
+from journal.events import GateScope
 
 from .errors import LoopClosedError
 
@@ -69,13 +70,14 @@ class Reply(Generic[T]):
             raise RuntimeError("the reply is not settled yet")
         if self._error is not None:
             raise self._error
+        # Settled without an error: ``set`` stored a T (None when T admits it).
         return self._value  # type: ignore[return-value]
 
     async def wait(self) -> T:
         await self._done.wait()
         if self._error is not None:
             raise self._error
-        return self._value  # type: ignore[return-value]
+        return self._value  # type: ignore[return-value]  # as in ``result``
 
 
 @dataclass(eq=False, kw_only=True)
@@ -131,7 +133,7 @@ class AnswerGate(_Command):
 class DecideGate(_Command):
     gate_id: str
     allow: bool
-    scope: Literal["once", "session"] = "once"
+    scope: GateScope = "once"
 
 
 @dataclass(eq=False, kw_only=True)

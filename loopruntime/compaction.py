@@ -18,6 +18,7 @@ from journal.events import (
     CompactionCommitted,
     CompactionRejected,
     CompactionStarted,
+    CompactionTrigger,
 )
 
 from .definition import Limits
@@ -129,11 +130,13 @@ SUMMARY_HEADER = "[summary of the earlier conversation]"
 """First line of the derived message that stands for the replaced history."""
 
 
+# Past 80 lines only by its docstring (the attempt's whole contract); its body
+# is three steps: start, summarise (``_summarize``), the guarded commit.
 async def compact(
     loop: LoopPort,
     attempt_id: str,
     *,
-    trigger: str,
+    trigger: CompactionTrigger,
     cause: str | None = None,
     principal: str | None = None,
 ) -> None:
@@ -153,9 +156,8 @@ async def compact(
     (they stop the loop): they are never reported as a rejection.  Cancelled
     (the loop shutting down) before its end, the attempt leaves only its
     ``compaction.started``: the context is unchanged.  ``trigger`` is
-    ``"auto"`` for the threshold, anything else records ``"manual"``.
+    ``"auto"`` for the threshold, ``"manual"`` for a request.
     ``principal``: who asked for it (recorded on ``compaction.started``)."""
-    kind: Literal["manual", "auto"] = "auto" if trigger == "auto" else "manual"
     state = loop.state
     limits = loop.resolved().limits
     basis = state.history_seq
@@ -164,7 +166,11 @@ async def compact(
     cut = split_for_compaction(messages, limits.retained_exchanges)
     replaced, retained = messages[:cut], len(messages) - cut
     started = await loop.commit(
-        [CompactionStarted(attempt_id=attempt_id, basis=basis, trigger=kind, principal=principal)],
+        [
+            CompactionStarted(
+                attempt_id=attempt_id, basis=basis, trigger=trigger, principal=principal
+            )
+        ],
         cause=cause,
     )
     # The attempt's outcome names its compaction.started record.
@@ -180,34 +186,9 @@ async def compact(
             f"{limits.retained_exchanges} exchanges it keeps (and any earlier summary)",
         )
         return
-    obligations = obligations_of(state)
-    compactor = loop.definition.compactor or ModelCompactor()
-    try:
-        async with loop.outside():
-            text = await compactor.summarize(replaced, obligations, model=loop.resolved().model)
-    except ModelError as exc:
-        await _reject(
-            loop, attempt_id, cause, "failed", f"compactor model failed ({exc.code}): {exc}"
-        )
-        return
-    except Exception as exc:
-        # A compactor bug must not take the loop down: the context is
-        # unchanged and the attempt says why.
-        await _reject(loop, attempt_id, cause, "failed", f"compactor raised {exc!r}")
-        return
-    if not isinstance(text, str):
-        await _reject(
-            loop,
-            attempt_id,
-            cause,
-            "invalid_summary",
-            f"the compactor returned {type(text).__name__}, not text",
-        )
-        return
-    try:
-        summary = parse_summary(text)
-    except SummaryError as exc:
-        await _reject(loop, attempt_id, cause, "invalid_summary", str(exc))
+    summary = await _summarize(loop, replaced)
+    if not isinstance(summary, Summary):
+        await _reject(loop, attempt_id, cause, *summary)
         return
     # The obligations the summary carries are those open when it commits
     # (steering may have been queued, a gate answered, while the compactor
@@ -241,6 +222,32 @@ async def compact(
         else:
             detail = "the open obligations changed while the summary was being committed"
         await _reject(loop, attempt_id, cause, "stale", detail)
+
+
+_Rejection = tuple[Literal["invalid_summary", "failed"], str]
+"""Why an attempt is rejected, and the detail its record gives."""
+
+
+async def _summarize(loop: LoopPort, replaced: list[Message]) -> Summary | _Rejection:
+    """The compactor's summary of ``replaced``, parsed; or why there is none."""
+    compactor = loop.definition.compactor or ModelCompactor()
+    try:
+        async with loop.outside():
+            text = await compactor.summarize(
+                replaced, obligations_of(loop.state), model=loop.resolved().model
+            )
+    except ModelError as exc:
+        return "failed", f"compactor model failed ({exc.code}): {exc}"
+    except Exception as exc:
+        # A compactor bug must not take the loop down: the context is
+        # unchanged and the attempt says why.
+        return "failed", f"compactor raised {exc!r}"
+    if not isinstance(text, str):
+        return "invalid_summary", f"the compactor returned {type(text).__name__}, not text"
+    try:
+        return parse_summary(text)
+    except SummaryError as exc:
+        return "invalid_summary", str(exc)
 
 
 async def _reject(

@@ -22,6 +22,7 @@ provider's prompt cache warm.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -42,8 +43,6 @@ __all__ = [
 LOAD_TOOLS = "load_tools"
 """The name of the built-in tool that loads deferred tools."""
 
-_loaders: dict[tuple[tuple[str, str], ...], Tool] = {}
-
 
 def summary_line(description: str, limit: int = 160) -> str:
     """The first non-empty line of ``description``, at most ``limit`` characters."""
@@ -54,12 +53,15 @@ def summary_line(description: str, limit: int = 160) -> str:
 def load_tools_tool(deferred: Sequence[Tool]) -> Tool:
     """The ``load_tools`` tool for this set of deferred tools (built once per set)."""
     listing = tuple((t.name, summary_line(t.description)) for t in deferred)
-    cached = _loaders.get(listing)
-    if cached is None:
-        cached = _loaders[listing] = _build(listing)
-    return cached
+    return _build(listing)
 
 
+LOADERS_KEPT = 128
+"""Distinct sets of deferred tools whose ``load_tools`` tool stays built (the
+least recently used beyond that is built again when next needed)."""
+
+
+@functools.lru_cache(maxsize=LOADERS_KEPT)
 def _build(listing: tuple[tuple[str, str], ...]) -> Tool:
     known = {name for name, _ in listing}
     lines = "\n".join(f"- {name}: {line}" if line else f"- {name}" for name, line in listing)

@@ -100,6 +100,9 @@ class Delegate:
     child: LoopDefinition = field(init=False, repr=False, compare=False)
     """What the child runs: ``definition``, or its narrowed copy ``name[delegate]``."""
 
+    _tool: Tool | None = field(default=None, init=False, repr=False, compare=False)
+    """Its tool, built on first use (``_delegate_tool``) and freed with it."""
+
     def __post_init__(self) -> None:
         where = f"delegate {self.name!r} of definition {self.definition.name!r}"
         if self.mode is not None and self.mode not in {m.name for m in self.definition.modes}:
@@ -446,15 +449,14 @@ class Delegator(Protocol):
     async def delegate(self, delegate: Delegate, task: str, *, execution_id: str) -> str: ...
 
 
-_delegate_tools: dict[int, tuple[Delegate, Tool]] = {}
-
-
 def _delegate_tool(delegate: Delegate) -> Tool:
-    """The delegate's tool, built once per Delegate (its schema is cached)."""
-    cached = _delegate_tools.get(id(delegate))
-    if cached is None or cached[0] is not delegate:
-        cached = _delegate_tools[id(delegate)] = (delegate, _build_delegate_tool(delegate))
-    return cached[1]
+    """The delegate's tool, built once per Delegate (its schema is cached) and
+    kept on it, so it lives as long as the delegate and no longer."""
+    tool = delegate._tool
+    if tool is None:
+        tool = _build_delegate_tool(delegate)
+        object.__setattr__(delegate, "_tool", tool)  # a cache, not a field of its value
+    return tool
 
 
 def _build_delegate_tool(delegate: Delegate) -> Tool:

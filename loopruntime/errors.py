@@ -13,6 +13,7 @@ __all__ = [
     "IdempotencyKeyError",
     "InvalidAnswerError",
     "LeaseLostError",
+    "LifecycleError",
     "LoopClosedError",
     "LoopError",
     "ModeNotFoundError",
@@ -193,6 +194,24 @@ class LeaseLostError(LoopError):
             "the effect: the next owner settles this call (run again if replay-safe, "
             "otherwise an unknown effect for a person to resolve)"
         )
+
+
+class LifecycleError(LoopError):
+    """A loop was asked to take a step its phase does not allow (a bug in the
+    actor, never a caller's mistake): ``phase`` and ``step`` name both."""
+
+    code = "loop.illegal_transition"
+
+    def __init__(self, phase: str, step: str, loop_id: str = "") -> None:
+        where = f"loop {loop_id}" if loop_id else "a loop"
+        super().__init__(
+            f"{where} in phase {phase!r} cannot take step {step!r} "
+            "(loopruntime.lifecycle.TRANSITIONS lists what each phase allows); "
+            "this is a bug in loopruntime: please report it with the log"
+        )
+        self.phase = phase
+        self.step = step
+        self.loop_id = loop_id
 
 
 class OutsideToolCallError(LoopError):

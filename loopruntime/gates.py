@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from journal.content import ToolUse
-from journal.events import GateCancelled, GateOpened, GateResolved
+from journal.events import GateCancelled, GateCancelReason, GateOpened, GateResolved
 
 from .commands import AnswerGate, DecideGate, Reply
 from .errors import GateMismatchError, InvalidAnswerError
@@ -182,12 +182,9 @@ def _mismatch(gate_id: str, kind: str, gate: GateOpened | None) -> GateMismatchE
     )
 
 
-def abandoned(state: LoopState, reason: str) -> list[GateCancelled]:
+def abandoned(state: LoopState, reason: GateCancelReason) -> list[GateCancelled]:
     """Events closing every open gate unanswered (a turn being settled)."""
-    return [
-        GateCancelled(gate_id=g, reason=reason)  # type: ignore[arg-type]
-        for g in state.gates
-    ]
+    return [GateCancelled(gate_id=g, reason=reason) for g in state.gates]
 
 
 class Answers(dict[str, Reply[GateResolved]]):

@@ -28,7 +28,7 @@ import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, get_args, overload
+from typing import Any, TypeGuard, get_args, overload
 
 import msgspec
 import trio
@@ -67,6 +67,10 @@ __all__ = [
 ]
 
 HOOK_POINTS: tuple[str, ...] = get_args(HookPoint)
+
+
+def _is_point(value: object) -> TypeGuard[HookPoint]:
+    return isinstance(value, str) and value in HOOK_POINTS
 
 
 # -- what a hook is shown ----------------------------------------------------------
@@ -220,15 +224,16 @@ def hook(
     or ``hook("before_tool", fn)``.  ``name`` (default: the function's)
     names its records; ``timeout`` (seconds, None for none) overrides
     ``Limits.hook_timeout``."""
-    if not isinstance(point, str) or point not in HOOK_POINTS:
+    if not _is_point(point):
         raise ValueError(
             f"{point!r} is not a hook point; use one of {', '.join(HOOK_POINTS)} "
             '(e.g. @hook("before_tool"))'
         )
+    checked: HookPoint = point
 
     def build(f: Callable[[Any], Awaitable[Any]]) -> Hook:
         label = name or getattr(f, "__name__", None) or type(f).__name__
-        return Hook(name=label, point=point, fn=f, timeout=timeout)  # type: ignore[arg-type]
+        return Hook(name=label, point=checked, fn=f, timeout=timeout)
 
     return build(fn) if fn is not None else build
 

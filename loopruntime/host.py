@@ -58,6 +58,8 @@ from .state import copy_state as copy_state
 from .state import image_bytes as image_bytes
 from .state import image_missing as image_missing
 from .state import image_state as image_state
+from .timers import RunTimer as RunTimer
+from .timers import Ticket as Ticket
 from .tools import ToolInputError as ToolInputError
 
 __all__ = [
@@ -113,4 +115,6 @@ __all__ = [
     "own_list",
     "OwnerCheck",
     "owning",
+    "RunTimer",
+    "Ticket",
 ]

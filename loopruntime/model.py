@@ -9,7 +9,7 @@ the journaled ``model.output`` pieces, so both build the same message.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -72,16 +72,12 @@ class ToolSchema(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """Everything one model call sends.  ``messages`` alternate roles and every
-    ``tool_use`` is answered by a ``tool_result`` in the next user message.
-
-    ``messages`` is an immutable sequence: the loop gives a ``Transcript``
-    (``loopruntime.context``), which reads the history in place so a step
-    does not copy the whole conversation; it equals the tuple of the same
-    messages.  An adapter reads it like any sequence."""
+    """Everything one model call sends: plain data (msgspec encodes it, to log
+    or record a request).  ``messages`` alternate roles and every ``tool_use``
+    is answered by a ``tool_result`` in the next user message."""
 
     system: str
-    messages: Sequence[Message]
+    messages: tuple[Message, ...]
     tools: tuple[ToolSchema, ...] = ()
     max_tokens: int = 4096
     tool_choice: Literal["auto", "any", "none"] = "auto"

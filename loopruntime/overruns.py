@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from journal.content import Text
 from journal.events import (
+    DeadlineAction,
     DeadlinePassed,
     Event,
     GateCancelled,
@@ -39,14 +40,14 @@ def overrun(
         attempt=attempt,
     )
 
-    def passed(action: str) -> DeadlinePassed:
+    def passed(action: DeadlineAction) -> DeadlinePassed:
         return DeadlinePassed(
             deadline="tool",
             seconds=seconds,
             turn=loop.state.turn_index,
             ref=execution_id,
             attempt=attempt,
-            action=action,  # type: ignore[arg-type]
+            action=action,
         )
 
     # A question the call had just opened closes with it (the wait itself is

@@ -15,7 +15,7 @@ wait that ends sooner (a fast tool, a model that answers at once, the turn's
 next input already queued) goes on with no hand-over, so a loop's turn runs
 through and its pipelined records ride with its next durable commit.  A wait
 still going at ``HOLD`` gives the permit up (one system task per run watches
-the deadlines, as ``flushing.py`` does flushes): a loop waiting on a slow model,
+the deadlines, as a ``timers.RunTimer`` does flushes): a loop waiting on a slow model,
 a tool or a person stops nobody for longer than that.
 
 The permit is the loop's, not a task's: while one of its tasks holds it, its
@@ -34,7 +34,6 @@ from __future__ import annotations
 import collections
 import math
 from types import TracebackType
-from typing import Protocol
 
 import trio
 
@@ -42,8 +41,8 @@ __all__ = [
     "DEFAULT_LIMIT",
     "HOLD",
     "Admission",
-    "Holder",
     "Outside",
+    "Permit",
     "Permits",
     "Working",
     "limit_working_loops",
@@ -57,13 +56,17 @@ HOLD = 0.05
 """Seconds a wait outside the runtime keeps its loop's permit before giving it up."""
 
 
-class Holder(Protocol):
-    """What holds a permit: a loop (``Loop``), with two slots of its own."""
+class Permit:
+    """One loop's part in its run's ``Permits``: the loop owns it (``Loop.permit``)
+    and hands it to every call here; only this module reads or changes it."""
 
-    _holding: int
-    """Its tasks inside the permitted section (0: it holds no permit)."""
-    _admission: Admission | None
-    """Its place in the queue while some of its tasks wait (None: none wait)."""
+    __slots__ = ("admission", "holding")
+
+    def __init__(self) -> None:
+        self.holding = 0
+        """The loop's tasks inside the permitted section (0: it holds no permit)."""
+        self.admission: Admission | None = None
+        """Its place in the queue while some of its tasks wait (None: none wait)."""
 
 
 class Admission:
@@ -95,7 +98,7 @@ class Permits:
         self.hold = hold
         self._free = limit
         """Permits nobody holds; below zero while cancelled waiters overdraw."""
-        self._queue: collections.deque[Holder] = collections.deque()
+        self._queue: collections.deque[Permit] = collections.deque()
         self._kept: dict[Outside, float] = {}
         """Waits outside still keeping their permit, oldest first: when each began."""
         self._sleep: trio.CancelScope | None = None
@@ -120,27 +123,27 @@ class Permits:
         """Loops waiting for a permit."""
         return len(self._queue)
 
-    async def enter(self, loop: Holder, *, back: bool = False) -> None:
-        """Enter the permitted section for ``loop``; pair it with ``leave``.
-        No checkpoint when ``loop`` already holds a permit or one is free and
+    async def enter(self, permit: Permit, *, back: bool = False) -> None:
+        """Enter the permitted section for ``permit``'s loop; pair it with ``leave``.
+        No checkpoint when the loop already holds its permit or one is free and
         nobody waits; otherwise queue (``back``: ahead of loops that have not
         started).  Cancelled while waiting, it takes a permit over the limit
         (the caller's cleanup runs as a holder; its ``leave`` pays it back)
         and raises."""
-        if loop._holding:
-            loop._holding += 1
+        if permit.holding:
+            permit.holding += 1
             return
         if self._free > 0 and not self._queue:
             self._free -= 1
-            loop._holding = 1
+            permit.holding = 1
             return
-        admission = loop._admission
+        admission = permit.admission
         if admission is None:
-            admission = loop._admission = Admission()
+            admission = permit.admission = Admission()
             if back:
-                self._queue.appendleft(loop)
+                self._queue.appendleft(permit)
             else:
-                self._queue.append(loop)
+                self._queue.append(permit)
             if len(self._queue) == 1:
                 self._arm()
         admission.waiters += 1
@@ -150,56 +153,56 @@ class Permits:
             if not admission.admitted.is_set():
                 admission.waiters -= 1
                 if not admission.waiters:
-                    loop._admission = None
-                    self._queue.remove(loop)
+                    permit.admission = None
+                    self._queue.remove(permit)
                 # Over the limit: see the docstring.
-                if loop._holding:
-                    loop._holding += 1
+                if permit.holding:
+                    permit.holding += 1
                 else:
                     self._free -= 1
-                    loop._holding = 1
+                    permit.holding = 1
             raise
         # Admitted: ``_admit`` counted this task among the loop's holders.
 
-    def join(self, loop: Holder) -> None:
-        """A task of ``loop`` starts under the permit its starter holds (the
-        actor starting the turn); pair it with ``leave``.  Taken at once: the
-        new task never queues for a permit its loop already has."""
-        assert loop._holding, "join is for a task started by a holder of its loop's permit"
-        loop._holding += 1
+    def join(self, permit: Permit) -> None:
+        """A task of ``permit``'s loop starts under the permit its starter holds
+        (the actor starting the turn); pair it with ``leave``.  Taken at once:
+        the new task never queues for a permit its loop already has."""
+        assert permit.holding, "join is for a task started by a holder of its loop's permit"
+        permit.holding += 1
 
-    def leave(self, loop: Holder) -> None:
-        """One of ``loop``'s tasks leaves; its last gives the permit to the
-        first loop waiting."""
-        loop._holding -= 1
-        if loop._holding:
+    def leave(self, permit: Permit) -> None:
+        """One of the tasks of ``permit``'s loop leaves; its last gives the
+        permit to the first loop waiting."""
+        permit.holding -= 1
+        if permit.holding:
             return
         if self._free < 0 or not self._queue:
             self._free += 1
             return
         self._admit(self._queue.popleft())
 
-    def _admit(self, loop: Holder) -> None:
-        admission = loop._admission
+    def _admit(self, permit: Permit) -> None:
+        admission = permit.admission
         assert admission is not None
-        loop._admission = None
-        loop._holding = admission.waiters
+        permit.admission = None
+        permit.holding = admission.waiters
         admission.admitted.set()
 
-    def working(self, loop: Holder) -> Working:
-        """``async with permits.working(loop):`` around a task's work: entered
+    def working(self, permit: Permit) -> Working:
+        """``async with permits.working(permit):`` around a task's work: entered
         on entry, left on exit."""
-        return Working(self, loop)
+        return Working(self, permit)
 
-    def outside(self, loop: Holder) -> Outside:
-        """``async with permits.outside(loop):`` around a wait outside the
+    def outside(self, permit: Permit) -> Outside:
+        """``async with permits.outside(permit):`` around a wait outside the
         runtime: the permit is kept for ``hold`` seconds of it, then left
         (and entered again after the wait)."""
-        return Outside(self, loop)
+        return Outside(self, permit)
 
     def _keep(self, outside: Outside) -> None:
         """``outside``'s wait keeps its permit, until ``hold`` has passed
-        while another loop waits for one."""
+        while another permit waits for one."""
         self._kept[outside] = trio.current_time()
         if self._queue:
             self._arm()
@@ -237,7 +240,7 @@ class Permits:
                 break
             del kept[outside]
             outside.state = _LEFT
-            self.leave(outside.loop)
+            self.leave(outside.permit)
 
 
 _KEPT, _LEFT, _OVER = "kept", "left", "over"
@@ -247,11 +250,11 @@ _KEPT, _LEFT, _OVER = "kept", "left", "over"
 class Outside:
     """A wait of ``Permits.outside``."""
 
-    __slots__ = ("loop", "permits", "state")
+    __slots__ = ("permit", "permits", "state")
 
-    def __init__(self, permits: Permits, loop: Holder) -> None:
+    def __init__(self, permits: Permits, permit: Permit) -> None:
         self.permits = permits
-        self.loop = loop
+        self.permit = permit
         self.state = _KEPT
 
     async def __aenter__(self) -> None:
@@ -259,7 +262,7 @@ class Outside:
             self.permits._keep(self)
         else:
             self.state = _LEFT
-            self.permits.leave(self.loop)
+            self.permits.leave(self.permit)
 
     async def __aexit__(
         self,
@@ -268,7 +271,7 @@ class Outside:
         tb: TracebackType | None,
     ) -> None:
         if self.state is _LEFT:
-            await self.permits.enter(self.loop, back=True)
+            await self.permits.enter(self.permit, back=True)
         else:
             del self.permits._kept[self]
         self.state = _OVER
@@ -277,14 +280,14 @@ class Outside:
 class Working:
     """The work of ``Permits.working``."""
 
-    __slots__ = ("loop", "permits")
+    __slots__ = ("permit", "permits")
 
-    def __init__(self, permits: Permits, loop: Holder) -> None:
+    def __init__(self, permits: Permits, permit: Permit) -> None:
         self.permits = permits
-        self.loop = loop
+        self.permit = permit
 
     async def __aenter__(self) -> None:
-        await self.permits.enter(self.loop)
+        await self.permits.enter(self.permit)
 
     async def __aexit__(
         self,
@@ -292,7 +295,7 @@ class Working:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.permits.leave(self.loop)
+        self.permits.leave(self.permit)
 
 
 def limit_working_loops(limit: int, *, hold: float = HOLD) -> None:

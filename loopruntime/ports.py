@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar
 
-import trio
 from structlog.typing import FilteringBoundLogger
 
 from journal.events import Event, GateResolved, Provenance
@@ -128,33 +127,13 @@ class DeltaSink(Protocol):
 
 class TurnPort(ToolsPort, Protocol):
     """What a turn touches beyond its tool batches: the request builder, the
-    live stream, the flush timer, and its own cancel scope."""
+    live stream and the flush timer."""
 
     @property
     def requests(self) -> RequestBuilder: ...
 
     @property
     def host(self) -> DeltaSink: ...
-
-    @property
-    def stop_reason(self) -> str:
-        """Why the running turn is being stopped: "interrupted", "shutdown",
-        or "detached" (left open, not settled)."""
-        ...
-
-    @property
-    def stop_cause(self) -> str | None:
-        """Id of the record of the command stopping the turn, if it has one."""
-        ...
-
-    @property
-    def stop_principal(self) -> str | None:
-        """Who asked for the interrupt stopping the turn, if it said."""
-        ...
-
-    def enter_turn_scope(self, scope: trio.CancelScope) -> None:
-        """The scope the loop cancels to stop the turn."""
-        ...
 
     def flush_at(self, deadline: float, flush: Callable[[], Awaitable[None]]) -> None:
         """Have ``flush`` run at ``deadline`` (trio time) unless cancelled first."""

@@ -13,9 +13,11 @@ from typing import Literal
 
 from journal.events import (
     Event,
+    GateCancelReason,
     InputCancelled,
     ModelMessageCommitted,
     Notice,
+    Outcome,
     ToolAbandoned,
     TurnEnded,
 )
@@ -59,9 +61,9 @@ def reply_cut_short(
 def settle_turn_events(
     state: LoopState,
     *,
-    outcome: str,
+    outcome: Outcome,
     reply_end: Event | None,
-    gate_reason: str,
+    gate_reason: GateCancelReason,
     code: str | None = None,
     entered: set[str] | None = None,
     kind: str = "runtime",
@@ -94,7 +96,7 @@ def settle_turn_events(
     events.append(
         TurnEnded(
             turn=state.turn_index,
-            outcome=outcome,  # type: ignore[arg-type]
+            outcome=outcome,
             kind=None if outcome == "interrupted" else kind,
             code=code,
             detail=detail,

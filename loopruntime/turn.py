@@ -21,12 +21,15 @@ what arrived with the truncated notice, and the turn fails.
 A tool call whose deadline left its outcome unknown parks the turn: the task
 ends without settling it, and the loop resumes it once the host resolved
 the call (as after a restore).
+
+The module is one piece: the steps, the model call and the settlement all
+read and change one runner's state (its accumulator, the calls it entered).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 import trio
@@ -40,6 +43,7 @@ from journal.events import (
     ModelCallStarted,
     ModelMessageCommitted,
     ModelOutput,
+    Outcome,
     SteerApplied,
     TurnEnded,
 )
@@ -49,7 +53,7 @@ from .batch import run_batch
 from .deferred import advertised
 from .errors import ModelError
 from .ids import new_id
-from .model import Accumulator, coalesce
+from .model import Accumulator, ModelRequest, coalesce
 from .notices import TRUNCATED_TOOL_CALL_RESULT, rejected
 from .output import output_reminder, output_verdict
 from .ports import TurnPort
@@ -58,7 +62,7 @@ from .redaction import journaled_message, secret_piece
 from .settling import queue_consequences, reply_cut_short, settle_turn_events
 from .state import LoopState
 
-__all__ = ["FLUSH_INTERVAL", "TurnRunner"]
+__all__ = ["FLUSH_INTERVAL", "StopReason", "TurnResult", "TurnRunner", "TurnStop"]
 
 # Exact types: ``isinstance`` on the union pays a slow check per member it fails.
 _PIECES = frozenset(Piece.__args__)
@@ -69,6 +73,30 @@ FLUSH_INTERVAL = 0.25
 
 class _End(Exception):
     """Internal: the turn has ended (its turn.ended is committed)."""
+
+
+StopReason = Literal["interrupted", "shutdown", "detached"]
+"""Why a turn is stopped: a person's interrupt, a shutdown, or a shutdown
+that leaves the turn open as the journal holds it (it only waited on people)."""
+
+
+class TurnStop(NamedTuple):
+    """What the loop hands a turn it stops (``TurnRunner.stop``)."""
+
+    reason: StopReason
+    cause: str | None = None
+    """Id of the record of the command stopping the turn (its settlement's
+    cause); None: the turn's own record."""
+    principal: str | None = None
+    """Who asked for the interrupt (its ``turn.ended`` records it)."""
+
+
+class TurnResult(NamedTuple):
+    """How a turn's run ended, returned by ``TurnRunner.run``."""
+
+    outcome: Outcome | None
+    """The outcome its ``turn.ended`` committed; None: the turn is still open
+    (it waits for an unknown outcome to be resolved, or was detached)."""
 
 
 class TurnRunner:
@@ -83,6 +111,8 @@ class TurnRunner:
         self._log: Any = None
         self.parked = False
         """The turn waits for the host to resolve an unknown outcome."""
+        self._scope: trio.CancelScope | None = None
+        self._stop: TurnStop | None = None
         every = loop.definition.hooks
         self.before_model = [h for h in every if h.point == "before_model"]
         self.turn_end = [h for h in every if h.point == "turn_end"]
@@ -102,34 +132,45 @@ class TurnRunner:
             self._log = self.loop.log.bind(turn=self.loop.state.turn_index)
         return self._log
 
-    async def run(self) -> None:
+    def stop(self, stop: TurnStop) -> None:
+        """Stop the turn (now, or as soon as it starts running); its settlement
+        commits what ``stop`` says.  ``run`` returns once it has settled."""
+        self._stop = stop
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def run(self) -> TurnResult:
         timeout = self.resolved.limits.turn_timeout
         with trio.CancelScope() as scope:
-            self.loop.enter_turn_scope(scope)
+            self._scope = scope
+            if self._stop is not None:
+                scope.cancel()
             with deadlines.timer(timeout) as clock:
                 try:
                     await self._steps()
                 except _End:
                     pass
+        self._scope = None
+        stop = self._stop or TurnStop("interrupted")
         if not self.state.turn_open or self.parked:
             pass
         elif clock.passed and not scope.cancel_called:
             assert timeout is not None
             self.log.warning("turn_deadline_passed", seconds=timeout)
             await self.loop.commit(self._settle_deadline(timeout), cause=self.state.turn_record)
-        elif self.loop.stop_reason != "detached":
+        elif stop.reason != "detached":
             # Cancelled (interrupt or shutdown): settle outside the cancelled
             # scope.  A turn detached by a shutdown while it waited only on
             # people is left open as the journal holds it, for restore.
-            reason = self.loop.stop_reason
             await self.loop.commit(
-                stamped_end(self._settle_interrupted(reason), self.loop.stop_principal),
-                cause=self.loop.stop_cause or self.state.turn_record,
+                stamped_end(self._settle_interrupted(stop.reason), stop.principal),
+                cause=stop.cause or self.state.turn_record,
             )
         if self.turn_end and not self.state.turn_open:
             await self._turn_end_hooks()
         if self.loop.logs(logging.DEBUG):
             self.log.debug("turn_finished", outcome=self.state.last_outcome, parked=self.parked)
+        return TurnResult(None if self.state.turn_open else self.state.last_outcome)
 
     async def _turn_end_hooks(self) -> None:
         """The turn has ended: its hooks see the outcome and change nothing
@@ -261,7 +302,7 @@ class TurnRunner:
 
     async def end(
         self,
-        outcome: str,
+        outcome: Outcome,
         *,
         kind: str | None = None,
         code: str | None = None,
@@ -276,7 +317,7 @@ class TurnRunner:
         events.append(
             TurnEnded(
                 turn=self.state.turn_index,
-                outcome=outcome,  # type: ignore[arg-type]
+                outcome=outcome,
                 kind=kind,
                 code=code,
                 detail=detail,
@@ -290,6 +331,35 @@ class TurnRunner:
     # -- the model call -----------------------------------------------------------
 
     async def _model_call(self) -> None:
+        """One model call: open it (its ``model.call_started``), stream
+        attempts until one ends within its deadlines (or the retries are
+        spent), then commit its message or the turn's failure."""
+        call = await self._open_call()
+        limits = self.resolved.limits
+        first_token, whole = limits.model_first_token_timeout, limits.model_call_timeout
+        opening = whole if first_token is None else min(first_token, whole or first_token)
+        attempt = 1
+        cut: DeadlinePassed | None = None
+        while True:
+            error, output, seconds = await self._stream_attempt(call, opening, whole)
+            if seconds is None:
+                break
+            which: Literal["model_first_token", "model_call"] = (
+                "model_first_token" if not output and opening == first_token else "model_call"
+            )
+            cut = await self._deadline_passed(call, which, seconds, attempt, output=output)
+            if cut is None:
+                attempt += 1
+                continue
+            error = _deadline_error(which, seconds, attempt, output=output)
+            break
+        if error is not None:
+            await self._fail_call(call, error, cut)
+        await self._finish_call(call)
+
+    async def _open_call(self) -> _Call:
+        """Check the call budget, run the ``before_model`` hooks, build the
+        request and commit ``model.call_started``."""
         loop, state, resolved = self.loop, self.state, self.resolved
         # Checked here, not by the callers: every path to a model call (a
         # ``pause_turn`` continuation too) counts against the budget.
@@ -306,134 +376,134 @@ class TurnRunner:
             max_tokens=resolved.limits.max_tokens,
         )
         effect_id = "call_" + fp + "_" + str(state.last_seq)
-        call = await loop.commit(
-            [
-                ModelCallStarted(
-                    effect_id=effect_id,
-                    turn=state.turn_index,
-                    step=step,
-                    model=resolved.model.name,
-                    fingerprint=fp,
-                )
-            ],
-            cause=state.turn_record,
+        started = ModelCallStarted(
+            effect_id=effect_id,
+            turn=state.turn_index,
+            step=step,
+            model=resolved.model.name,
+            fingerprint=fp,
         )
-        call_record = call[0].id
+        call = await loop.commit([started], cause=state.turn_record)
+        return _Call(loop, effect_id, call[0].id, step, request)
+
+    async def _stream_attempt(
+        self, call: _Call, opening: float | None, whole: float | None
+    ) -> tuple[ModelError | None, bool, float | None]:
+        """Stream one attempt of ``call`` into a fresh accumulator, its
+        pieces journaled within ``FLUSH_INTERVAL``.  Returns the error it
+        failed with, whether any output arrived, and, when a deadline cut it,
+        the seconds that deadline allowed (None: none did)."""
+        loop, resolved = self.loop, self.resolved
         limits = resolved.limits
-        first_token, whole = limits.model_first_token_timeout, limits.model_call_timeout
-        opening = whole if first_token is None else min(first_token, whole or first_token)
-        attempt = 1
-        buffer: list[Piece] = []
-        secret: set[int] = set()
-        """Indexes of the reply's calls to redacting tools: their streamed
-        input is neither journaled nor shown to subscribers."""
+        acc = self.acc = Accumulator(limits.max_response_bytes, limits.max_tool_input_bytes)
+        call.buffer = []
+        error: ModelError | None = None
+        output = False
+        publish, loop_id, effect_id = loop.host.publish_delta, loop.id, call.effect_id
+        with deadlines.timer(opening) as clock:
+            try:
+                boundary = False
+                async with loop.outside(), resolved.model.stream(call.request) as stream:
+                    async for delta in stream:
+                        acc.feed(delta)
+                        if self.redacting and secret_piece(delta, self.redacting, call.secret):
+                            continue
+                        publish(loop_id, effect_id, delta)
+                        if type(delta) in _PIECES:
+                            if not output:
+                                # The first piece: from now on only the call's
+                                # own deadline applies.
+                                output = True
+                                clock.reset(whole)
+                            if boundary:
+                                # A block ended: its pieces reach the journal as
+                                # the next begins (the last block's ride with the
+                                # message).  Our commit is no time of the model's.
+                                with clock.paused():
+                                    await call.flush()
+                            if not call.buffer:
+                                # Whatever happens to the stream, these pieces
+                                # reach the journal within FLUSH_INTERVAL.
+                                loop.flush_at(trio.current_time() + FLUSH_INTERVAL, call.flush)
+                            call.buffer.append(delta)
+                            boundary = type(delta) is BlockStopped
+            except ModelError as exc:
+                error = exc
+            except Exception as exc:
+                # An adapter bug must not take the loop down: the turn fails
+                # with a code saying so, and the partial reply is kept.
+                error = ModelError(f"model adapter failed: {exc!r}", kind="protocol")
+            finally:
+                loop.cancel_flush()
+        if not clock.passed:
+            return error, output, None
+        seconds = clock.seconds if output else opening
+        assert seconds is not None
+        return error, output, seconds
 
-        async def flush() -> None:
-            nonlocal buffer
-            loop.cancel_flush()
-            if buffer:
-                pieces, buffer = coalesce(buffer), []
-                await loop.commit(
-                    [ModelOutput(effect_id=effect_id, pieces=pieces)], cause=call_record
-                )
+    async def _deadline_passed(
+        self,
+        call: _Call,
+        which: Literal["model_first_token", "model_call"],
+        seconds: float,
+        attempt: int,
+        *,
+        output: bool,
+    ) -> DeadlinePassed | None:
+        """A deadline cut attempt ``attempt``: None when the call is sent
+        again (nothing arrived, retries left; ``deadline.passed(retried)``
+        committed, the backoff slept), else the record the failure commits."""
+        self.log.warning("model_deadline_passed", deadline=which, seconds=seconds, attempt=attempt)
+        passed = DeadlinePassed(
+            deadline=which,
+            seconds=seconds,
+            turn=self.state.turn_index,
+            ref=call.effect_id,
+            attempt=attempt,
+            action="retried",
+        )
+        if not output and attempt <= self.resolved.limits.model_retries:
+            # Nothing arrived, so nothing can be repeated: send it again.
+            await self.loop.commit([passed], cause=call.record)
+            await self.loop.run_outside(trio.sleep, deadlines.retry_backoff(attempt))
+            return None
+        acc = self.acc or Accumulator()
+        return msgspec.structs.replace(
+            passed, action="truncated" if acc.has_content() else "failed"
+        )
 
-        publish, loop_id = loop.host.publish_delta, loop.id
-        while True:
-            acc = self.acc = Accumulator(limits.max_response_bytes, limits.max_tool_input_bytes)
-            buffer = []
-            error: ModelError | None = None
-            cut: DeadlinePassed | None = None
-            output = False
-            with deadlines.timer(opening) as clock:
-                try:
-                    boundary = False
-                    async with loop.outside(), resolved.model.stream(request) as stream:
-                        async for delta in stream:
-                            acc.feed(delta)
-                            if self.redacting and secret_piece(delta, self.redacting, secret):
-                                continue
-                            publish(loop_id, effect_id, delta)
-                            if type(delta) in _PIECES:
-                                if not output:
-                                    # The first piece: from now on only the
-                                    # call's own deadline applies.
-                                    output = True
-                                    clock.reset(whole)
-                                if boundary:
-                                    # A block ended: its pieces reach the
-                                    # journal as the next begins.  The last
-                                    # block's go in the commit of the message
-                                    # itself.  Our commit is no time of the
-                                    # model's.
-                                    with clock.paused():
-                                        await flush()
-                                if not buffer:
-                                    # Whatever happens to the stream, these
-                                    # pieces reach the journal within
-                                    # FLUSH_INTERVAL.
-                                    loop.flush_at(trio.current_time() + FLUSH_INTERVAL, flush)
-                                buffer.append(delta)
-                                boundary = type(delta) is BlockStopped
-                except ModelError as exc:
-                    error = exc
-                except Exception as exc:
-                    # An adapter bug must not take the loop down: the turn
-                    # fails with a code saying so, and the partial reply is kept.
-                    error = ModelError(f"model adapter failed: {exc!r}", kind="protocol")
-                finally:
-                    loop.cancel_flush()
-            if not clock.passed:
-                break
-            which: Literal["model_first_token", "model_call"] = (
-                "model_first_token" if not output and opening == first_token else "model_call"
-            )
-            seconds = clock.seconds if output else opening
-            assert seconds is not None
-            self.log.warning(
-                "model_deadline_passed", deadline=which, seconds=seconds, attempt=attempt
-            )
-            passed = DeadlinePassed(
-                deadline=which,
-                seconds=seconds,
-                turn=state.turn_index,
-                ref=effect_id,
-                attempt=attempt,
-                action="retried",
-            )
-            if not output and attempt <= limits.model_retries:
-                # Nothing arrived, so nothing can be repeated: send it again.
-                await loop.commit([passed], cause=call_record)
-                await loop.run_outside(trio.sleep, deadlines.retry_backoff(attempt))
-                attempt += 1
-                continue
-            cut = msgspec.structs.replace(
-                passed, action="truncated" if acc.has_content() else "failed"
-            )
-            error = _deadline_error(which, seconds, attempt, output=output)
-            break
-        if error is not None:
-            self.log.warning("model_call_failed", code=error.code, error=str(error))
-            await self.end(
-                "failed",
-                kind="model",
-                code=error.code,
-                detail=str(error),
-                settle=[
-                    *([cut] if cut is not None else []),
-                    *self._rest(effect_id, buffer),
-                    ModelCallFailed(
-                        effect_id=effect_id,
-                        kind=error.error_kind,
-                        code=error.code,
-                        detail=str(error),
-                        retryable=error.retryable,
-                    ),
-                    reply_cut_short(self.state, self.acc or Accumulator(), "truncated"),
-                ],
-                cause=call_record,
-            )
-        events: list[Event] = [*self._rest(effect_id, buffer)]
-        reply = self._message(effect_id, step)
+    async def _fail_call(self, call: _Call, error: ModelError, cut: DeadlinePassed | None) -> None:
+        """End the turn failed: what streamed, the call's failure, and the
+        reply as far as it arrived."""
+        self.log.warning("model_call_failed", code=error.code, error=str(error))
+        await self.end(
+            "failed",
+            kind="model",
+            code=error.code,
+            detail=str(error),
+            settle=[
+                *([cut] if cut is not None else []),
+                *self._rest(call.effect_id, call.buffer),
+                ModelCallFailed(
+                    effect_id=call.effect_id,
+                    kind=error.error_kind,
+                    code=error.code,
+                    detail=str(error),
+                    retryable=error.retryable,
+                ),
+                reply_cut_short(self.state, self.acc or Accumulator(), "truncated"),
+            ],
+            cause=call.record,
+        )
+
+    async def _finish_call(self, call: _Call) -> None:
+        """Commit the reply: the rest of its pieces, its message, answers to
+        its calls that cannot run, and the context's size (and the turn's end
+        with them when the reply completes the turn)."""
+        acc = self.acc or Accumulator()
+        call_record = call.record
+        events: list[Event] = [*self._rest(call.effect_id, call.buffer)]
+        reply = self._message(call.effect_id, call.step)
         events.append(reply)
         # The call made its message; the message made the answers to its
         # calls that cannot run (so the message's id is chosen here).
@@ -461,13 +531,13 @@ class TurnRunner:
                 output_tokens=acc.usage.output_tokens,
                 cache_read_tokens=acc.usage.cache_read_tokens,
                 cache_creation_tokens=acc.usage.cache_creation_tokens,
-                window=resolved.model.context_window,
+                window=self.resolved.model.context_window,
             )
         )
         if self._ends_the_turn(acc, reply.message):
             # The common last step: message and turn end in one commit.
             await self.end("completed", settle=events, cause=call_record)
-        await loop.commit(events, ids=ids, causes=causes)
+        await self.loop.commit(events, ids=ids, causes=causes)
         self.acc = None
 
     async def _before_model_hooks(self, step: int) -> None:
@@ -543,9 +613,9 @@ class TurnRunner:
 
     def _settle_interrupted(
         self,
-        reason: str,
+        reason: StopReason,
         *,
-        outcome: str = "interrupted",
+        outcome: Outcome = "interrupted",
         code: str | None = None,
         detail: str = "",
     ) -> list[Event]:
@@ -569,6 +639,36 @@ class TurnRunner:
             entered=self.entered,
         )
         return events
+
+
+class _Call:
+    """One model call of a turn: what its attempts share."""
+
+    __slots__ = ("buffer", "effect_id", "loop", "record", "request", "secret", "step")
+
+    def __init__(
+        self, loop: TurnPort, effect_id: str, record: str, step: int, request: ModelRequest
+    ) -> None:
+        self.loop = loop
+        self.effect_id = effect_id
+        self.record = record
+        """Id of its ``model.call_started``: the cause of what it makes."""
+        self.step = step
+        self.request = request
+        self.buffer: list[Piece] = []
+        """Streamed pieces not yet journaled."""
+        self.secret: set[int] = set()
+        """Indexes of the reply's calls to redacting tools: their streamed
+        input is neither journaled nor shown to subscribers."""
+
+    async def flush(self) -> None:
+        """Journal the buffered pieces (and drop the pending flush timer)."""
+        self.loop.cancel_flush()
+        if self.buffer:
+            pieces, self.buffer = coalesce(self.buffer), []
+            await self.loop.commit(
+                [ModelOutput(effect_id=self.effect_id, pieces=pieces)], cause=self.record
+            )
 
 
 def _deadline_error(

@@ -107,8 +107,8 @@ def with_principal(command: C, principal: str | None) -> C:
 
 
 def decide_command(gate_id: str, allow: bool, scope: str) -> ib.Decide:
-    check_decision(gate_id, allow, scope)
-    return ib.Decide(gate_id=gate_id, allow=allow, scope=scope)  # type: ignore[arg-type]
+    checked = check_decision(gate_id, allow, scope)
+    return ib.Decide(gate_id=gate_id, allow=allow, scope=checked)
 
 
 def resolve_command(

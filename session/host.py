@@ -718,7 +718,7 @@ class Host:
         logged and marked on ``hosted`` (the session is still released); a
         fenced append is not (the session is another host's)."""
         try:
-            await session._writer.checkpoint_at_rest(_REST_CHECKPOINT_AFTER)
+            await session.checkpoint_at_rest(_REST_CHECKPOINT_AFTER)
         except FencedError:
             raise
         except Exception as exc:
@@ -741,16 +741,15 @@ class Host:
 
     async def _apply(self, session: Session, entry: ib.InboxEntry) -> None:
         """Apply ``entry`` through its command, exactly once (see the module's rules)."""
-        writer = session._writer
         command = entry.command
         refusal = None if isinstance(command, ib.Create) else self._refusal(entry)
         if refusal is not None:
             self._applied += 1
-            await writer.consume(ib.Consumed(entry=entry.number, outcome=refusal))
+            await session.consume_entry(ib.Consumed(entry=entry.number, outcome=refusal))
             return
         assert command is not None  # a damaged entry is refused above
         match = _expected(command, entry.key)
-        expectation = writer.expect(entry.number, None, match) if match is not None else None
+        expectation = session.expect_entry(entry.number, match) if match is not None else None
         outcome: ib.InboxOutcome
         try:
             value = await _run(session, command, entry.key)
@@ -764,11 +763,11 @@ class Host:
             outcome = ib.InboxOutcome(value=value)
         finally:
             if expectation is not None:
-                writer.forget(expectation)
+                session.forget_entry(expectation)
         self._applied += 1
         if expectation is not None and expectation.outcome is not None:
             return  # consumed by the append that holds what the command made
-        await writer.consume(ib.Consumed(entry=entry.number, outcome=outcome))
+        await session.consume_entry(ib.Consumed(entry=entry.number, outcome=outcome))
 
     def _refusal(self, entry: ib.InboxEntry) -> ib.InboxOutcome | None:
         """The outcome refusing ``entry`` for its damage or its principal (None: taken)."""

@@ -2,17 +2,17 @@
 
 A session writer appends a pipelined commit with the next commit that must be
 durable; if none comes within ``LINGER`` it flushes the commit on its own.
-Rather than each writer keeping a timer for that, every writer of the run
-registers here and one system task wakes each when its time is up.
+Every writer of the run registers here, on the run's one linger timer
+(``loopruntime.host.RunTimer``), instead of keeping a timer of its own.
 """
 
 from __future__ import annotations
 
-import math
-from collections import deque
 from typing import Protocol
 
 import trio
+
+from loopruntime.host import RunTimer, Ticket
 
 __all__ = ["LINGER", "Flusher", "Lingering"]
 
@@ -32,74 +32,48 @@ beside a real model call, so they reach the journal, and subscribers, soon."""
 
 class Lingering:
     """Every session writer's pipelined commits waiting out ``LINGER`` in one
-    trio run, in the order they began to wait (so by deadline: ``LINGER`` is
-    one constant).  One system task sleeps until the first is due and hands
-    each due writer its flush; a barrier that took the commits first makes
-    that a no-op.  So a pipelined commit costs an entry here instead of a
-    timer, a cancel scope and two task steps of its session's writer task,
-    and a thousand sessions share one wake-up per ``LINGER``.  A barrier that
-    takes the newest entry's commits removes it (``taken``), so a lone busy
-    session's steps, each taking the last step's commits, wake the task for
-    nothing (before: once a step, inside the next step or its durable wait)."""
+    trio run.  A barrier that took the newest entry's commits cancels it
+    (``taken``), so a lone busy session, each step taking the last step's
+    commits, never wakes the timer; an older entry passes as a no-op (the
+    writer tells by ``taken`` that its commits went)."""
 
-    __slots__ = ("_due", "_sleep")
+    __slots__ = ("_newest", "_timer")
 
-    def __init__(self) -> None:
-        self._due: deque[tuple[float, Flusher, int]] = deque()
-        self._sleep: trio.CancelScope | None = None
-        """The scope the task sleeps in until the first entry is due (its
-        deadline infinite while none is): moved, never the task woken, as
-        entries come and go."""
+    def __init__(self, timer: RunTimer) -> None:
+        self._timer = timer
+        self._newest: tuple[Flusher, int, Ticket] | None = None
 
     @staticmethod
     def of_this_run() -> Lingering:
         try:
             return _LINGERING.get()
         except LookupError:
-            lingering = Lingering()
+            lingering = Lingering(RunTimer.of_this_run(_TIMER, "session writers' linger"))
             _LINGERING.set(lingering)
-            trio.lowlevel.spawn_system_task(lingering._run, name="session writers' linger")
         return lingering
 
     def add(self, writer: Flusher, taken: int) -> None:
         """Flush ``writer``'s pipelined commits in ``LINGER`` seconds unless the
         append numbered ``taken`` (its next) has taken them by then."""
         deadline = trio.current_time() + LINGER
-        self._due.append((deadline, writer, taken))
-        if self._sleep is not None and self._sleep.deadline == math.inf:
-            self._sleep.deadline = deadline  # it slept with nothing due
+        ticket = self._timer.add(deadline, lambda: self._lingered(writer, taken))
+        self._newest = (writer, taken, ticket)
 
     def taken(self, writer: Flusher, taken: int) -> None:
         """``writer``'s append numbered ``taken`` took its pipelined commits:
-        their entry needs no flush.  Removed when it is the newest (a lone
-        session's, or the last to wait), else left to pass as a no-op;
-        with nothing left due, the task sleeps on without waking."""
-        due = self._due
-        if due and due[-1][1] is writer and due[-1][2] == taken:
-            due.pop()
-            if not due and self._sleep is not None:
-                self._sleep.deadline = math.inf
+        their entry needs no flush (cancelled when it is the newest)."""
+        newest = self._newest
+        if newest is not None and newest[0] is writer and newest[1] == taken:
+            self._newest = None
+            newest[2].cancel()
 
-    async def _run(self) -> None:
-        # A system task: it must never raise (that would crash the run), so
-        # what a writer does with its flush is the writer's to contain.
-        # Cancelled only when the run ends: that Cancelled is not this
-        # scope's, so it ends the task.
-        due = self._due
-        while True:
-            with trio.CancelScope(deadline=due[0][0] if due else math.inf) as self._sleep:
-                await trio.sleep_forever()
-            self._sleep = None
-            self._flush_due(trio.current_time())
-
-    def _flush_due(self, now: float) -> None:
-        # Apart from ``_run`` so that no writer stays referenced from its
-        # frame while it sleeps: a closed session is freed once its last
-        # linger has passed, not when some other session's comes along.
-        due = self._due
-        while due and due[0][0] <= now:
-            _, writer, taken = due.popleft()
-            writer.lingered(taken)
+    def _lingered(self, writer: Flusher, taken: int) -> None:
+        newest = self._newest
+        if newest is not None and newest[0] is writer and newest[1] == taken:
+            # Forgotten once due: a closed session is freed after its last linger.
+            self._newest = None
+        writer.lingered(taken)
 
 
+_TIMER: trio.lowlevel.RunVar[RunTimer] = trio.lowlevel.RunVar("session_writers_linger")
 _LINGERING: trio.lowlevel.RunVar[Lingering] = trio.lowlevel.RunVar("session_writers_lingering")

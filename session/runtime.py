@@ -23,7 +23,8 @@ import trio
 
 from journal import Journal, JournalError, Record, SessionLease, SessionNotFoundError
 from journal.content import Block, Message, ResultBlock
-from journal.events import Provenance, TurnRejected
+from journal.events import Event, Provenance, TurnRejected
+from journal.inbox import Consumed, InboxOutcome
 from loopruntime import (
     DefinitionError,
     GateMismatchError,
@@ -79,7 +80,7 @@ from .validation import (
     tools_command,
     user_message,
 )
-from .writer import CommitStatistics, Writer
+from .writer import CommitStatistics, Expectation, Writer
 
 __all__ = ["ROOT_LOOP", "Session", "StreamDelta"]
 
@@ -674,12 +675,12 @@ class Session:
         key, principal = check_key(key), check_principal(principal)
         # Checked before the gate is looked up: a malformed decision is refused
         # whatever the gate, and the gate stays open.
-        check_decision(gate_id, allow, scope)
+        checked = check_decision(gate_id, allow, scope)
         self._loop(None)
         command = DecideGate(
             gate_id=gate_id,
             allow=allow,
-            scope=scope,  # type: ignore[arg-type]
+            scope=checked,
             key=key,
             principal=principal,
         )
@@ -817,6 +818,33 @@ class Session:
                 if self._delivered is None:
                     self._delivered = trio.lowlevel.ParkingLot()
                 await self._delivered.park()
+
+    @property
+    def head(self) -> int:
+        """Seq of the last record committed in this session (folded; durable,
+        or pipelined to be appended with the next durable commit)."""
+        return self._writer.head
+
+    # -- what a host does with a session it holds (``session.host``) --------------
+
+    async def checkpoint_at_rest(self, after: int) -> None:
+        """Checkpoint the session, at rest and about to be unloaded, when at
+        least ``after`` records followed its last checkpoint."""
+        await self._writer.checkpoint_at_rest(after)
+
+    def expect_entry(
+        self, entry: int, match: Callable[[Event], InboxOutcome | None]
+    ) -> Expectation:
+        """Have the append carrying the first event ``match`` accepts consume
+        inbox entry ``entry``; ``forget_entry`` it when none came."""
+        return self._writer.expect(entry, None, match)
+
+    def forget_entry(self, expectation: Expectation) -> None:
+        self._writer.forget(expectation)
+
+    async def consume_entry(self, consumed: Consumed) -> None:
+        """Consume an inbox entry whose command made no records, in commit order."""
+        await self._writer.consume(consumed)
 
     def commit_statistics(self) -> CommitStatistics:
         """How this session's commits met the journal so far: how many waited

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from journal.content import Block, Message, ResultBlock, Text
+from journal.events import GateScope
 from loopruntime import (
     InvalidAnswerError,
     Limits,
@@ -163,9 +164,9 @@ def answer_text(
     return answer
 
 
-def check_decision(gate_id: str, allow: object, scope: str) -> None:
+def check_decision(gate_id: str, allow: object, scope: str) -> GateScope:
     """``allow`` must be a real bool: ``bool("no")`` is True, so anything else
-    would allow what the caller meant to deny."""
+    would allow what the caller meant to deny.  Returns ``scope``, checked."""
     if not isinstance(allow, bool):
         raise InvalidAnswerError(
             f"the decision on gate {gate_id} must be allow=True or allow=False, not "
@@ -176,6 +177,7 @@ def check_decision(gate_id: str, allow: object, scope: str) -> None:
             f"the scope of a decision on gate {gate_id} must be 'once' or 'session', "
             f"not {scope!r}; the gate stays open"
         )
+    return "session" if scope == "session" else "once"
 
 
 def tool_result(

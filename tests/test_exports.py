@@ -35,7 +35,7 @@ PUBLIC = {
         "hook", "Hook", "AddContext", "StopTurn", "Deny", "Rewrite", "ReplaceResult",
         "BeforeModel", "BeforeTool", "AfterTool", "TurnEnd",
         "classifier", "Classifier", "PermissionRequest", "Review",
-        "limit_working_loops",
+        "limit_working_loops", "Phase", "LifecycleError",
     },
     "loopruntime.host": {
         "AnswerGate", "CancelQueuedInput", "ChangeMode", "Compact", "DecideGate", "Interrupt",
@@ -48,7 +48,7 @@ PUBLIC = {
         "ChangeInference", "ReplaceTools", "change_text", "changes",
         "describe", "digest", "prompts_of", "restore_config", "server_of",
         "MAX_PRINCIPAL_LENGTH", "check_principal", "NO_LIST", "own_list",
-        "OwnerCheck", "owning",
+        "OwnerCheck", "owning", "RunTimer", "Ticket",
     },
     "loopruntime.models": {
         "ScriptedModel", "Reply", "ToolCall", "AnthropicModel", "OpenAIModel",

@@ -324,7 +324,7 @@ class McpConnection:
         with deadlines.adopted(timers):
             answer = (await ctx.ask_user(prompt)).strip()
         if answer in ("decline", "cancel"):
-            return ElicitResult(action=answer)  # type: ignore[arg-type]
+            return ElicitResult(action="decline" if answer == "decline" else "cancel")
         content = _content(schema, answer)
         if content is None:
             self.log.warning("mcp_elicitation_answer_unusable", answer=answer[:200])

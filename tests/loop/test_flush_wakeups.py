@@ -1,4 +1,4 @@
-"""The run's flush clock (``loopruntime/flushing.py``) wakes only for a flush
+"""The run's flush timer (``loopruntime/timers.py``) wakes only for a flush
 that is due: entries cancelled by their streams' ends wake nobody."""
 
 from __future__ import annotations

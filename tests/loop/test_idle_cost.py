@@ -159,7 +159,7 @@ async def test_a_new_session_starts_its_loop_parked_without_a_task() -> None:
                     "loop.configured",
                 ]
                 assert not [n for n in spawned.names if "Loop." in n], spawned.names
-                assert s.loops["main"]._parked
+                assert s.loops["main"].parked
                 await s.submit("go")
                 await s.wait_idle()
                 assert [n for n in spawned.names if "Loop." in n]
@@ -195,7 +195,7 @@ async def test_a_parked_loop_wakes_for_every_kind_of_command(autojump_clock: Any
             seen: list[str] = []
 
             async def watch() -> None:
-                async for record in s.subscribe(after=s._writer.head):
+                async for record in s.subscribe(after=s.head):
                     assert isinstance(record, Record)
                     seen.append(type(record.event).__struct_config__.tag)
 

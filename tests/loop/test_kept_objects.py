@@ -96,3 +96,27 @@ async def test_a_turn_leaves_no_cyclic_garbage() -> None:
                 gc.enable()
     kinds = collections.Counter(type(o).__qualname__ for o in garbage)
     assert not garbage, kinds.most_common(10)
+
+
+def test_a_delegates_tool_is_freed_with_the_delegate() -> None:
+    import weakref
+
+    from loopruntime import Delegate
+    from loopruntime.definition import _delegate_tool
+
+    child = LoopDefinition(name="child", model=ScriptedModel([Reply(text="ok")]))
+    delegate = Delegate(name="helper", description="Helps.", definition=child)
+    built = _delegate_tool(delegate)
+    assert _delegate_tool(delegate) is built  # built once per delegate
+    gone = weakref.ref(delegate)
+    del delegate, built
+    gc.collect()
+    assert gone() is None
+
+
+def test_load_tools_tools_are_kept_for_a_bounded_number_of_sets() -> None:
+    from loopruntime.deferred import LOADERS_KEPT, _build, load_tools_tool
+
+    for i in range(LOADERS_KEPT + 10):
+        load_tools_tool([tool(permission="allow", name=f"t{i}")(lookup.fn)])
+    assert _build.cache_info().currsize <= LOADERS_KEPT

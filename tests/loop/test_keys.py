@@ -47,13 +47,13 @@ async def test_the_same_key_twice_takes_effect_once(
     async with open_journal(journal_url) as journal:
         async with keyed.prepared(journal, command, "ses_keys") as (s, ctx):
             first = await keyed.issue(s, command, ctx)
-            head = s._writer.head
+            head = s.head
             again = await keyed.issue(s, command, ctx)
             assert again == first
-            assert s._writer.head == head, "a repeat committed something"
+            assert s.head == head, "a repeat committed something"
             with pytest.raises(IdempotencyKeyError) as refused:
                 await keyed.issue(s, command, ctx, other=True)
-            assert s._writer.head == head, "a refused key committed something"
+            assert s.head == head, "a refused key committed something"
             session_id = s.id
             await s.interrupt()  # a stalled reply (steer, cancel_queued) ends here
             await s.wait_idle()
@@ -134,7 +134,7 @@ async def test_a_bad_key_is_refused_before_anything_is_committed(
     async with open_journal("memory:") as journal:
         async with Session.create(journal, plain()) as s:
             await s.wait_idle()
-            head = s._writer.head
+            head = s.head
             for call in (
                 lambda: s.submit("hi", key=key),  # type: ignore[arg-type]
                 lambda: s.steer("hi", key=key),  # type: ignore[arg-type]
@@ -148,7 +148,7 @@ async def test_a_bad_key_is_refused_before_anything_is_committed(
             ):
                 with pytest.raises(error, match=words):
                     await call()
-            assert s._writer.head == head
+            assert s.head == head
 
 
 async def test_a_key_is_refused_for_another_command_or_another_loop() -> None:
@@ -160,17 +160,17 @@ async def test_a_key_is_refused_for_another_command_or_another_loop() -> None:
     async with open_journal("memory:") as journal:
         async with Session.create(journal, d) as s:
             assert await s.interrupt(key="k") is False
-            head = s._writer.head
+            head = s.head
             with pytest.raises(IdempotencyKeyError, match="for interrupt, not steer"):
                 await s.steer("x", key="k")
             # A second loop of the session: the same command elsewhere is other content.
             await s.start_worker(
                 "other", plain(), Provenance(parent_loop="main", turn=0, step=0, execution_id="x")
             )
-            head = s._writer.head
+            head = s.head
             with pytest.raises(IdempotencyKeyError):
                 await s.interrupt(loop="other", key="k")
-            assert s._writer.head == head
+            assert s.head == head
 
 
 async def test_concurrent_calls_with_one_key_take_effect_once(

@@ -10,7 +10,6 @@ import itertools
 import logging
 import os
 import re
-import tracemalloc
 from typing import Any
 
 import msgspec
@@ -21,7 +20,7 @@ import trio
 from journal import open_journal
 from journal.content import Message, Text
 from loopruntime import Loop
-from loopruntime.context import RequestBuilder, Transcript, merged
+from loopruntime.context import RequestBuilder, merged
 from loopruntime.ids import RECORD_PREFIXES, new_id
 from loopruntime.model import ModelRequest, ToolSchema
 from loopruntime.models import ScriptedModel
@@ -236,42 +235,12 @@ def test_a_merge_into_a_lent_message_leaves_the_earlier_request_as_it_was() -> N
     assert third.messages[:1] == second.messages[:1]
 
 
-def test_a_requests_messages_are_not_copied_however_long_the_history() -> None:
+def test_a_request_is_plain_data_msgspec_encodes() -> None:
+    """A recording model or a log line encodes the request as it is."""
     builder = RequestBuilder()
-    history = _history(4001)
-    builder.build(system="s", messages=history[:4000], tools=[], max_tokens=10)
-    tracemalloc.start()
-    try:
-        before = tracemalloc.take_snapshot()
-        request, _ = builder.build(system="s", messages=history, tools=[], max_tokens=10)
-        grown = sum(d.size_diff for d in tracemalloc.take_snapshot().compare_to(before, "filename"))
-    finally:
-        tracemalloc.stop()
-    # A tuple of 4,001 messages alone is 32 KB; the step's own new message,
-    # digest and request are a few hundred bytes.
-    assert grown < 4_000, grown
-    assert len(request.messages) == 4001 and request.messages[-1] is history[-1]
-
-
-def test_a_transcript_reads_as_the_tuple_it_replaces() -> None:
     history = _history(5)
-    items = [*history, Message(role="user", blocks=())]  # past its length: not read
-    t = Transcript(items, 5)
-    whole = tuple(history)
-    assert len(t) == 5 and list(t) == history and list(reversed(t)) == history[::-1]
-    assert t == whole and whole == t and t == Transcript(list(history), 5)
-    assert t != whole[:4] and t != list(history)
-    assert hash(t) == hash(whole)
-    assert t[0] is history[0] and t[-1] is history[4] and t[-5] is history[0]
-    assert t[1:3] == whole[1:3] and t[::-1] == whole[::-1] and t[3:] == whole[3:]
-    for bad in (5, -6):
-        with pytest.raises(IndexError, match="out of range"):
-            t[bad]
-    assert t + (items[5],) == (*whole, items[5])  # noqa: RUF005 (the operator is the test)
-    assert history[2] in t and items[5] not in t
-    assert t.index(history[3]) == 3 and t.count(history[1]) == 1
-    assert repr(t) == f"Transcript({whole!r})"
-    # Encoded whole, a request needs the hook docs/decisions.md names.
-    request = ModelRequest(system="s", messages=t)
-    as_tuple = msgspec.json.encode(msgspec.structs.replace(request, messages=whole))
-    assert msgspec.json.encode(request, enc_hook=tuple) == as_tuple
+    request, _ = builder.build(system="s", messages=history, tools=[], max_tokens=10)
+    assert type(request.messages) is tuple and request.messages == merged(history)
+    decoded = msgspec.json.decode(msgspec.json.encode(request), type=ModelRequest)
+    assert decoded == request
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(request), type=ModelRequest) == request

@@ -13,6 +13,7 @@ import trio.testing
 from journal import open_journal
 from journal.content import Message
 from loopruntime import Limits, LoopDefinition, ToolContext, tool
+from loopruntime.lifecycle import Phase
 from loopruntime.model import Model
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
@@ -65,7 +66,7 @@ async def test_commands_during_a_turn_run_in_another_stretch_while_the_turn_goes
             await entered.wait()
             await trio.testing.wait_all_tasks_blocked()
             # The turn runs in the stretch that started it, the actor parked.
-            assert loop._parked and loop._turn_task_running
+            assert loop.parked and loop.phase is Phase.TURN
             # A command is taken by a stretch of its own while the tool waits.
             assert await s.steer("and then") is not None
             state = await s.snapshot()
@@ -77,7 +78,7 @@ async def test_commands_during_a_turn_run_in_another_stretch_while_the_turn_goes
         assert state.last_outcome == "completed" and not state.turn_open
         # The steering went into the same turn, whose end the turn's task took.
         assert state.turn_index == 1 and not state.steering
-        assert loop._stopped
+        assert loop.phase is Phase.STOPPED
 
 
 class Endless:

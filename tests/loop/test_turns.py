@@ -284,7 +284,7 @@ async def test_a_loop_parks_as_its_turn_ends_with_a_flush_deadline_still_ahead(
             await s.submit("go")
             await s.wait_idle()
             # Parked, not waiting in its mailbox for a flusher task to retire.
-            assert s.loops["main"]._parked
+            assert s.loops["main"].parked
             await s.verify()
 
 
