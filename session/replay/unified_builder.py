@@ -1,33 +1,20 @@
 """Build the unified conversation model from a session's records (pure).
 
 The conversation tree already folds runs, steps, epochs and talks; this
-module names them in the seed's vocabulary, adds what the tree does not keep
-(who a result reports, redacted inputs, children's outputs, activity
-segments) from one more pass over the same records, and qualifies every join.
+module names them in the seed's vocabulary, level by level down the spine,
+with what the tree does not keep read by ``unified_facts`` and the joins
+across streams made by ``unified_links``.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-import msgspec
-
 from journal import Record
-from journal.events import (
-    ChildFinished,
-    ChildStarted,
-    CollabStarted,
-    InputCancelled,
-    InputQueued,
-    ModelCallFailed,
-    ToolStarted,
-    TurnEnded,
-    TurnStarted,
-)
+from journal.events import ChildStarted
 
-from .tree import Epoch, InputNode, ModelStep, Run, Stream, Talk, ToolStep, Tree
+from .tree import Epoch, InputNode, ModelStep, Run, Stream, Talk, ToolStep
 from .tree_builder import build_tree
 from .unified import (
     DEFAULT_CONTENT_LIMIT,
@@ -39,138 +26,15 @@ from .unified import (
     Node,
     NodeKind,
     Quality,
-    Relation,
-    RelationType,
     StreamRole,
     Trigger,
 )
-
-RESULT_MARKER = "[result of child loop "
-"""How the runtime words a child's result input (the join old journals need)."""
-
-
-class _Facts(msgspec.Struct, kw_only=True):
-    """What the tree does not keep, read from the records in one pass."""
-
-    redacted: set[str] = msgspec.field(default_factory=set)
-    """tool_use ids whose recorded input is the redacted form."""
-    reports: dict[str, str] = {}
-    """input id -> the child loop it reports, as the record says."""
-    started: dict[str, list[tuple[int, ChildStarted]]] = {}
-    """child loop -> the child.started records that name it."""
-    finished: dict[str, tuple[int, ChildFinished]] = {}
-    failed_calls: dict[str, tuple[int, str]] = {}
-    """effect id -> (seq, code) of its model.call_failed."""
-    turn_at: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    """(loop, turn) -> [(seq, at)] of its turn.started and turn.ended."""
-    auxiliary: set[str] = msgspec.field(default_factory=set)
-    input_seq: dict[str, int] = {}
-    """input id -> the seq that cancelled it by request."""
+from .unified_facts import RESULT_MARKER, read_facts, segment_windows
+from .unified_links import NodeTable
 
 
-def _facts(records: list[Record]) -> _Facts:
-    f = _Facts()
-    f.started = defaultdict(list)
-    f.turn_at = defaultdict(list)
-    for r in records:
-        e = r.event
-        if isinstance(e, ToolStarted) and e.input_digest:
-            f.redacted.add(e.tool_use_id)
-        elif isinstance(e, InputQueued) and e.child_loop is not None:
-            f.reports[e.input_id] = e.child_loop
-        elif isinstance(e, ChildStarted):
-            f.started[e.child_loop].append((r.seq, e))
-        elif isinstance(e, ChildFinished):
-            f.finished[e.child_loop] = (r.seq, e)
-        elif isinstance(e, ModelCallFailed):
-            f.failed_calls[e.effect_id] = (r.seq, e.code)
-        elif isinstance(e, (TurnStarted, TurnEnded)):
-            f.turn_at[(r.loop, e.turn)].append((r.seq, r.at))
-        elif isinstance(e, CollabStarted):
-            f.auxiliary.add(r.loop)
-        elif isinstance(e, InputCancelled) and e.reason == "requested":
-            f.input_seq[e.input_id] = r.seq
-    return f
-
-
-def segment_windows(records: list[Record]) -> list[tuple[int, int]]:
-    """The session's activity windows as (first seq, last seq).
-
-    A window opens at an external input queued while the session is quiet and
-    closes at the record after which no loop has a turn open or an input
-    queued; a window still open at the head ends at the head."""
-    open_turns: set[str] = set()
-    queued: set[str] = set()
-    windows: list[tuple[int, int]] = []
-    start: int | None = None
-    for r in records:
-        e = r.event
-        if isinstance(e, InputQueued):
-            queued.add(e.input_id)
-            if start is None and e.trigger == "external":
-                start = r.seq
-        elif isinstance(e, InputCancelled):
-            queued.discard(e.input_id)
-        elif isinstance(e, TurnStarted):
-            open_turns.add(r.loop)
-            queued.difference_update(e.input_ids)
-            if start is None:
-                start = r.seq
-        elif isinstance(e, TurnEnded):
-            open_turns.discard(r.loop)
-        if start is not None and not open_turns and not queued:
-            windows.append((start, r.seq))
-            start = None
-    if start is not None and records:
-        windows.append((start, records[-1].seq))
-    return windows
-
-
-class _Assembler:
+class _Assembler(NodeTable):
     """Turns the tree into nodes and relations (one method per level)."""
-
-    def __init__(self, tree: Tree, facts: _Facts, limit: int) -> None:
-        self.tree = tree
-        self.facts = facts
-        self.limit = limit
-        self.nodes: dict[str, Node] = {}
-        self.relations: list[Relation] = []
-        self.by_execution: dict[str, str] = {}
-        """execution id -> the tool node that ran it."""
-        self.call_of_child: dict[str, list[str]] = defaultdict(list)
-        """child loop -> the agent.call nodes that started it."""
-        root = tree.forked_from.session if tree.forked_from is not None else tree.session
-        self.conversation = f"conversation:{root}"
-        self.session = f"session:{tree.session}"
-        self.pending_reports: list[tuple[str, str, Quality, str]] = []
-        """(notification, child loop, quality, via): joined once every stream is in."""
-
-    # -- helpers ---------------------------------------------------------------
-
-    def add(self, node: Node) -> Node:
-        node.seqs = sorted(set(node.seqs))
-        self.nodes[node.id] = node
-        return node
-
-    def relate(
-        self, type: RelationType, source: str, target: str, quality: Quality, *via: str
-    ) -> None:
-        self.relations.append(
-            Relation(type=type, from_=source, to=target, quality=quality, via=list(via))
-        )
-
-    def join(self, type: RelationType, source: str, targets: list[str], key: str) -> None:
-        """A join by an exact key: unique, or ambiguous to every candidate
-        (never resolved by choosing one)."""
-        quality: Quality = "exact_unique" if len(targets) == 1 else "exact_ambiguous"
-        for target in targets:
-            self.relate(type, source, target, quality, key)
-
-    def payload(self, text: str, state: ContentState = "available") -> dict[str, Any]:
-        size = len(text.encode())
-        if state in ("available", "truncated") and size > self.limit:
-            return {"content": "size_only", "text": "", "size": size}
-        return {"content": state, "text": text, "size": size}
 
     # -- the spine -------------------------------------------------------------
 
@@ -342,6 +206,7 @@ class _Assembler:
             self.notice(notice.id, run.id, notice.seq, notice.code, notice.text)
         pending: list[str] = [f"input:{stream.loop}:{i.input_id}" for i in inputs]
         first_call = True
+        previous: ModelStep | None = None
         for step in run.steps:
             if isinstance(step, ModelStep):
                 call = self.model_step(stream, run, step)
@@ -350,7 +215,15 @@ class _Assembler:
                     quality: Quality = "exact_unique" if exact else "strong_inference"
                     via = source.split(":", 2)[2] if exact else "position in the run"
                     self.relate("input_of", source, call, quality, via)
-                pending, first_call = self.outputs_of(step), False
+                if previous is not None and previous.failed and previous.index == step.index:
+                    self.relate(
+                        "retries",
+                        call,
+                        self.call_id(stream, previous),
+                        "strong_inference",
+                        "the same step after a failed call",
+                    )
+                pending, first_call, previous = self.outputs_of(stream, step), False, step
             else:
                 pending.append(self.tool_step(stream, run, step))
         self.turn_end(stream, run)
@@ -411,7 +284,7 @@ class _Assembler:
         """One provider attempt (``llm.call``) and what it produced."""
         call = self.add(
             Node(
-                id=step.id,
+                id=self.call_id(stream, step),
                 kind="llm.call",
                 parent=run.id,
                 seqs=list(step.seqs),
@@ -430,7 +303,7 @@ class _Assembler:
         if failed is not None:
             self.add(
                 Node(
-                    id=f"{step.id}:error",
+                    id=f"{call.id}:error",
                     kind="error.api",
                     parent=run.id,
                     seqs=[failed[0]],
@@ -443,7 +316,7 @@ class _Assembler:
         if step.thinking_chars:
             self.add(
                 Node(
-                    id=f"{step.id}:thinking",
+                    id=f"{call.id}:thinking",
                     kind="thinking",
                     parent=run.id,
                     seqs=[seq],
@@ -454,7 +327,7 @@ class _Assembler:
         if step.synthetic:
             self.add(
                 Node(
-                    id=f"{step.id}:message",
+                    id=f"{call.id}:message",
                     kind="message.synthetic",
                     parent=run.id,
                     seqs=[seq],
@@ -466,7 +339,7 @@ class _Assembler:
             state: ContentState = "truncated" if step.notice else "available"
             self.add(
                 Node(
-                    id=f"{step.id}:message",
+                    id=f"{call.id}:message",
                     kind="message.assistant",
                     parent=run.id,
                     seqs=[seq],
@@ -476,22 +349,22 @@ class _Assembler:
             )
         return call.id
 
-    def outputs_of(self, step: ModelStep) -> list[str]:
+    def call_id(self, stream: Stream, step: ModelStep) -> str:
+        """By effect id: a call retried at the same turn and step is another
+        attempt, another node."""
+        node_id = f"call:{stream.loop}:{step.effect_id}"
+        self.tree_ids[step.id] = node_id
+        return node_id
+
+    def outputs_of(self, stream: Stream, step: ModelStep) -> list[str]:
         """What of a reply the next call reads (its tool results join later)."""
-        message = f"{step.id}:message"
+        message = f"{self.call_id(stream, step)}:message"
         return [message] if message in self.nodes else []
 
     def tool_step(self, stream: Stream, run: Run, step: ToolStep) -> str:
         """One tool use is ONE step: request, execution and result."""
-        children = [
-            c
-            for c, starts in self.facts.started.items()
-            if any(
-                s.provenance.execution_id == step.execution_id and step.execution_id
-                for _, s in starts
-            )
-        ]
-        kind: NodeKind = "agent.call" if children else "tool"
+        launches = self.facts.launches.get(step.execution_id, []) if step.execution_id else []
+        kind: NodeKind = "agent.call" if launches else "tool"
         claim: ClaimState = "observed_replayable"
         if step.status == "requested":
             claim = "proposed"  # the model asked; nothing ran or answered
@@ -526,9 +399,9 @@ class _Assembler:
         )
         if step.execution_id:
             self.by_execution[step.execution_id] = node.id
-        for child in children:
-            self.call_of_child[child].append(node.id)
-            self.launch(run, node.id, child)
+        for seq, started in launches:
+            self.call_of_child[started.child_loop].append(node.id)
+            self.launch(run, node.id, seq, started)
         for gate in step.gates:
             self.add(
                 Node(
@@ -549,22 +422,23 @@ class _Assembler:
             )
         return node.id
 
-    def launch(self, run: Run, call: str, child: str) -> None:
+    def launch(self, run: Run, call: str, seq: int, started: ChildStarted) -> None:
         """The child.started record: the launch acknowledged, and the call
         starts the child's stream."""
-        for seq, started in self.facts.started[child]:
-            ack = self.add(
-                Node(
-                    id=f"launch:{child}:{seq}",
-                    kind="agent.launch_ack",
-                    parent=run.id,
-                    seqs=[seq],
-                    attrs={"child_loop": child, "background": started.background},
-                    **self.payload(f"started child loop {child} ({started.definition})"),
-                )
+        child = started.child_loop
+        ack = self.add(
+            Node(
+                id=f"launch:{child}:{seq}",
+                kind="agent.launch_ack",
+                parent=run.id,
+                seqs=[seq],
+                attrs={"child_loop": child, "background": started.background},
+                **self.payload(f"started child loop {child} ({started.definition})"),
             )
-            self.relate("result_of", ack.id, call, "exact_unique", started.provenance.execution_id)
-        self.relate("starts", call, f"stream:{child}", "exact_unique", child)
+        )
+        execution = started.provenance.execution_id
+        self.relate("result_of", ack.id, call, "exact_unique", execution)
+        self.relate("starts", call, f"stream:{child}", "exact_unique", execution)
 
     def turn_end(self, stream: Stream, run: Run) -> None:
         """turn.duration, and the interrupt that ended the run."""
@@ -619,123 +493,6 @@ class _Assembler:
             )
         )
 
-    # -- across streams --------------------------------------------------------
-
-    def unseen_children(self) -> None:
-        """A child the records start but never show is unavailable, never
-        made up."""
-        for child in self.facts.started:
-            sid = f"stream:{child}"
-            if sid not in self.nodes:
-                self.add(
-                    Node(
-                        id=sid,
-                        kind="stream",
-                        parent=self.session,
-                        seqs=[seq for seq, _ in self.facts.started[child]],
-                        role="child",
-                        claim="unavailable",
-                        attrs={"loop": child},
-                    )
-                )
-
-    def child_ends(self, stream: Stream) -> None:
-        """The child's output (owned by the child), and what points at it."""
-        finished = self.facts.finished.get(stream.loop)
-        if finished is None or not stream.parent_loop:
-            return
-        seq, event = finished
-        last_run = next(
-            (
-                r.id
-                for e in reversed(stream.epochs)
-                for t in reversed(e.talks)
-                for r in reversed(t.runs)
-            ),
-            None,
-        )
-        output = self.add(
-            Node(
-                id=f"output:{stream.loop}",
-                kind="agent.output",
-                parent=last_run or stream.epochs[-1].id,
-                seqs=[seq],
-                attrs={"status": event.status, "rejected": event.rejected},
-                **self.payload(event.output),
-            )
-        )
-        self.relate("ends_with", stream.id, output.id, "exact_unique", stream.loop)
-
-    def cross_stream(self) -> None:
-        for note, child, quality, via in self.pending_reports:
-            target = f"stream:{child}"
-            if target not in self.nodes:
-                continue
-            self.relate("reports", note, target, quality, via)
-            calls = self.call_of_child.get(child, [])
-            if quality == "exact_unique":
-                self.join("result_of", note, calls, child)
-            else:
-                for call in calls:
-                    self.relate("result_of", note, call, quality, via)
-        self.stream_retries()
-
-    def stream_retries(self) -> None:
-        """A child started again with the same definition by the same parent
-        after the first one failed: by that coincidence only, so weak."""
-        streams = [s for s in self.tree.streams if s.parent_loop]
-        for later in streams:
-            for earlier in streams:
-                done = self.facts.finished.get(earlier.loop)
-                if (
-                    earlier is not later
-                    and done is not None
-                    and done[1].status in ("failed", "crashed")
-                    and earlier.parent_loop == later.parent_loop
-                    and earlier.definition == later.definition
-                    and done[0] < later.first_seq
-                ):
-                    self.relate(
-                        "retries",
-                        later.id,
-                        earlier.id,
-                        "weak_inference",
-                        "same definition after failure",
-                    )
-                    break
-
-    def run_retries(self) -> None:
-        """The tree's retries, qualified: a call cut off is retried by the next
-        (strong); the same words after a failed run (weak)."""
-        for rel in self.tree.relations:
-            if (
-                rel.kind != "retries"
-                or rel.source not in self.nodes
-                or rel.target not in self.nodes
-            ):
-                continue
-            quality: Quality = (
-                "weak_inference" if rel.via == "same input text" else "strong_inference"
-            )
-            self.relate("retries", rel.source, rel.target, quality, rel.via)
-
-    def segments(self, windows: list[tuple[int, int]]) -> None:
-        talks = [n for n in self.nodes.values() if n.kind == "talk"]
-        for index, (first, last) in enumerate(windows, 1):
-            seg = self.add(
-                Node(
-                    id=f"segment:{self.tree.session}:{index}",
-                    kind="segment",
-                    parent=self.conversation,
-                    seqs=[first, last],
-                )
-            )
-            for talk in talks:
-                if talk.seqs and first <= talk.seqs[0] <= last:
-                    self.relate(
-                        "in_segment", talk.id, seg.id, "exact_unique", f"seq {first}-{last}"
-                    )
-
 
 def build_unified(
     session_id: str, records: Iterable[Record], *, content_limit: int = DEFAULT_CONTENT_LIMIT
@@ -746,7 +503,7 @@ def build_unified(
     longer than ``content_limit`` bytes is held as ``size_only``."""
     seen = list(records)
     tree = build_tree(session_id, seen)
-    assembler = _Assembler(tree, _facts(seen), content_limit)
+    assembler = _Assembler(tree, read_facts(seen), content_limit)
     assembler.spine()
     assembler.cross_stream()
     assembler.run_retries()

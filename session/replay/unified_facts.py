@@ -1,0 +1,121 @@
+"""What the unified model reads from the records beyond the conversation tree.
+
+One pass over a session's records: the joins the tree does not keep (the
+child a result reports, the calls that launched children, redacted inputs,
+failed calls, turn times) and the session's activity windows (segments).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import msgspec
+
+from journal import Record
+from journal.events import (
+    ChildFinished,
+    ChildStarted,
+    CollabStarted,
+    InputCancelled,
+    InputQueued,
+    ModelCallFailed,
+    ToolStarted,
+    TurnEnded,
+    TurnStarted,
+)
+
+RESULT_MARKER = "[result of child loop "
+"""How the runtime words a child's result input (the join old journals need)."""
+
+
+class Facts(msgspec.Struct, kw_only=True):
+    """What the tree does not keep, read from the records in one pass."""
+
+    redacted: set[str] = msgspec.field(default_factory=set)
+    """tool_use ids whose recorded input is the redacted form."""
+    reports: dict[str, str] = {}
+    """input id -> the child loop it reports, as the record says."""
+    started: dict[str, list[tuple[int, ChildStarted]]] = {}
+    """child loop -> the child.started records that name it."""
+    launches: dict[str, list[tuple[int, ChildStarted]]] = {}
+    """execution id of the delegating call -> the child.started records it made."""
+    finished: dict[str, tuple[int, ChildFinished]] = {}
+    failed_calls: dict[str, tuple[int, str]] = {}
+    """effect id -> (seq, code) of its model.call_failed."""
+    turn_at: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    """(loop, turn) -> [(seq, at)] of its turn.started and turn.ended."""
+    auxiliary: set[str] = msgspec.field(default_factory=set)
+    input_seq: dict[str, int] = {}
+    """input id -> the seq that cancelled it by request."""
+
+
+def read_facts(records: list[Record]) -> Facts:
+    f = Facts()
+    f.started = defaultdict(list)
+    f.turn_at = defaultdict(list)
+    f.launches = defaultdict(list)
+    for r in records:
+        e = r.event
+        if isinstance(e, ToolStarted) and e.input_digest:
+            f.redacted.add(e.tool_use_id)
+        elif isinstance(e, InputQueued) and e.child_loop is not None:
+            f.reports[e.input_id] = e.child_loop
+        elif isinstance(e, ChildStarted):
+            f.started[e.child_loop].append((r.seq, e))
+            f.launches[e.provenance.execution_id].append((r.seq, e))
+        elif isinstance(e, ChildFinished):
+            f.finished[e.child_loop] = (r.seq, e)
+        elif isinstance(e, ModelCallFailed):
+            f.failed_calls[e.effect_id] = (r.seq, e.code)
+        elif isinstance(e, (TurnStarted, TurnEnded)):
+            f.turn_at[(r.loop, e.turn)].append((r.seq, r.at))
+        elif isinstance(e, CollabStarted):
+            f.auxiliary.add(r.loop)
+        elif isinstance(e, InputCancelled) and e.reason == "requested":
+            f.input_seq[e.input_id] = r.seq
+    return f
+
+
+def segment_windows(records: list[Record]) -> list[tuple[int, int]]:
+    """The session's activity windows as (first seq, last seq).
+
+    A window opens at an external input queued while the session is quiet and
+    closes at the record after which no loop has a turn open, an input queued
+    or a child unfinished or its result undelivered; a window still open at
+    the head ends at the head."""
+    open_turns: set[str] = set()
+    queued: set[str] = set()
+    children: set[str] = set()
+    delivering: set[str] = set()
+    """Loops a finished child's result is on its way to."""
+    windows: list[tuple[int, int]] = []
+    start: int | None = None
+    for r in records:
+        e = r.event
+        if isinstance(e, InputQueued):
+            queued.add(e.input_id)
+            if e.trigger != "external":
+                delivering.discard(r.loop)
+            if start is None and e.trigger == "external":
+                start = r.seq
+        elif isinstance(e, InputCancelled):
+            queued.discard(e.input_id)
+        elif isinstance(e, TurnStarted):
+            open_turns.add(r.loop)
+            queued.difference_update(e.input_ids)
+            if start is None:
+                start = r.seq
+        elif isinstance(e, TurnEnded):
+            open_turns.discard(r.loop)
+        elif isinstance(e, ChildStarted):
+            children.add(e.child_loop)
+        elif isinstance(e, ChildFinished):
+            children.discard(e.child_loop)
+            if not e.rejected:
+                delivering.add(r.loop)  # its result input follows in the same commit
+        if start is not None and not (open_turns or queued or children or delivering):
+            windows.append((start, r.seq))
+            start = None
+    if start is not None and records:
+        windows.append((start, records[-1].seq))
+    return windows
