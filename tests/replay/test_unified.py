@@ -310,7 +310,7 @@ async def test_a_segment_holds_the_talks_a_piece_of_input_woke_across_streams() 
 
 
 async def test_quiet_between_two_inputs_makes_two_segments() -> None:
-    second = [
+    second: list[Event] = [
         InputQueued(input_id="in2", messages=(user("again"),)),
         TurnStarted(turn=2, input_ids=("in2",)),
         TurnEnded(turn=2, outcome="completed"),
