@@ -113,6 +113,9 @@ class NodeTable:
         self.relate("ends_with", stream.id, output.id, "exact_unique", stream.loop)
 
     def cross_stream(self) -> None:
+        """Notifications to the children they report, and to the calls whose
+        result they carry."""
+        self.finished_in_place()
         for note, child, quality, via in self.pending_reports:
             target = f"stream:{child}"
             if target not in self.nodes:
@@ -125,6 +128,27 @@ class NodeTable:
                 for call in calls:
                     self.relate("result_of", note, call, quality, via)
         self.stream_retries()
+
+    def finished_in_place(self) -> None:
+        """A child whose result went back as its call's result (a foreground
+        delegate) has no result input: its ``child.finished`` record is the
+        runtime's word to the parent, in the run of the call."""
+        reported = {child for _, child, _, _ in self.pending_reports}
+        for child, (seq, event) in self.facts.finished.items():
+            calls = self.call_of_child.get(child, [])
+            if child in reported or len(calls) != 1:
+                continue
+            note = self.add(
+                Node(
+                    id=f"finished:{child}:{seq}",
+                    kind="runtime.notification",
+                    parent=self.nodes[calls[0]].parent,
+                    seqs=[seq],
+                    attrs={"child_loop": child, "status": event.status},
+                    **self.payload(event.output),
+                )
+            )
+            self.pending_reports.append((note.id, child, "exact_unique", child))
 
     def stream_retries(self) -> None:
         """A child started again with the same definition by the same parent
