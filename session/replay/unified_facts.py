@@ -8,6 +8,7 @@ failed calls, turn times) and the session's activity windows (segments).
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import assert_never
 
 import msgspec
 
@@ -15,12 +16,48 @@ from journal import Record
 from journal.events import (
     ChildFinished,
     ChildStarted,
+    CollabControlled,
+    CollabEnded,
     CollabStarted,
+    CollabTaskFinished,
+    CollabTaskStarted,
+    CollabTurn,
+    CommandKeyed,
+    CompactionCommitted,
+    CompactionRejected,
+    CompactionStarted,
+    ContextMeasured,
+    DeadlinePassed,
+    GateCancelled,
+    GateOpened,
+    GateResolved,
+    GateReviewed,
+    HookDecided,
     InputCancelled,
     InputQueued,
+    LoopConfigured,
+    LoopInferenceChanged,
+    LoopModeChanged,
+    LoopReconfigured,
+    LoopStarted,
+    LoopStopped,
+    LoopToolsReplaced,
     ModelCallFailed,
+    ModelCallStarted,
+    ModelMessageCommitted,
+    ModelOutput,
+    Notice,
+    SessionCheckpoint,
+    SessionForked,
+    SteerApplied,
+    SteerQueued,
+    ToolAbandoned,
+    ToolCompleted,
+    ToolResolved,
+    ToolsLoaded,
     ToolStarted,
     TurnEnded,
+    TurnRejected,
     TurnStarted,
 )
 
@@ -56,23 +93,68 @@ def read_facts(records: list[Record]) -> Facts:
     f.launches = defaultdict(list)
     for r in records:
         e = r.event
-        if isinstance(e, ToolStarted) and e.input_digest:
-            f.redacted.add(e.tool_use_id)
-        elif isinstance(e, InputQueued) and e.child_loop is not None:
-            f.reports[e.input_id] = e.child_loop
-        elif isinstance(e, ChildStarted):
-            f.started[e.child_loop].append((r.seq, e))
-            f.launches[e.provenance.execution_id].append((r.seq, e))
-        elif isinstance(e, ChildFinished):
-            f.finished[e.child_loop] = (r.seq, e)
-        elif isinstance(e, ModelCallFailed):
-            f.failed_calls[e.effect_id] = (r.seq, e.code)
-        elif isinstance(e, (TurnStarted, TurnEnded)):
-            f.turn_at[(r.loop, e.turn)].append((r.seq, r.at))
-        elif isinstance(e, CollabStarted):
-            f.auxiliary.add(r.loop)
-        elif isinstance(e, InputCancelled) and e.reason == "requested":
-            f.input_seq[e.input_id] = r.seq
+        match e:
+            case ToolStarted():
+                if e.input_digest:
+                    f.redacted.add(e.tool_use_id)
+            case InputQueued():
+                if e.child_loop is not None:
+                    f.reports[e.input_id] = e.child_loop
+            case ChildStarted():
+                f.started[e.child_loop].append((r.seq, e))
+                f.launches[e.provenance.execution_id].append((r.seq, e))
+            case ChildFinished():
+                f.finished[e.child_loop] = (r.seq, e)
+            case ModelCallFailed():
+                f.failed_calls[e.effect_id] = (r.seq, e.code)
+            case TurnStarted() | TurnEnded():
+                f.turn_at[(r.loop, e.turn)].append((r.seq, r.at))
+            case CollabStarted():
+                f.auxiliary.add(r.loop)
+            case InputCancelled():
+                if e.reason == "requested":
+                    f.input_seq[e.input_id] = r.seq
+            case (
+                LoopStarted()
+                | LoopConfigured()
+                | LoopReconfigured()
+                | LoopInferenceChanged()
+                | LoopToolsReplaced()
+                | LoopModeChanged()
+                | LoopStopped()
+                | ToolsLoaded()
+                | SteerQueued()
+                | SteerApplied()
+                | ModelCallStarted()
+                | ModelOutput()
+                | ModelMessageCommitted()
+                | ToolCompleted()
+                | ToolAbandoned()
+                | ToolResolved()
+                | GateOpened()
+                | GateResolved()
+                | GateCancelled()
+                | GateReviewed()
+                | CompactionStarted()
+                | CompactionCommitted()
+                | CompactionRejected()
+                | ContextMeasured()
+                | DeadlinePassed()
+                | HookDecided()
+                | Notice()
+                | CommandKeyed()
+                | TurnRejected()
+                | SessionCheckpoint()
+                | SessionForked()
+                | CollabTurn()
+                | CollabTaskStarted()
+                | CollabTaskFinished()
+                | CollabControlled()
+                | CollabEnded()
+            ):
+                pass  # the conversation tree carries what the model needs of these
+            case _:
+                assert_never(e)
     return f
 
 
