@@ -5,13 +5,14 @@ failed child and its retry, a redacted tool, a fork)."""
 from __future__ import annotations
 
 import json
+import typing
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journal import Draft, Record
-from journal.content import Message, Text, ToolUse
+from journal.content import Message, Text, Thinking, ToolUse
 from journal.events import (
     CHECKPOINT_STREAM,
     ChildFinished,
@@ -20,6 +21,7 @@ from journal.events import (
     CompactionCommitted,
     CompactionStarted,
     Event,
+    GateOpened,
     InputCancelled,
     InputQueued,
     LoopStarted,
@@ -45,6 +47,7 @@ from session.replay import (
 )
 from session.replay.unified import (
     STRUCTURAL_KINDS,
+    NodeKind,
     counts_as_agent_output,
     owned_by_child_stream,
     starts_talk,
@@ -52,6 +55,9 @@ from session.replay.unified import (
 from tests.replay.bad import SESSION, assistant, good_turn, user
 
 Doc = dict[str, Any]
+
+made: set[str] = set()
+"""Every kind a document built here had (the test of every kind reads it)."""
 
 
 async def session_of(*parts: tuple[str, list[Event]]) -> list[Record]:
@@ -70,6 +76,7 @@ async def session_of(*parts: tuple[str, list[Event]]) -> list[Record]:
 def document(records: list[Record], **kw: Any) -> Doc:
     doc = json.loads(unified_json(build_unified(SESSION, records, **kw)))
     assert_well_formed(doc)
+    made.update(n["kind"] for n in doc["nodes"])
     return doc
 
 
@@ -548,3 +555,46 @@ def test_every_prefix_is_well_formed(scenario: str, cut: int, limit: int) -> Non
 
     every = trio.run(records)
     document(every[:cut], content_limit=limit)
+
+
+async def test_thinking_a_gate_and_a_turns_duration_are_steps_of_their_run() -> None:
+    events = good_turn()
+    events[4] = ModelMessageCommitted(
+        effect_id="e1",
+        turn=1,
+        step=0,
+        message=Message(
+            role="assistant",
+            blocks=(
+                Thinking(thinking="one plus nothing", signature="s"),
+                ToolUse(id="tu1", name="add", input={"a": 1}),
+            ),
+        ),
+        stop_reason="tool_use",
+    )
+    events.insert(6, GateOpened(gate_id="g1", kind="permission", execution_id="x1", prompt="ok?"))
+    doc = document(await session_of(("main", events)))
+    [thinking] = kinds(doc, "thinking")
+    assert (thinking["content"], thinking["size"]) == ("size_only", len("one plus nothing"))
+    [gate] = kinds(doc, "control.permission")
+    assert gate["claim"] == "proposed" and gate["text"] == "ok?"
+    [duration] = kinds(doc, "turn.duration")
+    assert duration["claim"] == "observed_report_only" and duration["attrs"]["duration_ns"] >= 0
+    assert {n["parent"] for n in (thinking, gate, duration)} == {"run:main:1"}
+
+
+async def test_every_kind_the_seed_names_is_made_but_context_injection() -> None:
+    # context.injection: the runtime records no context apart from the input it came in.
+    seen: set[str] = set()
+    for records in (await foreground(), await background()):
+        seen |= {n["kind"] for n in document(records)["nodes"]}
+    for test in (
+        test_synthetic_messages_and_notices_never_count_as_agent_output,
+        test_an_interrupt_cancels_its_run_and_the_tool_it_cut,
+        test_compaction_cuts_an_epoch_with_a_boundary_and_its_summary,
+        test_thinking_a_gate_and_a_turns_duration_are_steps_of_their_run,
+    ):
+        made.clear()
+        await test()
+        seen |= made
+    assert set(typing.get_args(NodeKind)) - seen == {"context.injection"}
