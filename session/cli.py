@@ -348,7 +348,8 @@ def parser() -> argparse.ArgumentParser:
         choices=("transcript", "tree", "json", "unified", "otel-json"),
         default="transcript",
         help="transcript (default), the conversation tree, the tree as JSON, the unified "
-        "conversation model as JSON (docs/replay.md), or the OpenTelemetry trace as OTLP/JSON (needs the otel extra)",
+        "conversation model as JSON (docs/replay.md), or the OpenTelemetry trace as "
+        "OTLP/JSON (needs the otel extra)",
     )
     replay.add_argument(
         "--otlp",
