@@ -5,13 +5,15 @@ its result input (as journals before the field read) joins by inference."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import trio
 
 from journal import Record, open_journal
-from journal.events import InputQueued
+from journal.events import InputQueued, TurnEnded
+from journal.memory import MemoryJournal
 from loopruntime import Delegate, LoopDefinition
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
@@ -96,3 +98,47 @@ async def test_a_background_child_joins_exactly_and_old_journals_by_inference(
         # The parent's resumption continues the talk its input began.
         main_talks = [t for t in kinds(doc, "talk") if t["id"].startswith("talk:main:")]
         assert [t["trigger"] for t in main_talks] == ["external"]
+
+
+async def test_a_real_redacted_tool_shows_only_its_redacted_input() -> None:
+    from tests.redaction.test_redaction import SECRET, Seen
+    from tests.redaction.test_redaction import definition as login
+
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, login(Seen())) as s:
+            await s.submit("log in")
+            await s.wait_idle()
+        recs = await records(journal, s.id)
+    doc = document(s.id, recs)
+    [tool] = kinds(doc, "tool")
+    assert tool["content"] == "redacted"
+    assert SECRET not in json.dumps(doc)
+
+
+async def test_a_real_fork_is_a_session_of_its_sources_conversation(tmp_path: Path) -> None:
+    from tests.fork.test_fork import run_scenario
+    from tests.support import crash_points as scenario
+
+    journal = MemoryJournal()
+    source = await run_scenario(journal, tmp_path)
+    first_turn = next(r for r in source if isinstance(r.event, TurnEnded))
+    ledger = scenario.Ledger(tmp_path, "fork")
+    async with Session.fork(
+        journal,
+        scenario.SESSION,
+        scenario.definition(ledger),
+        at=first_turn.seq,
+        new_session_id="ses_fork",
+    ) as fork:
+        await fork.submit("and in Rome?")
+        await fork.wait_idle()
+    doc = document("ses_fork", await records(journal, "ses_fork"))
+    [root] = kinds(doc, "conversation")
+    assert root["id"] == f"conversation:{scenario.SESSION}"
+    sessions = {n["id"]: n["claim"] for n in kinds(doc, "session")}
+    assert sessions == {
+        f"session:{scenario.SESSION}": "observed_report_only",
+        "session:ses_fork": "observed_replayable",
+    }
+    # The fork's own talk: the inherited conversation is the source's.
+    assert [t["trigger"] for t in kinds(doc, "talk")] == ["external"]
