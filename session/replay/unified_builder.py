@@ -192,13 +192,14 @@ class _Assembler(NodeTable):
         for node in inputs:
             self.input(node, run.id, run)
         for n, text in enumerate(run.steering):
+            steer_id = run.steer_ids[n] if n < len(run.steer_ids) else ""
             self.add(
                 Node(
                     id=f"{run.id}:steer:{n}",
                     kind="message.external",
                     parent=run.id,
-                    seqs=[run.first_seq],
-                    attrs={"steer_id": run.steer_ids[n] if n < len(run.steer_ids) else ""},
+                    seqs=self.facts.steers.get(steer_id, [run.first_seq]),
+                    attrs={"steer_id": steer_id},
                     **self.payload(text),
                 )
             )
@@ -474,12 +475,15 @@ class _Assembler(NodeTable):
                     self.relate(
                         "cancels", interrupt.id, step.id, "strong_inference", step.execution_id
                     )
+            # The tree joins the input the interrupt dropped to the run it ended.
+            dropped = {
+                rel.target
+                for rel in self.tree.relations
+                if rel.kind == "cancels" and rel.source == run.id
+            }
             for node in stream.inputs:
-                if node.status == "cancelled" and node.reason == "turn_interrupted":
-                    if node.cancelled_seq is not None and node.cancelled_seq >= run.first_seq:
-                        self.relate(
-                            "cancels", interrupt.id, node.id, "strong_inference", node.input_id
-                        )
+                if node.id in dropped and node.reason == "turn_interrupted":
+                    self.relate("cancels", interrupt.id, node.id, "strong_inference", node.input_id)
 
     def notice(self, id: str, parent: str, seq: int, code: str, text: str) -> None:
         self.add(

@@ -81,6 +81,8 @@ class Facts(msgspec.Struct, kw_only=True):
     """effect id -> (seq, code) of its model.call_failed."""
     turn_at: dict[tuple[str, int], list[tuple[int, int]]] = {}
     """(loop, turn) -> [(seq, at)] of its turn.started and turn.ended."""
+    steers: dict[str, list[int]] = {}
+    """steer id -> the seqs of its steer.queued and steer.applied."""
     auxiliary: set[str] = msgspec.field(default_factory=set)
     input_seq: dict[str, int] = {}
     """input id -> the seq that cancelled it by request."""
@@ -91,6 +93,7 @@ def read_facts(records: list[Record]) -> Facts:
     f.started = defaultdict(list)
     f.turn_at = defaultdict(list)
     f.launches = defaultdict(list)
+    f.steers = defaultdict(list)
     for r in records:
         e = r.event
         match e:
@@ -111,6 +114,11 @@ def read_facts(records: list[Record]) -> Facts:
                 f.turn_at[(r.loop, e.turn)].append((r.seq, r.at))
             case CollabStarted():
                 f.auxiliary.add(r.loop)
+            case SteerQueued():
+                f.steers[e.steer_id].append(r.seq)
+            case SteerApplied():
+                for steer_id in e.steer_ids:
+                    f.steers[steer_id].append(r.seq)
             case InputCancelled():
                 if e.reason == "requested":
                     f.input_seq[e.input_id] = r.seq
@@ -123,8 +131,6 @@ def read_facts(records: list[Record]) -> Facts:
                 | LoopModeChanged()
                 | LoopStopped()
                 | ToolsLoaded()
-                | SteerQueued()
-                | SteerApplied()
                 | ModelCallStarted()
                 | ModelOutput()
                 | ModelMessageCommitted()

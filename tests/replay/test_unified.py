@@ -31,6 +31,8 @@ from journal.events import (
     Notice,
     Provenance,
     SessionForked,
+    SteerApplied,
+    SteerQueued,
     ToolAbandoned,
     ToolCompleted,
     ToolStarted,
@@ -415,8 +417,11 @@ async def test_synthetic_messages_and_notices_never_count_as_agent_output() -> N
 async def test_an_interrupt_cancels_its_run_and_the_tool_it_cut() -> None:
     events: list[Event] = [
         *good_turn()[:6],
+        SteerQueued(steer_id="s1", text="in euros"),
+        InputQueued(input_id="in3", messages=(user("then this"),)),
         ToolAbandoned(execution_id="x1", tool_use_id="tu1", reason="interrupted"),
         TurnEnded(turn=1, outcome="interrupted"),
+        InputCancelled(input_id="in3", reason="turn_interrupted"),
         InputQueued(input_id="in2", messages=(user("skip it"),)),
         InputCancelled(input_id="in2"),
     ]
@@ -425,6 +430,7 @@ async def test_an_interrupt_cancels_its_run_and_the_tool_it_cut() -> None:
     assert interrupt["parent"] == "run:main:1"
     cancels = rels(doc, "cancels")
     assert (interrupt["id"], "run:main:1", "exact_unique") in cancels
+    assert (interrupt["id"], "input:main:in3", "strong_inference") in cancels
     assert (interrupt["id"], "step:main:tu1", "strong_inference") in cancels
     [command] = kinds(doc, "control.command")
     assert (command["id"], "input:main:in2", "exact_unique") in cancels
@@ -598,3 +604,14 @@ async def test_every_kind_the_seed_names_is_made_but_context_injection() -> None
         await test()
         seen |= made
     assert set(typing.get_args(NodeKind)) - seen == {"context.injection"}
+
+
+async def test_steering_is_external_input_inside_the_run_it_steered() -> None:
+    events = good_turn()
+    events[5:5] = [SteerQueued(steer_id="s1", text="in euros"), SteerApplied(steer_ids=("s1",))]
+    doc = document(await session_of(("main", events)))
+    [steer] = [n for n in kinds(doc, "message.external") if n["attrs"].get("steer_id")]
+    assert steer["parent"] == "run:main:1" and steer["text"] == "in euros"
+    assert steer["seqs"] == [6, 7]
+    # Steering never begins a talk of its own.
+    assert len(kinds(doc, "talk")) == 1
