@@ -142,3 +142,26 @@ async def test_a_real_fork_is_a_session_of_its_sources_conversation(tmp_path: Pa
     }
     # The fork's own talk: the inherited conversation is the source's.
     assert [t["trigger"] for t in kinds(doc, "talk")] == ["external"]
+
+
+async def test_a_real_collaboration_has_an_auxiliary_stream_and_its_workers_streams(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    from session.collaboration import Collaboration, Decision
+    from tests.children.test_collaboration_grammar import FAST, HOST, scripted, task
+
+    collab = Collaboration(
+        coordinator=scripted([Decision(mode="wait", tasks=(task("a"),))]), workers=[FAST]
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, HOST) as s:
+            assert await s.collaborate(collab, "go", collab_id="g") == "a=completed"
+        recs = await records(journal, s.id)
+    doc = document(s.id, recs)
+    roles = {n["id"]: n["role"] for n in kinds(doc, "stream")}
+    assert roles.pop("stream:collab:g") == "auxiliary"
+    # The worker ran in a stream of its own, hanging from the session.
+    assert roles and set(roles.values()) <= {"main", "child"}
+    assert all(n["parent"] == f"session:{s.id}" for n in kinds(doc, "stream"))
+    outputs = [n for n in kinds(doc, "message.assistant") if n["text"] == "fast result"]
+    assert len(outputs) == 1
