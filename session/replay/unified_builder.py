@@ -254,16 +254,19 @@ class _Assembler(NodeTable):
 
     def report(self, node: InputNode) -> None:
         """The notification reports the child it names; old journals name it
-        only in the input's text."""
-        child = self.facts.reports.get(node.input_id)
-        quality: Quality = "exact_unique"
-        via = child or ""
-        if child is None and node.text.startswith(RESULT_MARKER):
-            child = node.text[len(RESULT_MARKER) :].split("]", 1)[0].split(" (", 1)[0]
-            quality, via = "strong_inference", "input text"
-        if not child:
-            return
-        self.pending_reports.append((node.id, child, quality, via))
+        only in the input's text.  A record whose field and text name
+        different children is a ``conflict``: neither is taken for the other."""
+        recorded = self.facts.reports.get(node.input_id)
+        written = None
+        if node.text.startswith(RESULT_MARKER):
+            written = node.text[len(RESULT_MARKER) :].split("]", 1)[0].split(" (", 1)[0]
+        if recorded is not None and written is not None and written != recorded:
+            for child in (recorded, written):
+                self.pending_reports.append((node.id, child, "conflict", "field and text differ"))
+        elif recorded is not None:
+            self.pending_reports.append((node.id, recorded, "exact_unique", recorded))
+        elif written:
+            self.pending_reports.append((node.id, written, "strong_inference", "input text"))
 
     def cancelled_input(self, node: InputNode, parent: str) -> None:
         if node.reason == "turn_interrupted" and parent.startswith("epoch:"):

@@ -615,3 +615,23 @@ async def test_steering_is_external_input_inside_the_run_it_steered() -> None:
     assert steer["seqs"] == [6, 7]
     # Steering never begins a talk of its own.
     assert len(kinds(doc, "talk")) == 1
+
+
+async def test_a_result_whose_field_and_text_disagree_is_a_conflict() -> None:
+    wrong = InputQueued(
+        input_id="res-kid",
+        messages=(user("[result of child loop other (completed)]\nChez Nous"),),
+        trigger="subagent",
+        child_loop="kid",
+    )
+    records = await session_of(
+        ("main", [*delegating("x1", "tu1"), started("kid"), started("other")]),
+        ("kid", child_run("kid")),
+        ("other", child_run("other")),
+        ("main", [ChildFinished(child_loop="kid", status="completed", output="x"), wrong]),
+    )
+    doc = document(records)
+    assert rels(doc, "reports") == {
+        ("input:main:res-kid", "stream:kid", "conflict"),
+        ("input:main:res-kid", "stream:other", "conflict"),
+    }
