@@ -289,6 +289,10 @@ class InputQueued(msgspec.Struct, tag="input.queued", **_opts):
     principal: str | None = None
     """Who gave the command that made this record (a user id, a service
     name; None: not said).  Recorded, never checked: no authorization."""
+    child_loop: str | None = None
+    """The child loop whose result this input carries (a ``subagent`` or
+    ``notification`` input the runtime wrote; None: not a child's result, or
+    a journal from before the field, joined by the input's text)."""
 
 
 class InputCancelled(msgspec.Struct, tag="input.cancelled", **_opts):

@@ -853,6 +853,7 @@ class Loop:
                     input_id=command.input_id,
                     messages=(Message(role="user", blocks=(Text(text=text),)),),
                     trigger=trigger,
+                    child_loop=command.child_loop,
                 ),
             ],
             cause=command.cause,

@@ -345,10 +345,11 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("session", help="the session id ('loopruntime sessions' lists them)")
     replay.add_argument(
         "--format",
-        choices=("transcript", "tree", "json", "otel-json"),
+        choices=("transcript", "tree", "json", "unified", "otel-json"),
         default="transcript",
-        help="transcript (default), the conversation tree, the tree as JSON, or the "
-        "OpenTelemetry trace as OTLP/JSON (needs the otel extra)",
+        help="transcript (default), the conversation tree, the tree as JSON, the unified "
+        "conversation model as JSON (docs/replay.md), or the OpenTelemetry trace as "
+        "OTLP/JSON (needs the otel extra)",
     )
     replay.add_argument(
         "--otlp",

@@ -1,6 +1,7 @@
-"""The five full projections of records (the fold, the trace, the tree, the
-transcript, the checker) dispatch a record the one way the house does: a
-``match`` on its event whose last case is ``assert_never``, so mypy proves it
+"""The full projections of records (the fold, the trace, the tree, the
+unified model's facts, the transcript, the checker) dispatch a record the one
+way the house does: a ``match`` on its event whose last case is
+``assert_never``, so mypy proves it
 exhaustive.  This test proves it too, over every event kind the journal
 defines: a new event is a failure here, naming each projection that does not
 say what it does with it (a case of its own, or one of those it passes over
@@ -21,6 +22,7 @@ PROJECTIONS = [
     ("loopruntime.state", "fold"),
     ("session.otel", "SpanBuilder"),
     ("session.replay.tree_builder", "_StreamBuilder"),
+    ("session.replay.unified_facts", "read_facts"),
     ("session.replay.transcript", "TranscriptRenderer"),
     ("session.replay.checker", "_Checker"),
 ]

@@ -38,11 +38,18 @@ from .tree import render_tree as render_tree
 from .tree import tree_json as tree_json
 from .tree import tree_json_schema as tree_json_schema
 from .tree_builder import build_tree as build_tree
+from .unified import UNIFIED_SCHEMA as UNIFIED_SCHEMA
+from .unified import UNIFIED_VERSION as UNIFIED_VERSION
+from .unified import unified_json as unified_json
+from .unified import unified_json_schema as unified_json_schema
+from .unified_builder import build_unified as build_unified
 
 __all__ = [
     "RULES",
     "TREE_SCHEMA",
     "TREE_VERSION",
+    "UNIFIED_SCHEMA",
+    "UNIFIED_VERSION",
     "CheckReport",
     "Epoch",
     "GateNode",
@@ -61,6 +68,7 @@ __all__ = [
     "Tree",
     "WriterNode",
     "build_tree",
+    "build_unified",
     "check",
     "check_records",
     "open_for_replay",
@@ -72,4 +80,6 @@ __all__ = [
     "states_at",
     "tree_json",
     "tree_json_schema",
+    "unified_json",
+    "unified_json_schema",
 ]

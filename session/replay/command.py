@@ -30,6 +30,8 @@ from .states import render_states, states_at
 from .transcript import TranscriptRenderer, render_transcript
 from .tree import WriterNode, render_tree, tree_json
 from .tree_builder import build_tree
+from .unified import unified_json
+from .unified_builder import build_unified
 
 
 class ReplayInputError(Exception):
@@ -61,7 +63,7 @@ async def read_session(journal: Journal, session_id: str) -> AsyncIterator[Recor
         raise _no_session(journal, session_id) from exc
 
 
-Format = Literal["transcript", "tree", "json", "otel-json"]
+Format = Literal["transcript", "tree", "json", "unified", "otel-json"]
 
 
 async def replay_command(
@@ -157,6 +159,8 @@ async def replay_command(
                 out(render_transcript(records, color=color))
             elif fmt == "tree":
                 out(render_tree(build_tree(session_id, records), color=color))
+            elif fmt == "unified":
+                out(unified_json(build_unified(session_id, records)).decode())
             else:
                 tree = build_tree(session_id, records)
                 tree.writers = await _writer_nodes(journal, session_id, err)

@@ -71,6 +71,10 @@ def test_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         capsys, "--journal", f"sqlite:///{db}", scenario.SESSION, "--format", "json"
     )
     assert code == 0 and json.loads(out)["schema"] == "loopruntime.replay.tree"
+    code, out, _ = replay(capsys, "--journal", str(db), scenario.SESSION, "--format", "unified")
+    unified = json.loads(out)
+    assert code == 0 and unified["schema"] == "loopruntime.replay.unified"
+    assert {"epoch.boundary", "control.permission", "tool"} <= {n["kind"] for n in unified["nodes"]}
     at = str(trio.run(_first_gate, db))
     code, out, _ = replay(capsys, "--journal", str(db), scenario.SESSION, "--at", at)
     assert code == 0 and f"state as of seq {at}" in out and "open gate" in out

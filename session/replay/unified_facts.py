@@ -1,0 +1,209 @@
+"""What the unified model reads from the records beyond the conversation tree.
+
+One pass over a session's records: the joins the tree does not keep (the
+child a result reports, the calls that launched children, redacted inputs,
+failed calls, turn times) and the session's activity windows (segments).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import assert_never
+
+import msgspec
+
+from journal import Record
+from journal.events import (
+    ChildFinished,
+    ChildStarted,
+    CollabControlled,
+    CollabEnded,
+    CollabStarted,
+    CollabTaskFinished,
+    CollabTaskStarted,
+    CollabTurn,
+    CommandKeyed,
+    CompactionCommitted,
+    CompactionRejected,
+    CompactionStarted,
+    ContextMeasured,
+    DeadlinePassed,
+    GateCancelled,
+    GateOpened,
+    GateResolved,
+    GateReviewed,
+    HookDecided,
+    InputCancelled,
+    InputQueued,
+    LoopConfigured,
+    LoopInferenceChanged,
+    LoopModeChanged,
+    LoopReconfigured,
+    LoopStarted,
+    LoopStopped,
+    LoopToolsReplaced,
+    ModelCallFailed,
+    ModelCallStarted,
+    ModelMessageCommitted,
+    ModelOutput,
+    Notice,
+    SessionCheckpoint,
+    SessionForked,
+    SteerApplied,
+    SteerQueued,
+    ToolAbandoned,
+    ToolCompleted,
+    ToolResolved,
+    ToolsLoaded,
+    ToolStarted,
+    TurnEnded,
+    TurnRejected,
+    TurnStarted,
+)
+
+RESULT_MARKER = "[result of child loop "
+"""How the runtime words a child's result input (the join old journals need)."""
+
+
+class Facts(msgspec.Struct, kw_only=True):
+    """What the tree does not keep, read from the records in one pass."""
+
+    redacted: set[str] = msgspec.field(default_factory=set)
+    """tool_use ids whose recorded input is the redacted form."""
+    reports: dict[str, str] = {}
+    """input id -> the child loop it reports, as the record says."""
+    started: dict[str, list[tuple[int, ChildStarted]]] = {}
+    """child loop -> the child.started records that name it."""
+    launches: dict[str, list[tuple[int, ChildStarted]]] = {}
+    """execution id of the delegating call -> the child.started records it made."""
+    finished: dict[str, tuple[int, ChildFinished]] = {}
+    failed_calls: dict[str, tuple[int, str]] = {}
+    """effect id -> (seq, code) of its model.call_failed."""
+    turn_at: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    """(loop, turn) -> [(seq, at)] of its turn.started and turn.ended."""
+    steers: dict[str, list[int]] = {}
+    """steer id -> the seqs of its steer.queued and steer.applied."""
+    auxiliary: set[str] = msgspec.field(default_factory=set)
+    input_seq: dict[str, int] = {}
+    """input id -> the seq that cancelled it by request."""
+
+
+def read_facts(records: list[Record]) -> Facts:
+    f = Facts()
+    f.started = defaultdict(list)
+    f.turn_at = defaultdict(list)
+    f.launches = defaultdict(list)
+    f.steers = defaultdict(list)
+    for r in records:
+        e = r.event
+        match e:
+            case ToolStarted():
+                if e.input_digest:
+                    f.redacted.add(e.tool_use_id)
+            case InputQueued():
+                if e.child_loop is not None:
+                    f.reports[e.input_id] = e.child_loop
+            case ChildStarted():
+                f.started[e.child_loop].append((r.seq, e))
+                f.launches[e.provenance.execution_id].append((r.seq, e))
+            case ChildFinished():
+                f.finished[e.child_loop] = (r.seq, e)
+            case ModelCallFailed():
+                f.failed_calls[e.effect_id] = (r.seq, e.code)
+            case TurnStarted() | TurnEnded():
+                f.turn_at[(r.loop, e.turn)].append((r.seq, r.at))
+            case CollabStarted():
+                f.auxiliary.add(r.loop)
+            case SteerQueued():
+                f.steers[e.steer_id].append(r.seq)
+            case SteerApplied():
+                for steer_id in e.steer_ids:
+                    f.steers[steer_id].append(r.seq)
+            case InputCancelled():
+                if e.reason == "requested":
+                    f.input_seq[e.input_id] = r.seq
+            case (
+                LoopStarted()
+                | LoopConfigured()
+                | LoopReconfigured()
+                | LoopInferenceChanged()
+                | LoopToolsReplaced()
+                | LoopModeChanged()
+                | LoopStopped()
+                | ToolsLoaded()
+                | ModelCallStarted()
+                | ModelOutput()
+                | ModelMessageCommitted()
+                | ToolCompleted()
+                | ToolAbandoned()
+                | ToolResolved()
+                | GateOpened()
+                | GateResolved()
+                | GateCancelled()
+                | GateReviewed()
+                | CompactionStarted()
+                | CompactionCommitted()
+                | CompactionRejected()
+                | ContextMeasured()
+                | DeadlinePassed()
+                | HookDecided()
+                | Notice()
+                | CommandKeyed()
+                | TurnRejected()
+                | SessionCheckpoint()
+                | SessionForked()
+                | CollabTurn()
+                | CollabTaskStarted()
+                | CollabTaskFinished()
+                | CollabControlled()
+                | CollabEnded()
+            ):
+                pass  # the conversation tree carries what the model needs of these
+            case _:
+                assert_never(e)
+    return f
+
+
+def segment_windows(records: list[Record]) -> list[tuple[int, int]]:
+    """The session's activity windows as (first seq, last seq).
+
+    A window opens at an external input queued while the session is quiet and
+    closes at the record after which no loop has a turn open, an input queued
+    or a child unfinished or its result undelivered; a window still open at
+    the head ends at the head."""
+    open_turns: set[str] = set()
+    queued: set[str] = set()
+    children: set[str] = set()
+    delivering: set[str] = set()
+    """Loops a finished child's result is on its way to."""
+    windows: list[tuple[int, int]] = []
+    start: int | None = None
+    for r in records:
+        e = r.event
+        if isinstance(e, InputQueued):
+            queued.add(e.input_id)
+            if e.trigger != "external":
+                delivering.discard(r.loop)
+            if start is None and e.trigger == "external":
+                start = r.seq
+        elif isinstance(e, InputCancelled):
+            queued.discard(e.input_id)
+        elif isinstance(e, TurnStarted):
+            open_turns.add(r.loop)
+            queued.difference_update(e.input_ids)
+            if start is None:
+                start = r.seq
+        elif isinstance(e, TurnEnded):
+            open_turns.discard(r.loop)
+        elif isinstance(e, ChildStarted):
+            children.add(e.child_loop)
+        elif isinstance(e, ChildFinished):
+            children.discard(e.child_loop)
+            if not e.rejected:
+                delivering.add(r.loop)  # its result input follows in the same commit
+        if start is not None and not (open_turns or queued or children or delivering):
+            windows.append((start, r.seq))
+            start = None
+    if start is not None and records:
+        windows.append((start, records[-1].seq))
+    return windows

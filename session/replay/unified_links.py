@@ -1,0 +1,207 @@
+"""The unified model's node table, and the joins that cross streams.
+
+A child's stream, its output and the notification that reports it are made
+from different streams' records: they are joined once every stream's nodes
+are in, each join qualified by how it was made.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from .tree import Stream, Tree
+from .unified import ContentState, Node, Quality, Relation, RelationType
+from .unified_facts import Facts
+
+
+class NodeTable:
+    """The document's nodes and relations as they are made, and the joins
+    made once every stream is in."""
+
+    def __init__(self, tree: Tree, facts: Facts, limit: int) -> None:
+        self.tree = tree
+        self.facts = facts
+        self.limit = limit
+        self.nodes: dict[str, Node] = {}
+        self.relations: list[Relation] = []
+        self.by_execution: dict[str, str] = {}
+        """execution id -> the tool node that ran it."""
+        self.call_of_child: dict[str, list[str]] = defaultdict(list)
+        """child loop -> the agent.call nodes that started it."""
+        root = tree.forked_from.session if tree.forked_from is not None else tree.session
+        self.conversation = f"conversation:{root}"
+        self.session = f"session:{tree.session}"
+        self.tree_ids: dict[str, str] = {}
+        """The tree's id of a model step -> its llm.call node."""
+        self.pending_reports: list[tuple[str, str, Quality, str]] = []
+        """(notification, child loop, quality, via): joined once every stream is in."""
+
+    # -- helpers ---------------------------------------------------------------
+
+    def add(self, node: Node) -> Node:
+        assert node.id not in self.nodes, f"two nodes named {node.id}"
+        node.seqs = sorted(set(node.seqs))
+        self.nodes[node.id] = node
+        return node
+
+    def relate(
+        self, type: RelationType, source: str, target: str, quality: Quality, *via: str
+    ) -> None:
+        self.relations.append(
+            Relation(type=type, from_=source, to=target, quality=quality, via=list(via))
+        )
+
+    def join(self, type: RelationType, source: str, targets: list[str], key: str) -> None:
+        """A join by an exact key: unique, or ambiguous to every candidate
+        (never resolved by choosing one)."""
+        quality: Quality = "exact_unique" if len(targets) == 1 else "exact_ambiguous"
+        for target in targets:
+            self.relate(type, source, target, quality, key)
+
+    def payload(self, text: str, state: ContentState = "available") -> dict[str, Any]:
+        size = len(text.encode())
+        if state in ("available", "truncated") and size > self.limit:
+            return {"content": "size_only", "text": "", "size": size}
+        return {"content": state, "text": text, "size": size}
+
+    # -- across streams --------------------------------------------------------
+
+    def unseen_children(self) -> None:
+        """A child the records start but never show is unavailable, never
+        made up."""
+        for child in self.facts.started:
+            sid = f"stream:{child}"
+            if sid not in self.nodes:
+                self.add(
+                    Node(
+                        id=sid,
+                        kind="stream",
+                        parent=self.session,
+                        seqs=[seq for seq, _ in self.facts.started[child]],
+                        role="child",
+                        claim="unavailable",
+                        attrs={"loop": child},
+                    )
+                )
+
+    def child_ends(self, stream: Stream) -> None:
+        """The child's output (owned by the child), and what points at it."""
+        finished = self.facts.finished.get(stream.loop)
+        if finished is None or not stream.parent_loop:
+            return
+        seq, event = finished
+        last_run = next(
+            (
+                r.id
+                for e in reversed(stream.epochs)
+                for t in reversed(e.talks)
+                for r in reversed(t.runs)
+            ),
+            None,
+        )
+        output = self.add(
+            Node(
+                id=f"output:{stream.loop}",
+                kind="agent.output",
+                parent=last_run or stream.epochs[-1].id,
+                seqs=[seq],
+                attrs={"status": event.status, "rejected": event.rejected},
+                **self.payload(event.output),
+            )
+        )
+        self.relate("ends_with", stream.id, output.id, "exact_unique", stream.loop)
+
+    def cross_stream(self) -> None:
+        """Notifications to the children they report, and to the calls whose
+        result they carry."""
+        self.finished_in_place()
+        for note, child, quality, via in self.pending_reports:
+            target = f"stream:{child}"
+            if target not in self.nodes:
+                continue
+            self.relate("reports", note, target, quality, via)
+            calls = self.call_of_child.get(child, [])
+            if quality == "exact_unique":
+                self.join("result_of", note, calls, child)
+            else:
+                for call in calls:
+                    self.relate("result_of", note, call, quality, via)
+        self.stream_retries()
+
+    def finished_in_place(self) -> None:
+        """A child whose result went back as its call's result (a foreground
+        delegate) has no result input: its ``child.finished`` record is the
+        runtime's word to the parent, in the run of the call."""
+        reported = {child for _, child, _, _ in self.pending_reports}
+        for child, (seq, event) in self.facts.finished.items():
+            calls = self.call_of_child.get(child, [])
+            if child in reported or len(calls) != 1:
+                continue
+            note = self.add(
+                Node(
+                    id=f"finished:{child}:{seq}",
+                    kind="runtime.notification",
+                    parent=self.nodes[calls[0]].parent,
+                    seqs=[seq],
+                    attrs={"child_loop": child, "status": event.status},
+                    **self.payload(event.output),
+                )
+            )
+            self.pending_reports.append((note.id, child, "exact_unique", child))
+
+    def stream_retries(self) -> None:
+        """A child started again with the same definition by the same parent
+        after the first one failed: by that coincidence only, so weak."""
+        streams = [s for s in self.tree.streams if s.parent_loop]
+        for later in streams:
+            for earlier in streams:
+                done = self.facts.finished.get(earlier.loop)
+                if (
+                    earlier is not later
+                    and done is not None
+                    and done[1].status in ("failed", "crashed")
+                    and earlier.parent_loop == later.parent_loop
+                    and earlier.definition == later.definition
+                    and done[0] < later.first_seq
+                ):
+                    self.relate(
+                        "retries",
+                        later.id,
+                        earlier.id,
+                        "weak_inference",
+                        "same definition after failure",
+                    )
+                    break
+
+    def run_retries(self) -> None:
+        """The tree's retries, qualified: a call cut off is retried by the next
+        (strong); the same words after a failed run (weak)."""
+        for rel in self.tree.relations:
+            if (
+                rel.kind != "retries"
+                or rel.source not in self.nodes
+                or rel.target not in self.nodes
+            ):
+                continue
+            quality: Quality = (
+                "weak_inference" if rel.via == "same input text" else "strong_inference"
+            )
+            self.relate("retries", rel.source, rel.target, quality, rel.via)
+
+    def segments(self, windows: list[tuple[int, int]]) -> None:
+        talks = [n for n in self.nodes.values() if n.kind == "talk"]
+        for index, (first, last) in enumerate(windows, 1):
+            seg = self.add(
+                Node(
+                    id=f"segment:{self.tree.session}:{index}",
+                    kind="segment",
+                    parent=self.conversation,
+                    seqs=[first, last],
+                )
+            )
+            for talk in talks:
+                if talk.seqs and first <= talk.seqs[0] <= last:
+                    self.relate(
+                        "in_segment", talk.id, seg.id, "exact_unique", f"seq {first}-{last}"
+                    )
