@@ -90,6 +90,7 @@ from .ids import new_id
 from .keys import command_digest, command_name, repeat_of
 from .mailbox import Mailbox
 from .model import Delta
+from .models.limiter import wait_on_behalf_of
 from .permits import Admission, Outside, Permits, Working
 from .ports import ChildLoop
 from .principals import stamped
@@ -363,6 +364,8 @@ class Loop:
         return Permits.of_this_run().working(self)
 
     def outside(self) -> Outside:
+        # A model call made outside waits for a shared rate limit as this loop's.
+        wait_on_behalf_of(self)
         return Permits.of_this_run().outside(self)
 
     async def run_working(self, work: Callable[..., Awaitable[T]], *args: Any) -> T:

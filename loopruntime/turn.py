@@ -50,7 +50,6 @@ from .deferred import advertised
 from .errors import ModelError
 from .ids import new_id
 from .model import Accumulator, coalesce
-from .models.limiter import wait_on_behalf_of
 from .notices import TRUNCATED_TOOL_CALL_RESULT, rejected
 from .output import output_reminder, output_verdict
 from .ports import TurnPort
@@ -320,8 +319,6 @@ class TurnRunner:
             cause=state.turn_record,
         )
         call_record = call[0].id
-        # A wait for a shared rate limit is then known as this loop's (status.py).
-        wait_on_behalf_of(loop)
         limits = resolved.limits
         first_token, whole = limits.model_first_token_timeout, limits.model_call_timeout
         opening = whole if first_token is None else min(first_token, whole or first_token)
