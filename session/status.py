@@ -93,8 +93,9 @@ def describe(
     (``Session.rate_limited()``, in the process running it)."""
     live = info.live
     status, detail = _decide(info, states, live, hosts)
-    if status is Status.RUNNING and rate_limited and states is not None:
-        status, detail = _rate_limited(states, rate_limited, detail)
+    if status in (Status.RUNNING, Status.OPEN) and rate_limited and states is not None:
+        # Open here, in the process that passed what its loops wait for.
+        status, detail = _rate_limited(states, rate_limited, status, detail)
     return SessionStatus(
         session=info.session,
         status=status,
@@ -154,15 +155,15 @@ def _decide(
 
 
 def _rate_limited(
-    states: Mapping[str, LoopState], waits: Mapping[str, Waiting], detail: str
+    states: Mapping[str, LoopState], waits: Mapping[str, Waiting], status: Status, detail: str
 ) -> tuple[Status, str]:
     # Only a loop whose turn is open waits for its model call: a stale entry
     # for a loop that moved on is not shown.
     open_turns = {k for k, st in states.items() if st.status is LoopStatus.RUNNING}
     waiting = sorted((k, w) for k, w in waits.items() if k in open_turns)
     if not waiting or len(waiting) < len(open_turns):
-        # Some turn is doing work: the session is running.
-        return Status.RUNNING, detail
+        # Some turn is doing work: the session is as it was.
+        return status, detail
     names = sorted({w.limiter for _, w in waiting})
     return Status.RATE_LIMITED, (
         f"its model call waits for the shared rate limit of {', '.join(names)} "

@@ -227,6 +227,7 @@ class RateLimiter:
         """Wait until the call may be sent, in the order calls asked; take one
         request and ``tokens`` (the estimate) from the buckets.  A checkpoint.
         Cancelled while waiting, it takes nothing."""
+        await trio.lowlevel.checkpoint()
         now = start = trio.current_time()
         if not self._queued and self._ready_at(tokens, now) <= now:
             # The common case: nobody in line and room in the buckets.
