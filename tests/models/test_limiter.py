@@ -11,6 +11,7 @@ import argparse
 
 import pytest
 import trio
+import trio.testing
 
 from journal import open_journal
 from loopruntime import LoopDefinition, LoopStatus
@@ -160,7 +161,7 @@ async def test_a_429_from_anthropic_pauses_every_loop_sharing_the_limiter(
             nursery.start_soon(claude.collect, first)
             # The other loop asks only once the 429 has paused the limiter.
             while not limiters() or not limiters()[0].statistics().slowdowns:
-                await trio.sleep(0.01)
+                await trio.testing.wait_all_tasks_blocked()
             nursery.start_soon(claude.collect, other)
     told, *after = server.requests
     assert len(after) == 2
@@ -186,7 +187,7 @@ async def test_a_429_from_an_openai_server_pauses_every_loop(
         async with first, other, trio.open_nursery() as nursery:
             nursery.start_soon(gpt.collect, first)
             while not limiters() or not limiters()[0].statistics().slowdowns:
-                await trio.sleep(0.01)
+                await trio.testing.wait_all_tasks_blocked()
             nursery.start_soon(gpt.collect, other)
     told, *after = server.requests
     assert len(after) == 2
@@ -229,7 +230,7 @@ async def test_a_loop_waiting_for_the_limit_shows_so_in_its_status(
                 await session.submit("two")
                 limiter = limiters()[0]
                 while not limiter.statistics().waiting:
-                    await trio.sleep(0.5)
+                    await trio.testing.wait_all_tasks_blocked()
                 started = trio.current_time()
                 (loop_id,) = session.loops
                 waits = session.rate_limited()
