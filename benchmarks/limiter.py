@@ -11,8 +11,8 @@ measured is the limiter's bookkeeping, not its pacing.  Two levels:
   server the adapter tests use (``tests/support/sse_server.py``), over loopback: the
   overhead beside what a call costs before any provider answers.
 
-Variants run interleaved, round after round, and each reports its median round, so a
-slow patch of the machine falls on all of them alike.
+Variants run interleaved, round after round, each round starting with the next one, and
+each reports its median round, so a slow patch of the machine falls on all of them alike.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ DEFAULT_CALLS, QUICK_CALLS = 20_000, 2_000
 """Calls per round of the ``retries`` level."""
 DEFAULT_HTTP_CALLS, QUICK_HTTP_CALLS = 300, 40
 """Calls per round of the ``anthropic`` level."""
-ROUNDS = 5
+ROUNDS = 6
 HUGE = 10**12
 """A limit no run reaches: nothing waits."""
 
@@ -118,27 +118,33 @@ def _interleaved(
     measure: Callable[[str, RateLimit | None, int], Awaitable[float]],
     rounds: int,
     progress: Progress,
-) -> dict[str, float]:
-    """Median seconds per call of each variant, rounds interleaved."""
+) -> dict[str, list[float]]:
+    """Seconds per call of each variant in each round, rounds interleaved."""
     seen: dict[str, list[float]] = {name: [] for name, _ in VARIANTS}
     for index in range(rounds):
-        for name, limit in VARIANTS:
+        # Each round starts with another variant: whatever the first run of a
+        # round pays (a cold cache, a new server) falls on each in turn.
+        shift = index % len(VARIANTS)
+        for name, limit in VARIANTS[shift:] + VARIANTS[:shift]:
             seen[name].append(trio.run(measure, name, limit, index))
         progress(f"round {index + 1}/{rounds}")
-    return {name: statistics.median(values) for name, values in seen.items()}
+    return seen
 
 
-def _rows(level: str, medians: dict[str, float], calls: int) -> list[dict[str, Any]]:
-    base = medians["none"]
+def _rows(level: str, rounds: dict[str, list[float]], calls: int) -> list[dict[str, Any]]:
+    base, best_base = statistics.median(rounds["none"]), min(rounds["none"])
     return [
         {
             "level": level,
             "limiter": name,
             "calls": calls,
-            "seconds_per_call": seconds,
-            "overhead_seconds": seconds - base,
+            "rounds": len(values),
+            "seconds_per_call": statistics.median(values),
+            "overhead_seconds": statistics.median(values) - base,
+            "best_seconds_per_call": min(values),
+            "best_overhead_seconds": min(values) - best_base,
         }
-        for name, seconds in medians.items()
+        for name, values in rounds.items()
     ]
 
 
