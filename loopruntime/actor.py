@@ -365,7 +365,7 @@ class Loop:
 
     def outside(self) -> Outside:
         # A model call made outside waits for a shared rate limit as this loop's.
-        wait_on_behalf_of(self)
+        wait_on_behalf_of(id(self))
         return Permits.of_this_run().outside(self)
 
     async def run_working(self, work: Callable[..., Awaitable[T]], *args: Any) -> T:

@@ -822,7 +822,7 @@ class Session:
     def rate_limited(self) -> dict[str, Waiting]:
         """This session's loops waiting now for a shared rate limit, by loop
         id (``describe`` shows them); read in memory, nothing journaled."""
-        found = {loop_id: waiting_of(loop) for loop_id, loop in self.loops.items()}
+        found = {loop_id: waiting_of(id(loop)) for loop_id, loop in self.loops.items()}
         return {loop_id: wait for loop_id, wait in found.items() if wait is not None}
 
     def commit_statistics(self) -> CommitStatistics:

@@ -166,7 +166,9 @@ class Ticket:
 
 
 _waiter: ContextVar[Hashable | None] = ContextVar("loopruntime_rate_waiter", default=None)
-"""Who the running task's model calls wait on behalf of (a loop)."""
+"""Who the running task's model calls wait on behalf of: a key that holds
+nothing alive (a loop's ``id()``), since a task's context outlives the loop
+it last worked for and must not keep it, and its session, from being freed."""
 
 
 @contextmanager
@@ -182,7 +184,8 @@ def waiting_as(who: Hashable) -> Iterator[None]:
 
 def wait_on_behalf_of(who: Hashable) -> None:
     """From now on, the running task's model calls wait on behalf of ``who``
-    (for a task that works for one loop only; child tasks inherit it)."""
+    (for a task that works for one loop only; child tasks inherit it).  A
+    key that keeps nothing alive: a loop passes its ``id()``."""
     _waiter.set(who)
 
 
@@ -369,7 +372,8 @@ def limiters() -> list[RateLimiter]:
 
 
 def waiting_of(who: Hashable) -> Waiting | None:
-    """The limiter ``who`` waits for now (None: it waits for none)."""
+    """The limiter ``who`` waits for now (None: it waits for none); a loop is
+    ``who`` as ``id(loop)``."""
     for limiter in _limiters().by_key.values():
         found = limiter.waiting().get(who)
         if found is not None:

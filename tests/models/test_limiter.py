@@ -236,7 +236,7 @@ async def test_a_loop_waiting_for_the_limit_shows_so_in_its_status(
                 waits = session.rate_limited()
                 assert list(waits) == [loop_id]
                 assert waits[loop_id].limiter == f"anthropic:{claude.MODEL}"
-                assert waiting_of(session.loops[loop_id]) == waits[loop_id]
+                assert waiting_of(id(session.loops[loop_id])) == waits[loop_id]
                 (info,) = await journal.sessions()
                 states = {loop_id: await session.snapshot()}
                 assert states[loop_id].status is LoopStatus.RUNNING
