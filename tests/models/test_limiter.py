@@ -325,3 +325,18 @@ def test_the_host_options_make_the_run_default() -> None:
     both = argparse.Namespace(requests_per_minute=50, tokens_per_minute=40_000)
     assert _rate_limit(both) == RateLimit(requests_per_minute=50, tokens_per_minute=40_000)
     assert _rate_limit(argparse.Namespace(requests_per_minute=None, tokens_per_minute=None)) is None
+
+
+async def test_the_runs_default_limits_a_model_that_sets_none(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # What `loopruntime host --requests-per-minute 1` does for its definitions' models.
+    use_default_rate_limit(RateLimit(requests_per_minute=1))
+    replies = [claude.text_reply("one"), claude.text_reply("two")]
+    async with claude.serve(replies) as (server, model):
+        assert model.rate_limit is None
+        await claude.collect(model)
+        await claude.collect(model)
+    first, second = server.requests
+    assert second.at - first.at == pytest.approx(60.0)
+    assert limiters()[0].statistics().requests_per_minute == 1
