@@ -18,7 +18,9 @@ Sections, run in this order (``--only NAME``, repeatable, picks some):
 * ``postgres`` the PostgreSQL journal (``benchmarks.postgres``), when that module exists and
   a server can be had (``LOOPRUNTIME_TEST_PG_DSN``, or PostgreSQL binaries to start one);
 * ``hosts``    failover, activation, passivated sessions' memory, 1 vs 2 hosts on PostgreSQL
-  (when a server can be had), the inbox round trip (``benchmarks.hosts``).
+  (when a server can be had), the inbox round trip (``benchmarks.hosts``);
+* ``limiter``  the shared rate limiter's overhead per model call, with and without it
+  (``benchmarks.limiter``).
 
 Progress goes to stderr, the markdown report (``benchmarks.report``) to stdout, and
 everything measured, with the machine it ran on (``benchmarks.machine``), to
@@ -46,7 +48,7 @@ import msgspec
 
 from session.terminal import note
 
-from . import blobs, clients, harness, hosts, loops, machine, peers, report, restore
+from . import blobs, clients, harness, hosts, limiter, loops, machine, peers, report, restore
 from . import journal as journal_bench
 from .report import SECTIONS
 
@@ -166,6 +168,8 @@ def _run_section(
     if name == "hosts":
         rows = hosts.run(quick=quick, progress=say, postgres=_postgres_unavailable() is None)
         return {"status": "ok", "rows": rows}
+    if name == "limiter":
+        return {"status": "ok", "rows": limiter.run(quick=quick, progress=say)}
     raise ValueError(f"unknown section {name!r}")
 
 

@@ -21,6 +21,7 @@ SECTIONS = (
     "console",
     "postgres",
     "hosts",
+    "limiter",
 )
 """The sections of a run, in the order they run and their failures are listed."""
 INFO = "info"
@@ -639,6 +640,49 @@ def blob_rows(rows: Sequence[dict[str, Any]]) -> list[str]:
     )
 
 
+def _us(seconds: float | None, *, signed: bool = False) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e6:+.1f}" if signed else f"{seconds * 1e6:.1f}"
+
+
+def limiter_section(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The shared rate limiter's overhead per call, against no limiter in the same run."""
+    return [
+        "### Shared rate limiter",
+        "",
+        "A model call with no limiter, with a requests limit, and with requests and tokens "
+        "limits, all so high that nothing waits, rounds interleaved, median and fastest "
+        "round (`benchmarks/limiter.py`): `retries` is the adapters' shared retry path "
+        "around an attempt doing no I/O, `anthropic` whole `AnthropicModel` calls to a "
+        "local server.",
+        "",
+        *_table(
+            [
+                "level",
+                "limiter",
+                "calls a round",
+                "µs per call",
+                "overhead µs",
+                "best µs",
+                "best overhead µs",
+            ],
+            [
+                [
+                    r["level"],
+                    r["limiter"],
+                    f"{r['calls']:,} x {r.get('rounds', '-')}",
+                    f"{r['seconds_per_call'] * 1e6:.1f}",
+                    f"{r['overhead_seconds'] * 1e6:+.1f}",
+                    _us(r.get("best_seconds_per_call")),
+                    _us(r.get("best_overhead_seconds"), signed=True),
+                ]
+                for r in rows
+            ],
+        ),
+    ]
+
+
 # -- the performance targets (issue 22) ----------------------------------------------------
 
 
@@ -900,6 +944,8 @@ def render(results: dict[str, Any]) -> str:
             lines.append(f"{pg['status']}: {pg.get('reason', '')}")
     if _ok(results, "hosts"):
         lines += ["", *hosts_section(results["hosts"]["rows"])]
+    if _ok(results, "limiter"):
+        lines += ["", *limiter_section(results["limiter"]["rows"])]
     for name in SECTIONS:
         section = results.get(name)
         if section is not None and section["status"] == "error":

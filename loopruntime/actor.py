@@ -86,6 +86,7 @@ from .keys import command_digest, command_name, repeat_of
 from .lifecycle import TRANSITIONS, Actor, ActorStep, Phase, Step, advance, move
 from .mailbox import Mailbox
 from .model import Delta
+from .models.limiter import wait_on_behalf_of
 from .permits import Outside, Permit, Permits, Working
 from .ports import ChildLoop
 from .principals import stamped
@@ -361,6 +362,8 @@ class Loop:
         return Permits.of_this_run().working(self.permit)
 
     def outside(self) -> Outside:
+        # A model call made outside waits for a shared rate limit as this loop's.
+        wait_on_behalf_of(id(self))
         return Permits.of_this_run().outside(self.permit)
 
     async def run_working(self, work: Callable[..., Awaitable[T]], *args: Any) -> T:

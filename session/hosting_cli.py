@@ -19,6 +19,7 @@ import trio
 
 from journal import open_journal, parse_location
 from loopruntime import LoopDefinition
+from loopruntime.models import RateLimit, use_default_rate_limit
 
 from .client import Client, check_key
 from .client import submit_command as submit_input
@@ -125,8 +126,17 @@ def reachable_journal(url: str, who: str) -> str:
     return url
 
 
+def _rate_limit(args: argparse.Namespace) -> RateLimit | None:
+    rpm, tpm = args.requests_per_minute, args.tokens_per_minute
+    if rpm is None and tpm is None:
+        return None
+    return RateLimit(requests_per_minute=rpm, tokens_per_minute=tpm)
+
+
 async def _host(args: argparse.Namespace, url: str) -> int:
     definitions = load_definitions(args.definitions)
+    # The run's default: every model the definitions use that sets no rate_limit.
+    use_default_rate_limit(_rate_limit(args))
     async with open_journal(url) as journal:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with Host.open(
@@ -227,6 +237,20 @@ def add_commands(
         metavar="PRINCIPAL",
         help="take commands only from this principal (repeat for each); commands from "
         "others, or naming none, are refused with UnknownPrincipalError (default: anyone)",
+    )
+
+    host.add_argument(
+        "--requests-per-minute",
+        type=count,
+        metavar="N",
+        help="model requests per minute shared by every loop of this host, for each model "
+        "its definitions use that sets no rate_limit (default: no limit)",
+    )
+    host.add_argument(
+        "--tokens-per-minute",
+        type=count,
+        metavar="N",
+        help="model tokens (input plus output) per minute shared the same way (default: no limit)",
     )
 
     def run_host(args: argparse.Namespace) -> int:

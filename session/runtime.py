@@ -60,6 +60,7 @@ from loopruntime.host import (
     find_definition,
     new_id,
 )
+from loopruntime.models import Waiting, waiting_of
 
 from .checkpoints import DEFAULT_EVERY, Checkpointer, SessionFolder, read_restored
 from .collaboration import Collaboration, CollabStatus
@@ -845,6 +846,12 @@ class Session:
     async def consume_entry(self, consumed: Consumed) -> None:
         """Consume an inbox entry whose command made no records, in commit order."""
         await self._writer.consume(consumed)
+
+    def rate_limited(self) -> dict[str, Waiting]:
+        """This session's loops waiting now for a shared rate limit, by loop
+        id (``describe`` shows them); read in memory, nothing journaled."""
+        found = {loop_id: waiting_of(id(loop)) for loop_id, loop in self.loops.items()}
+        return {loop_id: wait for loop_id, wait in found.items() if wait is not None}
 
     def commit_statistics(self) -> CommitStatistics:
         """How this session's commits met the journal so far: how many waited

@@ -16,6 +16,7 @@ import msgspec
 
 from journal import BlockingJournal, HostInfo, Journal, JournalError, SessionInfo
 from loopruntime import LoopState, LoopStatus
+from loopruntime.models import Waiting
 
 from .checkpoints import SessionFolder
 from .restore import read_states
@@ -37,6 +38,9 @@ class Status(enum.Enum):
     """Nothing to do: no open turn, no entry waiting (a host may hold it or not)."""
     RUNNING = "running"
     """A turn is open or inbox entries are being applied, under a live lease."""
+    RATE_LIMITED = "waiting for a rate limit"
+    """A turn is open and its model call waits for the process's shared rate
+    limit (known only in the process running it: ``Session.rate_limited``)."""
     WAITING_ON_PERSON = "waiting on a person"
     """A gate (an approval or a question) is open: ``answer`` / ``decide``."""
     UNKNOWN_EFFECTS = "unknown effects"
@@ -80,12 +84,18 @@ def describe(
     info: SessionInfo,
     states: Mapping[str, LoopState] | None,
     hosts: Sequence[HostInfo] | None = None,
+    rate_limited: Mapping[str, Waiting] | None = None,
 ) -> SessionStatus:
     """The status of the session ``info`` lists, whose loops fold to
     ``states`` (None: its records do not read back); ``hosts``, the
-    registered hosts, lets it say when no live host serves its definition."""
+    registered hosts, lets it say when no live host serves its definition;
+    ``rate_limited``, the loops of it waiting for a shared rate limit
+    (``Session.rate_limited()``, in the process running it)."""
     live = info.live
     status, detail = _decide(info, states, live, hosts)
+    if status in (Status.RUNNING, Status.OPEN) and rate_limited and states is not None:
+        # Open here, in the process that passed what its loops wait for.
+        status, detail = _rate_limited(states, rate_limited, status, detail)
     return SessionStatus(
         session=info.session,
         status=status,
@@ -142,6 +152,23 @@ def _decide(
     if states and loops == {LoopStatus.STOPPED}:
         return Status.STOPPED, "every loop stopped"
     return Status.IDLE, never_started(info) or ""
+
+
+def _rate_limited(
+    states: Mapping[str, LoopState], waits: Mapping[str, Waiting], status: Status, detail: str
+) -> tuple[Status, str]:
+    # Only a loop whose turn is open waits for its model call: a stale entry
+    # for a loop that moved on is not shown.
+    open_turns = {k for k, st in states.items() if st.status is LoopStatus.RUNNING}
+    waiting = sorted((k, w) for k, w in waits.items() if k in open_turns)
+    if not waiting or len(waiting) < len(open_turns):
+        # Some turn is doing work: the session is as it was.
+        return status, detail
+    names = sorted({w.limiter for _, w in waiting})
+    return Status.RATE_LIMITED, (
+        f"its model call waits for the shared rate limit of {', '.join(names)} "
+        "(raise the limit, or wait)"
+    )
 
 
 def never_started(info: SessionInfo) -> str | None:

@@ -54,6 +54,8 @@ PUBLIC = {
         "ScriptedModel", "Reply", "ToolCall", "AnthropicModel", "OpenAIModel",
         "MissingExtraError", "RecordingError", "RecordingMismatchError",
         "RecordingModel", "ReplayModel", "request_digest",
+        "RateLimit", "RateLimitError", "RateLimiter", "LimiterStatistics", "Waiting",
+        "limiters", "use_default_rate_limit", "waiting_of",
     },
     "loopruntime.models.openai": {
         "OpenAIModel", "DEFAULT_CONTEXT_WINDOW", "STOP_REASONS", "ChunkTranslator",

@@ -19,7 +19,9 @@ from typing import Any, Final
 import trio
 
 from loopruntime.errors import ModelError, ModelErrorKind
-from loopruntime.model import Delta
+from loopruntime.model import Delta, UsageDelta
+
+from .limiter import RateLimiter, Ticket
 
 __all__ = [
     "Attempt",
@@ -69,16 +71,29 @@ async def with_retries(
     max_retries: int,
     max_retry_wait: float,
     log: Any,
+    limiter: RateLimiter | None = None,
+    tokens: int = 0,
 ) -> AsyncGenerator[Delta, None]:
     """All attempts of one call: ``attempt_once`` is one HTTP request, raising
     ``ModelError`` only.  A failed attempt is retried only if it yielded
-    nothing, after ``retry_delay``; ``model`` names the model in the log."""
+    nothing, after ``retry_delay``; ``model`` names the model in the log.
+
+    With a ``limiter``, every attempt is admitted by it first (``tokens``:
+    the call's estimate), and settled with the usage the attempt reported;
+    a 429 pauses the limiter for the wait it asks (every loop sharing the
+    limiter waits), and the retry waits in the limiter's line."""
     attempt = Attempt()
     while True:
         attempt.number += 1
+        ticket: Ticket | None = None
+        used: tuple[int, int] | None = None
         try:
+            if limiter is not None:
+                ticket = await limiter.admit(tokens)
             async with aclosing(attempt_once(attempt)) as deltas:
                 async for delta in deltas:
+                    if type(delta) is UsageDelta:
+                        used = _reported(delta, used)
                     attempt.output_started = True
                     yield delta
             return
@@ -86,6 +101,15 @@ async def with_retries(
             delay = retry_delay(
                 err, attempt, max_retries=max_retries, max_retry_wait=max_retry_wait
             )
+            if limiter is not None and err.error_kind == "rate_limited":
+                pause = err.retry_after if err.retry_after is not None else delay
+                if pause is not None:
+                    limiter.slow_down(pause)
+                    log.info("model_rate_limit_paused", model=model, seconds=round(pause, 3))
+                if delay is not None:
+                    # The limiter's pause is the wait: the retry queues behind
+                    # the loops already in line rather than sleeping beside them.
+                    delay = 0.0
             if delay is None:
                 raise
             log.info(
@@ -96,7 +120,19 @@ async def with_retries(
                 attempt=attempt.number,
                 delay=round(delay, 3),
             )
-            await trio.sleep(delay)
+            if delay:
+                await trio.sleep(delay)
+        finally:
+            if ticket is not None:
+                ticket.settle(None if used is None else sum(used))
+
+
+def _reported(delta: UsageDelta, before: tuple[int, int] | None) -> tuple[int, int]:
+    """(input, output) tokens so far: a non-zero field replaces the earlier
+    value, as ``UsageDelta`` says."""
+    usage = delta.usage
+    old_in, old_out = before or (0, 0)
+    return (usage.input_tokens or old_in, usage.output_tokens or old_out)
 
 
 def attempt_error(

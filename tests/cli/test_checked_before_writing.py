@@ -51,6 +51,8 @@ def run(url: str, *argv: str) -> int:
         return int(exit.code or 0)
 
 
+HOST = ("host", "--definitions", "tests.host.support:counting_definition")
+
 BAD_COMMANDS = [
     # The case: the message was written, then --wait refused.
     ("submit", "s2", "hi", "--key", "k", "--create", "counter", "--wait", "-5"),
@@ -77,6 +79,10 @@ BAD_COMMANDS = [
     ("host", "--definitions", "tests.host.support:counting_definition", "--poll", "inf"),
     ("host", "--definitions", "tests.host.support:counting_definition", "--max-sessions", "0"),
     ("host", "--definitions", "tests.host.support:counting_definition", "--max-sessions", "2.5"),
+    (*HOST, "--requests-per-minute", "0"),
+    (*HOST, "--requests-per-minute", "-3"),
+    (*HOST, "--tokens-per-minute", "1e4"),
+    (*HOST, "--tokens-per-minute", "many"),
     ("fork", "s1", "--at", "many"),
     ("fork", "s1", "--at", "-1"),
     ("fork", "s1", "--at", "5"),

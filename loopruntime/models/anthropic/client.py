@@ -21,6 +21,7 @@ from loopruntime.errors import ModelError
 from loopruntime.model import Delta, ModelRequest, UsageDelta
 
 from ..credentials import chainable
+from ..limiter import RateLimit, checked_rate_limit, estimate_tokens, limiter_for
 from ..retries import Attempt, after_output, with_retries
 from .errors import ADVICE, FOREIGN_ERRORS, client_secrets, translate
 from .request import ThinkingOption, request_params, thinking_body
@@ -74,6 +75,7 @@ class AnthropicModel:
         max_retry_wait: float = 60.0,
         prompt_cache: bool = True,
         timeout: float | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         if not model:
             raise ValueError("AnthropicModel needs a model name, e.g. 'claude-sonnet-5-5'")
@@ -86,6 +88,9 @@ class AnthropicModel:
             )
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, not {max_retries}")
+        self.rate_limit = checked_rate_limit(rate_limit)
+        """Shared with every model of this provider and name in the run
+        (``limiter.limiter_for``); None: the run's default (a host's), if any."""
         self.model = model
         self.name = f"anthropic:{model}"
         self.context_window = context_window
@@ -185,12 +190,16 @@ class AnthropicModel:
         self, client: anthropic.AsyncAnthropic, params: dict[str, Any]
     ) -> AsyncGenerator[Delta, None]:
         """All attempts of one call (``retries.with_retries``)."""
+        limiter = limiter_for("anthropic", self.model, self.rate_limit)
+        counted = limiter is not None and limiter.counts_tokens
         return with_retries(
             lambda attempt: self._attempt(client, params, attempt),
             model=self.name,
             max_retries=self.max_retries,
             max_retry_wait=self.max_retry_wait,
             log=log,
+            limiter=limiter,
+            tokens=estimate_tokens(params, params["max_tokens"]) if counted else 0,
         )
 
     async def _attempt(

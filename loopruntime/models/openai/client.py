@@ -21,6 +21,7 @@ from loopruntime.errors import ModelError
 from loopruntime.model import Delta, ModelRequest
 
 from ..credentials import chainable
+from ..limiter import RateLimit, checked_rate_limit, estimate_tokens, limiter_for
 from ..retries import Attempt, after_output, with_retries
 from .errors import ADVICE, FOREIGN_ERRORS, NO_KEY, client_secrets, translate
 from .request import MaxTokensField, request_params
@@ -76,6 +77,7 @@ class OpenAIModel:
         max_retries: int = 2,
         max_retry_wait: float = 60.0,
         timeout: float | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         if not model:
             raise ValueError("OpenAIModel needs a model name, e.g. 'gpt-5.1' or 'llama3.2'")
@@ -91,6 +93,9 @@ class OpenAIModel:
                 "pass either client= or api_key/base_url/timeout: a client passed in "
                 "brings its own configuration"
             )
+        self.rate_limit = checked_rate_limit(rate_limit)
+        """Shared with every model of this provider and name in the run
+        (``limiter.limiter_for``); None: the run's default (a host's), if any."""
         self.model = model
         self.name = f"openai:{model}"
         self.context_window = context_window
@@ -150,12 +155,18 @@ class OpenAIModel:
             max_tokens_field=self.max_tokens_field,
             stream_usage=self.stream_usage,
         )
+        limiter = limiter_for("openai", self.model, self.rate_limit)
+        counted = limiter is not None and limiter.counts_tokens
         deltas = with_retries(
             lambda attempt: self._attempt(params, attempt),
             model=self.name,
             max_retries=self.max_retries,
             max_retry_wait=self.max_retry_wait,
             log=log,
+            limiter=limiter,
+            tokens=estimate_tokens(params, params.get(self.max_tokens_field) or 0)
+            if counted
+            else 0,
         )
         try:
             yield deltas
