@@ -46,7 +46,7 @@ from typing import Any
 
 import msgspec
 
-from session.terminal import note
+from session.replay.terminal import note
 
 from . import blobs, clients, harness, hosts, limiter, loops, machine, peers, report, restore
 from . import journal as journal_bench

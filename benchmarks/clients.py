@@ -193,7 +193,7 @@ def _host(url: str, log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as err:
         host = subprocess.Popen(
             [
-                sys.executable, "-m", "session.cli", "host", "--journal", url,
+                sys.executable, "-m", "session.cli.main", "host", "--journal", url,
                 "--definitions", "benchmarks.clients:DEFINITIONS", "--host-id", "bench",
                 "--poll", str(HOST_POLL),
             ],

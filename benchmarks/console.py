@@ -69,7 +69,7 @@ class _Console:
             [
                 sys.executable,
                 "-m",
-                "session.cli",
+                "session.cli.main",
                 "console",
                 "--journal",
                 url,

@@ -16,7 +16,7 @@ import structlog
 
 from loopruntime import ModelRequest, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel
-from session.terminal import note
+from session.replay.terminal import note
 
 __all__ = [
     "Progress",

@@ -29,7 +29,7 @@ from journal import Draft, Journal, open_journal
 from journal.codec import GENESIS, chain, encode_event
 from journal.content import TextDelta
 from journal.events import Event, ModelOutput
-from session.terminal import note
+from session.replay.terminal import note
 
 from . import tables
 

@@ -563,7 +563,7 @@ async def _idle_run(path: str, n: int, progress: Progress) -> dict[str, Any]:
             trio_cpu_start = time.thread_time()
             async with trio.open_nursery() as nursery:
                 # What an application making many sessions at once calls
-                # (session/collector.py): no automatic collection while they are
+                # (session/embedded/collector.py): no automatic collection while they are
                 # made, then one collection and their objects frozen, inside the
                 # timed window.
                 with collector_paused():

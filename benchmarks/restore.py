@@ -28,7 +28,7 @@ from journal.events import CHECKPOINT_STREAM, Event, TurnEnded
 from loopruntime import Limits, LoopDefinition, ModelRequest
 from loopruntime.models import Reply, ToolCall
 from session import Session
-from session.checkpoints import DEFAULT_EVERY, read_restored
+from session.embedded.checkpoints import DEFAULT_EVERY, read_restored
 
 from . import tables
 from .harness import Progress, forgetful_model, lookup, quiet_logs, sqlite_bytes, stderr_progress

@@ -18,7 +18,7 @@ from loopruntime import LoopDefinition, ModelRequest
 from loopruntime.models import Reply, ScriptedModel
 from loopruntime.models.anthropic import AnthropicModel
 from session import Session
-from session.collaboration import Collaboration, Decision, TaskSpec, Turn, Worker
+from session.embedded.collaboration import Collaboration, Decision, TaskSpec, Turn, Worker
 
 
 def decide(request: ModelRequest) -> Reply:

@@ -5,7 +5,7 @@ under an idempotency key; the session's owner takes the entries in order and
 applies each exactly once (``Journal.append(..., consumes=...)`` marks an
 entry applied in the transaction that stores the records it made).  These are
 data only, encoded like events; what a command *does* is the session's
-business (``session.host``).  Every command may name its ``principal`` (who
+business (``session.hosting.host``).  Every command may name its ``principal`` (who
 gave it): recorded on the records it makes, never a proof of anything.
 
 Schema rules as for events: new fields get defaults; a field never changes

@@ -10,7 +10,7 @@ Rules:
   the caller's to contain (start a task of its own for real work).
 
 Users: the streamed pieces' flush deadlines of every loop (``actor.py``) and
-the session writers' linger (``session/linger.py``), each with a timer of its
+the session writers' linger (``session/embedded/linger.py``), each with a timer of its
 own per run (``of_this_run``).
 """
 

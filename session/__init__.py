@@ -1,36 +1,36 @@
 """session: many loops on one journal — the runtime, restore, replay, the CLI."""
 
-from .client import Client as Client
-from .client import ClientClosedError as ClientClosedError
-from .client import ClientError as ClientError
-from .client import ClientForkedError as ClientForkedError
-from .client import ClientNotOpenError as ClientNotOpenError
-from .client import CommandRefusedError as CommandRefusedError
-from .client import WaitTimeoutError as WaitTimeoutError
-from .client import open_client as open_client
-from .collector import collector_paused as collector_paused
-from .collector import freeze_held as freeze_held
-from .collector import thaw_held as thaw_held
-from .errors import DefinitionDriftError as DefinitionDriftError
-from .errors import EmptyInputError as EmptyInputError
-from .errors import ForkError as ForkError
-from .errors import InvalidContentError as InvalidContentError
-from .errors import NoResultError as NoResultError
-from .errors import SeqOutOfRangeError as SeqOutOfRangeError
-from .errors import SessionExistsError as SessionExistsError
-from .errors import SessionLagError as SessionLagError
-from .errors import UnknownSessionError as UnknownSessionError
-from .errors import VerifyError as VerifyError
-from .host import Host as Host
-from .host import HostStatistics as HostStatistics
-from .runtime import ROOT_LOOP as ROOT_LOOP
-from .runtime import Session as Session
-from .runtime import StreamDelta as StreamDelta
-from .status import SessionStatus as SessionStatus
-from .status import Status as Status
-from .sync_client import SyncClient as SyncClient
-from .sync_client import open_sync_client as open_sync_client
-from .writer import CommitStatistics as CommitStatistics
+from .clients.client import Client as Client
+from .clients.client import ClientClosedError as ClientClosedError
+from .clients.client import ClientError as ClientError
+from .clients.client import ClientForkedError as ClientForkedError
+from .clients.client import ClientNotOpenError as ClientNotOpenError
+from .clients.client import CommandRefusedError as CommandRefusedError
+from .clients.client import WaitTimeoutError as WaitTimeoutError
+from .clients.client import open_client as open_client
+from .clients.sync_client import SyncClient as SyncClient
+from .clients.sync_client import open_sync_client as open_sync_client
+from .embedded.collector import collector_paused as collector_paused
+from .embedded.collector import freeze_held as freeze_held
+from .embedded.collector import thaw_held as thaw_held
+from .embedded.errors import DefinitionDriftError as DefinitionDriftError
+from .embedded.errors import EmptyInputError as EmptyInputError
+from .embedded.errors import ForkError as ForkError
+from .embedded.errors import InvalidContentError as InvalidContentError
+from .embedded.errors import NoResultError as NoResultError
+from .embedded.errors import SeqOutOfRangeError as SeqOutOfRangeError
+from .embedded.errors import SessionExistsError as SessionExistsError
+from .embedded.errors import SessionLagError as SessionLagError
+from .embedded.errors import UnknownSessionError as UnknownSessionError
+from .embedded.errors import VerifyError as VerifyError
+from .embedded.runtime import ROOT_LOOP as ROOT_LOOP
+from .embedded.runtime import Session as Session
+from .embedded.runtime import StreamDelta as StreamDelta
+from .embedded.status import SessionStatus as SessionStatus
+from .embedded.status import Status as Status
+from .embedded.writer import CommitStatistics as CommitStatistics
+from .hosting.host import Host as Host
+from .hosting.host import HostStatistics as HostStatistics
 
 __all__ = [
     "ROOT_LOOP",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from session.cli import parser
+from session.cli.main import parser
 from tests.support.docs import PAGES, command_lines, inline_code, prose_paragraphs
 
 COMMANDS = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)).choices

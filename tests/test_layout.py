@@ -187,3 +187,56 @@ def test_one_crash_child_harness() -> None:
         str(path.relative_to(ROOT)) for path in (ROOT / "tests").rglob("*crash_child*.py")
     )
     assert harnesses == ["tests/support/crash_child.py"]
+
+
+# The parts of ``session``, each a sub-package, with the lower parts it may import.
+# Only ``session/__init__.py``, the public facade, stands above them all.
+SESSION_PARTS: dict[str, frozenset[str]] = {
+    "embedded": frozenset(),
+    "traces": frozenset({"embedded"}),
+    "replay": frozenset({"embedded", "traces"}),
+    "clients": frozenset({"embedded"}),
+    "hosting": frozenset({"embedded"}),
+    "console": frozenset({"embedded", "replay", "clients"}),
+    "cli": frozenset({"embedded", "traces", "replay", "clients", "hosting", "console"}),
+}
+
+
+def _part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "session" and len(parts) > 1 else None
+
+
+def _part_imports(module: str) -> Iterator[tuple[str, int]]:
+    """(imported part, line) for each import of another part of ``session``."""
+    own = _part(module)
+    for target, name, line in _imports(module):
+        imported = _part(target)
+        if imported is None and target == "session" and name is not None:
+            imported = name if name in SESSION_PARTS else None
+        if imported is not None and imported != own:
+            yield imported, line
+
+
+def test_session_is_made_of_its_parts() -> None:
+    parts = {_part(module) for module in MODULES if module.startswith("session.")}
+    assert parts == set(SESSION_PARTS), "a module of session outside its parts"
+    for part in SESSION_PARTS:
+        assert _is_package(f"session.{part}"), f"session.{part} is not a sub-package"
+
+
+def test_session_parts_only_look_down() -> None:
+    for module in MODULES:
+        own = _part(module)
+        if own is None:
+            continue
+        for imported, line in _part_imports(module):
+            assert imported in SESSION_PARTS[own], (
+                f"{MODULES[module]}:{line}: the part {own} imports the part {imported}"
+            )
+
+
+def test_the_part_check_sees_imports_inside_functions() -> None:
+    # Guards the walk: replay's command imports the traces part only inside a function
+    # (the extra ``otel`` may be missing), and that import still counts.
+    assert "traces" in {imported for imported, _ in _part_imports("session.replay.command")}

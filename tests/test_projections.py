@@ -20,11 +20,11 @@ from journal.events import Event
 
 PROJECTIONS = [
     ("loopruntime.state", "fold"),
-    ("session.otel", "SpanBuilder"),
+    ("session.traces.otel", "SpanBuilder"),
     ("session.replay.tree_builder", "_StreamBuilder"),
     ("session.replay.unified_facts", "read_facts"),
     ("session.replay.transcript", "TranscriptRenderer"),
-    ("session.replay.checker", "_Checker"),
+    ("session.embedded.check.checker", "_Checker"),
 ]
 
 EVENT_KINDS: tuple[type, ...] = typing.get_args(Event)

@@ -38,9 +38,9 @@ from journal.events import CommandKeyed, GateCancelled, GateResolved, ToolResolv
 from loopruntime import LoopError
 from loopruntime.host import FoldError
 
-from ..client import CommandRefusedError
+from ..clients.client import CommandRefusedError
+from ..embedded.restore import read_states
 from ..replay import build_tree, render_states, states_at, tree_json
-from ..restore import read_states
 from .guards import Console, ConsoleError
 from .pages import list_page, message_page, session_page
 from .streams import EventStream, list_stream, session_stream

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from journal import Journal, Record, RetryingJournal, SessionNotFoundError
 from loopruntime.host import check_principal
 
-from ..client import Client
+from ..clients.client import Client
 from .overview import Overview
 
 __all__ = ["Console", "ConsoleError"]

@@ -17,7 +17,7 @@ import trio
 from journal import Journal, JournalError, SessionInfo
 from loopruntime.host import FoldError
 
-from ..checkpoints import SessionFolder, read_restored
+from ..embedded.checkpoints import SessionFolder, read_restored
 from .views import SessionRow, Summary, session_row, sorted_rows, summary_of
 
 __all__ = ["Overview"]

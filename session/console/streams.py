@@ -19,8 +19,8 @@ from starlette.responses import Response
 from journal import Journal, JournalError, Record
 from loopruntime.host import FoldError
 
-from ..checkpoints import SessionFolder
-from ..client import Client
+from ..clients.client import Client
+from ..embedded.checkpoints import SessionFolder
 from .overview import Overview
 from .views import Reviews, TranscriptFeed, actions_of
 

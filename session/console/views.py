@@ -26,8 +26,8 @@ from journal.events import (
 )
 from loopruntime import LoopState
 
+from ..embedded.status import never_started, waiting_for_host
 from ..replay import TranscriptRenderer
-from ..status import never_started, waiting_for_host
 
 __all__ = [
     "STATUS_ORDER",

@@ -6,15 +6,15 @@ backend.  Only ``command`` opens a journal.  docs/replay.md describes the
 output formats, the tree and every rule of the checker.
 """
 
-from .checker import check as check
-from .checker import check_records as check_records
+from ..embedded.check.checker import check as check
+from ..embedded.check.checker import check_records as check_records
+from ..embedded.check.report import RULES as RULES
+from ..embedded.check.report import CheckReport as CheckReport
+from ..embedded.check.report import Problem as Problem
 from .command import ReplayInputError as ReplayInputError
 from .command import open_for_replay as open_for_replay
 from .command import read_session as read_session
 from .command import replay_command as replay_command
-from .report import RULES as RULES
-from .report import CheckReport as CheckReport
-from .report import Problem as Problem
 from .states import render_states as render_states
 from .states import states_at as states_at
 from .transcript import TranscriptRenderer as TranscriptRenderer

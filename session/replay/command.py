@@ -22,11 +22,11 @@ from journal import (
 )
 from loopruntime.host import FoldError
 
-from ..terminal import progress, table
+from ..embedded.check.checker import check
 from .causes import CAUSE_COLUMNS, cause_rows, render_causes
-from .checker import check
 from .inherited import inherited_lines
 from .states import render_states, states_at
+from .terminal import progress, table
 from .transcript import TranscriptRenderer, render_transcript
 from .tree import WriterNode, render_tree, tree_json
 from .tree_builder import build_tree
@@ -201,7 +201,7 @@ async def _trace(
 ) -> int:
     """The session's trace, printed as OTLP/JSON or sent to an OTLP/HTTP endpoint."""
     try:
-        from ..otel import otlp_json, send_otlp, spans_of
+        from ..traces.otel import otlp_json, send_otlp, spans_of
     except ImportError as exc:
         raise ReplayInputError(
             f"traces need the OpenTelemetry packages ({exc.name} is not installed); "

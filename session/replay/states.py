@@ -10,7 +10,7 @@ from journal import Record
 from journal.content import Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse
 from loopruntime import LoopState
 
-from ..checkpoints import SessionFolder
+from ..embedded.checkpoints import SessionFolder
 from .text import blocks_text, short
 
 

@@ -67,7 +67,7 @@ from journal.events import (
 from loopruntime import LoopState, fold
 from loopruntime.host import FoldError, copy_state
 
-from ..checkpoints import fork_base
+from ..embedded.checkpoints import fork_base
 from .causes import causes_of
 from .text import (
     agent_text,

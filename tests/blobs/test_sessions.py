@@ -16,7 +16,7 @@ from loopruntime import Limits, LoopDefinition, ToolContext, tool
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
-from session.cli import main
+from session.cli.main import main
 from session.replay import check
 from tests.support.loops import records
 from tests.support.old_journal import to_version_3_sqlite

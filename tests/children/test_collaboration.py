@@ -6,13 +6,13 @@ import msgspec
 import pytest
 import trio
 
-import session.collaboration
+import session.embedded.collaboration
 from journal import open_journal
 from journal.events import CollabEnded, CollabTaskFinished, CollabTurn
 from loopruntime import LoopDefinition, ModelError
 from loopruntime.models import Reply, ScriptedModel
 from session import Session
-from session.collaboration import (
+from session.embedded.collaboration import (
     Collaboration,
     CollaborationError,
     Control,
@@ -316,6 +316,6 @@ def test_collaboration_exports_its_names() -> None:
         "CollaborationError", "Control", "Decision", "TaskSpec", "TaskView", "Turn", "Worker",
         "WorkerInfo", "fold_collaboration", "next_step", "parse_decision", "person",
     }  # fmt: skip
-    assert set(session.collaboration.__all__) == names
+    assert set(session.embedded.collaboration.__all__) == names
     for name in names:
-        assert getattr(session.collaboration, name) is not None
+        assert getattr(session.embedded.collaboration, name) is not None

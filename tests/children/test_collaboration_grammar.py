@@ -24,7 +24,7 @@ from journal.events import (
 from loopruntime import Delegate, Limits, LoopDefinition
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
-from session.collaboration import (
+from session.embedded.collaboration import (
     COUNTER_LIMIT,
     Collaboration,
     CollaborationError,
@@ -38,7 +38,7 @@ from session.collaboration import (
     next_step,
     person,
 )
-from session.collaboration.grammar import Fail
+from session.embedded.collaboration.grammar import Fail
 from session.replay import check
 from tests.support.loops import crashed_copy, events_of, records
 

@@ -27,8 +27,8 @@ from journal import open_blocking, open_journal
 from loopruntime import LoopDefinition
 from loopruntime.models import Reply, ScriptedModel
 from session import Session, SyncClient
-from session.cli import main, parser
-from session.hosting_cli import seconds
+from session.cli.hosting import seconds
+from session.cli.main import main, parser
 
 # Text as argv can hold it: no NUL; lone surrogates are what bytes that are
 # not UTF-8 become, so one is among the samples.

@@ -16,7 +16,7 @@ def spawn_chat(tmp_path: Path, *extra: str) -> pexpect.spawn:
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     return pexpect.spawn(
         sys.executable,
-        ["-m", "session.cli", "chat", "--journal", str(tmp_path / "chat.db"), *extra],
+        ["-m", "session.cli.main", "chat", "--journal", str(tmp_path / "chat.db"), *extra],
         env=env,
         encoding="utf-8",
         timeout=60,  # a hung child must not hang CI; not a timing assertion
@@ -44,7 +44,8 @@ def test_ctrl_c_interrupts_the_reply_and_the_chat_goes_on(tmp_path: Path) -> Non
 
     # The journal holds the interrupted reply and the next one.
     replay = pexpect.run(
-        f"{sys.executable} -m session.cli replay {session_id} --journal {tmp_path / 'chat.db'}",
+        f"{sys.executable} -m session.cli.main replay {session_id}"
+        f" --journal {tmp_path / 'chat.db'}",
         encoding="utf-8",
         env={**os.environ},
     )
@@ -78,7 +79,7 @@ def test_chat_resumes_a_session(tmp_path: Path) -> None:
 
 
 def test_chat_uses_claude_when_the_key_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    from session.chat import chat_definition
+    from session.cli.chat import chat_definition
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
     definition, said = chat_definition("claude-test-model")

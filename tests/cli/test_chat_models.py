@@ -15,7 +15,7 @@ import pexpect
 import pytest
 import trio
 
-from session.cli import main
+from session.cli.main import main
 from tests.models.test_openai import text_reply
 from tests.support.sse_server import Reply, open_sse_server
 
@@ -63,7 +63,7 @@ def test_chat_talks_to_an_openai_compatible_server(tmp_path: Path) -> None:
             sys.executable,
             [
                 "-m",
-                "session.cli",
+                "session.cli.main",
                 "chat",
                 "--journal",
                 str(tmp_path / "chat.db"),
@@ -151,7 +151,7 @@ def test_the_openai_extra_missing_is_one_line_naming_it(
 
 
 def test_chat_definition_chooses_by_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
-    from session.chat import chat_definition
+    from session.cli.chat import chat_definition
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-test")

@@ -23,7 +23,7 @@ from session import (
     SyncClient,
     open_client,
 )
-from session.cli import main
+from session.cli.main import main
 
 
 def snapshot(url: str) -> list[tuple[str, int, int, str | None]]:

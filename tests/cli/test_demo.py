@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from session.demo import DEPLOYED_SYSTEM, run_demo
+from session.cli.demo import DEPLOYED_SYSTEM, run_demo
 
 pytestmark = pytest.mark.slow
 

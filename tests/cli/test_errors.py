@@ -14,7 +14,7 @@ from journal.sqlite import SQLiteJournal
 from loopruntime import LoopDefinition
 from loopruntime.models import Reply, ScriptedModel
 from session import Session
-from session.cli import main
+from session.cli.main import main
 from session.replay import check
 from tests.loop.test_session_errors import definition, open_gate
 from tests.support.damage import damage_record
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 async def cli(*args: str) -> subprocess.CompletedProcess[bytes]:
     return await trio.run_process(
-        [sys.executable, "-m", "session.cli", *args],
+        [sys.executable, "-m", "session.cli.main", *args],
         cwd=ROOT,
         capture_stdout=True,
         capture_stderr=True,

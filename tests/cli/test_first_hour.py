@@ -27,7 +27,7 @@ def run(
     full_env.pop("ANTHROPIC_API_KEY", None)
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "session.cli", *args],
+        [sys.executable, "-m", "session.cli.main", *args],
         cwd=cwd,
         env=full_env,
         input=stdin,
@@ -118,7 +118,7 @@ def test_global_options_work_before_the_subcommand(
 
 
 def test_replay_into_a_closed_pipe(journal_with_a_session: Path, tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "session.cli", "replay", SESSION]
+    command = [sys.executable, "-m", "session.cli.main", "replay", SESSION]
     command += ["--journal", str(journal_with_a_session)]
     reader = subprocess.Popen(["head", "-1"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     writer = subprocess.run(command, stdout=reader.stdin, stderr=subprocess.PIPE, check=False)
@@ -182,7 +182,7 @@ async def test_chat_shows_a_failed_reply_in_the_conversation(tmp_path: Path) -> 
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPRUNTIME_")}
         env.update(ANTHROPIC_API_KEY="sk-ant-test", ANTHROPIC_BASE_URL=server.url)
         done = await trio.run_process(
-            [sys.executable, "-m", "session.cli", "chat", "--journal", "j.db"],
+            [sys.executable, "-m", "session.cli.main", "chat", "--journal", "j.db"],
             cwd=tmp_path,
             env=env,
             stdin=b"hello\n",
@@ -282,7 +282,7 @@ def in_private_mounts(script: str, cwd: Path) -> subprocess.CompletedProcess[byt
     """Run ``script`` (sh) in a new user and mount namespace: its mounts are seen by
     it alone and vanish with it.  ``$LR`` runs the command line."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPRUNTIME_")}
-    env["LR"] = f"{sys.executable} -m session.cli"
+    env["LR"] = f"{sys.executable} -m session.cli.main"
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
         ["unshare", "-rm", "sh", "-c", script],

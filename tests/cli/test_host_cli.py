@@ -19,7 +19,7 @@ from tests.support.processes import ROOT
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "session.cli", *args]
+    return [sys.executable, "-m", "session.cli.main", *args]
 
 
 async def test_a_host_process_fed_by_submit_and_stopped_by_sigterm(tmp_path: Path) -> None:

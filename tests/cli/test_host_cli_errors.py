@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from session.cli import main
+from session.cli.main import main
 
 
 def failing_factory() -> object:

@@ -16,7 +16,7 @@ from journal import open_journal
 from loopruntime import LoopDefinition
 from loopruntime.models import Reply, ScriptedModel
 from session import Session
-from session.terminal import Bar, note, progress
+from session.replay.terminal import Bar, note, progress
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def on_terminal(
-    db: Path, *args: str, python: tuple[str, ...] = ("-m", "session.cli"), columns: int = 120
+    db: Path, *args: str, python: tuple[str, ...] = ("-m", "session.cli.main"), columns: int = 120
 ) -> str:
     """What a person at a terminal sees (stdout and stderr share the pty)."""
     out, status = pexpect.run(
@@ -67,7 +67,7 @@ def on_terminal(
 
 def piped(db: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "session.cli", *args, "--journal", str(db)],
+        [sys.executable, "-m", "session.cli.main", *args, "--journal", str(db)],
         cwd=ROOT,
         env=environment(),
         capture_output=True,
@@ -130,7 +130,8 @@ def test_without_rich_nothing_is_drawn_on_a_terminal(journal: Path) -> None:
     # rich is an optional extra: without it the command prints what it always did.
     without = (
         "-c",
-        "import sys; sys.modules['rich'] = None; from session.cli import main; sys.exit(main())",
+        "import sys; sys.modules['rich'] = None;"
+        " from session.cli.main import main; sys.exit(main())",
     )
     seen = on_terminal(journal, "sessions", python=without)
     assert "reading sessions" not in seen

@@ -40,7 +40,7 @@ def start_host(
     with log.open("ab") as err:
         proc = subprocess.Popen(
             [
-                sys.executable, "-m", "session.cli", "host", "--journal", url,
+                sys.executable, "-m", "session.cli.main", "host", "--journal", url,
                 "--definitions", DEFINITIONS, "--host-id", host_id,
                 "--lease-ttl", str(lease_ttl), "--poll", "0.05",
             ],

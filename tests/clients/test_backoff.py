@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from session.client import Backoff
+from session.clients.client import Backoff
 
 
 def test_pauses_start_at_poll_and_shorten_after_records() -> None:

@@ -7,7 +7,7 @@ import time
 
 from journal import SessionInfo
 from session import WaitTimeoutError
-from session.client import timeout_error
+from session.clients.client import timeout_error
 
 
 def info(owner: str | None, expires_in: float, definition: str | None = "reviewer") -> SessionInfo:

@@ -18,8 +18,8 @@ from journal import (
     open_blocking,
     open_journal,
 )
-from session.client import open_client
-from session.sync_client import open_sync_client
+from session.clients.client import open_client
+from session.clients.sync_client import open_sync_client
 from tests.support.pgserver import RestartableServer, ShutdownMode, isolated_schema
 
 pytestmark = pytest.mark.slow

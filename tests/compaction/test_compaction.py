@@ -27,8 +27,8 @@ from loopruntime.context import unanswered_tool_uses
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
+from session.embedded.restore import read_states
 from session.replay import build_tree, check, render_transcript
-from session.restore import read_states
 from tests.compaction.support import (
     TestCompactor,
     outcome,

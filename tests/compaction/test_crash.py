@@ -12,8 +12,8 @@ from journal.events import CompactionCommitted, CompactionRejected, CompactionSt
 from loopruntime import LoopStatus
 from loopruntime.models import Reply, ScriptedModel
 from session import Session
+from session.embedded.restore import read_states
 from session.replay import check
-from session.restore import read_states
 from tests.compaction.support import TestCompactor, summary, texts
 from tests.support.crash_scenarios import compaction_definition as definition
 from tests.support.processes import kill_when_ready

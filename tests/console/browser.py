@@ -58,7 +58,7 @@ def in_journal(url: str, work: Callable[[Client, Journal], Awaitable[T]]) -> T:
 
 
 def _python(*args: str) -> list[str]:
-    return [sys.executable, "-m", "session.cli", *args]
+    return [sys.executable, "-m", "session.cli.main", *args]
 
 
 class Stack:

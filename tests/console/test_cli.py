@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from journal import init_journal
-from session.cli import main
+from session.cli.main import main
 from session.console import parse_bind
 from tests.support.processes import ROOT
 
@@ -88,7 +88,16 @@ def test_a_console_process_serves_loopback_with_its_token_and_stops_on_sigterm(
     url = f"sqlite:///{tmp_path / 'j.db'}"
     trio.run(init_journal, url)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "session.cli", "console", "--journal", url, "--bind", "127.0.0.1:0"],
+        [
+            sys.executable,
+            "-m",
+            "session.cli.main",
+            "console",
+            "--journal",
+            url,
+            "--bind",
+            "127.0.0.1:0",
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -15,9 +15,9 @@ from journal import Record
 from journal.events import GateOpened, GateResolved, GateReviewed, HookDecided, ToolsLoaded
 from loopruntime import LoopState
 from session import Session
-from session.checkpoints import SessionFolder
 from session.console.app import URL_CONFIRMED
 from session.console.views import Reviews, TranscriptFeed, actions_of, form_fields, link_url
+from session.embedded.checkpoints import SessionFolder
 from session.replay import render_transcript
 from tests.console.scenario import HOSTILE_URL, Parcel, gates_definition
 from tests.console.support import running, wait_for
@@ -53,7 +53,7 @@ async def _gates_session(*steps: Any) -> list[Record]:
 
 
 async def _settled(s: Session) -> bool:
-    from session.restore import read_states
+    from session.embedded.restore import read_states
 
     states = await read_states(s.journal, "s")
     return all(st.gates or not st.turn_open for st in states.values())
@@ -168,7 +168,7 @@ def test_only_http_urls_become_links() -> None:
 
 
 async def _open_gate(env: Any, sid: str) -> GateOpened:
-    from session.restore import read_states
+    from session.embedded.restore import read_states
 
     async def has_gate() -> bool:
         return any(st.gates for st in (await read_states(env.journal, sid)).values())

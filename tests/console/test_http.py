@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("autojump_clock")
 
 
 async def states_of(env, sid: str) -> dict:
-    from session.restore import read_states
+    from session.embedded.restore import read_states
 
     return await read_states(env.journal, sid)
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journal import Journal
-from session.restore import read_states
+from session.embedded.restore import read_states
 from tests.console.support import BASE, TOKEN, running, wait_for
 from tests.support.asgi import Answer, request
 

@@ -50,7 +50,7 @@ from journal.events import (
     TurnRejected,
     TurnStarted,
 )
-from session.checkpoints import read_restored
+from session.embedded.checkpoints import read_restored
 from session.replay import check_records
 from tests.support import crash_points as scenario
 from tests.support.processes import run_child

@@ -110,7 +110,7 @@ class Fleet:
         self._launches += 1
         log = self.workdir / f"{host}.{self._launches}.log"
         env = {**os.environ, EFFECTS_ENV: str(self.workdir / "effects.jsonl"), HOST_ENV: host}
-        module = "tests.faults.prewarmed" if warm else "session.cli"
+        module = "tests.faults.prewarmed" if warm else "session.cli.main"
         command = [
             sys.executable, "-m", module, "host", "--journal", self.url,
             "--definitions", "tests.faults.workload:definitions", "--host-id", host,

@@ -13,7 +13,7 @@ import sys
 
 import journal.postgres  # noqa: F401 - imported by a PostgreSQL URL, ahead here
 import tests.faults.workload  # noqa: F401 - the definitions the host loads
-from session.cli import main
+from session.cli.main import main
 
 if __name__ == "__main__":
     print("warm", flush=True)

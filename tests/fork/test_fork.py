@@ -21,9 +21,9 @@ from journal.events import (
 from journal.memory import MemoryJournal
 from loopruntime import LoopState, fold
 from session import ForkError, Session, SessionExistsError, UnknownSessionError
-from session.checkpoints import read_restored, states_from
-from session.cli import main
-from session.fork import plan_fork, write_fork
+from session.cli.main import main
+from session.embedded.checkpoints import read_restored, states_from
+from session.embedded.fork import plan_fork, write_fork
 from session.replay import build_tree, check, render_transcript, render_tree, states_at
 from tests.replay.bad import SESSION as BAD_SESSION
 from tests.replay.bad import good_turn, journal_of
@@ -306,7 +306,7 @@ def test_queued_input_of_the_source_is_the_forks(tmp_path: Path) -> None:
 
 
 async def test_a_fork_cut_inside_a_turn_traces_that_turn(tmp_path: Path) -> None:
-    from session.otel import spans_of
+    from session.traces.otel import spans_of
 
     journal = MemoryJournal()
     source = await run_scenario(journal, tmp_path)

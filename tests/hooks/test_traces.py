@@ -20,7 +20,7 @@ from loopruntime import (
 )
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
-from session.otel import spans_of
+from session.traces.otel import spans_of
 from tests.support.loops import records
 
 

@@ -19,7 +19,7 @@ import trio.lowlevel
 from journal import HostIdInUseError, open_journal
 from journal.events import ToolStarted, TurnEnded
 from session import Client, Host
-from session.status import Status
+from session.embedded.status import Status
 from tests.host.support import wait_for
 from tests.host.test_host_crash import _write_lock_free
 from tests.support.crash_hosts import LEASE_TTL, charging_definitions
@@ -116,7 +116,7 @@ async def test_a_host_relaunched_under_its_own_id_waits_out_its_registration(
     # SIGKILLed while its tool runs.
     await kill_when_ready("host-tool", url, str(side), "5")
     host = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "session.cli", "host", "--journal", url,
+        [sys.executable, "-m", "session.cli.main", "host", "--journal", url,
          "--definitions", "tests.support.crash_hosts:cli_definitions",
          "--host-id", "a", "--lease-ttl", str(LEASE_TTL), "--poll", "0.05"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -27,7 +27,7 @@ from structlog.testing import capture_logs
 from journal import ForwardingJournal, Journal, JournalUnavailableError, open_journal
 from journal.inbox import Claim, InboxEntry
 from session import Client, Host
-from session.host_outage import RETRY_CAP
+from session.hosting.host_outage import RETRY_CAP
 from tests.host.support import counting_definition, trio_clock_journal, wait_for
 from tests.support.pgrestart import Restartable, restartable_server
 from tests.support.pgserver import ServerUnavailable, isolated_schema
@@ -85,7 +85,7 @@ async def test_a_host_process_rides_out_an_immediate_restart(
     restartable: Restartable, url: str
 ) -> None:
     host = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "session.cli", "host", "--journal", url,
+        [sys.executable, "-m", "session.cli.main", "host", "--journal", url,
          "--definitions", "tests.support.crash_hosts:cli_definitions",
          "--host-id", "h1", "--lease-ttl", "30", "--poll", "0.05"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -25,7 +25,7 @@ from journal import (
 from journal import inbox as ib
 from loopruntime import LeaseLostError, LoopClosedError, LoopError, QueueFullError
 from session import Client, CommandRefusedError, Host, Status
-from session.host_commands import refused
+from session.hosting.host_commands import refused
 from tests.cli.test_host_cli import cli
 from tests.host.support import counting_definition, trio_clock_journal, wait_for
 from tests.support.processes import ROOT

@@ -304,7 +304,7 @@ async def test_sigterm_checkpoints_the_sessions_of_a_host_process(tmp_path: Path
     async with open_journal(url) as journal:
         await run_turns(journal, "long", TURNS)
     host = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "session.cli", "host", "--journal", url,
+        [sys.executable, "-m", "session.cli.main", "host", "--journal", url,
          "--definitions", "tests.host.support:counting_definition",
          "--host-id", "h1", "--lease-ttl", "30", "--poll", "0.05"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

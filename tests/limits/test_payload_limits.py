@@ -33,7 +33,7 @@ from loopruntime import (
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from loopruntime.summary import MAX_SUMMARY_CHARS
 from session import Session
-from session.validation import tool_result
+from session.embedded.validation import tool_result
 from tests.compaction.support import outcome
 from tests.support.loops import records
 

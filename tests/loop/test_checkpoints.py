@@ -25,7 +25,12 @@ from loopruntime import Delegate, Limits, LoopDefinition, Mode, ToolContext, too
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
-from session.checkpoints import InvalidCheckpointError, Restored, read_restored, states_from
+from session.embedded.checkpoints import (
+    InvalidCheckpointError,
+    Restored,
+    read_restored,
+    states_from,
+)
 from session.replay import check
 from tests.compaction.support import TestCompactor, summary
 from tests.support.loops import crashed_copy, records

@@ -1,4 +1,4 @@
-"""session.collector: the cyclic collector paused while many sessions are made, their
+"""session.embedded.collector: the cyclic collector paused while many sessions are made, their
 objects frozen out of later collections, and given back; process-wide switches the
 runtime itself never throws."""
 

@@ -41,7 +41,7 @@ from loopruntime.host import image_bytes, image_missing
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from loopruntime.notices import EMPTY_RESULT
 from session import Session
-from session.checkpoints import InvalidCheckpointError, states_from
+from session.embedded.checkpoints import InvalidCheckpointError, states_from
 from tests.support.loops import events_of
 
 PROVIDER_MESSAGE = "overloaded_error: the service is overloaded, try again later"

@@ -253,7 +253,7 @@ async def test_cli_resolve_settles_an_unknown_effect(tmp_path: Path) -> None:
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "session.cli", *args, "--journal", str(db)],
+            [sys.executable, "-m", "session.cli.main", *args, "--journal", str(db)],
             capture_output=True,
             text=True,
             cwd=ROOT,

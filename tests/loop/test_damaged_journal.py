@@ -15,7 +15,7 @@ from journal import Journal, JournalCorruptError, JournalError, open_journal
 from journal.events import TurnEnded
 from journal.postgres import PostgresJournal
 from session import Session
-from session.cli import main
+from session.cli.main import main
 from session.replay import check
 from tests.support.damage import damage_sqlite_page, edit_postgres_record, edit_record
 from tests.support.loops import counting_definition as definition

@@ -27,8 +27,8 @@ from loopruntime.models import Reply, ScriptedModel, ToolCall
 from loopruntime.state import LoopState, shed_empty
 from loopruntime.toolsets import McpServer
 from session import Session, SessionExistsError
-from session.linger import LINGER
-from session.writer import IDLE_EXIT
+from session.embedded.linger import LINGER
+from session.embedded.writer import IDLE_EXIT
 from tests.support.loops import SpawnedTasks
 
 

@@ -15,7 +15,7 @@ from journal import open_journal
 from loopruntime import Limits, LoopDefinition, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
-from session.writer import IDLE_EXIT
+from session.embedded.writer import IDLE_EXIT
 
 
 @tool(permission="allow")

@@ -20,8 +20,8 @@ from journal.forwarding import ForwardingJournal
 from loopruntime import Limits, LoopDefinition, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
-from session.durability import may_pipeline
-from session.linger import LINGER
+from session.embedded.durability import may_pipeline
+from session.embedded.linger import LINGER
 from tests.support.loops import TaskSteps
 
 

@@ -37,7 +37,7 @@ from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from loopruntime.notices import DENIED_RESULT
 from session import Session
-from session.checkpoints import read_restored
+from session.embedded.checkpoints import read_restored
 from session.replay import check
 from tests.compaction.support import TestCompactor, summary
 from tests.support.loops import crashed_copy

@@ -23,7 +23,7 @@ from loopruntime import (
 )
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session, UnknownSessionError
-from session.errors import InvalidContentError, SeqOutOfRangeError
+from session.embedded.errors import InvalidContentError, SeqOutOfRangeError
 from session.replay import check
 from tests.support import crash_scenarios
 from tests.support.loops import records, tags

@@ -27,7 +27,7 @@ from loopruntime.models import (
 from loopruntime.models.anthropic import AnthropicModel
 from loopruntime.models.limiter import limiter_for, waiting_as
 from session import Session
-from session.status import Status, describe
+from session.embedded.status import Status, describe
 from tests.models import test_anthropic as claude
 from tests.models import test_openai as gpt
 from tests.support.sse_server import Status as HttpStatus
@@ -320,7 +320,7 @@ async def test_a_default_that_is_no_rate_limit_is_refused() -> None:
 
 
 def test_the_host_options_make_the_run_default() -> None:
-    from session.hosting_cli import _rate_limit
+    from session.cli.hosting import _rate_limit
 
     both = argparse.Namespace(requests_per_minute=50, tokens_per_minute=40_000)
     assert _rate_limit(both) == RateLimit(requests_per_minute=50, tokens_per_minute=40_000)

@@ -9,7 +9,7 @@ import pytest
 
 from journal import open_journal
 from journal.events import TurnEnded, TurnStarted
-from session.otel import span_id_of, spans_of, trace_id_of
+from session.traces.otel import span_id_of, spans_of, trace_id_of
 from tests.support import crash_points as scenario
 from tests.support.processes import run_child
 
@@ -72,6 +72,6 @@ async def test_a_restored_session_continues_its_trace(tmp_path: Path, first_try:
 
 
 def _closing_seqs(records: list) -> list[int]:
-    from session.otel import SpanBuilder
+    from session.traces.otel import SpanBuilder
 
     return [span.closed_by for span in SpanBuilder(scenario.SESSION).feed_all(records)]

@@ -17,9 +17,9 @@ from journal.events import ToolStarted
 from loopruntime import Delegate, LoopDefinition, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
-from session.demo import demo_definition
-from session.otel import Exporter, otlp_json, provider_of, spans_of, trace_id_of
+from session.cli.demo import demo_definition
 from session.replay import replay_command
+from session.traces.otel import Exporter, otlp_json, provider_of, spans_of, trace_id_of
 from tests.otel.otlp_receiver import open_receiver
 
 

@@ -13,7 +13,7 @@ import trio
 
 from journal import Record
 from journal.memory import MemoryJournal
-from session.otel import SpanBuilder, span_id_of
+from session.traces.otel import SpanBuilder, span_id_of
 from tests.fork.test_fork import run_scenario
 from tests.replay.test_unified import ancestors, kinds, rels
 from tests.replay.test_unified_runtime import delegation, document

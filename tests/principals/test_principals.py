@@ -293,7 +293,7 @@ def test_a_host_checks_its_principals() -> None:
 
 async def test_traces_carry_principals(autojump_clock: object) -> None:
     pytest.importorskip("opentelemetry")
-    from session.otel import SpanBuilder
+    from session.traces.otel import SpanBuilder
 
     model = ScriptedModel([Reply(text="hi"), Reply(text="slow", stall_after_chunks=0)])
     d = LoopDefinition(name="t", model=model)
@@ -313,7 +313,7 @@ async def test_traces_carry_principals(autojump_clock: object) -> None:
 
 async def test_traces_carry_the_principal_of_a_resolution(autojump_clock: object) -> None:
     pytest.importorskip("opentelemetry")
-    from session.otel import SpanBuilder
+    from session.traces.otel import SpanBuilder
 
     async with open_journal("memory:") as journal:
         copy = await resolved_by_ops_bot(journal)

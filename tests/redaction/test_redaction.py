@@ -28,9 +28,9 @@ from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from loopruntime.redaction import REDACTED, input_digest
 from session import Session
-from session.cli import main
-from session.otel import spans_of
+from session.cli.main import main
 from session.replay import check
+from session.traces.otel import spans_of
 from tests.support.loops import crashed_copy, records
 
 SECRET = "hunter2-0x5ec12e7"

@@ -41,7 +41,7 @@ from journal.events import (
     TurnStarted,
 )
 from loopruntime.state import fold_all
-from session.checkpoints import states_from
+from session.embedded.checkpoints import states_from
 from session.replay import RULES, CheckReport, check, check_records
 from tests.replay.bad import (
     SESSION,

@@ -16,7 +16,7 @@ from journal import open_journal
 from journal.events import GateOpened
 from journal.sqlite import SQLiteJournal
 from session import Session
-from session.cli import main
+from session.cli.main import main
 from tests.support import crash_points as scenario
 from tests.support.damage import damage_record
 
@@ -145,7 +145,7 @@ def test_follow_prints_records_appended_by_another_process(tmp_path: Path) -> No
         [
             sys.executable,
             "-m",
-            "session.cli",
+            "session.cli.main",
             "replay",
             "--journal",
             str(db),

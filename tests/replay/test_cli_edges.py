@@ -14,7 +14,7 @@ from journal import open_journal
 from loopruntime import LoopDefinition
 from loopruntime.models import Reply, ScriptedModel
 from session import Session
-from session.cli import main
+from session.cli.main import main
 from session.replay.inherited import MARK
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +121,7 @@ def test_a_fork_of_a_fork_shows_both_sources_outermost_first(
 def test_follow_on_a_fork_begins_with_what_it_inherited(tmp_path: Path) -> None:
     db, source, fork, at = _journal_with_a_fork(tmp_path)
     follower = subprocess.Popen(
-        [sys.executable, "-m", "session.cli", "replay", "--journal", db, fork, "--follow"],
+        [sys.executable, "-m", "session.cli.main", "replay", "--journal", db, fork, "--follow"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -12,7 +12,7 @@ import trio
 from journal import Record, open_journal
 from journal.codec import GENESIS, chain, chain_body, encode_event
 from session import Session
-from session.cli import main
+from session.cli.main import main
 from session.replay import check
 from tests.support.loops import counting_definition as definition
 from tests.support.loops import records, run_turns

@@ -29,6 +29,7 @@ from journal.events import (
 )
 from loopruntime import INTERRUPTED_NOTICE
 from session import Session
+from session.embedded.restore import read_states
 from session.replay import (
     TREE_SCHEMA,
     TREE_VERSION,
@@ -43,7 +44,6 @@ from session.replay import (
     tree_json,
     tree_json_schema,
 )
-from session.restore import read_states
 from tests.replay.bad import SESSION, assistant, good_turn, opening, records_of, user
 from tests.support import crash_points as scenario
 

@@ -1,4 +1,4 @@
-"""The golden unified document of the demo session (session/demo.py: parallel
+"""The golden unified document of the demo session (session/cli/demo.py: parallel
 tools, a gate, a process killed in a tool, the host's resolution, a deploy).
 
 What differs from run to run (the session id, generated ids, seqs of the
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from journal import open_journal
-from session.demo import run_demo
+from session.cli.demo import run_demo
 from session.replay import build_unified, unified_json
 from tests.replay.test_unified import assert_well_formed
 

@@ -147,7 +147,7 @@ async def test_a_real_fork_is_a_session_of_its_sources_conversation(tmp_path: Pa
 async def test_a_real_collaboration_has_an_auxiliary_stream_and_its_workers_streams(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    from session.collaboration import Collaboration, Decision
+    from session.embedded.collaboration import Collaboration, Decision
     from tests.children.test_collaboration_grammar import FAST, HOST, scripted, task
 
     collab = Collaboration(

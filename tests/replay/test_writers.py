@@ -11,15 +11,15 @@ import pytest
 import trio
 
 from journal import Draft, WriterSpan, open_journal
-from session.cli import main
-from session.replay import RULES
-from session.replay.report import Problem
-from session.replay.writers import (
+from session.cli.main import main
+from session.embedded.check.report import Problem
+from session.embedded.check.writers import (
     FENCED_NEVER_FOLLOWS,
     SPAN_AT_A_RECORD,
     WRITER_RULES,
     writer_problems,
 )
+from session.replay import RULES
 from tests.replay.bad import SESSION, good_turn
 
 

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 
 from journal import open_journal
 from session import Session
-from session.otel import Exporter
+from session.traces.otel import Exporter
 from tests.support import crash_points
 from tests.support.crash_points import SESSION, KillingJournal, Ledger, definition, drive
 

@@ -24,8 +24,8 @@ from journal.events import Notice
 from loopruntime import LoopDefinition, ModelRequest, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 
-from .replay import check, render_transcript
-from .runtime import Session
+from ..embedded.runtime import Session
+from ..replay import check, render_transcript
 
 __all__ = ["demo_definition", "run_demo"]
 
@@ -130,7 +130,7 @@ async def run_demo(url: str, workdir: Path, out: TextIO = sys.stdout) -> int:
 
     _say(out, "a child process restores the session, calls send_invoice, and is killed (SIGKILL)")
     child = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "session.demo", "--child", url, session_id, str(workdir)],
+        [sys.executable, "-m", "session.cli.demo", "--child", url, session_id, str(workdir)],
         stdout=subprocess.PIPE,
     )
     assert child.stdout is not None
@@ -192,7 +192,7 @@ def _main() -> None:
     if len(sys.argv) == 5 and sys.argv[1] == "--child":
         trio.run(_child, sys.argv[2], sys.argv[3], Path(sys.argv[4]))
     else:
-        print("usage: python -m session.demo --child URL SESSION WORKDIR", file=sys.stderr)
+        print("usage: python -m session.cli.demo --child URL SESSION WORKDIR", file=sys.stderr)
         sys.exit(2)
 
 

@@ -18,7 +18,7 @@ __all__ = ["LINGER", "Flusher", "Lingering"]
 
 
 class Flusher(Protocol):
-    """What lingers here: a session writer (``session.writer.Writer``)."""
+    """What lingers here: a session writer (``session.embedded.writer.Writer``)."""
 
     def lingered(self, taken: int) -> None: ...
 

@@ -26,9 +26,9 @@ from journal.events import (
 from loopruntime import LoopState
 from loopruntime.host import image_bytes, new_id
 
+from .check.checker import check_read
 from .checkpoints import SessionFolder
 from .errors import ForkError, SessionExistsError, UnknownSessionError
-from .replay.checker import check_read
 
 __all__ = ["inherited_records", "lineage", "plan_fork", "write_fork"]
 

@@ -1,4 +1,4 @@
-"""How a host applies one inbox command to a ``Session`` (``session.host``).
+"""How a host applies one inbox command to a ``Session`` (``session.hosting.host``).
 
 Rules: each command goes through the ``Session`` method it names, under the
 entry's idempotency key; the commit that applies it holds the
@@ -18,8 +18,8 @@ from journal import inbox as ib
 from journal.events import CommandKeyed, Event
 from loopruntime import LeaseLostError, LoopClosedError, LoopError
 
-from .errors import SessionExistsError
-from .runtime import Session
+from ..embedded.errors import SessionExistsError
+from ..embedded.runtime import Session
 
 __all__ = ["Match", "before_start", "damaged", "expected", "not_started", "refused", "run"]
 

@@ -88,8 +88,8 @@ from journal.events import (
     TurnStarted,
 )
 
-from .checkpoints import fork_base
-from .runtime import Session
+from ..embedded.checkpoints import fork_base
+from ..embedded.runtime import Session
 
 __all__ = [
     "DEFAULT_SERVICE_NAME",

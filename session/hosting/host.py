@@ -74,7 +74,8 @@ from journal import inbox as ib
 from loopruntime import LeaseLostError, LoopDefinition
 from loopruntime.host import new_id, owning
 
-from .checkpoints import read_restored
+from ..embedded.checkpoints import read_restored
+from ..embedded.runtime import ROOT_LOOP, Session
 from .host_commands import before_start as _before_start
 from .host_commands import damaged as _damaged
 from .host_commands import expected as _expected
@@ -82,7 +83,6 @@ from .host_commands import refused as _refused
 from .host_commands import run as _run
 from .host_outage import Outage
 from .host_principals import Principals, checked_principals, refusal
-from .runtime import ROOT_LOOP, Session
 
 __all__ = ["Host", "HostStatistics"]
 
@@ -122,7 +122,7 @@ class HostStatistics(msgspec.Struct, frozen=True, kw_only=True):
     ready: bool = True
     """Taking new work: registered, not stopping, and the journal within reach."""
     outages: int = 0
-    """Times the journal went out of reach (see ``session.host_outage``)."""
+    """Times the journal went out of reach (see ``session.hosting.host_outage``)."""
 
 
 class _Hosted:

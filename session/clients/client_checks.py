@@ -15,8 +15,14 @@ from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
 from loopruntime.host import check_principal
 
-from .errors import SessionExistsError
-from .validation import answer_text, check_decision, steering_text, tool_result, user_message
+from ..embedded.errors import SessionExistsError
+from ..embedded.validation import (
+    answer_text,
+    check_decision,
+    steering_text,
+    tool_result,
+    user_message,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT",

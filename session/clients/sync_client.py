@@ -26,10 +26,10 @@ from journal import BlockingJournal, HostInfo, Record
 from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
 
+from ..embedded.status import SessionStatus
 from .client import Client
 from .client_checks import DEFAULT_TIMEOUT, check_poll, check_thread_wait
 from .client_errors import ClientClosedError, ClientForkedError
-from .status import SessionStatus
 
 __all__ = ["SyncClient", "open_sync_client"]
 

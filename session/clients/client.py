@@ -43,6 +43,7 @@ from journal import inbox as ib
 from journal.content import Block, Message, ResultBlock
 from loopruntime.host import new_id
 
+from ..embedded.status import SessionStatus, blocking_statuses, statuses
 from .client_checks import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from .client_checks import answer_command as answer_command
 from .client_checks import (
@@ -67,7 +68,6 @@ from .client_errors import CommandRefusedError as CommandRefusedError
 from .client_errors import WaitTimeoutError as WaitTimeoutError
 from .client_errors import entry_too_large
 from .client_errors import timeout_error as timeout_error
-from .status import SessionStatus, blocking_statuses, statuses
 
 __all__ = [
     "Client",
@@ -543,7 +543,7 @@ class Client:
 
     async def sessions(self) -> list[SessionStatus]:
         """Every session with its owner, lease expiry, waiting entries and
-        status (``session.status``: "running" only under a live lease)."""
+        status (``session.embedded.status``: "running" only under a live lease)."""
         return await self._open().statuses()
 
     async def hosts(self) -> list[HostInfo]:

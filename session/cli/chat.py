@@ -19,8 +19,8 @@ from journal.content import Message, Text, TextDelta
 from loopruntime import LoopDefinition
 from loopruntime.models import ScriptedModel
 
-from .runtime import Session
-from .subscriptions import StreamDelta
+from ..embedded.runtime import Session
+from ..embedded.subscriptions import StreamDelta
 
 __all__ = ["PROVIDERS", "chat_definition", "run_chat"]
 

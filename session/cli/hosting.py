@@ -21,9 +21,9 @@ from journal import open_journal, parse_location
 from loopruntime import LoopDefinition
 from loopruntime.models import RateLimit, use_default_rate_limit
 
-from .client import Client, check_key
-from .client import submit_command as submit_input
-from .host import Host
+from ..clients.client import Client, check_key
+from ..clients.client import submit_command as submit_input
+from ..hosting.host import Host
 
 __all__ = [
     "add_commands",
@@ -335,7 +335,7 @@ def add_commands(
 
     def run_console(args: argparse.Namespace) -> int:
         journal = reachable_journal(console_url(args), "the console")
-        from .console import serve_console
+        from ..console import serve_console
 
         def out(text: str) -> None:
             print(text, flush=True)

@@ -8,11 +8,11 @@ import time
 
 from journal import JournalError
 
-from .fork import lineage
-from .replay import open_for_replay
-from .restore import read_states
-from .status import SessionStatus, Status, describe
-from .terminal import tracked
+from ..embedded.fork import lineage
+from ..embedded.restore import read_states
+from ..embedded.status import SessionStatus, Status, describe
+from ..replay import open_for_replay
+from ..replay.terminal import tracked
 
 __all__ = ["list_sessions"]
 

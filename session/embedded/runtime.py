@@ -826,7 +826,7 @@ class Session:
         or pipelined to be appended with the next durable commit)."""
         return self._writer.head
 
-    # -- what a host does with a session it holds (``session.host``) --------------
+    # -- what a host does with a session it holds (``session.hosting.host``) --------------
 
     async def checkpoint_at_rest(self, after: int) -> None:
         """Checkpoint the session, at rest and about to be unloaded, when at

@@ -1,5 +1,5 @@
 """The ``loopruntime`` command: demo, chat, sessions, replay, fork, resolve, journal,
-and (``hosting_cli``) host, submit, answer, decide.
+and (``hosting``) host, submit, answer, decide.
 
 Every command takes ``--journal URL_OR_PATH`` (default
 ``$LOOPRUNTIME_JOURNAL``, else ``./.loopruntime/journal.db``).  Logging is
@@ -32,13 +32,13 @@ from journal import (
 from loopruntime import LoopError
 from loopruntime.host import check_principal
 
+from ..clients.client import CommandRefusedError
+from ..embedded.fork import plan_fork, write_fork
+from ..embedded.restore import resolve_offline
+from ..replay import ReplayInputError, open_for_replay, replay_command
 from .chat import chat_definition, run_chat
-from .client import CommandRefusedError
-from .fork import plan_fork, write_fork
-from .hosting_cli import add_commands, seconds, submit_command
+from .hosting import add_commands, seconds, submit_command
 from .listing import list_sessions
-from .replay import ReplayInputError, open_for_replay, replay_command
-from .restore import resolve_offline
 
 __all__ = ["main"]
 

@@ -108,7 +108,7 @@ class CheckReport:
 
 
 class Progress(Protocol):
-    """Who hears how far a check got (``session.terminal.Bar`` draws it)."""
+    """Who hears how far a check got (``session.replay.terminal.Bar`` draws it)."""
 
     def advance(self, n: int = 1) -> None: ...
 

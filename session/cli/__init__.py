@@ -1,0 +1,1 @@
+"""The ``loopruntime`` command line, on top of every other part of ``session``."""

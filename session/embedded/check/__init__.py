@@ -1,0 +1,2 @@
+"""The journal's rules, checked over its records: what a fork verifies before it copies
+a history, and what ``loopruntime replay --check`` reports."""
