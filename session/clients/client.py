@@ -525,7 +525,8 @@ class Client:
                         raise CommandRefusedError(session_id, key, entry.outcome)
                     return entry.outcome
                 await anyio.sleep(self.poll)
-        raise timeout_error(session_id, key, limit, await self._open().sessions())
+        inbox = self._open()
+        raise timeout_error(session_id, key, limit, await inbox.sessions(), await inbox.hosts())
 
     def subscribe(
         self, session_id: str, after: int = 0, *, timeout: float | None = None

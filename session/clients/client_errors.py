@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from journal import InboxEntryTooLargeError, SessionInfo
+from journal import HostInfo, InboxEntryTooLargeError, SessionInfo
 from journal import inbox as ib
 from loopruntime import PayloadTooLargeError
 
@@ -76,7 +76,9 @@ class WaitTimeoutError(ClientError, TimeoutError):
     """``wait`` gave up: the command was not applied in time (it stays in the inbox).
 
     ``owner`` is the host holding the session's lease (None: no host took
-    it), ``definition`` what a host must offer to take it."""
+    it), ``definition`` what a host must offer to take it, ``serving`` the
+    live hosts that offer it (a host full, or slow to look, has not taken
+    the session yet: starting another is not what the wait needs)."""
 
     def __init__(
         self,
@@ -87,15 +89,22 @@ class WaitTimeoutError(ClientError, TimeoutError):
         owner: str | None,
         live: bool,
         definition: str | None,
+        serving: Sequence[str] = (),
     ) -> None:
         self.session, self.key, self.timeout = session, key, timeout
-        self.owner, self.definition = owner, definition
+        self.owner, self.definition, self.serving = owner, definition, tuple(serving)
         wanted = f"definition {definition!r}" if definition else "its definition"
         start = (
             f"start one offering {wanted} (`loopruntime host --journal URL "
             "--definitions module:NAME`)"
         )
-        if owner is None:
+        if owner is None and serving:
+            why = (
+                f"no host has taken the session yet, though {', '.join(serving)} "
+                f"{'serves' if len(serving) == 1 else 'serve'} {wanted} (full, or not looked "
+                "yet: `loopruntime sessions` shows what each host holds)"
+            )
+        elif owner is None:
             why = f"no host has taken the session: {start}"
         elif not live:
             why = (
@@ -112,14 +121,22 @@ class WaitTimeoutError(ClientError, TimeoutError):
 
 
 def timeout_error(
-    session: str, key: str, timeout: float, infos: Sequence[SessionInfo]
+    session: str,
+    key: str,
+    timeout: float,
+    infos: Sequence[SessionInfo],
+    hosts: Sequence[HostInfo] = (),
 ) -> WaitTimeoutError:
-    """The ``WaitTimeoutError`` of a wait on ``session``, from the sessions' listing."""
+    """The ``WaitTimeoutError`` of a wait on ``session``, from the sessions'
+    and the hosts' listings."""
     info = next((i for i in infos if i.session == session), None)
     owner = info.owner if info is not None else None
     live = info is not None and info.expires_at > time.time_ns()
     definition = info.definition if info is not None else None
-    return WaitTimeoutError(session, key, timeout, owner=owner, live=live, definition=definition)
+    serving = [h.host for h in hosts if h.live and definition in h.definitions]
+    return WaitTimeoutError(
+        session, key, timeout, owner=owner, live=live, definition=definition, serving=serving
+    )
 
 
 def entry_too_large(exc: InboxEntryTooLargeError) -> PayloadTooLargeError:

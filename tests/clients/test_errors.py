@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from journal import SessionInfo
+from journal import HostInfo, SessionInfo
 from session import WaitTimeoutError
 from session.clients.client import timeout_error
 
@@ -32,6 +32,22 @@ def test_no_host_took_the_session() -> None:
     assert text.startswith("session s1: the command with key 'k1' was not applied within 2.0 s")
     assert "no host has taken the session" in text
     assert "definition 'reviewer'" in text and "loopruntime host --journal URL" in text
+
+
+def test_a_live_host_serves_it_but_has_not_taken_it() -> None:
+    """A host that runs the definition is live but full (or has not looked
+    yet): the error names it rather than asking for a host that runs."""
+    later = time.time_ns() + 30 * 10**9
+    hosts = [
+        HostInfo(host="h1", definitions=("reviewer",), expires_at=later, live=True),
+        HostInfo(host="h2", definitions=("other",), expires_at=later, live=True),
+        HostInfo(host="h3", definitions=("reviewer",), expires_at=0, live=False),
+    ]
+    error = timeout_error("s1", "k1", 2.0, [info(None, 0)], hosts)
+    assert error.serving == ("h1",)
+    text = str(error)
+    assert "no host has taken the session yet, though h1 serves definition 'reviewer'" in text
+    assert "loopruntime host --journal URL" not in text
 
 
 def test_its_host_stopped_renewing() -> None:
