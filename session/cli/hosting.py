@@ -17,12 +17,14 @@ from typing import Any
 
 import trio
 
-from journal import open_journal, parse_location
+from journal import InboxKeyError, Journal, SessionNotFoundError, open_journal, parse_location
+from journal import inbox as ib
 from loopruntime import LoopDefinition
 from loopruntime.models import RateLimit, use_default_rate_limit
 
 from ..clients.client import Client, check_key
 from ..clients.client import submit_command as submit_input
+from ..clients.client_checks import with_principal
 from ..hosting.host import Host
 
 __all__ = [
@@ -166,10 +168,10 @@ async def submit_command(args: argparse.Namespace, url: str) -> int:
         match args.command:
             case "submit":
                 if args.create is not None:
-                    # Two writes: the input is checked before the first, so a
-                    # refused one leaves no session behind.
-                    submit_input(args.text, None)
-                    check_key(key)
+                    # Two writes: the input, and its key against the inbox, are
+                    # checked before the first, so a refused one leaves no
+                    # session behind.
+                    await _check_key_free(journal, session, check_key(key), args.text, who)
                     # The same key makes the pair safe to resend: each entry once.
                     await client.create(
                         args.create, session_id=session, key=f"{key}/create", principal=who
@@ -196,6 +198,24 @@ async def submit_command(args: argparse.Namespace, url: str) -> int:
                 + (f" (record {outcome.record})" if outcome.record else "")
             )
     return 0
+
+
+async def _check_key_free(
+    journal: Journal, session: str, key: str, text: str, principal: str | None
+) -> None:
+    """Refuse, before anything is written, a submit whose key the session's
+    inbox already holds for another command (``InboxKeyError``, as the put
+    itself would, but only after the create went in).  The same command under
+    its key is a resend, which goes on."""
+    command = with_principal(submit_input(text, None), principal)
+    try:
+        earlier = await journal.entry(session, key)
+    except SessionNotFoundError:
+        return  # a session not there yet holds no key
+    if earlier is None:
+        return
+    if earlier.command is None or ib.encode_command(earlier.command) != ib.encode_command(command):
+        raise InboxKeyError(session, key, earlier.number)
 
 
 def add_commands(
