@@ -1,0 +1,497 @@
+"""A host's numbers for Prometheus, and its health checks.
+
+``open_host_metrics`` registers a collector for one ``Host`` on a
+``prometheus_client`` registry (the application's own, or a fresh one) and
+runs, in the host's trio run, what feeds it: a projection of the records the
+host's sessions commit (turns, model calls, tokens, tool calls), and a
+snapshot of what the host and the run's rate limiters count, taken in the
+run (the limiters live in it) and read by ``collect()`` from any thread.
+``loopruntime host --metrics HOST:PORT`` serves the registry with
+``serve_metrics``: ``/metrics``, ``/healthz`` and ``/readyz``.
+
+The core counts nothing for this: ``prometheus_client`` (the ``metrics``
+extra) is imported here only.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from journal import Record
+from journal.events import (
+    ModelCallFailed,
+    ModelCallStarted,
+    ModelMessageCommitted,
+    ToolCompleted,
+    ToolStarted,
+    TurnEnded,
+    TurnStarted,
+)
+from loopruntime.models import limiters
+
+from .errors import SessionLagError
+from .host import Host
+from .runtime import Session
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import CollectorRegistry
+
+__all__ = [
+    "DURATION_BUCKETS",
+    "HostMetrics",
+    "RecordTally",
+    "bind_metrics",
+    "metrics_address",
+    "open_host_metrics",
+    "serve_metrics",
+    "serving_metrics",
+]
+
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+"""Upper bounds (seconds) of the tool duration histogram's buckets."""
+
+_REQUEST_LIMIT = 8192
+"""Bytes of a request's head the metrics endpoint reads at most."""
+_REQUEST_SECONDS = 10.0
+"""How long one request to the endpoint may take before it is dropped."""
+
+
+class _Histogram:
+    """Observations in ``DURATION_BUCKETS``: per-bucket counts and their sum."""
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(DURATION_BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        index = next((i for i, bound in enumerate(DURATION_BUCKETS) if value <= bound), -1)
+        self.counts[index] += 1
+        self.total += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        """Cumulative counts keyed by upper bound, ``+Inf`` last."""
+        out, running = [], 0
+        for bound, count in zip((*DURATION_BUCKETS, math.inf), self.counts, strict=True):
+            running += count
+            out.append(("+Inf" if bound == math.inf else repr(bound), float(running)))
+        return out
+
+
+class RecordTally:
+    """What the records fed to it tell: a pure projection, no I/O.
+
+    A model call's model and a tool call's name are on its start record; the
+    ends name only the call, so the starts are held until their end."""
+
+    def __init__(self) -> None:
+        self.turns_started = 0
+        self.turns_ended: Counter[str] = Counter()
+        """By outcome."""
+        self.model_calls: Counter[tuple[str, str]] = Counter()
+        """By (model, outcome): ``completed``, ``truncated``, ``interrupted``, a failure's code."""
+        self.tokens: Counter[tuple[str, str]] = Counter()
+        """By (model, ``input`` / ``output``)."""
+        self.tool_calls: Counter[tuple[str, str]] = Counter()
+        """By (tool, disposition)."""
+        self.tool_durations: dict[str, _Histogram] = {}
+        self._models: dict[str, str] = {}
+        self._tools: dict[str, str] = {}
+
+    def feed(self, record: Record) -> None:
+        match record.event:
+            case TurnStarted():
+                self.turns_started += 1
+            case TurnEnded(outcome=outcome):
+                self.turns_ended[outcome] += 1
+            case ModelCallStarted(effect_id=effect, model=model):
+                self._models[effect] = model
+            case ModelMessageCommitted(effect_id=effect, usage=usage, notice=notice):
+                model = self._models.pop(effect, "unknown")
+                self.model_calls[(model, notice or "completed")] += 1
+                if usage is not None:
+                    self.tokens[(model, "input")] += usage.input_tokens
+                    self.tokens[(model, "output")] += usage.output_tokens
+            case ModelCallFailed(effect_id=effect, code=code, retryable=retryable):
+                # A retryable failure is followed by another attempt under the same call.
+                model = (self._models.get if retryable else self._models.pop)(effect, "unknown")
+                self.model_calls[(model, code)] += 1
+            case ToolStarted(execution_id=execution, name=name):
+                self._tools[execution] = name
+            case ToolCompleted(execution_id=execution, disposition=disposition, duration_ns=ns):
+                # A rejected call may have no start: it never ran.
+                name = self._tools.pop(execution, "unknown")
+                self.tool_calls[(name, disposition)] += 1
+                if disposition != "rejected":
+                    histogram = self.tool_durations.setdefault(name, _Histogram())
+                    histogram.observe(ns / 1e9)
+            case _:
+                pass
+
+
+class _Snapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """What the host and the run's limiters counted, taken in the host's run."""
+
+    host: Any
+    """``HostStatistics``."""
+    states: dict[str, int]
+    gates: int
+    limiters: list[Any]
+    """``LimiterStatistics``, one per limiter."""
+
+
+class HostMetrics:
+    """The collector ``open_host_metrics`` registers (``collect()`` reads the
+    latest snapshot and the tally; it never awaits)."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.tally = RecordTally()
+        self._snapshot = self._take()
+
+    def refresh(self) -> None:
+        """Take a new snapshot; in the host's trio run."""
+        self._snapshot = self._take()
+
+    def _take(self) -> _Snapshot:
+        states: Counter[str] = Counter()
+        gates = 0
+        for hosted in list(self.host.sessions.values()):
+            session = hosted.session
+            if session is None:
+                states["opening"] += 1
+                continue
+            loops = [loop.state for loop in session.loops.values()]
+            gates += sum(len(state.gates) for state in loops)
+            if any(state.unknown for state in loops):
+                states["unknown_effects"] += 1
+            elif any(state.gates for state in loops):
+                states["waiting_on_person"] += 1
+            elif all(loop.quiescent for loop in session.loops.values()):
+                states["idle"] += 1
+            else:
+                states["running"] += 1
+        return _Snapshot(
+            host=self.host.statistics(),
+            states=dict(states),
+            gates=gates,
+            limiters=[limiter.statistics() for limiter in limiters()],
+        )
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        snapshot, tally = self._snapshot, self.tally
+        stats = snapshot.host
+        yield GaugeMetricFamily(
+            "loopruntime_host_ready",
+            "1 when the host takes new work: registered, not stopping, journal within reach.",
+            value=1.0 if stats.ready else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "loopruntime_host_sessions_loaded", "Sessions this host holds now.", value=stats.loaded
+        )
+        for name, value, text in (
+            ("claims", stats.claims, "Sessions this host claimed."),
+            ("failovers", stats.failovers, "Claims of sessions whose owner's lease had expired."),
+            ("passivations", stats.passivations, "Sessions unloaded at rest."),
+            ("commands_applied", stats.applied, "Inbox entries applied (refusals included)."),
+            ("fenced", stats.fenced, "Sessions dropped because another host took them."),
+            ("leases_expired", stats.expired, "Sessions stopped because a lease ran out."),
+            ("journal_outages", stats.outages, "Times the journal went out of reach."),
+        ):
+            yield CounterMetricFamily(f"loopruntime_host_{name}", text, value=value)
+        sessions = GaugeMetricFamily(
+            "loopruntime_sessions",
+            "Sessions this host holds, by state.",
+            labels=["state"],
+        )
+        for state in ("opening", "idle", "running", "waiting_on_person", "unknown_effects"):
+            sessions.add_metric([state], snapshot.states.get(state, 0))
+        yield sessions
+        yield GaugeMetricFamily(
+            "loopruntime_gates_open",
+            "Gates (approvals, questions) open in the sessions this host holds.",
+            value=snapshot.gates,
+        )
+        yield from _record_families(tally, CounterMetricFamily, HistogramMetricFamily)
+        yield from _limiter_families(snapshot.limiters, CounterMetricFamily, GaugeMetricFamily)
+
+
+def _record_families(tally: RecordTally, counter: Any, histogram: Any) -> Iterator[Any]:
+    yield counter(
+        "loopruntime_turns_started",
+        "Turns started in sessions this host held.",
+        value=tally.turns_started,
+    )
+    ended = counter("loopruntime_turns_ended", "Turns ended, by outcome.", labels=["outcome"])
+    for outcome, count in sorted(tally.turns_ended.items()):
+        ended.add_metric([outcome], count)
+    yield ended
+    calls = counter(
+        "loopruntime_model_calls",
+        "Model calls ended, by model and outcome (completed, truncated, interrupted, "
+        "or the failure's code).",
+        labels=["model", "outcome"],
+    )
+    for (model, outcome), count in sorted(tally.model_calls.items()):
+        calls.add_metric([model, outcome], count)
+    yield calls
+    tokens = counter(
+        "loopruntime_model_tokens",
+        "Tokens the provider reported, by model and direction (input, output).",
+        labels=["model", "direction"],
+    )
+    for (model, direction), count in sorted(tally.tokens.items()):
+        tokens.add_metric([model, direction], count)
+    yield tokens
+    tools = counter(
+        "loopruntime_tool_calls",
+        "Tool calls ended, by tool and outcome (succeeded, failed, rejected).",
+        labels=["tool", "outcome"],
+    )
+    for (tool, outcome), count in sorted(tally.tool_calls.items()):
+        tools.add_metric([tool, outcome], count)
+    yield tools
+    durations = histogram(
+        "loopruntime_tool_duration_seconds",
+        "How long tool calls that ran took, by tool.",
+        labels=["tool"],
+    )
+    for tool, observed in sorted(tally.tool_durations.items()):
+        durations.add_metric([tool], observed.buckets(), sum_value=observed.total)
+    yield durations
+
+
+def _limiter_families(stats: list[Any], counter: Any, gauge: Any) -> Iterator[Any]:
+    labels = ["provider", "model"]
+    admitted = counter(
+        "loopruntime_rate_limit_admitted",
+        "Model calls the shared rate limiter let through.",
+        labels=labels,
+    )
+    waited = counter(
+        "loopruntime_rate_limit_waited", "Admitted calls that had to wait.", labels=labels
+    )
+    seconds = counter(
+        "loopruntime_rate_limit_wait_seconds",
+        "Seconds admitted calls spent waiting.",
+        labels=labels,
+    )
+    slowdowns = counter(
+        "loopruntime_rate_limit_slowdowns",
+        "Times a provider's 429 paused the shared limiter.",
+        labels=labels,
+    )
+    waiting = gauge(
+        "loopruntime_rate_limit_waiting", "Calls waiting for the limiter now.", labels=labels
+    )
+    for limiter in stats:
+        key = [limiter.provider, limiter.model]
+        admitted.add_metric(key, limiter.admitted)
+        waited.add_metric(key, limiter.waited)
+        seconds.add_metric(key, limiter.wait_seconds)
+        slowdowns.add_metric(key, limiter.slowdowns)
+        waiting.add_metric(key, limiter.waiting)
+    yield from (admitted, waited, seconds, slowdowns, waiting)
+
+
+@asynccontextmanager
+async def open_host_metrics(
+    host: Host, registry: CollectorRegistry | None = None, *, refresh: float = 1.0
+) -> AsyncIterator[HostMetrics]:
+    """Register ``host``'s metrics on ``registry`` (None: the default
+    registry of ``prometheus_client``) for the block, in the host's run.
+
+    The records counted are those the sessions this host holds commit once
+    the block has begun (a session's history before is not counted again);
+    the host's and the limiters' numbers are taken every ``refresh`` seconds
+    (``HostMetrics.refresh`` takes them at once)."""
+    try:
+        from prometheus_client import REGISTRY
+    except ImportError:
+        raise ValueError(
+            "metrics need prometheus-client: pip install 'loopruntime[metrics]'"
+        ) from None
+    if not refresh > 0 or math.isinf(refresh):
+        raise ValueError(f"open_host_metrics refresh must be a positive number, not {refresh!r}")
+    target = REGISTRY if registry is None else registry
+    metrics = HostMetrics(host)
+    target.register(metrics)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch, host, metrics.tally, time.time_ns())
+            nursery.start_soon(_refresher, metrics, refresh)
+            try:
+                yield metrics
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        target.unregister(metrics)
+
+
+async def _refresher(metrics: HostMetrics, every: float) -> None:
+    while True:
+        await trio.sleep(every)
+        metrics.refresh()
+
+
+async def _watch(host: Host, tally: RecordTally, since_ns: int) -> None:
+    """Follow each session the host loads: one subscriber per loaded instance."""
+    seen: dict[str, int] = {}
+    """Each session's last seq counted: a session loaded again resumes there."""
+    following: set[int] = set()
+    async with trio.open_nursery() as nursery:
+        while True:
+            for hosted in list(host.sessions.values()):
+                session = hosted.session
+                if session is not None and id(session) not in following:
+                    following.add(id(session))
+                    nursery.start_soon(_follow, session, tally, seen, since_ns, following)
+            await trio.sleep(min(host.poll, 0.25))
+
+
+async def _follow(
+    session: Session,
+    tally: RecordTally,
+    seen: dict[str, int],
+    since_ns: int,
+    following: set[int],
+) -> None:
+    try:
+        while True:
+            try:
+                async for item in session.subscribe(seen.get(session.id, 0)):
+                    if not isinstance(item, Record):
+                        continue
+                    seen[session.id] = item.seq
+                    if item.at >= since_ns:
+                        tally.feed(item)
+                return
+            except SessionLagError:
+                continue  # resumes after the last record counted
+    finally:
+        following.discard(id(session))
+
+
+# -- serving ------------------------------------------------------------------------
+
+
+def metrics_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` or a bare ``PORT`` (loopback); port 0 picks a free one.
+    An argparse type: a bad address is one line and exit 2."""
+    import argparse
+
+    host, colon, port_text = text.rpartition(":")
+    host = host.strip("[]") if colon else "127.0.0.1"
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535 or not host or not port_text.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"expected HOST:PORT or PORT (a port from 0 to 65535), not {text!r}"
+        )
+    return host, port
+
+
+async def bind_metrics(address: tuple[str, int] | None) -> list[trio.SocketListener] | None:
+    """Listen at ``address`` for ``serving_metrics`` (None: no metrics), before
+    the host starts: an address that cannot be had stops it before anything
+    is claimed (a ``ValueError`` in one line)."""
+    if address is None:
+        return None
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise ValueError(
+            "--metrics needs prometheus-client: pip install 'loopruntime[metrics]'"
+        ) from None
+    host, port = address
+    try:
+        return await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        raise ValueError(
+            f"--metrics {host}:{port}: cannot listen there ({exc.strerror or exc})"
+        ) from None
+
+
+@asynccontextmanager
+async def serving_metrics(
+    host: Host, listeners: list[trio.SocketListener] | None
+) -> AsyncIterator[str | None]:
+    """Serve ``host``'s metrics and health on ``listeners`` (from
+    ``bind_metrics``) for the block, on a registry of their own; yields the
+    address served (None: no listeners, nothing served)."""
+    if listeners is None:
+        yield None
+        return
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=True)
+    async with open_host_metrics(host, registry) as metrics, trio.open_nursery() as nursery:
+        nursery.start_soon(serve_metrics, metrics, registry, listeners)
+        sockname = listeners[0].socket.getsockname()
+        yield f"http://{sockname[0]}:{sockname[1]}/metrics"
+        nursery.cancel_scope.cancel()
+
+
+async def serve_metrics(
+    metrics: HostMetrics, registry: CollectorRegistry, listeners: list[trio.SocketListener]
+) -> None:
+    """Answer ``GET /metrics`` (Prometheus text), ``/healthz`` (200 while the
+    host's run answers at all) and ``/readyz`` (200 when ``Host.ready``, else
+    503) on ``listeners``, one request per connection."""
+
+    async def handle(stream: trio.SocketStream) -> None:
+        with trio.move_on_after(_REQUEST_SECONDS):
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < _REQUEST_LIMIT:
+                chunk = await stream.receive_some(_REQUEST_LIMIT)
+                if not chunk:
+                    return
+                head += chunk
+            status, kind, body = _answer(metrics, registry, head)
+            await stream.send_all(
+                f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                + body
+            )
+        await stream.aclose()
+
+    await trio.serve_listeners(handle, listeners)
+
+
+def _answer(
+    metrics: HostMetrics, registry: CollectorRegistry, head: bytes
+) -> tuple[str, str, bytes]:
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    text = "text/plain; charset=utf-8"
+    method, _, rest = head.partition(b" ")
+    path = rest.partition(b" ")[0].partition(b"?")[0]
+    if method != b"GET":
+        return "405 Method Not Allowed", text, b"GET only\n"
+    match path:
+        case b"/metrics":
+            metrics.refresh()
+            return "200 OK", CONTENT_TYPE_LATEST, generate_latest(registry)
+        case b"/healthz":
+            return "200 OK", text, b"ok\n"
+        case b"/readyz":
+            if metrics.host.ready:
+                return "200 OK", text, b"ready\n"
+            return "503 Service Unavailable", text, b"not ready\n"
+        case _:
+            return "404 Not Found", text, b"/metrics, /healthz or /readyz\n"
