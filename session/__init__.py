@@ -23,6 +23,8 @@ from .errors import UnknownSessionError as UnknownSessionError
 from .errors import VerifyError as VerifyError
 from .host import Host as Host
 from .host import HostStatistics as HostStatistics
+from .metrics import HostMetrics as HostMetrics
+from .metrics import open_host_metrics as open_host_metrics
 from .runtime import ROOT_LOOP as ROOT_LOOP
 from .runtime import Session as Session
 from .runtime import StreamDelta as StreamDelta
@@ -43,6 +45,7 @@ __all__ = [
     "CommandRefusedError",
     "CommitStatistics",
     "Host",
+    "HostMetrics",
     "HostStatistics",
     "ForkError",
     "EmptyInputError",
@@ -62,6 +65,7 @@ __all__ = [
     "collector_paused",
     "freeze_held",
     "open_client",
+    "open_host_metrics",
     "open_sync_client",
     "thaw_held",
 ]

@@ -70,6 +70,7 @@ PUBLIC = {
         "UnknownSessionError", "VerifyError", "InvalidContentError", "SeqOutOfRangeError",
         "EmptyInputError", "ForkError", "NoResultError", "DefinitionDriftError",
         "Client", "CommandRefusedError", "Host", "HostStatistics", "open_client",
+        "HostMetrics", "open_host_metrics",
         "ClientError", "ClientClosedError", "ClientNotOpenError", "WaitTimeoutError",
         "ClientForkedError",
         "SyncClient", "open_sync_client",
@@ -78,6 +79,10 @@ PUBLIC = {
         "collector_paused", "freeze_held", "thaw_held",
     },
     "session.console": {"parse_bind", "serve_console"},
+    "session.metrics": {
+        "DURATION_BUCKETS", "HostMetrics", "RecordTally", "bind_metrics", "metrics_address",
+        "open_host_metrics", "serve_metrics", "serving_metrics",
+    },
 }  # fmt: skip
 
 
