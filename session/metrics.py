@@ -15,14 +15,16 @@ extra) is imported here only.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+import structlog
 import trio
 
 from journal import Record
@@ -57,6 +59,8 @@ __all__ = [
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 """Upper bounds (seconds) of the tool duration histogram's buckets."""
+
+log = structlog.wrap_logger(logging.getLogger(__name__))
 
 _REQUEST_LIMIT = 8192
 """Bytes of a request's head the metrics endpoint reads at most."""
@@ -381,6 +385,10 @@ async def _follow(
                 return
             except SessionLagError:
                 continue  # resumes after the last record counted
+    except Exception as exc:
+        # The metrics never take the host down: the watcher follows this
+        # session again at its next pass, from the last record counted.
+        log.warning("metrics_follow_failed", session=session.id, error=repr(exc))
     finally:
         following.discard(id(session))
 
@@ -455,14 +463,19 @@ async def serve_metrics(
     503) on ``listeners``, one request per connection."""
 
     async def handle(stream: trio.SocketStream) -> None:
-        with trio.move_on_after(_REQUEST_SECONDS):
+        # A scraper that hangs up early is its own affair, never the host's.
+        with trio.move_on_after(_REQUEST_SECONDS), suppress(trio.BrokenResourceError, OSError):
             head = b""
             while b"\r\n\r\n" not in head and len(head) < _REQUEST_LIMIT:
                 chunk = await stream.receive_some(_REQUEST_LIMIT)
                 if not chunk:
                     return
                 head += chunk
-            status, kind, body = _answer(metrics, registry, head)
+            try:
+                status, kind, body = _answer(metrics, registry, head)
+            except Exception as exc:
+                log.warning("metrics_scrape_failed", error=repr(exc))
+                status, kind, body = "500 Internal Server Error", "text/plain", b"failed\n"
             await stream.send_all(
                 f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
