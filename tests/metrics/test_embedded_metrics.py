@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
+import trio
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -14,7 +15,9 @@ from journal import open_blocking
 from journal.memory import MemoryJournal
 from session import Client, Host, open_host_metrics
 from session.cli import main
-from tests.host.support import counting_definition, wait_for
+from session.metrics import bind_metrics, serving_metrics
+from tests.host.support import counting_definition, trio_clock_journal, wait_for
+from tests.host.test_host_outages import Unreachable
 
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
@@ -73,3 +76,40 @@ def test_an_address_in_use_is_one_line_and_starts_nothing(
             assert blocking.hosts() == []
         finally:
             blocking.close()
+
+
+async def fetch(port: int, path: str) -> tuple[int, str]:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        answer = b""
+        while chunk := await stream.receive_some():
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode()
+
+
+async def test_readyz_says_not_ready_while_the_journal_is_out_of_reach(
+    autojump_clock: object,
+) -> None:
+    journal = Unreachable(trio_clock_journal())
+    listeners = await bind_metrics(("127.0.0.1", 0))
+    assert listeners is not None
+    port = listeners[0].socket.getsockname()[1]
+    async with (
+        Host.open(journal, {"counter": counting_definition()}, host_id="a", poll=0.5) as host,
+        serving_metrics(host, listeners) as served,
+    ):
+        assert served == f"http://127.0.0.1:{port}/metrics"
+        assert await fetch(port, "/readyz") == (200, "ready\n")
+        journal.down = True
+        await wait_for(lambda: not host.ready)
+        assert await fetch(port, "/readyz") == (503, "not ready\n")
+        assert await fetch(port, "/healthz") == (200, "ok\n")
+        status, text = await fetch(port, "/metrics")
+        ready = [s for f in text_string_to_metric_families(text) for s in f.samples
+                 if s.name == "loopruntime_host_ready"]  # fmt: skip
+        assert status == 200 and [s.value for s in ready] == [0.0]
+        journal.down = False
+        await wait_for(lambda: host.ready)
+        assert await fetch(port, "/readyz") == (200, "ready\n")
