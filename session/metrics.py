@@ -32,6 +32,7 @@ from journal.events import (
     ModelCallFailed,
     ModelCallStarted,
     ModelMessageCommitted,
+    ModelOutput,
     ToolCompleted,
     ToolStarted,
     TurnEnded,
@@ -106,7 +107,14 @@ class RecordTally:
         self.tool_calls: Counter[tuple[str, str]] = Counter()
         """By (tool, disposition)."""
         self.tool_durations: dict[str, _Histogram] = {}
-        self._models: dict[str, str] = {}
+        self.model_seconds: dict[str, _Histogram] = {}
+        """By model: from a call's start to its message or failure, by the records' times."""
+        self.first_output_seconds: dict[str, _Histogram] = {}
+        """By model: from a call's start to its first ``model.output`` record."""
+        self._models: dict[str, tuple[str, int]] = {}
+        """A call in progress: its model and its start's time (unix ns)."""
+        self._streaming: set[str] = set()
+        """Calls whose first output was counted."""
         self._tools: dict[str, str] = {}
 
     def feed(self, record: Record) -> None:
@@ -116,16 +124,24 @@ class RecordTally:
             case TurnEnded(outcome=outcome):
                 self.turns_ended[outcome] += 1
             case ModelCallStarted(effect_id=effect, model=model):
-                self._models[effect] = model
+                self._models[effect] = (model, record.at)
+            case ModelOutput(effect_id=effect) if effect not in self._streaming:
+                if effect in self._models:
+                    self._streaming.add(effect)
+                    model, began = self._models[effect]
+                    _observe(self.first_output_seconds, model, record.at - began)
             case ModelMessageCommitted(effect_id=effect, usage=usage, notice=notice):
-                model = self._models.pop(effect, "unknown")
+                model = self._call_ended(effect, record.at)
                 self.model_calls[(model, notice or "completed")] += 1
                 if usage is not None:
                     self.tokens[(model, "input")] += usage.input_tokens
                     self.tokens[(model, "output")] += usage.output_tokens
             case ModelCallFailed(effect_id=effect, code=code, retryable=retryable):
                 # A retryable failure is followed by another attempt under the same call.
-                model = (self._models.get if retryable else self._models.pop)(effect, "unknown")
+                if retryable:
+                    model = self._models.get(effect, ("unknown", 0))[0]
+                else:
+                    model = self._call_ended(effect, record.at)
                 self.model_calls[(model, code)] += 1
             case ToolStarted(execution_id=execution, name=name):
                 self._tools[execution] = name
@@ -134,10 +150,23 @@ class RecordTally:
                 name = self._tools.pop(execution, "unknown")
                 self.tool_calls[(name, disposition)] += 1
                 if disposition != "rejected":
-                    histogram = self.tool_durations.setdefault(name, _Histogram())
-                    histogram.observe(ns / 1e9)
+                    _observe(self.tool_durations, name, ns)
             case _:
                 pass
+
+    def _call_ended(self, effect: str, at: int) -> str:
+        """The ended call's model; its total time observed."""
+        self._streaming.discard(effect)
+        found = self._models.pop(effect, None)
+        if found is None:
+            return "unknown"  # started before the metrics began
+        model, began = found
+        _observe(self.model_seconds, model, at - began)
+        return model
+
+
+def _observe(histograms: dict[str, _Histogram], label: str, ns: int) -> None:
+    histograms.setdefault(label, _Histogram()).observe(max(ns, 0) / 1e9)
 
 
 class _Snapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -268,14 +297,31 @@ def _record_families(tally: RecordTally, counter: Any, histogram: Any) -> Iterat
     for (tool, outcome), count in sorted(tally.tool_calls.items()):
         tools.add_metric([tool, outcome], count)
     yield tools
-    durations = histogram(
-        "loopruntime_tool_duration_seconds",
-        "How long tool calls that ran took, by tool.",
-        labels=["tool"],
-    )
-    for tool, observed in sorted(tally.tool_durations.items()):
-        durations.add_metric([tool], observed.buckets(), sum_value=observed.total)
-    yield durations
+    for name, text, label, observed in (
+        (
+            "loopruntime_tool_duration_seconds",
+            "How long tool calls that ran took, by tool.",
+            "tool",
+            tally.tool_durations,
+        ),
+        (
+            "loopruntime_model_call_seconds",
+            "Model calls from their start to their message or failure, by the records' "
+            "commit times, by model.",
+            "model",
+            tally.model_seconds,
+        ),
+        (
+            "loopruntime_model_first_output_seconds",
+            "Model calls from their start to their first committed output, by model.",
+            "model",
+            tally.first_output_seconds,
+        ),
+    ):
+        family = histogram(name, text, labels=[label])
+        for value, observations in sorted(observed.items()):
+            family.add_metric([value], observations.buckets(), sum_value=observations.total)
+        yield family
 
 
 def _limiter_families(stats: list[Any], counter: Any, gauge: Any) -> Iterator[Any]:

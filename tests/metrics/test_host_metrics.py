@@ -90,6 +90,8 @@ async def test_a_host_process_serves_its_metrics_and_health(tmp_path: Path) -> N
         assert found[("loopruntime_turns_ended_total", (("outcome", "completed"),))] == 1
         calls = {k: v for k, v in found.items() if k[0] == "loopruntime_model_calls_total"}
         assert sum(calls.values()) >= 2  # the call asking for the tool, and the answer
+        timed = [v for k, v in found.items() if k[0] == "loopruntime_model_call_seconds_count"]
+        assert sum(timed) == sum(calls.values())
         tools = {k: v for k, v in found.items() if k[0] == "loopruntime_tool_calls_total"}
         assert tools == {
             ("loopruntime_tool_calls_total", (("outcome", "succeeded"), ("tool", "fetch"))): 1.0
