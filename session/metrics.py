@@ -27,7 +27,7 @@ import msgspec
 import structlog
 import trio
 
-from journal import Record
+from journal import JournalUnavailableError, Record
 from journal.events import (
     ModelCallFailed,
     ModelCallStarted,
@@ -63,6 +63,10 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 
 log = structlog.wrap_logger(logging.getLogger(__name__))
 
+_JOURNAL_SECONDS = 5.0
+"""How long one read of the journal's inbox figures may take before the last ones stay."""
+_OLDEST_READS = 100
+"""Sessions with entries pending whose inbox is read for the oldest entry, at most."""
 _REQUEST_LIMIT = 8192
 """Bytes of a request's head the metrics endpoint reads at most."""
 _REQUEST_SECONDS = 10.0
@@ -180,6 +184,16 @@ class _Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     """``LimiterStatistics``, one per limiter."""
 
 
+class _Inbox(msgspec.Struct, frozen=True, kw_only=True):
+    """The journal's inbox as last read (journal-wide: every host reads the same)."""
+
+    pending: int = 0
+    waiting_for_host: int = 0
+    """Sessions with entries pending and no live owner."""
+    oldest_ns: int | None = None
+    """When the oldest pending entry was put (unix ns; None: none pending)."""
+
+
 class HostMetrics:
     """The collector ``open_host_metrics`` registers (``collect()`` reads the
     latest snapshot and the tally; it never awaits)."""
@@ -188,6 +202,28 @@ class HostMetrics:
         self.host = host
         self.tally = RecordTally()
         self._snapshot = self._take()
+        self._inbox = _Inbox()
+
+    async def read_journal(self) -> None:
+        """Read the journal's inbox figures; the last ones stay while it is out
+        of reach or slower than ``_JOURNAL_SECONDS``."""
+        journal = self.host.journal
+        with trio.move_on_after(_JOURNAL_SECONDS):
+            try:
+                infos = [info for info in await journal.sessions() if info.pending]
+                oldest = None
+                for info in infos[:_OLDEST_READS]:
+                    entries = await journal.inbox(info.session)
+                    if entries:
+                        first = entries[0].created_at
+                        oldest = first if oldest is None else min(oldest, first)
+            except JournalUnavailableError:
+                return
+            self._inbox = _Inbox(
+                pending=sum(info.pending for info in infos),
+                waiting_for_host=sum(1 for info in infos if not info.live),
+                oldest_ns=oldest,
+            )
 
     def refresh(self) -> None:
         """Take a new snapshot; in the host's trio run."""
@@ -257,6 +293,24 @@ class HostMetrics:
             "loopruntime_gates_open",
             "Gates (approvals, questions) open in the sessions this host holds.",
             value=snapshot.gates,
+        )
+        inbox = self._inbox
+        yield GaugeMetricFamily(
+            "loopruntime_inbox_pending",
+            "Inbox entries not yet applied, in the whole journal.",
+            value=inbox.pending,
+        )
+        yield GaugeMetricFamily(
+            "loopruntime_inbox_oldest_age_seconds",
+            "Age of the oldest inbox entry not yet applied (0: none).",
+            value=0.0
+            if inbox.oldest_ns is None
+            else max(time.time_ns() - inbox.oldest_ns, 0) / 1e9,
+        )
+        yield GaugeMetricFamily(
+            "loopruntime_sessions_waiting_for_host",
+            "Sessions with inbox entries pending and no live owner, in the whole journal.",
+            value=inbox.waiting_for_host,
         )
         yield from _record_families(tally, CounterMetricFamily, HistogramMetricFamily)
         yield from _limiter_families(snapshot.limiters, CounterMetricFamily, GaugeMetricFamily)
@@ -395,6 +449,7 @@ async def _refresher(metrics: HostMetrics, every: float) -> None:
     while True:
         await trio.sleep(every)
         metrics.refresh()
+        await metrics.read_journal()
 
 
 async def _watch(host: Host, tally: RecordTally, since_ns: int) -> None:
@@ -517,6 +572,8 @@ async def serve_metrics(
                 if not chunk:
                     return
                 head += chunk
+            if head.startswith(b"GET /metrics"):
+                await metrics.read_journal()
             try:
                 status, kind, body = _answer(metrics, registry, head)
             except Exception as exc:

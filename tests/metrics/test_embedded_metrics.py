@@ -52,6 +52,13 @@ async def test_an_application_registers_a_hosts_metrics_on_its_registry(
         assert value(registry, "loopruntime_host_ready") == 1
         assert value(registry, "loopruntime_host_sessions_loaded") == 1
         assert value(registry, "loopruntime_sessions", state="idle") == 1
+        # A session no host here serves: its entry waits, journal-wide.
+        await client.create("nosuch", session_id="orphan", key="o")
+        await metrics.read_journal()
+        assert value(registry, "loopruntime_inbox_pending") == 1
+        assert value(registry, "loopruntime_sessions_waiting_for_host") == 1
+        age = value(registry, "loopruntime_inbox_oldest_age_seconds")
+        assert age is not None and age >= 0
     # Unregistered with the block: the registry no longer holds them.
     assert value(registry, "loopruntime_host_ready") is None
 

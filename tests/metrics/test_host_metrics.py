@@ -87,6 +87,7 @@ async def test_a_host_process_serves_its_metrics_and_health(tmp_path: Path) -> N
         assert found[("loopruntime_host_claims_total", ())] >= 1
         assert found[("loopruntime_host_commands_applied_total", ())] >= 2  # create, submit
         assert found[("loopruntime_turns_started_total", ())] == 1
+        assert found[("loopruntime_inbox_pending", ())] == 0  # both entries applied
         assert found[("loopruntime_turns_ended_total", (("outcome", "completed"),))] == 1
         calls = {k: v for k, v in found.items() if k[0] == "loopruntime_model_calls_total"}
         assert sum(calls.values()) >= 2  # the call asking for the tool, and the answer
