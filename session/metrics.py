@@ -36,6 +36,7 @@ from journal.events import (
     ToolCompleted,
     ToolStarted,
     TurnEnded,
+    TurnRejected,
     TurnStarted,
 )
 from loopruntime.models import limiters
@@ -104,6 +105,8 @@ class RecordTally:
         self.turns_started = 0
         self.turns_ended: Counter[str] = Counter()
         """By outcome."""
+        self.inputs_rejected: Counter[str] = Counter()
+        """By ``turn.rejected`` reason."""
         self.model_calls: Counter[tuple[str, str]] = Counter()
         """By (model, outcome): ``completed``, ``truncated``, ``interrupted``, a failure's code."""
         self.tokens: Counter[tuple[str, str]] = Counter()
@@ -127,6 +130,8 @@ class RecordTally:
                 self.turns_started += 1
             case TurnEnded(outcome=outcome):
                 self.turns_ended[outcome] += 1
+            case TurnRejected(reason=reason):
+                self.inputs_rejected[reason] += 1
             case ModelCallStarted(effect_id=effect, model=model):
                 self._models[effect] = (model, record.at)
             case ModelOutput(effect_id=effect) if effect not in self._streaming:
@@ -326,6 +331,14 @@ def _record_families(tally: RecordTally, counter: Any, histogram: Any) -> Iterat
     for outcome, count in sorted(tally.turns_ended.items()):
         ended.add_metric([outcome], count)
     yield ended
+    rejected = counter(
+        "loopruntime_inputs_rejected",
+        "Inputs refused and never queued, by reason (queue_full, shutting_down).",
+        labels=["reason"],
+    )
+    for reason, count in sorted(tally.inputs_rejected.items()):
+        rejected.add_metric([reason], count)
+    yield rejected
     calls = counter(
         "loopruntime_model_calls",
         "Model calls ended, by model and outcome (completed, truncated, interrupted, "

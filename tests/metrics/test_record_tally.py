@@ -12,6 +12,7 @@ from journal.events import (
     ModelOutput,
     ToolCompleted,
     TurnEnded,
+    TurnRejected,
     TurnStarted,
 )
 from session.metrics import RecordTally
@@ -56,10 +57,12 @@ def test_calls_are_counted_by_model_and_timed_from_their_records() -> None:
             ToolCompleted(execution_id="x", tool_use_id="t", content=(), disposition="rejected"),
         ),
         (2.2, TurnEnded(turn=1, outcome="completed")),
+        (2.3, TurnRejected(input_id="in_2", reason="queue_full")),
     ]
     for seq, (at, event) in enumerate(timeline, start=1):
         tally.feed(record(seq, at, event))
     assert tally.turns_started == 1 and tally.turns_ended == {"completed": 1}
+    assert tally.inputs_rejected == {"queue_full": 1}
     assert tally.model_calls == {("claude", "529"): 1, ("claude", "completed"): 1}
     assert tally.tokens == {("claude", "input"): 100, ("claude", "output"): 7}
     assert tally.model_seconds["claude"].total == 2.0
