@@ -24,7 +24,7 @@ from loopruntime.models import RateLimit, use_default_rate_limit
 from .client import Client, check_key
 from .client import submit_command as submit_input
 from .host import Host
-from .metrics import bind_metrics, metrics_address, serving_metrics
+from .metrics_endpoint import bind_metrics, metrics_address, serving_metrics
 
 __all__ = [
     "add_commands",

@@ -6,8 +6,7 @@ runs, in the host's trio run, what feeds it: a projection of the records the
 host's sessions commit (turns, model calls, tokens, tool calls), and a
 snapshot of what the host and the run's rate limiters count, taken in the
 run (the limiters live in it) and read by ``collect()`` from any thread.
-``loopruntime host --metrics HOST:PORT`` serves the registry with
-``serve_metrics``: ``/metrics``, ``/healthz`` and ``/readyz``.
+``loopruntime host --metrics HOST:PORT`` serves it (``session.metrics_endpoint``).
 
 The core counts nothing for this: ``prometheus_client`` (the ``metrics``
 extra) is imported here only.
@@ -20,7 +19,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -52,11 +51,7 @@ __all__ = [
     "DURATION_BUCKETS",
     "HostMetrics",
     "RecordTally",
-    "bind_metrics",
-    "metrics_address",
     "open_host_metrics",
-    "serve_metrics",
-    "serving_metrics",
 ]
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -68,10 +63,6 @@ _JOURNAL_SECONDS = 5.0
 """How long one read of the journal's inbox figures may take before the last ones stay."""
 _OLDEST_READS = 100
 """Sessions with entries pending whose inbox is read for the oldest entry, at most."""
-_REQUEST_LIMIT = 8192
-"""Bytes of a request's head the metrics endpoint reads at most."""
-_REQUEST_SECONDS = 10.0
-"""How long one request to the endpoint may take before it is dropped."""
 
 
 class _Histogram:
@@ -505,122 +496,3 @@ async def _follow(
         log.warning("metrics_follow_failed", session=session.id, error=repr(exc))
     finally:
         following.discard(id(session))
-
-
-# -- serving ------------------------------------------------------------------------
-
-
-def metrics_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` or a bare ``PORT`` (loopback); port 0 picks a free one.
-    An argparse type: a bad address is one line and exit 2."""
-    import argparse
-
-    host, colon, port_text = text.rpartition(":")
-    host = host.strip("[]") if colon else "127.0.0.1"
-    try:
-        port = int(port_text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535 or not host or not port_text.isdigit():
-        raise argparse.ArgumentTypeError(
-            f"expected HOST:PORT or PORT (a port from 0 to 65535), not {text!r}"
-        )
-    return host, port
-
-
-async def bind_metrics(address: tuple[str, int] | None) -> list[trio.SocketListener] | None:
-    """Listen at ``address`` for ``serving_metrics`` (None: no metrics), before
-    the host starts: an address that cannot be had stops it before anything
-    is claimed (a ``ValueError`` in one line)."""
-    if address is None:
-        return None
-    try:
-        import prometheus_client  # noqa: F401
-    except ImportError:
-        raise ValueError(
-            "--metrics needs prometheus-client: pip install 'loopruntime[metrics]'"
-        ) from None
-    host, port = address
-    try:
-        return await trio.open_tcp_listeners(port, host=host)
-    except OSError as exc:
-        raise ValueError(
-            f"--metrics {host}:{port}: cannot listen there ({exc.strerror or exc})"
-        ) from None
-
-
-@asynccontextmanager
-async def serving_metrics(
-    host: Host, listeners: list[trio.SocketListener] | None
-) -> AsyncIterator[str | None]:
-    """Serve ``host``'s metrics and health on ``listeners`` (from
-    ``bind_metrics``) for the block, on a registry of their own; yields the
-    address served (None: no listeners, nothing served)."""
-    if listeners is None:
-        yield None
-        return
-    from prometheus_client import CollectorRegistry
-
-    registry = CollectorRegistry(auto_describe=True)
-    async with open_host_metrics(host, registry) as metrics, trio.open_nursery() as nursery:
-        nursery.start_soon(serve_metrics, metrics, registry, listeners)
-        sockname = listeners[0].socket.getsockname()
-        yield f"http://{sockname[0]}:{sockname[1]}/metrics"
-        nursery.cancel_scope.cancel()
-
-
-async def serve_metrics(
-    metrics: HostMetrics, registry: CollectorRegistry, listeners: list[trio.SocketListener]
-) -> None:
-    """Answer ``GET /metrics`` (Prometheus text), ``/healthz`` (200 while the
-    host's run answers at all) and ``/readyz`` (200 when ``Host.ready``, else
-    503) on ``listeners``, one request per connection."""
-
-    async def handle(stream: trio.SocketStream) -> None:
-        # A scraper that hangs up early is its own affair, never the host's.
-        with trio.move_on_after(_REQUEST_SECONDS), suppress(trio.BrokenResourceError, OSError):
-            head = b""
-            while b"\r\n\r\n" not in head and len(head) < _REQUEST_LIMIT:
-                chunk = await stream.receive_some(_REQUEST_LIMIT)
-                if not chunk:
-                    return
-                head += chunk
-            if head.startswith(b"GET /metrics"):
-                await metrics.read_journal()
-            try:
-                status, kind, body = _answer(metrics, registry, head)
-            except Exception as exc:
-                log.warning("metrics_scrape_failed", error=repr(exc))
-                status, kind, body = "500 Internal Server Error", "text/plain", b"failed\n"
-            await stream.send_all(
-                f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                + body
-            )
-        await stream.aclose()
-
-    await trio.serve_listeners(handle, listeners)
-
-
-def _answer(
-    metrics: HostMetrics, registry: CollectorRegistry, head: bytes
-) -> tuple[str, str, bytes]:
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-    text = "text/plain; charset=utf-8"
-    method, _, rest = head.partition(b" ")
-    path = rest.partition(b" ")[0].partition(b"?")[0]
-    if method != b"GET":
-        return "405 Method Not Allowed", text, b"GET only\n"
-    match path:
-        case b"/metrics":
-            metrics.refresh()
-            return "200 OK", CONTENT_TYPE_LATEST, generate_latest(registry)
-        case b"/healthz":
-            return "200 OK", text, b"ok\n"
-        case b"/readyz":
-            if metrics.host.ready:
-                return "200 OK", text, b"ready\n"
-            return "503 Service Unavailable", text, b"not ready\n"
-        case _:
-            return "404 Not Found", text, b"/metrics, /healthz or /readyz\n"

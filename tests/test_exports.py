@@ -79,9 +79,9 @@ PUBLIC = {
         "collector_paused", "freeze_held", "thaw_held",
     },
     "session.console": {"parse_bind", "serve_console"},
-    "session.metrics": {
-        "DURATION_BUCKETS", "HostMetrics", "RecordTally", "bind_metrics", "metrics_address",
-        "open_host_metrics", "serve_metrics", "serving_metrics",
+    "session.metrics": {"DURATION_BUCKETS", "HostMetrics", "RecordTally", "open_host_metrics"},
+    "session.metrics_endpoint": {
+        "bind_metrics", "metrics_address", "serve_metrics", "serving_metrics",
     },
 }  # fmt: skip
 

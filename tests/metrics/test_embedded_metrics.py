@@ -15,7 +15,7 @@ from journal import open_blocking
 from journal.memory import MemoryJournal
 from session import Client, Host, open_host_metrics
 from session.cli import main
-from session.metrics import bind_metrics, serving_metrics
+from session.metrics_endpoint import bind_metrics, serving_metrics
 from tests.host.support import counting_definition, trio_clock_journal, wait_for
 from tests.host.test_host_outages import Unreachable
 
