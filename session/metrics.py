@@ -61,6 +61,11 @@ log = structlog.wrap_logger(logging.getLogger(__name__))
 
 _JOURNAL_SECONDS = 5.0
 """How long one read of the journal's inbox figures may take before the last ones stay."""
+_FOLLOW_RETRY_SECONDS = 5.0
+"""A session whose records could not be followed is tried again this much later."""
+_SEEN_SESSIONS = 100_000
+"""Sessions whose last counted seq is remembered, at most (past it, the session
+counted longest ago is forgotten, and counted by time alone if loaded again)."""
 _OLDEST_READS = 100
 """Sessions with entries pending whose inbox is read for the oldest entry, at most."""
 
@@ -484,7 +489,10 @@ async def _follow(
                 async for item in session.subscribe(seen.get(session.id, 0)):
                     if not isinstance(item, Record):
                         continue
+                    seen.pop(session.id, None)  # moved last: the order is of the latest record
                     seen[session.id] = item.seq
+                    if len(seen) > _SEEN_SESSIONS:
+                        del seen[next(iter(seen))]  # the session counted longest ago
                     if item.at >= since_ns:
                         tally.feed(item)
                 return
@@ -494,5 +502,6 @@ async def _follow(
         # The metrics never take the host down: the watcher follows this
         # session again at its next pass, from the last record counted.
         log.warning("metrics_follow_failed", session=session.id, error=repr(exc))
+        await trio.sleep(_FOLLOW_RETRY_SECONDS)
     finally:
         following.discard(id(session))
