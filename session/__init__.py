@@ -31,6 +31,8 @@ from .embedded.status import Status as Status
 from .embedded.writer import CommitStatistics as CommitStatistics
 from .hosting.host import Host as Host
 from .hosting.host import HostStatistics as HostStatistics
+from .hosting.metrics import HostMetrics as HostMetrics
+from .hosting.metrics import open_host_metrics as open_host_metrics
 
 __all__ = [
     "ROOT_LOOP",
@@ -43,6 +45,7 @@ __all__ = [
     "CommandRefusedError",
     "CommitStatistics",
     "Host",
+    "HostMetrics",
     "HostStatistics",
     "ForkError",
     "EmptyInputError",
@@ -62,6 +65,7 @@ __all__ = [
     "collector_paused",
     "freeze_held",
     "open_client",
+    "open_host_metrics",
     "open_sync_client",
     "thaw_held",
 ]

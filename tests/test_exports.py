@@ -70,6 +70,7 @@ PUBLIC = {
         "UnknownSessionError", "VerifyError", "InvalidContentError", "SeqOutOfRangeError",
         "EmptyInputError", "ForkError", "NoResultError", "DefinitionDriftError",
         "Client", "CommandRefusedError", "Host", "HostStatistics", "open_client",
+        "HostMetrics", "open_host_metrics",
         "ClientError", "ClientClosedError", "ClientNotOpenError", "WaitTimeoutError",
         "ClientForkedError",
         "SyncClient", "open_sync_client",
@@ -78,6 +79,12 @@ PUBLIC = {
         "collector_paused", "freeze_held", "thaw_held",
     },
     "session.console": {"parse_bind", "serve_console"},
+    "session.hosting.metrics": {
+        "DURATION_BUCKETS", "HostMetrics", "RecordTally", "open_host_metrics",
+    },
+    "session.hosting.metrics_endpoint": {
+        "bind_metrics", "metrics_address", "serve_metrics", "serving_metrics",
+    },
 }  # fmt: skip
 
 

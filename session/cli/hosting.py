@@ -26,6 +26,7 @@ from ..clients.client import Client, check_key
 from ..clients.client import submit_command as submit_input
 from ..clients.client_checks import with_principal
 from ..hosting.host import Host
+from ..hosting.metrics_endpoint import bind_metrics, metrics_address, serving_metrics
 
 __all__ = [
     "add_commands",
@@ -139,23 +140,29 @@ async def _host(args: argparse.Namespace, url: str) -> int:
     definitions = load_definitions(args.definitions)
     # The run's default: every model the definitions use that sets no rate_limit.
     use_default_rate_limit(_rate_limit(args))
+    listeners = await bind_metrics(args.metrics)
     async with open_journal(url) as journal:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with Host.open(
-                journal,
-                definitions,
-                host_id=args.host_id,
-                idle_after=args.idle_after,
-                lease_ttl=args.lease_ttl,
-                max_sessions=args.max_sessions,
-                poll=args.poll,
-                principals=args.known_principals,
-            ) as host:
+            async with (
+                Host.open(
+                    journal,
+                    definitions,
+                    host_id=args.host_id,
+                    idle_after=args.idle_after,
+                    lease_ttl=args.lease_ttl,
+                    max_sessions=args.max_sessions,
+                    poll=args.poll,
+                    principals=args.known_principals,
+                ) as host,
+                serving_metrics(host, listeners) as served,
+            ):
                 print(
                     f"host {host.id} runs {', '.join(sorted(definitions))} on {url}; "
                     "SIGTERM or Ctrl-C stops it cleanly",
                     flush=True,
                 )
+                if served is not None:
+                    print(f"metrics at {served} (and /healthz, /readyz)", flush=True)
                 async for _ in signals:
                     break
     return 0
@@ -271,6 +278,14 @@ def add_commands(
         type=count,
         metavar="N",
         help="model tokens (input plus output) per minute shared the same way (default: no limit)",
+    )
+
+    host.add_argument(
+        "--metrics",
+        type=metrics_address,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at /metrics, and /healthz and /readyz, there (a bare "
+        "port: loopback only; needs the metrics extra; default: not served)",
     )
 
     def run_host(args: argparse.Namespace) -> int:
