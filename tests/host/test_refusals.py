@@ -65,20 +65,13 @@ class CountingClaims(ForwardingJournal):
         return await super().claimable(definitions=definitions, owner=owner, limit=limit)
 
 
-LONG_LEASE = 3600.0
-"""A lease no test outlives: under the autojump clock, virtual time jumps
-while a SQLite commit runs in its thread, and a short lease could reach its
-deadline (stopping the session, to be claimed again) before a renewal
-lands; the host's 0.5 s polls keep each jump short of this one."""
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def journal(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Journal]:
-    if request.param == "memory":
-        yield trio_clock_journal()
-        return
-    async with open_journal(str(tmp_path / "journal.db")) as opened:
-        yield opened
+@pytest.fixture
+async def journal() -> AsyncIterator[Journal]:
+    """The memory journal only: these tests count claims under the autojump
+    clock, and a SQLite commit runs in a thread while virtual time jumps on,
+    past a lease's deadline.  A real host process on a SQLite file is
+    ``test_a_host_process_refuses_a_principal_once_and_submit_says_why``."""
+    yield trio_clock_journal()
 
 
 async def _passes_after(counting: CountingClaims, more: int) -> None:
@@ -105,9 +98,7 @@ async def test_a_refused_principal_is_consumed_once_and_never_claimed_again(
 ) -> None:
     counting = CountingClaims(journal)
     client = Client(journal)
-    async with Host.open(
-        counting, DEFS, host_id="h1", poll=0.5, lease_ttl=LONG_LEASE, principals={"alice"}
-    ) as host:
+    async with Host.open(counting, DEFS, host_id="h1", poll=0.5, principals={"alice"}) as host:
         await client.create("counter", session_id="s1", key="k1/create", principal="bob")
         await client.submit("s1", "hi", key="k1", principal="bob")
         await _settled(counting, "s1", "k1")
@@ -131,9 +122,7 @@ async def test_a_command_after_a_refused_create_is_refused_once(
 ) -> None:
     counting = CountingClaims(journal)
     client = Client(journal)
-    async with Host.open(
-        counting, DEFS, host_id="h1", poll=0.5, lease_ttl=LONG_LEASE, principals={"alice"}
-    ) as host:
+    async with Host.open(counting, DEFS, host_id="h1", poll=0.5, principals={"alice"}) as host:
         await client.create("counter", session_id="s1", key="c1", principal="mallory")
         await client.submit("s1", "hi", key="k1", principal="alice")
         await _settled(counting, "s1", "k1")
@@ -156,7 +145,7 @@ async def test_a_command_failing_in_its_session_is_consumed_once(
 ) -> None:
     counting = CountingClaims(journal)
     client = Client(journal)
-    async with Host.open(counting, DEFS, host_id="h1", poll=0.5, lease_ttl=LONG_LEASE) as host:
+    async with Host.open(counting, DEFS, host_id="h1", poll=0.5) as host:
         sid = await client.create("counter", key="c1")
         await client.submit(sid, "to a loop it lacks", key="k1", loop="nosuch")
         await _settled(counting, sid, "k1")
