@@ -124,6 +124,12 @@ def charging_definitions(side: Path, go: Path) -> dict[str, LoopDefinition]:
         """Charge a card (not safe to run twice)."""
         ready()
         # Polled: the file is made by another process, and no event crosses processes.
+        # Each look follows a sleep, READY's too: the test pauses the host on
+        # READY, meaning "while the tool waits"; paused in the same step as
+        # READY, before the first look, the tool would resume into its effect
+        # with no checkpoint between, where no cancel scope can reach
+        # (docs/tools.md: check the owner right before an effect).
+        await trio.sleep(0.05)
         while not go.exists():  # noqa: ASYNC110, ASYNC240
             await trio.sleep(0.05)
         record_effect(side, tool="charge", execution=ctx.execution_id, pid=os.getpid())
