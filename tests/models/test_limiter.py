@@ -250,7 +250,7 @@ async def test_a_loop_waiting_for_the_limit_shows_so_in_its_status(
                 assert trio.current_time() - started <= 60.0
                 assert session.rate_limited() == {}
     assert len(server.requests) == 2
-    assert server.requests[1].at - server.requests[0].at == pytest.approx(60.0, abs=0.5)
+    assert server.requests[1].at - server.requests[0].at == pytest.approx(60.0, abs=2.0)
 
 
 async def test_the_wait_counts_against_no_first_token_deadline(
@@ -282,7 +282,7 @@ async def test_the_wait_counts_against_no_first_token_deadline(
     # Both calls answered, the second after a 60 s wait the 10 s deadline never saw.
     assert len(server.requests) == 2
     assert snapshot.status is LoopStatus.IDLE
-    assert server.requests[1].at - server.requests[0].at == pytest.approx(60.0, abs=0.5)
+    assert server.requests[1].at - server.requests[0].at == pytest.approx(60.0, abs=2.0)
 
 
 # -- bad input ----------------------------------------------------------------
