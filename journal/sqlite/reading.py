@@ -196,6 +196,8 @@ class Reading:
             event.set()
         self._changed.clear()
 
+    # One loop on purpose: the read, the wait for other processes' appends and
+    # the stream skipping share the last seq read, which a split would pass around.
     async def follow(
         self, session: str, after: int, *, follow: bool, skip_stream: str | None = None
     ) -> AsyncIterator[Record]:

@@ -225,6 +225,8 @@ async def _check_key_free(
         raise InboxKeyError(session, key, earlier.number)
 
 
+# One long table on purpose: each command's options read top to bottom as
+# `loopruntime host --help` prints them; split, the table would be scattered.
 def add_commands(
     command: Callable[[str, str, str], argparse.ArgumentParser],
     url: Callable[[argparse.Namespace], str],

@@ -291,6 +291,8 @@ def _options() -> argparse.ArgumentParser:
     return common
 
 
+# One long table on purpose: every command and option in the order `--help`
+# prints them, which the docs' command lines are checked against.
 def parser() -> argparse.ArgumentParser:
     # Two instances: ``set_defaults`` on the top parser changes the defaults of
     # its actions, which ``parents`` shares with every parser built from them.

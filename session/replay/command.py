@@ -66,6 +66,8 @@ async def read_session(journal: Journal, session_id: str) -> AsyncIterator[Recor
 Format = Literal["transcript", "tree", "json", "unified", "otel-json"]
 
 
+# Long for its validation: every argument is checked, with its own message,
+# before the journal is opened; the work itself is the calls at its end.
 async def replay_command(
     url: str,
     session_id: str,
