@@ -107,6 +107,25 @@ def owned_by_child_stream(kind: NodeKind) -> bool:
     return kind == "agent.output"
 
 
+class Manifest(msgspec.Struct, kw_only=True):
+    """What one ``llm.call``'s input was made of, as the fold built it."""
+
+    after: str | None = None
+    """The ``epoch.summary`` the input starts with (None: the epoch's first
+    input, or a fork's inherited context)."""
+    inherited: bool = False
+    """The input begins with context a fork inherited from its source, whose
+    records are not in this document."""
+    seqs: list[int] = []
+    """The records whose content the input held, in the order it holds them."""
+    nodes: list[str] = []
+    """The nodes of those records, each once, in the same order."""
+    request: ContentState = "unavailable"
+    """The request as sent: ``hash_only`` (the journal keeps its digest,
+    ``fingerprint``) or ``unavailable`` (a journal from before digests)."""
+    fingerprint: str = ""
+
+
 class Node(msgspec.Struct, kw_only=True):
     """One node: structural (conversation … run) or a step (a leaf)."""
 
@@ -129,6 +148,8 @@ class Node(msgspec.Struct, kw_only=True):
     """For a talk: what began it."""
     attrs: dict[str, Any] = {}
     """Runtime facts named in loopruntime's words (turn, outcome, tool name…)."""
+    manifest: Manifest | None = None
+    """For an ``llm.call``: what its input was made of."""
 
 
 class Relation(msgspec.Struct, kw_only=True):

@@ -14,7 +14,7 @@ from typing import Any
 from journal import Record
 from journal.events import ChildStarted
 
-from .tree import Epoch, InputNode, ModelStep, Run, Stream, Talk, ToolStep
+from .tree import Epoch, InputNode, ModelStep, NoticeNode, Run, Stream, Talk, ToolStep
 from .tree_builder import build_tree
 from .unified import (
     DEFAULT_CONTENT_LIMIT,
@@ -30,6 +30,7 @@ from .unified import (
     Trigger,
 )
 from .unified_facts import RESULT_MARKER, read_facts, segment_windows
+from .unified_inputs import injection_id, read_call_inputs, steer_id
 from .unified_links import NodeTable
 
 
@@ -52,6 +53,8 @@ class _Assembler(NodeTable):
                     parent=self.conversation,
                     seqs=[1],
                     claim="observed_report_only",
+                    # Its records are another session's: deliberately not here.
+                    content="omitted",
                     attrs={"fork_seq": source.seq},
                 )
             )
@@ -74,6 +77,8 @@ class _Assembler(NodeTable):
     def role(self, stream: Stream) -> StreamRole:
         if stream.loop in self.facts.auxiliary:
             return "auxiliary"
+        if stream.loop in self.facts.judges:
+            return "judge"
         return "child" if stream.parent_loop else "main"
 
     def stream(self, stream: Stream) -> None:
@@ -139,7 +144,7 @@ class _Assembler(NodeTable):
             self.relate("summarizes", summary.id, boundary.id, "exact_unique", cut.attempt_id)
             self.relate("follows", epoch.id, previous.id, "exact_unique", cut.attempt_id)
         for notice in epoch.notices:
-            self.notice(notice.id, epoch.id, notice.seq, notice.code, notice.text)
+            self.notice(stream, epoch.id, notice)
         for config in epoch.configs:
             if config.kind in ("loop.configured", "tools.loaded"):
                 continue  # how the loop began, not a command
@@ -191,31 +196,14 @@ class _Assembler(NodeTable):
         inputs = [i for i in stream.inputs if i.run == run.id and run.segment == 0]
         for node in inputs:
             self.input(node, run.id, run)
-        for n, text in enumerate(run.steering):
-            steer_id = run.steer_ids[n] if n < len(run.steer_ids) else ""
-            self.add(
-                Node(
-                    id=f"{run.id}:steer:{n}",
-                    kind="message.external",
-                    parent=run.id,
-                    seqs=self.facts.steers.get(steer_id, [run.first_seq]),
-                    attrs={"steer_id": steer_id},
-                    **self.payload(text),
-                )
-            )
+        for steer, text in zip(run.steer_ids, run.steering, strict=False):
+            self.steer(stream, run, steer, text)
         for notice in run.notices:
-            self.notice(notice.id, run.id, notice.seq, notice.code, notice.text)
-        pending: list[str] = [f"input:{stream.loop}:{i.input_id}" for i in inputs]
-        first_call = True
+            self.notice(stream, run.id, notice)
         previous: ModelStep | None = None
         for step in run.steps:
             if isinstance(step, ModelStep):
                 call = self.model_step(stream, run, step)
-                for source in pending:
-                    exact = first_call and source.startswith("input:")
-                    quality: Quality = "exact_unique" if exact else "strong_inference"
-                    via = source.split(":", 2)[2] if exact else "position in the run"
-                    self.relate("input_of", source, call, quality, via)
                 if previous is not None and previous.failed and previous.index == step.index:
                     self.relate(
                         "retries",
@@ -224,17 +212,33 @@ class _Assembler(NodeTable):
                         "strong_inference",
                         "the same step after a failed call",
                     )
-                pending, first_call, previous = self.outputs_of(stream, step), False, step
+                previous = step
             else:
-                pending.append(self.tool_step(stream, run, step))
+                self.tool_step(stream, run, step)
         self.turn_end(stream, run)
+
+    def steer(self, stream: Stream, run: Run, steer: str, text: str) -> None:
+        """A person's steering is external input; the runtime's reminder of
+        a typed answer is context it injected."""
+        seqs = self.facts.steers.get(steer, [run.first_seq])
+        reminder = steer in self.facts.reminders
+        self.add(
+            Node(
+                id=injection_id(stream.loop, seqs[0]) if reminder else steer_id(stream.loop, steer),
+                kind="context.injection" if reminder else "message.external",
+                parent=run.id,
+                seqs=seqs,
+                attrs={"steer_id": steer, "source": "reminder" if reminder else "steer"},
+                **self.payload(text),
+            )
+        )
 
     def input(self, node: InputNode, parent: str, run: Run | None) -> None:
         kind: NodeKind = "message.external"
         if node.trigger in ("notification", "subagent"):
             kind = "runtime.notification"
         elif node.synthetic:
-            kind = "control.notice"
+            kind = "context.injection"  # the model reads it; no person wrote it
         attrs: dict[str, Any] = {"input_id": node.input_id, "trigger": node.trigger}
         attrs["status"] = node.status
         self.add(
@@ -293,6 +297,7 @@ class _Assembler(NodeTable):
                 parent=run.id,
                 seqs=list(step.seqs),
                 content="available" if step.committed or step.failed else "unavailable",
+                manifest=self.manifest(step.effect_id),
                 attrs={
                     "effect_id": step.effect_id,
                     "model": step.model,
@@ -359,11 +364,6 @@ class _Assembler(NodeTable):
         node_id = f"call:{stream.loop}:{step.effect_id}"
         self.tree_ids[step.id] = node_id
         return node_id
-
-    def outputs_of(self, stream: Stream, step: ModelStep) -> list[str]:
-        """What of a reply the next call reads (its tool results join later)."""
-        message = f"{self.call_id(stream, step)}:message"
-        return [message] if message in self.nodes else []
 
     def tool_step(self, stream: Stream, run: Run, step: ToolStep) -> str:
         """One tool use is ONE step: request, execution and result."""
@@ -488,31 +488,54 @@ class _Assembler(NodeTable):
                 if node.id in dropped and node.reason == "turn_interrupted":
                     self.relate("cancels", interrupt.id, node.id, "strong_inference", node.input_id)
 
-    def notice(self, id: str, parent: str, seq: int, code: str, text: str) -> None:
+    def notice(self, stream: Stream, parent: str, notice: NoticeNode) -> None:
+        """The runtime's words to the reader, or, for a hook's ``context``
+        decision, words it put into the model context."""
+        hook = self.facts.injected.get(notice.seq)
+        if hook is not None:
+            self.add(
+                Node(
+                    id=injection_id(stream.loop, notice.seq),
+                    kind="context.injection",
+                    parent=parent,
+                    seqs=[notice.seq],
+                    attrs={"source": "hook", "hook": hook.hook, "point": hook.point},
+                    **self.payload(hook.text),
+                )
+            )
+            return
         self.add(
             Node(
-                id=id,
+                id=notice.id,
                 kind="control.notice",
                 parent=parent,
-                seqs=[seq],
-                attrs={"code": code},
-                **self.payload(text),
+                seqs=[notice.seq],
+                attrs={"code": notice.code},
+                **self.payload(notice.text),
             )
         )
 
 
 def build_unified(
-    session_id: str, records: Iterable[Record], *, content_limit: int = DEFAULT_CONTENT_LIMIT
+    session_id: str,
+    records: Iterable[Record],
+    *,
+    content_limit: int = DEFAULT_CONTENT_LIMIT,
+    omit_content: bool = False,
 ) -> Document:
     """The unified conversation model of one session's records (pure).
 
     Records must be one session's, in seq order (a prefix is fine).  A payload
-    longer than ``content_limit`` bytes is held as ``size_only``."""
+    longer than ``content_limit`` bytes is held as ``size_only``; with
+    ``omit_content`` no payload is held (each is ``omitted``, its size kept)."""
     seen = list(records)
     tree = build_tree(session_id, seen)
-    assembler = _Assembler(tree, read_facts(seen), content_limit)
+    facts = read_facts(seen)
+    calls = read_call_inputs(seen, facts.reminders)
+    assembler = _Assembler(tree, facts, calls, content_limit, omit_content)
     assembler.spine()
     assembler.cross_stream()
+    assembler.inputs()
     assembler.run_retries()
     assembler.segments(segment_windows(seen))
     return Document(

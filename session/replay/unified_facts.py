@@ -64,6 +64,14 @@ from journal.events import (
 RESULT_MARKER = "[result of child loop "
 """How the runtime words a child's result input (the join old journals need)."""
 
+REMINDER_CODE = "output_required"
+"""The code of the notice the runtime commits with its reminder steering when a
+reply lacks the typed answer (``loopruntime.notices.OUTPUT_REQUIRED``; a test
+pins that the two agree)."""
+
+COORDINATOR = "coordinator"
+"""The execution id a collaboration's provenance gives its coordinator's loop."""
+
 
 class Facts(msgspec.Struct, kw_only=True):
     """What the tree does not keep, read from the records in one pass."""
@@ -86,6 +94,12 @@ class Facts(msgspec.Struct, kw_only=True):
     auxiliary: set[str] = msgspec.field(default_factory=set)
     input_seq: dict[str, int] = {}
     """input id -> the seq that cancelled it by request."""
+    injected: dict[int, HookDecided] = {}
+    """seq -> a hook's ``context`` decision: its text entered the model context."""
+    reminders: set[str] = msgspec.field(default_factory=set)
+    """steer ids the runtime wrote (its reminder of a typed answer), not a person."""
+    judges: set[str] = msgspec.field(default_factory=set)
+    """Loops that decide on other streams' work: a collaboration's coordinator."""
 
 
 def read_facts(records: list[Record]) -> Facts:
@@ -94,8 +108,11 @@ def read_facts(records: list[Record]) -> Facts:
     f.turn_at = defaultdict(list)
     f.launches = defaultdict(list)
     f.steers = defaultdict(list)
+    previous: dict[str, Record] = {}
+    """loop -> its last record so far."""
     for r in records:
         e = r.event
+        before, previous[r.loop] = previous.get(r.loop), r
         match e:
             case ToolStarted():
                 if e.input_digest:
@@ -116,6 +133,15 @@ def read_facts(records: list[Record]) -> Facts:
                 f.auxiliary.add(r.loop)
             case SteerQueued():
                 f.steers[e.steer_id].append(r.seq)
+                if is_reminder(before, r):
+                    f.reminders.add(e.steer_id)
+            case HookDecided():
+                if e.action == "context":
+                    f.injected[r.seq] = e
+            case LoopStarted():
+                parent = e.parent
+                if parent and parent.parent_loop in f.auxiliary and parent.execution_id == COORDINATOR:
+                    f.judges.add(r.loop)
             case SteerApplied():
                 for steer_id in e.steer_ids:
                     f.steers[steer_id].append(r.seq)
@@ -123,8 +149,7 @@ def read_facts(records: list[Record]) -> Facts:
                 if e.reason == "requested":
                     f.input_seq[e.input_id] = r.seq
             case (
-                LoopStarted()
-                | LoopConfigured()
+                LoopConfigured()
                 | LoopReconfigured()
                 | LoopInferenceChanged()
                 | LoopToolsReplaced()
@@ -146,7 +171,6 @@ def read_facts(records: list[Record]) -> Facts:
                 | CompactionRejected()
                 | ContextMeasured()
                 | DeadlinePassed()
-                | HookDecided()
                 | Notice()
                 | CommandKeyed()
                 | TurnRejected()
@@ -162,6 +186,18 @@ def read_facts(records: list[Record]) -> Facts:
             case _:
                 assert_never(e)
     return f
+
+
+def is_reminder(before: Record | None, r: Record) -> bool:
+    """The runtime's reminder steering comes in one commit right after its
+    notice, with the same cause; a person's steering never follows that notice."""
+    return (
+        before is not None
+        and isinstance(before.event, Notice)
+        and before.event.code == REMINDER_CODE
+        and before.cause == r.cause
+        and before.seq == r.seq - 1
+    )
 
 
 def segment_windows(records: list[Record]) -> list[tuple[int, int]]:

@@ -11,18 +11,33 @@ from collections import defaultdict
 from typing import Any
 
 from .tree import Stream, Tree
-from .unified import ContentState, Node, Quality, Relation, RelationType
+from .unified import ContentState, Manifest, Node, Quality, Relation, RelationType
 from .unified_facts import Facts
+from .unified_inputs import CallInput
+
+EXACT_INPUTS = ("message.external", "runtime.notification", "context.injection", "epoch.summary")
+"""Kinds a call's input holds by an id its records name (an input or steer id,
+a hook's step, a compaction's attempt); the rest by the fold's order."""
 
 
 class NodeTable:
     """The document's nodes and relations as they are made, and the joins
     made once every stream is in."""
 
-    def __init__(self, tree: Tree, facts: Facts, limit: int) -> None:
+    def __init__(
+        self,
+        tree: Tree,
+        facts: Facts,
+        calls: dict[str, CallInput],
+        limit: int,
+        omit_content: bool = False,
+    ) -> None:
         self.tree = tree
         self.facts = facts
+        self.calls = calls
+        """effect id -> what the call's input was made of."""
         self.limit = limit
+        self.omit_content = omit_content
         self.nodes: dict[str, Node] = {}
         self.relations: list[Relation] = []
         self.by_execution: dict[str, str] = {}
@@ -61,6 +76,8 @@ class NodeTable:
 
     def payload(self, text: str, state: ContentState = "available") -> dict[str, Any]:
         size = len(text.encode())
+        if self.omit_content:
+            return {"content": "omitted", "text": "", "size": size}
         if state in ("available", "truncated") and size > self.limit:
             return {"content": "size_only", "text": "", "size": size}
         return {"content": state, "text": text, "size": size}
@@ -205,3 +222,43 @@ class NodeTable:
                     self.relate(
                         "in_segment", talk.id, seg.id, "exact_unique", f"seq {first}-{last}"
                     )
+
+    # -- inputs ------------------------------------------------------------------
+
+    def manifest(self, effect_id: str) -> Manifest | None:
+        """The call's input: the records the fold put in it, their nodes."""
+        found = self.calls.get(effect_id)
+        if found is None:
+            return None
+        return Manifest(
+            after=found.after,
+            inherited=found.inherited,
+            seqs=[source.seq for source in found.sources],
+            nodes=list(dict.fromkeys(source.node for source in found.sources if source.node)),
+            request="hash_only" if found.fingerprint else "unavailable",
+            fingerprint=found.fingerprint,
+        )
+
+    def inputs(self) -> None:
+        """``input_of`` from each node a call's input held to the first call
+        that read it (a reply stands for its message when it has one)."""
+        read: set[str] = set()
+        calls = [n for n in self.nodes.values() if n.kind == "llm.call" and n.manifest]
+        for call in sorted(calls, key=lambda n: n.seqs[0] if n.seqs else 0):
+            assert call.manifest is not None
+            kept = [self.reply_of(n) for n in call.manifest.nodes if n in self.nodes]
+            call.manifest.nodes = kept
+            for node_id in kept:
+                if node_id in read:
+                    continue
+                read.add(node_id)
+                if self.nodes[node_id].kind in EXACT_INPUTS:
+                    self.relate("input_of", node_id, call.id, "exact_unique", node_id)
+                else:
+                    self.relate("input_of", node_id, call.id, "strong_inference", "the fold's order")
+
+    def reply_of(self, node_id: str) -> str:
+        """An earlier call in an input stands for its reply: its message when
+        the reply had text, else the call itself (a reply of tool uses only)."""
+        message = f"{node_id}:message"
+        return message if self.nodes[node_id].kind == "llm.call" and message in self.nodes else node_id

@@ -48,6 +48,7 @@ def named(doc: dict[str, Any]) -> dict[str, Any]:
                 "trigger": node["trigger"],
                 "text": node["text"][:80],
                 "attrs": attrs,
+                **manifest(node.get("manifest"), names),
             }
         )
     relations = sorted(
@@ -58,6 +59,20 @@ def named(doc: dict[str, Any]) -> dict[str, Any]:
         "version": doc["version"],
         "nodes": nodes,
         "relations": relations,
+    }
+
+
+def manifest(found: dict[str, Any] | None, names: dict[str, str]) -> dict[str, Any]:
+    """An llm.call's manifest by node names (its seqs vary with the run)."""
+    if found is None:
+        return {}
+    return {
+        "manifest": {
+            "after": names.get(found["after"]) if found["after"] else None,
+            "inherited": found["inherited"],
+            "nodes": [names[n] for n in found["nodes"]],
+            "request": found["request"],
+        }
     }
 
 
