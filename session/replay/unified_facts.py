@@ -85,6 +85,8 @@ class Facts(msgspec.Struct, kw_only=True):
     launches: dict[str, list[tuple[int, ChildStarted]]] = {}
     """execution id of the delegating call -> the child.started records it made."""
     finished: dict[str, tuple[int, ChildFinished]] = {}
+    finished_in: dict[str, str] = {}
+    """child loop -> the loop its child.finished record is on (its parent's)."""
     failed_calls: dict[str, tuple[int, str]] = {}
     """effect id -> (seq, code) of its model.call_failed."""
     turn_at: dict[tuple[str, int], list[tuple[int, int]]] = {}
@@ -125,6 +127,7 @@ def read_facts(records: list[Record]) -> Facts:
                 f.launches[e.provenance.execution_id].append((r.seq, e))
             case ChildFinished():
                 f.finished[e.child_loop] = (r.seq, e)
+                f.finished_in[e.child_loop] = r.loop
             case ModelCallFailed():
                 f.failed_calls[e.effect_id] = (r.seq, e.code)
             case TurnStarted() | TurnEnded():

@@ -136,15 +136,53 @@ class NodeTable:
         for note, child, quality, via in self.pending_reports:
             target = f"stream:{child}"
             if target not in self.nodes:
-                continue
+                self.unresolved_stream(note, child)
+                quality, via = "unresolved", f"no record starts or shows child loop {child}"
             self.relate("reports", note, target, quality, via)
             calls = self.call_of_child.get(child, [])
+            if not calls:
+                calls = [self.unresolved_call(note, child)]
+                quality, via = "unresolved", f"no tool call started child loop {child}"
             if quality == "exact_unique":
                 self.join("result_of", note, calls, child)
             else:
                 for call in calls:
                     self.relate("result_of", note, call, quality, via)
         self.stream_retries()
+
+    def unresolved_stream(self, note: str, child: str) -> None:
+        """The child a notification names, absent from the journal: shown
+        ``unavailable`` so the join stays visible, never dropped or guessed."""
+        self.add(
+            Node(
+                id=f"stream:{child}",
+                kind="stream",
+                parent=self.session,
+                seqs=list(self.nodes[note].seqs),
+                role="child",
+                claim="unavailable",
+                attrs={"loop": child},
+            )
+        )
+
+    def unresolved_call(self, note: str, child: str) -> str:
+        """The call a child's result answers, when no record says which call
+        started it: ``unavailable``, beside the notification (the only place
+        the records put it)."""
+        node_id = f"call-of:{child}"
+        if node_id not in self.nodes:
+            self.add(
+                Node(
+                    id=node_id,
+                    kind="agent.call",
+                    parent=self.nodes[note].parent,
+                    seqs=list(self.nodes[note].seqs),
+                    claim="unavailable",
+                    content="unavailable",
+                    attrs={"child_loop": child},
+                )
+            )
+        return node_id
 
     def finished_in_place(self) -> None:
         """A child whose result went back as its call's result (a foreground
@@ -153,19 +191,38 @@ class NodeTable:
         reported = {child for _, child, _, _ in self.pending_reports}
         for child, (seq, event) in self.facts.finished.items():
             calls = self.call_of_child.get(child, [])
-            if child in reported or len(calls) != 1:
+            where = (
+                self.nodes[calls[0]].parent
+                if len(calls) == 1
+                else self.holder(self.facts.finished_in[child], seq)
+            )
+            if child in reported or where is None:
                 continue
             note = self.add(
                 Node(
                     id=f"finished:{child}:{seq}",
                     kind="runtime.notification",
-                    parent=self.nodes[calls[0]].parent,
+                    parent=where,
                     seqs=[seq],
                     attrs={"child_loop": child, "status": event.status},
                     **self.payload(event.output),
                 )
             )
             self.pending_reports.append((note.id, child, "exact_unique", child))
+
+    def holder(self, loop: str, seq: int) -> str | None:
+        """The run (or else the epoch) of ``loop``'s stream whose records span ``seq``."""
+        for stream in self.tree.streams:
+            if stream.loop != loop:
+                continue
+            for epoch in stream.epochs:
+                for talk in epoch.talks:
+                    for run in talk.runs:
+                        if run.first_seq <= seq <= run.last_seq:
+                            return run.id
+                if epoch.first_seq <= seq <= epoch.last_seq:
+                    return epoch.id
+        return None
 
     def stream_retries(self) -> None:
         """A child started again with the same definition by the same parent

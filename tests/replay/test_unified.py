@@ -589,8 +589,11 @@ async def test_thinking_a_gate_and_a_turns_duration_are_steps_of_their_run() -> 
     assert {n["parent"] for n in (thinking, gate, duration)} == {"run:main:1"}
 
 
-async def test_every_kind_the_seed_names_is_made_but_context_injection() -> None:
-    # context.injection: the runtime records no context apart from the input it came in.
+async def test_every_kind_the_seed_names_is_made() -> None:
+    from tests.replay.test_unified_inputs import (
+        test_a_hooks_context_is_injected_into_the_call_it_ran_before,
+    )
+
     seen: set[str] = set()
     for records in (await foreground(), await background()):
         seen |= {n["kind"] for n in document(records)["nodes"]}
@@ -599,11 +602,12 @@ async def test_every_kind_the_seed_names_is_made_but_context_injection() -> None
         test_an_interrupt_cancels_its_run_and_the_tool_it_cut,
         test_compaction_cuts_an_epoch_with_a_boundary_and_its_summary,
         test_thinking_a_gate_and_a_turns_duration_are_steps_of_their_run,
+        test_a_hooks_context_is_injected_into_the_call_it_ran_before,
     ):
         made.clear()
         await test()
         seen |= made
-    assert set(typing.get_args(NodeKind)) - seen == {"context.injection"}
+    assert set(typing.get_args(NodeKind)) == seen
 
 
 async def test_steering_is_external_input_inside_the_run_it_steered() -> None:
