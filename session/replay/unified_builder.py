@@ -25,7 +25,6 @@ from .unified import (
     Document,
     Node,
     NodeKind,
-    Quality,
     StreamRole,
     Trigger,
 )

@@ -143,7 +143,11 @@ def read_facts(records: list[Record]) -> Facts:
                     f.injected[r.seq] = e
             case LoopStarted():
                 parent = e.parent
-                if parent and parent.parent_loop in f.auxiliary and parent.execution_id == COORDINATOR:
+                if (
+                    parent
+                    and parent.parent_loop in f.auxiliary
+                    and parent.execution_id == COORDINATOR
+                ):
                     f.judges.add(r.loop)
             case SteerApplied():
                 for steer_id in e.steer_ids:

@@ -94,8 +94,11 @@ class _StreamInputs:
             if id(message) in self.sources or id(message) in self.inherited:
                 continue
             self.held.append(message)
-            if by_index and index < len(by_index) and by_index[index] in self.sources:
-                self.sources[id(message)] = self.sources[by_index[index]]
+            was = by_index[index] if index < len(by_index) else None
+            if was in self.inherited:
+                self.inherited.add(id(message))
+            elif was in self.sources:
+                self.sources[id(message)] = self.sources[was]
             else:
                 self.sources[id(message)] = self.made_by(r, message)
         if isinstance(e, ModelCallStarted):
@@ -105,29 +108,26 @@ class _StreamInputs:
         """Remember the sources of messages a record carries before the fold
         moves them into the context (now or at a later record)."""
         e = r.event
-        match e:
-            case InputQueued():
-                for message in e.messages:
-                    self.held.append(message)
-                    self.sources[id(message)] = [Source(r.seq, f"input:{self.loop}:{e.input_id}")]
-            case SteerQueued():
-                node = (
-                    injection_id(self.loop, r.seq)
-                    if e.steer_id in self.reminders
-                    else steer_id(self.loop, e.steer_id)
-                )
-                self.steers[e.steer_id] = Source(r.seq, node)
-            case ModelMessageCommitted():
-                self.held.append(e.message)
-                self.sources[id(e.message)] = [Source(r.seq, f"call:{self.loop}:{e.effect_id}")]
-            case CompactionCommitted():
-                self.summary = f"summary:{e.attempt_id}"
-                self.held.append(e.summary)
-                self.sources[id(e.summary)] = [Source(r.seq, self.summary)]
-            case ToolCompleted() | ToolResolved() | ToolAbandoned():
-                self.results[e.tool_use_id] = r.seq
-            case _:
-                pass  # the other records carry no message of their own
+        if isinstance(e, InputQueued):
+            for message in e.messages:
+                self.held.append(message)
+                self.sources[id(message)] = [Source(r.seq, f"input:{self.loop}:{e.input_id}")]
+        elif isinstance(e, SteerQueued):
+            node = (
+                injection_id(self.loop, r.seq)
+                if e.steer_id in self.reminders
+                else steer_id(self.loop, e.steer_id)
+            )
+            self.steers[e.steer_id] = Source(r.seq, node)
+        elif isinstance(e, ModelMessageCommitted):
+            self.held.append(e.message)
+            self.sources[id(e.message)] = [Source(r.seq, f"call:{self.loop}:{e.effect_id}")]
+        elif isinstance(e, CompactionCommitted):
+            self.summary = f"summary:{e.attempt_id}"
+            self.held.append(e.summary)
+            self.sources[id(e.summary)] = [Source(r.seq, self.summary)]
+        elif isinstance(e, ToolCompleted | ToolResolved | ToolAbandoned):
+            self.results[e.tool_use_id] = r.seq
 
     def made_by(self, r: Record, message: Message) -> list[Source]:
         """The sources of a message the fold wrote at ``r``."""

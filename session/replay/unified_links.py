@@ -312,10 +312,14 @@ class NodeTable:
                 if self.nodes[node_id].kind in EXACT_INPUTS:
                     self.relate("input_of", node_id, call.id, "exact_unique", node_id)
                 else:
-                    self.relate("input_of", node_id, call.id, "strong_inference", "the fold's order")
+                    self.relate(
+                        "input_of", node_id, call.id, "strong_inference", "the fold's order"
+                    )
 
     def reply_of(self, node_id: str) -> str:
         """An earlier call in an input stands for its reply: its message when
         the reply had text, else the call itself (a reply of tool uses only)."""
         message = f"{node_id}:message"
-        return message if self.nodes[node_id].kind == "llm.call" and message in self.nodes else node_id
+        return (
+            message if self.nodes[node_id].kind == "llm.call" and message in self.nodes else node_id
+        )
