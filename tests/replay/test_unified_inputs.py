@@ -274,3 +274,20 @@ async def test_a_collaborations_coordinator_loop_is_a_judge(
     assert roles.pop("stream:collab:g") == "auxiliary"
     assert roles.pop("stream:collab:g/coordinator") == "judge"
     assert set(roles.values()) <= {"main", "child"}
+
+
+async def test_a_rewritten_tool_call_keeps_the_reply_it_came_from_in_the_manifest() -> None:
+    events = good_turn()
+    rewrite = HookDecided(
+        hook="guard",
+        point="before_tool",
+        action="rewrite",
+        tool_use_id="tu1",
+        input={"a": 2},
+        original={"a": 1},
+    )
+    events.insert(5, rewrite)
+    doc = document(await session_of(("main", events)))
+    manifest = by_id(doc)["call:main:e2"]["manifest"]
+    assert manifest["nodes"] == ["input:main:in1", "call:main:e1:message", "step:main:tu1"]
+    assert not kinds(doc, "context.injection")
