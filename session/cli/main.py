@@ -172,6 +172,7 @@ async def _replay(args: argparse.Namespace) -> int:
         otlp=args.otlp,
         causes=args.causes,
         inherited=not args.no_inherited,
+        content=not args.no_content,
         color=sys.stdout.isatty(),
         out=out,
         err=err,
@@ -372,6 +373,11 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="for a fork, leave out the conversation it inherited from its source (shown "
         "first by default, each line marked │)",
+    )
+    replay.add_argument(
+        "--no-content",
+        action="store_true",
+        help="with --format unified, leave every payload out (content omitted, sizes kept)",
     )
     replay.set_defaults(run=cmd_replay)
     fork = command(

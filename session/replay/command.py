@@ -79,6 +79,7 @@ async def replay_command(
     otlp: str | None = None,
     causes: bool = False,
     inherited: bool = True,
+    content: bool = True,
     color: bool = False,
     out: Callable[[str], None] = print,
     err: Callable[[str], None] = print,
@@ -87,8 +88,9 @@ async def replay_command(
     passed), 1 when the journal is damaged or fails the check, 2 when the
     journal or session cannot be read at all, or ``at`` is past its head.
     The transcript of a fork begins with the conversation it inherited from
-    its source, marked as such, unless not ``inherited``.  Never writes to
-    the journal."""
+    its source, marked as such, unless not ``inherited``.  The unified
+    document leaves every payload out (``omitted``) unless ``content``.
+    Never writes to the journal."""
     if follow and (check_only or at is not None or fmt != "transcript" or causes):
         err("loopruntime replay: --follow works with the transcript format only")
         return 2
@@ -102,6 +104,9 @@ async def replay_command(
             "loopruntime replay: --causes is a listing of its own; the JSON format "
             "(--format json) carries the causes too"
         )
+        return 2
+    if not content and fmt != "unified":
+        err("loopruntime replay: --no-content works with --format unified only")
         return 2
     if at is not None and at < 0:
         err(f"loopruntime replay: --at takes a seq (0 or more), not {at}")
@@ -162,7 +167,8 @@ async def replay_command(
             elif fmt == "tree":
                 out(render_tree(build_tree(session_id, records), color=color))
             elif fmt == "unified":
-                out(unified_json(build_unified(session_id, records)).decode())
+                document = build_unified(session_id, records, omit_content=not content)
+                out(unified_json(document).decode())
             else:
                 tree = build_tree(session_id, records)
                 tree.writers = await _writer_nodes(journal, session_id, err)

@@ -6,8 +6,10 @@ and a collaboration's coordinator as a ``judge``."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from journal import Record, open_journal
@@ -291,3 +293,25 @@ async def test_a_rewritten_tool_call_keeps_the_reply_it_came_from_in_the_manifes
     manifest = by_id(doc)["call:main:e2"]["manifest"]
     assert manifest["nodes"] == ["input:main:in1", "call:main:e1:message", "step:main:tu1"]
     assert not kinds(doc, "context.injection")
+
+
+def test_the_command_leaves_bodies_out_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.replay.test_cli import make_journal, replay
+    from tests.support import crash_points as scenario
+
+    db = str(make_journal(tmp_path))
+    code, out, _ = replay(capsys, "--journal", db, scenario.SESSION, "--format", "unified")
+    full = {n["id"]: n for n in json.loads(out)["nodes"]}
+    with_text = {i for i, n in full.items() if n["text"]}
+    assert code == 0 and with_text
+    args = ("--journal", db, scenario.SESSION, "--format", "unified", "--no-content")
+    code, out, _ = replay(capsys, *args)
+    bare = {n["id"]: n for n in json.loads(out)["nodes"]}
+    assert code == 0 and set(bare) == set(full)
+    for i in with_text:
+        assert (bare[i]["content"], bare[i]["text"]) == ("omitted", "")
+        assert bare[i]["size"] == full[i]["size"]
+    code, _, err = replay(capsys, "--journal", db, scenario.SESSION, "--no-content")
+    assert code == 2 and "--format unified only" in err
