@@ -533,6 +533,7 @@ def build_unified(
     calls = read_call_inputs(seen, facts.reminders)
     assembler = _Assembler(tree, facts, calls, content_limit, omit_content)
     assembler.spine()
+    assembler.orphan_results()
     assembler.cross_stream()
     assembler.inputs()
     assembler.run_retries()

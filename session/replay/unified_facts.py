@@ -13,6 +13,7 @@ from typing import assert_never
 import msgspec
 
 from journal import Record
+from journal.content import ToolUse
 from journal.events import (
     ChildFinished,
     ChildStarted,
@@ -61,6 +62,8 @@ from journal.events import (
     TurnStarted,
 )
 
+from .text import blocks_text
+
 RESULT_MARKER = "[result of child loop "
 """How the runtime words a child's result input (the join old journals need)."""
 
@@ -102,6 +105,10 @@ class Facts(msgspec.Struct, kw_only=True):
     """steer ids the runtime wrote (its reminder of a typed answer), not a person."""
     judges: set[str] = msgspec.field(default_factory=set)
     """Loops that decide on other streams' work: a collaboration's coordinator."""
+    requested: set[tuple[str, str]] = msgspec.field(default_factory=set)
+    """(loop, tool_use id) of every tool use a reply asked for."""
+    answers: dict[tuple[str, str], tuple[int, str]] = {}
+    """(loop, tool_use id) -> (seq, text) of the last record answering it."""
 
 
 def read_facts(records: list[Record]) -> Facts:
@@ -119,6 +126,14 @@ def read_facts(records: list[Record]) -> Facts:
             case ToolStarted():
                 if e.input_digest:
                     f.redacted.add(e.tool_use_id)
+            case ModelMessageCommitted():
+                for block in e.message.blocks:
+                    if isinstance(block, ToolUse):
+                        f.requested.add((r.loop, block.id))
+            case ToolCompleted() | ToolResolved():
+                f.answers[(r.loop, e.tool_use_id)] = (r.seq, blocks_text(e.content))
+            case ToolAbandoned():
+                f.answers[(r.loop, e.tool_use_id)] = (r.seq, "")
             case InputQueued():
                 if e.child_loop is not None:
                     f.reports[e.input_id] = e.child_loop
@@ -165,10 +180,6 @@ def read_facts(records: list[Record]) -> Facts:
                 | ToolsLoaded()
                 | ModelCallStarted()
                 | ModelOutput()
-                | ModelMessageCommitted()
-                | ToolCompleted()
-                | ToolAbandoned()
-                | ToolResolved()
                 | GateOpened()
                 | GateResolved()
                 | GateCancelled()

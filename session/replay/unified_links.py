@@ -102,6 +102,42 @@ class NodeTable:
                     )
                 )
 
+    def orphan_results(self) -> None:
+        """A tool result whose tool use no reply in the journal asked for
+        (a fork's call requested in its source, a damaged journal): kept,
+        with an ``unresolved`` join to an ``unavailable`` stand-in for the use."""
+        for (loop, tool_use_id), (seq, text) in self.facts.answers.items():
+            if (loop, tool_use_id) in self.facts.requested:
+                continue
+            node_id = f"step:{loop}:{tool_use_id or seq}"
+            node = self.nodes.get(node_id)
+            if node is None:
+                where = self.holder(loop, seq)
+                if where is None:
+                    continue  # no stream of that loop: nothing here to place it in
+                node = self.add(
+                    Node(
+                        id=node_id,
+                        kind="tool",
+                        parent=where,
+                        seqs=[seq],
+                        attrs={"tool_use_id": tool_use_id},
+                        **self.payload(text),
+                    )
+                )
+            use = self.add(
+                Node(
+                    id=f"use:{loop}:{tool_use_id}",
+                    kind="tool",
+                    parent=node.parent,
+                    seqs=list(node.seqs),
+                    claim="unavailable",
+                    content="unavailable",
+                    attrs={"tool_use_id": tool_use_id},
+                )
+            )
+            self.relate("result_of", node.id, use.id, "unresolved", tool_use_id)
+
     def child_ends(self, stream: Stream) -> None:
         """The child's output (owned by the child), and what points at it."""
         finished = self.facts.finished.get(stream.loop)

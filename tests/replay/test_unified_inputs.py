@@ -233,6 +233,26 @@ async def test_a_child_finishing_that_no_call_started_is_kept_unresolved() -> No
     assert {q for _, _, q in rels(doc, "result_of")} == {"unresolved"}
 
 
+async def test_a_tool_result_whose_call_no_reply_asked_for_is_kept_unresolved() -> None:
+    from tests.replay.test_unified import tool_done
+
+    events = good_turn()
+    events.insert(9, tool_done("x9", "tu9", "stray"))  # inside the run
+    events.append(tool_done("x8", "tu8", "late"))  # after it
+    doc = document(await session_of(("main", events)))
+    nodes = by_id(doc)
+    assert nodes["step:main:tu9"]["parent"] == "run:main:1"
+    assert nodes["step:main:tu8"]["parent"] == "epoch:main:0"
+    assert nodes["step:main:tu8"]["text"] == "late"
+    assert rels(doc, "result_of") == {
+        ("step:main:tu9", "use:main:tu9", "unresolved"),
+        ("step:main:tu8", "use:main:tu8", "unresolved"),
+    }
+    assert {nodes[f"use:main:{t}"]["claim"] for t in ("tu8", "tu9")} == {"unavailable"}
+    # The call the reply did ask for joins as ever.
+    assert nodes["step:main:tu1"]["claim"] == "observed_replayable"
+
+
 async def test_a_child_started_by_a_call_is_not_unresolved() -> None:
     doc = document(await session_of(("main", [*delegating("x1", "tu1"), started("kid")])))
     assert not [r for r in doc["relations"] if r["quality"] == "unresolved"]
