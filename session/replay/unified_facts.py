@@ -2,7 +2,11 @@
 
 One pass over a session's records: the joins the tree does not keep (the
 child a result reports, the calls that launched children, redacted inputs,
-failed calls, turn times) and the session's activity windows (segments).
+failed calls, turn times, the tool uses replies asked for and the results
+that answer them), what the runtime injected into a model's context (a
+hook's context, its reminder), which loops judge others, and the session's
+activity windows (segments).  A new event kind is a case of ``read_facts``'s
+``match`` (mypy insists).
 """
 
 from __future__ import annotations
