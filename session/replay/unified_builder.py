@@ -403,7 +403,9 @@ class _Assembler(NodeTable):
         if step.execution_id:
             self.by_execution[step.execution_id] = node.id
         for seq, started in launches:
-            self.call_of_child[started.child_loop].append(node.id)
+            # A restore may record a child's start again under the same call.
+            if node.id not in self.call_of_child[started.child_loop]:
+                self.call_of_child[started.child_loop].append(node.id)
             self.launch(run, node.id, seq, started)
         for gate in step.gates:
             self.add(

@@ -40,6 +40,7 @@ class NodeTable:
         self.omit_content = omit_content
         self.nodes: dict[str, Node] = {}
         self.relations: list[Relation] = []
+        self.edges: dict[tuple[str, str, str], Relation] = {}
         self.by_execution: dict[str, str] = {}
         """execution id -> the tool node that ran it."""
         self.call_of_child: dict[str, list[str]] = defaultdict(list)
@@ -63,9 +64,15 @@ class NodeTable:
     def relate(
         self, type: RelationType, source: str, target: str, quality: Quality, *via: str
     ) -> None:
-        self.relations.append(
-            Relation(type=type, from_=source, to=target, quality=quality, via=list(via))
-        )
+        """One relation per (type, from, to): a second record joining the same
+        ends (a restore recording a child's start again) adds to its ``via``."""
+        made = self.edges.get((type, source, target))
+        if made is not None:
+            made.via.extend(v for v in via if v not in made.via)
+            return
+        relation = Relation(type=type, from_=source, to=target, quality=quality, via=list(via))
+        self.edges[(type, source, target)] = relation
+        self.relations.append(relation)
 
     def join(self, type: RelationType, source: str, targets: list[str], key: str) -> None:
         """A join by an exact key: unique, or ambiguous to every candidate

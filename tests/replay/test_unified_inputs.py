@@ -253,6 +253,26 @@ async def test_a_tool_result_whose_call_no_reply_asked_for_is_kept_unresolved() 
     assert nodes["step:main:tu1"]["claim"] == "observed_replayable"
 
 
+async def test_a_childs_start_recorded_again_by_a_restore_is_one_join_not_two() -> None:
+    from tests.replay.test_unified import child_result, child_run
+
+    records = await session_of(
+        ("main", [*delegating("x1", "tu1"), started("kid", background=True)]),
+        ("main", [started("kid", background=True)]),  # a restore re-attaching the child
+        ("kid", child_run("kid")),
+        ("main", child_result("kid", exact=True, background=True)),
+    )
+    doc = document(records)
+    assert len(kinds(doc, "agent.launch_ack")) == 2  # two records, two acknowledgements
+    assert [(r["from"], r["to"]) for r in doc["relations"] if r["type"] == "starts"] == [
+        ("step:main:tu1", "stream:kid")
+    ]
+    [note] = kinds(doc, "runtime.notification")
+    assert {(t, q) for f, t, q in rels(doc, "result_of") if f == note["id"]} == {
+        ("step:main:tu1", "exact_unique")
+    }
+
+
 async def test_a_child_started_by_a_call_is_not_unresolved() -> None:
     doc = document(await session_of(("main", [*delegating("x1", "tu1"), started("kid")])))
     assert not [r for r in doc["relations"] if r["quality"] == "unresolved"]
