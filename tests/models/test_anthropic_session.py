@@ -26,6 +26,7 @@ from tests.models.test_anthropic import (
     text,
     text_reply,
 )
+from tests.support.model_calls import one_turn_records
 from tests.support.sse_server import Drop, Stream, open_sse_server
 
 
@@ -93,12 +94,7 @@ async def test_a_stream_dying_after_output_leaves_the_truncated_notice() -> None
     )
     async with open_sse_server([dying]) as server:
         async with AnthropicModel(MODEL, api_key=KEY, base_url=server.url) as model:
-            d = LoopDefinition(name="claude", model=model)
-            async with open_journal("memory:") as journal:
-                async with Session.create(journal, d) as s:
-                    await s.submit("What is the answer?")
-                    await s.wait_idle()
-                records = [r.event async for r in journal.read(s.id)]
+            records = await one_turn_records(model, "What is the answer?")
     assert len(server.requests) == 1  # never resent after output began
     [message] = [e for e in records if isinstance(e, ModelMessageCommitted)]
     assert message.notice == "truncated"

@@ -1,0 +1,59 @@
+"""Driving a model adapter from a test: one call's deltas, its error, the
+assembled reply, and one turn of a session over it.  The adapters' tests
+share these so that each says only what its provider does differently."""
+
+from __future__ import annotations
+
+import pytest
+
+from journal import open_journal
+from journal.content import Message, Text
+from journal.events import Event
+from loopruntime import LoopDefinition
+from loopruntime.errors import ModelError
+from loopruntime.model import Accumulator, Delta, Model, ModelRequest
+from session import Session
+
+HELLO = ModelRequest(
+    system="Be brief.", messages=(Message(role="user", blocks=(Text(text="hi"),)),)
+)
+"""The smallest request: a system prompt and one user message."""
+
+
+async def collect(model: Model, request: ModelRequest = HELLO) -> list[Delta]:
+    """Every delta of one call that ends well."""
+    out: list[Delta] = []
+    async with model.stream(request) as deltas:
+        async for delta in deltas:
+            out.append(delta)
+    return out
+
+
+async def collect_until_error(
+    model: Model, request: ModelRequest = HELLO
+) -> tuple[list[Delta], ModelError]:
+    """The deltas of one call that fails, and the ``ModelError`` it ends with."""
+    out: list[Delta] = []
+    with pytest.raises(ModelError) as caught:
+        async with model.stream(request) as deltas:
+            async for delta in deltas:
+                out.append(delta)
+    return out, caught.value
+
+
+def assemble(deltas: list[Delta]) -> Accumulator:
+    """The reply the deltas make, as the turn assembles it."""
+    acc = Accumulator()
+    acc.feed_all(deltas)
+    return acc
+
+
+async def one_turn_records(model: Model, prompt: str) -> list[Event]:
+    """The events a session over ``model`` records for one turn on ``prompt``,
+    in a memory journal."""
+    definition = LoopDefinition(name="adapter", model=model)
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition) as s:
+            await s.submit(prompt)
+            await s.wait_idle()
+        return [r.event async for r in journal.read(s.id)]
