@@ -172,8 +172,8 @@ class Loop:
     """One agent loop.  Create it, then ``await nursery.start(loop.run)``; the
     loop keeps running in that nursery (parked, with no task, while idle)."""
 
-    # Slots: over 30 attributes, an instance dict no longer shares its keys
-    # with the class's other instances and costs about 1.6 KB per loop.
+    # Slots: with over 30 attributes an instance dict stops sharing its keys
+    # with the class's other instances, and every idle loop would pay for it.
     __slots__ = (
         "_active",
         "_actor",
@@ -299,8 +299,8 @@ class Loop:
     @property
     def log(self) -> Any:
         """The loop's logger (bound to its id and definition).  Bound on each
-        use, once a turn or a rare warning: kept, it would be about 1.5 KB of
-        every idle loop."""
+        use, once a turn or a rare warning: kept, it would weigh on every
+        idle loop."""
         return log.bind(loop=self.id, definition=self.definition.name)
 
     def logs(self, level: int) -> bool:

@@ -49,7 +49,8 @@ log = structlog.wrap_logger(logging.getLogger(__name__))
 
 IDLE_EXIT = 1.0
 """Seconds the writer task stays up with nothing to do: a busy session keeps
-it, an idle one lets it go (a parked task costs about 2 KB)."""
+it, an idle one lets it go (a parked task, with its nursery and cancel
+scopes, is memory every idle session would hold)."""
 
 
 class Stream(Protocol):
