@@ -319,7 +319,7 @@ async def test_an_idle_writer_keeps_no_logger_or_event(autojump_clock: Any) -> N
     async with idle_session() as s:
         kept = [type(v).__name__ for owner, v in holdings(s) if owner == "Writer" and v is not None]
         assert "Event" not in kept and not any("Logger" in k for k in kept), kept
-        # The task, started again, waits on a new event and logs as before.
+        # The task, started again, waits on a new event and logs bound to its session.
         await s.submit("again")
         await s.wait_idle()
         assert (await s.snapshot()).turn_index == 2
@@ -361,8 +361,8 @@ async def test_an_idle_loop_state_holds_no_empty_container_of_its_own(
 
 
 async def test_an_idle_session_holds_no_empty_set(autojump_clock: Any) -> None:
-    # An empty set is 216 bytes and tracked by the collector; an empty dict
-    # used as a set is 64 and not tracked.
+    # An empty set is several times the size of an empty dict and tracked by
+    # the collector; an empty dict used as a set is not tracked.
     async with idle_session() as s:
         owners = ("Session", "Subscriptions", "Writer")
         empty = [
@@ -388,7 +388,7 @@ async def test_an_open_session_keeps_no_suspended_create_frame() -> None:
             assert not suspended("create")
             # Nor a running one: the session's nursery is held by a small object.
             assert not suspended("_running")
-        # Refused before anything runs, as before.
+        # Refused before anything runs.
         with pytest.raises(SessionExistsError):
             async with Session.create(journal, one_step(), session_id=s.id):
                 pass
