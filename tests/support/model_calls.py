@@ -4,15 +4,18 @@ share these so that each says only what its provider does differently."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
 
 from journal import open_journal
 from journal.content import Message, Text
 from journal.events import Event
-from loopruntime import LoopDefinition
+from loopruntime import LoopDefinition, LoopState, ToolContext, tool
 from loopruntime.errors import ModelError
 from loopruntime.model import Accumulator, Delta, Model, ModelRequest
 from session import Session
+from session.replay import CheckReport, check
 
 HELLO = ModelRequest(
     system="Be brief.", messages=(Message(role="user", blocks=(Text(text="hi"),)),)
@@ -57,3 +60,35 @@ async def one_turn_records(model: Model, prompt: str) -> list[Event]:
             await s.submit(prompt)
             await s.wait_idle()
         return [r.event async for r in journal.read(s.id)]
+
+
+@tool(permission="allow")
+async def weather(ctx: ToolContext, *, city: str) -> str:
+    """Today's weather in a city."""
+    return f"{city}: sunny"
+
+
+class WeatherTurn(NamedTuple):
+    """What one turn with the ``weather`` tool left behind."""
+
+    state: LoopState
+    report: CheckReport
+    stored: bytes
+    """Every record's id and event as text: what a key must never appear in."""
+
+
+async def weather_turn(model: Model) -> WeatherTurn:
+    """One turn asking for Oslo's weather with the ``weather`` tool offered,
+    the session verified and its journal checked."""
+    definition = LoopDefinition(name="adapter", model=model, system="Be brief.", tools=[weather])
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition) as s:
+            await s.submit("Weather in Oslo?")
+            await s.wait_idle()
+            state = await s.snapshot()
+            await s.verify()
+        report = await check(journal, s.id)
+        stored = b"".join(
+            [r.id.encode() + repr(r.event).encode() async for r in journal.read(s.id)]
+        )
+    return WeatherTurn(state, report, stored)
