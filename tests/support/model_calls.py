@@ -10,8 +10,8 @@ import pytest
 
 from journal import open_journal
 from journal.content import Message, Text
-from journal.events import Event
-from loopruntime import LoopDefinition, LoopState, ToolContext, tool
+from journal.events import Event, ModelMessageCommitted, TurnEnded
+from loopruntime import TRUNCATED_NOTICE, LoopDefinition, LoopState, ToolContext, tool
 from loopruntime.errors import ModelError
 from loopruntime.model import Accumulator, Delta, Model, ModelRequest
 from session import Session
@@ -92,3 +92,13 @@ async def weather_turn(model: Model) -> WeatherTurn:
             [r.id.encode() + repr(r.event).encode() async for r in journal.read(s.id)]
         )
     return WeatherTurn(state, report, stored)
+
+
+def assert_cut_short(records: list[Event], shown: str) -> None:
+    """The turn of ``records`` failed on a stream that died after showing
+    ``shown``: the reply keeps it, marked truncated."""
+    [message] = [e for e in records if isinstance(e, ModelMessageCommitted)]
+    assert message.notice == "truncated"
+    assert message.message.blocks == (Text(text=shown), Text(text=TRUNCATED_NOTICE))
+    [ended] = [e for e in records if isinstance(e, TurnEnded)]
+    assert ended.outcome == "failed" and ended.kind == "model"
