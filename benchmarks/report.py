@@ -27,7 +27,7 @@ SECTIONS = (
 INFO = "info"
 """The verdict of a row printed beside the targets for information, not as a target."""
 Targets = list[tuple[str, str, bool | str | None]]
-"""(what the issue asks, what was measured, met / missed / no figure to tell / INFO)."""
+"""(the target, what was measured, met / missed / no figure to tell / INFO)."""
 
 # -- cells --------------------------------------------------------------------------------
 
@@ -473,7 +473,7 @@ def _rate_rows(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def journal_targets(rows: Sequence[dict[str, Any]], targets: Targets) -> None:
-    """Issue 2's two ratios, each with the ceiling measured beside it: what a
+    """The journal's two target ratios, each with the ceiling measured beside it: what a
     journal doing none of its own work would reach under the same obligation."""
     ratio = {(r["benchmark"].strip(), r["backend"]): r["ratio"] for r in rows}
     for sync in ("FULL", "NORMAL"):
@@ -683,7 +683,7 @@ def limiter_section(rows: Sequence[dict[str, Any]]) -> list[str]:
     ]
 
 
-# -- the performance targets (issue 22) ----------------------------------------------------
+# -- the performance targets -------------------------------------------------------------
 
 
 def _rows(results: dict[str, Any], section: str, scenario: str | None = None) -> list[Any]:
@@ -825,11 +825,11 @@ PERFORMANCE_TARGETS: tuple[tuple[str, str, Any], ...] = (
     ("full-fold restore / bare read+decode floor, 100k records", ">= 0.7x", _full_fold_ratio),
     ("creating 100,000 idle sessions", "<= 60 s, <= 8 KB each", _idle),
 )
-"""Issue 22's table, row by row: (figure, target, how to read it from the results)."""
+"""The performance targets' table, row by row: (figure, target, how to read it from the results)."""
 
 
 def performance_targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
-    """Every row of issue 22's table: (figure, target, measured, met / missed / None:
+    """Every row of the performance targets' table: (figure, target, measured, met / missed / None:
     not measured in this run)."""
     return [(name, target, *read(results)) for name, target, read in PERFORMANCE_TARGETS]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, Unpack
 
 import structlog
 import trio
@@ -88,7 +88,7 @@ from .mailbox import Mailbox
 from .model import Delta
 from .models.limiter import wait_on_behalf_of
 from .permits import Outside, Permit, Permits, Working
-from .ports import ChildLoop
+from .ports import ChildLoop, CommitOptions
 from .principals import stamped
 from .relisting import relisting_events
 from .state import LoopState, copy_state, fold, shed_empty
@@ -109,22 +109,11 @@ class LoopHost(Protocol):
     """What a loop needs from the session that hosts it."""
 
     async def commit(
-        self,
-        loop: Loop,
-        events: Sequence[Event],
-        *,
-        cause: str | None = None,
-        guard: Callable[[], bool] | None = None,
-        ids: Sequence[str | None] | None = None,
-        causes: Sequence[str | None] | None = None,
+        self, loop: Loop, events: Sequence[Event], **options: Unpack[CommitOptions]
     ) -> list[Record]:
-        """Append durably, fold into ``loop.state`` in seq order, publish, return.
-
-        Every record's cause is ``cause``, or per event ``causes``; ``ids``
-        gives records ids chosen beforehand (None: a fresh one), so a record
-        can name another of the same commit as its cause.  Enqueued before the
-        first checkpoint, so commits keep call order; atomic under cancellation
-        (the caller always learns what became durable)."""
+        """Append durably, fold into ``loop.state`` in seq order, publish, return
+        (``CommitOptions``).  Enqueued before the first checkpoint, so commits
+        keep call order."""
         ...
 
     def publish_delta(self, loop: str, effect_id: str, delta: Delta) -> None:
@@ -183,8 +172,8 @@ class Loop:
     """One agent loop.  Create it, then ``await nursery.start(loop.run)``; the
     loop keeps running in that nursery (parked, with no task, while idle)."""
 
-    # Slots: over 30 attributes, an instance dict no longer shares its keys
-    # with the class's other instances and costs about 1.6 KB per loop.
+    # Slots: with over 30 attributes an instance dict stops sharing its keys
+    # with the class's other instances, and every idle loop would pay for it.
     __slots__ = (
         "_active",
         "_actor",
@@ -310,8 +299,8 @@ class Loop:
     @property
     def log(self) -> Any:
         """The loop's logger (bound to its id and definition).  Bound on each
-        use, once a turn or a rare warning: kept, it would be about 1.5 KB of
-        every idle loop."""
+        use, once a turn or a rare warning: kept, it would weigh on every
+        idle loop."""
         return log.bind(loop=self.id, definition=self.definition.name)
 
     def logs(self, level: int) -> bool:
@@ -326,20 +315,10 @@ class Loop:
         fold(self.state, record)
 
     async def commit(
-        self,
-        events: Sequence[Event],
-        *,
-        cause: str | None = None,
-        guard: Callable[[], bool] | None = None,
-        ids: Sequence[str | None] | None = None,
-        causes: Sequence[str | None] | None = None,
+        self, events: Sequence[Event], **options: Unpack[CommitOptions]
     ) -> list[Record]:
-        """Commit through the host.  With ``guard``, the host appends only if
-        ``guard()`` holds once everything committed before is folded; else it
-        raises ``GuardFailedError`` and appends nothing (compare-and-swap)."""
-        return await self.host.commit(
-            self, events, cause=cause, guard=guard, ids=ids, causes=causes
-        )
+        """Commit through the host (``CommitOptions``)."""
+        return await self.host.commit(self, events, **options)
 
     def resolved(self) -> ResolvedDefinition:
         """The definition as the next turn runs it: the mode, the tools its

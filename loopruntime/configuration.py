@@ -53,8 +53,9 @@ def prompts_of(definition: LoopDefinition) -> dict[str, str]:
     """Digest -> text of every system prompt the definition may run under.
 
     Made once per definition object (a definition is frozen) and shared by
-    every loop of it: read it, never change it.  Hashing the prompts at
-    every loop's start cost about 1 us a loop, and 130 us for a 20 KB prompt."""
+    every loop of it: read it, never change it.  Kept because hashing the
+    prompts at every loop's start costs in proportion to their length, and a
+    long prompt is hashed for every session."""
     kept = _prompt_sets.get(id(definition))
     if kept is not None and kept[0]() is definition:
         return kept[1]
@@ -123,8 +124,8 @@ def _keep(
 def describe_shared(definition: LoopDefinition, listed: Sequence[Tool]) -> LoopConfig:
     """``describe(definition, listed)``, made once per definition object when
     its loops list no server tools (a definition is frozen): every session of
-    a host shares one immutable configuration instead of building its own
-    (about 40 us and 900 bytes per loop)."""
+    a host shares one immutable configuration instead of building and
+    holding its own."""
     if listed:
         return describe(definition, listed)
     key = id(definition)

@@ -377,7 +377,7 @@ class LoopDefinition:
         kept: ResolvedDefinition | None = self._resolutions.get(key)
         if kept is None:
             kept = self._resolve(mode_name, listed, model, max_tokens, tools)
-            if len(self._resolutions) < _RESOLUTIONS_KEPT:
+            if len(self._resolutions) < RESOLUTIONS_KEPT:
                 self._resolutions[key] = kept
         return kept
 
@@ -423,7 +423,7 @@ class LoopDefinition:
         )
 
 
-_RESOLUTIONS_KEPT = 64
+RESOLUTIONS_KEPT = 64
 """Resolutions a definition keeps (mode, model and output budget chosen by
 command): a process choosing many budgets resolves the others each time."""
 

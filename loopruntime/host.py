@@ -47,6 +47,7 @@ from .model import Accumulator as Accumulator
 from .model import Delta as Delta
 from .ownership import OwnerCheck as OwnerCheck
 from .ownership import owning as owning
+from .ports import CommitOptions as CommitOptions
 from .principals import MAX_PRINCIPAL_LENGTH as MAX_PRINCIPAL_LENGTH
 from .principals import check_principal as check_principal
 from .settling import reply_cut_short as reply_cut_short
@@ -73,6 +74,7 @@ __all__ = [
     "ChangeInference",
     "ChangeMode",
     "Command",
+    "CommitOptions",
     "Compact",
     "DecideGate",
     "Delta",

@@ -147,9 +147,9 @@ class Accumulator:
         return not self._blocks
 
     def feed(self, delta: Delta) -> None:
-        # Found by exact type, not by a ``match`` of class patterns: each
-        # failed pattern on these msgspec Structs costs a slow ``isinstance``
-        # (about 0.35 us), and every delta of every reply comes through here.
+        # Found by exact type, not by a ``match`` of class patterns (see
+        # docs/architecture.md, "Found by exact type"): every delta of every
+        # reply comes through here.
         feed = _FEEDS.get(type(delta))
         if feed is not None:
             feed(self, delta)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypedDict, TypeVar, Unpack
 
 from structlog.typing import FilteringBoundLogger
 
@@ -25,9 +25,38 @@ from .model import Delta
 from .state import LoopState
 from .tools import Tool
 
-__all__ = ["ChildLoop", "DeltaSink", "LoopPort", "ParentPort", "ToolsPort", "TurnPort"]
+__all__ = [
+    "ChildLoop",
+    "CommitOptions",
+    "DeltaSink",
+    "LoopPort",
+    "ParentPort",
+    "ToolsPort",
+    "TurnPort",
+]
 
 T = TypeVar("T")
+
+
+class CommitOptions(TypedDict, total=False):
+    """The options of every ``commit`` (a worker's ``LoopPort.commit``, the
+    ``Loop``'s, its host's and the session writer's), each None when left out.
+
+    A commit is atomic under cancellation: once asked for it runs to its end,
+    so the caller always learns exactly what became durable.
+    """
+
+    cause: str | None
+    """The id of the record that made these happen: every record's cause."""
+    causes: Sequence[str | None] | None
+    """A cause per event, in place of ``cause``."""
+    ids: Sequence[str | None] | None
+    """A record id per event chosen beforehand (None: a fresh one), so a
+    record can name another of the same commit as its cause."""
+    guard: Callable[[], bool] | None
+    """Append only if ``guard()`` holds once everything committed before is
+    folded; else append nothing and raise ``GuardFailedError``
+    (compare-and-swap)."""
 
 
 class LoopPort(Protocol):
@@ -50,19 +79,10 @@ class LoopPort(Protocol):
         ...
 
     async def commit(
-        self,
-        events: Sequence[Event],
-        *,
-        cause: str | None = None,
-        guard: Callable[[], bool] | None = None,
-        ids: Sequence[str | None] | None = None,
-        causes: Sequence[str | None] | None = None,
+        self, events: Sequence[Event], **options: Unpack[CommitOptions]
     ) -> list[Record]:
-        """Append durably, fold into ``state``, publish, then return.  Each
-        record's cause is ``cause`` (or its entry of ``causes``: the id of the
-        record that made it happen); ``ids`` names records beforehand.  With
-        ``guard``, append only if ``guard()`` holds once everything committed
-        before is folded; else raise ``GuardFailedError`` (compare-and-swap)."""
+        """Append durably, fold into ``state``, publish, then return
+        (``CommitOptions`` says what each option does)."""
         ...
 
     def working(self) -> AbstractAsyncContextManager[None]:

@@ -44,7 +44,7 @@ PUBLIC = {
         "child_outcome", "copy_state", "find_definition", "image_bytes", "image_missing",
         "image_state", "merged", "new_id", "reply_cut_short", "settle_turn_events",
         "unanswered_tool_uses", "KEYS_KEPT", "MAX_KEY_LENGTH", "KeyUse", "check_key",
-        "command_digest", "command_name", "repeat_of", "Command",
+        "command_digest", "command_name", "repeat_of", "Command", "CommitOptions",
         "ChangeInference", "ReplaceTools", "change_text", "changes",
         "describe", "digest", "prompts_of", "restore_config", "server_of",
         "MAX_PRINCIPAL_LENGTH", "check_principal", "NO_LIST", "own_list",

@@ -2,9 +2,10 @@
 
 The fast path sends its columns as arrays in PostgreSQL's binary array
 format.  psycopg's list dumper is Python that looks up a dumper for every
-element: ~210 us for the 16 arrays of a group commit of 16 appends, a
-quarter of the commit, against ~40 us for these (measured on 2 cores).  The
-checked path, which runs far less often, keeps psycopg's.  A connection that
+element, a large share of a group commit; these know their element types
+beforehand (the figures: ``benchmarks/README.md``, "Figures behind the
+code's reasons").  The checked path, which runs far less often, keeps
+psycopg's.  A connection that
 sends them registers ``ArrayDumper`` for ``Array``.
 """
 

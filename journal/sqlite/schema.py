@@ -146,11 +146,12 @@ _WAL_CHECKPOINT_PAGES = 4000
 """WAL pages after which a commit copies the WAL into the database (SQLite's
 default is 1000).  That checkpoint runs inside the commit that crosses the
 line, syncs the database file, and copies each page once however often it
-was rewritten: with 4000 (a WAL of up to ~16 MiB while open) a long agent
-loop pays for a quarter as many of them, and the last steps of a 3000-step
-turn measured about 15% cheaper at ``synchronous=NORMAL``.  A checkpoint run
-from a thread of its own was measured too and dropped: running beside the
-writer it never caught up, so the WAL was never reset and grew without bound."""
+was rewritten: with 4000 (a WAL of up to 16 MiB while open) a long agent
+loop pays for a quarter as many of them, which makes a long turn's late
+steps cheaper.  The checkpoint stays in the commit rather than in a thread of
+its own: running beside the writer, such a thread never catches up, so the
+WAL is never reset and grows without bound (``benchmarks/README.md`` has the
+figures)."""
 BUSY_TIMEOUT_MS = 10_000
 """How long a connection waits for another process's lock before failing."""
 

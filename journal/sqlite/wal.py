@@ -5,8 +5,8 @@ commit's frames extend the file, that sync must also make the file's new size
 and block allocation durable: one more write, in series before the flush (the
 inode's block, or a journal commit where the file system keeps a journal).  A
 commit whose frames overwrite blocks the file already holds needs only its
-data written (on the machine of ``benchmarks/README.md``, 12 KiB and their
-sync: 78-131 us overwritten, 141-175 us appended).  So the
+data written, which is the faster sync (``benchmarks/README.md`` has the
+figures).  So the
 writer thread keeps zeros written past the WAL's end, in the transaction
 before the frames need them.  SQLite never reads them as frames: a frame is
 valid only with the salt of the WAL's header and a checksum that continues the
@@ -18,7 +18,7 @@ writer thread inside its write transaction (``BEGIN IMMEDIATE`` holds SQLite's
 WAL write lock, so no connection of any process appends frames meanwhile);
 only once SQLite has written the WAL's header; and a write that fails (a full
 disk) is given up without failing the commit, which then extends the file as
-it would have anyway.  The numbers are in ``benchmarks/README.md`` (issue 22).
+it would have anyway.
 """
 
 from __future__ import annotations
@@ -31,13 +31,11 @@ RESERVE = 1024 * 1024
 """Bytes written ahead at a time: in the WAL's second commit after the journal
 opens (the first writes SQLite's header; both are a session's creation, as a
 rule), then each time the frames run past the room.  The commit that writes a
-room syncs its zeros too, which on the machine of ``benchmarks/README.md``
-cost about 0.7 ms for 1 MiB (4 MiB: 2 to 7 ms, a pause worth avoiding),
-against about 0.05 ms saved by each commit that overwrites instead of
-extending.  The whole 1 MiB comes at once rather than growing with the WAL
-from 64 KiB: grown by doubling, a short turn's steps paid for a room every
-few steps (a turn of 10 tool steps on a fresh file: in its 4th and 10th,
-about 0.3 ms each)."""
+room syncs its zeros too: 1 MiB is paid back by the commits that then
+overwrite instead of extending, while a larger room would be a pause worth
+avoiding.  The whole 1 MiB comes at once rather than growing with the WAL,
+since a room grown by doubling from a small one makes a short turn's steps
+pay for a room every few steps (the figures: ``benchmarks/README.md``)."""
 _HEADER = 32
 """Bytes of the WAL header: until SQLite writes it, nothing is written ahead."""
 

@@ -33,6 +33,7 @@ __all__ = [
     "count",
     "load_definitions",
     "positive_seconds",
+    "rate_limit_of",
     "seconds",
     "submit_command",
 ]
@@ -129,7 +130,9 @@ def reachable_journal(url: str, who: str) -> str:
     return url
 
 
-def _rate_limit(args: argparse.Namespace) -> RateLimit | None:
+def rate_limit_of(args: argparse.Namespace) -> RateLimit | None:
+    """The run's default rate limit that ``--requests-per-minute`` and
+    ``--tokens-per-minute`` give, or None when neither is set."""
     rpm, tpm = args.requests_per_minute, args.tokens_per_minute
     if rpm is None and tpm is None:
         return None
@@ -139,7 +142,7 @@ def _rate_limit(args: argparse.Namespace) -> RateLimit | None:
 async def _host(args: argparse.Namespace, url: str) -> int:
     definitions = load_definitions(args.definitions)
     # The run's default: every model the definitions use that sets no rate_limit.
-    use_default_rate_limit(_rate_limit(args))
+    use_default_rate_limit(rate_limit_of(args))
     listeners = await bind_metrics(args.metrics)
     async with open_journal(url) as journal:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

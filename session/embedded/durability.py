@@ -38,8 +38,7 @@ it within ``writer.LINGER``; only the model call after it no longer waits)."""
 
 
 _KINDS = frozenset(PIPELINED)
-"""By exact type: ``isinstance`` on an event that is not of the kind takes the
-slow path of the events' metaclass (about 0.35 us a kind), and every commit
+"""By exact type (docs/architecture.md, "Found by exact type"): every commit
 asks (a subclass of a kind, which the catalog never makes, would wait)."""
 
 

@@ -911,7 +911,7 @@ class _Opening:
     """What ``Session.create`` returns: on entry it awaits the session's
     setup, then enters its running context.  A class, not a generator: an
     idle session keeps no suspended frame, async generator or generator
-    context manager for ``create`` (about 0.6 KB)."""
+    context manager for ``create``."""
 
     __slots__ = ("_running", "_setup")
 

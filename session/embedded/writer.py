@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 import msgspec
 import structlog
@@ -36,7 +36,7 @@ from journal import Draft, Journal, Record
 from journal.events import Event
 from journal.inbox import Consumed, InboxOutcome
 from loopruntime import Loop
-from loopruntime.host import NO_LIST, GuardFailedError, new_id, own_list
+from loopruntime.host import NO_LIST, CommitOptions, GuardFailedError, new_id, own_list
 
 from .checkpoints import Checkpointer
 from .durability import may_pipeline
@@ -49,7 +49,8 @@ log = structlog.wrap_logger(logging.getLogger(__name__))
 
 IDLE_EXIT = 1.0
 """Seconds the writer task stays up with nothing to do: a busy session keeps
-it, an idle one lets it go (a parked task costs about 2 KB)."""
+it, an idle one lets it go (a parked task, with its nursery and cancel
+scopes, is memory every idle session would hold)."""
 
 
 class Stream(Protocol):
@@ -232,26 +233,18 @@ class Writer:
         self,
         loop: Stream,
         events: Sequence[Event],
-        *,
-        cause: str | None = None,
-        guard: Callable[[], bool] | None = None,
-        ids: Sequence[str | None] | None = None,
-        causes: Sequence[str | None] | None = None,
+        **options: Unpack[CommitOptions],
     ) -> list[Record]:
-        """Append durably, fold into ``loop`` in seq order, publish, return.
-
-        Each record's cause is ``cause`` (or its entry of ``causes``); its id
-        is fresh unless ``ids`` gives one, so a record may name another of the
-        same commit as its cause.
-
-        Atomic under cancellation: once asked for, a commit runs to its end,
-        so the caller always learns exactly what became durable.  With
-        ``guard``, the events are appended only if it still holds once
-        everything committed before them has folded (``GuardFailedError``)."""
+        """Append durably, fold into ``loop`` in seq order, publish, return
+        (``CommitOptions`` says what each option does)."""
         if not events:
             return []
         if self._failed is not None:
             raise self._failed
+        cause = options.get("cause")
+        ids = options.get("ids")
+        causes = options.get("causes")
+        guard = options.get("guard")
         if ids is None and causes is None:
             drafts = [Draft(id=new_id("ev_"), loop=loop.id, event=e, cause=cause) for e in events]
         else:

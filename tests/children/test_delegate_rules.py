@@ -1,4 +1,4 @@
-"""The rules a definition's delegates follow (issue 37): names the model sees
+"""The rules a definition's delegates follow: names the model sees
 are unique, a delegate may start its child in a mode and narrow its authority,
 and a child refused at its start is a rejected call, not a failed one."""
 

@@ -1,4 +1,4 @@
-"""Every argument is checked before the first write (issue 33 item 5): a bad
+"""Every argument is checked before the first write: a bad
 number or choice given to a command or a client method is a named error
 (exit 2 with one line, or an exception), and the journal -- its sessions,
 heads and waiting inbox entries -- is what it was before."""

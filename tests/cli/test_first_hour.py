@@ -154,8 +154,9 @@ def test_a_session_id_that_is_not_unicode(journal_with_a_session: Path, tmp_path
 
 @pytest.mark.parametrize("attempt", range(3))
 def test_chat_reads_piped_input(tmp_path: Path, attempt: int) -> None:
-    # The printer used to subscribe after the journal's head, which could be past
-    # the session's own: about one run in four failed with SeqOutOfRangeError.
+    # The printer subscribes from the session's own head: a head read from the
+    # journal may be past it, and the subscription would then fail with
+    # SeqOutOfRangeError; several runs give such a race its chance to show.
     done = run("chat", "--journal", "j.db", cwd=tmp_path, stdin=b"hello\nmore\n")
     assert done.returncode == 0, done.stderr.decode()
     assert b"Traceback" not in done.stderr

@@ -1,5 +1,5 @@
 """``loopruntime sessions`` and a client by URL say when no live host serves a
-session's definition (issue 33, item 10)."""
+session's definition."""
 
 from __future__ import annotations
 

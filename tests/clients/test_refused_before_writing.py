@@ -1,7 +1,6 @@
-"""Input refused before anything is written, at every entry: an empty message
-(issue 33 item 13), a create naming a session of another definition (item
-12).  Each refusal is a named error, and the journal -- records and inbox --
-is what it was before."""
+"""Input refused before anything is written, at every entry: an empty message,
+a create naming a session of another definition.  Each refusal is a named
+error, and the journal -- records and inbox -- is what it was before."""
 
 from __future__ import annotations
 

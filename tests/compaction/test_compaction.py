@@ -1,5 +1,5 @@
 """Golden sequences of compaction: manual, automatic, stale, invalid, failed,
-restore, and what the model sees afterwards (issue 5, DESIGN.md §7)."""
+restore, and what the model sees afterwards (DESIGN.md §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A session no live host can run says so in the console (issue 33, item 10):
+"""A session no live host can run says so in the console:
 "waiting for a host", and whether any live host serves its definition."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A console action its session's host refuses answers with the host's reason,
-and the entry is consumed once (issue 33, item 1)."""
+and the entry is consumed once."""
 
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ def test_puts_refused_during_a_restart_were_sent_again(postgres_run: Outcome) ->
 
 
 def test_no_effect_after_its_call_was_settled_elsewhere(run: Outcome) -> None:
-    """Item 1: a host paused past its lease must not perform the effect of a
+    """A host paused past its lease must not perform the effect of a
     call another host has settled since."""
     assert check_no_effect_after_settlement(run) == []
 

@@ -1,6 +1,6 @@
 """Permission classifiers: a call the policy would ask a person about is
 reviewed first; allow and deny need no person, ask (or a failure) opens the
-gate as before, and every verdict is a ``gate.reviewed`` record."""
+gate as it would with no classifier, and every verdict is a ``gate.reviewed`` record."""
 
 from __future__ import annotations
 

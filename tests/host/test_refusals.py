@@ -1,6 +1,6 @@
 """Commands a host will never apply: each entry is consumed once with the
-reason, and the host does not claim the session again and again for them
-(issue 33, item 1).  A transient failure is not a refusal: its entry waits."""
+reason, and the host does not claim the session again and again for them.
+A transient failure is not a refusal: its entry waits."""
 
 from __future__ import annotations
 

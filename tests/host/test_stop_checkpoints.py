@@ -267,7 +267,7 @@ async def test_a_session_stopped_mid_turn_is_handed_over_without_one(
 
         await wait_for(started)
     assert await journal.checkpoints("long") == []
-    # Handed over: the lease left expired for the next host, as before.
+    # Handed over: the lease left expired for the next host, as any stop leaves it.
     info = {s.session: s for s in await journal.sessions()}
     assert (info["long"].owner, info["long"].expires_at) == ("a", 0)
 

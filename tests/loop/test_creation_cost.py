@@ -5,13 +5,14 @@ made once per definition and shared by every session and turn."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 import pytest
 
 from journal import open_journal
 from loopruntime import Limits, LoopDefinition, Mode, ModeNotFoundError, ToolContext, tool
-from loopruntime.definition import _RESOLUTIONS_KEPT
+from loopruntime.definition import RESOLUTIONS_KEPT
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 
@@ -57,6 +58,15 @@ def test_a_definition_resolves_each_choice_once() -> None:
     assert d.resolved(None, model="made-up").model is first.model
 
 
+def kept_choices(d: LoopDefinition, tries: int) -> int:
+    """How many of ``tries`` new choices ``d`` keeps: a kept one answers with
+    the same object when asked again."""
+    return sum(
+        d.resolved(None, max_tokens=n + 1) is d.resolved(None, max_tokens=n + 1)
+        for n in range(tries)
+    )
+
+
 def test_a_listing_or_a_tool_choice_is_resolved_each_time() -> None:
     d = one_step()
     chosen = d.resolved(None, tools=["other"])
@@ -71,15 +81,19 @@ def test_an_unknown_mode_is_refused_every_time_and_nothing_is_kept_for_it() -> N
     for _ in range(2):
         with pytest.raises(ModeNotFoundError):
             d.resolved("nope")
-    assert d._resolutions == {}
+    # Every place is still free for a choice that resolves.
+    assert kept_choices(d, RESOLUTIONS_KEPT) == RESOLUTIONS_KEPT
 
 
 def test_a_definition_keeps_a_bounded_number_of_resolutions() -> None:
     d = one_step()
-    answers = [d.resolved(None, max_tokens=n + 1) for n in range(_RESOLUTIONS_KEPT + 10)]
-    assert len(d._resolutions) == _RESOLUTIONS_KEPT
+    answers = [d.resolved(None, max_tokens=n + 1) for n in range(RESOLUTIONS_KEPT + 10)]
+    again = [d.resolved(None, max_tokens=n + 1) for n in range(RESOLUTIONS_KEPT + 10)]
+    assert [a is b for a, b in zip(answers, again, strict=True)] == [True] * RESOLUTIONS_KEPT + [
+        False
+    ] * 10
     # Past the bound a choice is resolved each time, to the same answer.
-    late = d.resolved(None, max_tokens=_RESOLUTIONS_KEPT + 5)
+    late = d.resolved(None, max_tokens=RESOLUTIONS_KEPT + 5)
     assert late is not answers[-6] and late == answers[-6]
 
 
@@ -106,12 +120,13 @@ async def test_sessions_of_one_definition_share_its_resolution() -> None:
                 seen.append(s.loops["main"].resolved())
     assert seen[0] is seen[1] is seen[2]
     # Before its first turn a loop resolves with no model named; after, by the
-    # name its records chose: two choices, one answer each.
-    assert len(d._resolutions) == 2
+    # name its records chose: two choices, one answer each, so two places of
+    # the bound are taken.
+    assert kept_choices(d, RESOLUTIONS_KEPT) == RESOLUTIONS_KEPT - 2
 
 
 def test_a_definition_digests_its_prompts_once() -> None:
-    from loopruntime.configuration import _prompt_sets, digest, prompts_of
+    from loopruntime.configuration import digest, prompts_of
 
     long = "Be careful. " * 2000
     d = one_step(system=long, modes=[Mode(name="brief", system="Be brief.")])
@@ -121,10 +136,11 @@ def test_a_definition_digests_its_prompts_once() -> None:
     # Another definition object digests for itself, and what was kept for one
     # goes with it.
     other = one_step(system=long)
-    assert prompts_of(other) == {digest(long): long}
-    key = id(other)
+    kept = prompts_of(other)
+    assert kept == {digest(long): long}
     del other
-    assert key not in _prompt_sets
+    # Only this test holds them now (the name and getrefcount's own argument).
+    assert sys.getrefcount(kept) == 2
 
 
 async def test_every_session_of_a_definition_records_its_prompt() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import trio
 
 from journal import open_journal
-from loopruntime import Limits, LoopDefinition, ToolContext, tool
+from loopruntime import Limits, LoopDefinition, Tool, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 from session.embedded.writer import IDLE_EXIT
@@ -102,12 +102,16 @@ def test_a_delegates_tool_is_freed_with_the_delegate() -> None:
     import weakref
 
     from loopruntime import Delegate
-    from loopruntime.definition import _delegate_tool
 
     child = LoopDefinition(name="child", model=ScriptedModel([Reply(text="ok")]))
     delegate = Delegate(name="helper", description="Helps.", definition=child)
-    built = _delegate_tool(delegate)
-    assert _delegate_tool(delegate) is built  # built once per delegate
+    built = [
+        LoopDefinition(name=f"parent{i}", model=ScriptedModel([]), delegates=[delegate])
+        .resolved(None)
+        .tools[-1]
+        for i in range(2)
+    ]
+    assert built[0].name == "helper" and built[0] is built[1]  # built once per delegate
     gone = weakref.ref(delegate)
     del delegate, built
     gc.collect()
@@ -115,8 +119,14 @@ def test_a_delegates_tool_is_freed_with_the_delegate() -> None:
 
 
 def test_load_tools_tools_are_kept_for_a_bounded_number_of_sets() -> None:
-    from loopruntime.deferred import LOADERS_KEPT, _build, load_tools_tool
+    from loopruntime.deferred import LOADERS_KEPT, load_tools_tool
 
-    for i in range(LOADERS_KEPT + 10):
-        load_tools_tool([tool(permission="allow", name=f"t{i}")(lookup.fn)])
-    assert _build.cache_info().currsize <= LOADERS_KEPT
+    def loader(i: int) -> Tool:
+        return load_tools_tool([tool(permission="allow", name=f"t{i}")(lookup.fn)])
+
+    first = loader(0)
+    assert loader(0) is first  # built once per set while kept
+    for i in range(1, LOADERS_KEPT + 1):
+        loader(i)
+    # The least recently used set was let go, and is built again.
+    assert loader(0) is not first

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import trio
@@ -12,7 +13,7 @@ from journal import Record, open_journal
 from journal.content import TextDelta
 from journal.events import ToolCompleted
 from loopruntime import LoopDefinition, Mode, ToolContext, tool
-from loopruntime.commands import _Command
+from loopruntime.commands import Reply as CommandReply
 from loopruntime.errors import UnknownCommandError
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session, SessionLagError, StreamDelta
@@ -87,8 +88,13 @@ async def test_a_slow_subscriber_gets_a_lag_error_never_a_silent_gap() -> None:
 
 
 @dataclass(eq=False, kw_only=True)
-class Bogus(_Command):
-    pass
+class Bogus:
+    """A command no loop knows, shaped like the ones it does."""
+
+    reply: CommandReply[Any] = field(default_factory=CommandReply)
+    cause: str | None = None
+    key: str | None = None
+    principal: str | None = None
 
 
 async def test_unknown_command_is_refused_and_commits_nothing() -> None:

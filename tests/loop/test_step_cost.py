@@ -1,5 +1,5 @@
-"""What keeps a step's cost flat as the history grows (benchmarks/README.md,
-issue 22): record ids that grow the journal's id index at its end, a
+"""What keeps a step's cost flat as the history grows (benchmarks/README.md
+has the figures): record ids that grow the journal's id index at its end, a
 request whose fixed part is digested once, and a request that reads the
 history in place (exactly the messages it was sent before)."""
 

@@ -1,4 +1,4 @@
-"""What a turn costs in tasks (benchmarks/README.md, issue 22): the turn runs
+"""What a turn costs in tasks (benchmarks/README.md has the figures): the turn runs
 in the actor's own task once the mailbox is empty, the actor parked meanwhile,
 so a command arriving during the turn starts another stretch of the actor;
 and the loop's other tasks run in the session's nursery."""

@@ -37,7 +37,6 @@ from journal.content import (
 )
 from loopruntime.errors import ModelError
 from loopruntime.model import (
-    Accumulator,
     Delta,
     Model,
     ModelRequest,
@@ -46,6 +45,7 @@ from loopruntime.model import (
     UsageDelta,
 )
 from loopruntime.models.anthropic import AnthropicModel, api_messages, request_params
+from tests.support.model_calls import HELLO, assemble, collect, collect_until_error
 from tests.support.sse_server import (
     Drop,
     Event,
@@ -62,9 +62,6 @@ from tests.support.sse_server import (
 KEY = "sk-ant-test-0123456789abcdef"
 MODEL = "claude-test-1"
 EPHEMERAL = {"type": "ephemeral"}
-HELLO = ModelRequest(
-    system="Be brief.", messages=(Message(role="user", blocks=(Text(text="hi"),)),)
-)
 
 
 # -- recorded-shape events ----------------------------------------------------
@@ -165,31 +162,6 @@ async def serve(
     async with open_sse_server(replies) as server:
         async with AnthropicModel(MODEL, api_key=KEY, base_url=server.url, **options) as model:
             yield server, model
-
-
-async def collect(model: AnthropicModel, request: ModelRequest = HELLO) -> list[Delta]:
-    out: list[Delta] = []
-    async with model.stream(request) as deltas:
-        async for delta in deltas:
-            out.append(delta)
-    return out
-
-
-async def collect_until_error(
-    model: AnthropicModel, request: ModelRequest = HELLO
-) -> tuple[list[Delta], ModelError]:
-    out: list[Delta] = []
-    with pytest.raises(ModelError) as caught:
-        async with model.stream(request) as deltas:
-            async for delta in deltas:
-                out.append(delta)
-    return out, caught.value
-
-
-def assemble(deltas: list[Delta]) -> Accumulator:
-    acc = Accumulator()
-    acc.feed_all(deltas)
-    return acc
 
 
 def usage(**fields: int) -> UsageDelta:

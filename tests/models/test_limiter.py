@@ -320,11 +320,13 @@ async def test_a_default_that_is_no_rate_limit_is_refused() -> None:
 
 
 def test_the_host_options_make_the_run_default() -> None:
-    from session.cli.hosting import _rate_limit
+    from session.cli.hosting import rate_limit_of
 
     both = argparse.Namespace(requests_per_minute=50, tokens_per_minute=40_000)
-    assert _rate_limit(both) == RateLimit(requests_per_minute=50, tokens_per_minute=40_000)
-    assert _rate_limit(argparse.Namespace(requests_per_minute=None, tokens_per_minute=None)) is None
+    assert rate_limit_of(both) == RateLimit(requests_per_minute=50, tokens_per_minute=40_000)
+    assert (
+        rate_limit_of(argparse.Namespace(requests_per_minute=None, tokens_per_minute=None)) is None
+    )
 
 
 async def test_the_runs_default_limits_a_model_that_sets_none(

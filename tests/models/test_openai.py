@@ -34,7 +34,6 @@ from journal.content import (
 )
 from loopruntime.errors import ModelError
 from loopruntime.model import (
-    Accumulator,
     Delta,
     Model,
     ModelRequest,
@@ -44,6 +43,7 @@ from loopruntime.model import (
 )
 from loopruntime.models import OpenAIModel
 from loopruntime.models.openai import api_messages, request_params
+from tests.support.model_calls import HELLO, assemble, collect, collect_until_error
 from tests.support.sse_server import (
     Drop,
     Hold,
@@ -57,9 +57,6 @@ from tests.support.sse_server import (
 
 KEY = "sk-proj-test-0123456789abcdef"
 MODEL = "gpt-test-1"
-HELLO = ModelRequest(
-    system="Be brief.", messages=(Message(role="user", blocks=(Text(text="hi"),)),)
-)
 
 
 # -- recorded-shape chunks ----------------------------------------------------
@@ -164,31 +161,6 @@ async def serve(
         options.setdefault("api_key", KEY)
         async with OpenAIModel(MODEL, base_url=server.url, **options) as model:
             yield server, model
-
-
-async def collect(model: OpenAIModel, request: ModelRequest = HELLO) -> list[Delta]:
-    out: list[Delta] = []
-    async with model.stream(request) as deltas:
-        async for delta in deltas:
-            out.append(delta)
-    return out
-
-
-async def collect_until_error(
-    model: OpenAIModel, request: ModelRequest = HELLO
-) -> tuple[list[Delta], ModelError]:
-    out: list[Delta] = []
-    with pytest.raises(ModelError) as caught:
-        async with model.stream(request) as deltas:
-            async for delta in deltas:
-                out.append(delta)
-    return out, caught.value
-
-
-def assemble(deltas: list[Delta]) -> Accumulator:
-    acc = Accumulator()
-    acc.feed_all(deltas)
-    return acc
 
 
 # -- streams ------------------------------------------------------------------

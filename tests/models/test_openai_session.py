@@ -8,35 +8,19 @@ import trio
 
 from journal import open_journal
 from journal.content import Text, TextDelta
-from journal.events import ModelMessageCommitted, TurnEnded
-from loopruntime import INTERRUPTED_NOTICE, TRUNCATED_NOTICE, LoopDefinition, ToolContext, tool
+from journal.events import ModelMessageCommitted
+from loopruntime import INTERRUPTED_NOTICE, LoopDefinition
 from loopruntime.models import OpenAIModel
 from session import Session, StreamDelta
-from session.replay import check
 from tests.models.test_openai import DONE, KEY, MODEL, chunk, role, text_reply, tool_reply
+from tests.support.model_calls import assert_cut_short, one_turn_records, weather_turn
 from tests.support.sse_server import Drop, Hold, Stream, open_sse_server
-
-
-@tool(permission="allow")
-async def weather(ctx: ToolContext, *, city: str) -> str:
-    """Today's weather in a city."""
-    return f"{city}: sunny"
 
 
 async def test_a_tool_turn_over_the_real_sdk() -> None:
     async with open_sse_server([tool_reply(), text_reply("Oslo is sunny.")]) as server:
         async with OpenAIModel(MODEL, api_key=KEY, base_url=server.url) as model:
-            d = LoopDefinition(name="gpt", model=model, system="Be brief.", tools=[weather])
-            async with open_journal("memory:") as journal:
-                async with Session.create(journal, d) as s:
-                    await s.submit("Weather in Oslo?")
-                    await s.wait_idle()
-                    state = await s.snapshot()
-                    await s.verify()
-                report = await check(journal, s.id)
-                serialized = b"".join(
-                    [r.id.encode() + repr(r.event).encode() async for r in journal.read(s.id)]
-                )
+            state, report, serialized = await weather_turn(model)
     assert report.ok, report.summary()
     assert state.last_outcome == "completed"
     assert state.messages[-1].blocks == (Text(text="Oslo is sunny."),)
@@ -63,18 +47,9 @@ async def test_a_stream_dying_after_output_leaves_the_truncated_notice() -> None
     dying = Stream([role(), chunk({"content": "The answer is"}), Drop()])
     async with open_sse_server([dying]) as server:
         async with OpenAIModel(MODEL, api_key=KEY, base_url=server.url) as model:
-            d = LoopDefinition(name="gpt", model=model)
-            async with open_journal("memory:") as journal:
-                async with Session.create(journal, d) as s:
-                    await s.submit("What is the answer?")
-                    await s.wait_idle()
-                records = [r.event async for r in journal.read(s.id)]
+            records = await one_turn_records(model, "What is the answer?")
     assert len(server.requests) == 1  # never resent after output began
-    [message] = [e for e in records if isinstance(e, ModelMessageCommitted)]
-    assert message.notice == "truncated"
-    assert message.message.blocks == (Text(text="The answer is"), Text(text=TRUNCATED_NOTICE))
-    [ended] = [e for e in records if isinstance(e, TurnEnded)]
-    assert ended.outcome == "failed" and ended.kind == "model"
+    assert_cut_short(records, "The answer is")
 
 
 async def test_an_interrupted_reply_leaves_the_interrupted_notice() -> None:

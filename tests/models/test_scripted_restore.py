@@ -128,7 +128,8 @@ async def test_which_replies_the_conversation_already_holds() -> None:
 
 
 async def test_two_sessions_on_one_model_keep_sharing_the_list() -> None:
-    # Within one process the list plays on across sessions, as before.
+    # Within one process the list plays on across sessions: the script is the
+    # model's, not a session's.
     model = ScriptedModel([Reply(text="one"), Reply(text="two")])
     definition = LoopDefinition(name="talk", model=model)
     async with open_journal("memory:") as journal:

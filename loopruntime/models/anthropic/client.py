@@ -1,29 +1,29 @@
 """``AnthropicModel``: Claude through the ``anthropic`` SDK's streaming Messages API.
 
 Rules (docs/anthropic.md tells the story): the SDK runs under trio natively;
-the client this adapter creates has ``max_retries=0`` and is closed by
-``aclose()``; retries are decided here, before any output, and wait with
-``trio.sleep``; the API key is handed to the SDK and kept nowhere else.
+the client, its key and the retries follow ``sdk.SdkModel``; a usage report
+is held back until content arrives, so an error right after the message
+starts can still be retried.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any, Final, Self
+from collections.abc import AsyncGenerator
+from typing import Any, ClassVar, Final
 
 import anthropic
 import structlog
 
-from loopruntime.errors import ModelError
 from loopruntime.model import Delta, ModelRequest, UsageDelta
 
 from ..credentials import chainable
-from ..limiter import RateLimit, checked_rate_limit, estimate_tokens, limiter_for
-from ..retries import Attempt, after_output, with_retries
-from .errors import ADVICE, FOREIGN_ERRORS, client_secrets, translate
+from ..limiter import RateLimit
+from ..retries import Attempt
+from ..sdk import SdkModel, checked_key, client_options
+from ..statuses import incomplete_stream_error
+from .errors import FOREIGN_ERRORS, PROVIDER, client_secrets, translate
 from .request import ThinkingOption, request_params, thinking_body
 from .stream import StreamTranslator
 
@@ -38,28 +38,18 @@ DEFAULT_MODEL: Final = "claude-sonnet-5-5"
 DEFAULT_CONTEXT_WINDOW: Final = 200_000
 
 
-class AnthropicModel:
-    """A ``Model`` backed by Claude.
-
-    ``stream(request)`` is an async context manager; entering it yields an
-    async iterator of ``Delta`` values, exiting it closes the HTTP response.
-    It raises ``ModelError`` only; ``retryable`` on a raised error is true only
-    if nothing was yielded by that call.  Safe to share between concurrent
-    loops of one trio run.
-
-    Owns the SDK client it creates (close it with ``aclose()`` or ``async
-    with``); a ``client`` passed in stays the caller's to close, and should be
-    made with ``max_retries=0`` (see docs/anthropic.md).
+class AnthropicModel(SdkModel[anthropic.AsyncAnthropic]):
+    """A ``Model`` backed by Claude; ``SdkModel`` states the contract of
+    ``stream``, the client's ownership and the retries (see also
+    docs/anthropic.md).
 
     ``max_tokens`` set here overrides ``ModelRequest.max_tokens`` (a model
     configured for long replies keeps them); unset, the request's value is
-    used.  ``max_retries`` counts retries after the first attempt;
-    a ``retry-after`` longer than ``max_retry_wait`` seconds is not waited for
-    — the error is raised with its ``retry_after`` instead.
+    used.
     """
 
-    name: str
-    context_window: int
+    provider: ClassVar[str] = "anthropic"
+    log: ClassVar[Any] = log
 
     def __init__(
         self,
@@ -86,24 +76,21 @@ class AnthropicModel:
                 f"thinking budget ({budget} tokens) must be below max_tokens ({max_tokens}); "
                 "raise max_tokens or lower the budget"
             )
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be 0 or more, not {max_retries}")
-        self.rate_limit = checked_rate_limit(rate_limit)
-        """Shared with every model of this provider and name in the run
-        (``limiter.limiter_for``); None: the run's default (a host's), if any."""
-        self.model = model
-        self.name = f"anthropic:{model}"
-        self.context_window = context_window
+        options = client_options(
+            client, api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
+        )
+        super().__init__(
+            model,
+            client=client,
+            new_client=lambda: _new_client(api_key, base_url, options),
+            context_window=context_window,
+            max_retries=max_retries,
+            max_retry_wait=max_retry_wait,
+            rate_limit=rate_limit,
+        )
         self.max_tokens = max_tokens
         self.thinking = thinking_param
-        self.max_retries = max_retries
-        self.max_retry_wait = max_retry_wait
         self.prompt_cache = prompt_cache
-        if client is not None and (api_key, base_url, timeout) != (None, None, None):
-            raise ValueError(
-                "pass either client= or api_key/base_url/timeout: a client passed in "
-                "brings its own configuration"
-            )
         self.settings: dict[str, Any] = {
             "max_tokens": max_tokens,
             "thinking": thinking_param,
@@ -111,30 +98,6 @@ class AnthropicModel:
         }
         """What ``loop.configured`` records of this model beside its name (no
         secrets: the key and the client are not settings)."""
-        self._owns_client = client is None
-        if client is None:
-            key = (api_key or os.environ.get("ANTHROPIC_API_KEY") or "").strip()
-            if not key:
-                raise ValueError(
-                    "no Anthropic API key: set ANTHROPIC_API_KEY, pass api_key=..., "
-                    "or pass a configured client=anthropic.AsyncAnthropic(..., max_retries=0)"
-                )
-            if any(c.isspace() or not c.isprintable() for c in key):
-                # Never echo the key: this message may end up in a log.
-                raise ValueError(
-                    "the Anthropic API key (from api_key=... or ANTHROPIC_API_KEY) contains "
-                    "a space or a control character, which an HTTP header cannot carry; "
-                    "check that it holds exactly one key on one line"
-                )
-            extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-            # Building the client does no I/O; it connects on the first request.
-            client = anthropic.AsyncAnthropic(
-                api_key=key,
-                base_url=base_url,
-                max_retries=0,  # retries are decided in _deltas, before any output
-                **extra,
-            )
-        self._client = client
 
     @classmethod
     def from_env(cls, model: str | None = None) -> AnthropicModel | None:
@@ -149,64 +112,22 @@ class AnthropicModel:
         chosen = model or os.environ.get("ANTHROPIC_MODEL", "").strip() or DEFAULT_MODEL
         return cls(chosen, api_key=key)
 
-    def __repr__(self) -> str:
-        return f"AnthropicModel({self.model!r}, context_window={self.context_window})"
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the SDK client this model created (idempotent).  A client
-        passed in is left open: its owner closes it."""
-        if self._owns_client:
-            await self._client.close()
-
-    @asynccontextmanager
-    async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[Delta]]:
-        """Open one streamed model call; see the class docstring for the contract.
-
-        The request is checked and mapped on entry (a bad ``options`` key
-        raises ``ModelError(kind="invalid_request")`` there); the HTTP request
-        is sent on the first iteration.  Exiting closes the response, also
-        when the caller stops early or is cancelled.
-        """
-        params = request_params(
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        return request_params(
             request,
             model=self.model,
             max_tokens=self.max_tokens,
             thinking=self.thinking,
             prompt_cache=self.prompt_cache,
         )
-        deltas = self._deltas(self._client, params)
-        try:
-            yield deltas
-        finally:
-            await deltas.aclose()
 
-    def _deltas(
-        self, client: anthropic.AsyncAnthropic, params: dict[str, Any]
-    ) -> AsyncGenerator[Delta, None]:
-        """All attempts of one call (``retries.with_retries``)."""
-        limiter = limiter_for("anthropic", self.model, self.rate_limit)
-        counted = limiter is not None and limiter.counts_tokens
-        return with_retries(
-            lambda attempt: self._attempt(client, params, attempt),
-            model=self.name,
-            max_retries=self.max_retries,
-            max_retry_wait=self.max_retry_wait,
-            log=log,
-            limiter=limiter,
-            tokens=estimate_tokens(params, params["max_tokens"]) if counted else 0,
-        )
+    def _allowance(self, params: dict[str, Any]) -> int:
+        return int(params["max_tokens"])
 
     async def _attempt(
-        self, client: anthropic.AsyncAnthropic, params: dict[str, Any], attempt: Attempt
+        self, params: dict[str, Any], attempt: Attempt
     ) -> AsyncGenerator[Delta, None]:
-        """One HTTP request.  Every SDK or transport failure leaves here as a
-        ``ModelError`` — this is the one place foreign exceptions are caught."""
+        client = self._client
         secrets = client_secrets(client)
         try:
             sdk_stream = await client.messages.create(**params, stream=True)
@@ -237,16 +158,24 @@ class AnthropicModel:
                     held.clear()
                     yield delta
             if not translator.finished:
-                raise ModelError(
-                    "the Anthropic API stream ended before message_stop "
-                    f"(attempt {attempt.number}){after_output(attempt)}; {ADVICE['connection']}",
-                    kind="connection",
-                    code="model.connection.incomplete_stream",
-                    retryable=not attempt.output_started,
-                )
+                raise incomplete_stream_error(PROVIDER, attempt, until="message_stop")
             for early in held:
                 yield early
         finally:
             # Releases the connection, also when the caller stopped early or
             # was cancelled (httpcore shields the close from cancellation).
             await sdk_stream.close()
+
+
+def _new_client(
+    api_key: str | None, base_url: str | None, options: dict[str, Any]
+) -> anthropic.AsyncAnthropic:
+    """The SDK client this model owns (building it does no I/O: it connects
+    on the first request)."""
+    key = checked_key(api_key, env="ANTHROPIC_API_KEY", title="Anthropic API key")
+    if not key:
+        raise ValueError(
+            "no Anthropic API key: set ANTHROPIC_API_KEY, pass api_key=..., "
+            "or pass a configured client=anthropic.AsyncAnthropic(..., max_retries=0)"
+        )
+    return anthropic.AsyncAnthropic(api_key=key, base_url=base_url, **options)

@@ -23,8 +23,9 @@ from journal.content import (
     ToolResult,
     ToolUse,
 )
-from loopruntime.errors import ModelError
 from loopruntime.model import ModelRequest, ToolSchema
+
+from ..sdk import refuse_owned_options
 
 __all__ = ["ThinkingOption", "api_messages", "request_params", "thinking_body"]
 
@@ -59,14 +60,7 @@ def request_params(
     Raises ``ModelError(kind="invalid_request")`` for an ``options`` key the
     adapter sets itself.
     """
-    clashes = sorted(_OWNED_KEYS & request.options.keys())
-    if clashes:
-        raise ModelError(
-            f"ModelRequest.options may not set {', '.join(clashes)}: the Anthropic adapter "
-            "derives them from the request itself; set them through ModelRequest fields",
-            kind="invalid_request",
-            code="model.invalid_option",
-        )
+    refuse_owned_options(request, _OWNED_KEYS, adapter="Anthropic adapter")
     params: dict[str, Any] = {
         "model": model,
         "max_tokens": request.max_tokens if max_tokens is None else max_tokens,

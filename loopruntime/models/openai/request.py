@@ -24,8 +24,9 @@ from journal.content import (
     ToolResult,
     ToolUse,
 )
-from loopruntime.errors import ModelError
 from loopruntime.model import ModelRequest, ToolSchema
+
+from ..sdk import refuse_owned_options
 
 __all__ = ["MaxTokensField", "api_messages", "request_params"]
 
@@ -71,14 +72,7 @@ def request_params(
     Raises ``ModelError(kind="invalid_request")`` for an ``options`` key the
     adapter sets itself.
     """
-    clashes = sorted(_OWNED_KEYS & request.options.keys())
-    if clashes:
-        raise ModelError(
-            f"ModelRequest.options may not set {', '.join(clashes)}: the OpenAI-compatible "
-            "adapter derives them from the request itself; set them through ModelRequest fields",
-            kind="invalid_request",
-            code="model.invalid_option",
-        )
+    refuse_owned_options(request, _OWNED_KEYS, adapter="OpenAI-compatible adapter")
     params: dict[str, Any] = {
         "model": model,
         "messages": api_messages(request.system, request.messages),
