@@ -870,9 +870,10 @@ class Loop:
             cause=command.cause,
         )
         raise BudgetExhaustedError(
-            f"session of loop {self.id} already spent {spent} tokens of its budget of "
-            f"{budget} (Limits.max_session_tokens); input {command.input_id} was refused: "
-            "raise the budget (a new definition, restored with it) or start a new session",
+            f"the session already spent {spent} tokens of its budget of {budget} "
+            f"(Limits.max_session_tokens of loop {self.id}); input {command.input_id} was "
+            "refused: restore the session under a definition with a larger budget, or start "
+            "a new session",
             spent=spent,
             budget=budget,
         )

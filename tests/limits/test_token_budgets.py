@@ -22,6 +22,7 @@ from journal.events import (
 from loopruntime import BudgetExhaustedError, Delegate, Limits, LoopDefinition
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
+from session.replay import render_transcript
 from tests.support.loops import count, events_of, records
 
 
@@ -86,6 +87,8 @@ async def test_a_turn_at_its_budget_makes_no_further_model_call(
             await s.verify()
         ended = await events_of(journal, s.id, TurnEnded)
         notices = await events_of(journal, s.id, Notice)
+        shown = render_transcript(await records(journal, s.id))
+    assert "[budget exhausted: this turn spent 1200 tokens" in shown
     assert [(e.outcome, e.code) for e in ended] == [
         ("limit", "budget_exhausted"),
         ("completed", None),
