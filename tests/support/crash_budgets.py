@@ -29,14 +29,19 @@ SCRIPT = [costly(1), costly(2), Reply(text="read both", usage=Usage(output_token
 """The turn's replies: the budget admits two model calls, never the third."""
 
 
+def _note(side: Path, page: int) -> bool:
+    """Write down a run of ``fetch``; whether it is the first ever."""
+    first = not side.exists()
+    with side.open("a") as f:
+        f.write(json.dumps({"page": page}) + "\n")
+    return first
+
+
 def definition(side: Path) -> LoopDefinition:
     @tool(permission="allow", replay_safe=True)
     async def fetch(ctx: ToolContext, *, page: int) -> str:
         """Read a page (safe to run again); its first run ever waits to be killed."""
-        first = not side.exists()
-        with side.open("a") as f:
-            f.write(json.dumps({"page": page}) + "\n")
-        if first:
+        if _note(side, page):
             ready()
             await trio.sleep(3600)
         return f"page {page}"
