@@ -227,3 +227,23 @@ async def test_a_child_with_nothing_left_to_draw_is_refused(
     assert finished.rejected and "no tokens are left" in finished.output
     assert not any(r.loop != "main" for r in recs)
     assert ended.code == "budget_exhausted" and len(model.requests) == 1
+
+
+async def test_a_turn_that_reaches_the_session_budget_ends_the_same_way(
+    journal_url: str, autojump_clock: trio.abc.Clock
+) -> None:
+    model = ScriptedModel([spending(600, calls=1), spending(600, calls=1, n=1), spending(5)])
+    definition = LoopDefinition(
+        name="budgeted", model=model, tools=[count], limits=Limits(max_session_tokens=1000)
+    )
+    async with open_journal(journal_url) as journal:
+        async with Session.create(journal, definition) as s:
+            await s.submit("count twice")
+            await s.wait_idle()
+            with pytest.raises(BudgetExhaustedError):
+                await s.submit("and again")
+            await s.verify()
+        [ended] = await events_of(journal, s.id, TurnEnded)
+    assert (ended.outcome, ended.code) == ("limit", "budget_exhausted")
+    assert ended.detail.startswith("the session spent 1200 tokens of its budget of 1000")
+    assert len(model.requests) == 2
