@@ -117,6 +117,10 @@ class Provenance(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     turn: int
     step: int
     execution_id: str
+    token_allowance: int | None = None
+    """Tokens the child may spend in all (``loopruntime/budgets.py``): what
+    remained of its parent's token budgets when it started; None: no bound
+    drawn from the parent."""
 
 
 # -- loop -------------------------------------------------------------------
@@ -323,11 +327,12 @@ class SteerApplied(msgspec.Struct, tag="steer.applied", **_opts):
 
 class TurnRejected(msgspec.Struct, tag="turn.rejected", **_opts):
     """Input was refused and never queued: the loop's queue was full
-    (``Limits.max_queued_inputs``) or the session was shutting down.  Nothing
-    folds it; it is the journal's trace of a refusal the caller was told of."""
+    (``Limits.max_queued_inputs``), the session was shutting down, or it had
+    spent its token budget (``Limits.max_session_tokens``).  Nothing folds
+    it; it is the journal's trace of a refusal the caller was told of."""
 
     input_id: str
-    reason: Literal["queue_full", "shutting_down"]
+    reason: Literal["queue_full", "shutting_down", "budget_exhausted"]
     key: str | None = None
     """The idempotency key the refused submit carried (it stays unused)."""
     principal: str | None = None
@@ -721,6 +726,9 @@ class ChildFinished(msgspec.Struct, tag="child.finished", **_opts):
     rejected: bool = False
     """The child's start was refused and it never ran (``status`` is then
     ``failed``, ``output`` says why); its parent's call completed ``rejected``."""
+    tokens: int = 0
+    """Tokens the child and its own children spent, as their model calls'
+    usage says: the parent's fold counts them toward its own budgets."""
 
 
 # -- session level ------------------------------------------------------------

@@ -13,6 +13,7 @@ from .definition import Delegate as Delegate
 from .definition import Limits as Limits
 from .definition import LoopDefinition as LoopDefinition
 from .definition import Mode as Mode
+from .errors import BudgetExhaustedError as BudgetExhaustedError
 from .errors import ChildRejectedError as ChildRejectedError
 from .errors import CommandError as CommandError
 from .errors import DefinitionError as DefinitionError
@@ -67,6 +68,7 @@ __all__ = [
     "AfterTool",
     "BeforeModel",
     "BeforeTool",
+    "BudgetExhaustedError",
     "ChildRejectedError",
     "Classifier",
     "CommandError",

@@ -74,6 +74,7 @@ from .context import RequestBuilder
 from .definition import Delegate, LoopDefinition, ResolvedDefinition
 from .delegation import run_delegate
 from .errors import (
+    BudgetExhaustedError,
     CommandError,
     LoopClosedError,
     NotQueuedError,
@@ -87,6 +88,7 @@ from .lifecycle import TRANSITIONS, Actor, ActorStep, Phase, Step, advance, move
 from .mailbox import Mailbox
 from .model import Delta
 from .models.limiter import wait_on_behalf_of
+from .notices import BUDGET_EXHAUSTED
 from .permits import Outside, Permit, Permits, Working
 from .ports import ChildLoop, CommitOptions
 from .principals import stamped
@@ -143,6 +145,11 @@ class LoopHost(Protocol):
     def new_prompts(self, prompts: dict[str, str]) -> dict[str, str]:
         """Of ``prompts`` (digest -> text), those not yet recorded in the
         session; they count as recorded from now on (the caller commits them)."""
+        ...
+
+    def tokens_used(self) -> int:
+        """Tokens every loop of the session spent: the sum of their folds'
+        ``tokens_used``."""
         ...
 
 
@@ -383,6 +390,9 @@ class Loop:
 
     def watch_background(self, child_id: str) -> None:
         self.host.watch_background(self, child_id)
+
+    def session_tokens(self) -> int:
+        return self.host.tokens_used()
 
     def flush_at(self, deadline: float, flush: Callable[[], Awaitable[None]]) -> None:
         """Have ``flush`` run at ``deadline`` (trio time) unless cancelled first.
@@ -790,6 +800,7 @@ class Loop:
             trigger=command.trigger,
         )
         result = command.input_id
+        await self._refuse_past_budget(command)
         if self._may_start_turn(extra=True) and not self._wants_compaction():
             # Idle: the input and the turn it starts are one commit.
             await self._start_turn([queued], command=command, result=result)
@@ -817,6 +828,35 @@ class Loop:
         command.reply.set(result)
         await self._maybe_start_turn()
 
+    async def _refuse_past_budget(self, command: UserInput) -> None:
+        """Refuse input to a session that spent its token budget: recorded
+        (``turn.rejected``) and raised, nothing queued."""
+        budget = self.definition.limits_under(self.state.mode).max_session_tokens
+        if budget is None:
+            return
+        spent = self.host.tokens_used()
+        if spent < budget:
+            return
+        await self.commit(
+            [
+                TurnRejected(
+                    input_id=command.input_id,
+                    reason=BUDGET_EXHAUSTED,
+                    key=command.key,
+                    principal=command.principal,
+                )
+            ],
+            cause=command.cause,
+        )
+        raise BudgetExhaustedError(
+            f"the session already spent {spent} tokens of its budget of {budget} "
+            f"(Limits.max_session_tokens of loop {self.id}); input {command.input_id} was "
+            "refused: restore the session under a definition with a larger budget, or start "
+            "a new session",
+            spent=spent,
+            budget=budget,
+        )
+
     async def _on_subagent_result(self, command: SubagentResult) -> None:
         trigger: Literal["notification", "subagent"] = (
             "notification" if command.background else "subagent"
@@ -830,6 +870,7 @@ class Loop:
                     child_loop=command.child_loop,
                     status=command.status,
                     output=command.text,
+                    tokens=command.tokens,
                 ),
                 InputQueued(
                     input_id=command.input_id,

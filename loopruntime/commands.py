@@ -110,6 +110,8 @@ class SubagentResult(_Command):
     text: str
     status: Literal["completed", "failed", "interrupted", "crashed"] = "completed"
     background: bool = False
+    tokens: int = 0
+    """Tokens the child and its own children spent (``budgets.tokens_spent``)."""
 
 
 @dataclass(eq=False, kw_only=True)

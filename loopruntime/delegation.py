@@ -27,6 +27,7 @@ import trio
 from journal.content import Message, Text
 from journal.events import ChildFinished, ChildStarted, Provenance
 
+from .budgets import remaining, tokens_spent
 from .commands import Interrupt, UserInput
 from .definition import Delegate
 from .errors import ChildRejectedError, DefinitionError, LoopClosedError
@@ -84,12 +85,36 @@ async def run_delegate(
         return known.output  # settled before a restart: report it again
     child = loop.child(child_id) if known is not None else None
     if child is None:
+        allowance = _allowance(loop, delegate)
         provenance = Provenance(
             parent_loop=loop.id,
             turn=loop.state.turn_index,
             step=loop.state.step,
             execution_id=execution_id,
+            token_allowance=allowance,
         )
+        if allowance is not None and allowance <= 0:
+            # Nothing is left to draw from: refused before it starts, so the
+            # model may answer without it.
+            reason = (
+                f"delegate {delegate.name} was not started: no tokens are left of "
+                "this turn's or session's budget (Limits.max_turn_tokens, max_session_tokens)"
+            )
+            await loop.commit(
+                [
+                    ChildStarted(
+                        child_loop=child_id,
+                        definition=delegate.child.name,
+                        provenance=provenance,
+                        background=delegate.background,
+                    ),
+                    ChildFinished(
+                        child_loop=child_id, status="failed", output=reason, rejected=True
+                    ),
+                ],
+                cause=execution_id,
+            )
+            raise ChildRejectedError(reason)
         await loop.commit(
             [
                 ChildStarted(
@@ -153,9 +178,24 @@ async def _finish(loop: ParentPort, child: ChildLoop, child_id: str) -> tuple[Ch
     status, output = child_outcome(child)
     known = loop.state.children.get(child_id)
     if known is not None and known.status == "running":
-        await loop.commit([ChildFinished(child_loop=child_id, status=status, output=output)])
+        finished = ChildFinished(
+            child_loop=child_id, status=status, output=output, tokens=tokens_spent(child.state)
+        )
+        await loop.commit([finished])
         await child.finish()
     return status, output
+
+
+def _allowance(loop: ParentPort, delegate: Delegate) -> int | None:
+    """Tokens a child of ``delegate`` may spend in all: what remains of the
+    parent's budgets (and of the session's under the child's own limit)
+    now; None: no budget bounds it."""
+    session = loop.session_tokens()
+    left = remaining(loop.resolved().limits, loop.state, session)
+    own = delegate.child.limits_under(delegate.mode).max_session_tokens
+    if own is not None:
+        left = own - session if left is None else min(left, own - session)
+    return left
 
 
 class ChildFailedError(Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 __all__ = [
+    "BudgetExhaustedError",
     "ChildRejectedError",
     "CommandError",
     "DefinitionError",
@@ -101,6 +102,19 @@ class QueueFullError(CommandError):
     queued inputs.  A ``turn.rejected`` record says so in the journal."""
 
     code = "input.queue_full"
+
+
+class BudgetExhaustedError(CommandError):
+    """Input refused: the session already spent its token budget
+    (``Limits.max_session_tokens``).  A ``turn.rejected`` record says so in
+    the journal.  ``spent`` and ``budget`` are in tokens."""
+
+    code = "input.budget_exhausted"
+
+    def __init__(self, message: str, *, spent: int, budget: int) -> None:
+        super().__init__(message)
+        self.spent = spent
+        self.budget = budget
 
 
 class PayloadTooLargeError(CommandError):

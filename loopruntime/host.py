@@ -7,6 +7,7 @@ replay reuse.  ``session`` imports from ``loopruntime`` and from here only; a
 test pins both lists, so a name moving between modules never breaks a host.
 """
 
+from .budgets import tokens_spent as tokens_spent
 from .commands import AnswerGate as AnswerGate
 from .commands import CancelQueuedInput as CancelQueuedInput
 from .commands import ChangeInference as ChangeInference
@@ -119,4 +120,5 @@ __all__ = [
     "owning",
     "RunTimer",
     "Ticket",
+    "tokens_spent",
 ]

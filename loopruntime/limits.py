@@ -16,7 +16,8 @@ class Limits:
     outcome ``limit`` (or gives the model visible feedback, where that is the
     better behaviour); what each deadline does is told in docs/boundaries.md.
 
-    Checked when made: a budget that is zero or negative, a timeout that is
+    Checked when made: a budget that is zero or negative (a token budget may
+    also be None, no bound), a timeout that is
     not a positive number of seconds (or None), or a retry count below zero
     raises ``ValueError`` (``TypeError`` for a value of the wrong type)
     naming the field."""
@@ -78,6 +79,15 @@ class Limits:
     """Bytes one model reply may stream (text, thinking, tool input); past it
     the call is stopped, nothing of the reply enters the context, and the
     turn fails with code ``model.response_too_large``."""
+    max_turn_tokens: int | None = None
+    """Tokens (``budgets.py`` says which count) a turn's model calls, and the
+    delegates' children it started, may spend; once reached, the turn makes
+    no further model call and ends with outcome ``limit``, code
+    ``budget_exhausted``.  None: no bound."""
+    max_session_tokens: int | None = None
+    """Tokens every loop of the session may spend together; once reached, a
+    turn ends as above and a submit is refused (``BudgetExhaustedError``, and
+    a ``turn.rejected`` record).  None: no bound."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -97,6 +107,9 @@ class Limits:
             _check_count(name, getattr(self, name), least=1)
         for name in ("retained_exchanges", "tool_retries", "model_retries", "max_output_retries"):
             _check_count(name, getattr(self, name), least=0)
+        for name in ("max_turn_tokens", "max_session_tokens"):
+            if getattr(self, name) is not None:
+                _check_count(name, getattr(self, name), least=1)
         for name in (
             "tool_timeout",
             "model_first_token_timeout",

@@ -9,10 +9,13 @@ readers only.  Notices never say who stopped a reply.
 
 from __future__ import annotations
 
+from typing import Final
+
 from journal.content import Text
 from journal.events import ToolCompleted
 
 __all__ = [
+    "BUDGET_EXHAUSTED",
     "DENIED_RESULT",
     "EMPTY_RESULT",
     "FINAL_ANSWER",
@@ -22,6 +25,7 @@ __all__ = [
     "OUTPUT_REQUIRED",
     "TRUNCATED_NOTICE",
     "TRUNCATED_TOOL_CALL_RESULT",
+    "budget_exhausted",
     "deadline_failure",
     "deadline_unknown",
     "rejected",
@@ -52,6 +56,19 @@ TRUNCATED_TOOL_CALL_RESULT = (
     "[cut off: this tool call was cut off by the output token limit and was not run; "
     "emit the call again, with shorter input if you can]"
 )
+
+
+BUDGET_EXHAUSTED: Final = "budget_exhausted"
+"""The code of a turn ended by a token budget (``turn.ended``, its notice) and
+the reason of a submit refused by one (``turn.rejected``)."""
+
+
+def budget_exhausted(detail: str) -> str:
+    """What the model and the person read when a token budget ended the turn."""
+    return (
+        f"[budget exhausted: {detail}; the turn was stopped before another model call. "
+        "Whatever was asked and not yet done is left undone]"
+    )
 
 
 def tool_output_cut(limit: int) -> str:

@@ -161,6 +161,10 @@ class TurnPort(ToolsPort, Protocol):
 
     def cancel_flush(self) -> None: ...
 
+    def session_tokens(self) -> int:
+        """Tokens every loop of the session spent (its token budget's measure)."""
+        ...
+
 
 class ChildLoop(Protocol):
     """A child loop as its parent (or the session) sees it."""
@@ -207,4 +211,8 @@ class ParentPort(LoopPort, Protocol):
 
     def watch_background(self, child_id: str) -> None:
         """Deliver a background child's result to this loop once it settles."""
+        ...
+
+    def session_tokens(self) -> int:
+        """Tokens every loop of the session spent (its token budget's measure)."""
         ...

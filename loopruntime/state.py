@@ -21,7 +21,7 @@ from typing import Any, assert_never
 
 import msgspec
 
-from journal.content import Message, Piece, ResultBlock, Text, ToolResult, ToolUse
+from journal.content import Message, Piece, ResultBlock, Text, ToolResult, ToolUse, Usage
 from journal.events import (
     ChildFinished,
     ChildStarted,
@@ -84,6 +84,7 @@ __all__ = [
     "fold_all",
     "image_bytes",
     "image_state",
+    "tokens_of",
 ]
 
 
@@ -229,6 +230,15 @@ class LoopState(msgspec.Struct, kw_only=True):
     compactions: int = 0
     children: dict[str, ChildState] = {}
 
+    tokens_used: int = 0
+    """Tokens this loop's own model calls spent (``tokens_of`` each call's
+    usage), in every turn."""
+    children_tokens: int = 0
+    """Tokens its finished children spent (``child.finished`` ``tokens``)."""
+    turn_tokens: int = 0
+    """Tokens counted toward the open (or last) turn's budget: its own model
+    calls, and the children it started that finished within it."""
+
     keys: dict[str, KeyUse] | None = None
     """Idempotency keys used on this loop (None until the first): the newest
     ``KEYS_KEPT``, oldest first."""
@@ -357,7 +367,25 @@ def _model_call_started(state: LoopState, record: Record, event: ModelCallStarte
     state.turn_model_calls += 1
 
 
+def tokens_of(usage: Usage | None) -> int:
+    """The tokens of one model call that count toward budgets: every token
+    the provider reports, once (input, output, cache writes, cache reads), so
+    the same conversation costs the same on every provider, cached or not."""
+    if usage is None:
+        return 0
+    return (
+        usage.input_tokens
+        + usage.output_tokens
+        + usage.cache_read_tokens
+        + usage.cache_creation_tokens
+    )
+
+
 def _model_message(state: LoopState, record: Record, event: ModelMessageCommitted) -> None:
+    if event.usage is not None:
+        spent = tokens_of(event.usage)
+        state.tokens_used += spent
+        state.turn_tokens += spent
     if event.effect_id == state.open_call:
         state.open_call = None
         state.open_output = NO_LIST
@@ -455,6 +483,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
             state.step = -1
             state.turn_model_calls = state.turn_tool_batches = state.turn_tool_calls = 0
             state.turn_output_failures = 0
+            state.turn_tokens = 0
             state.hooks_step = -1
             state.history_seq = record.seq
         case TurnEnded():
@@ -589,6 +618,11 @@ def fold(state: LoopState, record: Record) -> LoopState:
             if child is not None:
                 child.status = "rejected" if event.rejected else event.status
                 child.output = event.output
+            state.children_tokens += event.tokens
+            if child is not None and state.turn_open and child.provenance.turn == state.turn_index:
+                # A child draws from the turn that started it (a background
+                # child finishing after that turn counts toward the session only).
+                state.turn_tokens += event.tokens
         case Notice():
             if event.code == OUTPUT_REQUIRED:
                 state.turn_output_failures += 1

@@ -48,13 +48,13 @@ from journal.events import (
     TurnEnded,
 )
 
-from . import deadlines, hooks
+from . import budgets, deadlines, hooks
 from .batch import run_batch
 from .deferred import advertised
 from .errors import ModelError
 from .ids import new_id
 from .model import Accumulator, ModelRequest, coalesce
-from .notices import TRUNCATED_TOOL_CALL_RESULT, rejected
+from .notices import BUDGET_EXHAUSTED, TRUNCATED_TOOL_CALL_RESULT, rejected
 from .output import output_reminder, output_verdict
 from .ports import TurnPort
 from .principals import stamped_end
@@ -365,6 +365,15 @@ class TurnRunner:
         # ``pause_turn`` continuation too) counts against the budget.
         if state.turn_model_calls >= resolved.limits.max_model_calls_per_turn:
             await self.end("limit", kind="limit", code="limit.model_calls")
+        spent = budgets.exhausted(resolved.limits, state, loop.session_tokens())
+        if spent is not None:
+            await self.end(
+                "limit",
+                kind="limit",
+                code=BUDGET_EXHAUSTED,
+                detail=spent,
+                settle=budgets.budget_notice(spent),
+            )
         step = state.step + 1
         if self.before_model and state.hooks_step != step:
             await self._before_model_hooks(step)

@@ -29,7 +29,7 @@ PUBLIC = {
         "INTERRUPTED_NOTICE", "LoopError", "CommandError", "GateMismatchError",
         "InvalidAnswerError", "LoopClosedError", "ModeNotFoundError", "ModelError",
         "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError",
-        "IdempotencyKeyError", "QueueFullError", "PayloadTooLargeError",
+        "IdempotencyKeyError", "QueueFullError", "PayloadTooLargeError", "BudgetExhaustedError",
         "NotRegisteredError", "DefinitionError", "NameClashError", "ChildRejectedError",
         "LeaseLostError",
         "hook", "Hook", "AddContext", "StopTurn", "Deny", "Rewrite", "ReplaceResult",
@@ -48,7 +48,7 @@ PUBLIC = {
         "ChangeInference", "ReplaceTools", "change_text", "changes",
         "describe", "digest", "prompts_of", "restore_config", "server_of",
         "MAX_PRINCIPAL_LENGTH", "check_principal", "NO_LIST", "own_list",
-        "OwnerCheck", "owning", "RunTimer", "Ticket",
+        "OwnerCheck", "owning", "RunTimer", "Ticket", "tokens_spent",
     },
     "loopruntime.models": {
         "ScriptedModel", "Reply", "ToolCall", "AnthropicModel", "OpenAIModel",

@@ -1,5 +1,5 @@
 """What `loopruntime sessions` prints: one row per session of a journal, its
-status and owner, forks listed under their source."""
+status, owner and the tokens its loops spent, forks listed under their source."""
 
 from __future__ import annotations
 
@@ -29,7 +29,10 @@ async def list_sessions(url: str) -> int:
         if not infos:
             print("no sessions")
             return 0
-        print(f"{'session':<24} {'loops':>5} {'records':>8}  {'last activity':<19}  status")
+        print(
+            f"{'session':<24} {'loops':>5} {'records':>8} {'tokens':>9}  "
+            f"{'last activity':<19}  status"
+        )
         damaged: list[str] = []
         open_turns = False
         rows: dict[str, str] = {}
@@ -45,7 +48,7 @@ async def list_sessions(url: str) -> int:
                 seq = getattr(exc, "seq", None)
                 status = "damaged" + (f" at seq {seq}" if seq is not None else "")
                 rows[info.session] = (
-                    f"{info.session:<24} {'?':>5} {info.head:>8}  {when:<19}  {status}"
+                    f"{info.session:<24} {'?':>5} {info.head:>8} {'?':>9}  {when:<19}  {status}"
                 )
                 continue
             listed = describe(info, states, hosts)
@@ -58,7 +61,8 @@ async def list_sessions(url: str) -> int:
                 forks.setdefault(forked.source, []).append(info.session)
                 origin = f"  (fork of {forked.source} at seq {forked.seq})"
             rows[info.session] = (
-                f"{info.session:<24} {len(states):>5} {info.head:>8}  {when:<19}  "
+                f"{info.session:<24} {len(states):>5} {info.head:>8} {listed.tokens_used:>9}  "
+                f"{when:<19}  "
                 f"{label}{origin}{_hosting(listed)}"
             )
         # Forks are listed under their source (a fork whose source is not in

@@ -54,7 +54,7 @@ def list_page(token: str, read_only: bool, principal: str | None = None) -> str:
 <p id="problem" class="problem" hidden></p>
 <table id="sessions">
 <thead><tr><th>session</th><th>status</th><th>owner</th><th>last activity</th>
-<th class="num">records</th><th class="num">inbox</th></tr></thead>
+<th class="num">records</th><th class="num">tokens</th><th class="num">inbox</th></tr></thead>
 <tbody></tbody>
 </table>
 <p id="empty" hidden>No sessions in this journal yet.</p>

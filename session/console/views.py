@@ -79,6 +79,8 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     gates: int
     unknown: int
     open_turns: int
+    tokens_used: int = 0
+    """Tokens every loop spent (the sum of their folds)."""
 
 
 def summary_of(states: dict[str, LoopState], head: int) -> Summary:
@@ -88,6 +90,7 @@ def summary_of(states: dict[str, LoopState], head: int) -> Summary:
         gates=sum(len(s.gates) for s in states.values()),
         unknown=sum(len(s.unknown) for s in states.values()),
         open_turns=sum(1 for s in states.values() if s.turn_open and not s.stopped),
+        tokens_used=sum(s.tokens_used for s in states.values()),
     )
 
 
@@ -134,6 +137,8 @@ class SessionRow(msgspec.Struct, kw_only=True):
     """Why it is in its status, when the word alone does not say (status
     ``host``: whether any live host serves its definition; ``idle``: that it
     never started, every command sent to it refused)."""
+    tokens: int = 0
+    """Tokens its loops spent (docs/boundaries.md says which count)."""
 
 
 def session_row(
@@ -165,6 +170,7 @@ def session_row(
         records=info.head,
         pending=info.pending,
         loops=0 if summary is None else summary.loops,
+        tokens=0 if summary is None else summary.tokens_used,
         definition=info.definition,
         problem=problem,
     )

@@ -59,6 +59,7 @@ from loopruntime.host import (
     copy_state,
     find_definition,
     new_id,
+    tokens_spent,
 )
 from loopruntime.models import Waiting, waiting_of
 
@@ -505,6 +506,7 @@ class Session:
                     text=output,
                     status=status,
                     background=True,
+                    tokens=tokens_spent(child.state),
                 )
             )
         except LoopClosedError:
@@ -846,6 +848,12 @@ class Session:
     async def consume_entry(self, consumed: Consumed) -> None:
         """Consume an inbox entry whose command made no records, in commit order."""
         await self._writer.consume(consumed)
+
+    def tokens_used(self) -> int:
+        """Tokens the session's loops spent, children included: the sum of
+        their folds, so it counts what the journal holds, restored or not
+        (docs/boundaries.md says which of a call's tokens count)."""
+        return sum(loop.state.tokens_used for loop in self.loops.values())
 
     def rate_limited(self) -> dict[str, Waiting]:
         """This session's loops waiting now for a shared rate limit, by loop

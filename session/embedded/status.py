@@ -78,6 +78,9 @@ class SessionStatus(msgspec.Struct, frozen=True, kw_only=True):
     head: int
     loops: int
     updated_at: int
+    tokens_used: int = 0
+    """Tokens every loop of it spent, children included (the sum of their
+    folds; docs/boundaries.md says which of a call's tokens count)."""
 
 
 def describe(
@@ -108,6 +111,7 @@ def describe(
         head=info.head,
         loops=len(states) if states is not None else 0,
         updated_at=info.updated_at,
+        tokens_used=sum(st.tokens_used for st in states.values()) if states is not None else 0,
     )
 
 

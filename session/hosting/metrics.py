@@ -329,7 +329,7 @@ def _record_families(tally: RecordTally, counter: Any, histogram: Any) -> Iterat
     yield ended
     rejected = counter(
         "loopruntime_inputs_rejected",
-        "Inputs refused and never queued, by reason (queue_full, shutting_down).",
+        "Inputs refused and never queued, by reason (queue_full, shutting_down, budget_exhausted).",
         labels=["reason"],
     )
     for reason, count in sorted(tally.inputs_rejected.items()):

@@ -87,7 +87,15 @@ def test_sessions_piped_is_plain(journal: Path) -> None:
     done = piped(journal, "sessions")
     assert done.stderr == b""
     lines = done.stdout.decode().splitlines()
-    assert lines[0].split() == ["session", "loops", "records", "last", "activity", "status"]
+    assert lines[0].split() == [
+        "session",
+        "loops",
+        "records",
+        "tokens",
+        "last",
+        "activity",
+        "status",
+    ]
     assert [line.split()[0] for line in lines[1:]] == [f"s{i:02}" for i in range(12)]
     assert ESC.encode() not in done.stdout
 

@@ -17,6 +17,7 @@ import structlog
 import trio
 
 from tests.support import (
+    crash_budgets,
     crash_hosts,
     crash_points,
     crash_redaction,
@@ -44,6 +45,8 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     # URL SESSION_ID WORKDIR yes|no: killed while an MCP server's page to open
     # waits at its gate, the server resumable (yes) or not
     "mcp-url": crash_scenarios.mcp_url,
+    # URL SESSION_ID SIDE_FILE: killed between the model calls of a turn under a budget
+    "budget": crash_budgets.run,
     # URL SESSION_ID
     "delegation": crash_scenarios.delegation,
     "compaction": crash_scenarios.compaction,

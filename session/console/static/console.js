@@ -129,6 +129,7 @@ function listPage() {
           el("td", { text: r.owner ? `${r.owner}${r.owner_live ? "" : " (lease expired)"}` : "none" }),
           el("td", { text: when(r.last_activity) }),
           el("td", { class: "num records", text: String(r.records) }),
+          el("td", { class: "num tokens", text: String(r.tokens) }),
           el("td", { class: "num", text: r.pending ? String(r.pending) : "" })
         )
       )
