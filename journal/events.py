@@ -88,6 +88,7 @@ __all__ = [
     "ToolAbandoned",
     "ToolConfig",
     "ToolCompleted",
+    "ToolProgress",
     "ToolResolved",
     "ToolStarted",
     "ToolsLoaded",
@@ -478,6 +479,22 @@ class ToolCompleted(msgspec.Struct, tag="tool.completed", **_opts):
     """A structured value the tool returned beside its content (an MCP
     server's ``structuredContent``), as plain data; the model sees the
     content, where it is also written as JSON text."""
+
+
+class ToolProgress(msgspec.Struct, tag="tool.progress", **_opts):
+    """A running call said how far it got (``ToolContext.progress``).
+
+    Words for people watching, never shown to the model and never read by
+    the fold.  Reports a call makes faster than
+    ``Limits.max_progress_per_second`` are coalesced: the newest one is
+    recorded and ``coalesced`` counts the older ones it replaced."""
+
+    execution_id: str
+    tool_use_id: str
+    message: str
+    fraction: float | None = None
+    """How much of the work is done, from 0 to 1 (None: the tool cannot say)."""
+    coalesced: int = 0
 
 
 class ToolAbandoned(msgspec.Struct, tag="tool.abandoned", **_opts):
@@ -923,6 +940,7 @@ LoopEvent = (
     | ModelCallFailed
     | ToolStarted
     | ToolCompleted
+    | ToolProgress
     | ToolAbandoned
     | ToolResolved
     | ToolsLoaded

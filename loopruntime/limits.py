@@ -78,6 +78,13 @@ class Limits:
     """Bytes one model reply may stream (text, thinking, tool input); past it
     the call is stopped, nothing of the reply enters the context, and the
     turn fails with code ``model.response_too_large``."""
+    max_progress_per_second: int = 4
+    """Progress records (``ToolContext.progress``) one tool call commits per
+    second; faster reports are coalesced into the newest, which is always
+    recorded (at the latest when the call ends)."""
+    max_progress_bytes: int = 2048
+    """Bytes (UTF-8) of one progress message; a longer one is refused with
+    ``ProgressTooLargeError`` and nothing is recorded."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -93,6 +100,8 @@ class Limits:
             "max_answer_bytes",
             "max_tool_input_bytes",
             "max_response_bytes",
+            "max_progress_per_second",
+            "max_progress_bytes",
         ):
             _check_count(name, getattr(self, name), least=1)
         for name in ("retained_exchanges", "tool_retries", "model_retries", "max_output_retries"):

@@ -58,6 +58,7 @@ from journal.events import (
     SteerQueued,
     ToolAbandoned,
     ToolCompleted,
+    ToolProgress,
     ToolResolved,
     ToolsLoaded,
     ToolStarted,
@@ -603,6 +604,8 @@ def fold(state: LoopState, record: Record) -> LoopState:
             _remember_key(state, record, event)
         case TurnRejected():
             pass  # a refusal: nothing was queued
+        case ToolProgress():
+            pass  # words for people watching; the loop reads nothing in them
         # Found in _STEP_KINDS above; matched here for the exhaustiveness check.
         case ModelOutput():
             _model_output(state, record, event)

@@ -151,6 +151,7 @@ class ToolContext:
         continuation: str | None = None,
         runtime: Any = None,
         input: Mapping[str, Any] | None = None,
+        report: Callable[[str, float | None], None] | None = None,
     ) -> None:
         self.loop = loop
         self.input: Mapping[str, Any] = MappingProxyType(input if input is not None else {})
@@ -166,6 +167,7 @@ class ToolContext:
         self.tool_name = tool_name
         self.continuation = continuation
         self._ask = ask
+        self._report = report
         self._active = True
 
     async def ask_user(self, question: str, choices: Sequence[str] | None = None) -> str:
@@ -218,6 +220,27 @@ class ToolContext:
             answer, self.continuation = self.continuation, None
             return answer
         return await self._ask(prompt, None, url=url, needs_value=value)
+
+    def progress(self, message: str, fraction: float | None = None) -> None:
+        """Say how far the call got: ``message`` for people watching (never
+        the model), ``fraction`` of the work done from 0 to 1 when the tool
+        can tell.  Returns at once; the ``tool.progress`` record follows
+        without the tool waiting for it.  Reports faster than
+        ``Limits.max_progress_per_second`` are coalesced, the newest always
+        kept (``loopruntime.progress``).
+
+        ``ProgressTooLargeError`` for a message over
+        ``Limits.max_progress_bytes``, ``TypeError``/``ValueError`` for a
+        fraction that is not a number from 0 to 1 (nothing recorded);
+        ``OutsideToolCallError`` once the call has ended.  From a worker
+        thread, call it through ``trio.from_thread.run_sync(ctx.progress, ...)``."""
+        if not self._active:
+            raise OutsideToolCallError(
+                f"progress reported after tool call {self.execution_id} ({self.tool_name}) "
+                "finished; a call can only report progress while it runs"
+            )
+        if self._report is not None:
+            self._report(message, fraction)
 
     def check_owner(self) -> None:
         """Raise ``LeaseLostError`` when the host running this call no longer

@@ -53,6 +53,7 @@ from journal.events import (
     SteerQueued,
     ToolAbandoned,
     ToolCompleted,
+    ToolProgress,
     ToolResolved,
     ToolsLoaded,
     ToolStarted,
@@ -135,6 +136,7 @@ def read_facts(records: list[Record]) -> Facts:
                 | ModelOutput()
                 | ModelMessageCommitted()
                 | ToolCompleted()
+                | ToolProgress()
                 | ToolAbandoned()
                 | ToolResolved()
                 | GateOpened()

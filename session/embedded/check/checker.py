@@ -70,6 +70,7 @@ from journal.events import (
     SteerQueued,
     ToolAbandoned,
     ToolCompleted,
+    ToolProgress,
     ToolResolved,
     ToolsLoaded,
     ToolStarted,
@@ -314,6 +315,7 @@ class _Checker:
                 | LoopInferenceChanged()
                 | LoopToolsReplaced()
                 | ToolsLoaded()
+                | ToolProgress()
                 | InputQueued()
                 | InputCancelled()
                 | SteerQueued()
