@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from journal import Journal, Record, open_journal
-from journal.events import ToolCompleted, ToolProgress, ToolStarted
+from journal.events import ToolCompleted, ToolProgress, ToolStarted, TurnEnded
 from loopruntime import (
     Limits,
     LoopDefinition,
@@ -24,11 +24,15 @@ from loopruntime import (
 )
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
-from session import Session
+from session import Client, Host, Session
 from session.replay import build_tree, check, render_transcript, replay_command
 from session.replay.tree import ToolStep
 from session.traces.otel import spans_of
+from tests.host.support import trio_clock_journal, wait_for
+from tests.support.crash_progress import REPORTS
+from tests.support.crash_progress import definition as migrator
 from tests.support.loops import events_of, records, tags
+from tests.support.processes import kill_when_ready
 
 STEPS = 20
 
@@ -238,3 +242,64 @@ async def test_a_tool_that_never_reports_records_nothing_new(autojump_clock: obj
             await s.submit("go")
             await s.wait_idle()
         assert "tool.progress" not in await tags(journal, "s")
+
+
+@pytest.mark.parametrize("replay_safe", ["no", "yes"])
+async def test_reports_stay_across_sigkill_and_the_call_is_settled_as_before(
+    tmp_path: Path, replay_safe: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    await kill_when_ready("progress", url, "ses_p", replay_safe)
+    async with open_journal(url) as journal:
+        before = await records(journal, "ses_p")
+        reports = [r.event for r in before if isinstance(r.event, ToolProgress)]
+        assert reports[-1].message == f"table {REPORTS} of 10"
+        assert sum(p.coalesced + 1 for p in reports) == REPORTS
+        (started,) = [r.event for r in before if isinstance(r.event, ToolStarted)]
+        restored = migrator(replay_safe == "yes", restored=True)
+        async with Session.restore(journal, "ses_p", restored) as s:
+            await s.wait_idle()
+            if replay_safe == "no":
+                # Its effect is unknown, as for any call a crash cut.
+                assert list((await s.snapshot()).unknown) == [started.execution_id]
+                await s.resolve(started.execution_id, "migrated by hand")
+                await s.wait_idle()
+            state = await s.snapshot()
+            await s.verify()
+        after = await records(journal, "ses_p")
+        report = await check(journal, "ses_p")
+    assert report.ok, report.summary()
+    assert state.last_outcome == "completed"
+    # The reports made before the kill stay, as they were.
+    assert [(r.seq, r.id) for r in after[: len(before)]] == [(r.seq, r.id) for r in before]
+    later = [str(r.event.__struct_config__.tag) for r in after[len(before) :]]
+    progress_after = [r.event for r in after[len(before) :] if isinstance(r.event, ToolProgress)]
+    if replay_safe == "no":
+        assert "tool.abandoned" in later and "tool.resolved" in later
+        assert progress_after == []
+    else:
+        # Run again under the same execution id: its new report names it.
+        assert [(p.execution_id, p.message) for p in progress_after] == [
+            (started.execution_id, "again from the start")
+        ]
+        assert later.index("tool.progress") < later.index("tool.completed")
+
+
+async def test_progress_through_a_host(autojump_clock: object) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    async with Host.open(journal, {"crawler": definition()}, host_id="h1", poll=0.5):
+        sid = await client.create("crawler", key="c1")
+        await client.submit(sid, "crawl", key="s1")
+
+        async def ended() -> bool:
+            return bool(await events_of(journal, sid, TurnEnded))
+
+        await wait_for(ended)
+    written = await records(journal, sid)
+    progress = [r.event for r in written if isinstance(r.event, ToolProgress)]
+    assert progress[-1].message == f"page {STEPS} of {STEPS}"
+    assert sum(p.coalesced + 1 for p in progress) == STEPS
+    assert len(progress) < STEPS
+    report = await check(journal, sid)
+    assert report.ok, report.summary()

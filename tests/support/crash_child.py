@@ -19,6 +19,7 @@ import trio
 from tests.support import (
     crash_hosts,
     crash_points,
+    crash_progress,
     crash_redaction,
     crash_scenarios,
     crash_traces,
@@ -52,6 +53,9 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     "reconfigure": crash_scenarios.reconfigure,
     "inference": crash_scenarios.inference,
     "live-host": crash_scenarios.live_host,
+    # URL SESSION_ID yes|no: killed once a tool's progress reports are durable,
+    # the tool replay-safe (yes) or not
+    "progress": crash_progress.progress,
     # WORKDIR [KILL_AFTER], then WORKDIR
     "deadline": crash_scenarios.deadline,
     "deadline-restore": crash_scenarios.deadline_restore,
