@@ -25,6 +25,7 @@ from loopruntime import (
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Client, Host, Session
+from session.console.views import TranscriptFeed
 from session.replay import build_tree, check, render_transcript, replay_command
 from session.replay.tree import ToolStep
 from session.traces.otel import spans_of
@@ -145,6 +146,16 @@ async def test_progress_is_shown_by_replay_and_the_trace(tmp_path: Path) -> None
     lines.clear()
     await replay_command(url, "s", fmt="json", out=lines.append)
     assert '"page 20 of 20"' in "\n".join(lines)
+    # The console's live transcript shows the reports as they arrive.
+    feed = TranscriptFeed()
+    shown = [feed.item(r) for r in written]
+    words = [
+        "".join(text for _, text in line["spans"])
+        for item in shown
+        if item["tag"] == "tool.progress"
+        for line in item["lines"]
+    ]
+    assert words[-1] == "… crawl 100%: page 20 of 20"
     (span,) = [sp for sp in spans_of("s", written) if sp.name == "execute_tool crawl"]
     reported = [ev for ev in span.events if ev.name == "loopruntime.tool.progress"]
     assert reported and reported[-1].attributes is not None
