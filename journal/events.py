@@ -183,6 +183,8 @@ class ToolConfig(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """How its result is redacted, likewise."""
     middleware: tuple[str, ...] = ()
     """Its own middleware, outermost first, by qualified name."""
+    direct: bool = False
+    """Its result is the turn's answer (``@tool(direct=True)``)."""
 
 
 class ModeConfig(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -388,6 +390,11 @@ class TurnEnded(msgspec.Struct, tag="turn.ended", **_opts):
     output type on read (``Session.result``)."""
     principal: str | None = None
     """Who interrupted the turn, when an interrupt ended it and said so."""
+    direct: tuple[str, ...] = ()
+    """The tool_use ids of the direct tools whose results are the turn's
+    answer, in call order (``@tool(direct=True)``): no model call followed
+    them.  ``output`` then holds the answer: the results' texts (a list),
+    or the typed value they gave when the loop asks for one."""
 
 
 # -- model ------------------------------------------------------------------

@@ -215,6 +215,7 @@ def _tool(
         redact=tool.redaction or _described(tool.redact_input),
         redact_result=tool.result_redaction or _described(tool.redact_output),
         middleware=tuple(qualified_name(m) for m in tool.middleware),
+        direct=tool.direct,
     )
 
 
@@ -325,7 +326,9 @@ _ORDER = (
 
 def _flags(tool: ToolConfig) -> str:
     on = [
-        f for f in ("replay_safe", "resumable", "atomic", "offered", "deferred") if getattr(tool, f)
+        f
+        for f in ("replay_safe", "resumable", "atomic", "offered", "deferred", "direct")
+        if getattr(tool, f)
     ]
     return ", ".join([*on, f"permission={tool.permission}"])
 

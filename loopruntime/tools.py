@@ -222,18 +222,13 @@ class ToolContext:
         return await self._ask(prompt, None, url=url, needs_value=value)
 
     def progress(self, message: str, fraction: float | None = None) -> None:
-        """Say how far the call got: ``message`` for people watching (never
-        the model), ``fraction`` of the work done from 0 to 1 when the tool
-        can tell.  Returns at once; the ``tool.progress`` record follows
-        without the tool waiting for it.  Reports faster than
-        ``Limits.max_progress_per_second`` are coalesced, the newest always
-        kept (``loopruntime.progress``).
-
-        ``ProgressTooLargeError`` for a message over
-        ``Limits.max_progress_bytes``, ``TypeError``/``ValueError`` for a
-        fraction that is not a number from 0 to 1 (nothing recorded);
-        ``OutsideToolCallError`` once the call has ended.  From a worker
-        thread, call it through ``trio.from_thread.run_sync(ctx.progress, ...)``."""
+        """Say how far the call got, for people watching (never the model):
+        ``fraction`` of the work done, 0 to 1, when the tool can tell.  Returns
+        at once; the ``tool.progress`` record follows, coalesced past
+        ``Limits.max_progress_per_second`` (``loopruntime.progress``).
+        ``ProgressTooLargeError`` past ``Limits.max_progress_bytes``,
+        ``ValueError`` for a fraction out of range, ``OutsideToolCallError``
+        once the call ended.  From a thread: ``trio.from_thread.run_sync``."""
         if not self._active:
             raise OutsideToolCallError(
                 f"progress reported after tool call {self.execution_id} ({self.tool_name}) "
@@ -324,6 +319,9 @@ class Tool:
     (``redaction.redaction_text``); empty: described from ``redact_input``."""
     result_redaction: str = ""
     """``redact_result`` as declared, likewise."""
+    direct: bool = False
+    """Its result is the turn's answer when a reply calls only direct tools
+    (``loopruntime.direct``)."""
 
     def __post_init__(self) -> None:
         if self.timeout is not FROM_LIMITS:
@@ -495,6 +493,7 @@ def tool(
     redact_result: ResultRedaction | None = None,
     recover_input: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
     deferred: bool = False,
+    direct: bool = False,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Tool]: ...
 
 
@@ -516,6 +515,7 @@ def tool(
     redact_result: ResultRedaction | None = None,
     recover_input: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
     deferred: bool = False,
+    direct: bool = False,
 ) -> Tool | Callable[[Callable[..., Awaitable[Any]]], Tool]:
     """Make an async function a tool; bare (``@tool``) or with options.
 
@@ -532,7 +532,9 @@ def tool(
     gives a replay-safe call its real input back after a restore (see
     ``docs/tools.md``, "Redaction").  A field the input does not have is a
     ``ValueError`` here.  ``deferred`` keeps its schema out of the model's
-    requests until the model loads it (``load_tools``).
+    requests until the model loads it (``load_tools``).  ``direct`` makes
+    its result the turn's answer when a reply calls only direct tools
+    (``loopruntime.direct``).
     """
 
     def build(f: Callable[..., Awaitable[Any]]) -> Tool:
@@ -562,6 +564,7 @@ def tool(
             deferred=deferred,
             redaction=redaction_text(redact),
             result_redaction=redaction_text(redact_result),
+            direct=direct,
         )
 
     return build(fn) if fn is not None else build

@@ -257,7 +257,7 @@ class TranscriptRenderer:
             case TurnStarted():
                 lines.append(prefix + paint("dim", f"── turn {e.turn} ──"))
             case TurnEnded():
-                why = f" ({e.code})" if e.code else ""
+                why = f" ({e.code})" if e.code else (" (direct)" if e.direct else "")
                 who = f" by {e.principal}" if e.principal is not None else ""
                 lines.append(prefix + paint("dim", f"── turn {e.turn} {e.outcome}{who}{why} ──"))
             case _:
