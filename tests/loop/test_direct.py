@@ -16,8 +16,9 @@ import msgspec
 import pytest
 
 from journal import Journal, open_journal
+from journal.content import Text, ToolResult
 from journal.events import LoopConfigured, ToolCompleted, TurnEnded
-from loopruntime import LoopDefinition, ToolContext, tool
+from loopruntime import Delegate, LoopDefinition, ToolContext, tool
 from loopruntime.direct import DIRECT_INVALID
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import NoResultError, Session
@@ -209,3 +210,33 @@ async def test_the_next_turn_reads_the_direct_results(tmp_path: Path) -> None:
             await s.verify()
     seen = msgspec.json.encode(model.requests[1].messages).decode()
     assert "order A1: shipped" in seen and "thanks" in seen
+
+
+async def test_a_child_answered_by_direct_tools_reports_their_results() -> None:
+    child_model = ScriptedModel(
+        [
+            Reply(
+                text="Let me look.",
+                tool_calls=[ToolCall(name="lookup", input={"order": "A1"})],
+            )
+        ]
+    )
+    clerk = LoopDefinition(name="clerk", model=child_model, tools=[lookup])
+    lead_model = ScriptedModel(
+        [Reply(tool_calls=[ToolCall(name="ask_clerk", input={"task": "A1?"})]), Reply(text="ok")]
+    )
+    lead = LoopDefinition(
+        name="lead",
+        model=lead_model,
+        delegates=[Delegate(name="ask_clerk", description="Ask the clerk", definition=clerk)],
+    )
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, lead) as s:
+            await s.submit("where is A1?")
+            await s.wait_idle()
+            await s.verify()
+        report = await check(journal, s.id)
+    assert report.ok, report.summary()
+    result = lead_model.requests[1].messages[-1].blocks[0]
+    assert isinstance(result, ToolResult)
+    assert result.content == (Text(text="order A1: shipped"),)
