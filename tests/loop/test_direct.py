@@ -240,3 +240,21 @@ async def test_a_child_answered_by_direct_tools_reports_their_results() -> None:
     result = lead_model.requests[1].messages[-1].blocks[0]
     assert isinstance(result, ToolResult)
     assert result.content == (Text(text="order A1: shipped"),)
+
+
+async def test_a_direct_tool_that_redacts_its_result_answers_with_the_redacted_form() -> None:
+    @tool(permission="allow", direct=True, redact_result=["token"])
+    async def issue(ctx: ToolContext, *, user: str) -> dict[str, str]:
+        """Issues a token."""
+        return {"user": user, "token": "s3cr3t"}
+
+    model = ScriptedModel([calls(("issue", {"user": "bob"}))])
+    d = LoopDefinition(name="issuer", model=model, tools=[issue])
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, d, session_id="s") as s:
+            await s.submit("a token for bob")
+            await s.wait_idle()
+            answer = await s.result()
+        written = await records(journal, "s")
+    assert "bob" in answer and "s3cr3t" not in answer
+    assert not any("s3cr3t" in str(r.event) for r in written)
