@@ -9,11 +9,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
 
-from journal import Journal, Record, open_journal
-from journal.events import ToolCompleted, ToolProgress, ToolStarted, TurnEnded
+from journal import Draft, Journal, Record, open_journal
+from journal.events import LoopConfigured, ToolCompleted, ToolProgress, ToolStarted, TurnEnded
 from loopruntime import (
     Limits,
     LoopDefinition,
@@ -24,7 +25,7 @@ from loopruntime import (
 )
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
-from session import Client, Host, Session
+from session import Client, DefinitionDriftError, Host, Session
 from session.console.views import TranscriptFeed
 from session.replay import build_tree, check, render_transcript, replay_command
 from session.replay.tree import ToolStep
@@ -314,3 +315,32 @@ async def test_progress_through_a_host(autojump_clock: object) -> None:
     assert len(progress) < STEPS
     report = await check(journal, sid)
     assert report.ok, report.summary()
+
+
+async def test_a_journal_recorded_before_the_progress_limits_is_no_drift() -> None:
+    new = ("max_progress_per_second", "max_progress_bytes")
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, definition(), session_id="s") as s:
+            await s.submit("crawl")
+            await s.wait_idle()
+        # The same session as code before these limits recorded it.
+        lease = await journal.open_session("old", create=True)
+        drafts = []
+        for r in await records(journal, "s"):
+            event = r.event
+            if isinstance(event, LoopConfigured):
+                limits = {k: v for k, v in event.config.limits.items() if k not in new}
+                config = msgspec.structs.replace(event.config, limits=limits)
+                event = msgspec.structs.replace(event, config=config)
+            drafts.append(Draft(id=r.id, loop=r.loop, event=event, cause=r.cause))
+        await journal.append(lease, drafts, expected_seq=0)
+        await journal.release(lease)
+        async with Session.restore(journal, "old", definition(), drift="refuse") as s:
+            await s.wait_idle()
+        assert "loop.reconfigured" not in await tags(journal, "old")
+        # A limit set apart from its default is drift, as any other.
+        with pytest.raises(DefinitionDriftError, match="max_progress_bytes"):
+            async with Session.restore(
+                journal, "old", definition(max_progress_bytes=100), drift="refuse"
+            ):
+                pass
