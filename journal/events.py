@@ -88,6 +88,7 @@ __all__ = [
     "ToolAbandoned",
     "ToolConfig",
     "ToolCompleted",
+    "ToolProgress",
     "ToolResolved",
     "ToolStarted",
     "ToolsLoaded",
@@ -186,6 +187,8 @@ class ToolConfig(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """How its result is redacted, likewise."""
     middleware: tuple[str, ...] = ()
     """Its own middleware, outermost first, by qualified name."""
+    direct: bool = False
+    """Its result is the turn's answer (``@tool(direct=True)``)."""
 
 
 class ModeConfig(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -392,6 +395,11 @@ class TurnEnded(msgspec.Struct, tag="turn.ended", **_opts):
     output type on read (``Session.result``)."""
     principal: str | None = None
     """Who interrupted the turn, when an interrupt ended it and said so."""
+    direct: tuple[str, ...] = ()
+    """The tool_use ids of the direct tools whose results are the turn's
+    answer, in call order (``@tool(direct=True)``): no model call followed
+    them.  ``output`` then holds the answer: the results' texts (a list),
+    or the typed value they gave when the loop asks for one."""
 
 
 # -- model ------------------------------------------------------------------
@@ -483,6 +491,22 @@ class ToolCompleted(msgspec.Struct, tag="tool.completed", **_opts):
     """A structured value the tool returned beside its content (an MCP
     server's ``structuredContent``), as plain data; the model sees the
     content, where it is also written as JSON text."""
+
+
+class ToolProgress(msgspec.Struct, tag="tool.progress", **_opts):
+    """A running call said how far it got (``ToolContext.progress``).
+
+    Words for people watching, never shown to the model and never read by
+    the fold.  Reports a call makes faster than
+    ``Limits.max_progress_per_second`` are coalesced: the newest one is
+    recorded and ``coalesced`` counts the older ones it replaced."""
+
+    execution_id: str
+    tool_use_id: str
+    message: str
+    fraction: float | None = None
+    """How much of the work is done, from 0 to 1 (None: the tool cannot say)."""
+    coalesced: int = 0
 
 
 class ToolAbandoned(msgspec.Struct, tag="tool.abandoned", **_opts):
@@ -931,6 +955,7 @@ LoopEvent = (
     | ModelCallFailed
     | ToolStarted
     | ToolCompleted
+    | ToolProgress
     | ToolAbandoned
     | ToolResolved
     | ToolsLoaded

@@ -32,6 +32,7 @@ from .errors import NotRegisteredError as NotRegisteredError
 from .errors import NotUnknownEffectError as NotUnknownEffectError
 from .errors import OutsideToolCallError as OutsideToolCallError
 from .errors import PayloadTooLargeError as PayloadTooLargeError
+from .errors import ProgressTooLargeError as ProgressTooLargeError
 from .errors import QueueFullError as QueueFullError
 from .hooks import AddContext as AddContext
 from .hooks import AfterTool as AfterTool
@@ -101,6 +102,7 @@ __all__ = [
     "NotRegisteredError",
     "NotUnknownEffectError",
     "OutsideToolCallError",
+    "ProgressTooLargeError",
     "PermissionRequest",
     "PayloadTooLargeError",
     "Phase",

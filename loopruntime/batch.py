@@ -32,6 +32,7 @@ The module is one piece: its steps share one batch's plan (``_Batch``,
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -67,6 +68,7 @@ from .output import OutputTool
 from .overruns import overrun
 from .parallel import ALL, ANY, ParallelCalls, Waiter
 from .ports import ToolsPort
+from .progress import Progress
 from .redaction import Originals, input_digest, recovered_input, redacted_rewrite, scrub
 from .results import ToolOutput, is_empty_result, shape_result
 from .tools import (
@@ -554,9 +556,28 @@ async def _run_one(batch: _Batch, call: _Call) -> None:
         elif gate is not None:
             continuation = (await loop.wait_gate(gate.gate_id)).answer or ""
     questions = _Questions(loop, call, cause, reattach)
-    result = await _run_under_deadline(batch, call, questions, continuation, cause)
-    if result is not None:
-        await _settle(batch, call, result, cause)
+    limits = batch.resolved.limits
+    progress = Progress(
+        loop,
+        execution_id=call.execution_id,
+        tool_use_id=call.use.id,
+        tool_name=call.tool.name,
+        per_second=limits.max_progress_per_second,
+        limit=limits.max_progress_bytes,
+        cause=cause,
+    )
+    try:
+        result = await _run_under_deadline(
+            batch, call, questions, continuation, cause, progress.report
+        )
+    except BaseException:
+        progress.drop()
+        raise
+    if result is None:
+        progress.drop()  # cut by its deadline: its outcome is already committed
+        return
+    await progress.end()
+    await _settle(batch, call, result, cause)
 
 
 async def _run_under_deadline(
@@ -565,6 +586,7 @@ async def _run_under_deadline(
     questions: _Questions,
     continuation: str | None,
     cause: str | None,
+    report: Callable[[str, float | None], None],
 ) -> _Result | None:
     """Run the tool under its deadline until a run ends in time (its result)
     or the deadline's consequence is final (committed; None)."""
@@ -584,6 +606,7 @@ async def _run_under_deadline(
             continuation=continuation,
             runtime=loop,
             input=call.input,
+            report=report,
         )
         batch.entered.add(call.execution_id)
         with deadlines.timer(timeout) as deadline:

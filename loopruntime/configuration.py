@@ -194,6 +194,26 @@ def _limits(limits: Limits) -> dict[str, Any]:
     return {f.name: getattr(limits, f.name) for f in dataclasses.fields(limits)}
 
 
+def _with_later_limits(config: LoopConfig) -> LoopConfig:
+    """``config`` with each ``Limits`` field it predates at its default: a
+    limit is added with a default that keeps what loops did before it, so a
+    journal recorded before it ran as that default says (no drift)."""
+    defaults = _limits(Limits())
+
+    def filled(limits: dict[str, Any]) -> dict[str, Any]:
+        return limits if defaults.keys() <= limits.keys() else {**defaults, **limits}
+
+    if defaults.keys() <= config.limits.keys() and all(
+        m.limits is None or defaults.keys() <= m.limits.keys() for m in config.modes
+    ):
+        return config
+    modes = tuple(
+        m if m.limits is None else msgspec.structs.replace(m, limits=filled(m.limits))
+        for m in config.modes
+    )
+    return msgspec.structs.replace(config, limits=filled(config.limits), modes=modes)
+
+
 def _permission(policy: PermissionPolicy | None) -> str:
     if policy is None:
         return "none"
@@ -216,6 +236,7 @@ def _tool(
         redact=tool.redaction or _described(tool.redact_input),
         redact_result=tool.result_redaction or _described(tool.redact_output),
         middleware=tuple(qualified_name(m) for m in tool.middleware),
+        direct=tool.direct,
     )
 
 
@@ -226,6 +247,7 @@ def _described(fn: object) -> str:
 
 def changes(old: LoopConfig, new: LoopConfig) -> tuple[ConfigChange, ...]:
     """Every difference from ``old`` to ``new`` (empty when they are equal)."""
+    old = _with_later_limits(old)
     found: list[ConfigChange] = []
     if old.model != new.model:
         found.append(ConfigChange(what="model", old=old.model, new=new.model))
@@ -326,7 +348,9 @@ _ORDER = (
 
 def _flags(tool: ToolConfig) -> str:
     on = [
-        f for f in ("replay_safe", "resumable", "atomic", "offered", "deferred") if getattr(tool, f)
+        f
+        for f in ("replay_safe", "resumable", "atomic", "offered", "deferred", "direct")
+        if getattr(tool, f)
     ]
     return ", ".join([*on, f"permission={tool.permission}"])
 

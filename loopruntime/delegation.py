@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import msgspec
 import trio
 
 from journal.content import Message, Text
@@ -65,6 +66,15 @@ def child_outcome(child: ChildLoop) -> tuple[ChildStatus, str]:
         if message.role == "assistant":
             text = "\n".join(b.text for b in message.blocks if isinstance(b, Text))
             break
+    if status == "completed" and state.last_direct:
+        # Answered by direct tools: their results are the answer, not the
+        # text the model wrote beside its calls.
+        answer = state.last_output
+        text = (
+            "\n\n".join(answer)
+            if isinstance(answer, list) and all(isinstance(a, str) for a in answer)
+            else msgspec.json.encode(answer).decode()
+        )
     if status != "completed" and state.last_failure:
         # The last assistant text may be an earlier turn's: the reason is what counts.
         text = state.last_failure

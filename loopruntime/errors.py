@@ -25,6 +25,7 @@ __all__ = [
     "NotUnknownEffectError",
     "OutsideToolCallError",
     "PayloadTooLargeError",
+    "ProgressTooLargeError",
     "QueueFullError",
     "RedactedInputError",
     "ScriptExhaustedError",
@@ -229,10 +230,29 @@ class LifecycleError(LoopError):
 
 
 class OutsideToolCallError(LoopError):
-    """A gate was asked for outside a running tool call (fails secure)."""
+    """A gate was asked for, or progress reported, outside a running tool
+    call (fails secure)."""
 
     kind = "gate"
     code = "gate.outside_tool_call"
+
+
+class ProgressTooLargeError(LoopError, ValueError):
+    """A tool's progress message (``ToolContext.progress``) is longer than
+    ``Limits.max_progress_bytes`` (UTF-8); nothing was recorded and the call
+    runs on.  ``execution_id`` names the call, ``size`` and ``limit`` are in
+    bytes."""
+
+    kind = "tool"
+    code = "tool.progress_too_large"
+
+    def __init__(self, *, execution_id: str, tool: str, size: int, limit: int) -> None:
+        self.execution_id, self.tool, self.size, self.limit = execution_id, tool, size, limit
+        super().__init__(
+            f"progress message of tool call {execution_id} ({tool}) is {size:,} bytes, over "
+            f"the limit of {limit:,} bytes (Limits.max_progress_bytes); nothing was recorded: "
+            "report a shorter message (the details belong in the result)"
+        )
 
 
 ModelErrorKind = Literal[

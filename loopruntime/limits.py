@@ -88,6 +88,13 @@ class Limits:
     """Tokens every loop of the session may spend together; once reached, a
     turn ends as above and a submit is refused (``BudgetExhaustedError``, and
     a ``turn.rejected`` record).  None: no bound."""
+    max_progress_per_second: int = 4
+    """Progress records (``ToolContext.progress``) one tool call commits per
+    second; faster reports are coalesced into the newest, which is always
+    recorded (at the latest when the call ends)."""
+    max_progress_bytes: int = 2048
+    """Bytes (UTF-8) of one progress message; a longer one is refused with
+    ``ProgressTooLargeError`` and nothing is recorded."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -103,6 +110,8 @@ class Limits:
             "max_answer_bytes",
             "max_tool_input_bytes",
             "max_response_bytes",
+            "max_progress_per_second",
+            "max_progress_bytes",
         ):
             _check_count(name, getattr(self, name), least=1)
         for name in ("retained_exchanges", "tool_retries", "model_retries", "max_output_retries"):

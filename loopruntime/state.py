@@ -58,6 +58,7 @@ from journal.events import (
     SteerQueued,
     ToolAbandoned,
     ToolCompleted,
+    ToolProgress,
     ToolResolved,
     ToolsLoaded,
     ToolStarted,
@@ -180,6 +181,9 @@ class LoopState(msgspec.Struct, kw_only=True):
     last_output: Any = None
     """The typed answer of the last turn, as plain data (``turn.ended``
     ``output``); None when it gave none."""
+    last_direct: bool = False
+    """The last turn was answered by direct tools (``turn.ended`` ``direct``):
+    ``last_output`` holds their answer."""
     last_outcome: Outcome | None = None
     last_failure: str = ""
     """Why the last turn did not complete (its ``turn.ended`` detail, e.g. the
@@ -493,6 +497,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
                 state.model = _model_in_use(state, state.configured)
             state.last_outcome = event.outcome
             state.last_output = event.output
+            state.last_direct = bool(event.direct)
             failed = event.outcome != "completed"
             state.last_failure = event.detail if failed else ""
             state.last_failure_code = (event.code or "") if failed else ""
@@ -636,6 +641,8 @@ def fold(state: LoopState, record: Record) -> LoopState:
             _remember_key(state, record, event)
         case TurnRejected():
             pass  # a refusal: nothing was queued
+        case ToolProgress():
+            pass  # words for people watching; the loop reads nothing in them
         # Found in _STEP_KINDS above; matched here for the exhaustiveness check.
         case ModelOutput():
             _model_output(state, record, event)

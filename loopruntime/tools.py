@@ -151,6 +151,7 @@ class ToolContext:
         continuation: str | None = None,
         runtime: Any = None,
         input: Mapping[str, Any] | None = None,
+        report: Callable[[str, float | None], None] | None = None,
     ) -> None:
         self.loop = loop
         self.input: Mapping[str, Any] = MappingProxyType(input if input is not None else {})
@@ -166,6 +167,7 @@ class ToolContext:
         self.tool_name = tool_name
         self.continuation = continuation
         self._ask = ask
+        self._report = report
         self._active = True
 
     async def ask_user(self, question: str, choices: Sequence[str] | None = None) -> str:
@@ -218,6 +220,22 @@ class ToolContext:
             answer, self.continuation = self.continuation, None
             return answer
         return await self._ask(prompt, None, url=url, needs_value=value)
+
+    def progress(self, message: str, fraction: float | None = None) -> None:
+        """Say how far the call got, for people watching (never the model):
+        ``fraction`` of the work done, 0 to 1, when the tool can tell.  Returns
+        at once; the ``tool.progress`` record follows, coalesced past
+        ``Limits.max_progress_per_second`` (``loopruntime.progress``).
+        ``ProgressTooLargeError`` past ``Limits.max_progress_bytes``,
+        ``ValueError`` for a fraction out of range, ``OutsideToolCallError``
+        once the call ended.  From a thread: ``trio.from_thread.run_sync``."""
+        if not self._active:
+            raise OutsideToolCallError(
+                f"progress reported after tool call {self.execution_id} ({self.tool_name}) "
+                "finished; a call can only report progress while it runs"
+            )
+        if self._report is not None:
+            self._report(message, fraction)
 
     def check_owner(self) -> None:
         """Raise ``LeaseLostError`` when the host running this call no longer
@@ -301,6 +319,9 @@ class Tool:
     (``redaction.redaction_text``); empty: described from ``redact_input``."""
     result_redaction: str = ""
     """``redact_result`` as declared, likewise."""
+    direct: bool = False
+    """Its result is the turn's answer when a reply calls only direct tools
+    (``loopruntime.direct``)."""
 
     def __post_init__(self) -> None:
         if self.timeout is not FROM_LIMITS:
@@ -472,6 +493,7 @@ def tool(
     redact_result: ResultRedaction | None = None,
     recover_input: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
     deferred: bool = False,
+    direct: bool = False,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Tool]: ...
 
 
@@ -493,6 +515,7 @@ def tool(
     redact_result: ResultRedaction | None = None,
     recover_input: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
     deferred: bool = False,
+    direct: bool = False,
 ) -> Tool | Callable[[Callable[..., Awaitable[Any]]], Tool]:
     """Make an async function a tool; bare (``@tool``) or with options.
 
@@ -509,7 +532,9 @@ def tool(
     gives a replay-safe call its real input back after a restore (see
     ``docs/tools.md``, "Redaction").  A field the input does not have is a
     ``ValueError`` here.  ``deferred`` keeps its schema out of the model's
-    requests until the model loads it (``load_tools``).
+    requests until the model loads it (``load_tools``).  ``direct`` makes
+    its result the turn's answer when a reply calls only direct tools
+    (``loopruntime.direct``).
     """
 
     def build(f: Callable[..., Awaitable[Any]]) -> Tool:
@@ -539,6 +564,7 @@ def tool(
             deferred=deferred,
             redaction=redaction_text(redact),
             result_redaction=redaction_text(redact_result),
+            direct=direct,
         )
 
     return build(fn) if fn is not None else build

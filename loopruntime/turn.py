@@ -51,6 +51,7 @@ from journal.events import (
 from . import budgets, deadlines, hooks
 from .batch import run_batch
 from .deferred import advertised
+from .direct import direct_verdict
 from .errors import ModelError
 from .ids import new_id
 from .model import Accumulator, ModelRequest, coalesce
@@ -120,6 +121,8 @@ class TurnRunner:
             t.name: t.redact_input for t in self.resolved.tools if t.redact_input is not None
         }
         """The tools whose calls' inputs the journal holds redacted (``redaction``)."""
+        self.direct = frozenset(t.name for t in self.resolved.tools if t.direct)
+        """The tools whose results may be the turn's answer (``direct``)."""
 
     @property
     def state(self) -> LoopState:
@@ -222,6 +225,11 @@ class TurnRunner:
                 )
                 continue
             output = self.resolved.output
+            if self.direct and not state.steering:
+                # The reply called direct tools only: their results answer.
+                ended = direct_verdict(self.direct, output, state.messages)
+                if ended is not None:
+                    await self.end(**ended)
             if output is not None:
                 # A typed answer was accepted, or the model used up its attempts.
                 retries = self.resolved.limits.max_output_retries
@@ -310,6 +318,7 @@ class TurnRunner:
         settle: list[Event] | None = None,
         output: Any = None,
         cause: str | None = None,
+        direct: tuple[str, ...] = (),
     ) -> None:
         """Commit ``turn.ended`` (with the queue consequences) and stop the turn.
         The records' cause is ``cause`` (a model call's), else the turn's."""
@@ -322,6 +331,7 @@ class TurnRunner:
                 code=code,
                 detail=detail,
                 output=output,
+                direct=direct,
             )
         )
         events.extend(queue_consequences(self.state, outcome))

@@ -31,7 +31,7 @@ PUBLIC = {
         "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError",
         "IdempotencyKeyError", "QueueFullError", "PayloadTooLargeError", "BudgetExhaustedError",
         "NotRegisteredError", "DefinitionError", "NameClashError", "ChildRejectedError",
-        "LeaseLostError",
+        "LeaseLostError", "ProgressTooLargeError",
         "hook", "Hook", "AddContext", "StopTurn", "Deny", "Rewrite", "ReplaceResult",
         "BeforeModel", "BeforeTool", "AfterTool", "TurnEnd",
         "classifier", "Classifier", "PermissionRequest", "Review",

@@ -18,6 +18,7 @@ from journal.events import (
     ModelMessageCommitted,
     ModelOutput,
     ToolCompleted,
+    ToolProgress,
 )
 
 __all__ = ["PIPELINED", "may_pipeline"]
@@ -28,13 +29,15 @@ PIPELINED: tuple[type, ...] = (
     ModelMessageCommitted,
     ContextMeasured,
     ToolCompleted,
+    ToolProgress,
 )
 """Event kinds whose loss in a crash leaves a state restore already settles:
 a model call that is open, or never started, is called again (its streamed
 pieces and its reply are the model's, not the world's); a tool whose
 completion is lost is an unknown effect, exactly as when the crash comes
 while that completion is being appended today (the writer starts appending
-it within ``writer.LINGER``; only the model call after it no longer waits)."""
+it within ``writer.LINGER``; only the model call after it no longer waits).
+A lost ``tool.progress`` loses words for people, nothing the loop reads."""
 
 
 _KINDS = frozenset(PIPELINED)

@@ -56,5 +56,6 @@ def turn_result(
         )
     spec = definition.resolved(mode).output
     if spec is None:
-        return text
+        # A turn answered by direct tools: their results, in call order.
+        return "\n\n".join(ended.output) if ended.direct else text
     return spec.decode(ended.output)

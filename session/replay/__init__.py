@@ -26,6 +26,7 @@ from .tree import GateNode as GateNode
 from .tree import InputNode as InputNode
 from .tree import ModelStep as ModelStep
 from .tree import NoticeNode as NoticeNode
+from .tree import ProgressNode as ProgressNode
 from .tree import Relation as Relation
 from .tree import Run as Run
 from .tree import Stats as Stats
@@ -53,6 +54,7 @@ __all__ = [
     "CheckReport",
     "Epoch",
     "GateNode",
+    "ProgressNode",
     "InputNode",
     "ModelStep",
     "NoticeNode",

@@ -52,6 +52,7 @@ from journal.events import (
     SteerQueued,
     ToolAbandoned,
     ToolCompleted,
+    ToolProgress,
     ToolResolved,
     ToolsLoaded,
     ToolStarted,
@@ -131,6 +132,7 @@ class TranscriptRenderer:
                 | ModelCallFailed()
                 | ToolStarted()
                 | ToolCompleted()
+                | ToolProgress()
                 | ToolAbandoned()
                 | ToolResolved()
                 | DeadlinePassed()
@@ -255,7 +257,7 @@ class TranscriptRenderer:
             case TurnStarted():
                 lines.append(prefix + paint("dim", f"── turn {e.turn} ──"))
             case TurnEnded():
-                why = f" ({e.code})" if e.code else ""
+                why = f" ({e.code})" if e.code else (" (direct)" if e.direct else "")
                 who = f" by {e.principal}" if e.principal is not None else ""
                 lines.append(prefix + paint("dim", f"── turn {e.turn} {e.outcome}{who}{why} ──"))
             case _:
@@ -268,6 +270,7 @@ class TranscriptRenderer:
         | ModelCallFailed
         | ToolStarted
         | ToolCompleted
+        | ToolProgress
         | ToolAbandoned
         | ToolResolved
         | DeadlinePassed,
@@ -299,6 +302,11 @@ class TranscriptRenderer:
                     + paint("tool", f"← {name} ({e.disposition}{took}{cut}): ")
                     + short(blocks_text(e.content))
                 )
+            case ToolProgress():
+                started = self._tools.get(e.execution_id)
+                name = started.name if started else self._names.get(e.tool_use_id, "call")
+                done = f" {e.fraction:.0%}" if e.fraction is not None else ""
+                lines.append(prefix + paint("dim", f"… {name}{done}: ") + short(e.message))
             case ToolAbandoned():
                 lines.append(
                     prefix

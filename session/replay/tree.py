@@ -88,6 +88,16 @@ class GateNode(msgspec.Struct, **_S):
     """The principal that answered, when the command said."""
 
 
+class ProgressNode(msgspec.Struct, **_S):
+    """A running tool call's report of how far it got (``tool.progress``)."""
+
+    seq: int
+    message: str
+    fraction: float | None = None
+    coalesced: int = 0
+    """Reports this one replaced, made faster than the loop records them."""
+
+
 class InputNode(msgspec.Struct, **_S):
     id: str
     input_id: str
@@ -162,6 +172,8 @@ class ToolStep(msgspec.Struct, tag="tool", tag_field="kind", **_S):
     """The result was written by the runtime or the host (rejected, not run,
     interrupted, resolved), not produced by running the tool."""
     gates: list[GateNode] = []
+    progress: list[ProgressNode] = []
+    """The call's progress reports, in order (``tool.progress``)."""
 
 
 Step = ModelStep | ToolStep
@@ -368,6 +380,8 @@ def render_tree(tree: Tree, *, color: bool = False) -> str:
                                         "gate", f"gate {g.kind}: {short(g.prompt, 60)} → {closed}"
                                     )
                                 )
+                            if step.progress:
+                                out.append("            " + _render_progress(step.progress))
         queued = [i for i in s.inputs if i.status == "queued"]
         for i in queued:
             out.append(f"    queued input {i.input_id} ({i.trigger}): {short(i.text, 80)}")
@@ -381,6 +395,13 @@ def render_tree(tree: Tree, *, color: bool = False) -> str:
                 )
             )
     return "\n".join(out)
+
+
+def _render_progress(reports: list[ProgressNode]) -> str:
+    """The newest report of a call, and how many it made (the tree keeps all)."""
+    last = reports[-1]
+    done = f" {last.fraction:.0%}" if last.fraction is not None else ""
+    return f"progress{done}: {short(last.message, 80)} ({len(reports)} recorded)"
 
 
 def _render_step(step: Step, paint: Callable[[str, str], str]) -> str:

@@ -57,6 +57,7 @@ from journal.events import (
     SteerQueued,
     ToolAbandoned,
     ToolCompleted,
+    ToolProgress,
     ToolResolved,
     ToolsLoaded,
     ToolStarted,
@@ -89,6 +90,7 @@ from .tree import (
     Lineage,
     ModelStep,
     NoticeNode,
+    ProgressNode,
     Quality,
     Relation,
     RelationKind,
@@ -180,6 +182,16 @@ class _StreamBuilder:
                 self._run_step(r, e)
             case ToolStarted() | ToolCompleted() | ToolAbandoned() | ToolResolved():
                 self._tool_call(r, e)
+            case ToolProgress():
+                found = self.by_execution.get(e.execution_id)
+                if found is not None:
+                    found.progress.append(
+                        ProgressNode(
+                            seq=r.seq, message=e.message, fraction=e.fraction, coalesced=e.coalesced
+                        )
+                    )
+                    found.seqs.append(r.seq)
+                    found.last_seq = r.seq
             case GateOpened() | GateResolved() | GateCancelled():
                 self._gate(r, e)
             case (

@@ -58,6 +58,7 @@ from journal.events import (
     SteerQueued,
     ToolAbandoned,
     ToolCompleted,
+    ToolProgress,
     ToolResolved,
     ToolsLoaded,
     ToolStarted,
@@ -184,6 +185,7 @@ def read_facts(records: list[Record]) -> Facts:
                 | ToolsLoaded()
                 | ModelCallStarted()
                 | ModelOutput()
+                | ToolProgress()
                 | GateOpened()
                 | GateResolved()
                 | GateCancelled()

@@ -80,6 +80,7 @@ from journal.events import (
     SteerQueued,
     ToolAbandoned,
     ToolCompleted,
+    ToolProgress,
     ToolResolved,
     ToolsLoaded,
     ToolStarted,
@@ -200,6 +201,8 @@ class SpanBuilder:
                 self._tool_call(r, e, loop, done)
             case ToolAbandoned() | ToolResolved():
                 self._unsettled_call(r, e, loop, done)
+            case ToolProgress():
+                self._progress(r, e)
             case GateOpened() | GateResolved() | GateCancelled() | GateReviewed() | HookDecided():
                 self._gate(r, e, loop)
             case (
@@ -389,6 +392,18 @@ class SpanBuilder:
                 done.append(_close(tool, r))
             case _:
                 assert_never(e)
+
+    def _progress(self, r: Record, e: ToolProgress) -> None:
+        """A running call's report: an event on its ``execute_tool`` span."""
+        tool = self.tools.get(e.execution_id)
+        if tool is None:
+            return  # a report of a call whose start this trace never saw
+        attributes: dict[str, Any] = {"loopruntime.progress.message": e.message}
+        if e.fraction is not None:
+            attributes["loopruntime.progress.fraction"] = e.fraction
+        if e.coalesced:
+            attributes["loopruntime.progress.coalesced"] = e.coalesced
+        tool.events.append(("loopruntime.tool.progress", r.at, attributes))
 
     def _unsettled_call(
         self, r: Record, e: ToolAbandoned | ToolResolved, loop: _Loop, done: list[FinishedSpan]

@@ -35,6 +35,7 @@ from journal.events import (
     SessionForked,
     ToolAbandoned,
     ToolCompleted,
+    ToolProgress,
     ToolResolved,
     ToolStarted,
     TurnEnded,
@@ -171,6 +172,14 @@ CASES: list[tuple[str, list[Event]]] = [
         ],
     ),
     ("tool started once", [*opening(), started("x1"), started("x1")]),
+    (
+        "progress names a running call",
+        [*opening(), ToolProgress(execution_id="x9", tool_use_id="tu1", message="never started")],
+    ),
+    (
+        "progress names a running call",
+        [*good_turn()[:7], ToolProgress(execution_id="x1", tool_use_id="tu1", message="too late")],
+    ),
     ("settlement follows its start", [*opening(), done("x9", "tu1")]),
     ("settlement names its call", [*opening(), started("x1"), done("x1", "tu2")]),
     ("tool settled at most once", [*good_turn()[:7], done("x1", "tu1")]),

@@ -20,6 +20,7 @@ from tests.support import (
     crash_budgets,
     crash_hosts,
     crash_points,
+    crash_progress,
     crash_redaction,
     crash_scenarios,
     crash_traces,
@@ -55,6 +56,9 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     "reconfigure": crash_scenarios.reconfigure,
     "inference": crash_scenarios.inference,
     "live-host": crash_scenarios.live_host,
+    # URL SESSION_ID yes|no: killed once a tool's progress reports are durable,
+    # the tool replay-safe (yes) or not
+    "progress": crash_progress.progress,
     # WORKDIR [KILL_AFTER], then WORKDIR
     "deadline": crash_scenarios.deadline,
     "deadline-restore": crash_scenarios.deadline_restore,

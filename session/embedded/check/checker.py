@@ -70,6 +70,7 @@ from journal.events import (
     SteerQueued,
     ToolAbandoned,
     ToolCompleted,
+    ToolProgress,
     ToolResolved,
     ToolsLoaded,
     ToolStarted,
@@ -305,6 +306,10 @@ class _Checker:
                 self._compaction_rules(r, e, state)
             case SessionCheckpoint() | SessionForked():
                 self._session_rules(r, e, state)
+            case ToolProgress():
+                # Written only while its call runs, before the call's result.
+                if e.execution_id not in self.started or self.settled[e.execution_id]:
+                    self.bad(r.seq, "progress names a running call", e.execution_id)
             case (
                 LoopStarted()
                 | LoopModeChanged()

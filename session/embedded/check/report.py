@@ -21,6 +21,7 @@ RULES = (
     "settlement follows its start",
     "settlement names its call",
     "tool settled at most once",
+    "progress names a running call",
     "result answers an open tool_use",
     "every tool_use answered exactly once",
     "every tool_use answered before the next call",
