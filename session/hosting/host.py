@@ -177,6 +177,39 @@ class _Hosted:
         )
 
 
+class _Deadlines(trio.abc.Instrument):
+    """Cancels a held session's scope the moment trio time passes its
+    deadline, checked before every task step.
+
+    Trio itself looks at deadlines once per batch of steps: a host paused
+    (SIGSTOP, a VM migration) after that look would, on waking, run the rest
+    of the batch first, and a tool whose own sleep had ended just before the
+    pause would take its next step (its effect) with the session's scope not
+    yet cancelled.  The cost per step is one clock read while no deadline is
+    due; a scan of the held sessions when one is."""
+
+    def __init__(self, sessions: dict[str, _Hosted]) -> None:
+        self.sessions = sessions
+        self.due = math.inf
+        """No held session's deadline is earlier (deadlines only move later)."""
+
+    def note(self, deadline: float) -> None:
+        self.due = min(self.due, deadline)
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        now = trio.current_time()
+        if now < self.due:
+            return
+        due = math.inf
+        for hosted in self.sessions.values():
+            deadline = hosted.scope.deadline
+            if deadline <= now:
+                hosted.scope.cancel()
+            else:
+                due = min(due, deadline)
+        self.due = due
+
+
 class Host:
     """Runs sessions for ``definitions`` (name -> definition) from the inbox.
 
@@ -230,6 +263,7 @@ class Host:
         self._stop_checkpoints_skipped = 0
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self._deadlines = _Deadlines(self.sessions)
         self.log = log.bind(host=self.id)
         self._outage = Outage(self.log)
 
@@ -265,19 +299,23 @@ class Host:
             principals=principals,
         )
         await host._register_first()
-        async with trio.open_nursery() as nursery:
-            host._nursery = nursery
-            # Listening before the first look for work: nothing put between is missed.
-            await nursery.start(host._listener)
-            nursery.start_soon(host._claimer)
-            nursery.start_soon(host._renewer)
-            try:
-                yield host
-            finally:
-                with trio.CancelScope(shield=True):
-                    await host.aclose()
-                    await host._deregister()
-                nursery.cancel_scope.cancel()
+        trio.lowlevel.add_instrument(host._deadlines)
+        try:
+            async with trio.open_nursery() as nursery:
+                host._nursery = nursery
+                # Listening before the first look for work: nothing put between is missed.
+                await nursery.start(host._listener)
+                nursery.start_soon(host._claimer)
+                nursery.start_soon(host._renewer)
+                try:
+                    yield host
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await host.aclose()
+                        await host._deregister()
+                    nursery.cancel_scope.cancel()
+        finally:
+            trio.lowlevel.remove_instrument(host._deadlines)
 
     def statistics(self) -> HostStatistics:
         return HostStatistics(
@@ -520,6 +558,7 @@ class Host:
             else:
                 hosted.lease = after
                 hosted.owned_until(sent, self.lease_ttl, self.lease_margin)
+                self._deadlines.note(hosted.owned_to)
         return True
 
     def _drop(self, hosted: _Hosted, why: str) -> None:
@@ -612,6 +651,7 @@ class Host:
             return  # another host was quicker
         hosted.lease = lease
         hosted.owned_until(sent, self.lease_ttl, self.lease_margin)
+        self._deadlines.note(hosted.owned_to)
         self._claims += 1
         if claim.owner is not None and claim.owner != self.id:
             self._failovers += 1

@@ -55,6 +55,10 @@ class Effects:
         self.done: list[str] = []
         self.seen: list[BaseException] = []
         self.host: Host | None = None
+        self.go = False
+        """What the ``poll`` tool waits for before its effect."""
+        self.polling: trio.lowlevel.Task | None = None
+        """The task of the ``poll`` tool while it sleeps between two looks."""
 
 
 def effect_definition(effects: Effects, how: str) -> LoopDefinition:
@@ -63,7 +67,8 @@ def effect_definition(effects: Effects, how: str) -> LoopDefinition:
     ``how``: ``sleep`` sleeps past two lease TTLs before its effect;
     ``deadline`` sleeps until exactly its host's deadline for the session;
     ``shielded`` works 2 TTLs in a stretch nothing can cancel, then asks
-    ``ctx.check_owner()`` before its effect."""
+    ``ctx.check_owner()`` before its effect; ``poll`` looks at ``effects.go``
+    every second until it is set."""
 
     @tool(permission="allow")
     async def charge(ctx: ToolContext, *, amount: int) -> str:
@@ -80,6 +85,11 @@ def effect_definition(effects: Effects, how: str) -> LoopDefinition:
             except LeaseLostError as exc:
                 effects.seen.append(exc)
                 raise
+        elif how == "poll":
+            while not effects.go:
+                effects.polling = trio.lowlevel.current_task()
+                await trio.sleep(1)
+                effects.polling = None
         else:
             await trio.sleep(2 * TTL)
         effects.done.append(ctx.execution_id)
@@ -94,10 +104,12 @@ def effect_definition(effects: Effects, how: str) -> LoopDefinition:
     return LoopDefinition(name="charger", model=ScriptedModel(script), tools=[charge])
 
 
-async def run_until_the_deadline(how: str) -> tuple[Effects, Renewals, list[dict[str, object]]]:
+async def run_until_the_deadline(
+    how: str, effects: Effects | None = None
+) -> tuple[Effects, Renewals, list[dict[str, object]]]:
     """A host whose renewals fail from the start runs ``charge``; back once
     the deadline stopped it."""
-    effects = Effects()
+    effects = effects or Effects()
     journal = Renewals(trio_clock_journal())
     journal.failing = True
     defs = {"charger": effect_definition(effects, how)}
@@ -134,6 +146,41 @@ async def test_a_tool_whose_sleep_ends_at_the_deadline_does_not_win(
     # session's, so the tool never reaches its next step.
     effects, _, _ = await run_until_the_deadline("deadline")
     assert effects.done == []
+
+
+class Pause(trio.abc.Instrument):
+    """A SIGSTOP at the worst moment, in virtual time: the poll tool's sleep
+    ended and trio scheduled its task, then the process stops before that task
+    steps; it wakes 3 TTLs later, with ``go`` set meanwhile (another host took
+    the session and the operator settled the call)."""
+
+    def __init__(self, effects: Effects, clock: trio.testing.MockClock) -> None:
+        self.effects, self.clock = effects, clock
+        self.paused = False
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.effects.polling and not self.paused:
+            self.paused = True
+            self.clock.jump(3 * TTL)
+            self.effects.go = True
+
+
+async def test_a_host_woken_past_its_deadline_stops_a_tool_before_its_next_step(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Trio looks at its deadlines once per batch of task steps; a pause
+    # between that look and the tool's step must not let the step run.
+    effects = Effects()
+    pause = Pause(effects, autojump_clock)
+    trio.lowlevel.add_instrument(pause)
+    try:
+        effects, _, logs = await run_until_the_deadline("poll", effects)
+    finally:
+        trio.lowlevel.remove_instrument(pause)
+    assert pause.paused
+    assert effects.done == []
+    stopped = [e for e in logs if e["event"] == "session_stopped"]
+    assert [e["reason"] for e in stopped] == ["lease_deadline"]
 
 
 async def test_check_owner_raises_once_the_lease_ran_out(autojump_clock: object) -> None:
