@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import msgspec
@@ -185,19 +185,32 @@ class _Deadlines(trio.abc.Instrument):
     (SIGSTOP, a VM migration) after that look would, on waking, run the rest
     of the batch first, and a tool whose own sleep had ended just before the
     pause would take its next step (its effect) with the session's scope not
-    yet cancelled.  The cost per step is one clock read while no deadline is
-    due; a scan of the held sessions when one is."""
+    yet cancelled.  The cost per step is one read of the run's clock and one
+    comparison with the nearest deadline; a scan of the held sessions only
+    once that deadline passed.  The deadlines are the scopes' own, read at
+    the scan, so a renewal, a stop or a take again leaves nothing stale here."""
 
     def __init__(self, sessions: dict[str, _Hosted]) -> None:
         self.sessions = sessions
         self.due = math.inf
-        """No held session's deadline is earlier (deadlines only move later)."""
+        """No held session's deadline is earlier: lowered by each take or
+        renewal, recomputed by each scan."""
+        self.now: Callable[[], float] = trio.current_time
+
+    def start(self) -> None:
+        """Check before every step of this trio run, until ``stop``."""
+        # The run's clock itself: a step spares trio.current_time's lookups.
+        self.now = trio.lowlevel.current_clock().current_time
+        trio.lowlevel.add_instrument(self)
+
+    def stop(self) -> None:
+        trio.lowlevel.remove_instrument(self)
 
     def note(self, deadline: float) -> None:
         self.due = min(self.due, deadline)
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        now = trio.current_time()
+        now = self.now()
         if now < self.due:
             return
         due = math.inf
@@ -299,7 +312,7 @@ class Host:
             principals=principals,
         )
         await host._register_first()
-        trio.lowlevel.add_instrument(host._deadlines)
+        host._deadlines.start()
         try:
             async with trio.open_nursery() as nursery:
                 host._nursery = nursery
@@ -315,7 +328,7 @@ class Host:
                         await host._deregister()
                     nursery.cancel_scope.cancel()
         finally:
-            trio.lowlevel.remove_instrument(host._deadlines)
+            host._deadlines.stop()
 
     def statistics(self) -> HostStatistics:
         return HostStatistics(
