@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
@@ -73,6 +74,7 @@ from journal import (
 from journal import inbox as ib
 from loopruntime import LeaseLostError, LoopDefinition
 from loopruntime.host import new_id, owning
+from loopruntime.models import RateLimit, RateLimitError, use_default_rate_limit
 
 from ..embedded.checkpoints import read_restored
 from ..embedded.runtime import ROOT_LOOP, Session
@@ -123,6 +125,11 @@ class HostStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """Taking new work: registered, not stopping, and the journal within reach."""
     outages: int = 0
     """Times the journal went out of reach (see ``session.hosting.host_outage``)."""
+    refused: dict[str, int] = msgspec.field(default_factory=dict)
+    """Inbox entries consumed as refused (counted in ``applied`` too), by the
+    name of the error in their outcome (``UnknownPrincipalError``,
+    ``InboxEntryDamaged``, ``UnknownSessionError``, or the error the command
+    raised, such as ``GateMismatchError``)."""
 
 
 class _Hosted:
@@ -239,7 +246,14 @@ class Host:
         max_sessions: int = 1000,
         poll: float = 1.0,
         principals: Principals | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
+        if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+            raise RateLimitError(
+                "rate_limit",
+                rate_limit,
+                expected="a RateLimit(requests_per_minute=..., tokens_per_minute=...) or None",
+            )
         for name, value in (("idle_after", idle_after), ("lease_ttl", lease_ttl), ("poll", poll)):
             if not isinstance(value, int | float) or not value > 0 or math.isinf(value):
                 raise ValueError(f"Host {name} must be a positive number of seconds, not {value!r}")
@@ -251,6 +265,9 @@ class Host:
                     f"Host definitions: {name!r} maps to definition {definition.name!r}; "
                     "key each definition by its own name"
                 )
+        self.rate_limit = rate_limit
+        """The run's default limit for the definitions' models that set none
+        (``Host.open`` sets it; a model's own ``rate_limit`` wins)."""
         self.principals = checked_principals(principals)
         """Who this host takes commands from (None: anyone, named or not)."""
         self.journal = journal
@@ -268,6 +285,7 @@ class Host:
         self.sessions: dict[str, _Hosted] = {}
         self._claims = self._failovers = self._passivations = self._applied = 0
         self._fenced = self._expired = 0
+        self._refused: Counter[str] = Counter()
         self._stopping = False
         self._registered = False
         self._stop_checkpoints = trio.CapacityLimiter(_STOP_CHECKPOINTS)
@@ -293,11 +311,16 @@ class Host:
         max_sessions: int = 1000,
         poll: float = 1.0,
         principals: Principals | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> AsyncIterator[Host]:
         """Run a host until the block ends; then ``aclose`` (a clean stop).
         ``principals``: take commands only from these (a collection, or a
         predicate on the principal); others are refused, with the reason in
         the entry's outcome.  Knowing a principal authorizes nothing more.
+        ``rate_limit``: the shared rate limit of every model the definitions
+        use that sets no ``rate_limit`` of its own, one limiter per provider
+        and model for the whole trio run (``use_default_rate_limit``); a
+        model's own limit wins.  None leaves the run's default as it is.
 
         The host id is registered in the journal first: an id a live host
         already uses is a ``HostIdInUseError`` before anything is claimed."""
@@ -310,7 +333,10 @@ class Host:
             max_sessions=max_sessions,
             poll=poll,
             principals=principals,
+            rate_limit=rate_limit,
         )
+        if host.rate_limit is not None:
+            use_default_rate_limit(host.rate_limit)
         await host._register_first()
         host._deadlines.start()
         try:
@@ -341,6 +367,7 @@ class Host:
             expired=self._expired,
             ready=self.ready,
             outages=self._outage.count,
+            refused=dict(self._refused),
         )
 
     @property
@@ -714,6 +741,7 @@ class Host:
         if refusals:
             await self.journal.append(lease, [], expected_seq=0, consumes=refusals)
             self._applied += len(refusals)
+            self._refused.update(c.outcome.error or "refused" for c in refusals)
         definition = self.definitions.get(start.definition) if start is not None else None
         if start is None or definition is None:
             await self._release(hosted, definition=start.definition if start else None)
@@ -798,6 +826,7 @@ class Host:
         refusal = None if isinstance(command, ib.Create) else self._refusal(entry)
         if refusal is not None:
             self._applied += 1
+            self._refused[refusal.error or "refused"] += 1
             await session.consume_entry(ib.Consumed(entry=entry.number, outcome=refusal))
             return
         assert command is not None  # a damaged entry is refused above
@@ -811,6 +840,7 @@ class Host:
             if refused is None:
                 raise  # transient: the entry waits for the session's next owner
             self.log.info("command_refused", session=session.id, error=refused.error)
+            self._refused[refused.error or "refused"] += 1
             outcome = refused
         else:
             outcome = ib.InboxOutcome(value=value)
