@@ -9,8 +9,9 @@ Rules (docs/host.md tells the story):
   lease's expiry as this host counts it (from when the take or renewal was
   sent) less ``lease_margin``, pushed forward only by a renewal that went
   through: a host paused past it cancels the session's work before its next
-  step, and before any other host may take it; a takeover of an expired
-  lease waits ``lease_margin`` first; tools see the same rule through
+  step (the deadlines are checked before every task step, ``_Deadlines``),
+  and before any other host may take it; a takeover of an expired lease
+  waits ``lease_margin`` first; tools see the same rule through
   ``ToolContext.check_owner``;
 * an unreachable journal (``JournalUnavailableError``) is ridden out
   (``host_outage``): nothing new is claimed, the sessions held stay loaded,
