@@ -63,7 +63,11 @@ class Effects:
         self.go = False
         """What the ``poll`` tool waits for before its effect."""
         self.polling: trio.lowlevel.Task | None = None
-        """The task of the ``poll`` tool while it sleeps between two looks."""
+        """The task of the ``poll`` tool while it sleeps between two looks
+        (of the ``event`` tool while it waits)."""
+        self.told = trio.Event()
+        """What the ``event`` tool waits for before its effect."""
+        self.resumed = 0
 
 
 def effect_definition(effects: Effects, how: str) -> LoopDefinition:
@@ -73,7 +77,8 @@ def effect_definition(effects: Effects, how: str) -> LoopDefinition:
     ``deadline`` sleeps until exactly its host's deadline for the session;
     ``shielded`` works 2 TTLs in a stretch nothing can cancel, then asks
     ``ctx.check_owner()`` before its effect; ``poll`` looks at ``effects.go``
-    every second until it is set."""
+    every second until it is set; ``event`` waits for ``effects.told``, then
+    asks ``ctx.check_owner()``."""
 
     @tool(permission="allow")
     async def charge(ctx: ToolContext, *, amount: int) -> str:
@@ -95,6 +100,15 @@ def effect_definition(effects: Effects, how: str) -> LoopDefinition:
                 effects.polling = trio.lowlevel.current_task()
                 await trio.sleep(1)
                 effects.polling = None
+        elif how == "event":
+            effects.polling = trio.lowlevel.current_task()
+            await effects.told.wait()
+            effects.resumed += 1  # the step after the wait ran
+            try:
+                ctx.check_owner()
+            except LeaseLostError as exc:
+                effects.seen.append(exc)
+                raise
         else:
             await trio.sleep(2 * TTL)
         effects.done.append(ctx.execution_id)
@@ -186,6 +200,33 @@ async def test_a_host_woken_past_its_deadline_stops_a_tool_before_its_next_step(
     assert effects.done == []
     stopped = [e for e in logs if e["event"] == "session_stopped"]
     assert [e["reason"] for e in stopped] == ["lease_deadline"]
+
+
+async def test_a_wait_that_returned_before_the_pause_runs_its_step_where_check_owner_stops_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # What the per-step check cannot reach (docs/host.md): the tool's event
+    # was set, so its task was scheduled with the wait's value, and then the
+    # host paused past its deadline.  The step runs (a scope cannot take back
+    # a value already delivered) up to the tool's own check before its effect.
+    effects = Effects()
+    pause = Pause(effects, autojump_clock)
+
+    async def tell() -> None:
+        await wait_for(lambda: effects.polling is not None)
+        effects.told.set()
+
+    trio.lowlevel.add_instrument(pause)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tell)
+            effects, _, _ = await run_until_the_deadline("event", effects)
+    finally:
+        trio.lowlevel.remove_instrument(pause)
+    assert pause.paused and effects.resumed == 1
+    assert effects.done == []
+    [lost] = effects.seen
+    assert isinstance(lost, LeaseLostError) and lost.reason == "its lease ran out before a renewal"
 
 
 async def test_a_session_stopped_at_its_deadline_is_taken_again_and_stopped_no_more(
