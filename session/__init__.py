@@ -13,6 +13,8 @@ from .clients.sync_client import open_sync_client as open_sync_client
 from .embedded.collector import collector_paused as collector_paused
 from .embedded.collector import freeze_held as freeze_held
 from .embedded.collector import thaw_held as thaw_held
+from .embedded.commit_latency import CommitLatency as CommitLatency
+from .embedded.commit_latency import commit_latency as commit_latency
 from .embedded.errors import DefinitionDriftError as DefinitionDriftError
 from .embedded.errors import EmptyInputError as EmptyInputError
 from .embedded.errors import ForkError as ForkError
@@ -43,6 +45,7 @@ __all__ = [
     "ClientForkedError",
     "ClientNotOpenError",
     "CommandRefusedError",
+    "CommitLatency",
     "CommitStatistics",
     "Host",
     "HostMetrics",
@@ -63,6 +66,7 @@ __all__ = [
     "VerifyError",
     "WaitTimeoutError",
     "collector_paused",
+    "commit_latency",
     "freeze_held",
     "open_client",
     "open_host_metrics",

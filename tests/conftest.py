@@ -11,7 +11,7 @@ from loopruntime import empties
 # The library never configures logging; tests keep it quiet below warnings.
 structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
-pytest_plugins: list[str] = ["tests.support.postgres"]
+pytest_plugins: list[str] = ["tests.support.postgres", "tests.support.clocks"]
 
 
 @pytest.fixture(autouse=True)

@@ -75,7 +75,7 @@ PUBLIC = {
         "ClientForkedError",
         "SyncClient", "open_sync_client",
         "SessionStatus", "Status",
-        "CommitStatistics",
+        "CommitStatistics", "CommitLatency", "commit_latency",
         "collector_paused", "freeze_held", "thaw_held",
     },
     "session.console": {"parse_bind", "serve_console"},

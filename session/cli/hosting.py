@@ -20,7 +20,7 @@ import trio
 from journal import InboxKeyError, Journal, SessionNotFoundError, open_journal, parse_location
 from journal import inbox as ib
 from loopruntime import LoopDefinition
-from loopruntime.models import RateLimit, use_default_rate_limit
+from loopruntime.models import RateLimit
 
 from ..clients.client import Client, check_key
 from ..clients.client import submit_command as submit_input
@@ -141,8 +141,6 @@ def rate_limit_of(args: argparse.Namespace) -> RateLimit | None:
 
 async def _host(args: argparse.Namespace, url: str) -> int:
     definitions = load_definitions(args.definitions)
-    # The run's default: every model the definitions use that sets no rate_limit.
-    use_default_rate_limit(rate_limit_of(args))
     listeners = await bind_metrics(args.metrics)
     async with open_journal(url) as journal:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -156,6 +154,8 @@ async def _host(args: argparse.Namespace, url: str) -> int:
                     max_sessions=args.max_sessions,
                     poll=args.poll,
                     principals=args.known_principals,
+                    # The run's default: every model the definitions use that sets none.
+                    rate_limit=rate_limit_of(args),
                 ) as host,
                 serving_metrics(host, listeners) as served,
             ):

@@ -39,6 +39,7 @@ from loopruntime import Loop
 from loopruntime.host import NO_LIST, CommitOptions, GuardFailedError, new_id, own_list
 
 from .checkpoints import Checkpointer
+from .commit_latency import observe_commit
 from .durability import may_pipeline
 from .linger import Lingering
 from .subscriptions import Subscriber
@@ -551,6 +552,7 @@ class Writer:
         # (a Cancelled append wrote nothing; one under way finishes), and all
         # that follows is synchronous.
         self.appends += 1
+        began = time.perf_counter()
         if self._expecting or self._explicit:
             consumes = self._consumes(group)
             records = await self.journal.append(
@@ -558,6 +560,7 @@ class Writer:
             )
         else:
             records = await self.journal.append(self._lease, drafts, expected_seq=self.head)
+        observe_commit(time.perf_counter() - began)
         if not records:
             for p in group:
                 p.set([])

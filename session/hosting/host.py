@@ -9,8 +9,9 @@ Rules (docs/host.md tells the story):
   lease's expiry as this host counts it (from when the take or renewal was
   sent) less ``lease_margin``, pushed forward only by a renewal that went
   through: a host paused past it cancels the session's work before its next
-  step, and before any other host may take it; a takeover of an expired
-  lease waits ``lease_margin`` first; tools see the same rule through
+  step (the deadlines are checked before every task step, ``_Deadlines``),
+  and before any other host may take it; a takeover of an expired lease
+  waits ``lease_margin`` first; tools see the same rule through
   ``ToolContext.check_owner``;
 * an unreachable journal (``JournalUnavailableError``) is ridden out
   (``host_outage``): nothing new is claimed, the sessions held stay loaded,
@@ -54,7 +55,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Mapping
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import msgspec
@@ -73,6 +75,7 @@ from journal import (
 from journal import inbox as ib
 from loopruntime import LeaseLostError, LoopDefinition
 from loopruntime.host import new_id, owning
+from loopruntime.models import RateLimit, RateLimitError, use_default_rate_limit
 
 from ..embedded.checkpoints import read_restored
 from ..embedded.runtime import ROOT_LOOP, Session
@@ -123,6 +126,11 @@ class HostStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """Taking new work: registered, not stopping, and the journal within reach."""
     outages: int = 0
     """Times the journal went out of reach (see ``session.hosting.host_outage``)."""
+    refused: dict[str, int] = msgspec.field(default_factory=dict)
+    """Inbox entries consumed as refused (counted in ``applied`` too), by the
+    name of the error in their outcome (``UnknownPrincipalError``,
+    ``InboxEntryDamaged``, ``UnknownSessionError``, or the error the command
+    raised, such as ``GateMismatchError``)."""
 
 
 class _Hosted:
@@ -177,6 +185,52 @@ class _Hosted:
         )
 
 
+class _Deadlines(trio.abc.Instrument):
+    """Cancels a held session's scope the moment trio time passes its
+    deadline, checked before every task step.
+
+    Trio itself looks at deadlines once per batch of steps: a host paused
+    (SIGSTOP, a VM migration) after that look would, on waking, run the rest
+    of the batch first, and a tool whose own sleep had ended just before the
+    pause would take its next step (its effect) with the session's scope not
+    yet cancelled.  The cost per step is one read of the run's clock and one
+    comparison with the nearest deadline; a scan of the held sessions only
+    once that deadline passed.  The deadlines are the scopes' own, read at
+    the scan, so a renewal, a stop or a take again leaves nothing stale here."""
+
+    def __init__(self, sessions: dict[str, _Hosted]) -> None:
+        self.sessions = sessions
+        self.due = math.inf
+        """No held session's deadline is earlier: lowered by each take or
+        renewal, recomputed by each scan."""
+        self.now: Callable[[], float] = trio.current_time
+
+    def start(self) -> None:
+        """Check before every step of this trio run, until ``stop``."""
+        # The run's clock itself: a step spares trio.current_time's lookups.
+        self.now = trio.lowlevel.current_clock().current_time
+        trio.lowlevel.add_instrument(self)
+
+    def stop(self) -> None:
+        trio.lowlevel.remove_instrument(self)
+
+    def note(self, deadline: float) -> None:
+        self.due = min(self.due, deadline)
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        now = self.now()
+        if now < self.due:
+            return
+        due = math.inf
+        for hosted in self.sessions.values():
+            deadline = hosted.scope.deadline
+            if deadline <= now:
+                hosted.scope.cancel()
+            else:
+                due = min(due, deadline)
+        self.due = due
+
+
 class Host:
     """Runs sessions for ``definitions`` (name -> definition) from the inbox.
 
@@ -193,7 +247,14 @@ class Host:
         max_sessions: int = 1000,
         poll: float = 1.0,
         principals: Principals | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
+        if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+            raise RateLimitError(
+                "rate_limit",
+                rate_limit,
+                expected="a RateLimit(requests_per_minute=..., tokens_per_minute=...) or None",
+            )
         for name, value in (("idle_after", idle_after), ("lease_ttl", lease_ttl), ("poll", poll)):
             if not isinstance(value, int | float) or not value > 0 or math.isinf(value):
                 raise ValueError(f"Host {name} must be a positive number of seconds, not {value!r}")
@@ -205,6 +266,9 @@ class Host:
                     f"Host definitions: {name!r} maps to definition {definition.name!r}; "
                     "key each definition by its own name"
                 )
+        self.rate_limit = rate_limit
+        """The run's default limit for the definitions' models that set none
+        (``Host.open`` sets it; a model's own ``rate_limit`` wins)."""
         self.principals = checked_principals(principals)
         """Who this host takes commands from (None: anyone, named or not)."""
         self.journal = journal
@@ -222,6 +286,7 @@ class Host:
         self.sessions: dict[str, _Hosted] = {}
         self._claims = self._failovers = self._passivations = self._applied = 0
         self._fenced = self._expired = 0
+        self._refused: Counter[str] = Counter()
         self._stopping = False
         self._registered = False
         self._stop_checkpoints = trio.CapacityLimiter(_STOP_CHECKPOINTS)
@@ -230,6 +295,7 @@ class Host:
         self._stop_checkpoints_skipped = 0
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self._deadlines = _Deadlines(self.sessions)
         self.log = log.bind(host=self.id)
         self._outage = Outage(self.log)
 
@@ -246,11 +312,16 @@ class Host:
         max_sessions: int = 1000,
         poll: float = 1.0,
         principals: Principals | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> AsyncIterator[Host]:
         """Run a host until the block ends; then ``aclose`` (a clean stop).
         ``principals``: take commands only from these (a collection, or a
         predicate on the principal); others are refused, with the reason in
         the entry's outcome.  Knowing a principal authorizes nothing more.
+        ``rate_limit``: the shared rate limit of every model the definitions
+        use that sets no ``rate_limit`` of its own, one limiter per provider
+        and model for the whole trio run (``use_default_rate_limit``); a
+        model's own limit wins.  None leaves the run's default as it is.
 
         The host id is registered in the journal first: an id a live host
         already uses is a ``HostIdInUseError`` before anything is claimed."""
@@ -263,21 +334,28 @@ class Host:
             max_sessions=max_sessions,
             poll=poll,
             principals=principals,
+            rate_limit=rate_limit,
         )
+        if host.rate_limit is not None:
+            use_default_rate_limit(host.rate_limit)
         await host._register_first()
-        async with trio.open_nursery() as nursery:
-            host._nursery = nursery
-            # Listening before the first look for work: nothing put between is missed.
-            await nursery.start(host._listener)
-            nursery.start_soon(host._claimer)
-            nursery.start_soon(host._renewer)
-            try:
-                yield host
-            finally:
-                with trio.CancelScope(shield=True):
-                    await host.aclose()
-                    await host._deregister()
-                nursery.cancel_scope.cancel()
+        host._deadlines.start()
+        try:
+            async with trio.open_nursery() as nursery:
+                host._nursery = nursery
+                # Listening before the first look for work: nothing put between is missed.
+                await nursery.start(host._listener)
+                nursery.start_soon(host._claimer)
+                nursery.start_soon(host._renewer)
+                try:
+                    yield host
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await host.aclose()
+                        await host._deregister()
+                    nursery.cancel_scope.cancel()
+        finally:
+            host._deadlines.stop()
 
     def statistics(self) -> HostStatistics:
         return HostStatistics(
@@ -290,6 +368,7 @@ class Host:
             expired=self._expired,
             ready=self.ready,
             outages=self._outage.count,
+            refused=dict(self._refused),
         )
 
     @property
@@ -520,6 +599,7 @@ class Host:
             else:
                 hosted.lease = after
                 hosted.owned_until(sent, self.lease_ttl, self.lease_margin)
+                self._deadlines.note(hosted.owned_to)
         return True
 
     def _drop(self, hosted: _Hosted, why: str) -> None:
@@ -612,6 +692,7 @@ class Host:
             return  # another host was quicker
         hosted.lease = lease
         hosted.owned_until(sent, self.lease_ttl, self.lease_margin)
+        self._deadlines.note(hosted.owned_to)
         self._claims += 1
         if claim.owner is not None and claim.owner != self.id:
             self._failovers += 1
@@ -661,6 +742,7 @@ class Host:
         if refusals:
             await self.journal.append(lease, [], expected_seq=0, consumes=refusals)
             self._applied += len(refusals)
+            self._refused.update(c.outcome.error or "refused" for c in refusals)
         definition = self.definitions.get(start.definition) if start is not None else None
         if start is None or definition is None:
             await self._release(hosted, definition=start.definition if start else None)
@@ -745,6 +827,7 @@ class Host:
         refusal = None if isinstance(command, ib.Create) else self._refusal(entry)
         if refusal is not None:
             self._applied += 1
+            self._refused[refusal.error or "refused"] += 1
             await session.consume_entry(ib.Consumed(entry=entry.number, outcome=refusal))
             return
         assert command is not None  # a damaged entry is refused above
@@ -758,6 +841,7 @@ class Host:
             if refused is None:
                 raise  # transient: the entry waits for the session's next owner
             self.log.info("command_refused", session=session.id, error=refused.error)
+            self._refused[refused.error or "refused"] += 1
             outcome = refused
         else:
             outcome = ib.InboxOutcome(value=value)

@@ -40,6 +40,7 @@ from journal.events import (
 )
 from loopruntime.models import limiters
 
+from ..embedded.commit_latency import commit_latency
 from ..embedded.errors import SessionLagError
 from ..embedded.runtime import Session
 from .host import Host
@@ -282,6 +283,23 @@ class HostMetrics:
             ("journal_outages", stats.outages, "Times the journal went out of reach."),
         ):
             yield CounterMetricFamily(f"loopruntime_host_{name}", text, value=value)
+        refused = CounterMetricFamily(
+            "loopruntime_host_commands_refused",
+            "Inbox entries consumed as refused (also in commands_applied), by the error "
+            "named in their outcome.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(stats.refused.items()):
+            refused.add_metric([reason], count)
+        yield refused
+        commits = commit_latency()
+        yield HistogramMetricFamily(
+            "loopruntime_commit_seconds",
+            "Durable commits (journal appends) of the session writers in this process, "
+            "from the call to its return.",
+            buckets=[(_bound(le), float(n)) for le, n in commits.cumulative()],
+            sum_value=commits.seconds,
+        )
         sessions = GaugeMetricFamily(
             "loopruntime_sessions",
             "Sessions this host holds, by state.",
@@ -315,6 +333,10 @@ class HostMetrics:
         )
         yield from _record_families(tally, CounterMetricFamily, HistogramMetricFamily)
         yield from _limiter_families(snapshot.limiters, CounterMetricFamily, GaugeMetricFamily)
+
+
+def _bound(le: float) -> str:
+    return "+Inf" if le == math.inf else repr(le)
 
 
 def _record_families(tally: RecordTally, counter: Any, histogram: Any) -> Iterator[Any]:

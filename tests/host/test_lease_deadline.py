@@ -9,12 +9,13 @@ renewals fail stands for a host paused past its lease)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 import trio
 from structlog.testing import capture_logs
 
-from journal import ForwardingJournal, Journal, JournalError, SessionLease
+from journal import ForwardingJournal, Journal, JournalError, SessionLease, open_journal
 from journal.events import ToolCompleted, ToolStarted
 from loopruntime import LeaseLostError, LoopDefinition, ToolContext, tool
 from loopruntime.model import ModelRequest
@@ -27,19 +28,23 @@ TTL = 30.0
 
 
 class Renewals(ForwardingJournal):
-    """Refuses every renewal while ``failing``; records when each take was sent."""
+    """Refuses every renewal while ``failing``; records when each take was
+    sent and counts the renewal rounds that went through."""
 
     def __init__(self, inner: Journal) -> None:
         super().__init__(inner)
         self.failing = False
         self.takes: list[float] = []
+        self.renewed = 0
 
     async def renew_all(
         self, leases: Sequence[SessionLease], *, ttl: float
     ) -> list[SessionLease | None]:
         if self.failing:
             raise JournalError("renewals refused (the host stands for one paused past its lease)")
-        return await self.inner.renew_all(leases, ttl=ttl)
+        renewed = await self.inner.renew_all(leases, ttl=ttl)
+        self.renewed += 1
+        return renewed
 
     async def acquire(
         self, session: str, owner: str, *, ttl: float, create: bool = False
@@ -55,6 +60,14 @@ class Effects:
         self.done: list[str] = []
         self.seen: list[BaseException] = []
         self.host: Host | None = None
+        self.go = False
+        """What the ``poll`` tool waits for before its effect."""
+        self.polling: trio.lowlevel.Task | None = None
+        """The task of the ``poll`` tool while it sleeps between two looks
+        (of the ``event`` tool while it waits)."""
+        self.told = trio.Event()
+        """What the ``event`` tool waits for before its effect."""
+        self.resumed = 0
 
 
 def effect_definition(effects: Effects, how: str) -> LoopDefinition:
@@ -63,7 +76,9 @@ def effect_definition(effects: Effects, how: str) -> LoopDefinition:
     ``how``: ``sleep`` sleeps past two lease TTLs before its effect;
     ``deadline`` sleeps until exactly its host's deadline for the session;
     ``shielded`` works 2 TTLs in a stretch nothing can cancel, then asks
-    ``ctx.check_owner()`` before its effect."""
+    ``ctx.check_owner()`` before its effect; ``poll`` looks at ``effects.go``
+    every second until it is set; ``event`` waits for ``effects.told``, then
+    asks ``ctx.check_owner()``."""
 
     @tool(permission="allow")
     async def charge(ctx: ToolContext, *, amount: int) -> str:
@@ -75,6 +90,20 @@ def effect_definition(effects: Effects, how: str) -> LoopDefinition:
         elif how == "shielded":
             with trio.CancelScope(shield=True):  # a blocking call in a thread, say
                 await trio.sleep(2 * TTL)
+            try:
+                ctx.check_owner()
+            except LeaseLostError as exc:
+                effects.seen.append(exc)
+                raise
+        elif how == "poll":
+            while not effects.go:
+                effects.polling = trio.lowlevel.current_task()
+                await trio.sleep(1)
+                effects.polling = None
+        elif how == "event":
+            effects.polling = trio.lowlevel.current_task()
+            await effects.told.wait()
+            effects.resumed += 1  # the step after the wait ran
             try:
                 ctx.check_owner()
             except LeaseLostError as exc:
@@ -94,10 +123,12 @@ def effect_definition(effects: Effects, how: str) -> LoopDefinition:
     return LoopDefinition(name="charger", model=ScriptedModel(script), tools=[charge])
 
 
-async def run_until_the_deadline(how: str) -> tuple[Effects, Renewals, list[dict[str, object]]]:
+async def run_until_the_deadline(
+    how: str, effects: Effects | None = None
+) -> tuple[Effects, Renewals, list[dict[str, object]]]:
     """A host whose renewals fail from the start runs ``charge``; back once
     the deadline stopped it."""
-    effects = Effects()
+    effects = effects or Effects()
     journal = Renewals(trio_clock_journal())
     journal.failing = True
     defs = {"charger": effect_definition(effects, how)}
@@ -134,6 +165,110 @@ async def test_a_tool_whose_sleep_ends_at_the_deadline_does_not_win(
     # session's, so the tool never reaches its next step.
     effects, _, _ = await run_until_the_deadline("deadline")
     assert effects.done == []
+
+
+class Pause(trio.abc.Instrument):
+    """A SIGSTOP at the worst moment, in virtual time: the poll tool's sleep
+    ended and trio scheduled its task, then the process stops before that task
+    steps; it wakes 3 TTLs later, with ``go`` set meanwhile (another host took
+    the session and the operator settled the call)."""
+
+    def __init__(self, effects: Effects, clock: trio.testing.MockClock) -> None:
+        self.effects, self.clock = effects, clock
+        self.paused = False
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.effects.polling and not self.paused:
+            self.paused = True
+            self.clock.jump(3 * TTL)
+            self.effects.go = True
+
+
+async def test_a_host_woken_past_its_deadline_stops_a_tool_before_its_next_step(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Trio looks at its deadlines once per batch of task steps; a pause
+    # between that look and the tool's step must not let the step run.
+    effects = Effects()
+    pause = Pause(effects, autojump_clock)
+    trio.lowlevel.add_instrument(pause)
+    try:
+        effects, _, logs = await run_until_the_deadline("poll", effects)
+    finally:
+        trio.lowlevel.remove_instrument(pause)
+    assert pause.paused
+    assert effects.done == []
+    stopped = [e for e in logs if e["event"] == "session_stopped"]
+    assert [e["reason"] for e in stopped] == ["lease_deadline"]
+
+
+async def test_a_wait_that_returned_before_the_pause_runs_its_step_where_check_owner_stops_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # What the per-step check cannot reach (docs/host.md): the tool's event
+    # was set, so its task was scheduled with the wait's value, and then the
+    # host paused past its deadline.  The step runs (a scope cannot take back
+    # a value already delivered) up to the tool's own check before its effect.
+    effects = Effects()
+    pause = Pause(effects, autojump_clock)
+
+    async def tell() -> None:
+        await wait_for(lambda: effects.polling is not None)
+        effects.told.set()
+
+    trio.lowlevel.add_instrument(pause)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tell)
+            effects, _, _ = await run_until_the_deadline("event", effects)
+    finally:
+        trio.lowlevel.remove_instrument(pause)
+    assert pause.paused and effects.resumed == 1
+    assert effects.done == []
+    [lost] = effects.seen
+    assert isinstance(lost, LeaseLostError) and lost.reason == "its lease ran out before a renewal"
+
+
+async def test_a_session_stopped_at_its_deadline_is_taken_again_and_stopped_no_more(
+    autojump_clock: object,
+) -> None:
+    # The per-step check reads each held session's own scope: a session
+    # stopped at its deadline and taken again by the same host (a new scope),
+    # then renewed, leaves no stale deadline that would stop it again.
+    effects = Effects()
+    journal = Renewals(trio_clock_journal())
+    journal.failing = True
+    defs = {"charger": effect_definition(effects, "poll")}
+    with capture_logs() as logs:
+        async with Host.open(journal, defs, host_id="a", lease_ttl=TTL, poll=0.5) as host:
+            client = Client(journal.inner)
+            sid = await client.create("charger", key="c")
+            await client.submit(sid, "charge it", key="s")
+            await wait_for(lambda: host.statistics().expired == 1)
+            journal.failing = False
+            # Taken again once its lease expired: its call is an unknown
+            # effect now, and the session stays loaded, renewed round by round.
+            await wait_for(lambda: host.statistics().claims == 2 and sid in host.sessions)
+            renewed = journal.renewed
+            await wait_for(lambda: journal.renewed >= renewed + 9)  # three TTLs of renewals
+            assert host.statistics().expired == 1
+            assert host.sessions[sid].lease is not None
+    assert effects.done == []
+    stopped = [e for e in logs if e["event"] == "session_stopped"]
+    assert [e["reason"] for e in stopped] == ["lease_deadline"]
+
+
+async def test_a_host_on_sqlite_under_the_autojump_clock_is_refused(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    # The cause of the stops in a loop that the per-step check was blamed
+    # for: under the autojump clock virtual time runs on while a SQLite commit
+    # runs in its thread, past the host's deadlines, while the journal's
+    # leases run on the wall clock.  tests/support/clocks.py refuses the pair.
+    async with open_journal(f"sqlite:///{tmp_path / 'journal.db'}") as journal:
+        with pytest.raises(pytest.fail.Exception, match="run this test in real time"):
+            Host(ForwardingJournal(journal), {})
+    Host(trio_clock_journal(), {})  # leases on trio's clock: taken
 
 
 async def test_check_owner_raises_once_the_lease_ran_out(autojump_clock: object) -> None:

@@ -133,6 +133,8 @@ async def test_a_command_after_a_refused_create_is_refused_once(
         await client.submit("s1", "count", key="k2", principal="alice")
         await client.wait("s1", "k2", timeout=None)
         assert host.statistics().applied == 4
+        # The two refused before the session started, each by its reason.
+        assert host.statistics().refused == {"UnknownPrincipalError": 1, "UnknownSessionError": 1}
     assert caught.value.outcome.error == "UnknownSessionError"
     said = str(caught.value)
     assert "session s1 was never started" in said and "--create" in said

@@ -52,6 +52,13 @@ async def test_an_application_registers_a_hosts_metrics_on_its_registry(
         assert value(registry, "loopruntime_host_ready") == 1
         assert value(registry, "loopruntime_host_sessions_loaded") == 1
         assert value(registry, "loopruntime_sessions", state="idle") == 1
+        commits = value(registry, "loopruntime_commit_seconds_count")
+        assert commits is not None and commits >= 2  # the create's and the turn's
+        # A command the session refuses: counted by the error in its outcome.
+        await client.submit(sid, "to a loop it lacks", key="k2", loop="nosuch")
+        await wait_for(lambda: host.statistics().refused == {"LoopError": 1})
+        metrics.refresh()
+        assert value(registry, "loopruntime_host_commands_refused_total", reason="LoopError") == 1
         # A session no host here serves: its entry waits, journal-wide.
         await client.create("nosuch", session_id="orphan", key="o")
         await metrics.read_journal()

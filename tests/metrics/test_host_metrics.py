@@ -15,8 +15,9 @@ from pathlib import Path
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from journal import open_journal
+from journal import Journal, open_journal
 from journal.events import TurnEnded
+from session import Client
 from tests.host.support import wait_for
 from tests.support.loops import events_of
 from tests.support.processes import ROOT
@@ -72,6 +73,9 @@ async def test_a_host_process_serves_its_metrics_and_health(tmp_path: Path) -> N
         assert sent.returncode == 0, sent.stderr.decode()
         async with open_journal(url) as journal:
             await wait_for(lambda: ended(journal))
+            # A command the host will never apply: consumed once, refused.
+            await Client(journal).submit("s1", "to a loop it lacks", key="k2", loop="nosuch")
+            await wait_for(lambda: consumed(journal, "k2"))
 
         async def counted() -> bool:
             status, text = await trio.to_thread.run_sync(get, f"{base}/metrics")
@@ -98,9 +102,19 @@ async def test_a_host_process_serves_its_metrics_and_health(tmp_path: Path) -> N
             ("loopruntime_tool_calls_total", (("outcome", "succeeded"), ("tool", "fetch"))): 1.0
         }
         assert found[("loopruntime_tool_duration_seconds_count", (("tool", "fetch"),))] == 1
+        refused = {k: v for k, v in found.items() if k[0].startswith("loopruntime_host_commands_r")}
+        assert refused == {
+            ("loopruntime_host_commands_refused_total", (("reason", "LoopError"),)): 1.0
+        }
+        # The create's, the turn's and the refusal's commits, each timed once.
+        commits = found[("loopruntime_commit_seconds_count", ())]
+        assert commits >= 3
+        assert found[("loopruntime_commit_seconds_bucket", (("le", "+Inf"),))] == commits
+        assert found[("loopruntime_commit_seconds_sum", ())] > 0
         families = {f.name: f for f in text_string_to_metric_families(text)}
         assert all(f.documentation for f in families.values())
         assert families["loopruntime_tool_duration_seconds"].type == "histogram"
+        assert families["loopruntime_commit_seconds"].type == "histogram"
         assert await trio.to_thread.run_sync(get, f"{base}/nothing") == (
             404,
             "/metrics, /healthz or /readyz\n",
@@ -113,3 +127,8 @@ async def test_a_host_process_serves_its_metrics_and_health(tmp_path: Path) -> N
 
 async def ended(journal: object) -> bool:
     return bool(await events_of(journal, "s1", TurnEnded))  # type: ignore[arg-type]
+
+
+async def consumed(journal: Journal, key: str) -> bool:
+    entry = await journal.entry("s1", key)
+    return entry is not None and entry.consumed

@@ -16,6 +16,7 @@ import trio.testing
 from journal import open_journal
 from loopruntime import LoopDefinition, LoopStatus
 from loopruntime.models import (
+    LimiterStatistics,
     OpenAIModel,
     RateLimit,
     RateLimiter,
@@ -26,8 +27,9 @@ from loopruntime.models import (
 )
 from loopruntime.models.anthropic import AnthropicModel
 from loopruntime.models.limiter import limiter_for, waiting_as
-from session import Session
+from session import Client, Host, Session
 from session.embedded.status import Status, describe
+from tests.host.support import trio_clock_journal, wait_for
 from tests.models import test_anthropic as claude
 from tests.models import test_openai as gpt
 from tests.support.sse_server import Status as HttpStatus
@@ -342,3 +344,50 @@ async def test_the_runs_default_limits_a_model_that_sets_none(
     first, second = server.requests
     assert second.at - first.at == pytest.approx(60.0)
     assert limiters()[0].statistics().requests_per_minute == 1
+
+
+async def _two_sessions_through_a_host(
+    host_limit: RateLimit, model_limit: RateLimit | None
+) -> LimiterStatistics:
+    """Two sessions of a host with ``rate_limit=host_limit`` each send one
+    model call; what the run's one limiter counted."""
+    replies = [claude.text_reply("one"), claude.text_reply("two")]
+    journal = trio_clock_journal()
+    client = Client(journal)
+    async with open_sse_server(replies) as server:
+        async with AnthropicModel(
+            claude.MODEL, api_key=claude.KEY, base_url=server.url, rate_limit=model_limit
+        ) as model:
+            chat = LoopDefinition(name="chat", model=model)
+            async with Host.open(journal, {"chat": chat}, host_id="h", rate_limit=host_limit):
+                for n in range(2):
+                    sid = await client.create("chat", key=f"c{n}")
+                    await client.submit(sid, "hi", key=f"s{n}")
+                await wait_for(lambda: len(server.requests) == 2)
+    [limiter] = limiters()
+    return limiter.statistics()
+
+
+async def test_a_hosts_rate_limit_limits_the_models_that_set_none(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # What `loopruntime host --requests-per-minute 1` passes to its Host: the
+    # second call waits for the minute's one request to come back.
+    stats = await _two_sessions_through_a_host(RateLimit(requests_per_minute=1), None)
+    assert (stats.requests_per_minute, stats.admitted, stats.waited) == (1, 2, 1)
+    assert stats.wait_seconds > 30
+
+
+async def test_a_models_own_rate_limit_wins_over_its_hosts(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    own = RateLimit(requests_per_minute=60)
+    stats = await _two_sessions_through_a_host(RateLimit(requests_per_minute=1), own)
+    assert (stats.requests_per_minute, stats.admitted, stats.waited) == (60, 2, 0)
+
+
+def test_a_hosts_rate_limit_that_is_no_rate_limit_is_refused() -> None:
+    with pytest.raises(RateLimitError) as caught:
+        Host(trio_clock_journal(), {}, rate_limit=60)  # type: ignore[arg-type]
+    assert (caught.value.field, caught.value.value) == ("rate_limit", 60)
+    assert "RateLimit(requests_per_minute=" in str(caught.value)
