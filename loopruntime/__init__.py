@@ -23,6 +23,7 @@ from .errors import LeaseLostError as LeaseLostError
 from .errors import LifecycleError as LifecycleError
 from .errors import LoopClosedError as LoopClosedError
 from .errors import LoopError as LoopError
+from .errors import LoopStoppedError as LoopStoppedError
 from .errors import ModelError as ModelError
 from .errors import ModeNotFoundError as ModeNotFoundError
 from .errors import NameClashError as NameClashError
@@ -32,6 +33,7 @@ from .errors import NotUnknownEffectError as NotUnknownEffectError
 from .errors import OutsideToolCallError as OutsideToolCallError
 from .errors import PayloadTooLargeError as PayloadTooLargeError
 from .errors import QueueFullError as QueueFullError
+from .errors import UnknownLoopError as UnknownLoopError
 from .hooks import AddContext as AddContext
 from .hooks import AfterTool as AfterTool
 from .hooks import BeforeModel as BeforeModel
@@ -94,7 +96,9 @@ __all__ = [
     "ModelCompactor",
     "ModelError",
     "ModelRequest",
+    "LoopStoppedError",
     "NameClashError",
+    "UnknownLoopError",
     "NotQueuedError",
     "NotRegisteredError",
     "NotUnknownEffectError",

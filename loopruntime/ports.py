@@ -115,7 +115,8 @@ class ToolsPort(LoopPort, Delegator, Protocol):
     async def wait_gate(self, gate_id: str) -> GateResolved:
         """Wait until a person closes the open gate ``gate_id``; the loop counts
         as quiet (and a requested compaction may run) meanwhile, and the
-        waiting task's deadlines stop counting (``deadlines.paused``)."""
+        waiting task's deadlines stop counting (``deadlines.paused``).  An
+        answer given while the loop is paused is returned once it resumes."""
         ...
 
 
@@ -140,6 +141,16 @@ class TurnPort(ToolsPort, Protocol):
         ...
 
     def cancel_flush(self) -> None: ...
+
+    @property
+    def held_by_pause(self) -> bool:
+        """The loop or one of its ancestors is paused: the turn's next step waits."""
+        ...
+
+    async def wait_unpaused(self) -> None:
+        """Wait until neither the loop nor an ancestor is paused, counting as
+        quiet meanwhile."""
+        ...
 
 
 class ChildLoop(Protocol):

@@ -111,6 +111,10 @@ class TurnRunner:
         self._log: Any = None
         self.parked = False
         """The turn waits for the host to resolve an unknown outcome."""
+        self.held = False
+        """The turn waits, between two steps, for its loop's (or an
+        ancestor's) pause to end: nothing of it runs, so a shutdown leaves
+        it open as the journal holds it."""
         self._scope: trio.CancelScope | None = None
         self._stop: TurnStop | None = None
         every = loop.definition.hooks
@@ -198,6 +202,12 @@ class TurnRunner:
                 # resolves it, then the loop resumes the turn.
                 self.parked = True
                 return
+            if self.loop.held_by_pause:
+                # Paused: the step just finished was recorded; the next waits.
+                self.held = True
+                await self.loop.run_outside(self.loop.wait_unpaused)
+                self.held = False
+                continue
             if state.awaiting and state.last_stop_reason != "tool_use":
                 # Only a reply that stopped for tool use admits execution: its
                 # calls may be cut off or unintended.  Decided from state, so a

@@ -31,7 +31,7 @@ PUBLIC = {
         "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError",
         "IdempotencyKeyError", "QueueFullError", "PayloadTooLargeError",
         "NotRegisteredError", "DefinitionError", "NameClashError", "ChildRejectedError",
-        "LeaseLostError",
+        "LeaseLostError", "LoopStoppedError", "UnknownLoopError",
         "hook", "Hook", "AddContext", "StopTurn", "Deny", "Rewrite", "ReplaceResult",
         "BeforeModel", "BeforeTool", "AfterTool", "TurnEnd",
         "classifier", "Classifier", "PermissionRequest", "Review",
@@ -39,6 +39,7 @@ PUBLIC = {
     },
     "loopruntime.host": {
         "AnswerGate", "CancelQueuedInput", "ChangeMode", "Compact", "DecideGate", "Interrupt",
+        "Pause", "Resume",
         "Reply", "ResolveToolCall", "Shutdown", "Snapshot", "Steer", "SubagentResult",
         "UserInput", "Accumulator", "Delta", "FoldError", "GuardFailedError", "ToolInputError",
         "child_outcome", "copy_state", "find_definition", "image_bytes", "image_missing",

@@ -37,7 +37,9 @@ from journal.events import (
     LoopConfigured,
     LoopInferenceChanged,
     LoopModeChanged,
+    LoopPaused,
     LoopReconfigured,
+    LoopResumed,
     LoopStarted,
     LoopStopped,
     LoopToolsReplaced,
@@ -107,6 +109,8 @@ class TranscriptRenderer:
             case (
                 LoopStarted()
                 | LoopStopped()
+                | LoopPaused()
+                | LoopResumed()
                 | LoopModeChanged()
                 | LoopConfigured()
                 | LoopReconfigured()
@@ -175,6 +179,8 @@ class TranscriptRenderer:
         r: Record,
         e: LoopStarted
         | LoopStopped
+        | LoopPaused
+        | LoopResumed
         | LoopModeChanged
         | LoopConfigured
         | LoopReconfigured
@@ -199,6 +205,10 @@ class TranscriptRenderer:
                 )
             case LoopStopped():
                 lines.append(prefix + paint("dim", f"loop {r.loop} stopped ({e.reason})"))
+            case LoopPaused():
+                lines.append(prefix + paint("notice", f"⏸ loop {r.loop} paused{_by(e.principal)}"))
+            case LoopResumed():
+                lines.append(prefix + paint("notice", f"▶ loop {r.loop} resumed{_by(e.principal)}"))
             case LoopModeChanged():
                 lines.append(prefix + paint("dim", f"(mode: {e.mode}{_by(e.principal)})"))
             case LoopConfigured():

@@ -38,7 +38,9 @@ from journal.events import (
     LoopConfigured,
     LoopInferenceChanged,
     LoopModeChanged,
+    LoopPaused,
     LoopReconfigured,
+    LoopResumed,
     LoopStarted,
     LoopStopped,
     LoopToolsReplaced,
@@ -129,6 +131,8 @@ def read_facts(records: list[Record]) -> Facts:
                 | LoopInferenceChanged()
                 | LoopToolsReplaced()
                 | LoopModeChanged()
+                | LoopPaused()
+                | LoopResumed()
                 | LoopStopped()
                 | ToolsLoaded()
                 | ModelCallStarted()

@@ -55,7 +55,9 @@ from journal.events import (
     LoopImage,
     LoopInferenceChanged,
     LoopModeChanged,
+    LoopPaused,
     LoopReconfigured,
+    LoopResumed,
     LoopStarted,
     LoopStopped,
     LoopToolsReplaced,
@@ -308,6 +310,8 @@ class _Checker:
             case (
                 LoopStarted()
                 | LoopModeChanged()
+                | LoopPaused()
+                | LoopResumed()
                 | LoopStopped()
                 | LoopConfigured()
                 | LoopReconfigured()
