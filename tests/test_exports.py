@@ -105,7 +105,7 @@ def test_session_methods_of_the_design() -> None:
         "decide", "resolve", "compact", "change_mode", "snapshot", "verify", "subscribe",
         "wait_idle", "shutdown", "collaborate", "resume_collaboration",
         "collaboration_status", "fork", "result",
-        "change_inference", "replace_tools",
+        "change_inference", "replace_tools", "pause", "resume",
     ):  # fmt: skip
         assert callable(getattr(Session, method))
 
