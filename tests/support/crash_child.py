@@ -18,6 +18,7 @@ import trio
 
 from tests.support import (
     crash_hosts,
+    crash_pause,
     crash_points,
     crash_redaction,
     crash_scenarios,
@@ -44,6 +45,8 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     # URL SESSION_ID WORKDIR yes|no: killed while an MCP server's page to open
     # waits at its gate, the server resumable (yes) or not
     "mcp-url": crash_scenarios.mcp_url,
+    # URL SESSION_ID: paused while a tool ran, killed with the turn held
+    "paused": crash_pause.paused_mid_turn,
     # URL SESSION_ID
     "delegation": crash_scenarios.delegation,
     "compaction": crash_scenarios.compaction,
