@@ -299,9 +299,7 @@ class SyncClient:
     def resume(
         self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
     ) -> ib.InboxEntry:
-        return self._call(
-            self._client.resume, session_id, key=key, loop=loop, principal=principal
-        )
+        return self._call(self._client.resume, session_id, key=key, loop=loop, principal=principal)
 
     def cancel_queued(
         self,

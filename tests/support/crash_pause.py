@@ -12,6 +12,7 @@ from loopruntime import LoopDefinition, ToolContext, tool
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
+from tests.host.support import wait_for
 from tests.support.processes import ready
 
 __all__ = ["definition", "paused_mid_turn"]
@@ -53,9 +54,17 @@ async def paused_mid_turn(url: str, session_id: str) -> None:
             await entered.wait()
             assert await s.pause(principal="ops")
             release.set()
-            while not [
-                r async for r in journal.read(session_id) if isinstance(r.event, ToolCompleted)
-            ]:
-                await trio.sleep(0.01)  # the child's own time, polled for a journal state
+
+            async def completed() -> bool:
+                # Pipelined: durable with the next barrier, or once it lingered.
+                return any(
+                    [
+                        r
+                        async for r in journal.read(session_id)
+                        if isinstance(r.event, ToolCompleted)
+                    ]
+                )
+
+            await wait_for(completed, poll=0.01)
             ready()
             await trio.sleep(3600)
