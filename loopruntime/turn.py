@@ -203,10 +203,7 @@ class TurnRunner:
                 self.parked = True
                 return
             if self.loop.held_by_pause:
-                # Paused: the step just finished was recorded; the next waits.
-                self.held = True
-                await self.loop.run_outside(self.loop.wait_unpaused)
-                self.held = False
+                await self._hold()
                 continue
             if state.awaiting and state.last_stop_reason != "tool_use":
                 # Only a reply that stopped for tool use admits execution: its
@@ -300,6 +297,13 @@ class TurnRunner:
             # Nothing new to say: a model call on a context ending with the
             # assistant's own message continues that message.
             await self._model_call()
+
+    async def _hold(self) -> None:
+        """The loop (or an ancestor) is paused: the step just finished was
+        recorded, and the next waits here for the resume."""
+        self.held = True
+        await self.loop.run_outside(self.loop.wait_unpaused)
+        self.held = False
 
     def _reject_all(self, uses: list[ToolUse], text: str) -> list[Event]:
         return [

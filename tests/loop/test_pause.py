@@ -5,6 +5,7 @@ host in tests/host."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from loopruntime import (
     UnknownLoopError,
     tool,
 )
+from loopruntime.model import Delta, ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session, Status
 from session.embedded.status import describe
@@ -290,3 +292,40 @@ async def test_a_turn_held_by_a_pause_survives_a_clean_close_and_resumes_after_r
         assert not (await s.snapshot()).turn_open and len(model.requests) == 2
         await s.verify()
     assert (await check(journal, "s")).ok
+
+
+class HeldModel(ScriptedModel):
+    """A scripted model whose first call waits for the test before it answers."""
+
+    def __init__(self, replies: list[Reply]) -> None:
+        super().__init__(replies)
+        self.streaming = trio.Event()
+        self.release = trio.Event()
+
+    @asynccontextmanager
+    async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[Delta]]:
+        if not self.streaming.is_set():
+            self.streaming.set()
+            await self.release.wait()
+        async with super().stream(request) as deltas:
+            yield deltas
+
+
+async def test_a_continuation_the_provider_asks_for_waits_for_the_resume(
+    journal: Journal, autojump_clock: trio.abc.Clock
+) -> None:
+    model = HeldModel([Reply(text="part one", stop_reason="pause_turn"), Reply(text="part two")])
+    async with Session.create(journal, LoopDefinition(name="d", model=model), session_id="s") as s:
+        await s.submit("go")
+        await model.streaming.wait()
+        await s.pause()
+        model.release.set()
+        await s.wait_idle()
+        # The call that was streaming finished and was recorded; its
+        # continuation (the provider's pause_turn) waits for the resume.
+        assert len(model.requests) == 1
+        assert (await s.snapshot()).messages[-1].role == "assistant"
+        await s.resume()
+        await s.wait_idle()
+        assert len(model.requests) == 2 and not (await s.snapshot()).turn_open
+        await s.verify()
