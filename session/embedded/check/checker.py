@@ -441,6 +441,13 @@ class _Checker:
                         "turns numbered in order",
                         f"turn {e.turn} after turn {state.turn_index}",
                     )
+                if state.paused:
+                    self.bad(
+                        seq,
+                        "a paused loop begins no turn",
+                        f"turn {e.turn} of loop {r.loop} started after loop.paused, "
+                        "with no loop.resumed between",
+                    )
                 self.turns_open[r.loop] = e.turn
             case TurnEnded():
                 open_turn = self.turns_open.pop(r.loop, None)
