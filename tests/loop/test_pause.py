@@ -12,9 +12,10 @@ import pytest
 import trio
 
 from journal import Journal, open_journal
-from journal.events import ChildStarted, LoopPaused, LoopResumed
+from journal.events import ChildStarted, LoopPaused, LoopResumed, TurnEnded
 from loopruntime import (
     Delegate,
+    Limits,
     LoopDefinition,
     LoopStatus,
     LoopStoppedError,
@@ -329,3 +330,26 @@ async def test_a_continuation_the_provider_asks_for_waits_for_the_resume(
         await s.wait_idle()
         assert len(model.requests) == 2 and not (await s.snapshot()).turn_open
         await s.verify()
+
+
+async def test_the_time_a_turn_is_held_counts_against_no_deadline(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # The memory journal: timing matters here, and under the autojump clock a
+    # SQLite commit in its thread lets virtual time jump past the deadline.
+    gate = Gate()
+    model = ScriptedModel([Reply(tool_calls=[ToolCall(name="slow")]), Reply(text="after")])
+    limits = Limits(turn_timeout=30)
+    d = LoopDefinition(name="d", model=model, tools=[slow_tool(gate)], limits=limits)
+    async with open_journal("memory:") as journal, Session.create(journal, d, session_id="s") as s:
+        await s.submit("go")
+        await gate.entered.wait()
+        await s.pause()
+        gate.release.set()
+        await s.wait_idle()
+        await trio.sleep(3600)  # a person's hour away, far past the turn's deadline
+        assert (await s.snapshot()).turn_open
+        await s.resume()
+        await s.wait_idle()
+        [ended] = await events_of(journal, "s", TurnEnded)
+    assert ended.outcome == "completed"
