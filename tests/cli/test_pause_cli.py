@@ -70,3 +70,25 @@ def test_a_pause_without_a_key_gets_a_fresh_one(
     assert main(["pause", "s1", "--loop", "main", "--journal", url]) == 0
     out = capsys.readouterr().out
     assert "inbox entry 2 of session s1 (key pause-" in out
+
+
+def test_wait_prints_what_the_pause_came_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    trio.run(_create, url)
+
+    async def with_a_host() -> list[int]:
+        async with open_journal(url) as journal:
+            async with Host.open(
+                journal, {"counter": counting_definition()}, host_id="h", poll=0.05
+            ):
+                # The command runs its own trio loop: in a thread of its own.
+                return [
+                    await trio.to_thread.run_sync(main, [*argv, "--wait", "--journal", url])
+                    for argv in (["pause", "s1"], ["pause", "s1"], ["resume", "s1"])
+                ]
+
+    assert trio.run(with_a_host) == [0, 0, 0]
+    out = [line for line in capsys.readouterr().out.splitlines() if "inbox entry" not in line]
+    assert out == ["paused", "applied: it was already paused", "resumed"]
