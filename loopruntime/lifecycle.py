@@ -4,6 +4,7 @@ Everything that changes a loop's phase is a ``Step`` looked up in
 ``TRANSITIONS``; a step not in the phase's row is a bug in the actor and
 raises ``LifecycleError`` naming both.  The actor's own presence (a task
 serving the mailbox, or none) is the second, smaller machine ``ACTOR``.
+A pause, which the fold owns, holds the steps in ``HELD`` until the resume.
 Pure: no trio, no I/O.  ``docs/architecture.md`` ("The loop's lifecycle")
 tells the whole life with both tables.
 """
