@@ -128,9 +128,8 @@ def _decide(
     if LoopStatus.PAUSED in loops:
         # Only a resume releases it: said first, whatever else waits.
         paused = sorted(k for k, st in states.items() if st.status is LoopStatus.PAUSED)
-        return Status.PAUSED, _join(
-            f"loop {', '.join(paused)} paused: `loopruntime resume`", waiting
-        )
+        which = f"loop {paused[0]}" if len(paused) == 1 else f"loops {', '.join(paused)}"
+        return Status.PAUSED, _join(f"{which} paused: `loopruntime resume`", waiting)
     if LoopStatus.AWAITING_RESOLUTION in loops:
         return Status.UNKNOWN_EFFECTS, _join(
             "a tool call's outcome is unknown: `loopruntime resolve`", waiting
