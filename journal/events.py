@@ -67,7 +67,9 @@ __all__ = [
     "LoopImage",
     "LoopInferenceChanged",
     "LoopModeChanged",
+    "LoopPaused",
     "LoopReconfigured",
+    "LoopResumed",
     "LoopStarted",
     "LoopStopped",
     "LoopToolsReplaced",
@@ -148,6 +150,23 @@ class LoopModeChanged(msgspec.Struct, tag="loop.mode_changed", **_opts):
     principal: str | None = None
     """Who gave the command that made this record (a user id, a service
     name; None: not said).  Recorded, never checked: no authorization."""
+
+
+class LoopPaused(msgspec.Struct, tag="loop.paused", **_opts):
+    """The loop was paused: from now on it starts no model call, tool, child
+    or turn (a step already running finishes) until ``loop.resumed``.  Its
+    children's next steps wait too."""
+
+    principal: str | None = None
+    """Who paused it (recorded, never checked)."""
+
+
+class LoopResumed(msgspec.Struct, tag="loop.resumed", **_opts):
+    """The pause ended: what waited (the open turn's next step, queued input,
+    answered gates, requested compactions) goes on."""
+
+    principal: str | None = None
+    """Who resumed it (recorded, never checked)."""
 
 
 class LoopStopped(msgspec.Struct, tag="loop.stopped", **_opts):
@@ -936,6 +955,8 @@ class SessionForked(SessionLevelEvent, tag="session.forked", frozen=True, kw_onl
 LoopEvent = (
     LoopStarted
     | LoopModeChanged
+    | LoopPaused
+    | LoopResumed
     | LoopStopped
     | LoopConfigured
     | LoopReconfigured

@@ -37,7 +37,9 @@ __all__ = [
     "InboxEntry",
     "InboxOutcome",
     "Interrupt",
+    "Pause",
     "Resolve",
+    "Resume",
     "Steer",
     "Submit",
     "command_name",
@@ -96,6 +98,20 @@ class Interrupt(msgspec.Struct, tag="interrupt", **_opts):
     principal: str | None = None
 
 
+class Pause(msgspec.Struct, tag="pause", **_opts):
+    """Pause the loop (the root loop when None): ``Session.pause``."""
+
+    loop: str | None = None
+    principal: str | None = None
+
+
+class Resume(msgspec.Struct, tag="resume", **_opts):
+    """End the loop's pause: ``Session.resume``."""
+
+    loop: str | None = None
+    principal: str | None = None
+
+
 class CancelQueued(msgspec.Struct, tag="cancel_queued", **_opts):
     input_id: str
     loop: str | None = None
@@ -121,6 +137,8 @@ InboxCommand = (
     | Decide
     | Resolve
     | Interrupt
+    | Pause
+    | Resume
     | CancelQueued
     | Compact
     | ChangeMode

@@ -24,6 +24,7 @@ from .errors import LeaseLostError as LeaseLostError
 from .errors import LifecycleError as LifecycleError
 from .errors import LoopClosedError as LoopClosedError
 from .errors import LoopError as LoopError
+from .errors import LoopStoppedError as LoopStoppedError
 from .errors import ModelError as ModelError
 from .errors import ModeNotFoundError as ModeNotFoundError
 from .errors import NameClashError as NameClashError
@@ -34,6 +35,7 @@ from .errors import OutsideToolCallError as OutsideToolCallError
 from .errors import PayloadTooLargeError as PayloadTooLargeError
 from .errors import ProgressTooLargeError as ProgressTooLargeError
 from .errors import QueueFullError as QueueFullError
+from .errors import UnknownLoopError as UnknownLoopError
 from .hooks import AddContext as AddContext
 from .hooks import AfterTool as AfterTool
 from .hooks import BeforeModel as BeforeModel
@@ -91,6 +93,7 @@ __all__ = [
     "LoopHost",
     "LoopState",
     "LoopStatus",
+    "LoopStoppedError",
     "Mode",
     "ModeNotFoundError",
     "Model",
@@ -114,6 +117,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "TurnEnd",
+    "UnknownLoopError",
     "ask_user",
     "ask_user_tool",
     "classifier",

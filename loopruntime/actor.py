@@ -37,6 +37,8 @@ from journal.events import (
     LoopConfigured,
     LoopInferenceChanged,
     LoopModeChanged,
+    LoopPaused,
+    LoopResumed,
     LoopStarted,
     LoopStopped,
     LoopToolsReplaced,
@@ -59,8 +61,10 @@ from .commands import (
     Compact,
     DecideGate,
     Interrupt,
+    Pause,
     ReplaceTools,
     ResolveToolCall,
+    Resume,
     Shutdown,
     Snapshot,
     Steer,
@@ -84,7 +88,7 @@ from .errors import (
 )
 from .ids import new_id
 from .keys import command_digest, command_name, repeat_of
-from .lifecycle import TRANSITIONS, Actor, ActorStep, Phase, Step, advance, move
+from .lifecycle import TRANSITIONS, Actor, ActorStep, Phase, Step, advance, held, move
 from .mailbox import Mailbox
 from .model import Delta
 from .models.limiter import wait_on_behalf_of
@@ -198,6 +202,7 @@ class Loop:
         "_pending_compactions",
         "_phase",
         "_quiet",
+        "_resumed",
         "_start_cause",
         "_tasks",
         "_turn",
@@ -265,6 +270,9 @@ class Loop:
         self._quiet: trio.lowlevel.ParkingLot | None = None
         """Where ``wait_settled`` and ``wait_quiescent`` wait (made by the
         first waiter; a parked loop drops it when nobody waits)."""
+        self._resumed: trio.lowlevel.ParkingLot | None = None
+        """Where the tasks held by this loop's pause wait (its own and its
+        descendants'; made by the first waiter)."""
         self._compaction_principals: dict[str, str] = {}
         """attempt id -> who asked for that compaction (this process only)."""
         self._flush: Ticket | None = None
@@ -368,9 +376,50 @@ class Loop:
         try:
             # A person's time counts against no deadline of the waiting task.
             with deadlines.paused():
-                return await self._answers.wait(gate_id)
+                resolution = await self._answers.wait(gate_id)
         finally:
             self.busy(+1)
+        # Answered while the loop is paused: the answer is recorded, and
+        # what it lets the tool do waits for the resume.
+        await self.wait_unpaused()
+        return resolution
+
+    async def wait_unpaused(self) -> None:
+        """Wait while this loop or one of its ancestors is paused (the fold's
+        ``LoopState.paused``); a no-op, and no checkpoint, when none is.  The
+        loop counts as quiet meanwhile, and the waiting task's deadlines stop
+        counting, as while it waits on a person."""
+        holder = self._pauser()
+        if holder is None:
+            return
+        self.busy(-1)
+        try:
+            with deadlines.paused():
+                while holder is not None:
+                    await holder._wait_resumed()
+                    holder = self._pauser()
+        finally:
+            self.busy(+1)
+
+    @property
+    def held_by_pause(self) -> bool:
+        """This loop or one of its ancestors running here is paused."""
+        return self._pauser() is not None
+
+    def _pauser(self) -> Loop | None:
+        """The nearest of this loop and its ancestors running here that is paused."""
+        loop: Loop | None = self
+        while loop is not None:
+            state = loop.state
+            if state.paused:
+                return loop
+            loop = self.host.child(state.parent.parent_loop) if state.parent else None
+        return None
+
+    async def _wait_resumed(self) -> None:
+        if self._resumed is None:
+            self._resumed = trio.lowlevel.ParkingLot()
+        await self._resumed.park()
 
     async def delegate(self, delegate: Delegate, task: str, *, execution_id: str) -> str:
         return await run_delegate(self, delegate, task, execution_id=execution_id)
@@ -783,6 +832,10 @@ class Loop:
                 await self._on_compact(command)
             case Interrupt():
                 await self._on_interrupt(command)
+            case Pause():
+                await self._on_pause(command)
+            case Resume():
+                await self._on_resume(command)
             case Shutdown():
                 await self._on_shutdown(command)
             case Snapshot():
@@ -979,12 +1032,36 @@ class Loop:
         stop = TurnStop("interrupted", cause, command.principal)
         command.reply.set(await self._stop_turn(stop))
 
+    async def _on_pause(self, command: Pause) -> None:
+        # Idempotent: pausing a paused loop records nothing but its key,
+        # and answers False (as an interrupt with no turn does).
+        pausing = not self.state.paused
+        events: list[Event] = [LoopPaused()] if pausing else []
+        await self._commit_command(command, events, pausing)
+        command.reply.set(pausing)
+
+    async def _on_resume(self, command: Resume) -> None:
+        resuming = self.state.paused
+        events: list[Event] = [LoopResumed()] if resuming else []
+        await self._commit_command(command, events, resuming)
+        command.reply.set(resuming)
+        if not resuming:
+            return
+        lot, self._resumed = self._resumed, None
+        if lot is not None:
+            # The turn's next step, answered gates, and the children's steps.
+            lot.unpark_all()
+        self._maybe_compact()
+        await self._resume()
+
     async def _on_shutdown(self, command: Shutdown) -> None:
         state = self.state
         # Nothing is lost by leaving a turn open that only waits on
         # people: every gate stays answerable after a restore, so a
         # pending approval or question outlives a deploy's restart.
-        detach = not command.final and self._waits_only_on_people()
+        detach = not command.final and (
+            self._waits_only_on_people() or (self._turn is not None and self._turn.held)
+        )
         self._step(Step.SHUT_DOWN)
         await self._stop_turn(TurnStop("detached" if detach else "shutdown"))
         if command.final and not state.stopped:
@@ -1034,6 +1111,7 @@ class Loop:
         state = self.state
         return not (
             self._phase is not Phase.IDLE
+            or held(Step.START_TURN, state.paused)
             or state.turn_open
             or state.stopped
             or state.gates
@@ -1102,6 +1180,8 @@ class Loop:
         phase = self._phase
         if not self._pending_compactions or Step.START_COMPACTION not in TRANSITIONS[phase]:
             return
+        if held(Step.START_COMPACTION, self.state.paused):
+            return  # taken again by the resume
         if phase is Phase.TURN and not self.state.gates:
             return
         (attempt_id, cause), *rest = self._pending_compactions

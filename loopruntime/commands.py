@@ -26,9 +26,11 @@ __all__ = [
     "Compact",
     "DecideGate",
     "Interrupt",
+    "Pause",
     "ReplaceTools",
     "Reply",
     "ResolveToolCall",
+    "Resume",
     "Shutdown",
     "Snapshot",
     "Steer",
@@ -180,6 +182,21 @@ class Interrupt(_Command):
 
 
 @dataclass(eq=False, kw_only=True)
+class Pause(_Command):
+    """Pause the loop (``loop.paused``): it starts no model call, tool, child,
+    turn or compaction until ``Resume``; a step already running finishes.
+    Reply: whether this paused it (False: it already was; nothing recorded
+    but the key)."""
+
+
+@dataclass(eq=False, kw_only=True)
+class Resume(_Command):
+    """End the loop's pause (``loop.resumed``); what waited goes on.  Reply:
+    whether this resumed it (False: it was not paused; nothing recorded but
+    the key)."""
+
+
+@dataclass(eq=False, kw_only=True)
 class Shutdown(_Command):
     """Stop the running turn (if any) and the loop.  ``final`` also records
     ``loop.stopped``: the loop is done for good (a finished child)."""
@@ -205,6 +222,8 @@ Command = (
     | Compact
     | ResolveToolCall
     | Interrupt
+    | Pause
+    | Resume
     | Shutdown
     | Snapshot
 )

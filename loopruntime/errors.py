@@ -17,6 +17,7 @@ __all__ = [
     "LifecycleError",
     "LoopClosedError",
     "LoopError",
+    "LoopStoppedError",
     "ModeNotFoundError",
     "ModelError",
     "NameClashError",
@@ -30,6 +31,7 @@ __all__ = [
     "RedactedInputError",
     "ScriptExhaustedError",
     "UnknownCommandError",
+    "UnknownLoopError",
 ]
 
 
@@ -66,6 +68,30 @@ class LoopClosedError(CommandError):
     """The loop (or its session) was shut down; it takes no more commands."""
 
     code = "loop.closed"
+
+
+class LoopStoppedError(CommandError):
+    """The loop stopped for good (``loop.stopped``): a command that would
+    change how it runs (a pause, a resume) cannot apply, now or ever; nothing
+    was committed.  ``loop`` names it."""
+
+    code = "loop.stopped"
+
+    def __init__(self, message: str, *, loop: str) -> None:
+        super().__init__(message)
+        self.loop = loop
+
+
+class UnknownLoopError(CommandError):
+    """A command named a loop its session does not have; nothing was
+    committed.  ``session`` and ``loop`` name them."""
+
+    code = "loop.unknown"
+
+    def __init__(self, message: str, *, session: str, loop: str) -> None:
+        super().__init__(message)
+        self.session = session
+        self.loop = loop
 
 
 class GateMismatchError(CommandError):

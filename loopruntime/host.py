@@ -16,9 +16,11 @@ from .commands import Command as Command
 from .commands import Compact as Compact
 from .commands import DecideGate as DecideGate
 from .commands import Interrupt as Interrupt
+from .commands import Pause as Pause
 from .commands import ReplaceTools as ReplaceTools
 from .commands import Reply as Reply
 from .commands import ResolveToolCall as ResolveToolCall
+from .commands import Resume as Resume
 from .commands import Shutdown as Shutdown
 from .commands import Snapshot as Snapshot
 from .commands import Steer as Steer
@@ -83,9 +85,11 @@ __all__ = [
     "GuardFailedError",
     "Interrupt",
     "KeyUse",
+    "Pause",
     "ReplaceTools",
     "Reply",
     "ResolveToolCall",
+    "Resume",
     "Shutdown",
     "Snapshot",
     "Steer",

@@ -21,8 +21,10 @@ from .commands import (
     Compact,
     DecideGate,
     Interrupt,
+    Pause,
     ReplaceTools,
     ResolveToolCall,
+    Resume,
     Steer,
     UserInput,
 )
@@ -74,6 +76,10 @@ def command_name(command: Command) -> str:
             return "resolve"
         case Interrupt():
             return "interrupt"
+        case Pause():
+            return "pause"
+        case Resume():
+            return "resume"
         case Compact():
             return "compact"
         case ChangeMode():

@@ -4,6 +4,7 @@ Everything that changes a loop's phase is a ``Step`` looked up in
 ``TRANSITIONS``; a step not in the phase's row is a bug in the actor and
 raises ``LifecycleError`` naming both.  The actor's own presence (a task
 serving the mailbox, or none) is the second, smaller machine ``ACTOR``.
+A pause, which the fold owns, holds the steps in ``HELD`` until the resume.
 Pure: no trio, no I/O.  ``docs/architecture.md`` ("The loop's lifecycle")
 tells the whole life with both tables.
 """
@@ -14,7 +15,18 @@ import enum
 
 from .errors import LifecycleError
 
-__all__ = ["ACTOR", "TRANSITIONS", "Actor", "ActorStep", "Phase", "Step", "advance", "move"]
+__all__ = [
+    "ACTOR",
+    "HELD",
+    "TRANSITIONS",
+    "Actor",
+    "ActorStep",
+    "Phase",
+    "Step",
+    "advance",
+    "held",
+    "move",
+]
 
 
 class Phase(enum.Enum):
@@ -84,6 +96,21 @@ TRANSITIONS: dict[Phase, dict[Step, Phase]] = {
         Step.CLOSE: Phase.STOPPED,
     },
 }
+
+
+HELD: frozenset[Step] = frozenset({Step.START_TURN, Step.START_COMPACTION})
+"""The steps a paused loop does not take: they wait for its resume.
+
+A pause is not a phase: the fold owns it (``LoopState.paused``, from
+``loop.paused`` / ``loop.resumed``), so it survives restore and failover, and
+it is orthogonal to the phase (a turn stays open across a pause, and the
+step it was running finishes).  Every other step is taken as its phase's row
+says: a running turn ends, a compaction ends, a shutdown stops the loop."""
+
+
+def held(step: Step, paused: bool) -> bool:
+    """Whether ``step`` waits: the loop is paused and ``step`` is in ``HELD``."""
+    return paused and step in HELD
 
 
 def advance(phase: Phase, step: Step, loop_id: str = "") -> Phase:

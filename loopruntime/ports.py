@@ -135,7 +135,8 @@ class ToolsPort(LoopPort, Delegator, Protocol):
     async def wait_gate(self, gate_id: str) -> GateResolved:
         """Wait until a person closes the open gate ``gate_id``; the loop counts
         as quiet (and a requested compaction may run) meanwhile, and the
-        waiting task's deadlines stop counting (``deadlines.paused``)."""
+        waiting task's deadlines stop counting (``deadlines.paused``).  An
+        answer given while the loop is paused is returned once it resumes."""
         ...
 
 
@@ -163,6 +164,14 @@ class TurnPort(ToolsPort, Protocol):
 
     def session_tokens(self) -> int:
         """Tokens every loop of the session spent (its token budget's measure)."""
+    @property
+    def held_by_pause(self) -> bool:
+        """The loop or one of its ancestors is paused: the turn's next step waits."""
+        ...
+
+    async def wait_unpaused(self) -> None:
+        """Wait until neither the loop nor an ancestor is paused, counting as
+        quiet meanwhile."""
         ...
 
 

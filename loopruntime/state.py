@@ -42,7 +42,9 @@ from journal.events import (
     LoopConfigured,
     LoopInferenceChanged,
     LoopModeChanged,
+    LoopPaused,
     LoopReconfigured,
+    LoopResumed,
     LoopStarted,
     LoopStopped,
     LoopToolsReplaced,
@@ -94,6 +96,7 @@ class LoopStatus(enum.Enum):
     RUNNING = "running"
     AWAITING_GATE = "awaiting_gate"
     AWAITING_RESOLUTION = "awaiting_resolution"
+    PAUSED = "paused"
     STOPPED = "stopped"
 
 
@@ -157,6 +160,10 @@ class LoopState(msgspec.Struct, kw_only=True):
     mode: str | None = None
     parent: Provenance | None = None
     stopped: bool = False
+    paused: bool = False
+    """``loop.paused`` was recorded and no ``loop.resumed`` since: the loop
+    starts no model call, tool, child, turn or compaction (nor do its
+    children) until it is resumed."""
     last_seq: int = 0
     """seq of the last record folded (of this loop)."""
     history_seq: int = 0
@@ -261,6 +268,8 @@ class LoopState(msgspec.Struct, kw_only=True):
     def status(self) -> LoopStatus:
         if self.stopped:
             return LoopStatus.STOPPED
+        if self.paused:
+            return LoopStatus.PAUSED
         if self.gates:
             return LoopStatus.AWAITING_GATE
         if self.unknown:
@@ -528,6 +537,10 @@ def fold(state: LoopState, record: Record) -> LoopState:
             loaded.extend(t for t in event.tools if t not in loaded)
         case LoopStopped():
             state.stopped = True
+        case LoopPaused():
+            state.paused = True
+        case LoopResumed():
+            state.paused = False
         case InputCancelled():
             state.queued = [q for q in state.queued if q.input_id != event.input_id] or NO_LIST
         case SteerQueued():

@@ -112,6 +112,10 @@ class TurnRunner:
         self._log: Any = None
         self.parked = False
         """The turn waits for the host to resolve an unknown outcome."""
+        self.held = False
+        """The turn waits, between two steps, for its loop's (or an
+        ancestor's) pause to end: nothing of it runs, so a shutdown leaves
+        it open as the journal holds it."""
         self._scope: trio.CancelScope | None = None
         self._stop: TurnStop | None = None
         every = loop.definition.hooks
@@ -201,6 +205,9 @@ class TurnRunner:
                 # resolves it, then the loop resumes the turn.
                 self.parked = True
                 return
+            if self.loop.held_by_pause:
+                await self._hold()
+                continue
             if state.awaiting and state.last_stop_reason != "tool_use":
                 # Only a reply that stopped for tool use admits execution: its
                 # calls may be cut off or unintended.  Decided from state, so a
@@ -298,6 +305,13 @@ class TurnRunner:
             # Nothing new to say: a model call on a context ending with the
             # assistant's own message continues that message.
             await self._model_call()
+
+    async def _hold(self) -> None:
+        """The loop (or an ancestor) is paused: the step just finished was
+        recorded, and the next waits here for the resume."""
+        self.held = True
+        await self.loop.run_outside(self.loop.wait_unpaused)
+        self.held = False
 
     def _reject_all(self, uses: list[ToolUse], text: str) -> list[Event]:
         return [

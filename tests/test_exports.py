@@ -31,7 +31,7 @@ PUBLIC = {
         "NotQueuedError", "NotUnknownEffectError", "OutsideToolCallError",
         "IdempotencyKeyError", "QueueFullError", "PayloadTooLargeError", "BudgetExhaustedError",
         "NotRegisteredError", "DefinitionError", "NameClashError", "ChildRejectedError",
-        "LeaseLostError", "ProgressTooLargeError",
+        "LeaseLostError", "LoopStoppedError", "ProgressTooLargeError", "UnknownLoopError",
         "hook", "Hook", "AddContext", "StopTurn", "Deny", "Rewrite", "ReplaceResult",
         "BeforeModel", "BeforeTool", "AfterTool", "TurnEnd",
         "classifier", "Classifier", "PermissionRequest", "Review",
@@ -39,6 +39,7 @@ PUBLIC = {
     },
     "loopruntime.host": {
         "AnswerGate", "CancelQueuedInput", "ChangeMode", "Compact", "DecideGate", "Interrupt",
+        "Pause", "Resume",
         "Reply", "ResolveToolCall", "Shutdown", "Snapshot", "Steer", "SubagentResult",
         "UserInput", "Accumulator", "Delta", "FoldError", "GuardFailedError", "ToolInputError",
         "child_outcome", "copy_state", "find_definition", "image_bytes", "image_missing",
@@ -104,7 +105,7 @@ def test_session_methods_of_the_design() -> None:
         "decide", "resolve", "compact", "change_mode", "snapshot", "verify", "subscribe",
         "wait_idle", "shutdown", "collaborate", "resume_collaboration",
         "collaboration_status", "fork", "result",
-        "change_inference", "replace_tools",
+        "change_inference", "replace_tools", "pause", "resume",
     ):  # fmt: skip
         assert callable(getattr(Session, method))
 

@@ -12,6 +12,7 @@ import argparse
 import functools
 import importlib
 import signal
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -210,6 +211,27 @@ async def submit_command(args: argparse.Namespace, url: str) -> int:
     return 0
 
 
+async def pause_command(args: argparse.Namespace, url: str) -> int:
+    """``pause`` / ``resume``: the command through the session's inbox, under
+    ``--key`` or a fresh one (both are idempotent: a second pause records
+    nothing), and its outcome with ``--wait``."""
+    async with open_journal(url) as journal:
+        client = Client(journal)
+        session, who = args.session, args.principal
+        key = args.key if args.key is not None else f"{args.command}-{uuid.uuid4().hex}"
+        send = client.pause if args.command == "pause" else client.resume
+        entry = await send(session, key=key, loop=args.loop, principal=who)
+        print(f"inbox entry {entry.number} of session {session} (key {key})", flush=True)
+        if args.wait is not None:
+            outcome = await client.wait(session, key, timeout=args.wait)
+            pausing = args.command == "pause"
+            if outcome.value:
+                print("paused" if pausing else "resumed")
+            else:
+                print("applied: it was already paused" if pausing else "applied: it was not paused")
+    return 0
+
+
 async def _check_key_free(
     journal: Journal, session: str, key: str, text: str, principal: str | None
 ) -> None:
@@ -350,6 +372,42 @@ def add_commands(
     decide.add_argument("allow", choices=("allow", "deny"))
     decide.add_argument("--scope", choices=("once", "session"), default="once")
     inbox_options(decide)
+
+    def run_pause(args: argparse.Namespace) -> int:
+        return trio.run(pause_command, args, url(args))
+
+    for name, brief, long in (
+        (
+            "pause",
+            "pause a loop through the inbox",
+            "Pause a loop of SESSION through its inbox: it starts no model call, tool, child or "
+            "turn until resumed (a step already running finishes); input and answers wait.",
+        ),
+        (
+            "resume",
+            "resume a paused loop through the inbox",
+            "End a loop's pause through the inbox; what waited goes on.",
+        ),
+    ):
+        pausing = command(name, brief, long)
+        pausing.add_argument("session")
+        pausing.add_argument("--loop", help="the loop (default: the session's root loop)")
+        pausing.add_argument(
+            "--key", help="idempotency key (default: a fresh one; resending is safe either way)"
+        )
+        pausing.add_argument(
+            "--principal",
+            help="who sends the command (a user id, a service name), recorded on what it makes",
+        )
+        pausing.add_argument(
+            "--wait",
+            type=seconds,
+            nargs="?",
+            const=60.0,
+            metavar="SECONDS",
+            help="wait for the command's outcome (default 60 s; inf: until it comes)",
+        )
+        pausing.set_defaults(run=run_pause)
     console = command(
         "console",
         "a web page to watch sessions live and answer what waits on a person",

@@ -470,6 +470,20 @@ class Client:
     ) -> ib.InboxEntry:
         return await self._put(session_id, key, ib.Interrupt(loop=loop), principal=principal)
 
+    async def pause(
+        self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
+    ) -> ib.InboxEntry:
+        """Ask the session's owner to pause ``loop`` (``Session.pause``); the
+        entry's outcome value says whether it paused it (False: it already was)."""
+        return await self._put(session_id, key, ib.Pause(loop=loop), principal=principal)
+
+    async def resume(
+        self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
+    ) -> ib.InboxEntry:
+        """Ask the session's owner to end ``loop``'s pause (``Session.resume``);
+        the outcome value says whether it resumed it (False: it was not paused)."""
+        return await self._put(session_id, key, ib.Resume(loop=loop), principal=principal)
+
     async def cancel_queued(
         self,
         session_id: str,

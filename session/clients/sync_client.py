@@ -291,6 +291,16 @@ class SyncClient:
             self._client.interrupt, session_id, key=key, loop=loop, principal=principal
         )
 
+    def pause(
+        self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
+    ) -> ib.InboxEntry:
+        return self._call(self._client.pause, session_id, key=key, loop=loop, principal=principal)
+
+    def resume(
+        self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
+    ) -> ib.InboxEntry:
+        return self._call(self._client.resume, session_id, key=key, loop=loop, principal=principal)
+
     def cancel_queued(
         self,
         session_id: str,

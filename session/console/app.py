@@ -286,6 +286,26 @@ async def _resolve_effect(request: Request) -> Response:
     return await _sent(console, sid, key, send)
 
 
+async def _pausing(request: Request) -> Response:
+    """Pause or resume a loop (``action``: ``pause`` or ``resume``), through
+    the inbox like every action; both are idempotent, so a retry is harmless."""
+    console = _console(request)
+    console.check_write(request)
+    sid, loop = request.path_params["session"], request.path_params["loop"]
+    body = await _body(request)
+    key = _key(body)
+    action = body.get("action")
+    if action not in ("pause", "resume"):
+        raise ConsoleError(400, f"action must be 'pause' or 'resume', not {action!r}")
+    states = await read_states(console.journal, sid) if await console.head(sid) else {}
+    if loop not in states:
+        raise ConsoleError(404, f"session {sid} has no loop {loop}")
+    send = console.client.pause if action == "pause" else console.client.resume
+    return await _sent(
+        console, sid, key, send(sid, key=key, loop=loop, principal=console.principal)
+    )
+
+
 def _routes() -> list[Route | Mount]:
     static = StaticFiles(directory=str(files("session.console") / "static"))
     return [
@@ -299,6 +319,7 @@ def _routes() -> list[Route | Mount]:
         Route("/api/sessions/{session}/records/{seq}", _record),
         Route("/api/sessions/{session}/gates/{gate}", _answer_gate, methods=["POST"]),
         Route("/api/sessions/{session}/effects/{execution}", _resolve_effect, methods=["POST"]),
+        Route("/api/sessions/{session}/loops/{loop}", _pausing, methods=["POST"]),
         Mount("/static", static),
     ]
 

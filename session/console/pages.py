@@ -73,6 +73,7 @@ def session_page(session: str, token: str, read_only: bool, principal: str | Non
 <h2>Waiting on you</h2>
 <div id="gates"></div>
 <div id="unknown"></div>
+<div id="paused"></div>
 </section>
 <section aria-label="your actions"><ol id="outcomes" class="outcomes" hidden></ol></section>
 <div class="tabs" role="tablist">

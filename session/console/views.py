@@ -45,11 +45,12 @@ __all__ = [
     "summary_of",
 ]
 
-Status = Literal["waiting", "unknown", "crashed", "running", "idle", "damaged", "host"]
+Status = Literal["waiting", "unknown", "paused", "crashed", "running", "idle", "damaged", "host"]
 
 STATUS_ORDER: tuple[Status, ...] = (
     "waiting",
     "unknown",
+    "paused",
     "crashed",
     "damaged",
     "host",
@@ -61,6 +62,7 @@ STATUS_ORDER: tuple[Status, ...] = (
 STATUS_WORDS: dict[Status, str] = {
     "waiting": "waiting on a person",
     "unknown": "unknown effects",
+    "paused": "paused",
     "crashed": "crashed, unowned",
     "damaged": "damaged",
     "host": "waiting for a host",
@@ -81,6 +83,8 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     open_turns: int
     tokens_used: int = 0
     """Tokens every loop spent (the sum of their folds)."""
+    paused: int = 0
+    """Loops paused (and not stopped): only a resume releases them."""
 
 
 def summary_of(states: dict[str, LoopState], head: int) -> Summary:
@@ -91,16 +95,20 @@ def summary_of(states: dict[str, LoopState], head: int) -> Summary:
         unknown=sum(len(s.unknown) for s in states.values()),
         open_turns=sum(1 for s in states.values() if s.turn_open and not s.stopped),
         tokens_used=sum(s.tokens_used for s in states.values()),
+        paused=sum(1 for s in states.values() if s.paused and not s.stopped),
     )
 
 
 def session_status(summary: Summary, info: SessionInfo, now_ns: int) -> Status:
-    """One word for a session: an open gate first (a person is needed), then an
+    """One word for a session: a paused loop first (nothing goes on until a
+    person resumes it), then an open gate (a person is needed), then an
     unknown effect (a person must resolve it), then an open turn: ``running``
     while a host holds a live lease on it, ``crashed`` when no live owner does
     (a process died mid-turn, or a session run outside any host stopped;
     restoring settles it), then entries waiting: ``running`` while a host
     holds it, ``host`` (waiting for a host) while none does; else ``idle``."""
+    if summary.paused:
+        return "paused"
     if summary.gates:
         return "waiting"
     if summary.unknown:
@@ -408,15 +416,18 @@ def actions_of(
 ) -> dict[str, list[dict[str, Any]]]:
     """What a person can do now: open gates (allow / deny, answer a question
     or a form, confirm a URL) with the classifiers' reviews that left a
-    permission to a person, and tool calls whose outcome is unknown
-    (resolve), per loop, in the order opened."""
+    permission to a person, tool calls whose outcome is unknown
+    (resolve), per loop, in the order opened, and paused loops (resume)."""
     gates: list[dict[str, Any]] = []
     unknown: list[dict[str, Any]] = []
+    paused: list[dict[str, Any]] = []
     for loop, state in states.items():
+        if state.paused and not state.stopped:
+            paused.append({"loop": loop, "turn_open": state.turn_open})
         for g in state.open_gates:
             gates.append(gate_view(loop, g, reviews))
         for u in state.unknown_effects:
             unknown.append(
                 {"loop": loop, "execution_id": u.execution_id, "name": u.name, "input": u.input}
             )
-    return {"gates": gates, "unknown": unknown}
+    return {"gates": gates, "unknown": unknown, "paused": paused}

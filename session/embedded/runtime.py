@@ -34,9 +34,11 @@ from loopruntime import (
     LoopDefinition,
     LoopError,
     LoopState,
+    LoopStoppedError,
     ModeNotFoundError,
     NotUnknownEffectError,
     Tool,
+    UnknownLoopError,
     fold,
 )
 from loopruntime.host import (
@@ -47,7 +49,9 @@ from loopruntime.host import (
     Compact,
     DecideGate,
     Interrupt,
+    Pause,
     ResolveToolCall,
+    Resume,
     Shutdown,
     Snapshot,
     Steer,
@@ -542,7 +546,11 @@ class Session:
             raise LoopClosedError(f"session {self.id} is shut down; it takes no more commands")
         found = self.loops.get(loop or ROOT_LOOP)
         if found is None:
-            raise LoopError(f"session {self.id} has no loop {loop!r}")
+            raise UnknownLoopError(
+                f"session {self.id} has no loop {loop!r}; nothing was committed",
+                session=self.id,
+                loop=loop or ROOT_LOOP,
+            )
         return found
 
     def _limits(self, loop: Loop | None) -> Limits:
@@ -632,6 +640,47 @@ class Session:
         key, principal = check_key(key), check_principal(principal)
         command = Interrupt(key=key, principal=principal)
         return bool(await self._send(self._loop(loop), command, _routed))
+
+    async def pause(
+        self, loop: str | None = None, *, key: str | None = None, principal: str | None = None
+    ) -> bool:
+        """Pause ``loop`` (the root loop by default): one ``loop.paused``.  From
+        then on it starts no model call, tool, child, turn or compaction, and
+        its children's next steps wait too; a step already running finishes
+        and is recorded.  Input and commands are taken meanwhile and run after
+        ``resume``; open gates stay answerable, their answers acted on after
+        it.  The pause is the journal's: it holds across restore and failover.
+        True when this call paused it; False when it was already paused
+        (nothing recorded but the key: idempotent).  A stopped loop raises
+        ``LoopStoppedError``, an unknown one ``UnknownLoopError``; neither
+        commits anything."""
+        key, principal = check_key(key), check_principal(principal)
+        command = Pause(key=key, principal=principal)
+        return bool(await self._send(self._running_loop(loop, "pause"), command, _routed))
+
+    async def resume(
+        self, loop: str | None = None, *, key: str | None = None, principal: str | None = None
+    ) -> bool:
+        """End ``loop``'s pause: one ``loop.resumed``, and what waited goes on
+        (the open turn's next step, queued input, answered gates, requested
+        compactions, the children's steps).  Only a resume releases a pause.
+        True when this call resumed it; False when it was not paused (nothing
+        recorded but the key).  Errors as ``pause``."""
+        key, principal = check_key(key), check_principal(principal)
+        command = Resume(key=key, principal=principal)
+        return bool(await self._send(self._running_loop(loop, "resume"), command, _routed))
+
+    def _running_loop(self, loop: str | None, what: str) -> Loop:
+        """The loop ``loop`` names, refused with ``LoopStoppedError`` when it
+        stopped for good (a keyed repeat is answered only while it runs)."""
+        found = self._loop(loop)
+        if found.state.stopped:
+            raise LoopStoppedError(
+                f"loop {found.id} of session {self.id} has stopped for good; there is "
+                f"nothing to {what} and nothing was committed",
+                loop=found.id,
+            )
+        return found
 
     def _gate_loop(self, gate_id: str) -> Loop:
         for loop in self.loops.values():

@@ -41,6 +41,9 @@ class Status(enum.Enum):
     RATE_LIMITED = "waiting for a rate limit"
     """A turn is open and its model call waits for the process's shared rate
     limit (known only in the process running it: ``Session.rate_limited``)."""
+    PAUSED = "paused"
+    """A loop was paused: it starts no new work until ``loopruntime resume``
+    (its gates stay answerable meanwhile)."""
     WAITING_ON_PERSON = "waiting on a person"
     """A gate (an approval or a question) is open: ``answer`` / ``decide``."""
     UNKNOWN_EFFECTS = "unknown effects"
@@ -126,6 +129,11 @@ def _decide(
     if states is None:
         return Status.DAMAGED, "its records do not read back: `loopruntime replay --check`"
     loops = {st.status for st in states.values()}
+    if LoopStatus.PAUSED in loops:
+        # Only a resume releases it: said first, whatever else waits.
+        paused = sorted(k for k, st in states.items() if st.status is LoopStatus.PAUSED)
+        which = f"loop {paused[0]}" if len(paused) == 1 else f"loops {', '.join(paused)}"
+        return Status.PAUSED, _join(f"{which} paused: `loopruntime resume`", waiting)
     if LoopStatus.AWAITING_RESOLUTION in loops:
         return Status.UNKNOWN_EFFECTS, _join(
             "a tool call's outcome is unknown: `loopruntime resolve`", waiting

@@ -58,6 +58,10 @@ async def run(session: Session, command: ib.InboxCommand, key: str) -> str | boo
             return None
         case ib.Interrupt(loop=loop):
             return await session.interrupt(loop=loop, key=key, principal=who)
+        case ib.Pause(loop=loop):
+            return await session.pause(loop, key=key, principal=who)
+        case ib.Resume(loop=loop):
+            return await session.resume(loop, key=key, principal=who)
         case ib.CancelQueued(input_id=input_id, loop=loop):
             await session.cancel_queued(input_id, loop=loop, key=key, principal=who)
             return None

@@ -37,7 +37,9 @@ from journal.events import (
     LoopConfigured,
     LoopInferenceChanged,
     LoopModeChanged,
+    LoopPaused,
     LoopReconfigured,
+    LoopResumed,
     LoopStarted,
     LoopStopped,
     LoopToolsReplaced,
@@ -108,6 +110,8 @@ class TranscriptRenderer:
             case (
                 LoopStarted()
                 | LoopStopped()
+                | LoopPaused()
+                | LoopResumed()
                 | LoopModeChanged()
                 | LoopConfigured()
                 | LoopReconfigured()
@@ -177,6 +181,8 @@ class TranscriptRenderer:
         r: Record,
         e: LoopStarted
         | LoopStopped
+        | LoopPaused
+        | LoopResumed
         | LoopModeChanged
         | LoopConfigured
         | LoopReconfigured
@@ -201,6 +207,10 @@ class TranscriptRenderer:
                 )
             case LoopStopped():
                 lines.append(prefix + paint("dim", f"loop {r.loop} stopped ({e.reason})"))
+            case LoopPaused():
+                lines.append(prefix + paint("notice", f"⏸ loop {r.loop} paused{_by(e.principal)}"))
+            case LoopResumed():
+                lines.append(prefix + paint("notice", f"▶ loop {r.loop} resumed{_by(e.principal)}"))
             case LoopModeChanged():
                 lines.append(prefix + paint("dim", f"(mode: {e.mode}{_by(e.principal)})"))
             case LoopConfigured():

@@ -42,7 +42,9 @@ from journal.events import (
     LoopConfigured,
     LoopInferenceChanged,
     LoopModeChanged,
+    LoopPaused,
     LoopReconfigured,
+    LoopResumed,
     LoopStarted,
     LoopStopped,
     LoopToolsReplaced,
@@ -205,8 +207,15 @@ class _StreamBuilder:
                 | GateReviewed()
             ):
                 self._marker(r, e)
-            case LoopModeChanged() | LoopStopped() | ContextMeasured() | CompactionRejected():
-                pass  # nothing the tree draws
+            case (
+                LoopModeChanged()
+                | LoopPaused()
+                | LoopResumed()
+                | LoopStopped()
+                | ContextMeasured()
+                | CompactionRejected()
+            ):
+                pass  # nothing the tree draws (the transcript shows a pause)
             case SessionCheckpoint() | SessionForked():
                 pass  # _TreeBuilder keeps the session's own records out of the streams
             case CommandKeyed() | TurnRejected():

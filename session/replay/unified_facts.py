@@ -43,7 +43,9 @@ from journal.events import (
     LoopConfigured,
     LoopInferenceChanged,
     LoopModeChanged,
+    LoopPaused,
     LoopReconfigured,
+    LoopResumed,
     LoopStarted,
     LoopStopped,
     LoopToolsReplaced,
@@ -181,6 +183,8 @@ def read_facts(records: list[Record]) -> Facts:
                 | LoopInferenceChanged()
                 | LoopToolsReplaced()
                 | LoopModeChanged()
+                | LoopPaused()
+                | LoopResumed()
                 | LoopStopped()
                 | ToolsLoaded()
                 | ModelCallStarted()

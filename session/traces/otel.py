@@ -65,7 +65,9 @@ from journal.events import (
     LoopConfigured,
     LoopInferenceChanged,
     LoopModeChanged,
+    LoopPaused,
     LoopReconfigured,
+    LoopResumed,
     LoopStarted,
     LoopStopped,
     LoopToolsReplaced,
@@ -210,6 +212,8 @@ class SpanBuilder:
                 | CompactionCommitted()
                 | CompactionRejected()
                 | LoopModeChanged()
+                | LoopPaused()
+                | LoopResumed()
                 | ChildFinished()
             ):
                 self._marker(r, e, loop)
@@ -521,7 +525,13 @@ class SpanBuilder:
     def _marker(
         self,
         r: Record,
-        e: Notice | CompactionCommitted | CompactionRejected | LoopModeChanged | ChildFinished,
+        e: Notice
+        | CompactionCommitted
+        | CompactionRejected
+        | LoopModeChanged
+        | LoopPaused
+        | LoopResumed
+        | ChildFinished,
         loop: _Loop,
     ) -> None:
         """What else a reader of the trace wants marked: events of the turn."""
@@ -555,6 +565,10 @@ class SpanBuilder:
                 self._event(
                     loop, "loopruntime.mode_changed", r.at, {"loopruntime.mode": e.mode or ""}
                 )
+            case LoopPaused() | LoopResumed():
+                name = "paused" if isinstance(e, LoopPaused) else "resumed"
+                who = {"loopruntime.principal": e.principal} if e.principal is not None else {}
+                self._event(loop, f"loopruntime.loop.{name}", r.at, who)
             case ChildFinished():
                 self._event(
                     loop,

@@ -136,8 +136,8 @@ async def answers_a_gate(client: Any, host_id: str) -> None:
 
 
 async def other_commands(client: Any, host_id: str) -> None:
-    """steer, change_mode, compact, interrupt, cancel_queued, decide and
-    resolve each reach the owner and come back applied or refused by name."""
+    """steer, change_mode, compact, interrupt, pause, resume, cancel_queued,
+    decide and resolve each reach the owner and come back applied or refused by name."""
     sid = await client.create("echo", key="c")
     await client.submit(sid, "first", key="m1")
     await client.wait(sid, "m1", timeout=HANG_GUARD)
@@ -151,11 +151,16 @@ async def other_commands(client: Any, host_id: str) -> None:
     await client.wait(sid, "compact", timeout=HANG_GUARD)
     await client.interrupt(sid, key="interrupt")
     await client.wait(sid, "interrupt", timeout=HANG_GUARD)
+    await client.pause(sid, key="pause")
+    assert (await client.wait(sid, "pause", timeout=HANG_GUARD)).value is True
+    await client.resume(sid, key="resume")
+    assert (await client.wait(sid, "resume", timeout=HANG_GUARD)).value is True
     for key, send in [
         ("cancel", client.cancel_queued(sid, "in_nope", key="cancel")),
         ("decide", client.decide(sid, "gate_nope", True, key="decide")),
         ("resolve", client.resolve(sid, "exe_nope", "done", key="resolve")),
         ("mode2", client.change_mode(sid, "no-such-mode", key="mode2")),
+        ("pause2", client.pause(sid, key="pause2", loop="no-such-loop")),
     ]:
         await send
         with pytest.raises(CommandRefusedError):

@@ -57,6 +57,8 @@ METHODS = {
     "decide": ["session_id", "gate_id", "allow", "scope", "principal"],
     "resolve": ["session_id", "execution_id", "result", "is_error", "principal"],
     "interrupt": ["session_id", "loop", "principal"],
+    "pause": ["session_id", "loop", "principal"],
+    "resume": ["session_id", "loop", "principal"],
     "cancel_queued": ["session_id", "input_id", "loop", "principal"],
     "compact": ["session_id", "loop", "principal"],
     "change_mode": ["session_id", "mode", "loop", "principal"],

@@ -371,7 +371,7 @@ async def test_a_session_stream_sends_history_then_each_new_record_and_the_actio
             assert sse.response_headers["content-type"].startswith("text/event-stream")
             assert "content-length" not in sse.response_headers  # the body never ends
             assert [i["seq"] for i in items] == list(range(1, head + 1))
-            assert await sse.until("actions") == {"gates": [], "unknown": []}
+            assert await sse.until("actions") == {"gates": [], "unknown": [], "paused": []}
             assert (await sse.until("ready")) == {"head": head}
             await env.inbox.submit(sid, "book it", key="more")
             gates = await sse.until("actions", lambda d: d["gates"])
@@ -384,6 +384,7 @@ async def test_a_session_stream_sends_history_then_each_new_record_and_the_actio
             assert await sse.until("actions", lambda d: not d["gates"]) == {
                 "gates": [],
                 "unknown": [],
+                "paused": [],
             }
             done = await sse.until("items", lambda d: any(i["tag"] == "tool.completed" for i in d))
             assert "Table booked at Chez Loop." in str(done)
@@ -460,3 +461,31 @@ async def test_a_failing_journal_or_a_bug_is_a_reason_never_a_traceback(
         assert r.status_code == 500
         assert "RuntimeError" in r.text and "secret internals" not in r.text
         assert "Traceback" not in r.text
+
+
+async def test_a_paused_loop_is_shown_and_resumed_through_the_inbox() -> None:
+    from journal.events import LoopPaused, LoopResumed
+
+    async with running() as env:
+        sid = await env.session()
+        await env.inbox.pause(sid, key="p1")
+        await env.inbox.wait(sid, "p1")
+        rows = {r["session"]: r for r in (await env.get("/api/sessions")).json()}
+        assert rows[sid]["status"] == "paused"
+        path = f"/api/sessions/{sid}/loops/main"
+        assert (await env.post(path, {"action": "stop"})).status_code == 400
+        assert (
+            await env.post(f"/api/sessions/{sid}/loops/nope", {"action": "resume"})
+        ).status_code == 404
+        r = await env.post(path, {"action": "resume", "key": "r1"})
+        assert r.status_code == 200, r.text
+        retried = await env.post(path, {"action": "resume", "key": "r1"})
+        assert retried.status_code == 200 and retried.json() == r.json()
+        assert len(await events_of(env.journal, sid, LoopPaused)) == 1
+        assert len(await events_of(env.journal, sid, LoopResumed)) == 1
+
+        async def listed_as_idle() -> bool:
+            rows = {r["session"]: r for r in (await env.get("/api/sessions")).json()}
+            return bool(rows[sid]["status"] == "idle")
+
+        await wait_for(listed_as_idle)

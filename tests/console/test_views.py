@@ -63,6 +63,8 @@ def started() -> ToolStarted:
         (LoopState(turn_open=True), "h", NOW - 1, "crashed"),
         (LoopState(turn_open=True), None, 0, "crashed"),
         (LoopState(turn_open=True, stopped=True), None, 0, "idle"),
+        (LoopState(paused=True, gates={"g1": gate()}, turn_open=True), "h", NOW + 1, "paused"),
+        (LoopState(paused=True, stopped=True), None, 0, "idle"),
     ],
 )
 def test_a_sessions_status(state: LoopState, owner: str | None, expires: int, status: str) -> None:
@@ -114,7 +116,27 @@ def test_actions_are_the_open_gates_and_unknown_effects() -> None:
         "unknown": [
             {"loop": "main", "execution_id": "e2", "name": "charge", "input": {"amount": 1}}
         ],
+        "paused": [],
     }
+
+
+def test_a_paused_loop_is_offered_for_resume_and_listed_before_running_work() -> None:
+    states = {"main": LoopState(paused=True, turn_open=True), "c": LoopState(paused=True)}
+    states["done"] = LoopState(paused=True, stopped=True)
+    assert actions_of(states)["paused"] == [
+        {"loop": "main", "turn_open": True},
+        {"loop": "c", "turn_open": False},
+    ]
+    rows = [
+        session_row(info(session="run", updated=9), summary_of({"m": LoopState()}, 3), now_ns=NOW),
+        session_row(
+            info(session="held", updated=0),
+            summary_of({"m": LoopState(paused=True)}, 3),
+            now_ns=NOW,
+        ),
+    ]
+    assert [r.session for r in sorted_rows(rows)] == ["held", "run"]
+    assert (rows[1].status, rows[1].status_text) == ("paused", "paused")
 
 
 def test_spans_keep_text_that_holds_the_markers_as_it_is() -> None:

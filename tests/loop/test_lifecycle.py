@@ -12,7 +12,16 @@ import trio.testing
 from journal import open_journal
 from journal.events import TurnEnded
 from loopruntime import LifecycleError, LoopDefinition, Phase, ToolContext, tool
-from loopruntime.lifecycle import ACTOR, TRANSITIONS, Actor, ActorStep, Step, advance, move
+from loopruntime.lifecycle import (
+    ACTOR,
+    TRANSITIONS,
+    Actor,
+    ActorStep,
+    Step,
+    advance,
+    held,
+    move,
+)
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 
@@ -81,6 +90,27 @@ def test_transition(phase: Phase, step: Step, after: Phase | None) -> None:
         assert f"phase {phase.value!r}" in str(caught.value)
     else:
         assert advance(phase, step) is after
+
+
+# (step, whether a pause holds it): every step, written out.
+HOLDS = [
+    (Step.START_TURN, True),
+    (Step.START_COMPACTION, True),
+    (Step.END_TURN, False),
+    (Step.END_COMPACTION, False),
+    (Step.SHUT_DOWN, False),
+    (Step.CLOSE, False),
+]
+
+
+def test_the_pause_rows_cover_every_step() -> None:
+    assert sorted(step.value for step, _ in HOLDS) == sorted(step.value for step in Step)
+
+
+@pytest.mark.parametrize(("step", "waits"), HOLDS)
+def test_a_pause_holds_only_the_steps_that_begin_work(step: Step, waits: bool) -> None:
+    assert held(step, paused=True) is waits
+    assert held(step, paused=False) is False
 
 
 def test_stopped_is_the_only_phase_nothing_leaves() -> None:

@@ -69,6 +69,7 @@ op = st.one_of(
     st.tuples(st.just("submit"), st.none()),
     st.tuples(st.just("cancel"), st.integers(0, 5)),
     st.tuples(st.just("interrupt"), st.none()),
+    st.tuples(st.sampled_from(["pause", "resume"]), st.none()),
     st.tuples(st.just("snapshot"), st.none()),
     st.tuples(st.just("steer"), st.none()),
     st.tuples(st.just("sleep"), st.sampled_from([0.05, 0.2, 0.7, 2.0])),
@@ -76,7 +77,10 @@ op = st.one_of(
     # command, and the same key on another command.
     st.tuples(
         st.just("keyed"),
-        st.tuples(st.sampled_from(["submit", "steer", "interrupt", "compact"]), st.integers(0, 2)),
+        st.tuples(
+            st.sampled_from(["submit", "steer", "interrupt", "compact", "pause", "resume"]),
+            st.integers(0, 2),
+        ),
     ),
 )
 
@@ -91,6 +95,8 @@ async def keyed_command(s: Session, used: dict[str, tuple[str, Any]], arg: objec
         "steer": lambda: s.steer(f"keyed steer {k}", key=key),
         "interrupt": lambda: s.interrupt(key=key),
         "compact": lambda: s.compact(key=key),
+        "pause": lambda: s.pause(key=key),
+        "resume": lambda: s.resume(key=key),
     }
     first = used.get(key)
     if first is not None and first[0] != name:
@@ -140,6 +146,10 @@ async def scenario(ops: list[tuple[str, object]]) -> None:
                         await s.cancel_queued(inputs[arg % len(inputs)])
                 elif name == "interrupt":
                     await s.interrupt()
+                elif name == "pause":
+                    await s.pause()
+                elif name == "resume":
+                    await s.resume()
                 elif name == "snapshot":
                     await s.snapshot()
                 elif name == "steer":

@@ -283,3 +283,34 @@ def test_the_provider_is_the_model_names_prefix() -> None:
     assert provider_of("anthropic:claude-sonnet-4-5") == "anthropic"
     assert provider_of("scripted") == "scripted"
     assert provider_of("") == "_OTHER"
+
+
+async def test_a_pause_and_its_resume_are_events_of_the_turn_they_held(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    entered, release = trio.Event(), trio.Event()
+
+    @tool(permission="allow")
+    async def slow(ctx: ToolContext) -> str:
+        """Takes its time."""
+        entered.set()
+        await release.wait()
+        return "done"
+
+    model = ScriptedModel([Reply(tool_calls=[ToolCall(name="slow")]), Reply(text="after")])
+    async with open_journal("memory:") as journal:
+        async with Session.create(
+            journal, LoopDefinition(name="d", model=model, tools=[slow])
+        ) as s:
+            await s.submit("go")
+            await entered.wait()
+            await s.pause(principal="ops")
+            release.set()
+            await s.wait_idle()
+            await s.resume()
+            await s.wait_idle()
+        records = [r async for r in journal.read(s.id)]
+    [turn] = [span for span in spans_of(s.id, records) if span.name == "invoke_agent d"]
+    events = {e.name: dict(e.attributes or {}) for e in turn.events}
+    assert events["loopruntime.loop.paused"] == {"loopruntime.principal": "ops"}
+    assert events["loopruntime.loop.resumed"] == {}

@@ -30,6 +30,8 @@ from journal.events import (
     LoopConfig,
     LoopConfigured,
     LoopInferenceChanged,
+    LoopPaused,
+    LoopResumed,
     ModelCallStarted,
     ModelMessageCommitted,
     SessionForked,
@@ -271,6 +273,15 @@ CASES: list[tuple[str, list[Event]]] = [
             ),
         ],
     ),
+    (
+        "a paused loop begins no turn",
+        [
+            *good_turn(),
+            LoopPaused(principal="ops"),
+            InputQueued(input_id="in2", messages=(user("more"),)),
+            TurnStarted(turn=2, input_ids=("in2",)),
+        ],
+    ),
     ("fold succeeds", [*opening(), TurnStarted(turn=2)]),
     (
         "key used once",
@@ -484,3 +495,15 @@ async def test_a_passing_check_says_what_the_storage_check_ran() -> None:
     assert report.summary() == (
         f"ok: 10 records of session {SESSION}, every invariant holds; storage checked: quick check"
     )
+
+
+async def test_a_turn_after_the_resume_passes() -> None:
+    events: list[Event] = [
+        *good_turn(),
+        LoopPaused(principal="ops"),
+        InputQueued(input_id="in2", messages=(user("more"),)),
+        LoopResumed(),
+        TurnStarted(turn=2, input_ids=("in2",)),
+    ]
+    report = await report_of(events)
+    assert report.ok, report.summary()

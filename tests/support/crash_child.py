@@ -19,6 +19,7 @@ import trio
 from tests.support import (
     crash_budgets,
     crash_hosts,
+    crash_pause,
     crash_points,
     crash_progress,
     crash_redaction,
@@ -48,6 +49,8 @@ SCENARIOS: dict[str, Callable[..., Awaitable[None]]] = {
     "mcp-url": crash_scenarios.mcp_url,
     # URL SESSION_ID SIDE_FILE: killed between the model calls of a turn under a budget
     "budget": crash_budgets.run,
+    # URL SESSION_ID: paused while a tool ran, killed with the turn held
+    "paused": crash_pause.paused_mid_turn,
     # URL SESSION_ID
     "delegation": crash_scenarios.delegation,
     "compaction": crash_scenarios.compaction,

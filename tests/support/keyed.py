@@ -25,6 +25,8 @@ from journal.events import (
     InputCancelled,
     InputQueued,
     LoopModeChanged,
+    LoopPaused,
+    LoopResumed,
     ModelOutput,
     SteerQueued,
     ToolResolved,
@@ -51,6 +53,8 @@ COMMANDS = (
     "interrupt",
     "compact",
     "change_mode",
+    "pause",
+    "resume",
 )
 
 
@@ -178,6 +182,8 @@ async def prepared(
             for text in ("one", "two", "three"):
                 await s.submit(text)
                 await s.wait_idle()
+        elif command == "resume":
+            await s.pause()
         yield s, ctx
 
 
@@ -206,6 +212,10 @@ async def issue(s: Session, command: str, ctx: dict[str, Any], *, other: bool = 
             return await s.compact(key=KEY)
         case "change_mode":
             return await s.change_mode("careful" if not other else "bold", key=KEY)
+        case "pause" | "resume":
+            if other:
+                return await s.steer("go on", key=KEY)  # the key, on another command
+            return await (s.pause if command == "pause" else s.resume)(key=KEY)
     raise ValueError(command)
 
 
@@ -235,6 +245,10 @@ def effects(command: str, rs: list[Record]) -> int:
             return sum(isinstance(e, CompactionStarted) for e in events)
         case "change_mode":
             return sum(isinstance(e, LoopModeChanged) for e in events)
+        case "pause":
+            return sum(isinstance(e, LoopPaused) for e in events)
+        case "resume":
+            return sum(isinstance(e, LoopResumed) for e in events)
     raise ValueError(command)
 
 

@@ -84,7 +84,7 @@ function when(ns) {
 
 // -- the session list -------------------------------------------------------------
 
-const STATUSES = ["waiting", "unknown", "crashed", "damaged", "host", "running", "idle"];
+const STATUSES = ["waiting", "unknown", "paused", "crashed", "damaged", "host", "running", "idle"];
 
 function listPage() {
   const tbody = document.querySelector("#sessions tbody");
@@ -503,6 +503,24 @@ function sessionPage() {
     return box;
   }
 
+  function pausedNode(p) {
+    const status = el("p", { class: "outcome", role: "status" });
+    const path = `${base}/loops/${encodeURIComponent(p.loop)}`;
+    const box = el("div", { class: "paused", "data-loop": p.loop });
+    // The node lives as long as this pause is shown: a retry is the same command, a later pause a new one.
+    const what = `resume/${p.loop}/${Math.random().toString(36).slice(2)}`;
+    box.append(
+      el("h3", { text: `loop ${p.loop} is paused` }),
+      el("p", { text: p.turn_open ? "Its turn waits before its next step; answers and input wait too." : "It begins no turn; input and answers wait." })
+    );
+    if (!READ_ONLY) {
+      box.append(el("div", { class: "buttons" },
+        el("button", { type: "button", class: "resume", text: "Resume", onclick: () => act(path, { action: "resume" }, status, what, `resumed loop ${p.loop}`) })));
+    }
+    box.append(status);
+    return box;
+  }
+
   function showActions(actions) {
     const section = document.getElementById("actions");
     const gates = document.getElementById("gates");
@@ -512,7 +530,10 @@ function sessionPage() {
       parent.querySelector(`[${key}="${CSS.escape(id)}"]`) || make(value);
     gates.replaceChildren(...actions.gates.map((g) => reuse(gates, "data-gate", g.gate_id, gateNode, g)));
     unknown.replaceChildren(...actions.unknown.map((u) => reuse(unknown, "data-execution", u.execution_id, unknownNode, u)));
-    section.hidden = !(actions.gates.length || actions.unknown.length);
+    const paused = document.getElementById("paused");
+    const held = actions.paused || [];
+    paused.replaceChildren(...held.map((p) => reuse(paused, "data-loop", p.loop, pausedNode, p)));
+    section.hidden = !(actions.gates.length || actions.unknown.length || held.length);
   }
 
   async function showRecord(seq) {

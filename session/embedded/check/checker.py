@@ -55,7 +55,9 @@ from journal.events import (
     LoopImage,
     LoopInferenceChanged,
     LoopModeChanged,
+    LoopPaused,
     LoopReconfigured,
+    LoopResumed,
     LoopStarted,
     LoopStopped,
     LoopToolsReplaced,
@@ -313,6 +315,8 @@ class _Checker:
             case (
                 LoopStarted()
                 | LoopModeChanged()
+                | LoopPaused()
+                | LoopResumed()
                 | LoopStopped()
                 | LoopConfigured()
                 | LoopReconfigured()
@@ -441,6 +445,13 @@ class _Checker:
                         seq,
                         "turns numbered in order",
                         f"turn {e.turn} after turn {state.turn_index}",
+                    )
+                if state.paused:
+                    self.bad(
+                        seq,
+                        "a paused loop begins no turn",
+                        f"turn {e.turn} of loop {r.loop} started after loop.paused, "
+                        "with no loop.resumed between",
                     )
                 self.turns_open[r.loop] = e.turn
             case TurnEnded():

@@ -33,6 +33,7 @@ RULES = (
     "turns numbered in order",
     "turn ended at most once",
     "turn.ended names the open turn",
+    "a paused loop begins no turn",
     "deadline names what it cut",
     "decision names an open tool_use",
     "model call uses the configured model",
