@@ -164,6 +164,7 @@ class TurnPort(ToolsPort, Protocol):
 
     def session_tokens(self) -> int:
         """Tokens every loop of the session spent (its token budget's measure)."""
+
     @property
     def held_by_pause(self) -> bool:
         """The loop or one of its ancestors is paused: the turn's next step waits."""
