@@ -93,6 +93,7 @@ class _Assembler(NodeTable):
                     "definition": stream.definition,
                     "model": stream.model,
                     "status": stream.status,
+                    **self.allowance(stream.loop),
                 },
             )
         )
@@ -189,6 +190,7 @@ class _Assembler(NodeTable):
                     "part": run.segment,
                     "outcome": run.outcome,
                     "code": run.code,
+                    **self.direct_of(stream, run),
                 },
             )
         )
@@ -217,17 +219,18 @@ class _Assembler(NodeTable):
         self.turn_end(stream, run)
 
     def steer(self, stream: Stream, run: Run, steer: str, text: str) -> None:
-        """A person's steering is external input; the runtime's reminder of
-        a typed answer is context it injected."""
+        """A person's steering is external input; what the runtime steers
+        with (its reminder of a typed answer, its word that a budget ended
+        the turn) is context it injected."""
         seqs = self.facts.steers.get(steer, [run.first_seq])
-        reminder = steer in self.facts.reminders
+        source = self.facts.reminders.get(steer)
         self.add(
             Node(
-                id=injection_id(stream.loop, seqs[0]) if reminder else steer_id(stream.loop, steer),
-                kind="context.injection" if reminder else "message.external",
+                id=injection_id(stream.loop, seqs[0]) if source else steer_id(stream.loop, steer),
+                kind="context.injection" if source else "message.external",
                 parent=run.id,
                 seqs=seqs,
-                attrs={"steer_id": steer, "source": "reminder" if reminder else "steer"},
+                attrs={"steer_id": steer, "source": source or "steer"},
                 **self.payload(text),
             )
         )
@@ -396,6 +399,15 @@ class _Assembler(NodeTable):
                     "is_error": step.is_error,
                     "synthetic": step.synthetic,
                     "duration_ns": step.duration_ns,
+                    "progress": [
+                        {
+                            "seq": p.seq,
+                            "fraction": p.fraction,
+                            "coalesced": p.coalesced,
+                            **self.payload(p.message),
+                        }
+                        for p in step.progress
+                    ],
                 },
                 **self.payload(step.result, state),
             )
@@ -437,13 +449,85 @@ class _Assembler(NodeTable):
                 kind="agent.launch_ack",
                 parent=run.id,
                 seqs=[seq],
-                attrs={"child_loop": child, "background": started.background},
+                attrs={
+                    "child_loop": child,
+                    "background": started.background,
+                    "token_allowance": started.provenance.token_allowance,
+                },
                 **self.payload(f"started child loop {child} ({started.definition})"),
             )
         )
         execution = started.provenance.execution_id
         self.relate("result_of", ack.id, call, "exact_unique", execution)
         self.relate("starts", call, f"stream:{child}", "exact_unique", execution)
+
+    def direct_of(self, stream: Stream, run: Run) -> dict[str, Any]:
+        """The direct tools' uses a run's ``turn.ended`` names (on the part
+        that ends the turn); a completed one answers with their results."""
+        ids = self.facts.direct.get((stream.loop, run.turn), ()) if run.outcome else ()
+        if not ids:
+            return {}
+        if run.outcome == "completed":
+            self.pending_answers.append((run.id, stream.loop, ids))
+        return {"direct": list(ids)}
+
+    def allowance(self, loop: str) -> dict[str, Any]:
+        """A child's share of its parent's token budgets, as its start recorded it."""
+        started = self.facts.started.get(loop)
+        if not started:
+            return {}
+        return {"token_allowance": started[-1][1].provenance.token_allowance}
+
+    def direct_answers(self) -> None:
+        """A run answered by direct tools ``ends_with`` each tool step whose
+        result is the answer, joined by the tool_use id its ``turn.ended``
+        names; a use the journal does not show is an ``unavailable`` stand-in,
+        ``unresolved``."""
+        for run_id, loop, ids in self.pending_answers:
+            for tool_use_id in ids:
+                target = f"step:{loop}:{tool_use_id}"
+                if target in self.nodes:
+                    self.relate("ends_with", run_id, target, "exact_unique", tool_use_id)
+                    continue
+                target = f"use:{loop}:{tool_use_id}"
+                if target not in self.nodes:
+                    self.add(
+                        Node(
+                            id=target,
+                            kind="tool",
+                            parent=run_id,
+                            seqs=list(self.nodes[run_id].seqs[-1:]),
+                            claim="unavailable",
+                            content="unavailable",
+                            attrs={"tool_use_id": tool_use_id},
+                        )
+                    )
+                self.relate("ends_with", run_id, target, "unresolved", tool_use_id)
+
+    def refusals(self) -> None:
+        """A submit the runtime refused (``turn.rejected``: a full queue, a
+        shutdown, a spent budget) is a command that started nothing; the
+        words it carried are not in the journal."""
+        for loop, seq, refused in self.facts.refused:
+            stream = next((s for s in self.tree.streams if s.loop == loop), None)
+            if stream is None:
+                continue
+            self.add(
+                Node(
+                    id=f"refused:{loop}:{seq}",
+                    kind="control.command",
+                    parent=self.holder(loop, seq) or self.epoch_at(stream, seq),
+                    seqs=[seq],
+                    content="unavailable",
+                    attrs={
+                        "record": "turn.rejected",
+                        "status": "refused",
+                        "input_id": refused.input_id,
+                        "reason": refused.reason,
+                        "principal": refused.principal,
+                    },
+                )
+            )
 
     def turn_end(self, stream: Stream, run: Run) -> None:
         """turn.duration, and the interrupt that ended the run."""
@@ -536,6 +620,8 @@ def build_unified(
     assembler = _Assembler(tree, facts, calls, content_limit, omit_content)
     assembler.spine()
     assembler.orphan_results()
+    assembler.direct_answers()
+    assembler.refusals()
     assembler.cross_stream()
     assembler.inputs()
     assembler.run_retries()

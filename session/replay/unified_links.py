@@ -52,6 +52,9 @@ class NodeTable:
         """The tree's id of a model step -> its llm.call node."""
         self.pending_reports: list[tuple[str, str, Quality, str]] = []
         """(notification, child loop, quality, via): joined once every stream is in."""
+        self.pending_answers: list[tuple[str, str, tuple[str, ...]]] = []
+        """(run, loop, tool_use ids) of runs answered by direct tools: joined
+        once every result is in."""
 
     # -- helpers ---------------------------------------------------------------
 
@@ -166,7 +169,7 @@ class NodeTable:
                 kind="agent.output",
                 parent=last_run or stream.epochs[-1].id,
                 seqs=[seq],
-                attrs={"status": event.status, "rejected": event.rejected},
+                attrs={"status": event.status, "rejected": event.rejected, "tokens": event.tokens},
                 **self.payload(event.output),
             )
         )
@@ -247,7 +250,7 @@ class NodeTable:
                     kind="runtime.notification",
                     parent=where,
                     seqs=[seq],
-                    attrs={"child_loop": child, "status": event.status},
+                    attrs={"child_loop": child, "status": event.status, "tokens": event.tokens},
                     **self.payload(event.output),
                 )
             )
