@@ -105,11 +105,6 @@ class _Assembler(NodeTable):
             if node.run is None:
                 self.input(node, self.epoch_at(stream, node.seq), None)
 
-    def epoch_at(self, stream: Stream, seq: int) -> str:
-        return next(
-            (e.id for e in reversed(stream.epochs) if e.first_seq <= seq), stream.epochs[0].id
-        )
-
     def epoch(self, stream: Stream, epoch: Epoch, previous: Epoch | None) -> None:
         self.add(
             Node(
@@ -477,57 +472,6 @@ class _Assembler(NodeTable):
         if not started:
             return {}
         return {"token_allowance": started[-1][1].provenance.token_allowance}
-
-    def direct_answers(self) -> None:
-        """A run answered by direct tools ``ends_with`` each tool step whose
-        result is the answer, joined by the tool_use id its ``turn.ended``
-        names; a use the journal does not show is an ``unavailable`` stand-in,
-        ``unresolved``."""
-        for run_id, loop, ids in self.pending_answers:
-            for tool_use_id in ids:
-                target = f"step:{loop}:{tool_use_id}"
-                if target in self.nodes:
-                    self.relate("ends_with", run_id, target, "exact_unique", tool_use_id)
-                    continue
-                target = f"use:{loop}:{tool_use_id}"
-                if target not in self.nodes:
-                    self.add(
-                        Node(
-                            id=target,
-                            kind="tool",
-                            parent=run_id,
-                            seqs=list(self.nodes[run_id].seqs[-1:]),
-                            claim="unavailable",
-                            content="unavailable",
-                            attrs={"tool_use_id": tool_use_id},
-                        )
-                    )
-                self.relate("ends_with", run_id, target, "unresolved", tool_use_id)
-
-    def refusals(self) -> None:
-        """A submit the runtime refused (``turn.rejected``: a full queue, a
-        shutdown, a spent budget) is a command that started nothing; the
-        words it carried are not in the journal."""
-        for loop, seq, refused in self.facts.refused:
-            stream = next((s for s in self.tree.streams if s.loop == loop), None)
-            if stream is None:
-                continue
-            self.add(
-                Node(
-                    id=f"refused:{loop}:{seq}",
-                    kind="control.command",
-                    parent=self.holder(loop, seq) or self.epoch_at(stream, seq),
-                    seqs=[seq],
-                    content="unavailable",
-                    attrs={
-                        "record": "turn.rejected",
-                        "status": "refused",
-                        "input_id": refused.input_id,
-                        "reason": refused.reason,
-                        "principal": refused.principal,
-                    },
-                )
-            )
 
     def turn_end(self, stream: Stream, run: Run) -> None:
         """turn.duration, and the interrupt that ended the run."""
