@@ -272,6 +272,24 @@ async def test_a_budget_ends_a_turn_with_a_notice_and_injects_its_words(
     assert not any(refused["id"] in (r["from"], r["to"]) for r in doc["relations"])
 
 
+async def test_a_submit_refused_while_a_turn_runs_is_a_command_in_that_run() -> None:
+    recs = await session_of(
+        ("main", [*opening(), TurnRejected(input_id="in9", reason="queue_full", principal="ann")])
+    )
+    doc = document("ses_bad", recs)
+    [run] = kinds(doc, "run")
+    [refused] = kinds(doc, "control.command")
+    assert refused["parent"] == run["id"] and refused["seqs"] == [recs[-1].seq]
+    assert refused["attrs"] == {
+        "record": "turn.rejected",
+        "status": "refused",
+        "input_id": "in9",
+        "reason": "queue_full",
+        "principal": "ann",
+    }
+    assert len(kinds(doc, "talk")) == 1
+
+
 async def test_a_childs_allowance_and_spend_are_on_its_stream_and_output(
     autojump_clock: trio.abc.Clock,
 ) -> None:
