@@ -93,6 +93,7 @@ class _Assembler(NodeTable):
                     "definition": stream.definition,
                     "model": stream.model,
                     "status": stream.status,
+                    **self.allowance(stream.loop),
                 },
             )
         )
@@ -103,11 +104,6 @@ class _Assembler(NodeTable):
         for node in stream.inputs:
             if node.run is None:
                 self.input(node, self.epoch_at(stream, node.seq), None)
-
-    def epoch_at(self, stream: Stream, seq: int) -> str:
-        return next(
-            (e.id for e in reversed(stream.epochs) if e.first_seq <= seq), stream.epochs[0].id
-        )
 
     def epoch(self, stream: Stream, epoch: Epoch, previous: Epoch | None) -> None:
         self.add(
@@ -189,6 +185,7 @@ class _Assembler(NodeTable):
                     "part": run.segment,
                     "outcome": run.outcome,
                     "code": run.code,
+                    **self.direct_of(stream, run),
                 },
             )
         )
@@ -217,17 +214,18 @@ class _Assembler(NodeTable):
         self.turn_end(stream, run)
 
     def steer(self, stream: Stream, run: Run, steer: str, text: str) -> None:
-        """A person's steering is external input; the runtime's reminder of
-        a typed answer is context it injected."""
+        """A person's steering is external input; what the runtime steers
+        with (its reminder of a typed answer, its word that a budget ended
+        the turn) is context it injected."""
         seqs = self.facts.steers.get(steer, [run.first_seq])
-        reminder = steer in self.facts.reminders
+        source = self.facts.reminders.get(steer)
         self.add(
             Node(
-                id=injection_id(stream.loop, seqs[0]) if reminder else steer_id(stream.loop, steer),
-                kind="context.injection" if reminder else "message.external",
+                id=injection_id(stream.loop, seqs[0]) if source else steer_id(stream.loop, steer),
+                kind="context.injection" if source else "message.external",
                 parent=run.id,
                 seqs=seqs,
-                attrs={"steer_id": steer, "source": "reminder" if reminder else "steer"},
+                attrs={"steer_id": steer, "source": source or "steer"},
                 **self.payload(text),
             )
         )
@@ -396,6 +394,15 @@ class _Assembler(NodeTable):
                     "is_error": step.is_error,
                     "synthetic": step.synthetic,
                     "duration_ns": step.duration_ns,
+                    "progress": [
+                        {
+                            "seq": p.seq,
+                            "fraction": p.fraction,
+                            "coalesced": p.coalesced,
+                            **self.payload(p.message),
+                        }
+                        for p in step.progress
+                    ],
                 },
                 **self.payload(step.result, state),
             )
@@ -437,13 +444,34 @@ class _Assembler(NodeTable):
                 kind="agent.launch_ack",
                 parent=run.id,
                 seqs=[seq],
-                attrs={"child_loop": child, "background": started.background},
+                attrs={
+                    "child_loop": child,
+                    "background": started.background,
+                    "token_allowance": started.provenance.token_allowance,
+                },
                 **self.payload(f"started child loop {child} ({started.definition})"),
             )
         )
         execution = started.provenance.execution_id
         self.relate("result_of", ack.id, call, "exact_unique", execution)
         self.relate("starts", call, f"stream:{child}", "exact_unique", execution)
+
+    def direct_of(self, stream: Stream, run: Run) -> dict[str, Any]:
+        """The direct tools' uses a run's ``turn.ended`` names (on the part
+        that ends the turn); a completed one answers with their results."""
+        ids = self.facts.direct.get((stream.loop, run.turn), ()) if run.outcome else ()
+        if not ids:
+            return {}
+        if run.outcome == "completed":
+            self.pending_answers.append((run.id, stream.loop, ids))
+        return {"direct": list(ids)}
+
+    def allowance(self, loop: str) -> dict[str, Any]:
+        """A child's share of its parent's token budgets, as its start recorded it."""
+        started = self.facts.started.get(loop)
+        if not started:
+            return {}
+        return {"token_allowance": started[-1][1].provenance.token_allowance}
 
     def turn_end(self, stream: Stream, run: Run) -> None:
         """turn.duration, and the interrupt that ended the run."""
@@ -536,6 +564,8 @@ def build_unified(
     assembler = _Assembler(tree, facts, calls, content_limit, omit_content)
     assembler.spine()
     assembler.orphan_results()
+    assembler.direct_answers()
+    assembler.refusals()
     assembler.cross_stream()
     assembler.inputs()
     assembler.run_retries()

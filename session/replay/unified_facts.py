@@ -79,6 +79,13 @@ REMINDER_CODE = "output_required"
 reply lacks the typed answer (``loopruntime.notices.OUTPUT_REQUIRED``; a test
 pins that the two agree)."""
 
+BUDGET_CODE = "budget_exhausted"
+"""The code of the notice the runtime commits with the steering that tells the
+model a token budget ended its turn (``loopruntime.notices.BUDGET_EXHAUSTED``)."""
+
+RUNTIME_STEERING = {REMINDER_CODE: "reminder", BUDGET_CODE: "budget"}
+"""Notice code -> the source of the steering the runtime writes with it."""
+
 COORDINATOR = "coordinator"
 """The execution id a collaboration's provenance gives its coordinator's loop."""
 
@@ -108,14 +115,21 @@ class Facts(msgspec.Struct, kw_only=True):
     """input id -> the seq that cancelled it by request."""
     injected: dict[int, HookDecided] = {}
     """seq -> a hook's ``context`` decision: its text entered the model context."""
-    reminders: set[str] = msgspec.field(default_factory=set)
-    """steer ids the runtime wrote (its reminder of a typed answer), not a person."""
+    reminders: dict[str, str] = {}
+    """steer id -> its source (``RUNTIME_STEERING``): steering the runtime wrote
+    (its reminder of a typed answer, its word that a budget ended the turn),
+    not a person."""
     judges: set[str] = msgspec.field(default_factory=set)
     """Loops that decide on other streams' work: a collaboration's coordinator."""
     requested: set[tuple[str, str]] = msgspec.field(default_factory=set)
     """(loop, tool_use id) of every tool use a reply asked for."""
     answers: dict[tuple[str, str], tuple[int, str]] = {}
     """(loop, tool_use id) -> (seq, text) of the last record answering it."""
+    direct: dict[tuple[str, int], tuple[str, ...]] = {}
+    """(loop, turn) -> the tool_use ids whose results its ``turn.ended`` names
+    as the answer (direct tools)."""
+    refused: list[tuple[str, int, TurnRejected]] = []
+    """(loop, seq, record) of every submit the runtime refused."""
 
 
 def read_facts(records: list[Record]) -> Facts:
@@ -152,14 +166,21 @@ def read_facts(records: list[Record]) -> Facts:
                 f.finished_in[e.child_loop] = r.loop
             case ModelCallFailed():
                 f.failed_calls[e.effect_id] = (r.seq, e.code)
-            case TurnStarted() | TurnEnded():
+            case TurnStarted():
                 f.turn_at[(r.loop, e.turn)].append((r.seq, r.at))
+            case TurnEnded():
+                f.turn_at[(r.loop, e.turn)].append((r.seq, r.at))
+                if e.direct:
+                    f.direct[(r.loop, e.turn)] = e.direct
+            case TurnRejected():
+                f.refused.append((r.loop, r.seq, e))
             case CollabStarted():
                 f.auxiliary.add(r.loop)
             case SteerQueued():
                 f.steers[e.steer_id].append(r.seq)
-                if is_reminder(before, r):
-                    f.reminders.add(e.steer_id)
+                source = runtime_steering(before, r)
+                if source is not None:
+                    f.reminders[e.steer_id] = source
             case HookDecided():
                 if e.action == "context":
                     f.injected[r.seq] = e
@@ -201,7 +222,6 @@ def read_facts(records: list[Record]) -> Facts:
                 | DeadlinePassed()
                 | Notice()
                 | CommandKeyed()
-                | TurnRejected()
                 | SessionCheckpoint()
                 | SessionForked()
                 | CollabTurn()
@@ -216,16 +236,18 @@ def read_facts(records: list[Record]) -> Facts:
     return f
 
 
-def is_reminder(before: Record | None, r: Record) -> bool:
-    """The runtime's reminder steering comes in one commit right after its
-    notice, with the same cause; a person's steering never follows that notice."""
-    return (
+def runtime_steering(before: Record | None, r: Record) -> str | None:
+    """The source of steering the runtime wrote (None: a person's).  Its
+    steering comes in one commit right after its notice, with the same cause;
+    a person's steering never follows such a notice."""
+    if (
         before is not None
         and isinstance(before.event, Notice)
-        and before.event.code == REMINDER_CODE
         and before.cause == r.cause
         and before.seq == r.seq - 1
-    )
+    ):
+        return RUNTIME_STEERING.get(before.event.code)
+    return None
 
 
 def segment_windows(records: list[Record]) -> list[tuple[int, int]]:

@@ -8,6 +8,7 @@ held it when the call started.  The node ids follow ``unified_builder``'s.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import NamedTuple
 
 import msgspec
@@ -63,7 +64,7 @@ def steer_id(loop: str, steer: str) -> str:
 class _StreamInputs:
     """One loop's context, with the source of every message in it."""
 
-    def __init__(self, loop: str, state: LoopState, reminders: set[str]) -> None:
+    def __init__(self, loop: str, state: LoopState, reminders: Container[str]) -> None:
         self.loop = loop
         self.state = state
         self.reminders = reminders
@@ -155,7 +156,7 @@ class _StreamInputs:
         )
 
 
-def read_call_inputs(records: list[Record], reminders: set[str]) -> dict[str, CallInput]:
+def read_call_inputs(records: list[Record], reminders: Container[str]) -> dict[str, CallInput]:
     """effect id -> what that model call's input was made of.
 
     ``reminders``: the steer ids the runtime wrote (``unified_facts``)."""

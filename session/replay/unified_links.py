@@ -2,7 +2,9 @@
 
 A child's stream, its output and the notification that reports it are made
 from different streams' records: they are joined once every stream's nodes
-are in, each join qualified by how it was made.
+are in, each join qualified by how it was made.  So are the joins whose ends
+are only all known at the end (a direct answer's tool steps, the run or epoch
+a refused command falls in).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class NodeTable:
         """The tree's id of a model step -> its llm.call node."""
         self.pending_reports: list[tuple[str, str, Quality, str]] = []
         """(notification, child loop, quality, via): joined once every stream is in."""
+        self.pending_answers: list[tuple[str, str, tuple[str, ...]]] = []
+        """(run, loop, tool_use ids) of runs answered by direct tools: joined
+        once every result is in."""
 
     # -- helpers ---------------------------------------------------------------
 
@@ -166,7 +171,7 @@ class NodeTable:
                 kind="agent.output",
                 parent=last_run or stream.epochs[-1].id,
                 seqs=[seq],
-                attrs={"status": event.status, "rejected": event.rejected},
+                attrs={"status": event.status, "rejected": event.rejected, "tokens": event.tokens},
                 **self.payload(event.output),
             )
         )
@@ -247,11 +252,67 @@ class NodeTable:
                     kind="runtime.notification",
                     parent=where,
                     seqs=[seq],
-                    attrs={"child_loop": child, "status": event.status},
+                    attrs={"child_loop": child, "status": event.status, "tokens": event.tokens},
                     **self.payload(event.output),
                 )
             )
             self.pending_reports.append((note.id, child, "exact_unique", child))
+
+    def epoch_at(self, stream: Stream, seq: int) -> str:
+        return next(
+            (e.id for e in reversed(stream.epochs) if e.first_seq <= seq), stream.epochs[0].id
+        )
+
+    def direct_answers(self) -> None:
+        """A run answered by direct tools ``ends_with`` each tool step whose
+        result is the answer, joined by the tool_use id its ``turn.ended``
+        names; a use the journal does not show is an ``unavailable`` stand-in,
+        ``unresolved``."""
+        for run_id, loop, ids in self.pending_answers:
+            for tool_use_id in ids:
+                target = f"step:{loop}:{tool_use_id}"
+                if target in self.nodes:
+                    self.relate("ends_with", run_id, target, "exact_unique", tool_use_id)
+                    continue
+                target = f"use:{loop}:{tool_use_id}"
+                if target not in self.nodes:
+                    self.add(
+                        Node(
+                            id=target,
+                            kind="tool",
+                            parent=run_id,
+                            seqs=list(self.nodes[run_id].seqs[-1:]),
+                            claim="unavailable",
+                            content="unavailable",
+                            attrs={"tool_use_id": tool_use_id},
+                        )
+                    )
+                self.relate("ends_with", run_id, target, "unresolved", tool_use_id)
+
+    def refusals(self) -> None:
+        """A submit the runtime refused (``turn.rejected``: a full queue, a
+        shutdown, a spent budget) is a command that started nothing; the
+        words it carried are not in the journal."""
+        for loop, seq, refused in self.facts.refused:
+            stream = next((s for s in self.tree.streams if s.loop == loop), None)
+            if stream is None:
+                continue
+            self.add(
+                Node(
+                    id=f"refused:{loop}:{seq}",
+                    kind="control.command",
+                    parent=self.holder(loop, seq) or self.epoch_at(stream, seq),
+                    seqs=[seq],
+                    content="unavailable",
+                    attrs={
+                        "record": "turn.rejected",
+                        "status": "refused",
+                        "input_id": refused.input_id,
+                        "reason": refused.reason,
+                        "principal": refused.principal,
+                    },
+                )
+            )
 
     def holder(self, loop: str, seq: int) -> str | None:
         """The run (or else the epoch) of ``loop``'s stream whose records span ``seq``."""

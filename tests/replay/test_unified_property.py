@@ -1,14 +1,18 @@
 """Property: over random sessions (children in the foreground and the
 background, compaction, interrupts, gates, failing tools and model calls,
-hooks, a crash and its restore), every unified document is well formed.
+hooks, direct tools, progress reports, token budgets, a crash and its
+restore), every unified document is well formed.
 
 Every relation's ends exist; every node but the conversation has exactly one
 containment parent and the parents reach it along the spine; ids are unique;
 every kind, relation type, quality, claim, content state, role and trigger is
-one of the seed's constants; every manifest names nodes of the document."""
+one of the seed's constants; every manifest names nodes of the document; a
+run ends only with tool steps (its direct answer), and every progress report
+is held in a content state of the seed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import typing
 from collections.abc import Callable
@@ -23,11 +27,14 @@ from journal import Record, open_journal
 from loopruntime import (
     AddContext,
     BeforeModel,
+    BudgetExhaustedError,
     Delegate,
     Limits,
     LoopDefinition,
     Mode,
+    ToolContext,
     hook,
+    tool,
 )
 from loopruntime.errors import ModelError
 from loopruntime.model import ModelRequest
@@ -87,14 +94,36 @@ def assert_faithful(doc: dict[str, Any]) -> None:
             assert set(manifest["nodes"]) <= set(nodes)
             assert all(0 < seq <= doc["head"] for seq in manifest["seqs"])
             assert manifest["request"] in typing.get_args(ContentState)
+        for report in node["attrs"].get("progress", []) if node["kind"] == "tool" else []:
+            assert report["content"] in typing.get_args(ContentState), node
+            assert report["seq"] in node["seqs"], node
     edges = [(r["type"], r["from"], r["to"]) for r in doc["relations"]]
     assert len(edges) == len(set(edges)), "a relation made twice"
     for rel in doc["relations"]:
         assert rel["type"] in typing.get_args(RelationType), rel
         assert rel["quality"] in typing.get_args(Quality), rel
         assert rel["from"] in nodes and rel["to"] in nodes, rel
+        if rel["type"] == "ends_with" and nodes[rel["from"]]["kind"] == "run":
+            assert nodes[rel["to"]]["kind"] == "tool", rel
+            answer = nodes[rel["to"]]["attrs"]["tool_use_id"]
+            assert answer in nodes[rel["from"]]["attrs"]["direct"], rel
     assert {n["kind"] for n in doc["nodes"]} >= {"conversation", "session"}
     assert set(STRUCTURAL_KINDS) <= set(typing.get_args(NodeKind))
+
+
+@tool(permission="allow", direct=True)
+async def lookup(ctx: ToolContext, *, order: str) -> str:
+    """Its result is the turn's answer."""
+    return f"order {order}: shipped"
+
+
+@tool(permission="allow")
+async def crawl(ctx: ToolContext, *, pages: int) -> str:
+    """Says how far it got, faster than the limit now and then."""
+    for i in range(pages):
+        await trio.sleep(0.3)
+        ctx.progress(f"page {i + 1}", (i + 1) / pages)
+    return f"crawled {pages}"
 
 
 def helper_brain(request: ModelRequest) -> Reply:
@@ -107,7 +136,8 @@ def helper_brain(request: ModelRequest) -> Reply:
 def lead_brain() -> Callable[[ModelRequest], Reply]:
     """Variety from the conversation's length: delegates in the foreground and
     the background, tools that ask, fail or nap, streams that break, and a
-    provider that is busy once in a while (its call retried)."""
+    provider that is busy once in a while (its call retried); by the count of
+    calls, a tool that reports progress and direct tools that answer."""
     calls = 0
 
     def reply(request: ModelRequest) -> Reply:
@@ -116,6 +146,16 @@ def lead_brain() -> Callable[[ModelRequest], Reply]:
         if calls % 5 == 4:
             return Reply(error=ModelError("busy", kind="overloaded", retryable=True))
         n = len(request.messages)
+        if calls % 7 == 2:
+            return Reply(tool_calls=[ToolCall(name="crawl", input={"pages": 4})])
+        if calls % 7 == 6:
+            return Reply(
+                text="looking",
+                tool_calls=[
+                    ToolCall(name="lookup", input={"order": str(n)}),
+                    ToolCall(name="lookup", input={"order": str(n + 1)}),
+                ],
+            )
         match n % 8:
             case 1:
                 return Reply(
@@ -133,6 +173,7 @@ def lead_brain() -> Callable[[ModelRequest], Reply]:
                 return Reply(text="this breaks", chunk_size=3, chunk_delay=0.1, fail_after_chunks=1)
             case 7:
                 return Reply(tool_calls=[ToolCall(name="nap", input={"seconds": 0.5})])
+
             case _:
                 return Reply(text="fine " * (n % 3 + 1), chunk_size=3, chunk_delay=0.1)
 
@@ -144,12 +185,18 @@ async def remind(call: BeforeModel) -> AddContext | None:
     return AddContext("keep it short") if call.step == 1 else None
 
 
-def lead() -> LoopDefinition:
+Budgets = tuple[int | None, int | None]
+"""(max_turn_tokens, max_session_tokens) of the lead loop."""
+
+budgets = st.tuples(st.sampled_from([None, 60, 400]), st.sampled_from([None, 150]))
+
+
+def lead(budget: Budgets = (None, None)) -> LoopDefinition:
     helper = LoopDefinition(name="helper", model=ScriptedModel(helper_brain))
     return LoopDefinition(
         name="lead",
         model=ScriptedModel(lead_brain()),
-        tools=[nap, deploy, quiz, boom],
+        tools=[nap, deploy, quiz, boom, lookup, crawl],
         hooks=[remind],
         delegates=[
             Delegate(name="research", description="Looks up", definition=helper),
@@ -157,7 +204,13 @@ def lead() -> LoopDefinition:
         ],
         modes=[Mode(name="quiet", tools=["nap"])],
         compactor=TestCompactor(summary(), delay=0.5),
-        limits=Limits(compact_at=None, retained_exchanges=1),
+        limits=Limits(
+            compact_at=None,
+            retained_exchanges=1,
+            max_turn_tokens=budget[0],
+            max_session_tokens=budget[1],
+            max_progress_per_second=2,
+        ),
     )
 
 
@@ -169,16 +222,20 @@ def unified(session_id: str, recs: list[Record], cut: int, omit: bool) -> None:
         assert_faithful(doc)
 
 
-async def scenario(ops: list[tuple[str, object]], cut: int, crash_at: float, omit: bool) -> None:
+async def scenario(
+    ops: list[tuple[str, object]], cut: int, crash_at: float, omit: bool, budget: Budgets
+) -> None:
     async with open_journal("memory:") as journal:
-        async with Session.create(journal, lead(), checkpoint_every=9) as s:
-            await drive(s, ops, [])
+        async with Session.create(journal, lead(budget), checkpoint_every=9) as s:
+            # A session that spent its budget refuses input: the ops end there.
+            with contextlib.suppress(BudgetExhaustedError):
+                await drive(s, ops, [])
             await s.wait_idle()
         recs = await records(journal, s.id)
         unified(s.id, recs, cut, omit)
         # A crash right after any record, and the restore that settles it.
         copy = await crashed_copy(journal, s.id, max(1, int(len(recs) * crash_at)))
-        async with Session.restore(journal, copy, lead(), checkpoint_every=9) as s2:
+        async with Session.restore(journal, copy, lead(budget), checkpoint_every=9) as s2:
             await s2.wait_idle()
         unified(copy, await records(journal, copy), cut, omit)
 
@@ -189,8 +246,17 @@ async def scenario(ops: list[tuple[str, object]], cut: int, crash_at: float, omi
     st.integers(min_value=0, max_value=200),
     st.floats(0.05, 1.0),
     st.booleans(),
+    budgets,
 )
 def test_every_random_session_makes_a_well_formed_document(
-    ops: list[tuple[str, object]], cut: int, crash_at: float, omit: bool
+    ops: list[tuple[str, object]], cut: int, crash_at: float, omit: bool, budget: Budgets
 ) -> None:
-    trio.run(scenario, ops, cut, crash_at, omit, clock=trio.testing.MockClock(autojump_threshold=0))
+    trio.run(
+        scenario,
+        ops,
+        cut,
+        crash_at,
+        omit,
+        budget,
+        clock=trio.testing.MockClock(autojump_threshold=0),
+    )
