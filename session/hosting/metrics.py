@@ -249,6 +249,8 @@ class HostMetrics:
                 states["unknown_effects"] += 1
             elif any(state.gates for state in loops):
                 states["waiting_on_person"] += 1
+            elif session.rate_limited():
+                states["rate_limited"] += 1
             elif all(loop.quiescent for loop in session.loops.values()):
                 states["idle"] += 1
             else:
@@ -309,7 +311,14 @@ class HostMetrics:
             "Sessions this host holds, by state.",
             labels=["state"],
         )
-        for state in ("opening", "idle", "running", "waiting_on_person", "unknown_effects"):
+        for state in (
+            "opening",
+            "idle",
+            "running",
+            "rate_limited",
+            "waiting_on_person",
+            "unknown_effects",
+        ):
             sessions.add_metric([state], snapshot.states.get(state, 0))
         yield sessions
         yield GaugeMetricFamily(

@@ -13,11 +13,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from journal.memory import MemoryJournal
+from loopruntime import LoopDefinition
 from loopruntime.models import RateLimit, limiters
+from loopruntime.models.anthropic import AnthropicModel
 from loopruntime.models.limiter import limiter_for
 from session import Client, Host, open_host_metrics
-from tests.host.support import counting_definition, wait_for
+from tests.host.support import counting_definition, trio_clock_journal, wait_for
 from tests.metrics.test_embedded_metrics import value
+from tests.models import test_anthropic as claude
+from tests.support.sse_server import open_sse_server
 
 HOST_DOC = Path(__file__).resolve().parents[2] / "docs" / "host.md"
 
@@ -117,3 +121,30 @@ async def test_the_shared_limiters_waits_are_counted(autojump_clock: object) -> 
         waited = value(registry, "loopruntime_rate_limit_wait_seconds_total", **labels)
         assert waited is not None and waited > 50  # a minute's bucket, one request
         assert value(registry, "loopruntime_rate_limit_slowdowns_total", **labels) == 1
+
+
+async def test_a_session_waiting_for_the_shared_limit_is_counted_so(
+    autojump_clock: object,
+) -> None:
+    replies = [claude.text_reply("one"), claude.text_reply("two")]
+    journal = trio_clock_journal()
+    client = Client(journal)
+    registry = CollectorRegistry()
+    async with open_sse_server(replies) as server:
+        async with AnthropicModel(claude.MODEL, api_key=claude.KEY, base_url=server.url) as model:
+            chat = LoopDefinition(name="chat", model=model)
+            limit = RateLimit(requests_per_minute=1)
+            async with (
+                Host.open(journal, {"chat": chat}, host_id="h", rate_limit=limit) as host,
+                open_host_metrics(host, registry) as metrics,
+            ):
+                for n in range(2):
+                    sid = await client.create("chat", key=f"c{n}")
+                    await client.submit(sid, "hi", key=f"s{n}")
+                await wait_for(lambda: bool(limiters() and limiters()[0].statistics().waiting))
+                metrics.refresh()
+                assert value(registry, "loopruntime_sessions", state="rate_limited") == 1
+                await wait_for(lambda: len(server.requests) == 2)
+                await wait_for(lambda: not limiters()[0].statistics().waiting)
+                metrics.refresh()
+                assert value(registry, "loopruntime_sessions", state="rate_limited") == 0
