@@ -280,11 +280,11 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} ('{self.prog} --help' lists the options)\n")
 
 
-def _options() -> argparse.ArgumentParser:
+def _options() -> _OneLineParser:
     """The options every command takes, before or after its name.  Their
     defaults are suppressed here so that a value given before the command is
     not reset by the command's own parser."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _OneLineParser(add_help=False)
     common.add_argument(
         "--journal", metavar="URL_OR_PATH", default=argparse.SUPPRESS, help=_JOURNAL_HELP
     )
