@@ -16,7 +16,7 @@ from journal import open_blocking
 from journal.memory import MemoryJournal
 from session import Client, Host, open_host_metrics
 from session.cli.main import main
-from session.hosting.metrics_endpoint import bind_metrics, serving_metrics
+from session.hosting.metrics_endpoint import bind_metrics, metrics_address, serving_metrics
 from tests.host.support import counting_definition, trio_clock_journal, wait_for
 from tests.host.test_host_outages import Unreachable
 
@@ -144,3 +144,10 @@ def test_metrics_without_the_extra_is_one_line_and_starts_nothing(
         "loopruntime: --metrics needs prometheus-client: pip install 'loopruntime[metrics]'"
     )
     assert not journal.exists()
+
+
+def test_a_bare_port_listens_on_loopback_only() -> None:
+    assert metrics_address("9100") == ("127.0.0.1", 9100)
+    assert metrics_address("0") == ("127.0.0.1", 0)
+    assert metrics_address("0.0.0.0:9100") == ("0.0.0.0", 9100)
+    assert metrics_address("[::1]:9100") == ("::1", 9100)
