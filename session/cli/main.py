@@ -16,7 +16,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 import trio
@@ -271,11 +271,20 @@ _JOURNAL_HELP = (
 )
 
 
-def _options() -> argparse.ArgumentParser:
+class _OneLineParser(argparse.ArgumentParser):
+    """Refuses a bad command line in one line, as every other refusal of the
+    CLI is said: argparse's usage block would bury the reason under the
+    options (``--help`` still shows them)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} ('{self.prog} --help' lists the options)\n")
+
+
+def _options() -> _OneLineParser:
     """The options every command takes, before or after its name.  Their
     defaults are suppressed here so that a value given before the command is
     not reset by the command's own parser."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _OneLineParser(add_help=False)
     common.add_argument(
         "--journal", metavar="URL_OR_PATH", default=argparse.SUPPRESS, help=_JOURNAL_HELP
     )
@@ -298,7 +307,7 @@ def parser() -> argparse.ArgumentParser:
     # Two instances: ``set_defaults`` on the top parser changes the defaults of
     # its actions, which ``parents`` shares with every parser built from them.
     common = _options()
-    top = argparse.ArgumentParser(
+    top = _OneLineParser(
         prog="loopruntime",
         description="Agent loops that never lie about what happened and never forget it.",
         epilog=f"Every command takes --journal; the default is $LOOPRUNTIME_JOURNAL, else "

@@ -192,6 +192,8 @@ class _Inbox(msgspec.Struct, frozen=True, kw_only=True):
     pending: int = 0
     waiting_for_host: int = 0
     """Sessions with entries pending and no live owner."""
+    passivated: int = 0
+    """Sessions at rest: no live owner and nothing pending."""
     oldest_ns: int | None = None
     """When the oldest pending entry was put (unix ns; None: none pending)."""
 
@@ -212,7 +214,8 @@ class HostMetrics:
         journal = self.host.journal
         with trio.move_on_after(_JOURNAL_SECONDS):
             try:
-                infos = [info for info in await journal.sessions() if info.pending]
+                listed = await journal.sessions()
+                infos = [info for info in listed if info.pending]
                 oldest = None
                 for info in infos[:_OLDEST_READS]:
                     entries = await journal.inbox(info.session)
@@ -224,6 +227,7 @@ class HostMetrics:
             self._inbox = _Inbox(
                 pending=sum(info.pending for info in infos),
                 waiting_for_host=sum(1 for info in infos if not info.live),
+                passivated=sum(1 for info in listed if not info.live and not info.pending),
                 oldest_ns=oldest,
             )
 
@@ -245,6 +249,8 @@ class HostMetrics:
                 states["unknown_effects"] += 1
             elif any(state.gates for state in loops):
                 states["waiting_on_person"] += 1
+            elif session.rate_limited():
+                states["rate_limited"] += 1
             elif all(loop.quiescent for loop in session.loops.values()):
                 states["idle"] += 1
             else:
@@ -305,7 +311,14 @@ class HostMetrics:
             "Sessions this host holds, by state.",
             labels=["state"],
         )
-        for state in ("opening", "idle", "running", "waiting_on_person", "unknown_effects"):
+        for state in (
+            "opening",
+            "idle",
+            "running",
+            "rate_limited",
+            "waiting_on_person",
+            "unknown_effects",
+        ):
             sessions.add_metric([state], snapshot.states.get(state, 0))
         yield sessions
         yield GaugeMetricFamily(
@@ -330,6 +343,11 @@ class HostMetrics:
             "loopruntime_sessions_waiting_for_host",
             "Sessions with inbox entries pending and no live owner, in the whole journal.",
             value=inbox.waiting_for_host,
+        )
+        yield GaugeMetricFamily(
+            "loopruntime_sessions_passivated",
+            "Sessions at rest (no live owner, nothing pending), in the whole journal.",
+            value=inbox.passivated,
         )
         yield from _record_families(tally, CounterMetricFamily, HistogramMetricFamily)
         yield from _limiter_families(snapshot.limiters, CounterMetricFamily, GaugeMetricFamily)

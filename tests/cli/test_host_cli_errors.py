@@ -77,3 +77,22 @@ def test_a_memory_journal_is_refused(
     line = one_line(err)
     assert line.startswith(f"loopruntime: {who} needs a journal other processes can reach")
     assert "SQLite path or a postgresql:// URL" in line
+
+
+def test_a_negative_token_budget_in_the_definitions_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "spending_agents.py").write_text(
+        "from loopruntime import Limits, LoopDefinition\n"
+        "from loopruntime.models import Reply, ScriptedModel\n"
+        "DEFINITIONS = [LoopDefinition(name='spender', limits=Limits(max_turn_tokens=-5),\n"
+        "    model=ScriptedModel(lambda request: Reply(text='ok')))]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    journal = tmp_path / "j.db"
+    code, out, err = run(
+        capsys, "host", "--definitions", "spending_agents:DEFINITIONS", "--journal", str(journal)
+    )
+    assert code == 2 and out == ""
+    assert "Limits.max_turn_tokens must be 1 or more, not -5" in one_line(err)
+    assert not journal.exists()

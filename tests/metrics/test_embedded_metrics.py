@@ -4,6 +4,7 @@ an address ``--metrics`` cannot have stops the host before anything starts."""
 from __future__ import annotations
 
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from journal import open_blocking
 from journal.memory import MemoryJournal
 from session import Client, Host, open_host_metrics
 from session.cli.main import main
-from session.hosting.metrics_endpoint import bind_metrics, serving_metrics
+from session.hosting.metrics_endpoint import bind_metrics, metrics_address, serving_metrics
 from tests.host.support import counting_definition, trio_clock_journal, wait_for
 from tests.host.test_host_outages import Unreachable
 
@@ -127,3 +128,26 @@ async def test_readyz_says_not_ready_while_the_journal_is_out_of_reach(
         journal.down = False
         await wait_for(lambda: host.ready)
         assert await fetch(port, "/readyz") == (200, "ready\n")
+
+
+def test_metrics_without_the_extra_is_one_line_and_starts_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As if prometheus-client were not installed: importing it raises ImportError.
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    journal = tmp_path / "journal.db"
+    definitions = "tests.host.support:counting_definition"
+    argv = ["host", "--journal", str(journal), "--definitions", definitions, "--metrics", "0"]
+    assert main(argv) == 2
+    [said] = capsys.readouterr().err.splitlines()
+    assert said == (
+        "loopruntime: --metrics needs prometheus-client: pip install 'loopruntime[metrics]'"
+    )
+    assert not journal.exists()
+
+
+def test_a_bare_port_listens_on_loopback_only() -> None:
+    assert metrics_address("9100") == ("127.0.0.1", 9100)
+    assert metrics_address("0") == ("127.0.0.1", 0)
+    assert metrics_address("0.0.0.0:9100") == ("0.0.0.0", 9100)
+    assert metrics_address("[::1]:9100") == ("::1", 9100)
