@@ -423,7 +423,8 @@ async def scale_out(quick: bool, progress: Progress) -> list[dict[str, Any]]:
     from . import scaleout  # it starts this module's child hosts
 
     sessions, turns, rounds = (10, 3, 1) if quick else (50, 10, 3)
-    return await scaleout.run_scaleout(sessions, turns, rounds, progress)
+    with scaleout.server() as dsn:
+        return await scaleout.run_scaleout(dsn, sessions, turns, rounds, progress)
 
 
 async def takeover_on_postgres(
