@@ -20,7 +20,8 @@ Sections, run in this order (``--only NAME``, repeatable, picks some):
 * ``hosts``    failover, activation, passivated sessions' memory, 1 vs 2 hosts on PostgreSQL
   (when a server can be had), the inbox round trip (``benchmarks.hosts``); a takeover of
   1,000 sessions beside a bare read (``benchmarks.takeover``) and two hosts' CPU and
-  statements per turn beside one's (``benchmarks.scaleout``);
+  statements per turn beside one's (``benchmarks.scaleout``); a ``SyncClient``'s put
+  beside a ``Client``'s (``benchmarks.hops``);
 * ``limiter``  the shared rate limiter's overhead per model call, with and without it
   (``benchmarks.limiter``).
 

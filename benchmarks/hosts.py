@@ -1,7 +1,8 @@
 """The hosts section: failover, activation, passivated sessions' memory,
 throughput of one and two hosts, the inbox round trip, and issue 39's two
 host figures (a takeover of many sessions, ``benchmarks.takeover``; the
-scale-out overhead of two hosts, ``benchmarks.scaleout``).
+scale-out overhead of two hosts, ``benchmarks.scaleout``; a SyncClient's
+put beside a Client's, ``benchmarks.hops``).
 
 Rules: each scenario returns one row per figure, ``{"benchmark", "value",
 "unit", "target", "met", "note", ...}`` (``met`` None when no target applies),
@@ -35,7 +36,7 @@ from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Client, Host, Session
 
-from . import takeover
+from . import hops, takeover
 from .harness import quiet_logs
 from .loops import _percentile, _rss
 from .restore import build_session
@@ -533,7 +534,11 @@ def run(
                 rows += await scale_out(quick, progress)
             return rows
 
-    return trio.run(main)
+    rows = trio.run(main)
+    # Outside the run above: a SyncClient's caller is a thread without a trio run.
+    with tempfile.TemporaryDirectory(prefix="bench-hops-") as work:
+        rows += hops.run_hops(Path(work), 50 if quick else 300, 1 if quick else 3, progress)
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -398,3 +398,24 @@ def test_scaleout_benchmark_rows() -> None:
     assert statements["target"] == "<= 1.10 x"
     if counted:
         assert statements["value"] > 0 and statements["met"] in (True, False)
+
+
+def test_hops_benchmark_rows(tmp_path: Path) -> None:
+    """A SyncClient's put beside a Client's, and each hand-over alone."""
+    from benchmarks import hops
+
+    rows = hops.run_hops(tmp_path, 5, 1, lambda _l: None)
+    assert [r["benchmark"] for r in rows] == [
+        "put: Client (trio), p50",
+        "put: SyncClient, p50",
+        "put: SyncClient / Client (trio)",
+        "hand-over: SyncClient hop, p50",
+        "hand-over: anyio portal, p50",
+        "hand-over: trio.from_thread, p50",
+        "hand-over: thread round trip, p50",
+    ]
+    assert all(r["value"] > 0 and r["met"] is None for r in rows)
+    # Every put reached the inbox: the create, then five of each client.
+    with closing(sqlite3.connect(tmp_path / "hops.db")) as conn:
+        (count,) = conn.execute("SELECT count(*) FROM inbox").fetchone()
+    assert count == 1 + 5 + 5
