@@ -18,7 +18,10 @@ Sections, run in this order (``--only NAME``, repeatable, picks some):
 * ``postgres`` the PostgreSQL journal (``benchmarks.postgres``), when that module exists and
   a server can be had (``LOOPRUNTIME_TEST_PG_DSN``, or PostgreSQL binaries to start one);
 * ``hosts``    failover, activation, passivated sessions' memory, 1 vs 2 hosts on PostgreSQL
-  (when a server can be had), the inbox round trip (``benchmarks.hosts``);
+  (when a server can be had), the inbox round trip (``benchmarks.hosts``); a takeover of
+  1,000 sessions beside a bare read (``benchmarks.takeover``) and two hosts' CPU and
+  statements per turn beside one's (``benchmarks.scaleout``); a ``SyncClient``'s put
+  beside a ``Client``'s (``benchmarks.hops``);
 * ``limiter``  the shared rate limiter's overhead per model call, with and without it
   (``benchmarks.limiter``).
 

@@ -1,5 +1,8 @@
 """The hosts section: failover, activation, passivated sessions' memory,
-throughput of one and two hosts, and the inbox round trip.
+throughput of one and two hosts, the inbox round trip, and issue 39's two
+host figures (a takeover of many sessions, ``benchmarks.takeover``; the
+scale-out overhead of two hosts, ``benchmarks.scaleout``; a SyncClient's
+put beside a Client's, ``benchmarks.hops``).
 
 Rules: each scenario returns one row per figure, ``{"benchmark", "value",
 "unit", "target", "met", "note", ...}`` (``met`` None when no target applies),
@@ -25,7 +28,7 @@ from typing import Any
 import trio
 import trio.lowlevel
 
-from journal import Journal, open_journal
+from journal import Journal, Record, open_journal
 from journal.content import ToolResult
 from journal.events import InputQueued, ToolStarted, TurnEnded
 from loopruntime import LoopDefinition, ToolContext, tool
@@ -33,6 +36,7 @@ from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Client, Host, Session
 
+from . import hops, takeover
 from .harness import quiet_logs
 from .loops import _percentile, _rss
 from .restore import build_session
@@ -87,7 +91,7 @@ def definitions(kind: str) -> dict[str, LoopDefinition]:
     }
 
 
-async def _child_host(url: str, host_id: str, kind: str, lease_ttl: str) -> None:
+async def _child_host(url: str, host_id: str, kind: str, lease_ttl: str, poll: str) -> None:
     quiet_logs()
     async with open_journal(url) as journal:
         async with Host.open(
@@ -95,15 +99,27 @@ async def _child_host(url: str, host_id: str, kind: str, lease_ttl: str) -> None
             definitions(kind),
             host_id=host_id,
             lease_ttl=float(lease_ttl),
-            poll=0.05,
+            poll=float(poll),
             idle_after=30,
         ):
             await trio.sleep_forever()
 
 
-async def _start_host(url: str, host_id: str, kind: str, lease_ttl: float) -> trio.Process:
+async def _start_host(
+    url: str, host_id: str, kind: str, lease_ttl: float, poll: float = 0.05
+) -> trio.Process:
     return await trio.lowlevel.open_process(
-        [sys.executable, "-m", "benchmarks.hosts", "host", url, host_id, kind, str(lease_ttl)],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.hosts",
+            "host",
+            url,
+            host_id,
+            kind,
+            str(lease_ttl),
+            str(poll),
+        ],
         cwd=ROOT,
     )
 
@@ -400,6 +416,31 @@ async def on_postgres(
     ]
 
 
+# -- issue 39: scale-out overhead and a takeover of many sessions --------------------------
+
+
+async def scale_out(quick: bool, progress: Progress) -> list[dict[str, Any]]:
+    """CPU and statements per turn of two host processes beside one (``benchmarks.scaleout``)."""
+    from . import scaleout  # it starts this module's child hosts
+
+    sessions, turns, rounds = (10, 3, 1) if quick else (50, 10, 3)
+    with scaleout.server() as dsn:
+        return await scaleout.run_scaleout(dsn, sessions, turns, rounds, progress)
+
+
+async def takeover_on_postgres(
+    history: Sequence[Record], count: int, repeats: int, progress: Progress
+) -> list[dict[str, Any]]:
+    """The takeover of ``count`` sessions on a throwaway PostgreSQL (``benchmarks.takeover``)."""
+    from benchmarks.postgres import _server
+    from tests.support.pgserver import isolated_schema
+
+    with _server() as dsn, isolated_schema(dsn, prefix="takeover") as url:
+        return await takeover.run_takeover(
+            url, "postgres", history, count, progress, repeats=repeats
+        )
+
+
 # -- the inbox round trip -----------------------------------------------------------------------
 
 
@@ -475,20 +516,36 @@ def run(
             rows += await round_trip(
                 f"sqlite:///{directory / 'round-trip.db'}", repeats=20 if quick else 100
             )
+            history = await takeover.history(1_000)
+            count, repeats = (100, 1) if quick else (1_000, 3)
+            rows += await takeover.run_takeover(
+                f"sqlite:///{directory / 'takeover.db'}",
+                "sqlite",
+                history,
+                count,
+                progress,
+                repeats=repeats,
+            )
             if postgres:
                 rows += await on_postgres(
                     20 if quick else 200, 20 if quick else 100, progress, rounds=1 if quick else 3
                 )
+                rows += await takeover_on_postgres(history, count, repeats, progress)
+                rows += await scale_out(quick, progress)
             return rows
 
-    return trio.run(main)
+    rows = trio.run(main)
+    # Outside the run above: a SyncClient's caller is a thread without a trio run.
+    with tempfile.TemporaryDirectory(prefix="bench-hops-") as work:
+        rows += hops.run_hops(Path(work), 50 if quick else 300, 1 if quick else 3, progress)
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "host":
-        url, host_id, kind, lease_ttl = args[1:5]
-        trio.run(_child_host, url, host_id, kind, lease_ttl)
+        url, host_id, kind, lease_ttl, poll = args[1:6]
+        trio.run(_child_host, url, host_id, kind, lease_ttl, poll)
         return 0
     if args and args[0] == "memory":
         trio.run(_child_memory, args[1])

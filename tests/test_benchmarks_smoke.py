@@ -8,6 +8,7 @@ nothing here compares a number with a bound other than "was measured".
 from __future__ import annotations
 
 import gc
+import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -332,3 +333,89 @@ def test_console_benchmark_rows(tmp_path: Path) -> None:
     assert "| commit -> shown on the page | 1,000 records | p50 31.5 ms, p99 80.2 ms |" in table
     assert "| a session page loads | 10,000 records | 2.1 s to live |" in table
     assert console.browser_figures(tmp_path / "absent.json") is None
+
+
+TAKEOVER_START = "takeover of 3 sessions (sqlite): "
+
+
+def test_takeover_benchmark_rows(tmp_path: Path) -> None:
+    """An heir takes every session of a dead host over, beside a bare read of
+    their checkpoints on the same file; the ratio carries issue 39's target."""
+    from benchmarks import takeover
+
+    async def main() -> list[dict[str, Any]]:
+        history = await takeover.history(300)
+        url = f"sqlite:///{tmp_path / 'takeover.db'}"
+        return await takeover.run_takeover(url, "sqlite", history, 3, lambda _l: None, repeats=1)
+
+    rows = trio.run(main)
+    assert [r["benchmark"].removeprefix(TAKEOVER_START) for r in rows] == [
+        "heir serves all",
+        "heir / bare read",
+        "journal read (read_restored) / bare read",
+    ]
+    for r in rows:
+        assert set(r) == {"benchmark", "value", "unit", "target", "met", "note"}
+        assert r["value"] > 0
+    assert rows[1]["target"] == "<= 2 x" and rows[1]["met"] in (True, False)
+    # After each takeover every session is the dead host's again (for the next).
+    with closing(sqlite3.connect(tmp_path / "takeover.db")) as conn:
+        owners = conn.execute("SELECT owner, count(*) FROM leases GROUP BY owner").fetchall()
+    assert owners == [("dead-host", 3)]
+
+
+def test_scaleout_benchmark_rows() -> None:
+    """One and two host processes on a PostgreSQL that counts statements:
+    every figure measured, the two targets named."""
+    from benchmarks import scaleout
+    from tests.support.pgserver import ServerUnavailable
+    from tests.support.postgres import _no_server
+
+    async def main(dsn: str) -> list[dict[str, Any]]:
+        return await scaleout.run_scaleout(dsn, 2, 2, 1, lambda _l: None)
+
+    try:
+        with scaleout.server() as dsn:
+            rows = trio.run(main, dsn)
+    except ServerUnavailable as exc:
+        _no_server(exc)
+    by_name = {r["benchmark"].removeprefix("scale-out: "): r for r in rows}
+    # A throwaway server loads pg_stat_statements; a shared one may not, and
+    # then the statements go uncounted (a row saying so, no ratio).
+    counted = "LOOPRUNTIME_TEST_PG_DSN" not in os.environ
+    assert list(by_name) == [
+        "host CPU per turn, 1 host",
+        "host CPU per turn, 2 hosts",
+        "host CPU per turn, 2 hosts / 1 host",
+        "statements per turn, 2 hosts / 1 host",
+        "server CPU per turn, 2 hosts / 1 host",
+        "projected speed-up of 2 hosts with cores to spare",
+        "host CPU per turn, 2 hosts with twice the sessions / 1 host",
+    ] + (["statements per turn, 2 hosts with twice the sessions / 1 host"] if counted else [])
+    assert by_name["host CPU per turn, 1 host"]["value"] > 0
+    assert by_name["host CPU per turn, 2 hosts / 1 host"]["target"] == "<= 1.15 x"
+    statements = by_name["statements per turn, 2 hosts / 1 host"]
+    assert statements["target"] == "<= 1.10 x"
+    if counted:
+        assert statements["value"] > 0 and statements["met"] in (True, False)
+
+
+def test_hops_benchmark_rows(tmp_path: Path) -> None:
+    """A SyncClient's put beside a Client's, and each hand-over alone."""
+    from benchmarks import hops
+
+    rows = hops.run_hops(tmp_path, 5, 1, lambda _l: None)
+    assert [r["benchmark"] for r in rows] == [
+        "put: Client (trio), p50",
+        "put: SyncClient, p50",
+        "put: SyncClient / Client (trio)",
+        "hand-over: SyncClient hop, p50",
+        "hand-over: anyio portal, p50",
+        "hand-over: trio.from_thread, p50",
+        "hand-over: thread round trip, p50",
+    ]
+    assert all(r["value"] > 0 and r["met"] is None for r in rows)
+    # Every put reached the inbox: the create, then five of each client.
+    with closing(sqlite3.connect(tmp_path / "hops.db")) as conn:
+        (count,) = conn.execute("SELECT count(*) FROM inbox").fetchone()
+    assert count == 1 + 5 + 5
