@@ -122,6 +122,8 @@ class _StreamBuilder:
         self.by_execution: dict[str, ToolStep] = {}
         self.model_steps: dict[str, ModelStep] = {}
         self.gates: dict[str, GateNode] = {}
+        self.run_of: dict[str, Run] = {}
+        """step id -> the run that holds it."""
         self.compactions: dict[str, int] = {}
         self.last_step: Step | None = None
         self.cut_call = False
@@ -147,6 +149,7 @@ class _StreamBuilder:
         if self.last_step is not None:
             self.relate("follows", step.id, self.last_step.id, "inferred", "position in the run")
         self.run.steps.append(step)
+        self.run_of[step.id] = self.run
         self.last_step = step
 
     def feed(self, r: Record) -> None:
@@ -484,6 +487,32 @@ class _StreamBuilder:
             case _:
                 assert_never(e)
 
+    def resume(self, r: Record, state: LoopState) -> None:
+        """A fork cut inside a turn: the run open at the cut goes on in the
+        fork, with the model call and the tool calls open there (the fork's
+        own records close them), so its steps have the run they belong to."""
+        if not state.turn_open:
+            return
+        self.start_run(r, TurnStarted(turn=state.turn_index))
+        if state.open_call is not None:
+            call = ModelStep(
+                id=f"step:{self.loop}:{state.turn_index}:m{state.step}",
+                index=state.step,
+                effect_id=state.open_call,
+                model=state.model,
+                first_seq=r.seq,
+                last_seq=r.seq,
+                seqs=[r.seq],
+            )
+            self.model_steps[state.open_call] = call
+            self.add_step(call)
+        unknown = set(state.unknown)
+        for started in (*state.running.values(), *state.unknown.values()):
+            tool = self.tool_step(r, started.tool_use_id, started.name, started.input)
+            tool.execution_id, tool.started_seq = started.execution_id, r.seq
+            tool.status = "unknown" if started.execution_id in unknown else "running"
+            self.by_execution[started.execution_id] = tool
+
     def start_run(self, r: Record, e: TurnStarted) -> None:
         taken = [self.inputs[i] for i in e.input_ids if i in self.inputs]
         external = any(i.trigger == "external" and not i.synthetic for i in taken)
@@ -641,6 +670,8 @@ class _TreeBuilder:
         self.relations: list[Relation] = []
         self.children: dict[str, tuple[str, str]] = {}
         """child loop -> (parent stream builder loop, node id that started it)."""
+        self.starters: dict[str, ToolStep] = {}
+        """child loop -> the tool step that starts its stream (joined by execution id)."""
         self.checkpoints: list[int] = []
         self.forked_from: Lineage | None = None
         self.base: dict[str, LoopState] = {}
@@ -665,6 +696,7 @@ class _TreeBuilder:
             start = self.base.get(r.loop)
             if start is not None:
                 builder.state = copy_state(start)
+                builder.resume(r, start)
         builder.feed(r)
 
     def child_started(self, parent: _StreamBuilder, r: Record, e: ChildStarted) -> None:
@@ -672,6 +704,7 @@ class _TreeBuilder:
         step = parent.by_execution.get(exe)
         if step is not None:
             source, quality = step.id, "exact"
+            self.starters[e.child_loop] = step
         else:
             source, quality = (parent.run.id if parent.run else parent.stream.id), "inferred"
         self.children[e.child_loop] = (parent.loop, source)
@@ -735,18 +768,65 @@ class _TreeBuilder:
         )
 
 
+class TreeFold:
+    """The conversation tree fed one record at a time, and the structure it
+    holds so far: the spine the unified model names level by level, so a view
+    that reads its structure here (the trace, live or not) places every step
+    where the model does.
+
+    Records must be one session's, in seq order.  ``feed`` is cheap (the
+    tree's own pass); the questions read what the records fed so far say."""
+
+    def __init__(self, session_id: str) -> None:
+        self._builder = _TreeBuilder(session_id)
+        self.head = 0
+
+    def feed(self, record: Record) -> None:
+        self._builder.feed(record)
+        self.head = record.seq
+
+    def run_of_call(self, loop: str, effect_id: str) -> Run | None:
+        """The run that holds a model call (None: the model places it in none)."""
+        stream = self._builder.streams.get(loop)
+        step = stream.model_steps.get(effect_id) if stream is not None else None
+        return stream.run_of.get(step.id) if stream is not None and step is not None else None
+
+    def run_of_tool(self, loop: str, tool_use_id: str) -> Run | None:
+        """The run that holds a tool use: the run that asked for it."""
+        stream = self._builder.streams.get(loop)
+        step = stream.tool_steps.get(tool_use_id) if stream is not None else None
+        return stream.run_of.get(step.id) if stream is not None and step is not None else None
+
+    def starter_of(self, loop: str) -> tuple[str, ToolStep] | None:
+        """The parent loop and its tool step that ``starts`` this loop's stream,
+        when a step of a run is joined to it by its execution id (the model's
+        ``starts``); None for a stream nothing starts."""
+        origin = self._builder.children.get(loop)
+        step = self._builder.starters.get(loop)
+        if origin is None or step is None:
+            return None
+        parent = self._builder.streams.get(origin[0])
+        if parent is None or step.id not in parent.run_of:
+            return None
+        return origin[0], step
+
+    def tree(self) -> Tree:
+        """The tree of the records fed so far, without its causes (it shares
+        nodes with the fold: read it before feeding more)."""
+        return self._builder.build(self.head)
+
+
 def build_tree(session_id: str, records: Iterable[Record]) -> Tree:
-    """The unified conversation model of a session's records (pure).
+    """The conversation tree of a session's records (pure): the spine the
+    unified model is named from (``build_unified``).
 
     Records must be one session's, in seq order (a prefix is fine: open runs
     and gates show as open).  The caller owns the returned tree."""
-    builder = _TreeBuilder(session_id)
-    head = 0
+    fold = TreeFold(session_id)
     seen: list[Record] = []
     for r in records:
-        builder.feed(r)
+        fold.feed(r)
         seen.append(r)
-        head = r.seq
-    tree = builder.build(head)
+    tree = fold.tree()
     tree.causes = causes_of(seen)
     return tree
