@@ -11,6 +11,7 @@ them are made as each record arrives.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any, Literal, assert_never
 
@@ -270,7 +271,7 @@ class _StreamBuilder:
                 s.inputs.append(node)
                 if e.trigger == "external" and not node.synthetic:
                     s.stats.external_inputs += 1
-                self.tree.child_report(self, node)
+                self.tree.child_report(node, e.child_loop)
             case InputCancelled():
                 found = self.inputs.get(e.input_id)
                 if found is not None:
@@ -457,7 +458,7 @@ class _StreamBuilder:
             case ChildStarted():
                 self.tree.child_started(self, r, e)
             case ChildFinished():
-                self.tree.child_finished(self, r, e)
+                pass  # the unified model's notification: the tree has no node for it
             case Notice():
                 self.notice(r, e)
             case DeadlinePassed():
@@ -668,10 +669,10 @@ class _TreeBuilder:
         self.session = session
         self.streams: dict[str, _StreamBuilder] = {}
         self.relations: list[Relation] = []
-        self.children: dict[str, tuple[str, str]] = {}
-        """child loop -> (parent stream builder loop, node id that started it)."""
-        self.starters: dict[str, ToolStep] = {}
-        """child loop -> the tool step that starts its stream (joined by execution id)."""
+        self.children: dict[str, str] = {}
+        """child loop -> the loop whose call started it."""
+        self.starters: dict[str, list[ToolStep]] = defaultdict(list)
+        """child loop -> the tool steps that start its stream (joined by execution id)."""
         self.checkpoints: list[int] = []
         self.forked_from: Lineage | None = None
         self.base: dict[str, LoopState] = {}
@@ -700,52 +701,44 @@ class _TreeBuilder:
         builder.feed(r)
 
     def child_started(self, parent: _StreamBuilder, r: Record, e: ChildStarted) -> None:
+        """The call that ran the delegate ``starts`` the child's stream, joined
+        by the execution id of the child's provenance; a start no call of a
+        run matches relates nothing (as in the unified model)."""
         exe = e.provenance.execution_id
         step = parent.by_execution.get(exe)
-        if step is not None:
-            source, quality = step.id, "exact"
-            self.starters[e.child_loop] = step
-        else:
-            source, quality = (parent.run.id if parent.run else parent.stream.id), "inferred"
-        self.children[e.child_loop] = (parent.loop, source)
+        if step is None or step.id not in parent.run_of:
+            return
+        self.children[e.child_loop] = parent.loop
+        self.starters[e.child_loop].append(step)
         self.relations.append(
             Relation(
                 kind="starts",
-                source=source,
+                source=step.id,
                 target=f"stream:{e.child_loop}",
-                quality=quality,  # type: ignore[arg-type]
-                via=exe or e.child_loop,
-            )
-        )
-
-    def child_finished(self, parent: _StreamBuilder, r: Record, e: ChildFinished) -> None:
-        origin = self.children.get(e.child_loop)
-        target = origin[1] if origin is not None else parent.stream.id
-        self.relations.append(
-            Relation(
-                kind="reports",
-                source=f"stream:{e.child_loop}",
-                target=target,
                 quality="exact",
-                via=e.child_loop,
+                via=exe,
             )
         )
 
-    def child_report(self, parent: _StreamBuilder, node: InputNode) -> None:
-        """A child's result arrives as input text ``[result of child loop X]``
-        (the actor's wording): joined by that text, so inferred."""
+    def child_report(self, node: InputNode, recorded: str | None) -> None:
+        """The input carrying a child's result ``reports`` the child: exact
+        when the record names it (``input.queued.child_loop``), else inferred
+        from the actor's wording ``[result of child loop X (status)]``."""
         if node.trigger not in ("subagent", "notification"):
             return
+        child, quality, via = recorded, "exact", recorded or ""
         marker = "[result of child loop "
-        if node.text.startswith(marker):
-            child = node.text[len(marker) :].split("]", 1)[0]
+        if child is None and node.text.startswith(marker):
+            child = node.text[len(marker) :].split("]", 1)[0].split(" (", 1)[0]
+            quality, via = "inferred", "input text"
+        if child:
             self.relations.append(
                 Relation(
                     kind="reports",
-                    source=f"stream:{child}",
-                    target=node.id,
-                    quality="inferred",
-                    via="input text",
+                    source=node.id,
+                    target=f"stream:{child}",
+                    quality=quality,  # type: ignore[arg-type]
+                    via=via,
                 )
             )
 
@@ -798,17 +791,12 @@ class TreeFold:
         return stream.run_of.get(step.id) if stream is not None and step is not None else None
 
     def starter_of(self, loop: str) -> tuple[str, ToolStep] | None:
-        """The parent loop and its tool step that ``starts`` this loop's stream,
-        when a step of a run is joined to it by its execution id (the model's
-        ``starts``); None for a stream nothing starts."""
-        origin = self._builder.children.get(loop)
-        step = self._builder.starters.get(loop)
-        if origin is None or step is None:
-            return None
-        parent = self._builder.streams.get(origin[0])
-        if parent is None or step.id not in parent.run_of:
-            return None
-        return origin[0], step
+        """The parent loop and its tool step that ``starts`` this loop's
+        stream (the model's ``starts``); None for a stream nothing starts, or
+        several calls do (an ambiguous join is never resolved by choosing)."""
+        parent = self._builder.children.get(loop)
+        steps = self._builder.starters.get(loop, [])
+        return (parent, steps[0]) if parent is not None and len(steps) == 1 else None
 
     def tree(self) -> Tree:
         """The tree of the records fed so far, without its causes (it shares
