@@ -214,6 +214,8 @@ class _StreamBuilder:
                 pass  # the collaboration's own stream carries no turns or steps
             case _:
                 assert_never(e)
+        if not self.tree.statuses:
+            return  # structure only: the status is the tree's presentation
         try:
             fold(self.state, r)
         except FoldError:
@@ -665,8 +667,10 @@ class _StreamBuilder:
 
 
 class _TreeBuilder:
-    def __init__(self, session: str) -> None:
+    def __init__(self, session: str, *, statuses: bool = True) -> None:
         self.session = session
+        self.statuses = statuses
+        """Fold each stream for its status (the tree shows it; structure needs it not)."""
         self.streams: dict[str, _StreamBuilder] = {}
         self.relations: list[Relation] = []
         self.children: dict[str, str] = {}
@@ -767,11 +771,13 @@ class TreeFold:
     that reads its structure here (the trace, live or not) places every step
     where the model does.
 
-    Records must be one session's, in seq order.  ``feed`` is cheap (the
-    tree's own pass); the questions read what the records fed so far say."""
+    Records must be one session's, in seq order.  ``feed`` is the tree's own
+    pass; the questions read what the records fed so far say.  Without
+    ``statuses`` the streams are not folded for their status (a third of the
+    pass): the structure is the same, the tree's statuses stay ``idle``."""
 
-    def __init__(self, session_id: str) -> None:
-        self._builder = _TreeBuilder(session_id)
+    def __init__(self, session_id: str, *, statuses: bool = True) -> None:
+        self._builder = _TreeBuilder(session_id, statuses=statuses)
         self.head = 0
 
     def feed(self, record: Record) -> None:

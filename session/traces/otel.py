@@ -177,7 +177,7 @@ class SpanBuilder:
         self.principals: dict[str, str] = {}
         """input id -> who queued it, until a turn takes it."""
         self.forked: SessionForked | None = None
-        self.structure = TreeFold(session_id)
+        self.structure = TreeFold(session_id, statuses=False)
         """Where the unified model places each run and step (its spine's fold)."""
 
     def _span_id(self, *parts: str) -> int:
