@@ -550,8 +550,8 @@ function sessionPage() {
       const tree = await getJSON(`${base}/tree`);
       // The unified model's `starts`: which call began a child's stream (never containment).
       const startedBy = {};
-      for (const r of tree.relations) if (r.kind === "starts" && r.target.startsWith("stream:")) startedBy[r.target] = r.source;
-      const started = (s) => (startedBy[s.id] ? `; started by ${startedBy[s.id]}` : "");
+      for (const r of tree.relations) if (r.kind === "starts" && r.target.startsWith("stream:")) (startedBy[r.target] ||= []).push(r.source);
+      const started = (s) => (startedBy[s.id] ? `; started by ${startedBy[s.id].join(", ")}` : "");
       body.replaceChildren(
         ...tree.streams.map((s) =>
           treeNode(`stream ${s.loop} (${s.definition}, ${s.model}) — ${s.status}${started(s)}`, s.epochs.map((ep) =>
