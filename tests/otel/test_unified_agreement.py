@@ -359,3 +359,18 @@ async def test_the_crash_scenario_and_a_fork_cut_inside_a_turn_agree(tmp_path: P
     # The turn the fork was cut inside is a run of the fork's model too.
     model = Model("f", forked)
     assert [n["attrs"]["turn"] for n in model.of_kind("run")]
+
+
+@pytest.mark.parametrize("name", sorted(BUILT) + sorted(HAND_WRITTEN))
+async def test_every_prefix_agrees(name: str) -> None:
+    """What a live view has seen is a prefix: open runs, calls in flight and a
+    child not yet finished are placed as the model of that prefix places them."""
+    if name in BUILT:
+        records = await BUILT[name][0]()
+    else:
+        records = await session_of(*HAND_WRITTEN[name][0]())
+    for cut in range(1, len(records) + 1):
+        prefix = records[:cut]
+        model = Model(SESSION, prefix)
+        assert_tree_agrees(model, json.loads(tree_json(build_tree(SESSION, prefix))))
+        assert_trace_agrees(model, SpanBuilder(SESSION).feed_all(prefix))
