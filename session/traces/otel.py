@@ -1,10 +1,10 @@
 """OpenTelemetry traces from a session's records (the optional extra ``otel``).
 
 * ``SpanBuilder`` is pure: records in, finished spans out, following the
-  OpenTelemetry GenAI conventions: ``invoke_agent`` per run of a turn,
-  ``chat`` per ``llm.call``, ``execute_tool`` per tool use; gates and their
-  reviews, hook decisions, notices, compactions, mode changes and unknown
-  effects are span events.
+  OpenTelemetry GenAI conventions: ``invoke_agent`` per turn (the model's
+  ``run``, or the parts a compaction cut it into), ``chat`` per ``llm.call``,
+  ``execute_tool`` per tool use; gates and their reviews, hook decisions,
+  notices, compactions, mode changes and unknown effects are span events.
 * The trace's structure is the unified model's, never its own: a span's
   parent is read, when it closes, from the fold the model's spine is named
   from (``replay.TreeFold``): a step under the turn span of the run that holds

@@ -38,6 +38,7 @@ from journal.events import (
     ToolAbandoned,
     ToolStarted,
     TurnEnded,
+    TurnStarted,
 )
 from journal.memory import MemoryJournal
 from session import Session
@@ -356,9 +357,16 @@ async def test_the_crash_scenario_and_a_fork_cut_inside_a_turn_agree(tmp_path: P
         await scenario.settle(fork, ledger)
     forked = await read_records(journal, "f")
     assert await assert_views_agree("f", forked) == 0
-    # The turn the fork was cut inside is a run of the fork's model too.
+    # The turn the fork was cut inside is a run of the fork's model too, and
+    # the call running at the cut is a step of it.
     model = Model("f", forked)
-    assert [n["attrs"]["turn"] for n in model.of_kind("run")]
+    assert isinstance(cut.event, ToolStarted)
+    [tool] = [
+        n for n in model.of_kind("tool") if n["attrs"]["execution_id"] == cut.event.execution_id
+    ]
+    began = [r.event for r in source[: cut.seq] if r.loop == cut.loop]
+    turn = [e.turn for e in began if isinstance(e, TurnStarted)][-1]
+    assert model.nodes[tool["parent"]]["attrs"]["turn"] == turn
 
 
 @pytest.mark.parametrize("name", sorted(BUILT) + sorted(HAND_WRITTEN))
