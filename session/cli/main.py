@@ -36,6 +36,7 @@ from ..clients.client import CommandRefusedError
 from ..embedded.fork import plan_fork, write_fork
 from ..embedded.restore import resolve_offline
 from ..replay import ReplayInputError, open_for_replay, replay_command
+from ..traces.command import trace_command
 from .chat import chat_definition, run_chat
 from .hosting import add_commands, seconds, submit_command
 from .listing import list_sessions
@@ -162,14 +163,20 @@ async def _replay(args: argparse.Namespace) -> int:
     def err(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
+    session_id = _checked_text(args.session, "session id")
+    if args.otlp is not None or args.format == "otel-json":
+        others = args.check or args.follow or args.causes or args.at is not None
+        if others or (args.otlp is not None and args.format != "transcript"):
+            err("loopruntime replay: the trace (--otlp, --format otel-json) takes no other option")
+            return 2
+        return await trace_command(url, session_id, otlp=args.otlp, out=out, err=err)
     return await replay_command(
         url,
-        _checked_text(args.session, "session id"),
+        session_id,
         fmt=args.format,
         check_only=args.check,
         follow=args.follow,
         at=args.at,
-        otlp=args.otlp,
         causes=args.causes,
         inherited=not args.no_inherited,
         content=not args.no_content,

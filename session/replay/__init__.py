@@ -38,6 +38,7 @@ from .tree import WriterNode as WriterNode
 from .tree import render_tree as render_tree
 from .tree import tree_json as tree_json
 from .tree import tree_json_schema as tree_json_schema
+from .tree_builder import TreeFold as TreeFold
 from .tree_builder import build_tree as build_tree
 from .unified import UNIFIED_SCHEMA as UNIFIED_SCHEMA
 from .unified import UNIFIED_VERSION as UNIFIED_VERSION
@@ -68,6 +69,7 @@ __all__ = [
     "ToolStep",
     "TranscriptRenderer",
     "Tree",
+    "TreeFold",
     "WriterNode",
     "build_tree",
     "build_unified",

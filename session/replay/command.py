@@ -63,7 +63,9 @@ async def read_session(journal: Journal, session_id: str) -> AsyncIterator[Recor
         raise _no_session(journal, session_id) from exc
 
 
-Format = Literal["transcript", "tree", "json", "unified", "otel-json"]
+Format = Literal["transcript", "tree", "json", "unified"]
+"""The trace (``--format otel-json``, ``--otlp``) is ``traces.command``'s: it
+reads the unified model, a part above this one."""
 
 
 # Long for its validation: every argument is checked, with its own message,
@@ -76,7 +78,6 @@ async def replay_command(
     check_only: bool = False,
     follow: bool = False,
     at: int | None = None,
-    otlp: str | None = None,
     causes: bool = False,
     inherited: bool = True,
     content: bool = True,
@@ -93,11 +94,6 @@ async def replay_command(
     Never writes to the journal."""
     if follow and (check_only or at is not None or fmt != "transcript" or causes):
         err("loopruntime replay: --follow works with the transcript format only")
-        return 2
-    if otlp is not None and (
-        check_only or follow or causes or at is not None or fmt != "transcript"
-    ):
-        err("loopruntime replay: --otlp exports the trace; it takes no other option")
         return 2
     if causes and (check_only or at is not None or fmt != "transcript"):
         err(
@@ -152,10 +148,6 @@ async def replay_command(
                 except FoldError as exc:
                     err(f"loopruntime replay: {exc}; `replay --check` reports every problem")
                     return 1
-            elif otlp is not None or fmt == "otel-json":
-                code = await _trace(session_id, records, otlp, out, err)
-                if code:
-                    return code
             elif causes:
                 if not table(CAUSE_COLUMNS, cause_rows(records)):
                     out(render_causes(records, color=color))
@@ -198,33 +190,6 @@ async def _writer_nodes(
     return [
         WriterNode(first_seq=s.first_seq, incarnation=s.incarnation, host=s.owner) for s in spans
     ]
-
-
-async def _trace(
-    session_id: str,
-    records: list[Record],
-    otlp: str | None,
-    out: Callable[[str], None],
-    err: Callable[[str], None],
-) -> int:
-    """The session's trace, printed as OTLP/JSON or sent to an OTLP/HTTP endpoint."""
-    try:
-        from ..traces.otel import otlp_json, send_otlp, spans_of
-    except ImportError as exc:
-        raise ReplayInputError(
-            f"traces need the OpenTelemetry packages ({exc.name} is not installed); "
-            "install the extra: pip install 'loopruntime[otel]'"
-        ) from exc
-    spans = spans_of(session_id, records)
-    if otlp is None:
-        out(otlp_json(spans))
-        return 0
-    problem = await send_otlp(spans, otlp)
-    if problem:
-        err(f"loopruntime replay: the trace was not exported to {otlp}: {problem}")
-        return 1
-    out(f"exported {len(spans)} spans of session {session_id} to {otlp}")
-    return 0
 
 
 def _no_session(journal: Journal, session_id: str) -> ReplayInputError:

@@ -19,9 +19,10 @@ from .text import painted, short
 
 TREE_SCHEMA = "loopruntime.replay.tree"
 
-TREE_VERSION = 1
+TREE_VERSION = 2
 """Bumped when a field changes meaning or type; new fields get defaults and
-keep the version (docs/replay.md)."""
+keep the version (docs/replay.md).  2: ``reports`` runs from the input
+carrying a child's result to the child's stream, as in the unified model."""
 
 Quality = Literal["exact", "inferred"]
 RelationKind = Literal[

@@ -11,6 +11,7 @@ them are made as each record arrives.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any, Literal, assert_never
 
@@ -126,6 +127,8 @@ class _StreamBuilder:
         self.by_execution: dict[str, ToolStep] = {}
         self.model_steps: dict[str, ModelStep] = {}
         self.gates: dict[str, GateNode] = {}
+        self.run_of: dict[str, Run] = {}
+        """step id -> the run that holds it."""
         self.compactions: dict[str, int] = {}
         self.last_step: Step | None = None
         self.cut_call = False
@@ -151,6 +154,7 @@ class _StreamBuilder:
         if self.last_step is not None:
             self.relate("follows", step.id, self.last_step.id, "inferred", "position in the run")
         self.run.steps.append(step)
+        self.run_of[step.id] = self.run
         self.last_step = step
 
     def feed(self, r: Record) -> None:
@@ -231,6 +235,8 @@ class _StreamBuilder:
                 pass  # the collaboration's own stream carries no turns or steps
             case _:
                 assert_never(e)
+        if not self.tree.statuses:
+            return  # structure only: the status is the tree's presentation
         try:
             fold(self.state, r)
         except FoldError:
@@ -288,7 +294,7 @@ class _StreamBuilder:
                 s.inputs.append(node)
                 if e.trigger == "external" and not node.synthetic:
                     s.stats.external_inputs += 1
-                self.tree.child_report(self, node)
+                self.tree.child_report(node, e.child_loop)
             case InputCancelled():
                 found = self.inputs.get(e.input_id)
                 if found is not None:
@@ -475,7 +481,7 @@ class _StreamBuilder:
             case ChildStarted():
                 self.tree.child_started(self, r, e)
             case ChildFinished():
-                self.tree.child_finished(self, r, e)
+                pass  # the unified model's notification: the tree has no node for it
             case Notice():
                 self.notice(r, e)
             case DeadlinePassed():
@@ -504,6 +510,32 @@ class _StreamBuilder:
                 )
             case _:
                 assert_never(e)
+
+    def resume(self, r: Record, state: LoopState) -> None:
+        """A fork cut inside a turn: the run open at the cut goes on in the
+        fork, with the model call and the tool calls open there (the fork's
+        own records close them), so its steps have the run they belong to."""
+        if not state.turn_open:
+            return
+        self.start_run(r, TurnStarted(turn=state.turn_index))
+        if state.open_call is not None:
+            call = ModelStep(
+                id=f"step:{self.loop}:{state.turn_index}:m{state.step}",
+                index=state.step,
+                effect_id=state.open_call,
+                model=state.model,
+                first_seq=r.seq,
+                last_seq=r.seq,
+                seqs=[r.seq],
+            )
+            self.model_steps[state.open_call] = call
+            self.add_step(call)
+        unknown = set(state.unknown)
+        for started in (*state.running.values(), *state.unknown.values()):
+            tool = self.tool_step(r, started.tool_use_id, started.name, started.input)
+            tool.execution_id, tool.started_seq = started.execution_id, r.seq
+            tool.status = "unknown" if started.execution_id in unknown else "running"
+            self.by_execution[started.execution_id] = tool
 
     def start_run(self, r: Record, e: TurnStarted) -> None:
         taken = [self.inputs[i] for i in e.input_ids if i in self.inputs]
@@ -656,12 +688,16 @@ class _StreamBuilder:
 
 
 class _TreeBuilder:
-    def __init__(self, session: str) -> None:
+    def __init__(self, session: str, *, statuses: bool = True) -> None:
         self.session = session
+        self.statuses = statuses
+        """Fold each stream for its status (the tree shows it; structure needs it not)."""
         self.streams: dict[str, _StreamBuilder] = {}
         self.relations: list[Relation] = []
-        self.children: dict[str, tuple[str, str]] = {}
-        """child loop -> (parent stream builder loop, node id that started it)."""
+        self.children: dict[str, str] = {}
+        """child loop -> the loop whose call started it."""
+        self.starters: dict[str, list[ToolStep]] = defaultdict(list)
+        """child loop -> the tool steps that start its stream (joined by execution id)."""
         self.checkpoints: list[int] = []
         self.forked_from: Lineage | None = None
         self.base: dict[str, LoopState] = {}
@@ -686,54 +722,48 @@ class _TreeBuilder:
             start = self.base.get(r.loop)
             if start is not None:
                 builder.state = copy_state(start)
+                builder.resume(r, start)
         builder.feed(r)
 
     def child_started(self, parent: _StreamBuilder, r: Record, e: ChildStarted) -> None:
+        """The call that ran the delegate ``starts`` the child's stream, joined
+        by the execution id of the child's provenance; a start no call of a
+        run matches relates nothing (as in the unified model)."""
         exe = e.provenance.execution_id
         step = parent.by_execution.get(exe)
-        if step is not None:
-            source, quality = step.id, "exact"
-        else:
-            source, quality = (parent.run.id if parent.run else parent.stream.id), "inferred"
-        self.children[e.child_loop] = (parent.loop, source)
+        if step is None or step.id not in parent.run_of:
+            return
+        self.children[e.child_loop] = parent.loop
+        self.starters[e.child_loop].append(step)
         self.relations.append(
             Relation(
                 kind="starts",
-                source=source,
+                source=step.id,
                 target=f"stream:{e.child_loop}",
-                quality=quality,  # type: ignore[arg-type]
-                via=exe or e.child_loop,
-            )
-        )
-
-    def child_finished(self, parent: _StreamBuilder, r: Record, e: ChildFinished) -> None:
-        origin = self.children.get(e.child_loop)
-        target = origin[1] if origin is not None else parent.stream.id
-        self.relations.append(
-            Relation(
-                kind="reports",
-                source=f"stream:{e.child_loop}",
-                target=target,
                 quality="exact",
-                via=e.child_loop,
+                via=exe,
             )
         )
 
-    def child_report(self, parent: _StreamBuilder, node: InputNode) -> None:
-        """A child's result arrives as input text ``[result of child loop X]``
-        (the actor's wording): joined by that text, so inferred."""
+    def child_report(self, node: InputNode, recorded: str | None) -> None:
+        """The input carrying a child's result ``reports`` the child: exact
+        when the record names it (``input.queued.child_loop``), else inferred
+        from the actor's wording ``[result of child loop X (status)]``."""
         if node.trigger not in ("subagent", "notification"):
             return
+        child, quality, via = recorded, "exact", recorded or ""
         marker = "[result of child loop "
-        if node.text.startswith(marker):
-            child = node.text[len(marker) :].split("]", 1)[0]
+        if child is None and node.text.startswith(marker):
+            child = node.text[len(marker) :].split("]", 1)[0].split(" (", 1)[0]
+            quality, via = "inferred", "input text"
+        if child:
             self.relations.append(
                 Relation(
                     kind="reports",
-                    source=f"stream:{child}",
-                    target=node.id,
-                    quality="inferred",
-                    via="input text",
+                    source=node.id,
+                    target=f"stream:{child}",
+                    quality=quality,  # type: ignore[arg-type]
+                    via=via,
                 )
             )
 
@@ -756,18 +786,62 @@ class _TreeBuilder:
         )
 
 
+class TreeFold:
+    """The conversation tree fed one record at a time, and the structure it
+    holds so far: the spine the unified model names level by level, so a view
+    that reads its structure here (the trace, live or not) places every step
+    where the model does.
+
+    Records must be one session's, in seq order.  ``feed`` is the tree's own
+    pass; the questions read what the records fed so far say.  Without
+    ``statuses`` the streams are not folded for their status (a third of the
+    pass): the structure is the same, the tree's statuses stay ``idle``."""
+
+    def __init__(self, session_id: str, *, statuses: bool = True) -> None:
+        self._builder = _TreeBuilder(session_id, statuses=statuses)
+        self.head = 0
+
+    def feed(self, record: Record) -> None:
+        self._builder.feed(record)
+        self.head = record.seq
+
+    def run_of_call(self, loop: str, effect_id: str) -> Run | None:
+        """The run that holds a model call (None: the model places it in none)."""
+        stream = self._builder.streams.get(loop)
+        step = stream.model_steps.get(effect_id) if stream is not None else None
+        return stream.run_of.get(step.id) if stream is not None and step is not None else None
+
+    def run_of_tool(self, loop: str, tool_use_id: str) -> Run | None:
+        """The run that holds a tool use: the run that asked for it."""
+        stream = self._builder.streams.get(loop)
+        step = stream.tool_steps.get(tool_use_id) if stream is not None else None
+        return stream.run_of.get(step.id) if stream is not None and step is not None else None
+
+    def starter_of(self, loop: str) -> tuple[str, ToolStep] | None:
+        """The parent loop and its tool step that ``starts`` this loop's
+        stream (the model's ``starts``); None for a stream nothing starts, or
+        several calls do (an ambiguous join is never resolved by choosing)."""
+        parent = self._builder.children.get(loop)
+        steps = self._builder.starters.get(loop, [])
+        return (parent, steps[0]) if parent is not None and len(steps) == 1 else None
+
+    def tree(self) -> Tree:
+        """The tree of the records fed so far, without its causes (it shares
+        nodes with the fold: read it before feeding more)."""
+        return self._builder.build(self.head)
+
+
 def build_tree(session_id: str, records: Iterable[Record]) -> Tree:
-    """The unified conversation model of a session's records (pure).
+    """The conversation tree of a session's records (pure): the spine the
+    unified model is named from (``build_unified``).
 
     Records must be one session's, in seq order (a prefix is fine: open runs
     and gates show as open).  The caller owns the returned tree."""
-    builder = _TreeBuilder(session_id)
-    head = 0
+    fold = TreeFold(session_id)
     seen: list[Record] = []
     for r in records:
-        builder.feed(r)
+        fold.feed(r)
         seen.append(r)
-        head = r.seq
-    tree = builder.build(head)
+    tree = fold.tree()
     tree.causes = causes_of(seen)
     return tree

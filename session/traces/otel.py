@@ -1,10 +1,15 @@
 """OpenTelemetry traces from a session's records (the optional extra ``otel``).
 
 * ``SpanBuilder`` is pure: records in, finished spans out, following the
-  OpenTelemetry GenAI conventions: ``invoke_agent`` per turn, ``chat`` per
-  model call, ``execute_tool`` per tool call, a child loop's turns under the
-  parent's ``execute_tool``; gates and their reviews, hook decisions,
+  OpenTelemetry GenAI conventions: ``invoke_agent`` per turn (the model's
+  ``run``, or the parts a compaction cut it into), ``chat`` per ``llm.call``,
+  ``execute_tool`` per tool use; gates and their reviews, hook decisions,
   notices, compactions, mode changes and unknown effects are span events.
+* The trace's structure is the unified model's, never its own: a span's
+  parent is read, when it closes, from the fold the model's spine is named
+  from (``replay.TreeFold``): a step under the turn span of the run that holds
+  it; a child stream's runs under the ``execute_tool`` span of the call that
+  ``starts`` the stream (docs/traces.md, "Structure").
 * A span is finished by the record that closes it, once.  Its ids are derived
   from the session, loop and record ids alone, so the same journal always
   gives the same trace: a restored session's spans (or an export made later
@@ -93,6 +98,7 @@ from journal.events import (
 
 from ..embedded.checkpoints import fork_base
 from ..embedded.runtime import Session
+from ..replay import TreeFold
 
 __all__ = [
     "DEFAULT_SERVICE_NAME",
@@ -142,14 +148,16 @@ class FinishedSpan:
     """The status description of a span that ended in error (None: ok)."""
     closed_by: int = 0
     """seq of the record that closed it."""
+    shows: tuple[str, str, str] = ("", "", "")
+    """What of the unified model it shows, as (what, loop, key): a run
+    (``turn``, its turn), an ``llm.call`` (``call``, its effect id) or a tool
+    use (``tool``, its tool_use id); its parent is read from there."""
 
 
 @dataclass
 class _Loop:
     definition: str = ""
     model: str = ""
-    parent: int | None = None
-    """span id of the parent's execute_tool span (a child loop)."""
     turn: FinishedSpan | None = None
     held: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
     """Events between turns: they go on the next turn's span."""
@@ -172,9 +180,35 @@ class SpanBuilder:
         self.principals: dict[str, str] = {}
         """input id -> who queued it, until a turn takes it."""
         self.forked: SessionForked | None = None
+        self.structure = TreeFold(session_id, statuses=False)
+        """Where the unified model places each run and step (its spine's fold)."""
 
     def _span_id(self, *parts: str) -> int:
         return span_id_of(self.session, *parts)
+
+    def _parent(self, span: FinishedSpan) -> int | None:
+        """The span's parent, read from the model: a call's or a tool's is the
+        turn span of the run that holds it; a run's (and a step the model puts
+        in no run) is the execute_tool span of the call that ``starts`` its
+        stream, or none (cross-stream ``starts`` drawn as OpenTelemetry's
+        parent: docs/decisions.md)."""
+        what, loop, key = span.shows
+        run = None
+        if what == "call":
+            run = self.structure.run_of_call(loop, key)
+        elif what == "tool":
+            run = self.structure.run_of_tool(loop, key)
+        if run is not None:
+            return self._span_id("turn", loop, str(run.turn))
+        starter = self.structure.starter_of(loop)
+        if starter is None:
+            return None
+        parent_loop, step = starter
+        return self._span_id("tool", parent_loop, step.execution_id)
+
+    def _close(self, span: FinishedSpan, r: Record) -> FinishedSpan:
+        span.parent_id = self._parent(span)
+        return _close(span, r)
 
     def _event(self, loop: _Loop, name: str, at: int, attributes: dict[str, Any]) -> None:
         if loop.turn is not None:
@@ -183,6 +217,10 @@ class SpanBuilder:
             loop.held.append((name, at, attributes))
 
     def feed(self, r: Record) -> list[FinishedSpan]:
+        self.structure.feed(r)
+        return self._feed(r)
+
+    def _feed(self, r: Record) -> list[FinishedSpan]:
         e = r.event
         if r.loop == CHECKPOINT_STREAM:
             if isinstance(e, SessionForked) and r.seq == 1:
@@ -246,8 +284,6 @@ class SpanBuilder:
         match e:
             case LoopStarted():
                 loop.definition, loop.model = e.definition, e.model
-                if e.parent is not None:
-                    loop.parent = self._span_id("tool", e.parent.parent_loop, e.parent.execution_id)
             case InputQueued():
                 if self.capture_content:
                     self.inputs[e.input_id] = e.messages
@@ -281,7 +317,8 @@ class SpanBuilder:
                 loop.turn = FinishedSpan(
                     name=f"invoke_agent {loop.definition}",
                     span_id=self._span_id("turn", r.loop, str(e.turn)),
-                    parent_id=loop.parent,
+                    parent_id=None,
+                    shows=("turn", r.loop, str(e.turn)),
                     start=r.at,
                     end=0,
                     kind=SpanKind.INTERNAL,
@@ -297,7 +334,7 @@ class SpanBuilder:
                         turn.attributes["loopruntime.interrupted_by"] = e.principal
                     if e.outcome in ("failed", "crashed"):
                         _fail(turn, e.code or e.outcome)
-                    done.append(_close(turn, r))
+                    done.append(self._close(turn, r))
                     loop.turn = None
             case _:
                 assert_never(e)
@@ -315,7 +352,8 @@ class SpanBuilder:
                 self.calls[e.effect_id] = FinishedSpan(
                     name=f"chat {e.model}",
                     span_id=self._span_id("call", r.loop, e.effect_id),
-                    parent_id=loop.turn.span_id if loop.turn is not None else loop.parent,
+                    parent_id=None,
+                    shows=("call", r.loop, e.effect_id),
                     start=r.at,
                     end=0,
                     kind=SpanKind.CLIENT,
@@ -338,12 +376,12 @@ class SpanBuilder:
                         call.attributes["gen_ai.response.finish_reasons"] = (reason,)
                     if self.capture_content:
                         call.attributes["gen_ai.output.messages"] = _messages_json([e.message])
-                    done.append(_close(call, r))
+                    done.append(self._close(call, r))
             case ModelCallFailed():
                 call = self.calls.pop(e.effect_id, None)
                 if call is not None:
                     _fail(call, e.code, f"{e.code}: {e.detail}" if e.detail else e.code)
-                    done.append(_close(call, r))
+                    done.append(self._close(call, r))
             case _:
                 assert_never(e)
 
@@ -365,7 +403,8 @@ class SpanBuilder:
                 self.tools[e.execution_id] = FinishedSpan(
                     name=f"execute_tool {e.name}",
                     span_id=self._span_id("tool", r.loop, e.execution_id),
-                    parent_id=loop.turn.span_id if loop.turn is not None else loop.parent,
+                    parent_id=None,
+                    shows=("tool", r.loop, e.tool_use_id),
                     start=r.at,
                     end=0,
                     kind=SpanKind.INTERNAL,
@@ -379,7 +418,8 @@ class SpanBuilder:
                     tool = FinishedSpan(
                         name="execute_tool",
                         span_id=self._span_id("rejected", r.loop, e.tool_use_id),
-                        parent_id=loop.turn.span_id if loop.turn is not None else loop.parent,
+                        parent_id=None,
+                        shows=("tool", r.loop, e.tool_use_id),
                         start=r.at,
                         end=0,
                         kind=SpanKind.INTERNAL,
@@ -393,7 +433,7 @@ class SpanBuilder:
                     _fail(tool, e.disposition)
                 if self.capture_content:
                     tool.attributes["gen_ai.tool.call.result"] = _result_text(e.content)
-                done.append(_close(tool, r))
+                done.append(self._close(tool, r))
             case _:
                 assert_never(e)
 
@@ -427,7 +467,7 @@ class SpanBuilder:
                     if tool is not None:
                         del self.tools[e.execution_id]
                         _fail(tool, "interrupted")
-                        done.append(_close(tool, r))
+                        done.append(self._close(tool, r))
                 else:
                     # Unknown until the host resolves it: the span stays open.
                     self._event(loop, "loopruntime.unknown_effect", r.at, attributes)
@@ -447,7 +487,7 @@ class SpanBuilder:
                         _fail(tool, "resolved_as_error", "resolved as an error")
                     if self.capture_content:
                         tool.attributes["gen_ai.tool.call.result"] = _result_text(e.content)
-                    done.append(_close(tool, r))
+                    done.append(self._close(tool, r))
             case _:
                 assert_never(e)
 
@@ -590,10 +630,6 @@ class SpanBuilder:
         for loop_id, state in base.items():
             loop = self.loops.setdefault(loop_id, _Loop())
             loop.definition, loop.model = state.definition, state.model
-            if state.parent is not None:
-                loop.parent = self._span_id(
-                    "tool", state.parent.parent_loop, state.parent.execution_id
-                )
             # What was open there is open in the fork: its spans start at the fork.
             opened: list[Any] = []
             if state.turn_open:
@@ -609,7 +645,8 @@ class SpanBuilder:
                 )
             opened.extend((*state.running.values(), *state.unknown.values()))
             for event in opened:
-                self.feed(msgspec.structs.replace(r, loop=loop_id, event=event))
+                # The spans only: the model's fold read the fork's own records.
+                self._feed(msgspec.structs.replace(r, loop=loop_id, event=event))
 
     def feed_all(self, records: Iterable[Record]) -> list[FinishedSpan]:
         return [span for r in records for span in self.feed(r)]

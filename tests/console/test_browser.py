@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from journal.events import GateResolved, ToolAbandoned, ToolStarted
+from journal.events import GateResolved, ToolAbandoned, ToolStarted, TurnEnded
 from tests.console.browser import HANG, Stack, browser_context, in_journal, stack
 from tests.console.scenario import HOSTILE, STREAMED
 
@@ -298,3 +298,45 @@ def test_long_text_is_drawn_folded_and_unfolds_on_request(page: Any, shared: Sta
     # The record's JSON is folded alike.
     first.locator("xpath=ancestor::li").locator("button.seq").click()
     page.locator("#record-json .folded button.unfold").wait_for()
+
+
+def test_the_tree_names_the_call_that_starts_a_child(page: Any, shared: Stack) -> None:
+    from journal import Draft
+    from tests.replay.test_unified import (
+        child_result,
+        child_run,
+        delegating,
+        resume,
+        started,
+        tool_done,
+    )
+
+    sid = "ses_delegated"
+    parts = [
+        ("main", [*delegating("x1", "tu1"), started("kid")]),
+        ("kid", child_run("kid")),
+        ("main", [*child_result("kid", exact=True), tool_done("x1", "tu1", "Chez Nous")]),
+        ("main", [TurnEnded(turn=1, outcome="completed"), *resume(2, "res-kid")]),
+    ]
+
+    async def work(client: Any, journal: Any) -> None:
+        lease = await journal.open_session(sid)
+        seq = 0
+        for loop, events in parts:
+            for event in events:
+                await journal.append(
+                    lease, [Draft(id=f"r{seq}", loop=loop, event=event)], expected_seq=seq
+                )
+                seq += 1
+
+    in_journal(shared.url, work)
+    open_session(page, sid)
+    page.locator("button[data-tab=tree]").click()
+    page.wait_for_function(
+        "t => document.getElementById('tree-body').textContent.includes(t)",
+        arg="stream kid (helper, m) — idle; started by step:main:tu1",
+        timeout=HANG,
+    )
+    # The parent's stream is started by nothing.
+    main = page.locator("#tree-body > details > summary").first.inner_text()
+    assert main.startswith("stream main") and "started by" not in main

@@ -18,7 +18,7 @@ from loopruntime import Delegate, LoopDefinition, ToolContext, tool
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from session import Session
 from session.cli.demo import demo_definition
-from session.replay import replay_command
+from session.traces.command import trace_command
 from session.traces.otel import Exporter, otlp_json, provider_of, spans_of, trace_id_of
 from tests.otel.otlp_receiver import open_receiver
 
@@ -149,7 +149,7 @@ async def test_replay_exports_the_trace_to_an_otlp_receiver(
     session_id, records = await run_demo_session(tmp_path, None, url=url)
     lines: list[str] = []
     async with open_receiver() as receiver:
-        code = await replay_command(
+        code = await trace_command(
             url, session_id, otlp=receiver.url, out=lines.append, err=lines.append
         )
     assert code == 0, lines
@@ -183,7 +183,7 @@ async def test_replay_exports_the_trace_to_an_otlp_receiver(
     ]
     # --format otel-json prints the same trace as OTLP/JSON.
     printed: list[str] = []
-    assert await replay_command(url, session_id, fmt="otel-json", out=printed.append) == 0
+    assert await trace_command(url, session_id, out=printed.append) == 0
     data = json.loads(printed[0])
     spans = data["resourceSpans"][0]["scopeSpans"][0]["spans"]
     assert {s["traceId"] for s in spans} == {f"{trace_id_of(session_id):032x}"}
@@ -203,7 +203,7 @@ async def test_an_unreachable_endpoint_is_a_clear_failure(
     await listeners[0].aclose()
     lines: list[str] = []
     endpoint = f"http://127.0.0.1:{port}/v1/traces"
-    code = await replay_command(url, session_id, otlp=endpoint, out=lines.append, err=lines.append)
+    code = await trace_command(url, session_id, otlp=endpoint, out=lines.append, err=lines.append)
     assert code == 1
     assert lines[-1].startswith(f"loopruntime replay: the trace was not exported to {endpoint}")
 

@@ -144,3 +144,16 @@ def test_follow_on_a_fork_begins_with_what_it_inherited(tmp_path: Path) -> None:
     assert any(line.startswith(MARK) and "user: first question" in line for line in lines)
     own = [line for line in lines if not line.startswith(MARK)]
     assert f"forked from session {source} at seq {at}" in own[0]
+
+
+def test_the_trace_takes_no_other_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, source, _, _ = _journal_with_a_fork(tmp_path)
+    for extra in (["--format", "otel-json", "--at", "2"], ["--otlp", "http://x", "--check"]):
+        code, out, err = replay(capsys, "--journal", path, source, *extra)
+        assert (code, out) == (2, "")
+        assert "the trace (--otlp, --format otel-json) takes no other option" in err
+    # Alone, --format otel-json prints the trace (the traces part's command).
+    code, out, _ = replay(capsys, "--journal", path, source, "--format", "otel-json")
+    assert code == 0 and '"resourceSpans"' in out

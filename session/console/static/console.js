@@ -570,9 +570,13 @@ function sessionPage() {
     const body = document.getElementById("tree-body");
     try {
       const tree = await getJSON(`${base}/tree`);
+      // The unified model's `starts`: which call began a child's stream (never containment).
+      const startedBy = {};
+      for (const r of tree.relations) if (r.kind === "starts" && r.target.startsWith("stream:")) (startedBy[r.target] ||= []).push(r.source);
+      const started = (s) => (startedBy[s.id] ? `; started by ${startedBy[s.id].join(", ")}` : "");
       body.replaceChildren(
         ...tree.streams.map((s) =>
-          treeNode(`stream ${s.loop} (${s.definition}, ${s.model}) — ${s.status}`, s.epochs.map((ep) =>
+          treeNode(`stream ${s.loop} (${s.definition}, ${s.model}) — ${s.status}${started(s)}`, s.epochs.map((ep) =>
             treeNode(`epoch ${ep.index} (seq ${ep.first_seq}-${ep.last_seq})`, ep.talks.map((t) =>
               treeNode(`talk ${t.index} (${t.opened_by}, seq ${t.first_seq})`, t.runs.map((r) =>
                 treeNode(`run turn ${r.turn}: ${r.outcome || "open"}${r.code ? " (" + r.code + ")" : ""} seq ${r.first_seq}-${r.last_seq}`, r.steps.map(stepNode), true)), true)), true)), true)),
