@@ -7,8 +7,8 @@ import session.replay
 
 REPLAY = {
     "RULES", "TREE_SCHEMA", "TREE_VERSION", "CheckReport", "Epoch", "GateNode", "InputNode",
-    "ModelStep", "NoticeNode", "ProgressNode", "Problem", "Relation", "ReplayInputError", "Run", "Stats",
-    "Stream", "Talk", "ToolStep", "TranscriptRenderer", "Tree", "TreeFold", "WriterNode",
+    "ModelStep", "NoticeNode", "ProgressNode", "Problem", "Relation", "ReplayInputError", "Run",
+    "Stats", "Stream", "Talk", "ToolStep", "TranscriptRenderer", "Tree", "TreeFold", "WriterNode",
     "build_tree", "check", "check_records", "open_for_replay", "read_session", "render_states",
     "render_transcript", "render_tree", "replay_command", "states_at", "tree_json",
     "tree_json_schema",
