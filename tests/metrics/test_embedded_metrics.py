@@ -57,9 +57,9 @@ async def test_an_application_registers_a_hosts_metrics_on_its_registry(
         assert commits is not None and commits >= 2  # the create's and the turn's
         # A command the session refuses: counted by the error in its outcome.
         await client.submit(sid, "to a loop it lacks", key="k2", loop="nosuch")
-        await wait_for(lambda: host.statistics().refused == {"LoopError": 1})
+        await wait_for(lambda: host.statistics().refused == {"UnknownLoopError": 1})
         metrics.refresh()
-        assert value(registry, "loopruntime_host_commands_refused_total", reason="LoopError") == 1
+        assert value(registry, "loopruntime_host_commands_refused_total", reason="UnknownLoopError") == 1
         # A session no host here serves: its entry waits, journal-wide.
         await client.create("nosuch", session_id="orphan", key="o")
         await metrics.read_journal()

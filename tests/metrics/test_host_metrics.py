@@ -104,7 +104,7 @@ async def test_a_host_process_serves_its_metrics_and_health(tmp_path: Path) -> N
         assert found[("loopruntime_tool_duration_seconds_count", (("tool", "fetch"),))] == 1
         refused = {k: v for k, v in found.items() if k[0].startswith("loopruntime_host_commands_r")}
         assert refused == {
-            ("loopruntime_host_commands_refused_total", (("reason", "LoopError"),)): 1.0
+            ("loopruntime_host_commands_refused_total", (("reason", "UnknownLoopError"),)): 1.0
         }
         # The create's, the turn's and the refusal's commits, each timed once.
         commits = found[("loopruntime_commit_seconds_count", ())]
