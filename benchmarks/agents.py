@@ -1,0 +1,590 @@
+"""Agents per core: how many agent sessions one host process held to one core sustains.
+
+Run ``python -m benchmarks.agents`` (``--quick`` for a short run).  Every session runs
+turns the shape of a real agent's, with a scripted model that streams at a real pace and
+no network: a reply streamed in 40 pieces 50 ms apart that asks for a tool, the tool
+taking 0.5 s, a final reply streamed in 20 pieces, then the next message 3 s later.  N
+such sessions run in a child process pinned to one core (``taskset -c 0``), and N passes
+when, over the measured window, all four hold at the 99th percentile: a streamed piece
+reaches its subscriber within 100 ms, a journal commit takes at most 50 ms, the trio
+scheduler's lag stays under 20 ms, and no turn takes over 1.2 x its scripted time.  The
+same search drives LangGraph (an async graph, the async SQLite checkpointer, the same
+replies at the same pace), and one more run of ours at a fixed N samples where a turn's
+CPU goes by phase.  Rules: a child process per run, so no run inherits another's heap;
+each run records the load average beside its figures (the machine is shared); nothing
+here asserts a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import operator
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from types import FrameType
+from typing import Annotated, Any, TypedDict
+
+import trio
+
+from journal import open_journal
+from journal.content import ToolResult
+from loopruntime import Limits, LoopDefinition, ModelRequest, ToolContext, tool
+from loopruntime.model import TextDelta
+from loopruntime.models import Reply, ScriptedModel, ToolCall
+
+from .harness import Progress, quiet_logs, stderr_progress
+from .loops import TimedJournal
+
+__all__ = [
+    "BUDGETS",
+    "SCRIPTED_TURN_SECONDS",
+    "Shape",
+    "main",
+    "profile_phases",
+    "run",
+    "run_once",
+    "search",
+]
+
+
+class Shape:
+    """The agent every session plays (both sides play the same one)."""
+
+    first_pieces = 40
+    final_pieces = 20
+    piece_delay = 0.05
+    piece_chars = 16
+    tool_seconds = 0.5
+    pause_seconds = 3.0
+
+
+# The scripted model streams the tool call's arguments as one more paced piece.
+SCRIPTED_TURN_SECONDS = (
+    Shape.first_pieces + 1 + Shape.final_pieces
+) * Shape.piece_delay + Shape.tool_seconds
+"""What a turn takes with no load at all: every piece on time, the tool exactly 0.5 s."""
+
+BUDGETS = {"piece_p99": 0.100, "commit_p99": 0.050, "lag_p99": 0.020, "turn_ratio_p99": 1.2}
+"""What N must hold to pass, every figure a 99th percentile over the measured window."""
+
+_LAG_PERIOD = 0.010
+_CYCLE = SCRIPTED_TURN_SECONDS + Shape.pause_seconds
+# Sessions start spread over one cycle; the window opens once every one has started.
+_WARMUP = _CYCLE + 1.0
+_FULL_SECONDS, _QUICK_SECONDS = 30.0, 5.0
+_FULL_RUNS, _QUICK_RUNS = 6, 2
+_FULL_START, _QUICK_START = 100, 100
+_PROFILE_N, _QUICK_PROFILE_N = 200, 50
+_SAMPLE_PERIOD = 0.005
+
+
+def _p99(values: Sequence[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def _stamp() -> str:
+    # A piece carries the moment it was sent, in exactly the piece's width, so the
+    # subscriber can tell its delay without any table shared between the two.
+    return f"{time.perf_counter():{Shape.piece_chars}.5f}"[: Shape.piece_chars]
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class _Window:
+    """What one run records while its window is open (and nothing outside it)."""
+
+    def __init__(self) -> None:
+        self.open = False
+        self.pieces: list[float] = []
+        self.lags: list[float] = []
+        self.turns: list[float] = []
+        """Turns that ended in the window, whenever they began."""
+
+    def figures(self, commits: Sequence[float], cpu: float, seconds: float) -> dict[str, Any]:
+        turn_p99 = _p99(self.turns)
+        return {
+            "turns": len(self.turns),
+            "pieces": len(self.pieces),
+            "commits": len(commits),
+            "cpu_seconds": cpu,
+            "core_share": cpu / seconds,
+            "cpu_per_turn": cpu / len(self.turns) if self.turns else None,
+            "piece_p99": _p99(self.pieces),
+            "commit_p99": _p99(commits),
+            "lag_p99": _p99(self.lags),
+            "turn_p99": turn_p99,
+            "turn_ratio_p99": turn_p99 / SCRIPTED_TURN_SECONDS if turn_p99 else None,
+        }
+
+
+# -- loopruntime ---------------------------------------------------------------------------
+
+
+@tool(permission="allow")
+async def outside_work(ctx: ToolContext, *, job: int) -> str:
+    """Half a second of work done elsewhere (a request to some service)."""
+    await trio.sleep(Shape.tool_seconds)
+    return f"job {job} done"
+
+
+def _agent_script(request: ModelRequest) -> Reply:
+    """Looks at the last message only: O(1), and one model serves every session."""
+    last = request.messages[-1]
+    pieces = Shape.piece_chars * Shape.final_pieces
+    if any(isinstance(block, ToolResult) for block in last.blocks):
+        return Reply(text="a" * pieces, chunk_size=Shape.piece_chars, chunk_delay=Shape.piece_delay)
+    return Reply(
+        text="q" * (Shape.piece_chars * Shape.first_pieces),
+        chunk_size=Shape.piece_chars,
+        chunk_delay=Shape.piece_delay,
+        tool_calls=[ToolCall(name="outside_work", input={"job": 1})],
+    )
+
+
+class StampedModel:
+    """The scripted model, with each text piece replaced by its send time (same width)."""
+
+    def __init__(self, inner: ScriptedModel) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.context_window = inner.context_window
+
+    @asynccontextmanager
+    async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[Any]]:
+        self.inner.requests.clear()  # a real model keeps no requests
+        async with self.inner.stream(request) as deltas:
+            yield self._stamped(deltas)
+
+    @staticmethod
+    async def _stamped(deltas: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for delta in deltas:
+            if isinstance(delta, TextDelta):
+                delta = TextDelta(index=delta.index, text=_stamp())
+            yield delta
+
+
+def agent_definition() -> LoopDefinition:
+    return LoopDefinition(
+        name="bench-agent",
+        system="Work.",
+        model=StampedModel(ScriptedModel(_agent_script)),
+        tools=[outside_work],
+        limits=Limits(compact_at=None),
+    )
+
+
+async def _lag_probe(window: _Window) -> None:
+    while True:
+        start = time.perf_counter()
+        await trio.sleep(_LAG_PERIOD)
+        if window.open:
+            window.lags.append(time.perf_counter() - start - _LAG_PERIOD)
+
+
+async def _ours(n: int, seconds: float, directory: str) -> dict[str, Any]:
+    from session import Session
+    from session.embedded.subscriptions import StreamDelta
+
+    window = _Window()
+    definition = agent_definition()
+
+    async def reader(session: Any) -> None:
+        async for item in session.subscribe(None, deltas=True):
+            if isinstance(item, StreamDelta) and isinstance(item.delta, TextDelta):
+                if window.open:
+                    window.pieces.append(time.perf_counter() - float(item.delta.text))
+
+    async def agent(journal: Any, index: int) -> None:
+        await trio.sleep(index * _CYCLE / n)
+        async with Session.create(journal, definition) as session, trio.open_nursery() as inner:
+            inner.start_soon(reader, session)
+            while True:
+                start = time.perf_counter()
+                await session.submit(f"message {index}")
+                await session.wait_idle()
+                if window.open:
+                    window.turns.append(time.perf_counter() - start)
+                await trio.sleep(Shape.pause_seconds)
+
+    url = f"sqlite:///{os.path.join(directory, 'agents.db')}?synchronous=FULL"
+    async with open_journal(url) as inner_journal:
+        journal = TimedJournal(inner_journal)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_lag_probe, window)
+            for index in range(n):
+                nursery.start_soon(agent, journal, index)
+            await trio.sleep(_WARMUP)
+            journal.reset()
+            window.open, cpu, start = True, _cpu_seconds(), time.perf_counter()
+            await trio.sleep(seconds)
+            window.open = False
+            cpu, seconds = _cpu_seconds() - cpu, time.perf_counter() - start
+            commits = list(journal.latencies)
+            nursery.cancel_scope.cancel()
+    return window.figures(commits, cpu, seconds)
+
+
+# -- LangGraph -------------------------------------------------------------------------
+
+
+def _langgraph(n: int, seconds: float, directory: str) -> dict[str, Any]:
+    import asyncio
+
+    return asyncio.run(_langgraph_main(n, seconds, directory))
+
+
+class _GraphState(TypedDict):
+    """LangGraph's state: the messages, merged by appending (at module level, where
+    LangGraph can resolve the annotations)."""
+
+    messages: Annotated[list[dict[str, Any]], operator.add]
+
+
+def _langgraph_graph(saver: Any) -> Any:
+    import asyncio
+
+    from langgraph.config import get_stream_writer
+    from langgraph.graph import END, START, StateGraph
+
+    async def model(state: _GraphState) -> dict[str, Any]:
+        write = get_stream_writer()
+        answering = state["messages"][-1]["role"] == "tool"
+        pieces = Shape.final_pieces if answering else Shape.first_pieces
+        for _ in range(pieces):
+            await asyncio.sleep(Shape.piece_delay)
+            write(_stamp())
+        chars = Shape.piece_chars * pieces
+        if answering:
+            return {"messages": [{"role": "assistant", "content": "a" * chars}]}
+        await asyncio.sleep(Shape.piece_delay)  # the tool call's arguments, as on our side
+        call = {"id": "call-1", "name": "outside_work", "args": {"job": 1}}
+        return {"messages": [{"role": "assistant", "content": "q" * chars, "tool_calls": [call]}]}
+
+    async def tools(state: _GraphState) -> dict[str, Any]:
+        await asyncio.sleep(Shape.tool_seconds)
+        return {"messages": [{"role": "tool", "content": "job 1 done", "tool_call_id": "call-1"}]}
+
+    def route(state: _GraphState) -> str:
+        return "tools" if state["messages"][-1].get("tool_calls") else END
+
+    graph = StateGraph(_GraphState)
+    graph.add_node("model", model)
+    graph.add_node("tools", tools)
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", route, ["tools", END])
+    graph.add_edge("tools", "model")
+    return graph.compile(checkpointer=saver)
+
+
+def _timed(method: Callable[..., Any], latencies: list[float], window: _Window) -> Any:
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        result = await method(*args, **kwargs)
+        if window.open:
+            latencies.append(time.perf_counter() - start)
+        return result
+
+    return timed
+
+
+async def _langgraph_main(n: int, seconds: float, directory: str) -> dict[str, Any]:
+    import asyncio
+
+    import aiosqlite
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    window, commits = _Window(), []
+    connection = await aiosqlite.connect(os.path.join(directory, "langgraph.db"))
+    await connection.execute("pragma journal_mode=wal")
+    await connection.execute("pragma synchronous=FULL")
+    saver = AsyncSqliteSaver(connection)
+    await saver.setup()
+    # Every checkpoint write a superstep waits on, timed like our journal's appends.
+    saver.aput = _timed(saver.aput, commits, window)  # type: ignore[method-assign]
+    saver.aput_writes = _timed(saver.aput_writes, commits, window)  # type: ignore[method-assign]
+    graph = _langgraph_graph(saver)
+
+    async def lag_probe() -> None:
+        while True:
+            start = time.perf_counter()
+            await asyncio.sleep(_LAG_PERIOD)
+            if window.open:
+                window.lags.append(time.perf_counter() - start - _LAG_PERIOD)
+
+    async def agent(index: int) -> None:
+        await asyncio.sleep(index * _CYCLE / n)
+        config = {"configurable": {"thread_id": f"agent-{index}"}, "recursion_limit": 10_000}
+        while True:
+            start = time.perf_counter()
+            message = {"messages": [{"role": "user", "content": f"message {index}"}]}
+            # durability="sync": each checkpoint is written before the next step starts,
+            # the guarantee our journal gives (commit, then go on).
+            async for piece in graph.astream(
+                message, config, stream_mode="custom", durability="sync"
+            ):
+                if window.open:
+                    window.pieces.append(time.perf_counter() - float(piece))
+            if window.open:
+                window.turns.append(time.perf_counter() - start)
+            await asyncio.sleep(Shape.pause_seconds)
+
+    tasks = [asyncio.create_task(lag_probe())]
+    tasks += [asyncio.create_task(agent(index)) for index in range(n)]
+    await asyncio.sleep(_WARMUP)
+    window.open, cpu, start = True, _cpu_seconds(), time.perf_counter()
+    await asyncio.sleep(seconds)
+    window.open = False
+    cpu, elapsed = _cpu_seconds() - cpu, time.perf_counter() - start
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await connection.close()
+    return window.figures(commits, cpu, elapsed)
+
+
+# -- where a turn's CPU goes -------------------------------------------------------------
+
+# A sample goes to the first of these found walking out from the innermost frame, so
+# each phase is counted without the phases it calls (msgspec and sqlite3 are C and
+# count in their caller).
+_PHASES = (
+    ("/trio/", "trio scheduler and I/O waits"),
+    ("/structlog/", "logging"),
+    ("/journal/", "journal (trio side)"),
+    ("/session/embedded/subscriptions.py", "fan-out to subscribers"),
+    ("/session/", "session (writer, commit grouping)"),
+    ("/loopruntime/models/", "scripted model stream"),
+    ("/loopruntime/state.py", "fold"),
+    ("/loopruntime/", "turn and actor"),
+    ("/benchmarks/", "harness (readers, agents, probe)"),
+)
+
+
+def _phase(frame: FrameType | None) -> str:
+    while frame is not None:
+        name = frame.f_code.co_filename
+        for marker, phase in _PHASES:
+            if marker in name:
+                return phase
+        frame = frame.f_back
+    return "other Python"
+
+
+class _Sampler:
+    """A sampling profile of the trio thread, weighted by CPU.
+
+    Every few milliseconds it looks at where the trio thread stands; a sample in
+    trio's epoll wait is the thread idle and is not counted.  At the end the trio
+    thread's CPU (its own clock) is shared out among the phases by their samples,
+    and every other thread's CPU (the journal's writer) is a phase of its own.
+    """
+
+    def __init__(self, main_ident: int) -> None:
+        self.main_ident = main_ident
+        self.samples: dict[str, int] = {}
+        self.running = False
+        self.own_cpu = 0.0
+        self._started: dict[int, float] = {}
+        self._thread = threading.Thread(target=self._loop, name="phase-sampler", daemon=True)
+
+    @staticmethod
+    def _thread_cpu() -> dict[int, float]:
+        clocks = {}
+        for thread in threading.enumerate():
+            if thread.ident is None or thread.name == "phase-sampler":
+                continue
+            try:
+                clocks[thread.ident] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+            except (OSError, ValueError):
+                pass  # the thread ended between listing and reading
+        return clocks
+
+    def _loop(self) -> None:
+        while self.running:
+            frame = sys._current_frames().get(self.main_ident)
+            if frame is not None and frame.f_code.co_name != "get_events":
+                phase = _phase(frame)
+                self.samples[phase] = self.samples.get(phase, 0) + 1
+            time.sleep(_SAMPLE_PERIOD)
+        self.own_cpu = time.thread_time()
+
+    def start(self) -> None:
+        self.running = True
+        self._started = self._thread_cpu()
+        self._thread.start()
+
+    def stop(self) -> dict[str, float]:
+        """CPU seconds by phase since ``start``."""
+        self.running = False
+        self._thread.join()
+        used = {
+            ident: cpu - self._started[ident]
+            for ident, cpu in self._thread_cpu().items()
+            if ident in self._started
+        }
+        main = used.pop(self.main_ident, 0.0)
+        counted = sum(self.samples.values()) or 1
+        phases = {phase: main * count / counted for phase, count in self.samples.items()}
+        phases["journal writer thread (SQLite)"] = sum(used.values())
+        phases["phase sampler itself"] = self.own_cpu
+        return phases
+
+
+async def _ours_profiled(n: int, seconds: float, directory: str) -> dict[str, Any]:
+    sampler = _Sampler(threading.get_ident())
+
+    async def sample_the_window() -> None:
+        await trio.sleep(_WARMUP)
+        sampler.start()
+        await trio.sleep(seconds)
+        figures["phases"] = sampler.stop()
+
+    figures: dict[str, Any] = {}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sample_the_window)
+        figures.update(await _ours(n, seconds, directory))
+    return figures
+
+
+# -- one run in a child process -----------------------------------------------------------
+
+
+def _child(side: str, n: int, seconds: float) -> dict[str, Any]:
+    quiet_logs()
+    directory = tempfile.mkdtemp(prefix="loopruntime-bench-agents-")
+    try:
+        if side == "ours":
+            return trio.run(_ours, n, seconds, directory)
+        if side == "ours-profiled":
+            return trio.run(_ours_profiled, n, seconds, directory)
+        if side == "langgraph":
+            return _langgraph(n, seconds, directory)
+        raise ValueError(f"unknown side {side!r}")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _pinned() -> list[str]:
+    """``taskset -c 0`` when it can pin a process here, else nothing (said in the row)."""
+    taskset = shutil.which("taskset")
+    return [taskset, "-c", "0"] if taskset else []
+
+
+def run_once(side: str, n: int, seconds: float) -> dict[str, Any]:
+    """One run of ``n`` sessions on ``side`` (``ours``, ``ours-profiled``, ``langgraph``)
+    in a child process held to one core: its figures, the load average before it, and
+    ``passed`` against ``BUDGETS``."""
+    pin = _pinned()
+    load = os.getloadavg()[0]
+    command = [*pin, sys.executable, "-m", "benchmarks.agents", "--child", side]
+    command += ["--sessions", str(n), "--seconds", str(seconds)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the {side} run of {n} sessions failed:\n{done.stderr[-2000:]}")
+    figures = json.loads(done.stdout)
+    failed = [
+        name for name, budget in BUDGETS.items() if figures[name] is None or figures[name] > budget
+    ]
+    if not figures["turns"]:
+        failed.append("turns")
+    figures.update(
+        side=side, sessions=n, seconds=seconds, load=load, pinned=bool(pin), failed=failed
+    )
+    figures["passed"] = not failed
+    return figures
+
+
+def search(
+    side: str,
+    *,
+    start: int,
+    seconds: float,
+    max_runs: int,
+    progress: Progress = stderr_progress,
+) -> dict[str, Any]:
+    """The largest N that passes, found by doubling from ``start`` and then halving the
+    gap, in at most ``max_runs`` runs; ``n`` is the largest passing N seen (0 if none)."""
+    runs: list[dict[str, Any]] = []
+    passed, failed = 0, None
+    n = start
+    while len(runs) < max_runs:
+        row = run_once(side, n, seconds)
+        runs.append(row)
+        verdict = "passes" if row["passed"] else f"fails ({', '.join(row['failed'])})"
+        progress(f"agents: {side} N={n} {verdict}; load {row['load']:.1f}")
+        if row["passed"]:
+            passed = max(passed, n)
+        else:
+            failed = n if failed is None else min(failed, n)
+        if failed is None:
+            n *= 2
+        else:
+            low = passed or 0
+            if failed - low <= max(1, low // 8):
+                break
+            n = (low + failed) // 2
+    return {"side": side, "n": passed, "first_failing": failed, "runs": runs}
+
+
+def profile_phases(n: int, seconds: float) -> dict[str, Any]:
+    """One profiled run of ours at ``n`` sessions: the run's figures plus ``phases``,
+    the CPU seconds of the window by phase."""
+    return run_once("ours-profiled", n, seconds)
+
+
+def run(quick: bool = False, *, progress: Progress = stderr_progress) -> dict[str, Any]:
+    """Both searches and the profile; the data the report renders."""
+    seconds = _QUICK_SECONDS if quick else _FULL_SECONDS
+    runs = _QUICK_RUNS if quick else _FULL_RUNS
+    start = _QUICK_START if quick else _FULL_START
+    ours = search("ours", start=start, seconds=seconds, max_runs=runs, progress=progress)
+    try:
+        import aiosqlite  # noqa: F401
+        import langgraph.checkpoint.sqlite.aio  # noqa: F401
+    except ImportError as exc:
+        peer: dict[str, Any] = {"side": "langgraph", "skipped": f"not installed ({exc.name})"}
+    else:
+        peer = search("langgraph", start=start, seconds=seconds, max_runs=runs, progress=progress)
+    profile = profile_phases(_QUICK_PROFILE_N if quick else _PROFILE_N, seconds)
+    progress(f"agents: profile at N={profile['sessions']}: {profile['cpu_per_turn']}")
+    return {
+        "scripted_turn_seconds": SCRIPTED_TURN_SECONDS,
+        "budgets": BUDGETS,
+        "ours": ours,
+        "langgraph": peer,
+        "profile": profile,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.agents", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="short runs, a coarse search")
+    parser.add_argument("--child", choices=("ours", "ours-profiled", "langgraph"))
+    parser.add_argument("--sessions", type=int, default=_FULL_START)
+    parser.add_argument("--seconds", type=float, default=_FULL_SECONDS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(_child(args.child, args.sessions, args.seconds)))
+        return 0
+    quiet_logs()
+    print(json.dumps(run(quick=args.quick), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
