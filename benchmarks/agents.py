@@ -18,6 +18,7 @@ here asserts a number.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import operator
 import os
@@ -46,6 +47,7 @@ from .loops import TimedJournal
 
 __all__ = [
     "BUDGETS",
+    "WARMUP",
     "SCRIPTED_TURN_SECONDS",
     "Shape",
     "main",
@@ -78,8 +80,9 @@ BUDGETS = {"piece_p99": 0.100, "commit_p99": 0.050, "lag_p99": 0.020, "turn_rati
 
 _LAG_PERIOD = 0.010
 _CYCLE = SCRIPTED_TURN_SECONDS + Shape.pause_seconds
-# Sessions start spread over one cycle; the window opens once every one has started.
-_WARMUP = _CYCLE + 1.0
+WARMUP = _CYCLE + 1.0
+"""Seconds before the window opens: sessions start spread over one cycle, so by then
+every one has started."""
 _FULL_SECONDS, _QUICK_SECONDS = 30.0, 5.0
 _FULL_RUNS, _QUICK_RUNS = 6, 2
 _FULL_START, _QUICK_START = 100, 100
@@ -110,10 +113,20 @@ class _Window:
 
     def __init__(self) -> None:
         self.open = False
+        self.gc_pauses: list[float] = []
+        self._gc_started = 0.0
         self.pieces: list[float] = []
         self.lags: list[float] = []
         self.turns: list[float] = []
         """Turns that ended in the window, whenever they began."""
+
+    def gc_callback(self, phase: str, info: dict[str, Any]) -> None:
+        """For ``gc.callbacks``: a collection stops every thread that wants the GIL,
+        so its pauses are a cause of scheduler lag to tell apart from the runtime's."""
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif self.open:
+            self.gc_pauses.append(time.perf_counter() - self._gc_started)
 
     def figures(self, commits: Sequence[float], cpu: float, seconds: float) -> dict[str, Any]:
         turn_p99 = _p99(self.turns)
@@ -129,6 +142,8 @@ class _Window:
             "lag_p99": _p99(self.lags),
             "turn_p99": turn_p99,
             "turn_ratio_p99": turn_p99 / SCRIPTED_TURN_SECONDS if turn_p99 else None,
+            "gc_seconds": sum(self.gc_pauses),
+            "gc_longest": max(self.gc_pauses, default=0.0),
         }
 
 
@@ -196,11 +211,12 @@ async def _lag_probe(window: _Window) -> None:
             window.lags.append(time.perf_counter() - start - _LAG_PERIOD)
 
 
-async def _ours(n: int, seconds: float, directory: str) -> dict[str, Any]:
+async def _ours(n: int, seconds: float, warmup: float, directory: str) -> dict[str, Any]:
     from session import Session
     from session.embedded.subscriptions import StreamDelta
 
     window = _Window()
+    gc.callbacks.append(window.gc_callback)
     definition = agent_definition()
 
     async def reader(session: Any) -> None:
@@ -228,7 +244,7 @@ async def _ours(n: int, seconds: float, directory: str) -> dict[str, Any]:
             nursery.start_soon(_lag_probe, window)
             for index in range(n):
                 nursery.start_soon(agent, journal, index)
-            await trio.sleep(_WARMUP)
+            await trio.sleep(warmup)
             journal.reset()
             window.open, cpu, start = True, _cpu_seconds(), time.perf_counter()
             await trio.sleep(seconds)
@@ -242,10 +258,10 @@ async def _ours(n: int, seconds: float, directory: str) -> dict[str, Any]:
 # -- LangGraph -------------------------------------------------------------------------
 
 
-def _langgraph(n: int, seconds: float, directory: str) -> dict[str, Any]:
+def _langgraph(n: int, seconds: float, warmup: float, directory: str) -> dict[str, Any]:
     import asyncio
 
-    return asyncio.run(_langgraph_main(n, seconds, directory))
+    return asyncio.run(_langgraph_main(n, seconds, warmup, directory))
 
 
 class _GraphState(TypedDict):
@@ -302,13 +318,14 @@ def _timed(method: Callable[..., Any], latencies: list[float], window: _Window) 
     return timed
 
 
-async def _langgraph_main(n: int, seconds: float, directory: str) -> dict[str, Any]:
+async def _langgraph_main(n: int, seconds: float, warmup: float, directory: str) -> dict[str, Any]:
     import asyncio
 
     import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     window, commits = _Window(), []
+    gc.callbacks.append(window.gc_callback)
     connection = await aiosqlite.connect(os.path.join(directory, "langgraph.db"))
     await connection.execute("pragma journal_mode=wal")
     await connection.execute("pragma synchronous=FULL")
@@ -345,7 +362,7 @@ async def _langgraph_main(n: int, seconds: float, directory: str) -> dict[str, A
 
     tasks = [asyncio.create_task(lag_probe())]
     tasks += [asyncio.create_task(agent(index)) for index in range(n)]
-    await asyncio.sleep(_WARMUP)
+    await asyncio.sleep(warmup)
     window.open, cpu, start = True, _cpu_seconds(), time.perf_counter()
     await asyncio.sleep(seconds)
     window.open = False
@@ -445,11 +462,11 @@ class _Sampler:
         return phases
 
 
-async def _ours_profiled(n: int, seconds: float, directory: str) -> dict[str, Any]:
+async def _ours_profiled(n: int, seconds: float, warmup: float, directory: str) -> dict[str, Any]:
     sampler = _Sampler(threading.get_ident())
 
     async def sample_the_window() -> None:
-        await trio.sleep(_WARMUP)
+        await trio.sleep(warmup)
         sampler.start()
         await trio.sleep(seconds)
         figures["phases"] = sampler.stop()
@@ -457,23 +474,23 @@ async def _ours_profiled(n: int, seconds: float, directory: str) -> dict[str, An
     figures: dict[str, Any] = {}
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sample_the_window)
-        figures.update(await _ours(n, seconds, directory))
+        figures.update(await _ours(n, seconds, warmup, directory))
     return figures
 
 
 # -- one run in a child process -----------------------------------------------------------
 
 
-def _child(side: str, n: int, seconds: float) -> dict[str, Any]:
+def _child(side: str, n: int, seconds: float, warmup: float) -> dict[str, Any]:
     quiet_logs()
     directory = tempfile.mkdtemp(prefix="loopruntime-bench-agents-")
     try:
         if side == "ours":
-            return trio.run(_ours, n, seconds, directory)
+            return trio.run(_ours, n, seconds, warmup, directory)
         if side == "ours-profiled":
-            return trio.run(_ours_profiled, n, seconds, directory)
+            return trio.run(_ours_profiled, n, seconds, warmup, directory)
         if side == "langgraph":
-            return _langgraph(n, seconds, directory)
+            return _langgraph(n, seconds, warmup, directory)
         raise ValueError(f"unknown side {side!r}")
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -485,14 +502,14 @@ def _pinned() -> list[str]:
     return [taskset, "-c", "0"] if taskset else []
 
 
-def run_once(side: str, n: int, seconds: float) -> dict[str, Any]:
+def run_once(side: str, n: int, seconds: float, *, warmup: float = WARMUP) -> dict[str, Any]:
     """One run of ``n`` sessions on ``side`` (``ours``, ``ours-profiled``, ``langgraph``)
-    in a child process held to one core: its figures, the load average before it, and
-    ``passed`` against ``BUDGETS``."""
+    in a child process held to one core: its figures over ``seconds`` after ``warmup``,
+    the load average before it, and ``passed`` against ``BUDGETS``."""
     pin = _pinned()
     load = os.getloadavg()[0]
     command = [*pin, sys.executable, "-m", "benchmarks.agents", "--child", side]
-    command += ["--sessions", str(n), "--seconds", str(seconds)]
+    command += ["--sessions", str(n), "--seconds", str(seconds), "--warmup", str(warmup)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the {side} run of {n} sessions failed:\n{done.stderr[-2000:]}")
@@ -515,6 +532,7 @@ def search(
     start: int,
     seconds: float,
     max_runs: int,
+    warmup: float = WARMUP,
     progress: Progress = stderr_progress,
 ) -> dict[str, Any]:
     """The largest N that passes, found by doubling from ``start`` and then halving the
@@ -523,7 +541,7 @@ def search(
     passed, failed = 0, None
     n = start
     while len(runs) < max_runs:
-        row = run_once(side, n, seconds)
+        row = run_once(side, n, seconds, warmup=warmup)
         runs.append(row)
         verdict = "passes" if row["passed"] else f"fails ({', '.join(row['failed'])})"
         progress(f"agents: {side} N={n} {verdict}; load {row['load']:.1f}")
@@ -541,10 +559,10 @@ def search(
     return {"side": side, "n": passed, "first_failing": failed, "runs": runs}
 
 
-def profile_phases(n: int, seconds: float) -> dict[str, Any]:
+def profile_phases(n: int, seconds: float, *, warmup: float = WARMUP) -> dict[str, Any]:
     """One profiled run of ours at ``n`` sessions: the run's figures plus ``phases``,
     the CPU seconds of the window by phase."""
-    return run_once("ours-profiled", n, seconds)
+    return run_once("ours-profiled", n, seconds, warmup=warmup)
 
 
 def run(quick: bool = False, *, progress: Progress = stderr_progress) -> dict[str, Any]:
@@ -577,9 +595,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--child", choices=("ours", "ours-profiled", "langgraph"))
     parser.add_argument("--sessions", type=int, default=_FULL_START)
     parser.add_argument("--seconds", type=float, default=_FULL_SECONDS)
+    parser.add_argument("--warmup", type=float, default=WARMUP)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(_child(args.child, args.sessions, args.seconds)))
+        print(json.dumps(_child(args.child, args.sessions, args.seconds, args.warmup)))
         return 0
     quiet_logs()
     print(json.dumps(run(quick=args.quick), indent=1))

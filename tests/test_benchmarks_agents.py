@@ -1,0 +1,110 @@
+"""The agents-per-core and durable-step benchmarks run at tiny sizes and return
+well-formed figures that the report renders.
+
+A smoke test only: benchmarks print figures and never gate anything on wall time, so
+nothing here compares a number with a bound other than "was measured".  The agents runs
+are child processes in real time (a second or two each), as the benchmark runs them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import agents, floor
+from benchmarks.report import agents_section, floor_section
+
+RUN_KEYS = {
+    "turns",
+    "pieces",
+    "commits",
+    "cpu_seconds",
+    "core_share",
+    "cpu_per_turn",
+    "piece_p99",
+    "commit_p99",
+    "lag_p99",
+    "turn_p99",
+    "turn_ratio_p99",
+    "gc_seconds",
+    "gc_longest",
+    "side",
+    "sessions",
+    "seconds",
+    "load",
+    "pinned",
+    "failed",
+    "passed",
+}
+
+
+def _tiny_search(side: str) -> dict:
+    # Two sessions, a window that ends after the first reply, before any turn ends: pieces and
+    # commits are measured, no turn ends in it, so the run is judged as failing.
+    return agents.search(
+        side, start=2, seconds=2.0, warmup=0.5, max_runs=1, progress=lambda line: None
+    )
+
+
+def test_a_tiny_agents_search_measures_pieces_commits_and_lag() -> None:
+    found = _tiny_search("ours")
+    (run,) = found["runs"]
+    assert set(run) == RUN_KEYS
+    assert run["pieces"] > 0 and run["commits"] > 0
+    assert run["piece_p99"] is not None and run["lag_p99"] is not None
+    assert run["turns"] == 0 and "turns" in run["failed"] and not run["passed"]
+    assert found["n"] == 0 and found["first_failing"] == 2
+
+
+def test_the_profiled_run_shares_its_cpu_out_by_phase() -> None:
+    profile = agents.profile_phases(2, 1.0, warmup=0.5)
+    assert set(profile) == RUN_KEYS | {"phases"}
+    assert profile["phases"]["journal writer thread (SQLite)"] > 0
+    assert sum(profile["phases"].values()) > 0
+
+
+def test_the_langgraph_side_measures_the_same_figures() -> None:
+    pytest.importorskip("langgraph.checkpoint.sqlite.aio")
+    found = _tiny_search("langgraph")
+    (run,) = found["runs"]
+    assert set(run) == RUN_KEYS
+    assert run["pieces"] > 0 and run["commits"] > 0
+
+
+def test_the_agents_section_renders_both_sides_and_the_ratio() -> None:
+    ours = _tiny_search("ours")
+    profile = {**ours["runs"][0], "phases": {"turn and actor": 0.002}, "turns": 1}
+    section = {
+        "scripted_turn_seconds": agents.SCRIPTED_TURN_SECONDS,
+        "budgets": agents.BUDGETS,
+        "ours": ours,
+        "langgraph": {"side": "langgraph", "skipped": "not installed (langgraph)"},
+        "profile": profile,
+    }
+    lines = agents_section(section)
+    assert lines[0] == "### Agents per core"
+    assert sum(line.startswith("| ours | 2 | fail") for line in lines) == 1
+    assert any("LangGraph not installed" in line for line in lines)
+    assert any(line.startswith("| turn and actor | 2.000 | 100%") for line in lines)
+
+
+def test_a_tool_step_is_measured_beside_a_bare_sqlite_commit() -> None:
+    rows = floor.run(steps=12, rounds=1, progress=lambda line: None)
+    assert [r["backend"] for r in rows] == ["sqlite FULL", "sqlite NORMAL"]
+    for row in rows:
+        assert row["per_step_seconds"] > 0 and row["bare_commit_seconds"] > 0
+        assert row["ratio"] == row["per_step_seconds"] / row["bare_commit_seconds"]
+        # A tool step waits on its tool.started; the turn's own commits (its
+        # question, its end) add a wait or two over the whole turn.
+        assert 1 <= row["waits_per_step"] <= 15 / 12
+    table = floor_section(rows)
+    assert table[0] == "### A durable step beside its floor"
+    assert sum(line.startswith("| sqlite ") for line in table) == 2
+
+
+def test_a_postgres_tool_step_is_measured_beside_a_bare_psycopg_commit(
+    postgres_dsn: str,
+) -> None:
+    rows = floor.run(steps=12, rounds=1, postgres=True, dsn=postgres_dsn, progress=print)
+    (row,) = [r for r in rows if r["backend"] == "postgres"]
+    assert row["per_step_seconds"] > 0 and row["bare_commit_seconds"] > 0
+    assert 1 <= row["waits_per_step"] <= 15 / 12
