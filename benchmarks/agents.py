@@ -86,7 +86,6 @@ every one has started."""
 _FULL_SECONDS, _QUICK_SECONDS = 30.0, 5.0
 _FULL_RUNS, _QUICK_RUNS = 6, 2
 _FULL_START, _QUICK_START = 100, 100
-_PROFILE_N, _QUICK_PROFILE_N = 200, 50
 _SAMPLE_PERIOD = 0.005
 
 
@@ -378,18 +377,13 @@ async def _langgraph_main(n: int, seconds: float, warmup: float, directory: str)
 
 # A sample goes to the first of these found walking out from the innermost frame, so
 # each phase is counted without the phases it calls (msgspec and sqlite3 are C and
-# count in their caller).
+# count in their caller).  In the project's own packages the phase is the module.
 _PHASES = (
     ("/trio/", "trio scheduler and I/O waits"),
     ("/structlog/", "logging"),
-    ("/journal/", "journal (trio side)"),
-    ("/session/embedded/subscriptions.py", "fan-out to subscribers"),
-    ("/session/", "session (writer, commit grouping)"),
-    ("/loopruntime/models/", "scripted model stream"),
-    ("/loopruntime/state.py", "fold"),
-    ("/loopruntime/", "turn and actor"),
     ("/benchmarks/", "harness (readers, agents, probe)"),
 )
+_PACKAGES = ("journal", "loopruntime", "session")
 
 
 def _phase(frame: FrameType | None) -> str:
@@ -398,6 +392,10 @@ def _phase(frame: FrameType | None) -> str:
         for marker, phase in _PHASES:
             if marker in name:
                 return phase
+        parts = name.split(os.sep)
+        for package in _PACKAGES:
+            if package in parts[:-1]:
+                return "/".join(parts[len(parts) - 1 - parts[::-1].index(package) :])
         frame = frame.f_back
     return "other Python"
 
@@ -526,37 +524,65 @@ def run_once(side: str, n: int, seconds: float, *, warmup: float = WARMUP) -> di
     return figures
 
 
+class _Search:
+    """One side's search for its largest passing N: doubling from ``start`` until a run
+    fails, then halving the gap until it is within an eighth of the passing N."""
+
+    def __init__(self, side: str, start: int, max_runs: int) -> None:
+        self.side = side
+        self.max_runs = max_runs
+        self.runs: list[dict[str, Any]] = []
+        self.passed = 0
+        self.failed: int | None = None
+        self.next: int | None = start
+
+    def record(self, row: dict[str, Any]) -> None:
+        n = row["sessions"]
+        self.runs.append(row)
+        if row["passed"]:
+            self.passed = max(self.passed, n)
+        else:
+            self.failed = n if self.failed is None else min(self.failed, n)
+        if len(self.runs) >= self.max_runs:
+            self.next = None
+        elif self.failed is None:
+            self.next = n * 2
+        elif self.failed - self.passed <= max(1, self.passed // 8):
+            self.next = None
+        else:
+            self.next = (self.passed + self.failed) // 2
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "side": self.side,
+            "n": self.passed,
+            "first_failing": self.failed,
+            "runs": self.runs,
+        }
+
+
 def search(
-    side: str,
+    sides: Sequence[str],
     *,
     start: int,
     seconds: float,
     max_runs: int,
     warmup: float = WARMUP,
     progress: Progress = stderr_progress,
-) -> dict[str, Any]:
-    """The largest N that passes, found by doubling from ``start`` and then halving the
-    gap, in at most ``max_runs`` runs; ``n`` is the largest passing N seen (0 if none)."""
-    runs: list[dict[str, Any]] = []
-    passed, failed = 0, None
-    n = start
-    while len(runs) < max_runs:
-        row = run_once(side, n, seconds, warmup=warmup)
-        runs.append(row)
-        verdict = "passes" if row["passed"] else f"fails ({', '.join(row['failed'])})"
-        progress(f"agents: {side} N={n} {verdict}; load {row['load']:.1f}")
-        if row["passed"]:
-            passed = max(passed, n)
-        else:
-            failed = n if failed is None else min(failed, n)
-        if failed is None:
-            n *= 2
-        else:
-            low = passed or 0
-            if failed - low <= max(1, low // 8):
-                break
-            n = (low + failed) // 2
-    return {"side": side, "n": passed, "first_failing": failed, "runs": runs}
+) -> dict[str, dict[str, Any]]:
+    """Each side's largest passing N (``n``, 0 if none passed), in at most ``max_runs``
+    runs a side.  The sides take turns, one run each, so a change in the machine's load
+    during the search falls on every side alike."""
+    searches = [_Search(side, start, max_runs) for side in sides]
+    while any(found.next is not None for found in searches):
+        for found in searches:
+            if found.next is None:
+                continue
+            row = run_once(found.side, found.next, seconds, warmup=warmup)
+            verdict = "passes" if row["passed"] else f"fails ({', '.join(row['failed'])})"
+            progress(f"agents: {found.side} N={found.next} {verdict}; load {row['load']:.1f}")
+            found.record(row)
+    return {found.side: found.result() for found in searches}
 
 
 def profile_phases(n: int, seconds: float, *, warmup: float = WARMUP) -> dict[str, Any]:
@@ -566,25 +592,27 @@ def profile_phases(n: int, seconds: float, *, warmup: float = WARMUP) -> dict[st
 
 
 def run(quick: bool = False, *, progress: Progress = stderr_progress) -> dict[str, Any]:
-    """Both searches and the profile; the data the report renders."""
+    """Both searches and the profile (at the N ours reached); what the report renders."""
     seconds = _QUICK_SECONDS if quick else _FULL_SECONDS
     runs = _QUICK_RUNS if quick else _FULL_RUNS
     start = _QUICK_START if quick else _FULL_START
-    ours = search("ours", start=start, seconds=seconds, max_runs=runs, progress=progress)
+    sides = ["ours"]
+    peer: dict[str, Any] = {}
     try:
         import aiosqlite  # noqa: F401
         import langgraph.checkpoint.sqlite.aio  # noqa: F401
     except ImportError as exc:
-        peer: dict[str, Any] = {"side": "langgraph", "skipped": f"not installed ({exc.name})"}
+        peer = {"side": "langgraph", "skipped": f"not installed ({exc.name})"}
     else:
-        peer = search("langgraph", start=start, seconds=seconds, max_runs=runs, progress=progress)
-    profile = profile_phases(_QUICK_PROFILE_N if quick else _PROFILE_N, seconds)
-    progress(f"agents: profile at N={profile['sessions']}: {profile['cpu_per_turn']}")
+        sides.append("langgraph")
+    found = search(sides, start=start, seconds=seconds, max_runs=runs, progress=progress)
+    profile = profile_phases(found["ours"]["n"] or start, seconds)
+    progress(f"agents: profile at N={profile['sessions']}")
     return {
         "scripted_turn_seconds": SCRIPTED_TURN_SECONDS,
         "budgets": BUDGETS,
-        "ours": ours,
-        "langgraph": peer,
+        "ours": found["ours"],
+        "langgraph": found.get("langgraph", peer),
         "profile": profile,
     }
 

@@ -692,6 +692,9 @@ def _verdict(ok: bool | None) -> str:
     return {True: "met", False: "**missed**", None: "no figure"}[ok]
 
 
+_PHASES_SHOWN = 12
+
+
 def _phase_rows(profile: dict[str, Any]) -> list[str]:
     """A turn's CPU by phase, largest first, in ms a turn and share of the whole."""
     phases = profile.get("phases") or {}
@@ -700,6 +703,10 @@ def _phase_rows(profile: dict[str, Any]) -> list[str]:
     if not phases or not turns or not total:
         return ["No profile figures."]
     ordered = sorted(phases.items(), key=lambda item: -item[1])
+    if len(ordered) > _PHASES_SHOWN:
+        rest = sum(cpu for _, cpu in ordered[_PHASES_SHOWN:])
+        count = len(ordered) - _PHASES_SHOWN
+        ordered = [*ordered[:_PHASES_SHOWN], (f"the {count} other phases", rest)]
     return _table(
         ["phase", "CPU a turn (ms)", "share"],
         [[name, _ms(cpu / turns), f"{cpu / total:.0%}"] for name, cpu in ordered],

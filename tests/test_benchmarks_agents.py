@@ -40,9 +40,10 @@ RUN_KEYS = {
 def _tiny_search(side: str) -> dict:
     # Two sessions, a window that ends after the first reply, before any turn ends: pieces and
     # commits are measured, no turn ends in it, so the run is judged as failing.
-    return agents.search(
-        side, start=2, seconds=2.0, warmup=0.5, max_runs=1, progress=lambda line: None
+    found = agents.search(
+        [side], start=2, seconds=2.0, warmup=0.5, max_runs=1, progress=lambda line: None
     )
+    return found[side]
 
 
 def test_a_tiny_agents_search_measures_pieces_commits_and_lag() -> None:
@@ -108,3 +109,14 @@ def test_a_postgres_tool_step_is_measured_beside_a_bare_psycopg_commit(
     (row,) = [r for r in rows if r["backend"] == "postgres"]
     assert row["per_step_seconds"] > 0 and row["bare_commit_seconds"] > 0
     assert 1 <= row["waits_per_step"] <= 15 / 12
+
+
+def test_the_search_doubles_until_a_failure_then_halves_the_gap() -> None:
+    found = agents._Search("ours", start=100, max_runs=10)
+    limit = 300  # the N past which a run fails, in this made-up machine
+    tried = []
+    while found.next is not None:
+        tried.append(found.next)
+        found.record({"sessions": found.next, "passed": found.next <= limit})
+    assert tried == [100, 200, 400, 300, 350, 325]
+    assert found.result()["n"] == 300 and found.result()["first_failing"] == 325
