@@ -27,11 +27,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from types import FrameType
 from typing import Annotated, Any, TypedDict
 
 import trio
@@ -86,7 +84,6 @@ every one has started."""
 _FULL_SECONDS, _QUICK_SECONDS = 30.0, 5.0
 _FULL_RUNS, _QUICK_RUNS = 6, 2
 _FULL_START, _QUICK_START = 100, 100
-_SAMPLE_PERIOD = 0.005
 
 
 def _p99(values: Sequence[float]) -> float | None:
@@ -375,105 +372,58 @@ async def _langgraph_main(n: int, seconds: float, warmup: float, directory: str)
 
 # -- where a turn's CPU goes -------------------------------------------------------------
 
-# A sample goes to the first of these found walking out from the innermost frame, so
-# each phase is counted without the phases it calls (msgspec and sqlite3 are C and
-# count in their caller).  In the project's own packages the phase is the module.
+# A stack goes to the first of these found walking out from its innermost frame, so each
+# phase is counted without the phases it calls (msgspec and sqlite3 are C and count in
+# their caller).  In the project's own packages the phase is the module.
 _PHASES = (
-    ("/trio/", "trio scheduler and I/O waits"),
-    ("/structlog/", "logging"),
-    ("/benchmarks/", "harness (readers, agents, probe)"),
+    ("trio/", "trio scheduler and I/O"),
+    ("structlog/", "logging"),
+    ("benchmarks/", "harness (readers, agents, probe)"),
 )
 _PACKAGES = ("journal", "loopruntime", "session")
 
 
-def _phase(frame: FrameType | None) -> str:
-    while frame is not None:
-        name = frame.f_code.co_filename
+def _phase(paths: Sequence[str]) -> str:
+    """The phase of a stack given as its frames' file paths, innermost last."""
+    for path in reversed(paths):
         for marker, phase in _PHASES:
-            if marker in name:
+            if marker in path:
                 return phase
-        parts = name.split(os.sep)
+        parts = path.split("/")
         for package in _PACKAGES:
             if package in parts[:-1]:
                 return "/".join(parts[len(parts) - 1 - parts[::-1].index(package) :])
-        frame = frame.f_back
     return "other Python"
 
 
-class _Sampler:
-    """A sampling profile of the trio thread, weighted by CPU.
-
-    Every few milliseconds it looks at where the trio thread stands; a sample in
-    trio's epoll wait is the thread idle and is not counted.  At the end the trio
-    thread's CPU (its own clock) is shared out among the phases by their samples,
-    and every other thread's CPU (the journal's writer) is a phase of its own.
-    """
-
-    def __init__(self, main_ident: int) -> None:
-        self.main_ident = main_ident
-        self.samples: dict[str, int] = {}
-        self.running = False
-        self.own_cpu = 0.0
-        self._started: dict[int, float] = {}
-        self._thread = threading.Thread(target=self._loop, name="phase-sampler", daemon=True)
-
-    @staticmethod
-    def _thread_cpu() -> dict[int, float]:
-        clocks = {}
-        for thread in threading.enumerate():
-            if thread.ident is None or thread.name == "phase-sampler":
-                continue
-            try:
-                clocks[thread.ident] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-            except (OSError, ValueError):
-                pass  # the thread ended between listing and reading
-        return clocks
-
-    def _loop(self) -> None:
-        while self.running:
-            frame = sys._current_frames().get(self.main_ident)
-            if frame is not None and frame.f_code.co_name != "get_events":
-                phase = _phase(frame)
-                self.samples[phase] = self.samples.get(phase, 0) + 1
-            time.sleep(_SAMPLE_PERIOD)
-        self.own_cpu = time.thread_time()
-
-    def start(self) -> None:
-        self.running = True
-        self._started = self._thread_cpu()
-        self._thread.start()
-
-    def stop(self) -> dict[str, float]:
-        """CPU seconds by phase since ``start``."""
-        self.running = False
-        self._thread.join()
-        used = {
-            ident: cpu - self._started[ident]
-            for ident, cpu in self._thread_cpu().items()
-            if ident in self._started
-        }
-        main = used.pop(self.main_ident, 0.0)
-        counted = sum(self.samples.values()) or 1
-        phases = {phase: main * count / counted for phase, count in self.samples.items()}
-        phases["journal writer thread (SQLite)"] = sum(used.values())
-        phases["phase sampler itself"] = self.own_cpu
-        return phases
+def _stack_paths(line: str) -> tuple[list[str], int]:
+    """A line of py-spy's raw output (``frame;frame;... count``, each frame
+    ``function (path:line)``): its frames' paths, outermost first, and its count."""
+    stack, _, count = line.rpartition(" ")
+    paths = []
+    for frame in stack.split(";"):
+        _, _, where = frame.rpartition(" (")
+        paths.append(where.rsplit(":", 1)[0])
+    return paths, int(count)
 
 
-async def _ours_profiled(n: int, seconds: float, warmup: float, directory: str) -> dict[str, Any]:
-    sampler = _Sampler(threading.get_ident())
+def phases_of(raw: str) -> dict[str, int]:
+    """py-spy's raw samples counted by phase.  py-spy samples from outside the process
+    and only threads on the CPU, so the counts share out CPU, not wall time; a sampler
+    inside the process would need the GIL and see the trio thread mostly where it
+    releases it (``os.urandom``, the wake-up socket)."""
+    counts: dict[str, int] = {}
+    for line in raw.splitlines():
+        if line.strip():
+            paths, count = _stack_paths(line)
+            phase = _phase(paths)
+            counts[phase] = counts.get(phase, 0) + count
+    return counts
 
-    async def sample_the_window() -> None:
-        await trio.sleep(warmup)
-        sampler.start()
-        await trio.sleep(seconds)
-        figures["phases"] = sampler.stop()
 
-    figures: dict[str, Any] = {}
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(sample_the_window)
-        figures.update(await _ours(n, seconds, warmup, directory))
-    return figures
+def _py_spy() -> str | None:
+    here = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return here if os.path.exists(here) else shutil.which("py-spy")
 
 
 # -- one run in a child process -----------------------------------------------------------
@@ -485,8 +435,6 @@ def _child(side: str, n: int, seconds: float, warmup: float) -> dict[str, Any]:
     try:
         if side == "ours":
             return trio.run(_ours, n, seconds, warmup, directory)
-        if side == "ours-profiled":
-            return trio.run(_ours_profiled, n, seconds, warmup, directory)
         if side == "langgraph":
             return _langgraph(n, seconds, warmup, directory)
         raise ValueError(f"unknown side {side!r}")
@@ -500,28 +448,55 @@ def _pinned() -> list[str]:
     return [taskset, "-c", "0"] if taskset else []
 
 
-def run_once(side: str, n: int, seconds: float, *, warmup: float = WARMUP) -> dict[str, Any]:
-    """One run of ``n`` sessions on ``side`` (``ours``, ``ours-profiled``, ``langgraph``)
-    in a child process held to one core: its figures over ``seconds`` after ``warmup``,
-    the load average before it, and ``passed`` against ``BUDGETS``."""
-    pin = _pinned()
-    load = os.getloadavg()[0]
-    command = [*pin, sys.executable, "-m", "benchmarks.agents", "--child", side]
-    command += ["--sessions", str(n), "--seconds", str(seconds), "--warmup", str(warmup)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"the {side} run of {n} sessions failed:\n{done.stderr[-2000:]}")
-    figures = json.loads(done.stdout)
+def _judged(figures: dict[str, Any]) -> dict[str, Any]:
     failed = [
         name for name, budget in BUDGETS.items() if figures[name] is None or figures[name] > budget
     ]
     if not figures["turns"]:
         failed.append("turns")
-    figures.update(
-        side=side, sessions=n, seconds=seconds, load=load, pinned=bool(pin), failed=failed
-    )
-    figures["passed"] = not failed
+    figures.update(failed=failed, passed=not failed)
     return figures
+
+
+def run_once(
+    side: str, n: int, seconds: float, *, warmup: float = WARMUP, profile: bool = False
+) -> dict[str, Any]:
+    """One run of ``n`` sessions on ``side`` (``ours`` or ``langgraph``) in a child
+    process held to one core: its figures over ``seconds`` after ``warmup``, the load
+    average before it, and ``passed`` against ``BUDGETS``.  With ``profile``, py-spy
+    samples the child over the same window and ``samples`` counts them by phase."""
+    pin = _pinned()
+    load = os.getloadavg()[0]
+    command = [*pin, sys.executable, "-m", "benchmarks.agents", "--child", side]
+    command += ["--sessions", str(n), "--seconds", str(seconds), "--warmup", str(warmup)]
+    samples = None
+    with tempfile.TemporaryDirectory(prefix="loopruntime-bench-spy-") as directory:
+        with subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as child:
+            if profile:
+                samples = _sample(child.pid, warmup, seconds, directory)
+            out, err = child.communicate()
+    if child.returncode != 0:
+        raise RuntimeError(f"the {side} run of {n} sessions failed:\n{err[-2000:]}")
+    figures = json.loads(out)
+    figures.update(side=side, sessions=n, seconds=seconds, load=load, pinned=bool(pin))
+    if profile:
+        figures["samples"] = samples
+    return _judged(figures)
+
+
+def _sample(pid: int, warmup: float, seconds: float, directory: str) -> dict[str, int]:
+    spy = _py_spy()
+    if spy is None:
+        raise RuntimeError("py-spy is not installed: pip install py-spy (the bench extra)")
+    time.sleep(warmup)
+    output = os.path.join(directory, "samples.txt")
+    command = [spy, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds)))]
+    command += ["--rate", "200", "--format", "raw", "--nonblocking", "--output", output]
+    subprocess.run(command, capture_output=True, check=True)
+    with open(output) as f:
+        return phases_of(f.read())
 
 
 class _Search:
@@ -586,9 +561,17 @@ def search(
 
 
 def profile_phases(n: int, seconds: float, *, warmup: float = WARMUP) -> dict[str, Any]:
-    """One profiled run of ours at ``n`` sessions: the run's figures plus ``phases``,
-    the CPU seconds of the window by phase."""
-    return run_once("ours-profiled", n, seconds, warmup=warmup)
+    """One run of ours at ``n`` sessions sampled by py-spy: the run's figures plus
+    ``phases``, the window's CPU seconds shared out by the samples of each phase; or
+    ``{"skipped": reason}`` when py-spy is not installed."""
+    if _py_spy() is None:
+        return {"skipped": "py-spy is not installed (pip install py-spy, in the bench extra)"}
+    row = run_once("ours", n, seconds, warmup=warmup, profile=True)
+    total = sum(row["samples"].values()) or 1
+    row["phases"] = {
+        phase: row["cpu_seconds"] * count / total for phase, count in row["samples"].items()
+    }
+    return row
 
 
 def run(quick: bool = False, *, progress: Progress = stderr_progress) -> dict[str, Any]:
@@ -607,7 +590,7 @@ def run(quick: bool = False, *, progress: Progress = stderr_progress) -> dict[st
         sides.append("langgraph")
     found = search(sides, start=start, seconds=seconds, max_runs=runs, progress=progress)
     profile = profile_phases(found["ours"]["n"] or start, seconds)
-    progress(f"agents: profile at N={profile['sessions']}")
+    progress(f"agents: profile at N={found['ours']['n'] or start}")
     return {
         "scripted_turn_seconds": SCRIPTED_TURN_SECONDS,
         "budgets": BUDGETS,
@@ -620,7 +603,7 @@ def run(quick: bool = False, *, progress: Progress = stderr_progress) -> dict[st
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.agents", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short runs, a coarse search")
-    parser.add_argument("--child", choices=("ours", "ours-profiled", "langgraph"))
+    parser.add_argument("--child", choices=("ours", "langgraph"))
     parser.add_argument("--sessions", type=int, default=_FULL_START)
     parser.add_argument("--seconds", type=float, default=_FULL_SECONDS)
     parser.add_argument("--warmup", type=float, default=WARMUP)

@@ -757,12 +757,18 @@ def agents_section(section: dict[str, Any]) -> list[str]:
         f"ratio {_ratio(ratio)} (target at least 5 x): "
         f"{_verdict(None if ratio is None else ratio >= 5)}.",
         "",
-        f"Where a turn's CPU goes, ours at N={section['profile']['sessions']} (a sampling "
-        "profile weighted by each thread's CPU clock):",
-        "",
-        *_phase_rows(section["profile"]),
     ]
-    return lines
+    profile = section["profile"]
+    if "skipped" in profile:
+        return [*lines, f"Where a turn's CPU goes: skipped, {profile['skipped']}."]
+    return [
+        *lines,
+        f"Where a turn's CPU goes, ours at N={profile['sessions']} ({profile['turns']} turns "
+        "sampled by py-spy from outside the process, every thread, only while on the CPU; "
+        "the window's CPU shared out by samples):",
+        "",
+        *_phase_rows(profile),
+    ]
 
 
 def floor_section(rows: Sequence[dict[str, Any]]) -> list[str]:

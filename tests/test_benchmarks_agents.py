@@ -56,11 +56,32 @@ def test_a_tiny_agents_search_measures_pieces_commits_and_lag() -> None:
     assert found["n"] == 0 and found["first_failing"] == 2
 
 
+def test_py_spy_samples_are_counted_by_the_innermost_phase() -> None:
+    raw = (
+        "run (trio/_core/_run.py:2543);_steps (loopruntime/turn.py:192);"
+        "fold (loopruntime/state.py:424);encode (<frozen abc>:12) 7\n"
+        "run (trio/_core/_run.py:2543);_steps (loopruntime/turn.py:192);"
+        "checkpoint (trio/_core/_run.py:2700) 3\n"
+        "_run (threading.py:975);commit (journal/sqlite/writer.py:88) 5\n"
+        "agent (benchmarks/agents.py:230) 1\n"
+        "<module> (runpy.py:198) 2\n"
+    )
+    assert agents.phases_of(raw) == {
+        "loopruntime/state.py": 7,
+        "trio scheduler and I/O": 3,
+        "journal/sqlite/writer.py": 5,
+        "harness (readers, agents, probe)": 1,
+        "other Python": 2,
+    }
+
+
 def test_the_profiled_run_shares_its_cpu_out_by_phase() -> None:
+    if agents._py_spy() is None:
+        pytest.skip("py-spy is not installed (the bench extra)")
     profile = agents.profile_phases(2, 1.0, warmup=0.5)
-    assert set(profile) == RUN_KEYS | {"phases"}
-    assert profile["phases"]["journal writer thread (SQLite)"] > 0
-    assert sum(profile["phases"].values()) > 0
+    assert set(profile) == RUN_KEYS | {"samples", "phases"}
+    assert sum(profile["samples"].values()) > 0
+    assert sum(profile["phases"].values()) == pytest.approx(profile["cpu_seconds"])
 
 
 def test_the_langgraph_side_measures_the_same_figures() -> None:
@@ -73,7 +94,7 @@ def test_the_langgraph_side_measures_the_same_figures() -> None:
 
 def test_the_agents_section_renders_both_sides_and_the_ratio() -> None:
     ours = _tiny_search("ours")
-    profile = {**ours["runs"][0], "phases": {"turn and actor": 0.002}, "turns": 1}
+    profile = {**ours["runs"][0], "phases": {"loopruntime/turn.py": 0.002}, "turns": 1}
     section = {
         "scripted_turn_seconds": agents.SCRIPTED_TURN_SECONDS,
         "budgets": agents.BUDGETS,
@@ -85,7 +106,7 @@ def test_the_agents_section_renders_both_sides_and_the_ratio() -> None:
     assert lines[0] == "### Agents per core"
     assert sum(line.startswith("| ours | 2 | fail") for line in lines) == 1
     assert any("LangGraph not installed" in line for line in lines)
-    assert any(line.startswith("| turn and actor | 2.000 | 100%") for line in lines)
+    assert any(line.startswith("| loopruntime/turn.py | 2.000 | 100%") for line in lines)
 
 
 def test_a_tool_step_is_measured_beside_a_bare_sqlite_commit() -> None:
