@@ -37,6 +37,9 @@ RUN_KEYS = {
 }
 
 
+OURS_KEYS = RUN_KEYS | {"main_thread_cpu", "other_threads_cpu"}
+
+
 def _tiny_search(side: str) -> dict:
     # Two sessions, a window that ends after the first reply, before any turn ends: pieces and
     # commits are measured, no turn ends in it, so the run is judged as failing.
@@ -49,7 +52,7 @@ def _tiny_search(side: str) -> dict:
 def test_a_tiny_agents_search_measures_pieces_commits_and_lag() -> None:
     found = _tiny_search("ours")
     (run,) = found["runs"]
-    assert set(run) == RUN_KEYS
+    assert set(run) == OURS_KEYS
     assert run["pieces"] > 0 and run["commits"] > 0
     assert run["piece_p99"] is not None and run["lag_p99"] is not None
     assert run["turns"] == 0 and "turns" in run["failed"] and not run["passed"]
@@ -57,19 +60,20 @@ def test_a_tiny_agents_search_measures_pieces_commits_and_lag() -> None:
 
 
 def test_py_spy_samples_are_counted_by_the_innermost_phase() -> None:
+    main = "thread (101): MainThread;"
     raw = (
-        "run (trio/_core/_run.py:2543);_steps (loopruntime/turn.py:192);"
+        f"{main}run (trio/_core/_run.py:2543);_steps (loopruntime/turn.py:192);"
         "fold (loopruntime/state.py:424);encode (<frozen abc>:12) 7\n"
-        "run (trio/_core/_run.py:2543);_steps (loopruntime/turn.py:192);"
+        f"{main}run (trio/_core/_run.py:2543);_steps (loopruntime/turn.py:192);"
         "checkpoint (trio/_core/_run.py:2700) 3\n"
-        "_run (threading.py:975);commit (journal/sqlite/writer.py:88) 5\n"
-        "agent (benchmarks/agents.py:230) 1\n"
-        "<module> (runpy.py:198) 2\n"
+        "thread (102): writer;_run (threading.py:975);commit (journal/sqlite/writer.py:88) 5\n"
+        f"{main}agent (benchmarks/agents.py:230) 1\n"
+        f"{main}<module> (runpy.py:198) 2\n"
     )
+    # The writer thread's samples are left out: its CPU comes from its own clock.
     assert agents.phases_of(raw) == {
         "loopruntime/state.py": 7,
         "trio scheduler and I/O": 3,
-        "journal/sqlite/writer.py": 5,
         "harness (readers, agents, probe)": 1,
         "other Python": 2,
     }
@@ -79,8 +83,9 @@ def test_the_profiled_run_shares_its_cpu_out_by_phase() -> None:
     if agents._py_spy() is None:
         pytest.skip("py-spy is not installed (the bench extra)")
     profile = agents.profile_phases(2, 1.0, warmup=0.5)
-    assert set(profile) == RUN_KEYS | {"samples", "phases"}
+    assert set(profile) == OURS_KEYS | {"samples", "phases"}
     assert sum(profile["samples"].values()) > 0
+    assert profile["phases"][agents.WRITER_PHASE] == profile["other_threads_cpu"]
     assert sum(profile["phases"].values()) == pytest.approx(profile["cpu_seconds"])
 
 
