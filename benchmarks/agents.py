@@ -387,6 +387,8 @@ _PHASES = (
     ("benchmarks/", "harness (readers, agents, probe)"),
 )
 _PACKAGES = ("journal", "loopruntime", "session")
+# The trio thread's innermost frame while it waits for I/O or a deadline: idle.
+_IDLE = "EpollIOManager.get_events (trio/_core/_io_epoll.py"
 WRITER_PHASE = "journal writer thread (rows, SQLite; its own CPU clock)"
 
 
@@ -419,16 +421,17 @@ def _stack_paths(line: str) -> tuple[str, list[str], int]:
 def phases_of(raw: str) -> dict[str, int]:
     """py-spy's raw samples of the main (trio) thread counted by phase.
 
-    py-spy samples from outside the process and leaves out a thread waiting in epoll,
-    so the trio thread's counts share out its CPU; a sampler inside the process would
-    need the GIL and see that thread mostly where it releases it (``os.urandom``, the
-    wake-up socket).  Other threads are left out: the journal's writer also counts
-    while it waits on the disk's sync, which is not CPU."""
+    py-spy samples from outside the process, with ``--gil`` only the thread holding the
+    GIL, so the trio thread's counts share out its Python CPU (its waits in epoll and
+    for the GIL left out).  A sampler inside the process would itself need the GIL and
+    see that thread mostly where it releases it (``os.urandom``, the wake-up socket).
+    Other threads are left out: the writer's CPU is mostly SQLite's, without the GIL,
+    and comes from its own clock."""
     counts: dict[str, int] = {}
     for line in raw.splitlines():
         if line.strip():
             thread, paths, count = _stack_paths(line)
-            if thread != "MainThread":
+            if thread != "MainThread" or line.rpartition(";")[2].startswith(_IDLE):
                 continue
             phase = _phase(paths)
             counts[phase] = counts.get(phase, 0) + count
@@ -507,7 +510,7 @@ def _sample(pid: int, warmup: float, seconds: float, directory: str) -> dict[str
     time.sleep(warmup)
     output = os.path.join(directory, "samples.txt")
     command = [spy, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds)))]
-    command += ["--rate", "200", "--format", "raw", "--threads", "--nonblocking"]
+    command += ["--rate", "200", "--format", "raw", "--threads", "--gil", "--nonblocking"]
     command += ["--output", output]
     subprocess.run(command, capture_output=True, check=True)
     with open(output) as f:

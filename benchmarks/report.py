@@ -763,9 +763,10 @@ def agents_section(section: dict[str, Any]) -> list[str]:
         return [*lines, f"Where a turn's CPU goes: skipped, {profile['skipped']}."]
     return [
         *lines,
-        f"Where a turn's CPU goes, ours at N={profile['sessions']} ({profile['turns']} turns "
-        "sampled by py-spy from outside the process, every thread, only while on the CPU; "
-        "the window's CPU shared out by samples):",
+        f"Where a turn's CPU goes, ours at N={profile['sessions']} ({profile['turns']} turns; "
+        "the trio thread's CPU shared out by py-spy's samples of it holding the GIL, each "
+        "charged to the innermost module of the project, trio or the harness; the writer "
+        "thread's CPU from its own clock):",
         "",
         *_phase_rows(profile),
     ]
