@@ -82,8 +82,9 @@ _CYCLE = SCRIPTED_TURN_SECONDS + Shape.pause_seconds
 WARMUP = _CYCLE + 1.0
 """Seconds before the window opens: sessions start spread over one cycle, so by then
 every one has started."""
-_FULL_SECONDS, _QUICK_SECONDS = 30.0, 5.0
-_FULL_RUNS, _QUICK_RUNS = 6, 2
+_FULL_SECONDS, _QUICK_SECONDS = 20.0, 5.0
+_FULL_PROBES, _QUICK_PROBES = 5, 2
+_FULL_VOTES, _QUICK_VOTES = 3, 1
 _FULL_START, _QUICK_START = 100, 100
 
 
@@ -518,25 +519,42 @@ def _sample(pid: int, warmup: float, seconds: float, directory: str) -> dict[str
 
 
 class _Search:
-    """One side's search for its largest passing N: doubling from ``start`` until a run
-    fails, then halving the gap until it is within an eighth of the passing N."""
+    """One side's search for its largest passing N: doubling from ``start`` until an N
+    fails, then halving the gap until it is within an eighth of the passing N.  With
+    ``votes=3`` an N is run twice, and a third time when the two disagree: the majority
+    decides, so one run spoiled by a neighbour's burst on the shared core does not."""
 
-    def __init__(self, side: str, start: int, max_runs: int) -> None:
+    def __init__(self, side: str, start: int, max_probes: int, votes: int = 1) -> None:
         self.side = side
-        self.max_runs = max_runs
+        self.max_probes = max_probes
+        self.votes = votes
         self.runs: list[dict[str, Any]] = []
+        self.verdicts: list[tuple[int, bool]] = []
+        self._trials: list[bool] = []
         self.passed = 0
         self.failed: int | None = None
         self.next: int | None = start
 
+    def _decided(self) -> bool | None:
+        trials = self._trials
+        if self.votes == 1 or len(trials) == 3 or (len(trials) == 2 and trials[0] == trials[1]):
+            return sum(trials) * 2 > len(trials)
+        return None
+
     def record(self, row: dict[str, Any]) -> None:
         n = row["sessions"]
         self.runs.append(row)
-        if row["passed"]:
+        self._trials.append(row["passed"])
+        passed = self._decided()
+        if passed is None:
+            return  # the same N again
+        self._trials = []
+        self.verdicts.append((n, passed))
+        if passed:
             self.passed = max(self.passed, n)
         else:
             self.failed = n if self.failed is None else min(self.failed, n)
-        if len(self.runs) >= self.max_runs:
+        if len(self.verdicts) >= self.max_probes:
             self.next = None
         elif self.failed is None:
             self.next = n * 2
@@ -550,6 +568,7 @@ class _Search:
             "side": self.side,
             "n": self.passed,
             "first_failing": self.failed,
+            "verdicts": self.verdicts,
             "runs": self.runs,
         }
 
@@ -559,14 +578,16 @@ def search(
     *,
     start: int,
     seconds: float,
-    max_runs: int,
+    max_probes: int,
+    votes: int = 1,
     warmup: float = WARMUP,
     progress: Progress = stderr_progress,
 ) -> dict[str, dict[str, Any]]:
-    """Each side's largest passing N (``n``, 0 if none passed), in at most ``max_runs``
-    runs a side.  The sides take turns, one run each, so a change in the machine's load
-    during the search falls on every side alike."""
-    searches = [_Search(side, start, max_runs) for side in sides]
+    """Each side's largest passing N (``n``, 0 if none passed), trying at most
+    ``max_probes`` values of N a side, each decided by ``votes`` runs (1, or the
+    majority of up to 3).  The sides take turns, one run each, so a change in the
+    machine's load during the search falls on every side alike."""
+    searches = [_Search(side, start, max_probes, votes) for side in sides]
     while any(found.next is not None for found in searches):
         for found in searches:
             if found.next is None:
@@ -595,7 +616,8 @@ def profile_phases(n: int, seconds: float, *, warmup: float = WARMUP) -> dict[st
 def run(quick: bool = False, *, progress: Progress = stderr_progress) -> dict[str, Any]:
     """Both searches and the profile (at the N ours reached); what the report renders."""
     seconds = _QUICK_SECONDS if quick else _FULL_SECONDS
-    runs = _QUICK_RUNS if quick else _FULL_RUNS
+    probes = _QUICK_PROBES if quick else _FULL_PROBES
+    votes = _QUICK_VOTES if quick else _FULL_VOTES
     start = _QUICK_START if quick else _FULL_START
     sides = ["ours"]
     peer: dict[str, Any] = {}
@@ -606,7 +628,9 @@ def run(quick: bool = False, *, progress: Progress = stderr_progress) -> dict[st
         peer = {"side": "langgraph", "skipped": f"not installed ({exc.name})"}
     else:
         sides.append("langgraph")
-    found = search(sides, start=start, seconds=seconds, max_runs=runs, progress=progress)
+    found = search(
+        sides, start=start, seconds=seconds, max_probes=probes, votes=votes, progress=progress
+    )
     profile = profile_phases(found["ours"]["n"] or start, seconds)
     progress(f"agents: profile at N={found['ours']['n'] or start}")
     return {

@@ -748,6 +748,11 @@ def agents_section(section: dict[str, Any]) -> list[str]:
             )
     header = ["side", "N", "verdict", "piece p99", "commit p99", "lag p99", "turn p99 / scripted"]
     lines += _table([*header, "CPU a turn", "of the core", "load"], rows)
+    for side in ("ours", "langgraph"):
+        verdicts = section[side].get("verdicts")
+        if verdicts:
+            decided = ", ".join(f"{n} {'pass' if ok else 'fail'}" for n, ok in verdicts)
+            lines += ["", f"Decided, {side} (the majority of an N's runs): {decided}."]
     ours, peer = section["ours"]["n"], section["langgraph"].get("n")
     ratio = ours / peer if peer else None
     skipped = section["langgraph"].get("skipped")

@@ -44,7 +44,7 @@ def _tiny_search(side: str) -> dict:
     # Two sessions, a window that ends after the first reply, before any turn ends: pieces and
     # commits are measured, no turn ends in it, so the run is judged as failing.
     found = agents.search(
-        [side], start=2, seconds=2.0, warmup=0.5, max_runs=1, progress=lambda line: None
+        [side], start=2, seconds=2.0, warmup=0.5, max_probes=1, progress=lambda line: None
     )
     return found[side]
 
@@ -141,7 +141,7 @@ def test_a_postgres_tool_step_is_measured_beside_a_bare_psycopg_commit(
 
 
 def test_the_search_doubles_until_a_failure_then_halves_the_gap() -> None:
-    found = agents._Search("ours", start=100, max_runs=10)
+    found = agents._Search("ours", start=100, max_probes=10)
     limit = 300  # the N past which a run fails, in this made-up machine
     tried = []
     while found.next is not None:
@@ -149,3 +149,17 @@ def test_the_search_doubles_until_a_failure_then_halves_the_gap() -> None:
         found.record({"sessions": found.next, "passed": found.next <= limit})
     assert tried == [100, 200, 400, 300, 350, 325]
     assert found.result()["n"] == 300 and found.result()["first_failing"] == 325
+
+
+def test_with_three_votes_the_majority_of_an_ns_runs_decides() -> None:
+    found = agents._Search("ours", start=100, max_probes=10, votes=3)
+    outcomes = [True, True, False, True, True, False, False]
+    tried = []
+    for passed in outcomes:
+        assert found.next is not None
+        tried.append(found.next)
+        found.record({"sessions": found.next, "passed": passed})
+    # 100 passes twice; 200 splits and its third run passes; 400 fails twice.
+    assert tried == [100, 100, 200, 200, 200, 400, 400]
+    assert found.verdicts == [(100, True), (200, True), (400, False)]
+    assert found.next == 300
