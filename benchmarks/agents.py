@@ -37,7 +37,7 @@ import trio
 from journal import open_journal
 from journal.content import ToolResult
 from loopruntime import Limits, LoopDefinition, ModelRequest, ToolContext, tool
-from loopruntime.model import TextDelta
+from loopruntime.model import InputJsonDelta, TextDelta
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 
 from .harness import Progress, quiet_logs, stderr_progress
@@ -95,10 +95,10 @@ def _p99(values: Sequence[float]) -> float | None:
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
-def _stamp() -> str:
-    # A piece carries the moment it was sent, in exactly the piece's width, so the
-    # subscriber can tell its delay without any table shared between the two.
-    return f"{time.perf_counter():{Shape.piece_chars}.5f}"[: Shape.piece_chars]
+def _stamp(due: float) -> str:
+    # A piece carries the moment it was due (perf_counter), in exactly the piece's
+    # width, so the subscriber can tell its delay without any table shared between them.
+    return f"{due:{Shape.piece_chars}.5f}"[: Shape.piece_chars]
 
 
 def _cpu_seconds() -> float:
@@ -160,17 +160,19 @@ def _agent_script(request: ModelRequest) -> Reply:
     last = request.messages[-1]
     pieces = Shape.piece_chars * Shape.final_pieces
     if any(isinstance(block, ToolResult) for block in last.blocks):
-        return Reply(text="a" * pieces, chunk_size=Shape.piece_chars, chunk_delay=Shape.piece_delay)
+        return Reply(text="a" * pieces, chunk_size=Shape.piece_chars)
     return Reply(
         text="q" * (Shape.piece_chars * Shape.first_pieces),
         chunk_size=Shape.piece_chars,
-        chunk_delay=Shape.piece_delay,
         tool_calls=[ToolCall(name="outside_work", input={"job": 1})],
     )
 
 
 class StampedModel:
-    """The scripted model, with each text piece replaced by its send time (same width)."""
+    """The scripted model paced like a server: each piece (text, or the tool call's
+    arguments) is due ``piece_delay`` after the one before, counted from the call's
+    start, so a piece the loaded process takes late does not push the later ones back;
+    each text piece is replaced by the moment it was due (same width)."""
 
     def __init__(self, inner: ScriptedModel) -> None:
         self.inner = inner
@@ -185,9 +187,16 @@ class StampedModel:
 
     @staticmethod
     async def _stamped(deltas: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        start, stamp = trio.current_time(), time.perf_counter()
+        sent = 0
         async for delta in deltas:
-            if isinstance(delta, TextDelta):
-                delta = TextDelta(index=delta.index, text=_stamp())
+            if isinstance(delta, TextDelta | InputJsonDelta):
+                sent += 1
+                await trio.sleep_until(start + sent * Shape.piece_delay)
+                if isinstance(delta, TextDelta):
+                    delta = TextDelta(
+                        index=delta.index, text=_stamp(stamp + sent * Shape.piece_delay)
+                    )
             yield delta
 
 
@@ -284,13 +293,17 @@ def _langgraph_graph(saver: Any) -> Any:
         write = get_stream_writer()
         answering = state["messages"][-1]["role"] == "tool"
         pieces = Shape.final_pieces if answering else Shape.first_pieces
-        for _ in range(pieces):
-            await asyncio.sleep(Shape.piece_delay)
-            write(_stamp())
+        loop = asyncio.get_running_loop()
+        start, stamp = loop.time(), time.perf_counter()
+        for sent in range(1, pieces + 1):
+            # Paced like a server, each piece due at a fixed time from the start.
+            await asyncio.sleep(start + sent * Shape.piece_delay - loop.time())
+            write(_stamp(stamp + sent * Shape.piece_delay))
         chars = Shape.piece_chars * pieces
         if answering:
             return {"messages": [{"role": "assistant", "content": "a" * chars}]}
-        await asyncio.sleep(Shape.piece_delay)  # the tool call's arguments, as on our side
+        # The tool call's arguments, one more paced piece as on our side.
+        await asyncio.sleep(start + (pieces + 1) * Shape.piece_delay - loop.time())
         call = {"id": "call-1", "name": "outside_work", "args": {"job": 1}}
         return {"messages": [{"role": "assistant", "content": "q" * chars, "tool_calls": [call]}]}
 
