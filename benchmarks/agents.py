@@ -9,10 +9,11 @@ when, over the measured window, all four hold at the 99th percentile: a streamed
 reaches its subscriber within 100 ms, a journal commit takes at most 50 ms, the trio
 scheduler's lag stays under 20 ms, and no turn takes over 1.2 x its scripted time.  The
 same search drives LangGraph (an async graph, the async SQLite checkpointer, the same
-replies at the same pace), and one more run of ours at a fixed N samples where a turn's
-CPU goes by phase.  Rules: a child process per run, so no run inherits another's heap;
-each run records the load average beside its figures (the machine is shared); nothing
-here asserts a number.
+replies at the same pace), the two sides taking turns, and in a full run each N is
+decided by the majority of up to three runs.  One more run of ours, at the N it reached,
+is sampled by py-spy for where a turn's CPU goes by phase.  Rules: a child process per
+run, so no run inherits another's heap; each run records the load average beside its
+figures (the machine is shared); nothing here asserts a number.
 """
 
 from __future__ import annotations
