@@ -23,7 +23,11 @@ Sections, run in this order (``--only NAME``, repeatable, picks some):
   statements per turn beside one's (``benchmarks.scaleout``); a ``SyncClient``'s put
   beside a ``Client``'s (``benchmarks.hops``);
 * ``limiter``  the shared rate limiter's overhead per model call, with and without it
-  (``benchmarks.limiter``).
+  (``benchmarks.limiter``);
+* ``agents``   agent sessions per core with real-paced streaming and tools, beside LangGraph,
+  and where a turn's CPU goes (``benchmarks.agents``, issue 39);
+* ``floor``    a durable tool step beside one bare commit of one row, SQLite FULL and
+  NORMAL and PostgreSQL when a server can be had (``benchmarks.floor``, issue 39).
 
 Progress goes to stderr, the markdown report (``benchmarks.report``) to stdout, and
 everything measured, with the machine it ran on (``benchmarks.machine``), to
@@ -51,7 +55,20 @@ import msgspec
 
 from session.replay.terminal import note
 
-from . import blobs, clients, harness, hosts, limiter, loops, machine, peers, report, restore
+from . import (
+    agents,
+    blobs,
+    clients,
+    floor,
+    harness,
+    hosts,
+    limiter,
+    loops,
+    machine,
+    peers,
+    report,
+    restore,
+)
 from . import journal as journal_bench
 from .report import SECTIONS
 
@@ -173,6 +190,11 @@ def _run_section(
         return {"status": "ok", "rows": rows}
     if name == "limiter":
         return {"status": "ok", "rows": limiter.run(quick=quick, progress=say)}
+    if name == "agents":
+        return {"status": "ok", **agents.run(quick=quick, progress=say)}
+    if name == "floor":
+        rows = floor.run(quick=quick, progress=say, postgres=_postgres_unavailable() is None)
+        return {"status": "ok", "rows": rows}
     raise ValueError(f"unknown section {name!r}")
 
 

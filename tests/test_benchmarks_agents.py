@@ -1,0 +1,168 @@
+"""The agents-per-core and durable-step benchmarks run at tiny sizes and return
+well-formed figures that the report renders.
+
+A smoke test only: benchmarks print figures and never gate anything on wall time, so
+nothing here compares a number with a bound other than "was measured".  The agents runs
+are child processes in real time (a second or two each), as the benchmark runs them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import agents, floor
+from benchmarks.report import agents_section, floor_section
+
+RUN_KEYS = {
+    "turns",
+    "pieces",
+    "commits",
+    "cpu_seconds",
+    "core_share",
+    "cpu_per_turn",
+    "piece_p99",
+    "commit_p99",
+    "lag_p99",
+    "turn_p99",
+    "turn_ratio_p99",
+    "gc_seconds",
+    "gc_longest",
+    "side",
+    "sessions",
+    "seconds",
+    "load",
+    "pinned",
+    "failed",
+    "passed",
+}
+
+
+OURS_KEYS = RUN_KEYS | {"main_thread_cpu", "other_threads_cpu"}
+
+
+def _tiny_search(side: str) -> dict:
+    # Two sessions, a window that ends after the first reply, before any turn ends: pieces and
+    # commits are measured, no turn ends in it, so the run is judged as failing.
+    found = agents.search(
+        [side], start=2, seconds=2.8, warmup=0.5, max_probes=1, progress=lambda line: None
+    )
+    return found[side]
+
+
+def test_a_tiny_agents_search_measures_pieces_commits_and_lag() -> None:
+    found = _tiny_search("ours")
+    (run,) = found["runs"]
+    assert set(run) == OURS_KEYS
+    assert run["pieces"] > 0 and run["commits"] > 0
+    assert run["piece_p99"] is not None and run["lag_p99"] is not None
+    assert run["turns"] == 0 and "turns" in run["failed"] and not run["passed"]
+    assert found["n"] == 0 and found["first_failing"] == 2
+
+
+def test_py_spy_samples_are_counted_by_the_innermost_phase() -> None:
+    main = "thread (101): MainThread;"
+    raw = (
+        f"{main}run (trio/_core/_run.py:2543);_steps (loopruntime/turn.py:192);"
+        "fold (loopruntime/state.py:424);encode (<frozen abc>:12) 7\n"
+        f"{main}run (trio/_core/_run.py:2543);_steps (loopruntime/turn.py:192);"
+        "checkpoint (trio/_core/_run.py:2700) 3\n"
+        "thread (102): writer;_run (threading.py:975);commit (journal/sqlite/writer.py:88) 5\n"
+        f"{main}agent (benchmarks/agents.py:230) 1\n"
+        f"{main}<module> (runpy.py:198) 2\n"
+        f"{main}run (trio/_core/_run.py:2543);"
+        "EpollIOManager.get_events (trio/_core/_io_epoll.py:243) 40\n"
+    )
+    # Left out: the writer thread's samples (its CPU comes from its own clock) and
+    # the trio thread's waits in epoll.
+    assert agents.phases_of(raw) == {
+        "loopruntime/state.py": 7,
+        "trio scheduler and I/O": 3,
+        "harness (readers, agents, probe)": 1,
+        "other Python": 2,
+    }
+
+
+def test_the_profiled_run_shares_its_cpu_out_by_phase() -> None:
+    if agents._py_spy() is None:
+        pytest.skip("py-spy is not installed (the bench extra)")
+    profile = agents.profile_phases(2, 1.0, warmup=0.5)
+    assert set(profile) == OURS_KEYS | {"samples", "phases"}
+    assert profile["phases"][agents.WRITER_PHASE] == profile["other_threads_cpu"]
+    # Two sessions for a second leave the trio thread a few samples at most, sometimes
+    # none (py-spy counts it only while it holds the GIL); with any, the phases share
+    # out exactly the window's CPU.
+    if profile["samples"]:
+        assert sum(profile["phases"].values()) == pytest.approx(profile["cpu_seconds"])
+
+
+def test_the_langgraph_side_measures_the_same_figures() -> None:
+    pytest.importorskip("langgraph.checkpoint.sqlite.aio")
+    found = _tiny_search("langgraph")
+    (run,) = found["runs"]
+    assert set(run) == RUN_KEYS
+    assert run["pieces"] > 0 and run["commits"] > 0
+
+
+def test_the_agents_section_renders_both_sides_and_the_ratio() -> None:
+    ours = _tiny_search("ours")
+    profile = {**ours["runs"][0], "phases": {"loopruntime/turn.py": 0.002}, "turns": 1}
+    section = {
+        "scripted_turn_seconds": agents.SCRIPTED_TURN_SECONDS,
+        "budgets": agents.BUDGETS,
+        "ours": ours,
+        "langgraph": {"side": "langgraph", "skipped": "not installed (langgraph)"},
+        "profile": profile,
+    }
+    lines = agents_section(section)
+    assert lines[0] == "### Agents per core"
+    assert sum(line.startswith("| ours | 2 | fail") for line in lines) == 1
+    assert any("LangGraph not installed" in line for line in lines)
+    assert any(line.startswith("| loopruntime/turn.py | 2.000 | 100%") for line in lines)
+
+
+def test_a_tool_step_is_measured_beside_a_bare_sqlite_commit() -> None:
+    rows = floor.run(steps=12, rounds=1, progress=lambda line: None)
+    assert [r["backend"] for r in rows] == ["sqlite FULL", "sqlite NORMAL"]
+    for row in rows:
+        assert row["per_step_seconds"] > 0 and row["bare_commit_seconds"] > 0
+        assert row["ratio"] == row["per_step_seconds"] / row["bare_commit_seconds"]
+        # A tool step waits on its tool.started; the turn's own commits (its
+        # question, its end) add a wait or two over the whole turn.
+        assert 1 <= row["waits_per_step"] <= 15 / 12
+    table = floor_section(rows)
+    assert table[0] == "### A durable step beside its floor"
+    assert sum(line.startswith("| sqlite ") for line in table) == 2
+
+
+def test_a_postgres_tool_step_is_measured_beside_a_bare_psycopg_commit(
+    postgres_dsn: str,
+) -> None:
+    rows = floor.run(steps=12, rounds=1, postgres=True, dsn=postgres_dsn, progress=print)
+    (row,) = [r for r in rows if r["backend"] == "postgres"]
+    assert row["per_step_seconds"] > 0 and row["bare_commit_seconds"] > 0
+    assert 1 <= row["waits_per_step"] <= 15 / 12
+
+
+def test_the_search_doubles_until_a_failure_then_halves_the_gap() -> None:
+    found = agents._Search("ours", start=100, max_probes=10)
+    limit = 300  # the N past which a run fails, in this made-up machine
+    tried = []
+    while found.next is not None:
+        tried.append(found.next)
+        found.record({"sessions": found.next, "passed": found.next <= limit})
+    assert tried == [100, 200, 400, 300, 350, 325]
+    assert found.result()["n"] == 300 and found.result()["first_failing"] == 325
+
+
+def test_with_three_votes_the_majority_of_an_ns_runs_decides() -> None:
+    found = agents._Search("ours", start=100, max_probes=10, votes=3)
+    outcomes = [True, True, False, True, True, False, False]
+    tried = []
+    for passed in outcomes:
+        assert found.next is not None
+        tried.append(found.next)
+        found.record({"sessions": found.next, "passed": passed})
+    # 100 passes twice; 200 splits and its third run passes; 400 fails twice.
+    assert tried == [100, 100, 200, 200, 200, 400, 400]
+    assert found.verdicts == [(100, True), (200, True), (400, False)]
+    assert found.next == 300
