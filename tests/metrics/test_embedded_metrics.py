@@ -59,7 +59,8 @@ async def test_an_application_registers_a_hosts_metrics_on_its_registry(
         await client.submit(sid, "to a loop it lacks", key="k2", loop="nosuch")
         await wait_for(lambda: host.statistics().refused == {"UnknownLoopError": 1})
         metrics.refresh()
-        refused = value(registry, "loopruntime_host_commands_refused_total", reason="UnknownLoopError")
+        family = "loopruntime_host_commands_refused_total"
+        refused = value(registry, family, reason="UnknownLoopError")
         assert refused == 1
         # A session no host here serves: its entry waits, journal-wide.
         await client.create("nosuch", session_id="orphan", key="o")
