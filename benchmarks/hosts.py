@@ -41,6 +41,7 @@ from .harness import quiet_logs
 from .loops import _percentile, _rss
 from .restore import build_session
 from .restore import definition as history_definition
+from .rows import target_row as _row
 
 __all__ = ["run"]
 
@@ -49,17 +50,20 @@ MiB = 1024 * 1024
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _row(
-    benchmark: str, value: float, unit: str, target: str, met: bool | None, note: str = ""
-) -> dict[str, Any]:
-    return {
-        "benchmark": benchmark,
-        "value": value,
-        "unit": unit,
-        "target": target,
-        "met": met,
-        "note": note,
-    }
+async def drive_turns(client: Client, journal: Journal, sid: str, turns: int) -> None:
+    """Submit ``turns`` messages one after another, each once the last turn ended.
+
+    Reads on from the last record seen, never the whole session again: the
+    driver's own load stays small beside the hosts'."""
+    seen = await journal.head(sid)
+    for turn in range(1, turns + 1):
+        await client.submit(sid, f"turn {turn}", key=f"s{turn}")
+        ended = False
+        while not ended:
+            await trio.sleep(0.02)
+            async for record in journal.read(sid, after=seen):
+                seen = record.seq
+                ended = ended or isinstance(record.event, TurnEnded)
 
 
 # -- definitions (the child hosts and this process share them) ---------------------------
@@ -327,20 +331,9 @@ async def _throughput(url: str, hosts: int, sessions: int) -> tuple[float, float
             busy = _cpu_busy()
             start = time.perf_counter()
 
-            async def drive(sid: str) -> None:
-                seen = await journal.head(sid)
-                for turn in range(1, _TURNS + 1):
-                    await client.submit(sid, f"turn {turn}", key=f"s{turn}")
-                    ended = False
-                    while not ended:
-                        await trio.sleep(0.02)
-                        async for record in journal.read(sid, after=seen):
-                            seen = record.seq
-                            ended = ended or isinstance(record.event, TurnEnded)
-
             async with trio.open_nursery() as nursery:
                 for sid in sids:
-                    nursery.start_soon(drive, sid)
+                    nursery.start_soon(drive_turns, client, journal, sid, _TURNS)
             return sessions * _TURNS / (time.perf_counter() - start), busy()
     finally:
         for proc in procs:

@@ -35,12 +35,12 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import trio
 
-from journal import Journal, open_journal
-from journal.events import TurnEnded
+from journal import open_journal
 from session import Client
 
-from .hosts import _registered, _start_host, _wait
+from .hosts import _registered, _start_host, _wait, drive_turns
 from .loops import _percentile
+from .rows import target_row as _row
 
 __all__ = ["HOST_ROLE", "run_scaleout", "server"]
 
@@ -138,20 +138,6 @@ class Run:
         return value / self.turns
 
 
-async def _drive(client: Client, journal: Journal, sid: str, turns: int) -> None:
-    # From the last record read, never the whole session again: the client's
-    # own load stays small beside the hosts'.
-    seen = await journal.head(sid)
-    for turn in range(1, turns + 1):
-        await client.submit(sid, f"turn {turn}", key=f"s{turn}")
-        ended = False
-        while not ended:
-            await trio.sleep(0.02)
-            async for record in journal.read(sid, after=seen):
-                seen = record.seq
-                ended = ended or isinstance(record.event, TurnEnded)
-
-
 async def one_run(
     dsn: str, url: str, hosts: int, sessions: int, turns: int, *, counted: bool = True
 ) -> Run:
@@ -177,7 +163,7 @@ async def one_run(
             start = time.perf_counter()
             async with trio.open_nursery() as nursery:
                 for sid in sids:
-                    nursery.start_soon(_drive, client, journal, sid, turns)
+                    nursery.start_soon(drive_turns, client, journal, sid, turns)
             run.seconds = time.perf_counter() - start
             run.host_cpu = sum(_cpu(p.pid) for p in procs) - host_before
             after = await trio.to_thread.run_sync(_backends, dsn)
@@ -190,19 +176,6 @@ async def one_run(
         for proc in procs:
             await proc.wait()
     return run
-
-
-def _row(
-    benchmark: str, value: float, unit: str, target: str, met: bool | None, note: str
-) -> dict[str, Any]:
-    return {
-        "benchmark": benchmark,
-        "value": value,
-        "unit": unit,
-        "target": target,
-        "met": met,
-        "note": note,
-    }
 
 
 def _largest_differences(one: list[Run], two: list[Run], count: int = 3) -> str:

@@ -31,6 +31,7 @@ from session.embedded.checkpoints import read_restored
 
 from .restore import build_session
 from .restore import definition as history_definition
+from .rows import target_row as _row
 
 __all__ = ["DEFINITION", "copy_sessions", "run_takeover"]
 
@@ -255,16 +256,3 @@ def _median(values: Sequence[float]) -> float:
     if len(ordered) % 2:
         return ordered[middle]
     return (ordered[middle - 1] + ordered[middle]) / 2
-
-
-def _row(
-    benchmark: str, value: float, unit: str, target: str, met: bool | None, note: str
-) -> dict[str, Any]:
-    return {
-        "benchmark": benchmark,
-        "value": value,
-        "unit": unit,
-        "target": target,
-        "met": met,
-        "note": note,
-    }
