@@ -324,8 +324,7 @@ def add_commands(
     def run_submit(args: argparse.Namespace) -> int:
         return trio.run(submit_command, args, url(args))
 
-    def inbox_options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--key", required=True, help="idempotency key: resending is safe")
+    def sender_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--principal",
             help="who sends the command (a user id, a service name), recorded on what it makes",
@@ -338,6 +337,10 @@ def add_commands(
             metavar="SECONDS",
             help="wait for the command's outcome (default 60 s; inf: until it comes)",
         )
+
+    def inbox_options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--key", required=True, help="idempotency key: resending is safe")
+        sender_options(parser)
         parser.set_defaults(run=run_submit)
 
     submit = command(
@@ -395,18 +398,7 @@ def add_commands(
         pausing.add_argument(
             "--key", help="idempotency key (default: a fresh one; resending is safe either way)"
         )
-        pausing.add_argument(
-            "--principal",
-            help="who sends the command (a user id, a service name), recorded on what it makes",
-        )
-        pausing.add_argument(
-            "--wait",
-            type=seconds,
-            nargs="?",
-            const=60.0,
-            metavar="SECONDS",
-            help="wait for the command's outcome (default 60 s; inf: until it comes)",
-        )
+        sender_options(pausing)
         pausing.set_defaults(run=run_pause)
     console = command(
         "console",

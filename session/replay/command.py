@@ -70,6 +70,32 @@ reads the unified model, a part above this one."""
 
 # Long for its validation: every argument is checked, with its own message,
 # before the journal is opened; the work itself is the calls at its end.
+async def read_until_damaged(
+    journal: Journal, session_id: str
+) -> tuple[list[Record], JournalError | None]:
+    """The session's records up to any damage, and that damage (None when the
+    journal is whole): a view shows everything before the damage, then says
+    where it is (``say_damaged``)."""
+    records: list[Record] = []
+    try:
+        async for record in read_session(journal, session_id):
+            records.append(record)
+    except ReplayInputError:
+        raise
+    except JournalError as exc:
+        return records, exc
+    return records, None
+
+
+def say_damaged(damage: JournalError, err: Callable[[str], object]) -> int:
+    """Tell that the journal is damaged and where to look; the exit status."""
+    err(
+        f"loopruntime replay: the journal is damaged: {damage}; "
+        "`replay --check` names the first bad seq"
+    )
+    return 1
+
+
 async def replay_command(
     url: str,
     session_id: str,
@@ -121,16 +147,7 @@ async def replay_command(
                 return 0 if report.ok else 1
             if follow:
                 return await _follow(journal, session_id, color, inherited, out, err)
-            records: list[Record] = []
-            damage: JournalError | None = None
-            try:
-                async for record in read_session(journal, session_id):
-                    records.append(record)
-            except ReplayInputError:
-                raise
-            except JournalError as exc:
-                # Show everything before the damage, then say where it is.
-                damage = exc
+            records, damage = await read_until_damaged(journal, session_id)
             head = records[-1].seq if records else 0
             if at is not None and at > head and damage is None:
                 err(
@@ -165,13 +182,7 @@ async def replay_command(
                 tree = build_tree(session_id, records)
                 tree.writers = await _writer_nodes(journal, session_id, err)
                 out(tree_json(tree).decode())
-            if damage is not None:
-                err(
-                    f"loopruntime replay: the journal is damaged: {damage}; "
-                    "`replay --check` names the first bad seq"
-                )
-                return 1
-            return 0
+            return 0 if damage is None else say_damaged(damage, err)
     except ReplayInputError as exc:
         err(f"loopruntime replay: {exc}")
         return 2

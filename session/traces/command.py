@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from journal import JournalError, Record
-
-from ..replay import ReplayInputError, open_for_replay, read_session
+from ..replay import ReplayInputError, open_for_replay
+from ..replay.command import read_until_damaged, say_damaged
 
 
 async def trace_command(
@@ -36,17 +35,9 @@ async def trace_command(
             "installed); install the extra: pip install 'loopruntime[otel]'"
         )
         return 2
-    records: list[Record] = []
-    damage: JournalError | None = None
     try:
         async with open_for_replay(url) as journal:
-            try:
-                async for record in read_session(journal, session_id):
-                    records.append(record)
-            except ReplayInputError:
-                raise
-            except JournalError as exc:
-                damage = exc  # trace what came before, then say where it is
+            records, damage = await read_until_damaged(journal, session_id)
     except ReplayInputError as exc:
         err(f"loopruntime replay: {exc}")
         return 2
@@ -59,10 +50,5 @@ async def trace_command(
             err(f"loopruntime replay: the trace was not exported to {otlp}: {problem}")
             return 1
         out(f"exported {len(spans)} spans of session {session_id} to {otlp}")
-    if damage is not None:
-        err(
-            f"loopruntime replay: the journal is damaged: {damage}; "
-            "`replay --check` names the first bad seq"
-        )
-        return 1
-    return 0
+    # The trace of what came before the damage is out; now say where it is.
+    return 0 if damage is None else say_damaged(damage, err)
