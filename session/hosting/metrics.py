@@ -262,6 +262,8 @@ class HostMetrics:
             limiters=[limiter.statistics() for limiter in limiters()],
         )
 
+    # Long as a list is long: one family after another, each a few lines, in
+    # the order docs/host.md's table lists them (a test compares the two).
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import (
             CounterMetricFamily,

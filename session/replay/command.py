@@ -68,8 +68,6 @@ Format = Literal["transcript", "tree", "json", "unified"]
 reads the unified model, a part above this one."""
 
 
-# Long for its validation: every argument is checked, with its own message,
-# before the journal is opened; the work itself is the calls at its end.
 async def read_until_damaged(
     journal: Journal, session_id: str
 ) -> tuple[list[Record], JournalError | None]:
@@ -96,6 +94,8 @@ def say_damaged(damage: JournalError, err: Callable[[str], object]) -> int:
     return 1
 
 
+# Long for its validation: every argument is checked, with its own message,
+# before the journal is opened; the work itself is the calls at its end.
 async def replay_command(
     url: str,
     session_id: str,

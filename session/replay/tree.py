@@ -315,6 +315,8 @@ def tree_json_schema() -> dict[str, Any]:
     return msgspec.json.schema(Tree)
 
 
+# Reads top to bottom as the text it prints (streams, then their epochs,
+# talks, runs and steps, then the relations): split, the layout would scatter.
 def render_tree(tree: Tree, *, color: bool = False) -> str:
     """The tree as indented text, relations listed at the end."""
 

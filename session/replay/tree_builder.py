@@ -157,6 +157,8 @@ class _StreamBuilder:
         self.run_of[step.id] = self.run
         self.last_step = step
 
+    # One ``match`` over the event union (the type checker proves it whole);
+    # each case is a line or two, the longer ones call a method of their own.
     def feed(self, r: Record) -> None:
         e = r.event
         s = self.stream
