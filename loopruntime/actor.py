@@ -590,12 +590,12 @@ class Loop:
             self._arrived()
 
     async def _act(self, task_status: trio.TaskStatus[Loop] | None) -> None:
-        """One stretch of the actor's life: from its start (``task_status``)
-        or a command arriving at a parked loop, to parking or stopping.  A
+        """A serving task: it starts with the loop (``task_status``) or when a
+        command arrives at a parked loop, and ends when the loop parks or stops.  A
         loop with MCP servers keeps its task and a nursery of its own, where
         their connections and the loop's other tasks live; any other runs
         without one (its tasks start in ``_home``), which spares every
-        stretch a nursery and the schedule point of its exit."""
+        serving task a nursery and the schedule point of its exit."""
         stopped = True
         permits = Permits.of_this_run()
         try:
@@ -703,7 +703,7 @@ class Loop:
                     self._start_task(self._turn_task, runner)
                 else:
                     # Run here, the actor parked meanwhile: a command arriving
-                    # starts another stretch, as at an idle loop.
+                    # starts a new serving task, as at an idle loop.
                     self._move(ActorStep.PARK)
                     mailbox.release()
                     result = None
@@ -712,9 +712,9 @@ class Loop:
                     finally:
                         held = self._turn_ended(result, here=True)
                     if not held:
-                        return False  # another stretch is the actor now
-                    # No other stretch ran at the turn's end: this task takes
-                    # it, the turn's busy count carried over.
+                        return False  # another serving task took over
+                    # No serving task ran at the turn's end: this task serves
+                    # again, the turn's busy count carried over.
                     command = _TurnDone(result)
             if command is None:
                 if parks and self._phase is not Phase.STOPPING:
@@ -1234,8 +1234,8 @@ class Loop:
 
     def _turn_ended(self, result: TurnResult | None, *, here: bool) -> bool:
         """The turn has finished: hand ``result`` to the actor (``_TurnDone``).
-        Run ``here`` (in a stretch of the actor that parked for it) with no
-        stretch running now: True, and the caller takes the end itself, still
+        Run ``here`` (in the task that parked to run the turn) with no
+        serving task running now: True, and the caller takes the end itself, still
         counted busy (nobody sees the loop quiet in between)."""
         self._step(Step.END_TURN)
         self._turn = None
@@ -1248,7 +1248,7 @@ class Loop:
             return False
         if here and self._actor is Actor.PARKED:
             # Parked with an empty mailbox (an item would have started a
-            # stretch): nothing else is the actor.
+            # serving task): no other task serves the loop.
             self._move(ActorStep.WAKE)
             return True
         self._mailbox.send_priority(_TurnDone(result))

@@ -126,12 +126,12 @@ class Actor(enum.Enum):
     """Whether a task serves the loop's mailbox."""
 
     SERVING = "serving"
-    """A task takes commands (a stretch of the actor's life)."""
+    """A task (the serving task) takes commands from the mailbox."""
     PARKED = "parked"
     """No task serves the mailbox: the actor is data until an item arrives.
     In ``Phase.IDLE`` the loop then holds no task, nursery or cancel scope
     (an idle loop's memory); in ``Phase.TURN`` the turn runs in the task
-    that parked, and a command arriving starts another stretch."""
+    that parked, and a command arriving starts a new serving task."""
 
 
 class ActorStep(enum.Enum):

@@ -1,6 +1,6 @@
 """What a turn costs in tasks (benchmarks/README.md has the figures): the turn runs
 in the actor's own task once the mailbox is empty, the actor parked meanwhile,
-so a command arriving during the turn starts another stretch of the actor;
+so a command arriving during the turn starts a new serving task;
 and the loop's other tasks run in the session's nursery."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .test_pipelining import stepping
 
 
 async def test_a_turn_of_a_parked_loop_spawns_one_task_the_actors() -> None:
-    # The stretch the input starts runs the turn and takes its end: no task of
+    # The serving task the input starts runs the turn and takes its end: no task of
     # the turn's own, and no nursery of the actor's (whose exit is a schedule
     # point of its own).
     spawned = SpawnedTasks()
@@ -43,7 +43,7 @@ async def test_a_turn_of_a_parked_loop_spawns_one_task_the_actors() -> None:
     assert loops == ["loopruntime.actor.Loop._act"] * 3, loops
 
 
-async def test_commands_during_a_turn_run_in_another_stretch_while_the_turn_goes_on(
+async def test_commands_during_a_turn_run_in_another_serving_task_while_the_turn_goes_on(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     release = trio.Event()
@@ -65,9 +65,9 @@ async def test_commands_during_a_turn_run_in_another_stretch_while_the_turn_goes
             await s.submit("go")
             await entered.wait()
             await trio.testing.wait_all_tasks_blocked()
-            # The turn runs in the stretch that started it, the actor parked.
+            # The turn runs in the task that started it, the actor parked.
             assert loop.parked and loop.phase is Phase.TURN
-            # A command is taken by a stretch of its own while the tool waits.
+            # A command is taken by a serving task of its own while the tool waits.
             assert await s.steer("and then") is not None
             state = await s.snapshot()
             assert state.turn_open and len(state.steering) == 1
