@@ -502,6 +502,29 @@ async def test_a_payload_past_the_limit_is_held_by_size_only() -> None:
     assert (tool["content"], tool["text"], tool["size"]) == ("size_only", "", 5000)
 
 
+async def test_a_result_cut_to_its_limit_and_a_reply_cut_short_are_truncated() -> None:
+    events = good_turn()
+    events[6] = ToolCompleted(
+        execution_id="x1",
+        tool_use_id="tu1",
+        content=(Text(text="12"),),
+        disposition="succeeded",
+        truncated_bytes=4096,
+    )
+    events[8] = ModelMessageCommitted(
+        effect_id="e2",
+        turn=1,
+        step=1,
+        message=Message(role="assistant", blocks=(Text(text="it is"), Text(text="[cut]"))),
+        notice="truncated",
+    )
+    doc = document(await session_of(("main", events)))
+    [tool] = kinds(doc, "tool")
+    assert (tool["content"], tool["text"]) == ("truncated", "12")
+    [reply] = [n for n in kinds(doc, "message.assistant") if n["attrs"]["notice"]]
+    assert (reply["content"], reply["text"]) == ("truncated", "it is")
+
+
 # -- collaboration and forks ----------------------------------------------------------
 
 
