@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import trio
 
-from journal import Record, open_journal
+from journal import Draft, Record, open_journal
 from journal.events import InputQueued, TurnEnded
 from journal.memory import MemoryJournal
 from loopruntime import Delegate, LoopDefinition
@@ -165,3 +165,32 @@ async def test_a_real_collaboration_has_an_auxiliary_stream_and_its_workers_stre
     assert all(n["parent"] == f"session:{s.id}" for n in kinds(doc, "stream"))
     outputs = [n for n in kinds(doc, "message.assistant") if n["text"] == "fast result"]
     assert len(outputs) == 1
+
+
+async def test_a_result_stored_by_reference_is_held_as_any_payload(tmp_path: Path) -> None:
+    """A tool result past the blob threshold goes by reference in a real
+    SQLite file; the document reads it back whole, so the content limit alone
+    decides ``available`` or ``size_only``."""
+    from journal.blobs import MARK
+    from tests.blobs.backends import Backend, sqlite_url
+    from tests.replay.bad import SESSION, good_turn
+    from tests.replay.test_unified import tool_done
+
+    big = "y" * 5000
+    events = good_turn()
+    events[6] = tool_done("x1", "tu1", big)
+    backend = Backend("sqlite", sqlite_url(tmp_path))
+    async with backend.open(threshold=1024) as journal:
+        lease = await journal.open_session(SESSION)
+        for seq, event in enumerate(events):
+            draft = Draft(id=f"r{seq}", loop="main", event=event)
+            await journal.append(lease, [draft], expected_seq=seq)
+        recs = await records(journal, SESSION)
+    assert (await backend.stored_body(SESSION, 7))[0] == MARK  # the result is a reference
+    for limit, held in ((10_000, ("available", big)), (1000, ("size_only", ""))):
+        doc: dict[str, Any] = json.loads(
+            unified_json(build_unified(SESSION, recs, content_limit=limit))
+        )
+        assert_well_formed(doc)
+        [tool] = kinds(doc, "tool")
+        assert (tool["content"], tool["text"]) == held and tool["size"] == 5000
