@@ -194,3 +194,23 @@ async def test_a_result_stored_by_reference_is_held_as_any_payload(tmp_path: Pat
         assert_well_formed(doc)
         [tool] = kinds(doc, "tool")
         assert (tool["content"], tool["text"]) == held and tool["size"] == 5000
+
+
+async def test_a_real_provider_error_is_an_api_error_and_never_agent_output() -> None:
+    from loopruntime import ModelError
+    from session.replay.unified import counts_as_agent_output
+
+    refused = ModelError("no such model", kind="not_found", code="model.not_found", status=404)
+    asker = LoopDefinition(name="asker", model=ScriptedModel([Reply(error=refused)]))
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, asker) as s:
+            await s.submit("hi")
+            await s.wait_idle()
+        recs = await records(journal, s.id)
+    doc = document(s.id, recs)
+    [call] = kinds(doc, "llm.call")
+    [error] = kinds(doc, "error.api")
+    assert error["attrs"]["code"] == "model.not_found" and error["parent"] == call["parent"]
+    # Nothing arrived: the runtime's notice is for readers, not the model's words.
+    assert [n["attrs"]["code"] for n in kinds(doc, "control.notice")] == ["truncated"]
+    assert not [n for n in doc["nodes"] if counts_as_agent_output(n["kind"])]
