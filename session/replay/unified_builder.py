@@ -556,7 +556,13 @@ def build_unified(
 
     Records must be one session's, in seq order (a prefix is fine).  A payload
     longer than ``content_limit`` bytes is held as ``size_only``; with
-    ``omit_content`` no payload is held (each is ``omitted``, its size kept)."""
+    ``omit_content`` no payload is held (each is ``omitted``, its size kept).
+    A ``content_limit`` that is not a whole number of bytes, zero or more, is
+    a ``ValueError``."""
+    if type(content_limit) is not int or content_limit < 0:
+        raise ValueError(
+            f"content_limit must be a whole number of bytes >= 0, not {content_limit!r}"
+        )
     seen = list(records)
     tree = build_tree(session_id, seen)
     facts = read_facts(seen)

@@ -8,6 +8,7 @@ import json
 import typing
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -662,3 +663,10 @@ async def test_a_result_whose_field_and_text_disagree_is_a_conflict() -> None:
         ("input:main:res-kid", "stream:kid", "conflict"),
         ("input:main:res-kid", "stream:other", "conflict"),
     }
+
+
+@pytest.mark.parametrize("limit", [-1, 1.5, True, "64KiB", None])
+async def test_a_content_limit_that_is_no_count_of_bytes_is_refused(limit: object) -> None:
+    records = await session_of(("main", good_turn()))
+    with pytest.raises(ValueError, match="content_limit"):
+        build_unified(SESSION, records, content_limit=limit)  # type: ignore[arg-type]
