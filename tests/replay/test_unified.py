@@ -670,3 +670,18 @@ async def test_a_content_limit_that_is_no_count_of_bytes_is_refused(limit: objec
     records = await session_of(("main", good_turn()))
     with pytest.raises(ValueError, match="content_limit"):
         build_unified(SESSION, records, content_limit=limit)  # type: ignore[arg-type]
+
+
+async def test_every_relation_names_what_joined_its_ends() -> None:
+    def via(doc: Doc) -> dict[tuple[str, str, str], list[str]]:
+        return {(r["type"], r["from"], r["to"]): r["via"] for r in doc["relations"]}
+
+    exact, old = via(document(await foreground())), via(document(await foreground(exact=False)))
+    note = "input:main:res-kid"
+    assert exact[("starts", "step:main:tu1", "stream:kid")] == ["x1"]  # the execution id
+    assert exact[("reports", note, "stream:kid")] == ["kid"]  # the child loop id
+    assert exact[("ends_with", "stream:kid", "output:kid")] == ["kid"]
+    assert exact[("input_of", note, "call:main:r2")] == [note]
+    # An inference names its rule, not an id.
+    assert old[("reports", note, "stream:kid")] == ["input text"]
+    assert exact[("input_of", "step:main:tu1", "call:main:r2")] == ["the fold's order"]
