@@ -142,6 +142,16 @@ async def test_a_real_fork_is_a_session_of_its_sources_conversation(tmp_path: Pa
     }
     # The fork's own talk: the inherited conversation is the source's.
     assert [t["trigger"] for t in kinds(doc, "talk")] == ["external"]
+    # A fork of the fork is still of the first session's conversation.
+    head = await journal.head("ses_fork")
+    async with Session.fork(
+        journal, "ses_fork", scenario.definition(ledger), at=head, new_session_id="ses_fork2"
+    ) as again:
+        await again.wait_idle()
+    doc = document("ses_fork2", await records(journal, "ses_fork2"))
+    [root] = kinds(doc, "conversation")
+    assert root["id"] == f"conversation:{scenario.SESSION}"
+    assert {n["id"] for n in kinds(doc, "session")} == {"session:ses_fork", "session:ses_fork2"}
 
 
 async def test_a_real_collaboration_has_an_auxiliary_stream_and_its_workers_streams(
