@@ -8,6 +8,7 @@ import json
 import typing
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -685,3 +686,15 @@ async def test_every_relation_names_what_joined_its_ends() -> None:
     # An inference names its rule, not an id.
     assert old[("reports", note, "stream:kid")] == ["input text"]
     assert exact[("input_of", "step:main:tu1", "call:main:r2")] == ["the fold's order"]
+
+
+async def test_records_out_of_order_or_of_another_session_are_refused() -> None:
+    records = await session_of(("main", good_turn()))
+    stranger = msgspec.structs.replace(records[3], session="ses_other")
+    for bad, why in (
+        (records[::-1], "ascending"),
+        ([*records[:3], records[2], *records[3:]], "ascending"),
+        ([*records[:3], stranger, *records[4:]], "ses_other"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            build_unified(SESSION, bad)
