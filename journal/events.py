@@ -950,6 +950,10 @@ class SessionForked(SessionLevelEvent, tag="session.forked", frozen=True, kw_onl
     source: str
     seq: int
     digest: bytes
+    root: str = ""
+    """The first session of the chain of forks this one descends from: the
+    source's own ``root`` when the source is a fork, else ``source``.  Empty
+    in journals from before the field; a reader takes ``source`` then."""
 
 
 LoopEvent = (

@@ -36,14 +36,21 @@ __all__ = ["inherited_records", "lineage", "plan_fork", "write_fork"]
 class ForkPlan:
     """What a fork will hold, worked out (and checked) before anything is written."""
 
-    __slots__ = ("at", "digest", "new_session_id", "source", "states")
+    __slots__ = ("at", "digest", "new_session_id", "root", "source", "states")
 
     def __init__(
-        self, source: str, at: int, digest: bytes, new_session_id: str, states: dict[str, LoopState]
+        self,
+        source: str,
+        at: int,
+        digest: bytes,
+        new_session_id: str,
+        states: dict[str, LoopState],
+        root: str = "",
     ) -> None:
         self.source, self.at, self.digest = source, at, digest
         self.new_session_id = new_session_id
         self.states = states
+        self.root = root or source
 
 
 async def lineage(journal: Journal, session_id: str) -> SessionForked | None:
@@ -127,7 +134,10 @@ async def plan_fork(
             "fork at a later seq"
         )
     digest = records[at - 1].digest
-    return ForkPlan(session_id, at, digest, new_session_id, states)
+    # A fork of a fork belongs to the conversation its source belongs to.
+    source_fork = folder.forked
+    root = (source_fork.root or source_fork.source) if source_fork is not None else session_id
+    return ForkPlan(session_id, at, digest, new_session_id, states, root)
 
 
 async def _read_until(journal: Journal, session_id: str, seq: int) -> list[Record]:
@@ -150,7 +160,9 @@ async def write_fork(journal: Journal, plan: ForkPlan) -> list[Record]:
         Draft(
             id=new_id("ev_"),
             loop=CHECKPOINT_STREAM,
-            event=SessionForked(source=plan.source, seq=plan.at, digest=plan.digest),
+            event=SessionForked(
+                source=plan.source, seq=plan.at, digest=plan.digest, root=plan.root
+            ),
         ),
         Draft(
             id=new_id("cp_"),

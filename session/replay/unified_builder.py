@@ -545,6 +545,18 @@ class _Assembler(NodeTable):
         )
 
 
+def _check_records(session_id: str, records: list[Record]) -> None:
+    """One session's records in seq order, or a ``ValueError`` naming the first
+    that is not: a document folded from anything else would be wrong, quietly."""
+    last = 0
+    for r in records:
+        if r.session != session_id:
+            raise ValueError(f"record seq {r.seq} is of session {r.session}, not {session_id}")
+        if r.seq <= last:
+            raise ValueError(f"records must be in ascending seq order: seq {r.seq} after {last}")
+        last = r.seq
+
+
 def build_unified(
     session_id: str,
     records: Iterable[Record],
@@ -556,8 +568,15 @@ def build_unified(
 
     Records must be one session's, in seq order (a prefix is fine).  A payload
     longer than ``content_limit`` bytes is held as ``size_only``; with
-    ``omit_content`` no payload is held (each is ``omitted``, its size kept)."""
+    ``omit_content`` no payload is held (each is ``omitted``, its size kept).
+    A ``content_limit`` that is not a whole number of bytes, zero or more, or
+    records of another session or out of seq order, are a ``ValueError``."""
+    if type(content_limit) is not int or content_limit < 0:
+        raise ValueError(
+            f"content_limit must be a whole number of bytes >= 0, not {content_limit!r}"
+        )
     seen = list(records)
+    _check_records(session_id, seen)
     tree = build_tree(session_id, seen)
     facts = read_facts(seen)
     calls = read_call_inputs(seen, facts.reminders)

@@ -130,6 +130,9 @@ class Facts(msgspec.Struct, kw_only=True):
     as the answer (direct tools)."""
     refused: list[tuple[str, int, TurnRejected]] = []
     """(loop, seq, record) of every submit the runtime refused."""
+    root: str = ""
+    """A fork's conversation root (``session.forked.root``, else its source);
+    empty for a session that is no fork."""
 
 
 # One pass with one ``match`` over the event union, past 80 lines on purpose:
@@ -169,6 +172,8 @@ def read_facts(records: list[Record]) -> Facts:
                 f.finished_in[e.child_loop] = r.loop
             case ModelCallFailed():
                 f.failed_calls[e.effect_id] = (r.seq, e.code)
+            case SessionForked():
+                f.root = e.root or e.source
             case TurnStarted():
                 f.turn_at[(r.loop, e.turn)].append((r.seq, r.at))
             case TurnEnded():
@@ -226,7 +231,6 @@ def read_facts(records: list[Record]) -> Facts:
                 | Notice()
                 | CommandKeyed()
                 | SessionCheckpoint()
-                | SessionForked()
                 | CollabTurn()
                 | CollabTaskStarted()
                 | CollabTaskFinished()

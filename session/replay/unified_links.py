@@ -47,8 +47,7 @@ class NodeTable:
         """execution id -> the tool node that ran it."""
         self.call_of_child: dict[str, list[str]] = defaultdict(list)
         """child loop -> the agent.call nodes that started it."""
-        root = tree.forked_from.session if tree.forked_from is not None else tree.session
-        self.conversation = f"conversation:{root}"
+        self.conversation = f"conversation:{facts.root or tree.session}"
         self.session = f"session:{tree.session}"
         self.tree_ids: dict[str, str] = {}
         """The tree's id of a model step -> its llm.call node."""

@@ -68,7 +68,9 @@ async def test_the_fork_starts_from_the_fold_at_every_seq(tmp_path: Path) -> Non
         written = await write_fork(journal, plan)
         marker, base = written
         assert (marker.seq, base.seq) == (1, 2)
-        assert marker.event == SessionForked(source=scenario.SESSION, seq=r.seq, digest=r.digest)
+        assert marker.event == SessionForked(
+            source=scenario.SESSION, seq=r.seq, digest=r.digest, root=scenario.SESSION
+        )
         assert isinstance(base.event, SessionCheckpoint) and base.event.previous == 0
         states, _ = states_from([base])
         assert states == fold_up_to(source, r.seq), f"fork at seq {r.seq}"

@@ -8,6 +8,8 @@ import json
 import typing
 from typing import Any
 
+import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -502,6 +504,29 @@ async def test_a_payload_past_the_limit_is_held_by_size_only() -> None:
     assert (tool["content"], tool["text"], tool["size"]) == ("size_only", "", 5000)
 
 
+async def test_a_result_cut_to_its_limit_and_a_reply_cut_short_are_truncated() -> None:
+    events = good_turn()
+    events[6] = ToolCompleted(
+        execution_id="x1",
+        tool_use_id="tu1",
+        content=(Text(text="12"),),
+        disposition="succeeded",
+        truncated_bytes=4096,
+    )
+    events[8] = ModelMessageCommitted(
+        effect_id="e2",
+        turn=1,
+        step=1,
+        message=Message(role="assistant", blocks=(Text(text="it is"), Text(text="[cut]"))),
+        notice="truncated",
+    )
+    doc = document(await session_of(("main", events)))
+    [tool] = kinds(doc, "tool")
+    assert (tool["content"], tool["text"]) == ("truncated", "12")
+    [reply] = [n for n in kinds(doc, "message.assistant") if n["attrs"]["notice"]]
+    assert (reply["content"], reply["text"]) == ("truncated", "it is")
+
+
 # -- collaboration and forks ----------------------------------------------------------
 
 
@@ -639,3 +664,37 @@ async def test_a_result_whose_field_and_text_disagree_is_a_conflict() -> None:
         ("input:main:res-kid", "stream:kid", "conflict"),
         ("input:main:res-kid", "stream:other", "conflict"),
     }
+
+
+@pytest.mark.parametrize("limit", [-1, 1.5, True, "64KiB", None])
+async def test_a_content_limit_that_is_no_count_of_bytes_is_refused(limit: object) -> None:
+    records = await session_of(("main", good_turn()))
+    with pytest.raises(ValueError, match="content_limit"):
+        build_unified(SESSION, records, content_limit=limit)  # type: ignore[arg-type]
+
+
+async def test_every_relation_names_what_joined_its_ends() -> None:
+    def via(doc: Doc) -> dict[tuple[str, str, str], list[str]]:
+        return {(r["type"], r["from"], r["to"]): r["via"] for r in doc["relations"]}
+
+    exact, old = via(document(await foreground())), via(document(await foreground(exact=False)))
+    note = "input:main:res-kid"
+    assert exact[("starts", "step:main:tu1", "stream:kid")] == ["x1"]  # the execution id
+    assert exact[("reports", note, "stream:kid")] == ["kid"]  # the child loop id
+    assert exact[("ends_with", "stream:kid", "output:kid")] == ["kid"]
+    assert exact[("input_of", note, "call:main:r2")] == [note]
+    # An inference names its rule, not an id.
+    assert old[("reports", note, "stream:kid")] == ["input text"]
+    assert exact[("input_of", "step:main:tu1", "call:main:r2")] == ["the fold's order"]
+
+
+async def test_records_out_of_order_or_of_another_session_are_refused() -> None:
+    records = await session_of(("main", good_turn()))
+    stranger = msgspec.structs.replace(records[3], session="ses_other")
+    for bad, why in (
+        (records[::-1], "ascending"),
+        ([*records[:3], records[2], *records[3:]], "ascending"),
+        ([*records[:3], stranger, *records[4:]], "ses_other"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            build_unified(SESSION, bad)

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import trio
 
-from journal import Record, open_journal
+from journal import Draft, Record, open_journal
 from journal.events import InputQueued, TurnEnded
 from journal.memory import MemoryJournal
 from loopruntime import Delegate, LoopDefinition
@@ -142,6 +142,16 @@ async def test_a_real_fork_is_a_session_of_its_sources_conversation(tmp_path: Pa
     }
     # The fork's own talk: the inherited conversation is the source's.
     assert [t["trigger"] for t in kinds(doc, "talk")] == ["external"]
+    # A fork of the fork is still of the first session's conversation.
+    head = await journal.head("ses_fork")
+    async with Session.fork(
+        journal, "ses_fork", scenario.definition(ledger), at=head, new_session_id="ses_fork2"
+    ) as again:
+        await again.wait_idle()
+    doc = document("ses_fork2", await records(journal, "ses_fork2"))
+    [root] = kinds(doc, "conversation")
+    assert root["id"] == f"conversation:{scenario.SESSION}"
+    assert {n["id"] for n in kinds(doc, "session")} == {"session:ses_fork", "session:ses_fork2"}
 
 
 async def test_a_real_collaboration_has_an_auxiliary_stream_and_its_workers_streams(
@@ -165,3 +175,52 @@ async def test_a_real_collaboration_has_an_auxiliary_stream_and_its_workers_stre
     assert all(n["parent"] == f"session:{s.id}" for n in kinds(doc, "stream"))
     outputs = [n for n in kinds(doc, "message.assistant") if n["text"] == "fast result"]
     assert len(outputs) == 1
+
+
+async def test_a_result_stored_by_reference_is_held_as_any_payload(tmp_path: Path) -> None:
+    """A tool result past the blob threshold goes by reference in a real
+    SQLite file; the document reads it back whole, so the content limit alone
+    decides ``available`` or ``size_only``."""
+    from journal.blobs import MARK
+    from tests.blobs.backends import Backend, sqlite_url
+    from tests.replay.bad import SESSION, good_turn
+    from tests.replay.test_unified import tool_done
+
+    big = "y" * 5000
+    events = good_turn()
+    events[6] = tool_done("x1", "tu1", big)
+    backend = Backend("sqlite", sqlite_url(tmp_path))
+    async with backend.open(threshold=1024) as journal:
+        lease = await journal.open_session(SESSION)
+        for seq, event in enumerate(events):
+            draft = Draft(id=f"r{seq}", loop="main", event=event)
+            await journal.append(lease, [draft], expected_seq=seq)
+        recs = await records(journal, SESSION)
+    assert (await backend.stored_body(SESSION, 7))[0] == MARK  # the result is a reference
+    for limit, held in ((10_000, ("available", big)), (1000, ("size_only", ""))):
+        doc: dict[str, Any] = json.loads(
+            unified_json(build_unified(SESSION, recs, content_limit=limit))
+        )
+        assert_well_formed(doc)
+        [tool] = kinds(doc, "tool")
+        assert (tool["content"], tool["text"]) == held and tool["size"] == 5000
+
+
+async def test_a_real_provider_error_is_an_api_error_and_never_agent_output() -> None:
+    from loopruntime import ModelError
+    from session.replay.unified import counts_as_agent_output
+
+    refused = ModelError("no such model", kind="not_found", code="model.not_found", status=404)
+    asker = LoopDefinition(name="asker", model=ScriptedModel([Reply(error=refused)]))
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, asker) as s:
+            await s.submit("hi")
+            await s.wait_idle()
+        recs = await records(journal, s.id)
+    doc = document(s.id, recs)
+    [call] = kinds(doc, "llm.call")
+    [error] = kinds(doc, "error.api")
+    assert error["attrs"]["code"] == "model.not_found" and error["parent"] == call["parent"]
+    # Nothing arrived: the runtime's notice is for readers, not the model's words.
+    assert [n["attrs"]["code"] for n in kinds(doc, "control.notice")] == ["truncated"]
+    assert not [n for n in doc["nodes"] if counts_as_agent_output(n["kind"])]
