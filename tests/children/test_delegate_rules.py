@@ -151,6 +151,32 @@ async def test_an_mcp_listing_whose_names_clash_refuses_the_start(tmp_path: Path
     assert "MCP server 'raw'" in str(err) and "another of its own tools" in str(err)
 
 
+@tool(permission="allow", name="raw__ok")
+async def registered_ok(ctx: ToolContext) -> str:
+    """A registry tool named like the raw server's listed ``ok``."""
+    return "registered"
+
+
+@pytest.mark.slow  # a real MCP server process, on the real clock
+async def test_an_mcp_tool_named_like_a_registry_tool_refuses_the_start(tmp_path: Path) -> None:
+    # ``replace_tools`` may offer a registry tool: a listed tool of its name
+    # would shadow it, and the model could not tell which one it called.
+    definition = LoopDefinition(
+        name="m",
+        model=ScriptedModel([]),
+        toolsets=[raw_server(tmp_path / "calls")],
+        tool_registry=[registered_ok],
+    )
+    async with open_journal(f"sqlite:///{tmp_path / 'j.db'}") as journal:
+        with pytest.raises(NameClashError) as caught:
+            async with Session.create(journal, definition, session_id="s"):
+                pass  # pragma: no cover - the start is refused
+        assert await records(journal, "s") == []
+    err = caught.value
+    assert (err.definition, err.name, err.server) == ("m", "raw__ok", "raw")
+    assert "MCP server 'raw'" in str(err) and "a tool of the loop" in str(err)
+
+
 def test_a_tool_may_be_listed_and_registered_as_itself() -> None:
     definition = LoopDefinition(
         name="lead", model=ScriptedModel([]), tools=[helper_tool], tool_registry=[helper_tool]
