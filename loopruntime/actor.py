@@ -650,9 +650,7 @@ class Loop:
         restored, what changed on its servers)."""
         # The servers' tools are known before the first request is built.
         if nursery is not None:
-            # A registry tool counts: ``replace_tools`` may offer it later.
-            offered = [t.name for t in self.definition.resolved(None).tools]
-            taken = [*offered, *(t.name for t in self.definition.tool_registry)]
+            taken = [t.name for t in self.definition.resolved(None).tools]
             await self.toolsets.open(nursery, taken, definition=self.definition.name)
         if not self.state.loop:
             resolved = self.resolved()

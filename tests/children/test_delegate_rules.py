@@ -33,6 +33,7 @@ from loopruntime import (
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from loopruntime.notices import DENIED_RESULT
+from loopruntime.toolsets import McpServer
 from session import Session
 from session.replay import check
 from tests.support.loops import events_of, records
@@ -153,28 +154,35 @@ async def test_an_mcp_listing_whose_names_clash_refuses_the_start(tmp_path: Path
 
 @tool(permission="allow", name="raw__ok")
 async def registered_ok(ctx: ToolContext) -> str:
-    """A registry tool named like the raw server's listed ``ok``."""
+    """A registry tool named under the raw server's prefix."""
     return "registered"
 
 
-@pytest.mark.slow  # a real MCP server process, on the real clock
-async def test_an_mcp_tool_named_like_a_registry_tool_refuses_the_start(tmp_path: Path) -> None:
-    # ``replace_tools`` may offer a registry tool: a listed tool of its name
-    # would shadow it, and the model could not tell which one it called.
-    definition = LoopDefinition(
-        name="m",
-        model=ScriptedModel([]),
-        toolsets=[raw_server(tmp_path / "calls")],
-        tool_registry=[registered_ok],
-    )
-    async with open_journal(f"sqlite:///{tmp_path / 'j.db'}") as journal:
-        with pytest.raises(NameClashError) as caught:
-            async with Session.create(journal, definition, session_id="s"):
-                pass  # pragma: no cover - the start is refused
-        assert await records(journal, "s") == []
+@pytest.mark.parametrize(
+    ("options", "name", "server", "said"),
+    [
+        # ``replace_tools`` may offer a registry tool: a listed tool of its
+        # name would shadow it.
+        ({"tool_registry": [registered_ok]}, "raw__ok", "raw", "start with the prefix 'raw__'"),
+        ({"tools": [registered_ok]}, "raw__ok", "raw", "start with the prefix 'raw__'"),
+        (
+            {"toolsets": [McpServer.stdio("x", name="twin", prefix="raw__")]},
+            "raw__",
+            "twin",
+            "MCP servers 'raw' and 'twin' would give clashing tool names",
+        ),
+    ],
+)
+def test_names_under_a_servers_prefix_are_refused_when_made(
+    tmp_path: Path, options: dict[str, Any], name: str, server: str, said: str
+) -> None:
+    raw = raw_server(tmp_path / "calls")
+    options = {**options, "toolsets": [raw, *options.get("toolsets", [])]}
+    with pytest.raises(NameClashError) as caught:
+        LoopDefinition(name="m", model=ScriptedModel([]), **options)
     err = caught.value
-    assert (err.definition, err.name, err.server) == ("m", "raw__ok", "raw")
-    assert "MCP server 'raw'" in str(err) and "a tool of the loop" in str(err)
+    assert (err.definition, err.name, err.server, err.rule) == ("m", name, server, "name_clash")
+    assert said in str(err) and "'m'" in str(err)
 
 
 def test_a_tool_may_be_listed_and_registered_as_itself() -> None:
