@@ -171,7 +171,8 @@ class LoopDefinition:
         self._check_hooks()
         self._check_names_unique()
         names = [t.name for t in self.tools] + [d.name for d in self.delegates]
-        check_toolsets(self.name, self.toolsets, names)
+        registered = [t.name for t in self.tool_registry]
+        check_toolsets(self.name, self.toolsets, [*names, *registered])
         self._check_deferred(names)
         outputs = [self.output, *(m.output for m in self.modes)]
         if self.output is not None:

@@ -194,8 +194,9 @@ class DefinitionError(LoopError, ValueError):
 
 class NameClashError(DefinitionError):
     """Two things the model would see under one name (tools, delegates, an MCP
-    server's listed tools).  ``server`` names the MCP server whose listing
-    clashed (None: the clash is in the definition itself)."""
+    server's listed tools).  ``server`` names the MCP server whose tool names
+    clash, when it is made or when it lists them (None: no server is part of
+    the clash)."""
 
     def __init__(
         self, message: str, *, definition: str, name: str, server: str | None = None

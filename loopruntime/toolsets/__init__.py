@@ -31,9 +31,10 @@ __all__ = [
 
 def check_toolsets(definition: str, toolsets: Sequence[object], taken: Sequence[str]) -> None:
     """Raise ``TypeError`` for a toolset that is not a server and
-    ``ValueError`` for two whose tool names would clash (the same prefix, or
-    one prefix starting another), naming them; ``taken`` are the
-    definition's other tool names, which no prefix may start."""
+    ``NameClashError`` for two whose tool names would clash (the same prefix,
+    or one prefix starting another), naming them; ``taken`` are the
+    definition's other tool names (its registry's too), which no prefix may
+    start."""
     if isinstance(toolsets, str | bytes) or not isinstance(toolsets, Sequence):
         raise TypeError(
             f"loop definition {definition!r}: toolsets must be a list of McpServer, "
@@ -52,18 +53,24 @@ def check_toolsets(definition: str, toolsets: Sequence[object], taken: Sequence[
         for b in servers[i + 1 :]:
             pa, pb = a.tool_prefix, b.tool_prefix
             if pa.startswith(pb) or pb.startswith(pa):
-                raise ValueError(
+                raise NameClashError(
                     f"loop definition {definition!r}: MCP servers {a.name!r} and {b.name!r} "
                     f"would give clashing tool names (prefixes {pa!r} and {pb!r}); give one "
-                    "of them another name or prefix="
+                    "of them another name or prefix=",
+                    definition=definition,
+                    name=pb,
+                    server=b.name,
                 )
     for server in servers:
         clash = sorted(n for n in taken if server.remote_name(n) is not None)
         if clash:
-            raise ValueError(
+            raise NameClashError(
                 f"loop definition {definition!r}: the tool names {clash} start with the "
                 f"prefix {server.tool_prefix!r} of MCP server {server.name!r}; rename them "
-                "or give the server another prefix="
+                "or give the server another prefix=",
+                definition=definition,
+                name=clash[0],
+                server=server.name,
             )
 
 

@@ -33,6 +33,7 @@ from loopruntime import (
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
 from loopruntime.notices import DENIED_RESULT
+from loopruntime.toolsets import McpServer
 from session import Session
 from session.replay import check
 from tests.support.loops import events_of, records
@@ -149,6 +150,39 @@ async def test_an_mcp_listing_whose_names_clash_refuses_the_start(tmp_path: Path
     err = caught.value
     assert (err.definition, err.name, err.server) == ("m", "raw__ok", "raw")
     assert "MCP server 'raw'" in str(err) and "another of its own tools" in str(err)
+
+
+@tool(permission="allow", name="raw__ok")
+async def registered_ok(ctx: ToolContext) -> str:
+    """A registry tool named under the raw server's prefix."""
+    return "registered"
+
+
+@pytest.mark.parametrize(
+    ("options", "name", "server", "said"),
+    [
+        # ``replace_tools`` may offer a registry tool: a listed tool of its
+        # name would shadow it.
+        ({"tool_registry": [registered_ok]}, "raw__ok", "raw", "start with the prefix 'raw__'"),
+        ({"tools": [registered_ok]}, "raw__ok", "raw", "start with the prefix 'raw__'"),
+        (
+            {"toolsets": [McpServer.stdio("x", name="twin", prefix="raw__")]},
+            "raw__",
+            "twin",
+            "MCP servers 'raw' and 'twin' would give clashing tool names",
+        ),
+    ],
+)
+def test_names_under_a_servers_prefix_are_refused_when_made(
+    tmp_path: Path, options: dict[str, Any], name: str, server: str, said: str
+) -> None:
+    raw = raw_server(tmp_path / "calls")
+    options = {**options, "toolsets": [raw, *options.get("toolsets", [])]}
+    with pytest.raises(NameClashError) as caught:
+        LoopDefinition(name="m", model=ScriptedModel([]), **options)
+    err = caught.value
+    assert (err.definition, err.name, err.server, err.rule) == ("m", name, server, "name_clash")
+    assert said in str(err) and "'m'" in str(err)
 
 
 def test_a_tool_may_be_listed_and_registered_as_itself() -> None:

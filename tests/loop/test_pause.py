@@ -248,9 +248,10 @@ async def test_a_pause_of_an_unknown_or_stopped_loop_is_refused_and_commits_noth
         await s.wait_idle()
         [started] = await events_of(journal, "s", ChildStarted)
         head = len(await records(journal, "s"))
-        with pytest.raises(UnknownLoopError, match="has no loop 'nope'") as unknown:
-            await s.pause("nope", key="k")
-        assert (unknown.value.session, unknown.value.loop) == ("s", "nope")
+        for call in (s.pause, s.resume):
+            with pytest.raises(UnknownLoopError, match="has no loop 'nope'") as unknown:
+                await call("nope", key="k")
+            assert (unknown.value.session, unknown.value.loop) == ("s", "nope")
         for call in (s.pause, s.resume):
             with pytest.raises(LoopStoppedError, match="stopped for good") as stopped:
                 await call(started.child_loop, key="k2")
