@@ -1,11 +1,11 @@
 """SyncClient: ``Client`` as blocking calls, for threaded programs.
 
 A ``SyncClient`` holds a ``Client`` and a private event loop (trio, in a
-daemon thread, reached through an anyio blocking portal); each method hands
+daemon thread, reached with ``trio.from_thread``); each method hands
 its call to that loop and blocks until it returns.  So every rule -- the
 checks before a write, a wait's bound and what its timeout says, a stream's
 pauses -- is written once, in ``Client``, and this module only crosses
-threads.  One client is safe to share between threads: the portal takes
+threads.  One client is safe to share between threads: the loop takes
 calls from any of them.  docs/decisions.md ("Clients") says why the blocking
 twin delegates rather than repeats.
 """
@@ -19,8 +19,7 @@ from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar
 
-import anyio
-from anyio.from_thread import BlockingPortal
+import trio
 
 from journal import BlockingJournal, HostInfo, Record
 from journal import inbox as ib
@@ -41,19 +40,22 @@ _OPENER = "with open_sync_client(url) as client:"
 class _LoopThread:
     """A trio run in a daemon thread that runs the coroutines handed to it.
 
-    Daemon: a program that forgets ``close()`` still exits (the journal's
-    connections end with the process), where a worker thread the
-    interpreter joins at exit would hang it."""
+    Calls cross with ``trio.from_thread.run`` and the run's token: the
+    crossing trio itself offers, cheaper than a portal's task group (the
+    figures are in benchmarks/README.md).  Daemon: a program that forgets
+    ``close()`` still exits (the journal's connections end with the
+    process), where a worker thread the interpreter joins at exit would
+    hang it."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         started = threading.Event()
-        self._portal: BlockingPortal | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
         self._failure: BaseException | None = None
 
         def main() -> None:
             try:
-                anyio.run(self._serve, started, backend="trio")
+                trio.run(self._serve, started)
             except BaseException as exc:  # reported to the opener below
                 self._failure = exc
             finally:
@@ -62,28 +64,44 @@ class _LoopThread:
         self._thread = threading.Thread(target=main, name="loopruntime-sync-client", daemon=True)
         self._thread.start()
         started.wait()
-        if self._portal is None:
+        if self._token is None:
             raise RuntimeError("the SyncClient's event loop did not start") from self._failure
 
     async def _serve(self, started: threading.Event) -> None:
-        async with BlockingPortal() as portal:
-            self._portal = portal
-            started.set()
-            await portal.sleep_until_stopped()
+        self._running = 0
+        self._idle = trio.Event()
+        self._stopping = trio.Event()
+        self._token = trio.lowlevel.current_trio_token()
+        started.set()
+        await self._stopping.wait()
+        # The calls still running finish first: the run's end would cancel them.
+        while self._running:
+            self._idle = trio.Event()
+            await self._idle.wait()
+
+    async def _counted(self, run: Callable[[], Awaitable[T]]) -> T:
+        self._running += 1
+        try:
+            return await run()
+        finally:
+            self._running -= 1
+            if not self._running:
+                self._idle.set()
 
     def call(self, run: Callable[[], Awaitable[T]]) -> T:
-        assert self._portal is not None
-        return self._portal.call(_awaited, run)
+        """``run()`` in the loop's thread; its result or its exception here.
+        After ``stop``, a ``RuntimeError`` (trio's ``RunFinishedError``)."""
+        assert self._token is not None
+        return trio.from_thread.run(self._counted, run, trio_token=self._token)
 
     def stop(self) -> None:
         """Stop once the calls still running returned (a closed client ends them)."""
-        assert self._portal is not None
-        self._portal.call(self._portal.stop)
+        assert self._token is not None
+        try:
+            trio.from_thread.run_sync(self._stopping.set, trio_token=self._token)
+        except trio.RunFinishedError:
+            pass  # the run already ended (it failed)
         self._thread.join()
-
-
-async def _awaited(run: Callable[[], Awaitable[T]]) -> T:
-    return await run()
 
 
 class _End:
