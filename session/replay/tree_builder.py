@@ -838,10 +838,18 @@ def build_tree(session_id: str, records: Iterable[Record]) -> Tree:
     unified model is named from (``build_unified``).
 
     Records must be one session's, in seq order (a prefix is fine: open runs
-    and gates show as open).  The caller owns the returned tree."""
+    and gates show as open); any other is a ``ValueError`` naming the first
+    record that is not, since a tree folded from them would be wrong, quietly.
+    The caller owns the returned tree."""
     fold = TreeFold(session_id)
     seen: list[Record] = []
+    last = 0
     for r in records:
+        if r.session != session_id:
+            raise ValueError(f"record seq {r.seq} is of session {r.session}, not {session_id}")
+        if r.seq <= last:
+            raise ValueError(f"records must be in ascending seq order: seq {r.seq} after {last}")
+        last = r.seq
         fold.feed(r)
         seen.append(r)
     tree = fold.tree()

@@ -545,18 +545,6 @@ class _Assembler(NodeTable):
         )
 
 
-def _check_records(session_id: str, records: list[Record]) -> None:
-    """One session's records in seq order, or a ``ValueError`` naming the first
-    that is not: a document folded from anything else would be wrong, quietly."""
-    last = 0
-    for r in records:
-        if r.session != session_id:
-            raise ValueError(f"record seq {r.seq} is of session {r.session}, not {session_id}")
-        if r.seq <= last:
-            raise ValueError(f"records must be in ascending seq order: seq {r.seq} after {last}")
-        last = r.seq
-
-
 def build_unified(
     session_id: str,
     records: Iterable[Record],
@@ -576,8 +564,7 @@ def build_unified(
             f"content_limit must be a whole number of bytes >= 0, not {content_limit!r}"
         )
     seen = list(records)
-    _check_records(session_id, seen)
-    tree = build_tree(session_id, seen)
+    tree = build_tree(session_id, seen)  # refuses another session's records, or disorder
     facts = read_facts(seen)
     calls = read_call_inputs(seen, facts.reminders)
     assembler = _Assembler(tree, facts, calls, content_limit, omit_content)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from journal import Draft, Record, open_journal
 from journal.content import Message, Text
@@ -307,3 +308,17 @@ async def test_cancels_and_retries() -> None:
         "in2": ("consumed", "run:main:2"),
         "in3": ("cancelled", None),
     }
+
+
+async def test_records_out_of_order_or_of_another_session_are_refused() -> None:
+    """A tree folded from another session's records, or out of seq order, would
+    be wrong without a word: it is a ValueError naming the first such record."""
+    records = await records_of(good_turn())
+    stranger = msgspec.structs.replace(records[3], session="ses_other")
+    for bad, why in (
+        (records[::-1], "ascending"),
+        ([*records[:3], records[2], *records[3:]], "ascending"),
+        ([*records[:3], stranger, *records[4:]], "ses_other"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            build_tree(SESSION, bad)
