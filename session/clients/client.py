@@ -377,6 +377,9 @@ class Client:
         """Every argument checked (the command was built and checked by the
         caller), then the one write."""
         session_id = check_id("session id", session_id)
+        loop = getattr(command, "loop", None)
+        if loop is not None:  # None: the session's main loop
+            check_id("loop id", loop)
         key, command = check_key(key), with_principal(command, principal)
         return await _put_checked(self._open(), session_id, key, command, None)
 

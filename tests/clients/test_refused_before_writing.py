@@ -79,6 +79,19 @@ async def test_the_async_client_refuses_empty_input(text: str) -> None:
         assert await journal.entry(sid, "m1") is None
 
 
+@pytest.mark.parametrize("loop", ["", 7])
+async def test_a_loop_id_that_is_no_name_is_refused_before_writing(loop: object) -> None:
+    async with open_journal("memory:") as journal:
+        client = Client(journal)
+        sid = await client.create("counter", key="c")
+        for send in (client.pause, client.resume):
+            with pytest.raises(ValueError, match="loop id"):
+                await send(sid, key="p", loop=loop)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="loop id"):
+            await client.submit(sid, "hi", key="p", loop=loop)  # type: ignore[arg-type]
+        assert await journal.entry(sid, "p") is None
+
+
 def test_the_sync_client_refuses_empty_input(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'journal.db'}"
     with SyncClient.open(url) as client:
