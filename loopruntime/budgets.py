@@ -16,6 +16,8 @@ within the turn that started it, that turn.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from journal.events import Event, Notice, SteerApplied, SteerQueued
 
 from .ids import new_id
@@ -46,17 +48,19 @@ def remaining(limits: Limits, state: LoopState, session_tokens: int) -> int | No
     return min(bounds) if bounds else None
 
 
-def exhausted(limits: Limits, state: LoopState, session_tokens: int) -> str | None:
-    """Which budget the loop has reached, in words (None: none)."""
+def exhausted(limits: Limits, state: LoopState, session_tokens: Callable[[], int]) -> str | None:
+    """Which budget the loop has reached, in words (None: none).
+    ``session_tokens`` sums every loop's spend, so it is asked only when a
+    session budget is set: this runs before every model call."""
     turn, session = limits.max_turn_tokens, limits.max_session_tokens
     if turn is not None and state.turn_tokens >= turn:
         return (
             f"this turn spent {state.turn_tokens} tokens of its budget of {turn} "
             "(Limits.max_turn_tokens)"
         )
-    if session is not None and session_tokens >= session:
+    if session is not None and (spent := session_tokens()) >= session:
         return (
-            f"the session spent {session_tokens} tokens of its budget of {session} "
+            f"the session spent {spent} tokens of its budget of {session} "
             "(Limits.max_session_tokens)"
         )
     allowance = state.parent.token_allowance if state.parent is not None else None

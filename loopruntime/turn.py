@@ -389,7 +389,7 @@ class TurnRunner:
         # ``pause_turn`` continuation too) counts against the budget.
         if state.turn_model_calls >= resolved.limits.max_model_calls_per_turn:
             await self.end("limit", kind="limit", code="limit.model_calls")
-        spent = budgets.exhausted(resolved.limits, state, loop.session_tokens())
+        spent = budgets.exhausted(resolved.limits, state, loop.session_tokens)
         if spent is not None:
             await self.end(
                 "limit",
