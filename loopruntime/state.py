@@ -21,52 +21,20 @@ from typing import Any, assert_never
 
 import msgspec
 
+from journal import events as ev
 from journal.content import Message, Piece, ResultBlock, Text, ToolResult, ToolUse, Usage
 from journal.events import (
-    ChildFinished,
-    ChildStarted,
     CommandKeyed,
-    CompactionCommitted,
-    CompactionRejected,
-    CompactionStarted,
     ContextMeasured,
-    DeadlinePassed,
-    GateCancelled,
     GateOpened,
-    GateResolved,
-    GateReviewed,
-    HookDecided,
-    InputCancelled,
-    InputQueued,
     LoopConfig,
-    LoopConfigured,
-    LoopInferenceChanged,
-    LoopModeChanged,
-    LoopPaused,
-    LoopReconfigured,
-    LoopResumed,
-    LoopStarted,
-    LoopStopped,
-    LoopToolsReplaced,
-    ModelCallFailed,
     ModelCallStarted,
     ModelMessageCommitted,
     ModelOutput,
-    Notice,
     Outcome,
     Provenance,
-    SessionLevelEvent,
-    SteerApplied,
-    SteerQueued,
-    ToolAbandoned,
     ToolCompleted,
-    ToolProgress,
-    ToolResolved,
-    ToolsLoaded,
     ToolStarted,
-    TurnEnded,
-    TurnRejected,
-    TurnStarted,
 )
 from journal.record import Record
 
@@ -471,7 +439,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
         return state
     match event:
         # The most frequent of the other kinds first.
-        case InputQueued():
+        case ev.InputQueued():
             state.queued = own_list(state.queued)
             state.queued.append(
                 QueuedInput(
@@ -481,7 +449,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
                     record=record.id,
                 )
             )
-        case TurnStarted():
+        case ev.TurnStarted():
             if state.turn_open:
                 raise FoldError(record.seq, "a turn started while another was open")
             taken = set(event.input_ids)
@@ -499,7 +467,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
             state.turn_tokens = 0
             state.hooks_step = -1
             state.history_seq = record.seq
-        case TurnEnded():
+        case ev.TurnEnded():
             state.turn_open = False
             if state.configured is not None:
                 # A choice or mode change made during the turn holds from now.
@@ -510,50 +478,50 @@ def fold(state: LoopState, record: Record) -> LoopState:
             failed = event.outcome != "completed"
             state.last_failure = event.detail if failed else ""
             state.last_failure_code = (event.code or "") if failed else ""
-        case LoopStarted():
+        case ev.LoopStarted():
             state.loop = record.loop
             state.definition = event.definition
             state.model = event.model
             state.mode = event.mode
             state.parent = event.parent
-        case LoopModeChanged():
+        case ev.LoopModeChanged():
             state.mode = event.mode
             if state.configured is not None and not state.turn_open:
                 state.model = _model_in_use(state, state.configured)
-        case LoopConfigured() | LoopReconfigured():
+        case ev.LoopConfigured() | ev.LoopReconfigured():
             state.configured = event.config
             state.prompts = prompts = own_list(state.prompts)
             prompts.extend(d for d in event.prompts if d not in prompts)
             state.model = _model_in_use(state, event.config)
-        case LoopInferenceChanged():
+        case ev.LoopInferenceChanged():
             state.chosen_model = event.model
             state.chosen_max_tokens = event.max_tokens
             if state.configured is not None and not state.turn_open:
                 state.model = _model_in_use(state, state.configured)
-        case LoopToolsReplaced():
+        case ev.LoopToolsReplaced():
             state.chosen_tools = list(event.tools) if event.tools is not None else None
-        case ToolsLoaded():
+        case ev.ToolsLoaded():
             state.loaded = loaded = own_list(state.loaded)
             loaded.extend(t for t in event.tools if t not in loaded)
-        case LoopStopped():
+        case ev.LoopStopped():
             state.stopped = True
-        case LoopPaused():
+        case ev.LoopPaused():
             state.paused = True
-        case LoopResumed():
+        case ev.LoopResumed():
             state.paused = False
-        case InputCancelled():
+        case ev.InputCancelled():
             state.queued = [q for q in state.queued if q.input_id != event.input_id] or NO_LIST
-        case SteerQueued():
+        case ev.SteerQueued():
             state.steering = own_list(state.steering)
             state.steering.append(
                 QueuedSteer(steer_id=event.steer_id, text=event.text, record=record.id)
             )
-        case SteerApplied():
+        case ev.SteerApplied():
             _apply_steering(state, event.steer_ids)
             state.history_seq = record.seq
-        case ModelCallFailed():
+        case ev.ModelCallFailed():
             pass
-        case ToolAbandoned():
+        case ev.ToolAbandoned():
             started = state.running.pop(event.execution_id, None)
             if event.reason == "interrupted":
                 _answer(state, event.tool_use_id, (Text(text=INTERRUPTED_TOOL_RESULT),), True)
@@ -561,12 +529,12 @@ def fold(state: LoopState, record: Record) -> LoopState:
             elif started is not None:
                 state.unknown = own_dict(state.unknown)
                 state.unknown[event.execution_id] = started
-        case ToolResolved():
+        case ev.ToolResolved():
             state.unknown.pop(event.execution_id, None)
             state.running.pop(event.execution_id, None)
             _answer(state, event.tool_use_id, event.content, event.is_error)
             state.history_seq = record.seq
-        case DeadlinePassed():
+        case ev.DeadlinePassed():
             # A replay-safe call runs again under the same execution id: its
             # next attempt is counted, so a restore keeps the retry budget.
             if event.action == "retried" and event.ref in state.running:
@@ -574,10 +542,10 @@ def fold(state: LoopState, record: Record) -> LoopState:
                 state.running[event.ref] = msgspec.structs.replace(
                     started, attempt=event.attempt + 1
                 )
-        case GateOpened():
+        case ev.GateOpened():
             state.gates = own_dict(state.gates)
             state.gates[event.gate_id] = event
-        case GateResolved():
+        case ev.GateResolved():
             gate = state.gates.pop(event.gate_id, None)
             if gate is not None and event.kind == "permission" and gate.tool_use_id:
                 state.decided = own_dict(state.decided)
@@ -591,13 +559,13 @@ def fold(state: LoopState, record: Record) -> LoopState:
             ):
                 state.grants = own_list(state.grants)
                 state.grants.append(gate.tool_name)
-        case GateCancelled():
+        case ev.GateCancelled():
             state.gates.pop(event.gate_id, None)
-        case GateReviewed():
+        case ev.GateReviewed():
             if event.verdict != "ask" and event.tool_use_id in state.tool_uses:
                 state.decided = own_dict(state.decided)
                 state.decided[event.tool_use_id] = event.verdict == "allow"
-        case HookDecided():
+        case ev.HookDecided():
             if event.action == "context":
                 state.messages.append(
                     Message(role="user", blocks=(Text(text=event.text),), synthetic=True)
@@ -607,13 +575,13 @@ def fold(state: LoopState, record: Record) -> LoopState:
             elif event.action == "rewrite" and event.input is not None:
                 _rewrite(state, event.tool_use_id, event.input)
                 state.history_seq = record.seq
-        case CompactionStarted():
+        case ev.CompactionStarted():
             state.compacting = event.attempt_id
             if state.requested_compactions:
                 state.requested_compactions = tuple(
                     r for r in state.requested_compactions if r[0] != event.attempt_id
                 )
-        case CompactionCommitted():
+        case ev.CompactionCommitted():
             retained = (
                 state.messages[len(state.messages) - event.retained :] if event.retained else []
             )
@@ -621,9 +589,9 @@ def fold(state: LoopState, record: Record) -> LoopState:
             state.compacting = None
             state.compactions += 1
             state.history_seq = record.seq
-        case CompactionRejected():
+        case ev.CompactionRejected():
             state.compacting = None
-        case ChildStarted():
+        case ev.ChildStarted():
             state.children = own_dict(state.children)
             state.children[event.child_loop] = ChildState(
                 child_loop=event.child_loop,
@@ -631,7 +599,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
                 provenance=event.provenance,
                 background=event.background,
             )
-        case ChildFinished():
+        case ev.ChildFinished():
             child = state.children.get(event.child_loop)
             if child is not None:
                 child.status = "rejected" if event.rejected else event.status
@@ -641,7 +609,7 @@ def fold(state: LoopState, record: Record) -> LoopState:
                 # A child draws from the turn that started it (a background
                 # child finishing after that turn counts toward the session only).
                 state.turn_tokens += event.tokens
-        case Notice():
+        case ev.Notice():
             if event.code == OUTPUT_REQUIRED:
                 state.turn_output_failures += 1
             # Words for the reader.  One that names the open model call closes
@@ -650,26 +618,26 @@ def fold(state: LoopState, record: Record) -> LoopState:
             if state.open_call is not None and state.open_call in event.refs:
                 state.open_call = None
                 state.open_output = NO_LIST
-        case CommandKeyed():
+        case ev.CommandKeyed():
             _remember_key(state, record, event)
-        case TurnRejected():
+        case ev.TurnRejected():
             pass  # a refusal: nothing was queued
-        case ToolProgress():
+        case ev.ToolProgress():
             pass  # words for people watching; the loop reads nothing in them
         # Found in _STEP_KINDS above; matched here for the exhaustiveness check.
-        case ModelOutput():
+        case ev.ModelOutput():
             _model_output(state, record, event)
-        case ModelCallStarted():
+        case ev.ModelCallStarted():
             _model_call_started(state, record, event)
-        case ModelMessageCommitted():
+        case ev.ModelMessageCommitted():
             _model_message(state, record, event)
-        case ContextMeasured():
+        case ev.ContextMeasured():
             _context_measured(state, record, event)
-        case ToolStarted():
+        case ev.ToolStarted():
             _tool_started(state, record, event)
-        case ToolCompleted():
+        case ev.ToolCompleted():
             _tool_completed(state, record, event)
-        case SessionLevelEvent():
+        case ev.SessionLevelEvent():
             pass  # the session's own streams (checkpoints, collaborations)
         case _:
             assert_never(event)

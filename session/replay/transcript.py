@@ -11,57 +11,8 @@ from collections.abc import Sequence
 from typing import assert_never
 
 from journal import Record
+from journal import events as ev
 from journal.content import RedactedThinking, Text, Thinking, ToolUse
-from journal.events import (
-    ChildFinished,
-    ChildStarted,
-    CollabControlled,
-    CollabEnded,
-    CollabStarted,
-    CollabTaskFinished,
-    CollabTaskStarted,
-    CollabTurn,
-    CommandKeyed,
-    CompactionCommitted,
-    CompactionRejected,
-    CompactionStarted,
-    ContextMeasured,
-    DeadlinePassed,
-    GateCancelled,
-    GateOpened,
-    GateResolved,
-    GateReviewed,
-    HookDecided,
-    InputCancelled,
-    InputQueued,
-    LoopConfigured,
-    LoopInferenceChanged,
-    LoopModeChanged,
-    LoopPaused,
-    LoopReconfigured,
-    LoopResumed,
-    LoopStarted,
-    LoopStopped,
-    LoopToolsReplaced,
-    ModelCallFailed,
-    ModelCallStarted,
-    ModelMessageCommitted,
-    ModelOutput,
-    Notice,
-    SessionCheckpoint,
-    SessionForked,
-    SteerApplied,
-    SteerQueued,
-    ToolAbandoned,
-    ToolCompleted,
-    ToolProgress,
-    ToolResolved,
-    ToolsLoaded,
-    ToolStarted,
-    TurnEnded,
-    TurnRejected,
-    TurnStarted,
-)
 
 from .text import (
     blocks_text,
@@ -92,7 +43,7 @@ class TranscriptRenderer:
     def __init__(self, *, color: bool = False) -> None:
         self.color = color
         self._depth: dict[str, int] = {}
-        self._tools: dict[str, ToolStarted] = {}
+        self._tools: dict[str, ev.ToolStarted] = {}
         self._names: dict[str, str] = {}
         """tool_use id -> tool name, from committed assistant messages."""
 
@@ -108,69 +59,69 @@ class TranscriptRenderer:
         lines: list[str] = []
         match e:
             case (
-                LoopStarted()
-                | LoopStopped()
-                | LoopPaused()
-                | LoopResumed()
-                | LoopModeChanged()
-                | LoopConfigured()
-                | LoopReconfigured()
-                | LoopInferenceChanged()
-                | LoopToolsReplaced()
-                | ToolsLoaded()
+                ev.LoopStarted()
+                | ev.LoopStopped()
+                | ev.LoopPaused()
+                | ev.LoopResumed()
+                | ev.LoopModeChanged()
+                | ev.LoopConfigured()
+                | ev.LoopReconfigured()
+                | ev.LoopInferenceChanged()
+                | ev.LoopToolsReplaced()
+                | ev.ToolsLoaded()
             ):
                 self._loop_lines(r, e, prefix, lines)
             case (
-                InputQueued()
-                | InputCancelled()
-                | SteerQueued()
-                | SteerApplied()
-                | CommandKeyed()
-                | TurnRejected()
-                | TurnStarted()
-                | TurnEnded()
+                ev.InputQueued()
+                | ev.InputCancelled()
+                | ev.SteerQueued()
+                | ev.SteerApplied()
+                | ev.CommandKeyed()
+                | ev.TurnRejected()
+                | ev.TurnStarted()
+                | ev.TurnEnded()
             ):
                 self._input_lines(r, e, prefix, lines)
             case (
-                ModelMessageCommitted()
-                | ModelCallFailed()
-                | ToolStarted()
-                | ToolCompleted()
-                | ToolProgress()
-                | ToolAbandoned()
-                | ToolResolved()
-                | DeadlinePassed()
+                ev.ModelMessageCommitted()
+                | ev.ModelCallFailed()
+                | ev.ToolStarted()
+                | ev.ToolCompleted()
+                | ev.ToolProgress()
+                | ev.ToolAbandoned()
+                | ev.ToolResolved()
+                | ev.DeadlinePassed()
             ):
                 self._call_lines(r, e, prefix, lines)
             case (
-                GateOpened()
-                | GateResolved()
-                | GateCancelled()
-                | GateReviewed()
-                | HookDecided()
-                | Notice()
+                ev.GateOpened()
+                | ev.GateResolved()
+                | ev.GateCancelled()
+                | ev.GateReviewed()
+                | ev.HookDecided()
+                | ev.Notice()
             ):
                 self._gate_lines(r, e, prefix, lines)
             case (
-                SessionCheckpoint()
-                | SessionForked()
-                | CompactionStarted()
-                | CompactionCommitted()
-                | CompactionRejected()
-                | ChildStarted()
-                | ChildFinished()
+                ev.SessionCheckpoint()
+                | ev.SessionForked()
+                | ev.CompactionStarted()
+                | ev.CompactionCommitted()
+                | ev.CompactionRejected()
+                | ev.ChildStarted()
+                | ev.ChildFinished()
             ):
                 self._session_lines(r, e, prefix, lines)
             case (
-                CollabStarted()
-                | CollabTurn()
-                | CollabTaskStarted()
-                | CollabTaskFinished()
-                | CollabControlled()
-                | CollabEnded()
+                ev.CollabStarted()
+                | ev.CollabTurn()
+                | ev.CollabTaskStarted()
+                | ev.CollabTaskFinished()
+                | ev.CollabControlled()
+                | ev.CollabEnded()
             ):
                 self._collab_lines(r, e, prefix, lines)
-            case ModelCallStarted() | ModelOutput() | ContextMeasured():
+            case ev.ModelCallStarted() | ev.ModelOutput() | ev.ContextMeasured():
                 pass  # the committed message is what the transcript shows
             case _:
                 assert_never(e)
@@ -179,23 +130,23 @@ class TranscriptRenderer:
     def _loop_lines(
         self,
         r: Record,
-        e: LoopStarted
-        | LoopStopped
-        | LoopPaused
-        | LoopResumed
-        | LoopModeChanged
-        | LoopConfigured
-        | LoopReconfigured
-        | LoopInferenceChanged
-        | LoopToolsReplaced
-        | ToolsLoaded,
+        e: ev.LoopStarted
+        | ev.LoopStopped
+        | ev.LoopPaused
+        | ev.LoopResumed
+        | ev.LoopModeChanged
+        | ev.LoopConfigured
+        | ev.LoopReconfigured
+        | ev.LoopInferenceChanged
+        | ev.LoopToolsReplaced
+        | ev.ToolsLoaded,
         prefix: str,
         lines: list[str],
     ) -> None:
         """A loop starting, stopping, and changing how it runs."""
         paint = self.paint
         match e:
-            case LoopStarted():
+            case ev.LoopStarted():
                 parent = f", child of {e.parent.parent_loop}" if e.parent else ""
                 lines.append(
                     prefix
@@ -205,21 +156,21 @@ class TranscriptRenderer:
                         + _by(e.principal),
                     )
                 )
-            case LoopStopped():
+            case ev.LoopStopped():
                 lines.append(prefix + paint("dim", f"loop {r.loop} stopped ({e.reason})"))
-            case LoopPaused():
+            case ev.LoopPaused():
                 lines.append(prefix + paint("notice", f"⏸ loop {r.loop} paused{_by(e.principal)}"))
-            case LoopResumed():
+            case ev.LoopResumed():
                 lines.append(prefix + paint("notice", f"▶ loop {r.loop} resumed{_by(e.principal)}"))
-            case LoopModeChanged():
+            case ev.LoopModeChanged():
                 lines.append(prefix + paint("dim", f"(mode: {e.mode}{_by(e.principal)})"))
-            case LoopConfigured():
+            case ev.LoopConfigured():
                 lines.append(prefix + paint("dim", f"(configured: {config_text(e)})"))
                 lines += self._prompts(prefix, e.prompts)
-            case LoopReconfigured():
+            case ev.LoopReconfigured():
                 lines.append(prefix + paint("notice", f"⟳ definition changed: {config_text(e)}"))
                 lines += self._prompts(prefix, e.prompts)
-            case LoopInferenceChanged() | LoopToolsReplaced() | ToolsLoaded():
+            case ev.LoopInferenceChanged() | ev.LoopToolsReplaced() | ev.ToolsLoaded():
                 lines.append(prefix + paint("dim", f"({config_text(e)})"))
             case _:
                 assert_never(e)
@@ -227,46 +178,46 @@ class TranscriptRenderer:
     def _input_lines(
         self,
         r: Record,
-        e: InputQueued
-        | InputCancelled
-        | SteerQueued
-        | SteerApplied
-        | CommandKeyed
-        | TurnRejected
-        | TurnStarted
-        | TurnEnded,
+        e: ev.InputQueued
+        | ev.InputCancelled
+        | ev.SteerQueued
+        | ev.SteerApplied
+        | ev.CommandKeyed
+        | ev.TurnRejected
+        | ev.TurnStarted
+        | ev.TurnEnded,
         prefix: str,
         lines: list[str],
     ) -> None:
         """What people said and asked for, and the turns it started."""
         paint = self.paint
         match e:
-            case InputQueued():
+            case ev.InputQueued():
                 who = ("user" if e.trigger == "external" else e.trigger) + _by(e.principal)
                 for m in e.messages:
                     mark = " (synthetic)" if m.synthetic else ""
                     lines.append(prefix + paint("user", f"{who}{mark}: ") + blocks_text(m.blocks))
-            case InputCancelled():
+            case ev.InputCancelled():
                 lines.append(
                     prefix
                     + paint("dim", f"(input {e.input_id} cancelled: {e.reason}{_by(e.principal)})")
                 )
-            case SteerQueued():
+            case ev.SteerQueued():
                 lines.append(prefix + paint("user", f"steer{_by(e.principal)}: ") + e.text)
-            case SteerApplied():
+            case ev.SteerApplied():
                 lines.append(prefix + paint("dim", f"(steering applied: {len(e.steer_ids)})"))
-            case CommandKeyed():
+            case ev.CommandKeyed():
                 lines.append(
                     prefix + paint("dim", f"({e.command}, key {e.key!r}{_by(e.principal)})")
                 )
-            case TurnRejected():
+            case ev.TurnRejected():
                 lines.append(
                     prefix
                     + paint("notice", f"input {e.input_id}{_by(e.principal)} refused ({e.reason})")
                 )
-            case TurnStarted():
+            case ev.TurnStarted():
                 lines.append(prefix + paint("dim", f"── turn {e.turn} ──"))
-            case TurnEnded():
+            case ev.TurnEnded():
                 why = f" ({e.code})" if e.code else (" (direct)" if e.direct else "")
                 who = f" by {e.principal}" if e.principal is not None else ""
                 lines.append(prefix + paint("dim", f"── turn {e.turn} {e.outcome}{who}{why} ──"))
@@ -276,25 +227,25 @@ class TranscriptRenderer:
     def _call_lines(
         self,
         r: Record,
-        e: ModelMessageCommitted
-        | ModelCallFailed
-        | ToolStarted
-        | ToolCompleted
-        | ToolProgress
-        | ToolAbandoned
-        | ToolResolved
-        | DeadlinePassed,
+        e: ev.ModelMessageCommitted
+        | ev.ModelCallFailed
+        | ev.ToolStarted
+        | ev.ToolCompleted
+        | ev.ToolProgress
+        | ev.ToolAbandoned
+        | ev.ToolResolved
+        | ev.DeadlinePassed,
         prefix: str,
         lines: list[str],
     ) -> None:
         """The model's replies and failures, and the tool calls with their outcomes."""
         paint = self.paint
         match e:
-            case ModelMessageCommitted():
+            case ev.ModelMessageCommitted():
                 lines.extend(self._message(prefix, e))
-            case ModelCallFailed():
+            case ev.ModelCallFailed():
                 lines.append(prefix + paint("notice", f"model call failed: {e.code} {e.detail}"))
-            case ToolStarted():
+            case ev.ToolStarted():
                 self._tools[e.execution_id] = e
                 lines.append(
                     prefix
@@ -302,7 +253,7 @@ class TranscriptRenderer:
                     + short(e.input)
                     + paint("dim", f"  [{e.execution_id}]")
                 )
-            case ToolCompleted():
+            case ev.ToolCompleted():
                 started = self._tools.get(e.execution_id)
                 name = started.name if started else self._names.get(e.tool_use_id, "call")
                 took = f", {e.duration_ns / 1e6:.0f} ms" if e.duration_ns else ""
@@ -312,17 +263,17 @@ class TranscriptRenderer:
                     + paint("tool", f"← {name} ({e.disposition}{took}{cut}): ")
                     + short(blocks_text(e.content))
                 )
-            case ToolProgress():
+            case ev.ToolProgress():
                 started = self._tools.get(e.execution_id)
                 name = started.name if started else self._names.get(e.tool_use_id, "call")
                 done = f" {e.fraction:.0%}" if e.fraction is not None else ""
                 lines.append(prefix + paint("dim", f"… {name}{done}: ") + short(e.message))
-            case ToolAbandoned():
+            case ev.ToolAbandoned():
                 lines.append(
                     prefix
                     + paint("notice", f"✗ {e.execution_id} abandoned ({e.reason}): outcome unknown")
                 )
-            case ToolResolved():
+            case ev.ToolResolved():
                 lines.append(
                     prefix
                     + paint(
@@ -332,7 +283,7 @@ class TranscriptRenderer:
                     )
                     + short(blocks_text(e.content))
                 )
-            case DeadlinePassed():
+            case ev.DeadlinePassed():
                 lines.append(prefix + paint("notice", deadline_text(e)))
             case _:
                 assert_never(e)
@@ -340,29 +291,34 @@ class TranscriptRenderer:
     def _gate_lines(
         self,
         r: Record,
-        e: GateOpened | GateResolved | GateCancelled | GateReviewed | HookDecided | Notice,
+        e: ev.GateOpened
+        | ev.GateResolved
+        | ev.GateCancelled
+        | ev.GateReviewed
+        | ev.HookDecided
+        | ev.Notice,
         prefix: str,
         lines: list[str],
     ) -> None:
         """Questions put to people, their answers, reviews, hooks and notices."""
         paint = self.paint
         match e:
-            case GateOpened():
+            case ev.GateOpened():
                 lines.append(prefix + paint("gate", gate_text(e)))
-            case GateResolved():
+            case ev.GateResolved():
                 by = f" by {e.principal}" if e.principal is not None else ""
                 if e.kind == "user_input":
                     lines.append(prefix + paint("gate", f"! answered{by}: {e.answer}"))
                 else:
                     verdict = "allowed" if e.allow else "denied"
                     lines.append(prefix + paint("gate", f"! {verdict}{by} ({e.scope})"))
-            case GateCancelled():
+            case ev.GateCancelled():
                 lines.append(prefix + paint("gate", f"! gate {e.gate_id} cancelled ({e.reason})"))
-            case GateReviewed():
+            case ev.GateReviewed():
                 lines.append(prefix + paint("gate", "~ " + review_text(e)))
-            case HookDecided():
+            case ev.HookDecided():
                 lines.append(prefix + paint("notice", "⚑ " + hook_text(e)))
-            case Notice():
+            case ev.Notice():
                 lines.append(prefix + paint("notice", f"notice [{e.code}]: {e.text}"))
             case _:
                 assert_never(e)
@@ -370,22 +326,22 @@ class TranscriptRenderer:
     def _session_lines(
         self,
         r: Record,
-        e: SessionCheckpoint
-        | SessionForked
-        | CompactionStarted
-        | CompactionCommitted
-        | CompactionRejected
-        | ChildStarted
-        | ChildFinished,
+        e: ev.SessionCheckpoint
+        | ev.SessionForked
+        | ev.CompactionStarted
+        | ev.CompactionCommitted
+        | ev.CompactionRejected
+        | ev.ChildStarted
+        | ev.ChildFinished,
         prefix: str,
         lines: list[str],
     ) -> None:
         """The session's own records, compactions, and child loops."""
         paint = self.paint
         match e:
-            case SessionCheckpoint():
+            case ev.SessionCheckpoint():
                 pass  # derived from the records before it; the tree lists them
-            case SessionForked():
+            case ev.SessionForked():
                 lines.append(
                     prefix
                     + paint(
@@ -394,10 +350,10 @@ class TranscriptRenderer:
                         "it goes on from the state the source had there",
                     )
                 )
-            case CompactionStarted():
+            case ev.CompactionStarted():
                 if e.principal is not None:
                     lines.append(prefix + paint("dim", f"(compaction asked by {e.principal})"))
-            case CompactionCommitted():
+            case ev.CompactionCommitted():
                 lines.append(
                     prefix
                     + paint(
@@ -405,12 +361,12 @@ class TranscriptRenderer:
                         f"══ compaction: {e.replaced} messages summarised, {e.retained} kept ══",
                     )
                 )
-            case CompactionRejected():
+            case ev.CompactionRejected():
                 lines.append(prefix + paint("dim", f"(compaction rejected: {e.reason} {e.detail})"))
-            case ChildStarted():
+            case ev.ChildStarted():
                 self._depth[e.child_loop] = self._depth.get(r.loop, 0) + 1
                 lines.append(prefix + paint("dim", f"┌ child loop {e.child_loop} ({e.definition})"))
-            case ChildFinished():
+            case ev.ChildFinished():
                 lines.append(prefix + paint("dim", f"└ child loop {e.child_loop} {e.status}"))
             case _:
                 assert_never(e)
@@ -418,25 +374,25 @@ class TranscriptRenderer:
     def _collab_lines(
         self,
         r: Record,
-        e: CollabStarted
-        | CollabTurn
-        | CollabTaskStarted
-        | CollabTaskFinished
-        | CollabControlled
-        | CollabEnded,
+        e: ev.CollabStarted
+        | ev.CollabTurn
+        | ev.CollabTaskStarted
+        | ev.CollabTaskFinished
+        | ev.CollabControlled
+        | ev.CollabEnded,
         prefix: str,
         lines: list[str],
     ) -> None:
         """A collaboration's stream."""
         paint = self.paint
         match e:
-            case CollabStarted():
+            case ev.CollabStarted():
                 lines.append(
                     prefix
                     + paint("dim", f"◆ collaboration {e.collab_id}: ")
                     + f"coordinator {e.coordinator}, workers {', '.join(e.workers)}"
                 )
-            case CollabTurn():
+            case ev.CollabTurn():
                 d = e.decision
                 what = f"turn {e.number}: {d.mode}"
                 if d.tasks:
@@ -444,15 +400,15 @@ class TranscriptRenderer:
                 if d.controls:
                     what += "; " + ", ".join(f"{c.kind} {c.key}" for c in d.controls)
                 lines.append(prefix + paint("dim", "◆ ") + what)
-            case CollabTaskStarted():
+            case ev.CollabTaskStarted():
                 lines.append(prefix + paint("tool", f"◆ task {e.key} started on {e.child_loop}"))
-            case CollabTaskFinished():
+            case ev.CollabTaskFinished():
                 lines.append(
                     prefix + paint("tool", f"◆ task {e.key} {e.status}: ") + short(e.output)
                 )
-            case CollabControlled():
+            case ev.CollabControlled():
                 lines.append(prefix + paint("dim", f"◆ {e.kind} {e.key}: {e.receipt}"))
-            case CollabEnded():
+            case ev.CollabEnded():
                 why = f" ({e.code})" if e.code else ""
                 lines.append(
                     prefix + paint("dim", f"◆ collaboration {e.status}{why}: ") + short(e.output)
@@ -467,7 +423,7 @@ class TranscriptRenderer:
             for d, text in prompts.items()
         ]
 
-    def _message(self, prefix: str, e: ModelMessageCommitted) -> list[str]:
+    def _message(self, prefix: str, e: ev.ModelMessageCommitted) -> list[str]:
         paint = self.paint
         out: list[str] = []
         blocks = list(e.message.blocks)

@@ -16,58 +16,8 @@ from collections.abc import Iterable
 from typing import Any, Literal, assert_never
 
 from journal import JournalError, Record
+from journal import events as ev
 from journal.content import Thinking, ToolUse
-from journal.events import (
-    CHECKPOINT_STREAM,
-    ChildFinished,
-    ChildStarted,
-    CollabControlled,
-    CollabEnded,
-    CollabStarted,
-    CollabTaskFinished,
-    CollabTaskStarted,
-    CollabTurn,
-    CommandKeyed,
-    CompactionCommitted,
-    CompactionRejected,
-    CompactionStarted,
-    ContextMeasured,
-    DeadlinePassed,
-    GateCancelled,
-    GateOpened,
-    GateResolved,
-    GateReviewed,
-    HookDecided,
-    InputCancelled,
-    InputQueued,
-    LoopConfigured,
-    LoopInferenceChanged,
-    LoopModeChanged,
-    LoopPaused,
-    LoopReconfigured,
-    LoopResumed,
-    LoopStarted,
-    LoopStopped,
-    LoopToolsReplaced,
-    ModelCallFailed,
-    ModelCallStarted,
-    ModelMessageCommitted,
-    ModelOutput,
-    Notice,
-    SessionCheckpoint,
-    SessionForked,
-    SteerApplied,
-    SteerQueued,
-    ToolAbandoned,
-    ToolCompleted,
-    ToolProgress,
-    ToolResolved,
-    ToolsLoaded,
-    ToolStarted,
-    TurnEnded,
-    TurnRejected,
-    TurnStarted,
-)
 from loopruntime import LoopState, fold
 from loopruntime.host import FoldError, copy_state
 
@@ -142,7 +92,7 @@ class _StreamBuilder:
             Relation(kind=kind, source=source, target=target, quality=quality, via=via)
         )
 
-    def notice(self, r: Record, e: Notice) -> None:
+    def notice(self, r: Record, e: ev.Notice) -> None:
         node = NoticeNode(
             id=f"notice:{r.seq}", seq=r.seq, code=e.code, text=e.text, refs=list(e.refs)
         )
@@ -166,31 +116,31 @@ class _StreamBuilder:
         if self.run is not None:
             self.run.last_seq = r.seq
         match e:
-            case ModelCallStarted() if self.run is None:
+            case ev.ModelCallStarted() if self.run is None:
                 return  # a call outside any run: kept out of the tree and of its fold
             case (
-                LoopStarted()
-                | LoopConfigured()
-                | LoopReconfigured()
-                | LoopInferenceChanged()
-                | LoopToolsReplaced()
-                | ToolsLoaded()
+                ev.LoopStarted()
+                | ev.LoopConfigured()
+                | ev.LoopReconfigured()
+                | ev.LoopInferenceChanged()
+                | ev.LoopToolsReplaced()
+                | ev.ToolsLoaded()
             ):
                 self._loop_config(r, e)
-            case InputQueued() | InputCancelled() | SteerQueued() | SteerApplied():
+            case ev.InputQueued() | ev.InputCancelled() | ev.SteerQueued() | ev.SteerApplied():
                 self._input(r, e)
             case (
-                TurnStarted()
-                | TurnEnded()
-                | ModelCallStarted()
-                | ModelOutput()
-                | ModelCallFailed()
-                | ModelMessageCommitted()
+                ev.TurnStarted()
+                | ev.TurnEnded()
+                | ev.ModelCallStarted()
+                | ev.ModelOutput()
+                | ev.ModelCallFailed()
+                | ev.ModelMessageCommitted()
             ):
                 self._run_step(r, e)
-            case ToolStarted() | ToolCompleted() | ToolAbandoned() | ToolResolved():
+            case ev.ToolStarted() | ev.ToolCompleted() | ev.ToolAbandoned() | ev.ToolResolved():
                 self._tool_call(r, e)
-            case ToolProgress():
+            case ev.ToolProgress():
                 found = self.by_execution.get(e.execution_id)
                 if found is not None:
                     found.progress.append(
@@ -200,39 +150,39 @@ class _StreamBuilder:
                     )
                     found.seqs.append(r.seq)
                     found.last_seq = r.seq
-            case GateOpened() | GateResolved() | GateCancelled():
+            case ev.GateOpened() | ev.GateResolved() | ev.GateCancelled():
                 self._gate(r, e)
             case (
-                CompactionStarted()
-                | CompactionCommitted()
-                | ChildStarted()
-                | ChildFinished()
-                | Notice()
-                | DeadlinePassed()
-                | HookDecided()
-                | GateReviewed()
+                ev.CompactionStarted()
+                | ev.CompactionCommitted()
+                | ev.ChildStarted()
+                | ev.ChildFinished()
+                | ev.Notice()
+                | ev.DeadlinePassed()
+                | ev.HookDecided()
+                | ev.GateReviewed()
             ):
                 self._marker(r, e)
             case (
-                LoopModeChanged()
-                | LoopPaused()
-                | LoopResumed()
-                | LoopStopped()
-                | ContextMeasured()
-                | CompactionRejected()
+                ev.LoopModeChanged()
+                | ev.LoopPaused()
+                | ev.LoopResumed()
+                | ev.LoopStopped()
+                | ev.ContextMeasured()
+                | ev.CompactionRejected()
             ):
                 pass  # nothing the tree draws (the transcript shows a pause)
-            case SessionCheckpoint() | SessionForked():
+            case ev.SessionCheckpoint() | ev.SessionForked():
                 pass  # _TreeBuilder keeps the session's own records out of the streams
-            case CommandKeyed() | TurnRejected():
+            case ev.CommandKeyed() | ev.TurnRejected():
                 pass  # a command's bookkeeping: the records it made tell the story
             case (
-                CollabStarted()
-                | CollabTurn()
-                | CollabTaskStarted()
-                | CollabTaskFinished()
-                | CollabControlled()
-                | CollabEnded()
+                ev.CollabStarted()
+                | ev.CollabTurn()
+                | ev.CollabTaskStarted()
+                | ev.CollabTaskFinished()
+                | ev.CollabControlled()
+                | ev.CollabEnded()
             ):
                 pass  # the collaboration's own stream carries no turns or steps
             case _:
@@ -247,26 +197,26 @@ class _StreamBuilder:
     def _loop_config(
         self,
         r: Record,
-        e: LoopStarted
-        | LoopConfigured
-        | LoopReconfigured
-        | LoopInferenceChanged
-        | LoopToolsReplaced
-        | ToolsLoaded,
+        e: ev.LoopStarted
+        | ev.LoopConfigured
+        | ev.LoopReconfigured
+        | ev.LoopInferenceChanged
+        | ev.LoopToolsReplaced
+        | ev.ToolsLoaded,
     ) -> None:
         """Who the loop is, and the configuration changes of its epoch."""
         s = self.stream
         match e:
-            case LoopStarted():
+            case ev.LoopStarted():
                 s.definition, s.model = e.definition, e.model
                 if e.parent is not None:
                     s.parent_loop, s.parent_execution = e.parent.parent_loop, e.parent.execution_id
             case (
-                LoopConfigured()
-                | LoopReconfigured()
-                | LoopInferenceChanged()
-                | LoopToolsReplaced()
-                | ToolsLoaded()
+                ev.LoopConfigured()
+                | ev.LoopReconfigured()
+                | ev.LoopInferenceChanged()
+                | ev.LoopToolsReplaced()
+                | ev.ToolsLoaded()
             ):
                 kind = type(e).__struct_config__.tag
                 assert isinstance(kind, str)
@@ -277,12 +227,12 @@ class _StreamBuilder:
                 assert_never(e)
 
     def _input(
-        self, r: Record, e: InputQueued | InputCancelled | SteerQueued | SteerApplied
+        self, r: Record, e: ev.InputQueued | ev.InputCancelled | ev.SteerQueued | ev.SteerApplied
     ) -> None:
         """Inputs and steering: queued, cancelled, taken by a run."""
         s = self.stream
         match e:
-            case InputQueued():
+            case ev.InputQueued():
                 node = InputNode(
                     id=f"input:{self.loop}:{e.input_id}",
                     input_id=e.input_id,
@@ -297,7 +247,7 @@ class _StreamBuilder:
                 if e.trigger == "external" and not node.synthetic:
                     s.stats.external_inputs += 1
                 self.tree.child_report(node, e.child_loop)
-            case InputCancelled():
+            case ev.InputCancelled():
                 found = self.inputs.get(e.input_id)
                 if found is not None:
                     found.status, found.cancelled_seq, found.reason = "cancelled", r.seq, e.reason
@@ -308,9 +258,9 @@ class _StreamBuilder:
                     )
                     quality: Quality = "exact" if source == s.id else "inferred"
                     self.relate("cancels", source, found.id, quality, e.input_id)
-            case SteerQueued():
+            case ev.SteerQueued():
                 self.steers[e.steer_id] = e.text
-            case SteerApplied():
+            case ev.SteerApplied():
                 if self.run is not None:
                     self.run.steer_ids += e.steer_ids
                     self.run.steering += [self.steers.get(i, "") for i in e.steer_ids]
@@ -320,18 +270,18 @@ class _StreamBuilder:
     def _run_step(
         self,
         r: Record,
-        e: TurnStarted
-        | TurnEnded
-        | ModelCallStarted
-        | ModelOutput
-        | ModelCallFailed
-        | ModelMessageCommitted,
+        e: ev.TurnStarted
+        | ev.TurnEnded
+        | ev.ModelCallStarted
+        | ev.ModelOutput
+        | ev.ModelCallFailed
+        | ev.ModelMessageCommitted,
     ) -> None:
         """A run (a turn) and its model steps."""
         match e:
-            case TurnStarted():
+            case ev.TurnStarted():
                 self.start_run(r, e)
-            case TurnEnded():
+            case ev.TurnEnded():
                 if self.run is not None:
                     self.run.outcome, self.run.code = e.outcome, e.code
                     final = next(
@@ -341,7 +291,7 @@ class _StreamBuilder:
                         self.relate("ends_with", self.run.id, final.id, "exact", f"turn {e.turn}")
                     self.prev_run, self.run = self.run, None
                     self.last_step = None
-            case ModelCallStarted():
+            case ev.ModelCallStarted():
                 step = ModelStep(
                     id=f"step:{self.loop}:{e.turn}:m{e.step}",
                     index=e.step,
@@ -357,29 +307,29 @@ class _StreamBuilder:
                 if self.cut_call and isinstance(previous, (ModelStep, ToolStep)):
                     self.relate("retries", step.id, previous.id, "inferred", "tool call cut off")
                 self.cut_call = False
-            case ModelOutput():
+            case ev.ModelOutput():
                 found_m = self.model_steps.get(e.effect_id)
                 if found_m is not None:
                     found_m.seqs.append(r.seq)
                     found_m.last_seq = r.seq
-            case ModelCallFailed():
+            case ev.ModelCallFailed():
                 found_m = self.model_steps.get(e.effect_id)
                 if found_m is not None:
                     found_m.failed = e.code
                     found_m.seqs.append(r.seq)
                     found_m.last_seq = r.seq
-            case ModelMessageCommitted():
+            case ev.ModelMessageCommitted():
                 self.message(r, e)
             case _:
                 assert_never(e)
 
     def _tool_call(
-        self, r: Record, e: ToolStarted | ToolCompleted | ToolAbandoned | ToolResolved
+        self, r: Record, e: ev.ToolStarted | ev.ToolCompleted | ev.ToolAbandoned | ev.ToolResolved
     ) -> None:
         """A tool step: started, completed, cut short, resolved."""
         s = self.stream
         match e:
-            case ToolStarted():
+            case ev.ToolStarted():
                 step_t = self.tool_step(r, e.tool_use_id, e.name, e.input)
                 step_t.execution_id, step_t.started_seq, step_t.status = (
                     e.execution_id,
@@ -387,7 +337,7 @@ class _StreamBuilder:
                     "running",
                 )
                 self.by_execution[e.execution_id] = step_t
-            case ToolCompleted():
+            case ev.ToolCompleted():
                 step_t = self.tool_step(r, e.tool_use_id, "", {})
                 step_t.result = blocks_text(e.content)
                 step_t.status = e.disposition
@@ -400,14 +350,14 @@ class _StreamBuilder:
                 else:
                     s.stats.tool_calls += 1
                 self.cut_call = self.cut_call or "emit the call again" in step_t.result
-            case ToolAbandoned():
+            case ev.ToolAbandoned():
                 step_t = self.tool_step(r, e.tool_use_id, "", {})
                 if e.reason == "interrupted":
                     step_t.status, step_t.synthetic, step_t.is_error = "interrupted", True, True
                     s.stats.synthetic_tool_results += 1
                 else:
                     step_t.status = "unknown"
-            case ToolResolved():
+            case ev.ToolResolved():
                 step_t = self.tool_step(r, e.tool_use_id, "", {})
                 step_t.status, step_t.resolved_by = "resolved", e.by
                 step_t.result, step_t.is_error = blocks_text(e.content), e.is_error
@@ -421,11 +371,11 @@ class _StreamBuilder:
             case _:
                 assert_never(e)
 
-    def _gate(self, r: Record, e: GateOpened | GateResolved | GateCancelled) -> None:
+    def _gate(self, r: Record, e: ev.GateOpened | ev.GateResolved | ev.GateCancelled) -> None:
         """A gate: opened on its tool step, resolved or cancelled."""
         s = self.stream
         match e:
-            case GateOpened():
+            case ev.GateOpened():
                 gate = GateNode(
                     id=f"gate:{e.gate_id}",
                     gate_id=e.gate_id,
@@ -446,13 +396,13 @@ class _StreamBuilder:
                     if r.seq not in owner.seqs:
                         owner.seqs.append(r.seq)
                     owner.last_seq = r.seq
-            case GateResolved():
+            case ev.GateResolved():
                 gate_r = self.gates.get(e.gate_id)
                 if gate_r is not None:
                     gate_r.status, gate_r.closed_seq = "resolved", r.seq
                     gate_r.answer, gate_r.allow, gate_r.scope = e.answer, e.allow, e.scope
                     gate_r.answered_by = e.principal
-            case GateCancelled():
+            case ev.GateCancelled():
                 gate_r = self.gates.get(e.gate_id)
                 if gate_r is not None:
                     gate_r.status, gate_r.closed_seq, gate_r.reason = "cancelled", r.seq, e.reason
@@ -464,47 +414,47 @@ class _StreamBuilder:
     def _marker(
         self,
         r: Record,
-        e: CompactionStarted
-        | CompactionCommitted
-        | ChildStarted
-        | ChildFinished
-        | Notice
-        | DeadlinePassed
-        | HookDecided
-        | GateReviewed,
+        e: ev.CompactionStarted
+        | ev.CompactionCommitted
+        | ev.ChildStarted
+        | ev.ChildFinished
+        | ev.Notice
+        | ev.DeadlinePassed
+        | ev.HookDecided
+        | ev.GateReviewed,
     ) -> None:
         """Epochs, children, and the runtime's words (notices, deadlines, hooks,
         reviews)."""
         match e:
-            case CompactionStarted():
+            case ev.CompactionStarted():
                 self.compactions[e.attempt_id] = r.seq
-            case CompactionCommitted():
+            case ev.CompactionCommitted():
                 self.cut_epoch(r, e)
-            case ChildStarted():
+            case ev.ChildStarted():
                 self.tree.child_started(self, r, e)
-            case ChildFinished():
+            case ev.ChildFinished():
                 pass  # the unified model's notification: the tree has no node for it
-            case Notice():
+            case ev.Notice():
                 self.notice(r, e)
-            case DeadlinePassed():
+            case ev.DeadlinePassed():
                 # The runtime's word on what a deadline cut; the tool step or
                 # turn shows the consequence (unknown, failed, limit).
                 self.notice(
                     r,
-                    Notice(
+                    ev.Notice(
                         code=f"deadline.{e.deadline}",
                         text=deadline_text(e),
                         refs=(e.ref,) if e.ref else (),
                     ),
                 )
-            case HookDecided():
+            case ev.HookDecided():
                 # The host's hook on what happens; the step shows the consequence.
                 refs = tuple(x for x in (e.tool_use_id, e.execution_id) if x)
-                self.notice(r, Notice(code=f"hook.{e.action}", text=hook_text(e), refs=refs))
-            case GateReviewed():
+                self.notice(r, ev.Notice(code=f"hook.{e.action}", text=hook_text(e), refs=refs))
+            case ev.GateReviewed():
                 self.notice(
                     r,
-                    Notice(
+                    ev.Notice(
                         code=f"gate.reviewed.{e.verdict}",
                         text=review_text(e),
                         refs=(e.tool_use_id,),
@@ -519,7 +469,7 @@ class _StreamBuilder:
         own records close them), so its steps have the run they belong to."""
         if not state.turn_open:
             return
-        self.start_run(r, TurnStarted(turn=state.turn_index))
+        self.start_run(r, ev.TurnStarted(turn=state.turn_index))
         if state.open_call is not None:
             call = ModelStep(
                 id=f"step:{self.loop}:{state.turn_index}:m{state.step}",
@@ -539,7 +489,7 @@ class _StreamBuilder:
             tool.status = "unknown" if started.execution_id in unknown else "running"
             self.by_execution[started.execution_id] = tool
 
-    def start_run(self, r: Record, e: TurnStarted) -> None:
+    def start_run(self, r: Record, e: ev.TurnStarted) -> None:
         taken = [self.inputs[i] for i in e.input_ids if i in self.inputs]
         external = any(i.trigger == "external" and not i.synthetic for i in taken)
         if not external and self.talk is None and self.carried is not None:
@@ -585,7 +535,7 @@ class _StreamBuilder:
         self.run = run
         self.last_step = None
 
-    def message(self, r: Record, e: ModelMessageCommitted) -> None:
+    def message(self, r: Record, e: ev.ModelMessageCommitted) -> None:
         step = self.model_steps.get(e.effect_id)
         if step is None:
             return
@@ -635,7 +585,7 @@ class _StreamBuilder:
         step.name = step.name or name
         return step
 
-    def cut_epoch(self, r: Record, e: CompactionCommitted) -> None:
+    def cut_epoch(self, r: Record, e: ev.CompactionCommitted) -> None:
         previous = self.epoch
         index = previous.index + 1
         self.epoch = Epoch(
@@ -706,8 +656,8 @@ class _TreeBuilder:
         """A fork's starting states: its streams fold onto them."""
 
     def feed(self, r: Record) -> None:
-        if r.loop == CHECKPOINT_STREAM:
-            if r.seq == 1 and isinstance(r.event, SessionForked):
+        if r.loop == ev.CHECKPOINT_STREAM:
+            if r.seq == 1 and isinstance(r.event, ev.SessionForked):
                 self.forked_from = Lineage(session=r.event.source, seq=r.event.seq)
                 return
             if r.seq == 2 and self.forked_from is not None:
@@ -727,7 +677,7 @@ class _TreeBuilder:
                 builder.resume(r, start)
         builder.feed(r)
 
-    def child_started(self, parent: _StreamBuilder, r: Record, e: ChildStarted) -> None:
+    def child_started(self, parent: _StreamBuilder, r: Record, e: ev.ChildStarted) -> None:
         """The call that ran the delegate ``starts`` the child's stream, joined
         by the execution id of the child's provenance; a start no call of a
         run matches relates nothing (as in the unified model)."""

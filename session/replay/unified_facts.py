@@ -17,57 +17,8 @@ from typing import assert_never
 import msgspec
 
 from journal import Record
+from journal import events as ev
 from journal.content import ToolUse
-from journal.events import (
-    ChildFinished,
-    ChildStarted,
-    CollabControlled,
-    CollabEnded,
-    CollabStarted,
-    CollabTaskFinished,
-    CollabTaskStarted,
-    CollabTurn,
-    CommandKeyed,
-    CompactionCommitted,
-    CompactionRejected,
-    CompactionStarted,
-    ContextMeasured,
-    DeadlinePassed,
-    GateCancelled,
-    GateOpened,
-    GateResolved,
-    GateReviewed,
-    HookDecided,
-    InputCancelled,
-    InputQueued,
-    LoopConfigured,
-    LoopInferenceChanged,
-    LoopModeChanged,
-    LoopPaused,
-    LoopReconfigured,
-    LoopResumed,
-    LoopStarted,
-    LoopStopped,
-    LoopToolsReplaced,
-    ModelCallFailed,
-    ModelCallStarted,
-    ModelMessageCommitted,
-    ModelOutput,
-    Notice,
-    SessionCheckpoint,
-    SessionForked,
-    SteerApplied,
-    SteerQueued,
-    ToolAbandoned,
-    ToolCompleted,
-    ToolProgress,
-    ToolResolved,
-    ToolsLoaded,
-    ToolStarted,
-    TurnEnded,
-    TurnRejected,
-    TurnStarted,
-)
 
 from .text import blocks_text
 
@@ -97,11 +48,11 @@ class Facts(msgspec.Struct, kw_only=True):
     """tool_use ids whose recorded input is the redacted form."""
     reports: dict[str, str] = {}
     """input id -> the child loop it reports, as the record says."""
-    started: dict[str, list[tuple[int, ChildStarted]]] = {}
+    started: dict[str, list[tuple[int, ev.ChildStarted]]] = {}
     """child loop -> the child.started records that name it."""
-    launches: dict[str, list[tuple[int, ChildStarted]]] = {}
+    launches: dict[str, list[tuple[int, ev.ChildStarted]]] = {}
     """execution id of the delegating call -> the child.started records it made."""
-    finished: dict[str, tuple[int, ChildFinished]] = {}
+    finished: dict[str, tuple[int, ev.ChildFinished]] = {}
     finished_in: dict[str, str] = {}
     """child loop -> the loop its child.finished record is on (its parent's)."""
     failed_calls: dict[str, tuple[int, str]] = {}
@@ -113,7 +64,7 @@ class Facts(msgspec.Struct, kw_only=True):
     auxiliary: set[str] = msgspec.field(default_factory=set)
     input_seq: dict[str, int] = {}
     """input id -> the seq that cancelled it by request."""
-    injected: dict[int, HookDecided] = {}
+    injected: dict[int, ev.HookDecided] = {}
     """seq -> a hook's ``context`` decision: its text entered the model context."""
     reminders: dict[str, str] = {}
     """steer id -> its source (``RUNTIME_STEERING``): steering the runtime wrote
@@ -128,7 +79,7 @@ class Facts(msgspec.Struct, kw_only=True):
     direct: dict[tuple[str, int], tuple[str, ...]] = {}
     """(loop, turn) -> the tool_use ids whose results its ``turn.ended`` names
     as the answer (direct tools)."""
-    refused: list[tuple[str, int, TurnRejected]] = []
+    refused: list[tuple[str, int, ev.TurnRejected]] = []
     """(loop, seq, record) of every submit the runtime refused."""
     root: str = ""
     """A fork's conversation root (``session.forked.root``, else its source);
@@ -150,49 +101,49 @@ def read_facts(records: list[Record]) -> Facts:
         e = r.event
         before, previous[r.loop] = previous.get(r.loop), r
         match e:
-            case ToolStarted():
+            case ev.ToolStarted():
                 if e.input_digest:
                     f.redacted.add(e.tool_use_id)
-            case ModelMessageCommitted():
+            case ev.ModelMessageCommitted():
                 for block in e.message.blocks:
                     if isinstance(block, ToolUse):
                         f.requested.add((r.loop, block.id))
-            case ToolCompleted() | ToolResolved():
+            case ev.ToolCompleted() | ev.ToolResolved():
                 f.answers[(r.loop, e.tool_use_id)] = (r.seq, blocks_text(e.content))
-            case ToolAbandoned():
+            case ev.ToolAbandoned():
                 f.answers[(r.loop, e.tool_use_id)] = (r.seq, "")
-            case InputQueued():
+            case ev.InputQueued():
                 if e.child_loop is not None:
                     f.reports[e.input_id] = e.child_loop
-            case ChildStarted():
+            case ev.ChildStarted():
                 f.started[e.child_loop].append((r.seq, e))
                 f.launches[e.provenance.execution_id].append((r.seq, e))
-            case ChildFinished():
+            case ev.ChildFinished():
                 f.finished[e.child_loop] = (r.seq, e)
                 f.finished_in[e.child_loop] = r.loop
-            case ModelCallFailed():
+            case ev.ModelCallFailed():
                 f.failed_calls[e.effect_id] = (r.seq, e.code)
-            case SessionForked():
+            case ev.SessionForked():
                 f.root = e.root or e.source
-            case TurnStarted():
+            case ev.TurnStarted():
                 f.turn_at[(r.loop, e.turn)].append((r.seq, r.at))
-            case TurnEnded():
+            case ev.TurnEnded():
                 f.turn_at[(r.loop, e.turn)].append((r.seq, r.at))
                 if e.direct:
                     f.direct[(r.loop, e.turn)] = e.direct
-            case TurnRejected():
+            case ev.TurnRejected():
                 f.refused.append((r.loop, r.seq, e))
-            case CollabStarted():
+            case ev.CollabStarted():
                 f.auxiliary.add(r.loop)
-            case SteerQueued():
+            case ev.SteerQueued():
                 f.steers[e.steer_id].append(r.seq)
                 source = runtime_steering(before, r)
                 if source is not None:
                     f.reminders[e.steer_id] = source
-            case HookDecided():
+            case ev.HookDecided():
                 if e.action == "context":
                     f.injected[r.seq] = e
-            case LoopStarted():
+            case ev.LoopStarted():
                 parent = e.parent
                 if (
                     parent
@@ -200,42 +151,42 @@ def read_facts(records: list[Record]) -> Facts:
                     and parent.execution_id == COORDINATOR
                 ):
                     f.judges.add(r.loop)
-            case SteerApplied():
+            case ev.SteerApplied():
                 for steer_id in e.steer_ids:
                     f.steers[steer_id].append(r.seq)
-            case InputCancelled():
+            case ev.InputCancelled():
                 if e.reason == "requested":
                     f.input_seq[e.input_id] = r.seq
             case (
-                LoopConfigured()
-                | LoopReconfigured()
-                | LoopInferenceChanged()
-                | LoopToolsReplaced()
-                | LoopModeChanged()
-                | LoopPaused()
-                | LoopResumed()
-                | LoopStopped()
-                | ToolsLoaded()
-                | ModelCallStarted()
-                | ModelOutput()
-                | ToolProgress()
-                | GateOpened()
-                | GateResolved()
-                | GateCancelled()
-                | GateReviewed()
-                | CompactionStarted()
-                | CompactionCommitted()
-                | CompactionRejected()
-                | ContextMeasured()
-                | DeadlinePassed()
-                | Notice()
-                | CommandKeyed()
-                | SessionCheckpoint()
-                | CollabTurn()
-                | CollabTaskStarted()
-                | CollabTaskFinished()
-                | CollabControlled()
-                | CollabEnded()
+                ev.LoopConfigured()
+                | ev.LoopReconfigured()
+                | ev.LoopInferenceChanged()
+                | ev.LoopToolsReplaced()
+                | ev.LoopModeChanged()
+                | ev.LoopPaused()
+                | ev.LoopResumed()
+                | ev.LoopStopped()
+                | ev.ToolsLoaded()
+                | ev.ModelCallStarted()
+                | ev.ModelOutput()
+                | ev.ToolProgress()
+                | ev.GateOpened()
+                | ev.GateResolved()
+                | ev.GateCancelled()
+                | ev.GateReviewed()
+                | ev.CompactionStarted()
+                | ev.CompactionCommitted()
+                | ev.CompactionRejected()
+                | ev.ContextMeasured()
+                | ev.DeadlinePassed()
+                | ev.Notice()
+                | ev.CommandKeyed()
+                | ev.SessionCheckpoint()
+                | ev.CollabTurn()
+                | ev.CollabTaskStarted()
+                | ev.CollabTaskFinished()
+                | ev.CollabControlled()
+                | ev.CollabEnded()
             ):
                 pass  # the conversation tree carries what the model needs of these
             case _:
@@ -249,7 +200,7 @@ def runtime_steering(before: Record | None, r: Record) -> str | None:
     a person's steering never follows such a notice."""
     if (
         before is not None
-        and isinstance(before.event, Notice)
+        and isinstance(before.event, ev.Notice)
         and before.cause == r.cause
         and before.seq == r.seq - 1
     ):
@@ -273,24 +224,24 @@ def segment_windows(records: list[Record]) -> list[tuple[int, int]]:
     start: int | None = None
     for r in records:
         e = r.event
-        if isinstance(e, InputQueued):
+        if isinstance(e, ev.InputQueued):
             queued.add(e.input_id)
             if e.trigger != "external":
                 delivering.discard(r.loop)
             if start is None and e.trigger == "external":
                 start = r.seq
-        elif isinstance(e, InputCancelled):
+        elif isinstance(e, ev.InputCancelled):
             queued.discard(e.input_id)
-        elif isinstance(e, TurnStarted):
+        elif isinstance(e, ev.TurnStarted):
             open_turns.add(r.loop)
             queued.difference_update(e.input_ids)
             if start is None:
                 start = r.seq
-        elif isinstance(e, TurnEnded):
+        elif isinstance(e, ev.TurnEnded):
             open_turns.discard(r.loop)
-        elif isinstance(e, ChildStarted):
+        elif isinstance(e, ev.ChildStarted):
             children.add(e.child_loop)
-        elif isinstance(e, ChildFinished):
+        elif isinstance(e, ev.ChildFinished):
             children.discard(e.child_loop)
             if not e.rejected:
                 delivering.add(r.loop)  # its result input follows in the same commit

@@ -49,52 +49,8 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
 
 from journal import JournalError, Record
+from journal import events as ev
 from journal.content import Message, Text, Thinking, ToolResult, ToolUse
-from journal.events import (
-    CHECKPOINT_STREAM,
-    ChildFinished,
-    ChildStarted,
-    CommandKeyed,
-    CompactionCommitted,
-    CompactionRejected,
-    CompactionStarted,
-    ContextMeasured,
-    DeadlinePassed,
-    GateCancelled,
-    GateOpened,
-    GateResolved,
-    GateReviewed,
-    HookDecided,
-    InputCancelled,
-    InputQueued,
-    LoopConfigured,
-    LoopInferenceChanged,
-    LoopModeChanged,
-    LoopPaused,
-    LoopReconfigured,
-    LoopResumed,
-    LoopStarted,
-    LoopStopped,
-    LoopToolsReplaced,
-    ModelCallFailed,
-    ModelCallStarted,
-    ModelMessageCommitted,
-    ModelOutput,
-    Notice,
-    SessionForked,
-    SessionLevelEvent,
-    SteerApplied,
-    SteerQueued,
-    ToolAbandoned,
-    ToolCompleted,
-    ToolProgress,
-    ToolResolved,
-    ToolsLoaded,
-    ToolStarted,
-    TurnEnded,
-    TurnRejected,
-    TurnStarted,
-)
 
 from ..embedded.checkpoints import fork_base
 from ..embedded.runtime import Session
@@ -179,7 +135,7 @@ class SpanBuilder:
         self.inputs: dict[str, tuple[Message, ...]] = {}
         self.principals: dict[str, str] = {}
         """input id -> who queued it, until a turn takes it."""
-        self.forked: SessionForked | None = None
+        self.forked: ev.SessionForked | None = None
         self.structure = TreeFold(session_id, statuses=False)
         """Where the unified model places each run and step (its spine's fold)."""
 
@@ -222,8 +178,8 @@ class SpanBuilder:
 
     def _feed(self, r: Record) -> list[FinishedSpan]:
         e = r.event
-        if r.loop == CHECKPOINT_STREAM:
-            if isinstance(e, SessionForked) and r.seq == 1:
+        if r.loop == ev.CHECKPOINT_STREAM:
+            if isinstance(e, ev.SessionForked) and r.seq == 1:
                 self.forked = e
             elif r.seq == 2 and self.forked is not None:
                 self._start_fork(r)
@@ -231,60 +187,66 @@ class SpanBuilder:
         loop = self.loops.setdefault(r.loop, _Loop())
         done: list[FinishedSpan] = []
         match e:
-            case LoopStarted() | InputQueued():
+            case ev.LoopStarted() | ev.InputQueued():
                 self._loop_input(r, e, loop)
-            case TurnStarted() | TurnEnded():
+            case ev.TurnStarted() | ev.TurnEnded():
                 self._turn(r, e, loop, done)
-            case ModelCallStarted() | ModelMessageCommitted() | ModelCallFailed():
+            case ev.ModelCallStarted() | ev.ModelMessageCommitted() | ev.ModelCallFailed():
                 self._model_call(r, e, loop, done)
-            case ToolStarted() | ToolCompleted():
+            case ev.ToolStarted() | ev.ToolCompleted():
                 self._tool_call(r, e, loop, done)
-            case ToolAbandoned() | ToolResolved():
+            case ev.ToolAbandoned() | ev.ToolResolved():
                 self._unsettled_call(r, e, loop, done)
-            case ToolProgress():
+            case ev.ToolProgress():
                 self._progress(r, e)
-            case GateOpened() | GateResolved() | GateCancelled() | GateReviewed() | HookDecided():
+            case (
+                ev.GateOpened()
+                | ev.GateResolved()
+                | ev.GateCancelled()
+                | ev.GateReviewed()
+                | ev.HookDecided()
+            ):
                 self._gate(r, e, loop)
             case (
-                Notice()
-                | CompactionCommitted()
-                | CompactionRejected()
-                | LoopModeChanged()
-                | LoopPaused()
-                | LoopResumed()
-                | ChildFinished()
+                ev.Notice()
+                | ev.CompactionCommitted()
+                | ev.CompactionRejected()
+                | ev.LoopModeChanged()
+                | ev.LoopPaused()
+                | ev.LoopResumed()
+                | ev.ChildFinished()
             ):
                 self._marker(r, e, loop)
             case (
-                InputCancelled()
-                | SteerQueued()
-                | SteerApplied()
-                | TurnRejected()
-                | CommandKeyed()
-                | ModelOutput()
-                | ContextMeasured()
-                | ToolsLoaded()
-                | DeadlinePassed()
-                | CompactionStarted()
-                | LoopStopped()
-                | LoopConfigured()
-                | LoopReconfigured()
-                | LoopInferenceChanged()
-                | LoopToolsReplaced()
-                | ChildStarted()
-                | SessionLevelEvent()
+                ev.InputCancelled()
+                | ev.SteerQueued()
+                | ev.SteerApplied()
+                | ev.TurnRejected()
+                | ev.CommandKeyed()
+                | ev.ModelOutput()
+                | ev.ContextMeasured()
+                | ev.ToolsLoaded()
+                | ev.DeadlinePassed()
+                | ev.CompactionStarted()
+                | ev.LoopStopped()
+                | ev.LoopConfigured()
+                | ev.LoopReconfigured()
+                | ev.LoopInferenceChanged()
+                | ev.LoopToolsReplaced()
+                | ev.ChildStarted()
+                | ev.SessionLevelEvent()
             ):
                 pass  # input bookkeeping, stream pieces, measures: no span, no event
             case _:
                 assert_never(e)
         return done
 
-    def _loop_input(self, r: Record, e: LoopStarted | InputQueued, loop: _Loop) -> None:
+    def _loop_input(self, r: Record, e: ev.LoopStarted | ev.InputQueued, loop: _Loop) -> None:
         """A loop's definition and parent; who queued an input, and what it said."""
         match e:
-            case LoopStarted():
+            case ev.LoopStarted():
                 loop.definition, loop.model = e.definition, e.model
-            case InputQueued():
+            case ev.InputQueued():
                 if self.capture_content:
                     self.inputs[e.input_id] = e.messages
                 if e.principal is not None:
@@ -293,11 +255,11 @@ class SpanBuilder:
                 assert_never(e)
 
     def _turn(
-        self, r: Record, e: TurnStarted | TurnEnded, loop: _Loop, done: list[FinishedSpan]
+        self, r: Record, e: ev.TurnStarted | ev.TurnEnded, loop: _Loop, done: list[FinishedSpan]
     ) -> None:
         """A turn's ``invoke_agent`` span: opened, closed."""
         match e:
-            case TurnStarted():
+            case ev.TurnStarted():
                 attributes: dict[str, Any] = {
                     "gen_ai.operation.name": "invoke_agent",
                     "gen_ai.agent.name": loop.definition,
@@ -326,7 +288,7 @@ class SpanBuilder:
                     events=loop.held,
                 )
                 loop.held = []
-            case TurnEnded():
+            case ev.TurnEnded():
                 turn = loop.turn
                 if turn is not None:
                     turn.attributes["loopruntime.outcome"] = e.outcome
@@ -342,13 +304,13 @@ class SpanBuilder:
     def _model_call(
         self,
         r: Record,
-        e: ModelCallStarted | ModelMessageCommitted | ModelCallFailed,
+        e: ev.ModelCallStarted | ev.ModelMessageCommitted | ev.ModelCallFailed,
         loop: _Loop,
         done: list[FinishedSpan],
     ) -> None:
         """A model call's ``chat`` span: opened, closed by its message or its failure."""
         match e:
-            case ModelCallStarted():
+            case ev.ModelCallStarted():
                 self.calls[e.effect_id] = FinishedSpan(
                     name=f"chat {e.model}",
                     span_id=self._span_id("call", r.loop, e.effect_id),
@@ -365,7 +327,7 @@ class SpanBuilder:
                         "loopruntime.step": e.step,
                     },
                 )
-            case ModelMessageCommitted():
+            case ev.ModelMessageCommitted():
                 call = self.calls.pop(e.effect_id, None)
                 if call is not None:
                     if e.usage is not None:
@@ -377,7 +339,7 @@ class SpanBuilder:
                     if self.capture_content:
                         call.attributes["gen_ai.output.messages"] = _messages_json([e.message])
                     done.append(self._close(call, r))
-            case ModelCallFailed():
+            case ev.ModelCallFailed():
                 call = self.calls.pop(e.effect_id, None)
                 if call is not None:
                     _fail(call, e.code, f"{e.code}: {e.detail}" if e.detail else e.code)
@@ -386,12 +348,12 @@ class SpanBuilder:
                 assert_never(e)
 
     def _tool_call(
-        self, r: Record, e: ToolStarted | ToolCompleted, loop: _Loop, done: list[FinishedSpan]
+        self, r: Record, e: ev.ToolStarted | ev.ToolCompleted, loop: _Loop, done: list[FinishedSpan]
     ) -> None:
         """A tool call's ``execute_tool`` span: opened, closed (a call rejected
         before it ran is a span of no length)."""
         match e:
-            case ToolStarted():
+            case ev.ToolStarted():
                 attributes = {
                     "gen_ai.operation.name": "execute_tool",
                     "gen_ai.tool.name": e.name,
@@ -410,7 +372,7 @@ class SpanBuilder:
                     kind=SpanKind.INTERNAL,
                     attributes=attributes,
                 )
-            case ToolCompleted():
+            case ev.ToolCompleted():
                 tool = self.tools.pop(e.execution_id, None) if e.execution_id else None
                 if tool is None:
                     # Rejected before it ran (denied, unknown, invalid): a span
@@ -437,7 +399,7 @@ class SpanBuilder:
             case _:
                 assert_never(e)
 
-    def _progress(self, r: Record, e: ToolProgress) -> None:
+    def _progress(self, r: Record, e: ev.ToolProgress) -> None:
         """A running call's report: an event on its ``execute_tool`` span."""
         tool = self.tools.get(e.execution_id)
         if tool is None:
@@ -450,12 +412,16 @@ class SpanBuilder:
         tool.events.append(("loopruntime.tool.progress", r.at, attributes))
 
     def _unsettled_call(
-        self, r: Record, e: ToolAbandoned | ToolResolved, loop: _Loop, done: list[FinishedSpan]
+        self,
+        r: Record,
+        e: ev.ToolAbandoned | ev.ToolResolved,
+        loop: _Loop,
+        done: list[FinishedSpan],
     ) -> None:
         """A tool call cut short: closed when interrupted, left open while its
         outcome is unknown, closed by its resolution."""
         match e:
-            case ToolAbandoned():
+            case ev.ToolAbandoned():
                 attributes = {
                     "loopruntime.execution_id": e.execution_id,
                     "gen_ai.tool.call.id": e.tool_use_id,
@@ -473,7 +439,7 @@ class SpanBuilder:
                     self._event(loop, "loopruntime.unknown_effect", r.at, attributes)
                     if tool is not None:
                         tool.events.append(("loopruntime.unknown_effect", r.at, attributes))
-            case ToolResolved():
+            case ev.ToolResolved():
                 attributes = {"loopruntime.execution_id": e.execution_id, "loopruntime.by": e.by}
                 if e.principal is not None:
                     attributes["enduser.id"] = e.principal
@@ -494,12 +460,12 @@ class SpanBuilder:
     def _gate(
         self,
         r: Record,
-        e: GateOpened | GateResolved | GateCancelled | GateReviewed | HookDecided,
+        e: ev.GateOpened | ev.GateResolved | ev.GateCancelled | ev.GateReviewed | ev.HookDecided,
         loop: _Loop,
     ) -> None:
         """Gates, their reviews and hook decisions: events of the turn."""
         match e:
-            case GateOpened():
+            case ev.GateOpened():
                 self._event(
                     loop,
                     "loopruntime.gate.opened",
@@ -512,7 +478,7 @@ class SpanBuilder:
                     }
                     | ({"loopruntime.gate.prompt": e.prompt} if self.capture_content else {}),
                 )
-            case GateResolved():
+            case ev.GateResolved():
                 attributes: dict[str, Any] = {
                     "loopruntime.gate_id": e.gate_id,
                     "loopruntime.gate.kind": e.kind,
@@ -525,14 +491,14 @@ class SpanBuilder:
                 if e.principal is not None:
                     attributes["enduser.id"] = e.principal
                 self._event(loop, "loopruntime.gate.resolved", r.at, attributes)
-            case GateCancelled():
+            case ev.GateCancelled():
                 self._event(
                     loop,
                     "loopruntime.gate.cancelled",
                     r.at,
                     {"loopruntime.gate_id": e.gate_id, "loopruntime.reason": e.reason},
                 )
-            case GateReviewed():
+            case ev.GateReviewed():
                 self._event(
                     loop,
                     "loopruntime.gate.reviewed",
@@ -546,7 +512,7 @@ class SpanBuilder:
                     }
                     | ({"loopruntime.reason": e.reason} if self.capture_content else {}),
                 )
-            case HookDecided():
+            case ev.HookDecided():
                 self._event(
                     loop,
                     "loopruntime.hook.decided",
@@ -565,18 +531,18 @@ class SpanBuilder:
     def _marker(
         self,
         r: Record,
-        e: Notice
-        | CompactionCommitted
-        | CompactionRejected
-        | LoopModeChanged
-        | LoopPaused
-        | LoopResumed
-        | ChildFinished,
+        e: ev.Notice
+        | ev.CompactionCommitted
+        | ev.CompactionRejected
+        | ev.LoopModeChanged
+        | ev.LoopPaused
+        | ev.LoopResumed
+        | ev.ChildFinished,
         loop: _Loop,
     ) -> None:
         """What else a reader of the trace wants marked: events of the turn."""
         match e:
-            case Notice():
+            case ev.Notice():
                 self._event(
                     loop,
                     "loopruntime.notice",
@@ -584,7 +550,7 @@ class SpanBuilder:
                     {"loopruntime.notice.code": e.code, "loopruntime.notice.refs": e.refs}
                     | ({"loopruntime.notice.text": e.text} if self.capture_content else {}),
                 )
-            case CompactionCommitted():
+            case ev.CompactionCommitted():
                 self._event(
                     loop,
                     "loopruntime.compaction.committed",
@@ -594,22 +560,22 @@ class SpanBuilder:
                         "loopruntime.compaction.retained": e.retained,
                     },
                 )
-            case CompactionRejected():
+            case ev.CompactionRejected():
                 self._event(
                     loop,
                     "loopruntime.compaction.rejected",
                     r.at,
                     {"loopruntime.reason": e.reason},
                 )
-            case LoopModeChanged():
+            case ev.LoopModeChanged():
                 self._event(
                     loop, "loopruntime.mode_changed", r.at, {"loopruntime.mode": e.mode or ""}
                 )
-            case LoopPaused() | LoopResumed():
-                name = "paused" if isinstance(e, LoopPaused) else "resumed"
+            case ev.LoopPaused() | ev.LoopResumed():
+                name = "paused" if isinstance(e, ev.LoopPaused) else "resumed"
                 who = {"loopruntime.principal": e.principal} if e.principal is not None else {}
                 self._event(loop, f"loopruntime.loop.{name}", r.at, who)
-            case ChildFinished():
+            case ev.ChildFinished():
                 self._event(
                     loop,
                     "loopruntime.child.finished",
@@ -633,10 +599,10 @@ class SpanBuilder:
             # What was open there is open in the fork: its spans start at the fork.
             opened: list[Any] = []
             if state.turn_open:
-                opened.append(TurnStarted(turn=state.turn_index))
+                opened.append(ev.TurnStarted(turn=state.turn_index))
             if state.open_call is not None:
                 opened.append(
-                    ModelCallStarted(
+                    ev.ModelCallStarted(
                         effect_id=state.open_call,
                         turn=state.turn_index,
                         step=state.step,

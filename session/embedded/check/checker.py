@@ -27,59 +27,9 @@ from journal import (
     SessionNotFoundError,
     encode_event,
 )
+from journal import events as ev
 from journal.codec import GENESIS, chain
 from journal.content import Message, ToolResult
-from journal.events import (
-    ChildFinished,
-    ChildStarted,
-    CollabControlled,
-    CollabEnded,
-    CollabStarted,
-    CollabTaskFinished,
-    CollabTaskStarted,
-    CollabTurn,
-    CommandKeyed,
-    CompactionCommitted,
-    CompactionRejected,
-    CompactionStarted,
-    ContextMeasured,
-    DeadlinePassed,
-    GateCancelled,
-    GateOpened,
-    GateResolved,
-    GateReviewed,
-    HookDecided,
-    InputCancelled,
-    InputQueued,
-    LoopConfigured,
-    LoopImage,
-    LoopInferenceChanged,
-    LoopModeChanged,
-    LoopPaused,
-    LoopReconfigured,
-    LoopResumed,
-    LoopStarted,
-    LoopStopped,
-    LoopToolsReplaced,
-    ModelCallFailed,
-    ModelCallStarted,
-    ModelMessageCommitted,
-    ModelOutput,
-    Notice,
-    SessionCheckpoint,
-    SessionForked,
-    SteerApplied,
-    SteerQueued,
-    ToolAbandoned,
-    ToolCompleted,
-    ToolProgress,
-    ToolResolved,
-    ToolsLoaded,
-    ToolStarted,
-    TurnEnded,
-    TurnRejected,
-    TurnStarted,
-)
 from loopruntime import LoopState, fold
 from loopruntime.host import (
     FoldError,
@@ -166,7 +116,7 @@ async def check_read(
     session's, or a prefix), and for a fork, its starting state compared with
     its source when the source is in ``journal``."""
     report = check_records(session_id, records, verify_digests=False, progress=progress)
-    if len(records) >= 2 and isinstance(records[0].event, SessionForked):
+    if len(records) >= 2 and isinstance(records[0].event, ev.SessionForked):
         problem, note = await fork_source_problem(journal, records[0].event, records[1])
         if note:
             report.notes.append(note)
@@ -198,7 +148,7 @@ class _Checker:
         self.session = session_id
         self.problems: list[Problem] = []
         self.states: dict[str, LoopState] = {}
-        self.started: dict[str, ToolStarted] = {}
+        self.started: dict[str, ev.ToolStarted] = {}
         self.settled: Counter[str] = Counter()
         self.abandoned: set[str] = set()
         self.unknown: set[str] = set()
@@ -255,7 +205,7 @@ class _Checker:
             except Exception as exc:
                 self.bad(r.seq, "fold succeeds", repr(exc))
             self.after_fold(r, state)
-            if r.seq == 2 and self.forked and not isinstance(r.event, SessionCheckpoint):
+            if r.seq == 2 and self.forked and not isinstance(r.event, ev.SessionCheckpoint):
                 self.bad(
                     r.seq, "fork base is a full checkpoint", f"it is a {type(r.event).__name__}"
                 )
@@ -293,54 +243,60 @@ class _Checker:
         e = r.event
         match e:
             case (
-                ToolStarted()
-                | ToolCompleted()
-                | ToolAbandoned()
-                | ToolResolved()
-                | DeadlinePassed()
+                ev.ToolStarted()
+                | ev.ToolCompleted()
+                | ev.ToolAbandoned()
+                | ev.ToolResolved()
+                | ev.DeadlinePassed()
             ):
                 self._tool_rules(r, e, state)
-            case GateOpened() | GateResolved() | GateCancelled() | HookDecided() | GateReviewed():
+            case (
+                ev.GateOpened()
+                | ev.GateResolved()
+                | ev.GateCancelled()
+                | ev.HookDecided()
+                | ev.GateReviewed()
+            ):
                 self._gate_rules(r, e, state)
-            case TurnStarted() | TurnEnded() | ModelCallStarted() | CommandKeyed():
+            case ev.TurnStarted() | ev.TurnEnded() | ev.ModelCallStarted() | ev.CommandKeyed():
                 self._turn_rules(r, e, state)
-            case CompactionStarted() | CompactionCommitted() | CompactionRejected():
+            case ev.CompactionStarted() | ev.CompactionCommitted() | ev.CompactionRejected():
                 self._compaction_rules(r, e, state)
-            case SessionCheckpoint() | SessionForked():
+            case ev.SessionCheckpoint() | ev.SessionForked():
                 self._session_rules(r, e, state)
-            case ToolProgress():
+            case ev.ToolProgress():
                 # Written only while its call runs, before the call's result.
                 if e.execution_id not in self.started or self.settled[e.execution_id]:
                     self.bad(r.seq, "progress names a running call", e.execution_id)
             case (
-                LoopStarted()
-                | LoopModeChanged()
-                | LoopPaused()
-                | LoopResumed()
-                | LoopStopped()
-                | LoopConfigured()
-                | LoopReconfigured()
-                | LoopInferenceChanged()
-                | LoopToolsReplaced()
-                | ToolsLoaded()
-                | InputQueued()
-                | InputCancelled()
-                | SteerQueued()
-                | SteerApplied()
-                | ModelOutput()
-                | ModelMessageCommitted()
-                | ModelCallFailed()
-                | ContextMeasured()
-                | ChildStarted()
-                | ChildFinished()
-                | Notice()
-                | TurnRejected()
-                | CollabStarted()
-                | CollabTurn()
-                | CollabTaskStarted()
-                | CollabTaskFinished()
-                | CollabControlled()
-                | CollabEnded()
+                ev.LoopStarted()
+                | ev.LoopModeChanged()
+                | ev.LoopPaused()
+                | ev.LoopResumed()
+                | ev.LoopStopped()
+                | ev.LoopConfigured()
+                | ev.LoopReconfigured()
+                | ev.LoopInferenceChanged()
+                | ev.LoopToolsReplaced()
+                | ev.ToolsLoaded()
+                | ev.InputQueued()
+                | ev.InputCancelled()
+                | ev.SteerQueued()
+                | ev.SteerApplied()
+                | ev.ModelOutput()
+                | ev.ModelMessageCommitted()
+                | ev.ModelCallFailed()
+                | ev.ContextMeasured()
+                | ev.ChildStarted()
+                | ev.ChildFinished()
+                | ev.Notice()
+                | ev.TurnRejected()
+                | ev.CollabStarted()
+                | ev.CollabTurn()
+                | ev.CollabTaskStarted()
+                | ev.CollabTaskFinished()
+                | ev.CollabControlled()
+                | ev.CollabEnded()
             ):
                 pass  # no rule reads these before the fold
             case _:
@@ -349,22 +305,26 @@ class _Checker:
     def _tool_rules(
         self,
         r: Record,
-        e: ToolStarted | ToolCompleted | ToolAbandoned | ToolResolved | DeadlinePassed,
+        e: ev.ToolStarted
+        | ev.ToolCompleted
+        | ev.ToolAbandoned
+        | ev.ToolResolved
+        | ev.DeadlinePassed,
         state: LoopState,
     ) -> None:
         """A tool call starts once, settles once after its start, and answers
         an open tool_use."""
         seq = r.seq
         match e:
-            case ToolStarted():
+            case ev.ToolStarted():
                 if e.execution_id in self.started:
                     self.bad(seq, "tool started once", e.execution_id)
                 self.started[e.execution_id] = e
-            case ToolCompleted():
+            case ev.ToolCompleted():
                 if e.execution_id:
                     self.settle(seq, e.execution_id, e.tool_use_id)
                 self.answer(seq, e.tool_use_id, state)
-            case ToolAbandoned():
+            case ev.ToolAbandoned():
                 if e.execution_id not in self.started:
                     self.bad(seq, "settlement follows its start", f"{e.execution_id} never started")
                 elif self.settled[e.execution_id] or e.execution_id in self.abandoned:
@@ -375,7 +335,7 @@ class _Checker:
                 else:
                     self.unknown.add(e.execution_id)
                 self.abandoned.add(e.execution_id)
-            case ToolResolved():
+            case ev.ToolResolved():
                 if e.execution_id not in self.unknown:
                     self.bad(
                         seq,
@@ -386,7 +346,7 @@ class _Checker:
                     self.unknown.discard(e.execution_id)
                     self.settle(seq, e.execution_id, e.tool_use_id)
                 self.answer(seq, e.tool_use_id, state)
-            case DeadlinePassed():
+            case ev.DeadlinePassed():
                 self.deadline(seq, r.loop, e, state)
             case _:
                 assert_never(e)
@@ -394,28 +354,28 @@ class _Checker:
     def _gate_rules(
         self,
         r: Record,
-        e: GateOpened | GateResolved | GateCancelled | HookDecided | GateReviewed,
+        e: ev.GateOpened | ev.GateResolved | ev.GateCancelled | ev.HookDecided | ev.GateReviewed,
         state: LoopState,
     ) -> None:
         """A gate opens once and closes once, with its kind; a decision names an
         open tool_use."""
         seq = r.seq
         match e:
-            case GateOpened():
+            case ev.GateOpened():
                 if e.gate_id in self.gates_seen:
                     self.bad(seq, "gate opened once", e.gate_id)
                 self.gates_seen.add(e.gate_id)
                 self.gates_open[e.gate_id] = e.kind
-            case GateResolved() | GateCancelled():
+            case ev.GateResolved() | ev.GateCancelled():
                 if e.gate_id in self.gates_closed:
                     self.bad(seq, "gate closed at most once", e.gate_id)
                 elif e.gate_id not in self.gates_open:
                     self.bad(seq, "gate closed after it opened", e.gate_id)
-                elif isinstance(e, GateResolved) and self.gates_open[e.gate_id] != e.kind:
+                elif isinstance(e, ev.GateResolved) and self.gates_open[e.gate_id] != e.kind:
                     self.bad(seq, "gate resolved with its kind", e.gate_id)
                 self.gates_open.pop(e.gate_id, None)
                 self.gates_closed.add(e.gate_id)
-            case HookDecided() | GateReviewed():
+            case ev.HookDecided() | ev.GateReviewed():
                 if e.tool_use_id and e.tool_use_id not in state.tool_uses:
                     self.bad(
                         seq,
@@ -428,14 +388,14 @@ class _Checker:
     def _turn_rules(
         self,
         r: Record,
-        e: TurnStarted | TurnEnded | ModelCallStarted | CommandKeyed,
+        e: ev.TurnStarted | ev.TurnEnded | ev.ModelCallStarted | ev.CommandKeyed,
         state: LoopState,
     ) -> None:
         """Turns open and close in order; a model call sees a whole context and
         its configured model; a key is used once."""
         seq = r.seq
         match e:
-            case TurnStarted():
+            case ev.TurnStarted():
                 if r.loop in self.turns_open:
                     self.bad(
                         seq, "turn ended at most once", f"turn {self.turns_open[r.loop]} still open"
@@ -454,13 +414,13 @@ class _Checker:
                         "with no loop.resumed between",
                     )
                 self.turns_open[r.loop] = e.turn
-            case TurnEnded():
+            case ev.TurnEnded():
                 open_turn = self.turns_open.pop(r.loop, None)
                 if open_turn is None:
                     self.bad(seq, "turn ended at most once", f"turn {e.turn} is not open")
                 elif open_turn != e.turn:
                     self.bad(seq, "turn.ended names the open turn", f"turn {e.turn} ≠ {open_turn}")
-            case ModelCallStarted():
+            case ev.ModelCallStarted():
                 _check_tail(seq, state.messages, self.bad)
                 if state.configured is not None and e.model != state.model:
                     # Journals from before loop.configured have nothing to compare.
@@ -470,7 +430,7 @@ class _Checker:
                         f"call {e.effect_id} used {e.model}, but the loop was configured "
                         f"to use {state.model}",
                     )
-            case CommandKeyed():
+            case ev.CommandKeyed():
                 for loop_id, other in self.states.items():
                     if other.keys and e.key in other.keys:
                         first = other.keys[e.key].seq
@@ -485,15 +445,15 @@ class _Checker:
     def _compaction_rules(
         self,
         r: Record,
-        e: CompactionStarted | CompactionCommitted | CompactionRejected,
+        e: ev.CompactionStarted | ev.CompactionCommitted | ev.CompactionRejected,
         state: LoopState,
     ) -> None:
         """A compaction commits what it started, on the current history."""
         seq = r.seq
         match e:
-            case CompactionStarted():
+            case ev.CompactionStarted():
                 self.compactions[e.attempt_id] = e.basis
-            case CompactionCommitted():
+            case ev.CompactionCommitted():
                 basis = self.compactions.pop(e.attempt_id, None)
                 if basis is None:
                     self.bad(seq, "compaction has a matching start", e.attempt_id)
@@ -518,30 +478,30 @@ class _Checker:
                         f"replaced {e.replaced} + retained {e.retained} ≠ "
                         f"{len(state.messages)} messages in context",
                     )
-            case CompactionRejected():
+            case ev.CompactionRejected():
                 self.compactions.pop(e.attempt_id, None)
             case _:
                 assert_never(e)
 
     def _session_rules(
-        self, r: Record, e: SessionCheckpoint | SessionForked, state: LoopState
+        self, r: Record, e: ev.SessionCheckpoint | ev.SessionForked, state: LoopState
     ) -> None:
         """A fork's marker is seq 1 and its base seq 2; checkpoints picture the fold."""
         seq = r.seq
         match e:
-            case SessionCheckpoint():
+            case ev.SessionCheckpoint():
                 if self.forked and seq == 2:
                     self.adopt_base(seq, e)
                 else:
                     self.checkpoint(seq, e)
-            case SessionForked():
+            case ev.SessionForked():
                 if seq != 1:
                     self.bad(seq, "fork marker is seq 1", f"a session.forked marker at seq {seq}")
                 self.forked = seq == 1
             case _:
                 assert_never(e)
 
-    def adopt_base(self, seq: int, e: SessionCheckpoint) -> None:
+    def adopt_base(self, seq: int, e: ev.SessionCheckpoint) -> None:
         """A fork starts from this checkpoint, not from empty states: what it
         pictures open (calls, gates, a turn) is open for the rules that follow.
         ``check`` compares it with the source when the source is at hand."""
@@ -570,7 +530,7 @@ class _Checker:
                 self.compactions[state.compacting] = state.history_seq
         self.checkpoint_seq = seq
 
-    def deadline(self, seq: int, loop: str, e: DeadlinePassed, state: LoopState) -> None:
+    def deadline(self, seq: int, loop: str, e: ev.DeadlinePassed, state: LoopState) -> None:
         """A deadline cuts something still running: an unsettled tool call, the
         open model call, the open turn."""
         if e.deadline == "tool":
@@ -584,7 +544,7 @@ class _Checker:
         elif state.open_call != e.ref:
             self.bad(seq, "deadline names what it cut", f"model call {e.ref} is not open")
 
-    def checkpoint(self, seq: int, e: SessionCheckpoint) -> None:
+    def checkpoint(self, seq: int, e: ev.SessionCheckpoint) -> None:
         """A checkpoint must be exactly the fold of every record before it,
         or a restore that starts from it would start from a lie."""
         if e.previous == 0:
@@ -647,7 +607,7 @@ class _Checker:
 
     def _same(
         self,
-        image: LoopImage,
+        image: ev.LoopImage,
         held: list[Message],
         pictured: LoopState,
         folded: LoopState,
@@ -682,7 +642,7 @@ class _Checker:
         return equal
 
     def after_fold(self, r: Record, state: LoopState) -> None:
-        if isinstance(r.event, TurnEnded) and state.awaiting:
+        if isinstance(r.event, ev.TurnEnded) and state.awaiting:
             self.bad(
                 r.seq,
                 "turn ends with every tool_use answered",
