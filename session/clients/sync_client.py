@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from functools import partial
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from functools import partial, wraps
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import trio
 
-from journal import BlockingJournal, HostInfo, Record
+from journal import BlockingJournal, Record
 from journal import inbox as ib
-from journal.content import Block, Message, ResultBlock
 
-from ..embedded.status import SessionStatus
 from .client import Client
 from .client_checks import DEFAULT_TIMEOUT, check_poll, check_thread_wait
 from .client_errors import ClientClosedError, ClientForkedError
@@ -33,6 +31,7 @@ from .client_errors import ClientClosedError, ClientForkedError
 __all__ = ["SyncClient", "open_sync_client"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _OPENER = "with open_sync_client(url) as client:"
 
@@ -113,6 +112,21 @@ async def _next_of(records: AsyncIterator[Record]) -> Record | _End:
         return await records.__anext__()
     except StopAsyncIteration:
         return _End()
+
+
+def _blocking(
+    method: Callable[Concatenate[Client, P], Awaitable[T]],
+) -> Callable[Concatenate[SyncClient, P], T]:
+    """``Client``'s ``method`` as ``SyncClient``'s: the same parameters,
+    checks, errors, result and docstring, without ``await``.  Made from the
+    one method, so the twins cannot drift apart."""
+
+    @wraps(method)
+    def blocking(self: SyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._call(method, self._client, *args, **kwargs)
+
+    blocking.__module__, blocking.__qualname__ = __name__, f"SyncClient.{method.__name__}"
+    return blocking
 
 
 class SyncClient:
@@ -211,149 +225,22 @@ class SyncClient:
             loop.call(self._client.aclose)
             loop.stop()
 
-    # -- commands ------------------------------------------------------------------
+    # -- commands and listings: ``Client``'s own, blocking ------------------------
 
-    def create(
-        self,
-        definition_name: str,
-        *,
-        session_id: str | None = None,
-        key: str,
-        principal: str | None = None,
-    ) -> str:
-        return self._call(
-            self._client.create,
-            definition_name,
-            session_id=session_id,
-            key=key,
-            principal=principal,
-        )
-
-    def submit(
-        self,
-        session_id: str,
-        content: str | Message | Sequence[Block],
-        *,
-        key: str,
-        loop: str | None = None,
-        principal: str | None = None,
-    ) -> ib.InboxEntry:
-        return self._call(
-            self._client.submit, session_id, content, key=key, loop=loop, principal=principal
-        )
-
-    def steer(
-        self,
-        session_id: str,
-        text: str,
-        *,
-        key: str,
-        loop: str | None = None,
-        principal: str | None = None,
-    ) -> ib.InboxEntry:
-        return self._call(
-            self._client.steer, session_id, text, key=key, loop=loop, principal=principal
-        )
-
-    def answer(
-        self,
-        session_id: str,
-        gate_id: str,
-        text: str | Any,
-        *,
-        key: str,
-        principal: str | None = None,
-    ) -> ib.InboxEntry:
-        return self._call(
-            self._client.answer, session_id, gate_id, text, key=key, principal=principal
-        )
-
-    def decide(
-        self,
-        session_id: str,
-        gate_id: str,
-        allow: bool,
-        scope: str = "once",
-        *,
-        key: str,
-        principal: str | None = None,
-    ) -> ib.InboxEntry:
-        return self._call(
-            self._client.decide, session_id, gate_id, allow, scope, key=key, principal=principal
-        )
-
-    def resolve(
-        self,
-        session_id: str,
-        execution_id: str,
-        result: str | Sequence[ResultBlock],
-        is_error: bool = False,
-        *,
-        key: str,
-        principal: str | None = None,
-    ) -> ib.InboxEntry:
-        return self._call(
-            self._client.resolve,
-            session_id,
-            execution_id,
-            result,
-            is_error,
-            key=key,
-            principal=principal,
-        )
-
-    def interrupt(
-        self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
-    ) -> ib.InboxEntry:
-        return self._call(
-            self._client.interrupt, session_id, key=key, loop=loop, principal=principal
-        )
-
-    def pause(
-        self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
-    ) -> ib.InboxEntry:
-        return self._call(self._client.pause, session_id, key=key, loop=loop, principal=principal)
-
-    def resume(
-        self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
-    ) -> ib.InboxEntry:
-        return self._call(self._client.resume, session_id, key=key, loop=loop, principal=principal)
-
-    def cancel_queued(
-        self,
-        session_id: str,
-        input_id: str,
-        *,
-        key: str,
-        loop: str | None = None,
-        principal: str | None = None,
-    ) -> ib.InboxEntry:
-        return self._call(
-            self._client.cancel_queued,
-            session_id,
-            input_id,
-            key=key,
-            loop=loop,
-            principal=principal,
-        )
-
-    def compact(
-        self, session_id: str, *, key: str, loop: str | None = None, principal: str | None = None
-    ) -> ib.InboxEntry:
-        return self._call(self._client.compact, session_id, key=key, loop=loop, principal=principal)
-
-    def change_mode(
-        self,
-        session_id: str,
-        mode: str | None,
-        *,
-        key: str,
-        loop: str | None = None,
-        principal: str | None = None,
-    ) -> ib.InboxEntry:
-        return self._call(
-            self._client.change_mode, session_id, mode, key=key, loop=loop, principal=principal
-        )
+    create = _blocking(Client.create)
+    submit = _blocking(Client.submit)
+    steer = _blocking(Client.steer)
+    answer = _blocking(Client.answer)
+    decide = _blocking(Client.decide)
+    resolve = _blocking(Client.resolve)
+    interrupt = _blocking(Client.interrupt)
+    pause = _blocking(Client.pause)
+    resume = _blocking(Client.resume)
+    cancel_queued = _blocking(Client.cancel_queued)
+    compact = _blocking(Client.compact)
+    change_mode = _blocking(Client.change_mode)
+    sessions = _blocking(Client.sessions)
+    hosts = _blocking(Client.hosts)
 
     # -- reading -------------------------------------------------------------------
 
@@ -385,14 +272,6 @@ class SyncClient:
                 except RuntimeError:
                     if not self._closed:
                         raise
-
-    def sessions(self) -> list[SessionStatus]:
-        """Every session with its owner, lease expiry, waiting entries and status."""
-        return self._call(self._client.sessions)
-
-    def hosts(self) -> list[HostInfo]:
-        """Every host registered in the journal, live or not, with the definitions it serves."""
-        return self._call(self._client.hosts)
 
 
 async def _nothing() -> None:
