@@ -995,7 +995,7 @@ def _cpu_at_n(side: dict[str, Any]) -> float | None:
     found = sorted(
         run["cpu_per_turn"]
         for run in side.get("runs", [])
-        if run["sessions"] == side.get("n") and run["cpu_per_turn"] is not None
+        if run["sessions"] == side.get("n") and run.get("cpu_per_turn") is not None
     )
     return found[len(found) // 2] if found else None
 
