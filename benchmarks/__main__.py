@@ -29,11 +29,13 @@ Sections, run in this order (``--only NAME``, repeatable, picks some):
 * ``floor``    a durable tool step beside one bare commit of one row, SQLite FULL and
   NORMAL and PostgreSQL when a server can be had (``benchmarks.floor``, issue 39).
 
-Progress goes to stderr, the markdown report (``benchmarks.report``) to stdout, and
-everything measured, with the machine it ran on (``benchmarks.machine``), to
-``benchmarks/results.json`` (``--output`` to change).  A section that fails is reported as
-such, the others still run, and the exit status is 1.  ``--quick`` runs small sizes and
-finishes in about a minute.  This module only parses arguments and runs the sections.
+Progress goes to stderr, the markdown report (``benchmarks.report``) to stdout, ending
+with issue 39's performance targets (again on stderr when stdout is not a terminal, so a
+run written to a file still shows them at its end), and everything measured, with the
+machine it ran on (``benchmarks.machine``), to ``benchmarks/results.json`` (``--output``
+to change).  A section that fails is reported as such, the others still run, and the
+exit status is 1.  ``--quick`` runs small sizes and finishes in about a minute.  This
+module only parses arguments and runs the sections.
 """
 
 from __future__ import annotations
@@ -80,6 +82,14 @@ def _progress(section: str) -> Callable[[str], None]:
         note(f"[{section}] {line}")
 
     return say
+
+
+def _show_report(results: dict[str, Any]) -> None:
+    """The report on stdout; the performance targets once more on stderr when stdout goes
+    elsewhere than the terminal, so whoever ran it sees them without opening the file."""
+    print(report.render(results))
+    if not sys.stdout.isatty():
+        print("\n".join(report.performance_targets_table(results)), file=sys.stderr)
 
 
 # -- sections -----------------------------------------------------------------------------
@@ -225,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="results JSON path")
     args = parser.parse_args(argv)
     if args.from_json is not None:
-        print(report.render(msgspec.json.decode(args.from_json.read_bytes())))
+        _show_report(msgspec.json.decode(args.from_json.read_bytes()))
         return 0
     harness.quiet_logs()
     chosen = args.only or list(SECTIONS)
@@ -252,8 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         results[name] = section
         say(f"{section['status']} in {section['seconds']:.1f} s")
     args.output.write_bytes(msgspec.json.format(msgspec.json.encode(results)) + b"\n")
-    print(report.render(results))
     print(f"results written to {args.output}", file=sys.stderr)
+    _show_report(results)
     return 1 if failed else 0
 
 
