@@ -9,8 +9,9 @@ SQLite), measured three ways, each in a turn of its own on a fresh file:
   per step; the trio task steps a step takes (a ``trio.abc.Instrument``: how often trio
   wakes a task, and the CPU of each kind of task); the thread hops (each writer
   transaction is one hand-off to the writer thread and one hand-back to trio).
-* **statements**: the writer thread's SQL, each statement's median time, and the WAL
-  frames a commit writes.
+* **statements**: the writer thread's SQL, each statement's median time, the WAL frames
+  a commit writes, and the latency of each crossing (the group handed to the writer
+  thread until its transaction begins; the transaction ended until trio delivers it).
 * **calls**: a ``cProfile`` of the trio thread: Python function calls per step (a count
   noise cannot move), and the share of the profiled time by module.  The profiler
   inflates each call's cost about evenly, so shares are rough; the counts are exact.
@@ -146,18 +147,39 @@ def _wal_frames_per_commit(path: str) -> float:
     return frames / max(commits, 1)
 
 
+def _stamped(run: Any, stamps: list[int]) -> Any:
+    def stamped(*args: Any) -> Any:
+        stamps.append(time.perf_counter_ns())
+        return run(*args)
+
+    return stamped
+
+
 async def _statements(url: str, path: str, n: int) -> dict[str, Any]:
-    from journal.sqlite.writer import Writer  # measuring only: the writer's connection
+    """The writer's statements, and the moments of each crossing: the group handed to
+    the writer thread, its transaction begun, ended, and its outcome back on trio."""
+    from journal.sqlite.writer import Writer  # measuring only: the writer's own parts
 
     times: dict[str, list[int]] = {}
+    handed, begun, ended, delivered = [], [], [], []  # type: ignore[var-annotated]
     script = StepScript(n)
     async with open_journal(url) as journal:
         writer: Writer = journal._writer  # type: ignore[attr-defined]
         writer.conn = _TimedConnection(writer.conn, times)  # type: ignore[assignment]
         async with Session.create(journal, step_definition(script, n)) as session:
+            hand, commit = journal._flush_outbox, writer._commit_group  # type: ignore[attr-defined]
+            journal._flush_outbox = _stamped(hand, handed)  # type: ignore[attr-defined]
+            writer._commit_group = _stamped(commit, begun)  # type: ignore[method-assign]
+            writer._hand_back = _stamped(writer._hand_back, ended)  # type: ignore[method-assign]
+            writer._deliver = _stamped(writer._deliver, delivered)
             await session.submit("begin")
             await session.wait_idle()
             frames = _wal_frames_per_commit(path)
+    crossings = list(zip(handed, begun, ended, delivered, strict=False))
+
+    def median_us(a: int, b: int) -> float:
+        return statistics.median(c[b] - c[a] for c in crossings) / 1e3
+
     return {
         "statements": {
             label: (len(ns) / n, statistics.median(ns) / 1e3, sum(ns) / n / 1e3)
@@ -165,6 +187,11 @@ async def _statements(url: str, path: str, n: int) -> dict[str, Any]:
             if len(ns) >= n // 2
         },
         "wal_frames_per_commit": frames,
+        "crossing_us": {
+            "hand-off: handed to the writer thread -> its transaction begins": median_us(0, 1),
+            "the transaction (the writer's statements and Python)": median_us(1, 2),
+            "hand-back: transaction ended -> the outcome delivered on trio": median_us(2, 3),
+        },
     }
 
 
@@ -209,16 +236,16 @@ def _calls(profile: cProfile.Profile, n: int) -> dict[str, Any]:
 
 def profile(synchronous: str = "NORMAL", steps: int = 1000) -> dict[str, Any]:
     """The three measures of one step at ``synchronous``, each over ``steps`` steps."""
-    directory = tempfile.mkdtemp(prefix="loopruntime-bench-floor-profile-")
+    with tempfile.TemporaryDirectory(prefix="loopruntime-bench-floor-profile-") as directory:
 
-    def fresh() -> tuple[str, str]:
-        path = os.path.join(directory, f"{time.perf_counter_ns()}.db")
-        return f"sqlite:///{path}?synchronous={synchronous}", path
+        def fresh() -> tuple[str, str]:
+            path = os.path.join(directory, f"{time.perf_counter_ns()}.db")
+            return f"sqlite:///{path}?synchronous={synchronous}", path
 
-    threads = trio.run(_turn, *fresh(), steps)
-    statements = trio.run(_statements, *fresh(), steps)
-    probe = cProfile.Profile()
-    trio.run(_turn, *fresh(), steps, probe)
+        threads = trio.run(_turn, *fresh(), steps)
+        statements = trio.run(_statements, *fresh(), steps)
+        probe = cProfile.Profile()
+        trio.run(_turn, *fresh(), steps, probe)
     return {"threads": threads, **statements, **_calls(probe, steps)}
 
 
@@ -230,6 +257,9 @@ def _print(result: dict[str, Any]) -> None:
     for label, (count, median, per_step) in result["statements"].items():
         print(f"  {count:5.2f} x {median:8.1f} = {per_step:8.1f}  {label}")
     print(f"  WAL frames per commit: {result['wal_frames_per_commit']:.2f}")
+    print("one append's way (median us):")
+    for label, value in result["crossing_us"].items():
+        print(f"  {value:8.1f}  {label}")
     print(f"Python calls per step (trio thread): {result['calls_per_step']:.0f}")
     print(f"profiled time waiting (epoll, put): {result['idle_share']:.0%}; the rest by module:")
     for module, share in result["modules"]:
