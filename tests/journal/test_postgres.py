@@ -287,14 +287,23 @@ async def test_a_tail_survives_losing_its_listening_connection(postgres_url: str
 # -- cut connections ------------------------------------------------------------------
 
 
+_SYNC = b"S\x00\x00\x00\x04"
+"""The protocol's Sync message: the client waits for the server's reply after it."""
+
+_READY_IDLE = b"Z\x00\x00\x00\x05I"
+"""ReadyForQuery with no transaction open: the server's last word on a round trip."""
+
+
 class _CuttingProxy:
     """A loopback TCP proxy in front of the server that can cut a connection mid-append.
 
-    ``arm("before")``: the next client bytes holding a COMMIT are dropped and
-    the connection cut, so the server never commits.  ``arm("after")``: they
-    are forwarded, the server's reply is swallowed until it confirms the
-    COMMIT, then the connection is cut: committed, but the client never
-    hears it.  While ``refuse`` is set, new connections are closed at once.
+    ``arm("before")``: the next client bytes that end a round trip (a Sync
+    message: a group commit's one statement, or its checked pipeline) are
+    dropped and the connection cut, so the server never commits.
+    ``arm("after")``: they are forwarded, the server's reply is swallowed
+    until it says the round trip is over and no transaction is open (ready
+    for a query, idle), then the connection is cut: committed, but the client
+    never hears it.  While ``refuse`` is set, new connections are closed at once.
     """
 
     def __init__(self, port: int) -> None:
@@ -320,7 +329,7 @@ class _CuttingProxy:
             async def up() -> None:
                 nonlocal swallow
                 async for data in client:
-                    if self.armed and b"COMMIT" in data:
+                    if self.armed and data.endswith(_SYNC):
                         mode, self.armed = self.armed, None
                         self.cuts += 1
                         if mode == "before":
@@ -334,7 +343,7 @@ class _CuttingProxy:
                 async for data in server:
                     if swallow:
                         replies += data
-                        if b"COMMIT" in replies:
+                        if replies.endswith(_READY_IDLE):
                             break
                         continue
                     await client.send_all(data)
