@@ -116,7 +116,8 @@ WITH locked AS MATERIALIZED (
     SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::bigint[],
                          %b::text[], %b::bytea[], %b::bytea[])
 ), indexed AS (
-    INSERT INTO loopruntime_checkpoints (session, seq) SELECT * FROM unnest(%b::text[], %b::bigint[])
+    INSERT INTO loopruntime_checkpoints (session, seq)
+    SELECT * FROM unnest(%b::text[], %b::bigint[])
 ), stored_blobs AS (
     INSERT INTO loopruntime_blobs (digest, body) SELECT * FROM unnest(%b::bytea[], %b::bytea[])
     ON CONFLICT (digest) DO NOTHING
