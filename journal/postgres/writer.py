@@ -401,18 +401,23 @@ class Writer:
         sessions = sorted({item.lease.session for item in batch})
         want_sessions = [item.lease.session for item in batch for _ in item.pending]
         want_ids = [p[0] for item in batch for p in item.pending]
+        wanted = [(item.lease.session, c[0]) for item in batch for c in item.consumes or ()]
         with conn.pipeline():
             conn.execute("BEGIN")
             locked = conn.execute(_LOCK_SESSIONS, (sessions,))
             found = conn.execute(_FIND_IDS, (want_sessions, want_ids))
+            # Sent before the first result is read: the server runs it after
+            # the sessions' lock, in the same round trip.
+            locking = (
+                conn.execute(_FIND_ENTRIES, ([w[0] for w in wanted], [w[1] for w in wanted]))
+                if wanted
+                else None
+            )
             heads = {s: _Head(inc, head, digest) for s, inc, head, digest in locked.fetchall()}
             stored: dict[tuple[str, str], Row] = {(r[0], r[2]): r for r in found.fetchall()}
             entries: dict[tuple[str, int], tuple[bool, bytes | None]] = {}
-            wanted = [(item.lease.session, c[0]) for item in batch for c in item.consumes or ()]
-            if wanted:
-                for session, number, consumed, outcome in conn.execute(
-                    _FIND_ENTRIES, ([w[0] for w in wanted], [w[1] for w in wanted])
-                ).fetchall():
+            if locking is not None:
+                for session, number, consumed, outcome in locking.fetchall():
                     entries[(session, number)] = (consumed, outcome)
             now = time.time_ns()
             rows: list[Row] = []

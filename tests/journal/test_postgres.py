@@ -880,6 +880,25 @@ async def test_a_consuming_group_commit_is_one_statement_in_one_round_trip(
         assert [r.seq for r in await journal.checkpoints("a")] == [3]
 
 
+async def test_a_consuming_append_the_writer_cannot_guess_is_checked_in_two_round_trips(
+    postgres_url: str, wire: _Wire
+) -> None:
+    async with open_journal(postgres_url) as journal:
+        await journal.put("new", "k1", _submit("one"), definition="agent")
+        lease = await journal.acquire("new", "host-a", ttl=3600)
+        wire.clear()
+        # The writer has not committed for this session yet: the checked path,
+        # whose lookups of the ids and of the entries share one round trip.
+        done = InboxOutcome(record="new-1")
+        records = await journal.append(
+            lease, [_draft("new-1")], expected_seq=0, consumes=[Consumed(entry=1, outcome=done)]
+        )
+        assert [r.id for r in records] == ["new-1"]
+        assert wire.round_trips == 2
+        entry = await journal.entry("new", "k1")
+        assert entry is not None and entry.consumed and entry.outcome == done
+
+
 async def test_a_fenced_hosts_consuming_append_is_refused_and_consumes_nothing(
     postgres_url: str, wire: _Wire
 ) -> None:
