@@ -85,20 +85,13 @@ WITH inserted AS (
 SELECT pg_notify(c, '') FROM unnest(%b::text[]) AS c
 """
 
-# The fast path: the writer already knows each session's state from its own
-# last commit, so it writes at once, the whole batch in this one statement
-# sent alone on the autocommit connection: its own transaction, one round
-# trip.  It can only fail whole: the last line divides by zero unless every
-# session of the batch still holds exactly the known state (fencing by
-# incarnation, the head a stale expected_seq would miss) and every inbox
-# entry it applies was still unconsumed; the records insert fails on the
-# unique index when an event id is already stored (a retry, a duplicate).
-# The writer then decides the whole batch on the checked path, which names
-# the cause.  ``locked`` takes the sessions' row locks in session order, like
-# the checked path, so two writers (of this process or another) cannot
-# deadlock; the two updates join it, so no row of theirs is touched before
-# its session's row is locked (an inbox row only after its session's).
-# Data-modifying CTEs always run to completion, whatever the last line reads.
+# The fast path: a whole batch from the states the writer last committed, as
+# one statement, its own transaction.  It fails whole (the checked path then
+# names the cause): the last line divides by zero unless every session still
+# holds the known state (fencing, expected_seq) and every entry it applies was
+# unconsumed, and a stored event id fails the unique index.  ``locked`` takes
+# the session rows in order, like the checked path, and both updates join it,
+# so no row is touched before its session's lock: writers cannot deadlock.
 _WRITE_GUARDED = """
 WITH locked AS MATERIALIZED (
     SELECT session FROM loopruntime_sessions
@@ -312,11 +305,10 @@ class Writer:
                 return None
             if repeated_id([p[0] for p in item.pending]) is not None:
                 return None
-            if item.consumes:
-                numbers = {number for number, _ in item.consumes}
-                if len(numbers) != len(item.consumes):
-                    return None
-                plan.consumes += [(session, n, outcome) for n, outcome in item.consumes]
+            consumes = item.consumes or ()
+            if len({number for number, _ in consumes}) != len(consumes):
+                return None  # one entry twice: the checked path refuses the append
+            plan.consumes += [(session, number, outcome) for number, outcome in consumes]
             plan.records.append(
                 plan_append(
                     session, known[1], known[2], item.pending, plan.now, plan.rows, plan.marks
@@ -325,10 +317,7 @@ class Writer:
         return plan
 
     def _commit_fast(
-        self,
-        conn: psycopg.Connection[Any],
-        batch: list[Append],
-        planned: _FastPlan,
+        self, conn: psycopg.Connection[Any], batch: list[Append], planned: _FastPlan
     ) -> bool:
         """Write the planned appends in one statement: all of them, or (False) none.
 
@@ -406,13 +395,9 @@ class Writer:
             conn.execute("BEGIN")
             locked = conn.execute(_LOCK_SESSIONS, (sessions,))
             found = conn.execute(_FIND_IDS, (want_sessions, want_ids))
-            # Sent before the first result is read: the server runs it after
-            # the sessions' lock, in the same round trip.
-            locking = (
-                conn.execute(_FIND_ENTRIES, ([w[0] for w in wanted], [w[1] for w in wanted]))
-                if wanted
-                else None
-            )
+            # Sent before any result is read: it runs after the lock, in the same round trip.
+            entry_keys = ([w[0] for w in wanted], [w[1] for w in wanted])
+            locking = conn.execute(_FIND_ENTRIES, entry_keys) if wanted else None
             heads = {s: _Head(inc, head, digest) for s, inc, head, digest in locked.fetchall()}
             stored: dict[tuple[str, str], Row] = {(r[0], r[2]): r for r in found.fetchall()}
             entries: dict[tuple[str, int], tuple[bool, bytes | None]] = {}
