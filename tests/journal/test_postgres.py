@@ -3,7 +3,9 @@
 Fencing and following across real OS processes, a connection cut in the
 middle of an append (by a TCP proxy and by ``pg_terminate_backend``), group
 commits that isolate a failing append and index only the checkpoints that
-committed, a version-1 database upgraded when opened, and the named errors
+committed, group commits that apply inbox entries in the round trips libpq's
+own trace counts (and refuse a fenced or twice-applied entry whole), a
+version-1 database upgraded when opened, and the named errors
 for a server that cannot be reached or a database written by a newer
 version.  The shared semantics are in ``test_contract_postgres.py``.
 
