@@ -1,8 +1,8 @@
 """The PostgreSQL blob table (``journal.blobs``): what the writer stores, what readers fetch.
 
 Blocking calls on a connection a worker thread holds.  The writer calls
-``store`` in the transaction that inserts the records referring to the blobs
-(inside its pipeline on the fast path).
+``store`` in the transaction that inserts the records referring to the blobs;
+on the fast path the writer's one statement inserts ``unique_blobs`` itself.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import psycopg
 
 from .arrays import bytea_array
 
-__all__ = ["fetch", "store"]
+__all__ = ["fetch", "store", "unique_blobs"]
 
 # Content-addressed: a blob already stored is the same bytes.
 _INSERT = """
@@ -23,15 +23,24 @@ ON CONFLICT (digest) DO NOTHING
 """
 
 
-def store(conn: psycopg.Connection[Any], batch: Sequence[Any], results: Sequence[Any] = ()) -> None:
-    """Store the blobs of the appends of ``batch`` (each with a ``blobs`` list or
-    None); with ``results``, only of those whose result is not an error."""
+def unique_blobs(
+    batch: Sequence[Any], results: Sequence[Any] = ()
+) -> tuple[list[bytes], list[bytes]]:
+    """The digests and bodies of the blobs of the appends of ``batch`` (each with
+    a ``blobs`` list or None), each once; with ``results``, only of those whose
+    result is not an error."""
     unique: dict[bytes, bytes] = {}
     for n, item in enumerate(batch):
         if item.blobs and not (results and isinstance(results[n], BaseException)):
             unique.update(item.blobs)
-    if unique:
-        conn.execute(_INSERT, (bytea_array(list(unique)), bytea_array(list(unique.values()))))
+    return list(unique), list(unique.values())
+
+
+def store(conn: psycopg.Connection[Any], batch: Sequence[Any], results: Sequence[Any] = ()) -> None:
+    """Store the blobs of the appends of ``batch`` (``unique_blobs``)."""
+    digests, bodies = unique_blobs(batch, results)
+    if digests:
+        conn.execute(_INSERT, (bytea_array(digests), bytea_array(bodies)))
 
 
 def fetch(conn: psycopg.Connection[Any], digests: list[bytes]) -> dict[bytes, bytes]:

@@ -211,8 +211,9 @@ def describe(url: str) -> str:
 def connect(url: str) -> psycopg.Connection[Any]:
     """Blocking: open one autocommit connection (run it in a worker thread).
 
-    The writer, the one that needs transactions, sends BEGIN and COMMIT
-    itself, so a transaction can be a single pipeline (see ``writer.Writer._commit_fast``).
+    The writer, the one that needs transactions, makes its fast path's one
+    statement its own transaction, and sends BEGIN and COMMIT itself on the
+    checked path, so that transaction is one pipeline (``writer.Writer``).
     """
     params = conninfo_to_dict(url)
     extra: dict[str, Any] = {}

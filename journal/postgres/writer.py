@@ -3,12 +3,13 @@
 Rules: each batch locks its sessions' rows (``SELECT ... FOR UPDATE``, in
 session order, so writers cannot deadlock) and is decided under that lock by
 ``journal.rules``; a failed check fails only its own append.  The fast path
-(one round trip) writes at once when the writer knows each session's state
-from its own last commit, guarded so a stale guess fails the transaction and
-the batch is decided again on the checked path (two round trips).  A batch
-cut off by a lost connection is retried once on a new one: an append that
-had committed is found by its ids, never written twice.  The story is in
-``docs/journal.md``.
+(one statement, one round trip) writes at once when the writer knows each
+session's state from its own last commit, inbox entries it applies
+included, guarded so a stale guess or an entry already consumed fails the
+statement and the batch is decided again on the checked path (two round
+trips).  A batch cut off by a lost connection is retried once on a new one:
+an append that had committed is found by its ids, never written twice.  The
+story is in ``docs/journal.md``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..rules import (
 from ..store import SessionLease
 from .arrays import Array, ArrayDumper, bytea_array, int8_array, text_array
 from .blobs import store as store_blobs
+from .blobs import unique_blobs
 from .schema import channel, connect, discard, lost, translate
 
 __all__ = ["Append", "GroupCommit", "Writer"]
@@ -83,38 +85,46 @@ WITH inserted AS (
 SELECT pg_notify(c, '') FROM unnest(%b::text[]) AS c
 """
 
-# The fast path: the writer already knows each session's state from its own
-# last commit, so it writes at once, in plain statements sent in one pipeline
-# after _LOCK_SESSIONS (whose snapshot then sees every committed record of
-# those sessions).  Each statement can only fail the transaction: the guard
-# divides by zero unless every session of the batch still holds exactly the
-# known state (another writer, a stale expected_seq, ...), and the records
-# insert fails on the unique index when an event id is already stored (a
-# retry, a duplicate).  The writer then rolls back and decides the whole batch
-# on the checked path.
-_ADVANCE_GUARDED = """
-WITH advanced AS (
+# The fast path: a whole batch from the states the writer last committed, as
+# one statement, its own transaction.  It fails whole (the checked path then
+# names the cause): the last line divides by zero unless every session still
+# holds the known state (fencing, expected_seq) and every entry it applies was
+# unconsumed, and a stored event id fails the unique index.  ``locked`` takes
+# the session rows in order, like the checked path, and both updates join it,
+# so no row is touched before its session's lock: writers cannot deadlock.
+_WRITE_GUARDED = """
+WITH locked AS MATERIALIZED (
+    SELECT session FROM loopruntime_sessions
+    WHERE session = ANY(%b::text[]) ORDER BY session FOR UPDATE
+), advanced AS (
     UPDATE loopruntime_sessions s SET head = u.head, digest = u.digest, updated_at = %b::bigint
     FROM unnest(%b::text[], %b::bigint[], %b::bigint[], %b::bytea[], %b::bigint[], %b::bytea[])
         AS u(session, incarnation, old_head, old_digest, head, digest)
+    JOIN locked l ON l.session = u.session
     WHERE s.session = u.session AND s.incarnation = u.incarnation
       AND s.head = u.old_head AND s.digest = u.old_digest
     RETURNING 1
+), inserted AS (
+    INSERT INTO loopruntime_records (session, seq, id, loop, at, cause, digest, body)
+    SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::bigint[],
+                         %b::text[], %b::bytea[], %b::bytea[])
+), indexed AS (
+    INSERT INTO loopruntime_checkpoints (session, seq)
+    SELECT * FROM unnest(%b::text[], %b::bigint[])
+), stored_blobs AS (
+    INSERT INTO loopruntime_blobs (digest, body) SELECT * FROM unnest(%b::bytea[], %b::bytea[])
+    ON CONFLICT (digest) DO NOTHING
+), consumed AS (
+    UPDATE loopruntime_inbox i SET consumed_at = %b::bigint, outcome = u.outcome
+    FROM unnest(%b::text[], %b::bigint[], %b::bytea[]) AS u(session, number, outcome)
+    JOIN locked l ON l.session = u.session
+    WHERE i.session = u.session AND i.number = u.number AND i.consumed_at IS NULL
+    RETURNING 1
 )
-SELECT 1 / (count(*) = %b::bigint)::int FROM advanced
+SELECT 1 / ((SELECT count(*) FROM advanced) = %b::bigint
+            AND (SELECT count(*) FROM consumed) = %b::bigint)::int,
+       (SELECT count(pg_notify(c, '')) FROM unnest(%b::text[]) AS c)
 """
-
-_INSERT_RECORDS = """
-INSERT INTO loopruntime_records (session, seq, id, loop, at, cause, digest, body)
-SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::bigint[],
-                     %b::text[], %b::bytea[], %b::bytea[])
-"""
-
-_INSERT_CHECKPOINTS = """
-INSERT INTO loopruntime_checkpoints (session, seq) SELECT * FROM unnest(%b::text[], %b::bigint[])
-"""
-
-_NOTIFY = "SELECT pg_notify(c, '') FROM unnest(%b::text[]) AS c"
 
 # The inbox entries a batch applies, locked with their sessions' rows held.
 _FIND_ENTRIES = """
@@ -170,15 +180,18 @@ class _Head:
 
 
 class _FastPlan:
-    """The fast path's guess for a batch: each append's records, all their rows."""
+    """The fast path's guess for a batch: each append's records, all their rows,
+    and the inbox entries the batch applies."""
 
-    __slots__ = ("marks", "now", "records", "rows")
+    __slots__ = ("consumes", "marks", "now", "records", "rows")
 
     def __init__(self, now: int) -> None:
         self.now = now
         self.records: list[list[Record]] = []
         self.rows: list[Row] = []
         self.marks: list[Mark] = []
+        self.consumes: list[tuple[str, int, bytes]] = []
+        """``(session, number, outcome)`` of every entry applied."""
 
 
 _Known = tuple[int, int, bytes]
@@ -277,46 +290,41 @@ class Writer:
         """Records for every append of ``batch`` from the known states, or None.
 
         None when the fast path does not apply: a session not known (or known
-        at another head), a session appended twice in the batch, one id twice
-        in an append.  The plan is a guess until ``_commit_fast`` confirms it.
+        at another head), a session appended twice in the batch, one id or
+        one inbox entry twice in an append.  The plan is a guess until
+        ``_commit_fast`` confirms it.
         """
         sessions = [item.lease.session for item in batch]
         if len(set(sessions)) != len(sessions):
             return None
         plan = _FastPlan(time.time_ns())
         for item in batch:
-            if item.consumes:
-                return None  # the entries must be looked up: the checked path
-            known = self._known.get(item.lease.session)
+            session = item.lease.session
+            known = self._known.get(session)
             if known is None or known[0] != item.lease.incarnation or known[1] != item.expected_seq:
                 return None
             if repeated_id([p[0] for p in item.pending]) is not None:
                 return None
+            consumes = item.consumes or ()
+            if len({number for number, _ in consumes}) != len(consumes):
+                return None  # one entry twice: the checked path refuses the append
+            plan.consumes += [(session, number, outcome) for number, outcome in consumes]
             plan.records.append(
                 plan_append(
-                    item.lease.session,
-                    known[1],
-                    known[2],
-                    item.pending,
-                    plan.now,
-                    plan.rows,
-                    plan.marks,
+                    session, known[1], known[2], item.pending, plan.now, plan.rows, plan.marks
                 )
             )
         return plan
 
     def _commit_fast(
-        self,
-        conn: psycopg.Connection[Any],
-        batch: list[Append],
-        planned: _FastPlan,
+        self, conn: psycopg.Connection[Any], batch: list[Append], planned: _FastPlan
     ) -> bool:
-        """Write the planned appends in one round trip: all of them, or (False) none.
+        """Write the planned appends in one statement: all of them, or (False) none.
 
-        False when a session no longer holds its known state or an event id
-        is already stored (or the server refused a statement); those sessions
-        are then forgotten, and the checked path that decides the batch
-        learns their state again.
+        False when a session no longer holds its known state, an inbox entry
+        is no longer unconsumed, or an event id is already stored (or the
+        server refused the statement); those sessions are then forgotten, and
+        the checked path that decides the batch learns their state again.
         """
         now, plans, rows, marks = planned.now, planned.records, planned.rows, planned.marks
         sessions = [item.lease.session for item in batch]
@@ -327,10 +335,12 @@ class Writer:
             for k, records in zip(known, plans, strict=True)
         ]
         encoding = conn.info.encoding
+        consumes = planned.consumes
+        digests, bodies = unique_blobs(batch)
         # Every parameter is encoded before anything is sent, so an encoding
-        # failure cannot stop the pipeline between two statements.
-        lock = (text_array(sorted(sessions), encoding),)
-        advance = (
+        # failure sends nothing.
+        params = (
+            text_array(sessions, encoding),
             now,
             text_array(sessions, encoding),
             int8_array([k[0] for k in known]),
@@ -338,9 +348,6 @@ class Writer:
             bytea_array([k[2] for k in known]),
             int8_array([a[1] for a in after]),
             bytea_array([a[2] for a in after]),
-            len(sessions),
-        )
-        insert = (
             text_array([r[0] for r in rows], encoding),
             int8_array([r[1] for r in rows]),
             text_array([r[2] for r in rows], encoding),
@@ -349,36 +356,26 @@ class Writer:
             text_array([r[5] for r in rows], encoding),
             bytea_array([r[6] for r in rows]),
             bytea_array([r[7] for r in rows]),
-        )
-        index = (
             text_array([m[0] for m in marks], encoding),
             int8_array([m[1] for m in marks]),
+            bytea_array(digests),
+            bytea_array(bodies),
+            now,
+            text_array([c[0] for c in consumes], encoding),
+            int8_array([c[1] for c in consumes]),
+            bytea_array([c[2] for c in consumes]),
+            len(sessions),
+            len(consumes),
+            text_array([channel(self._schema, s) for s in sessions], encoding),
         )
-        notify = (text_array([channel(self._schema, s) for s in sessions], encoding),)
         try:
-            with conn.pipeline():
-                # Explicit BEGIN and COMMIT on an autocommit connection: the whole
-                # transaction is one round trip (psycopg would wait for its own
-                # BEGIN, then sync after a commit()).
-                conn.execute("BEGIN")
-                # Rows locked in session order, like the checked path, so two
-                # writers (of this process or another) cannot deadlock.
-                conn.execute(_LOCK_SESSIONS, lock)
-                conn.execute(_ADVANCE_GUARDED, advance)
-                if rows:
-                    conn.execute(_INSERT_RECORDS, insert)
-                if marks:
-                    conn.execute(_INSERT_CHECKPOINTS, index)
-                store_blobs(conn, batch)
-                conn.execute(_NOTIFY, notify)
-                conn.execute("COMMIT")
+            conn.execute(_WRITE_GUARDED, params)
         except psycopg.Error:
             if lost(conn):
                 raise
-            # The guard failed or an id is stored (or the server refused a
-            # statement, which the checked path will report): nothing was
-            # written.
-            conn.rollback()
+            # A guard failed or an id is stored (or the server refused the
+            # statement, which the checked path will report): the statement
+            # was its own transaction, so nothing was written.
             for session in sessions:
                 self._known.pop(session, None)
             return False
@@ -393,18 +390,19 @@ class Writer:
         sessions = sorted({item.lease.session for item in batch})
         want_sessions = [item.lease.session for item in batch for _ in item.pending]
         want_ids = [p[0] for item in batch for p in item.pending]
+        wanted = [(item.lease.session, c[0]) for item in batch for c in item.consumes or ()]
         with conn.pipeline():
             conn.execute("BEGIN")
             locked = conn.execute(_LOCK_SESSIONS, (sessions,))
             found = conn.execute(_FIND_IDS, (want_sessions, want_ids))
+            # Sent before any result is read: it runs after the lock, in the same round trip.
+            entry_keys = ([w[0] for w in wanted], [w[1] for w in wanted])
+            locking = conn.execute(_FIND_ENTRIES, entry_keys) if wanted else None
             heads = {s: _Head(inc, head, digest) for s, inc, head, digest in locked.fetchall()}
             stored: dict[tuple[str, str], Row] = {(r[0], r[2]): r for r in found.fetchall()}
             entries: dict[tuple[str, int], tuple[bool, bytes | None]] = {}
-            wanted = [(item.lease.session, c[0]) for item in batch for c in item.consumes or ()]
-            if wanted:
-                for session, number, consumed, outcome in conn.execute(
-                    _FIND_ENTRIES, ([w[0] for w in wanted], [w[1] for w in wanted])
-                ).fetchall():
+            if locking is not None:
+                for session, number, consumed, outcome in locking.fetchall():
                     entries[(session, number)] = (consumed, outcome)
             now = time.time_ns()
             rows: list[Row] = []

@@ -3,7 +3,9 @@
 Fencing and following across real OS processes, a connection cut in the
 middle of an append (by a TCP proxy and by ``pg_terminate_backend``), group
 commits that isolate a failing append and index only the checkpoints that
-committed, a version-1 database upgraded when opened, and the named errors
+committed, group commits that apply inbox entries in the round trips libpq's
+own trace counts (and refuse a fenced or twice-applied entry whole), a
+version-1 database upgraded when opened, and the named errors
 for a server that cannot be reached or a database written by a newer
 version.  The shared semantics are in ``test_contract_postgres.py``.
 
@@ -15,12 +17,14 @@ assertion -- nothing here measures how long anything took.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+import tempfile
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -30,6 +34,7 @@ import psycopg
 import pytest
 import trio
 import trio.testing
+from psycopg import pq
 
 from journal import (
     SCHEMA_VERSION,
@@ -37,6 +42,8 @@ from journal import (
     Draft,
     DuplicateEventError,
     FencedError,
+    InboxConsumedError,
+    InboxError,
     JournalCorruptError,
     JournalError,
     JournalSchemaError,
@@ -49,7 +56,9 @@ from journal import (
     open_journal,
 )
 from journal.codec import GENESIS, chain, chain_body, encode_event
+from journal.content import Message, Text
 from journal.events import CHECKPOINT_STREAM, LoopImage, Notice, SessionCheckpoint
+from journal.inbox import Consumed, InboxOutcome, Submit, encode_outcome
 from journal.postgres import PostgresJournal, init_schema
 from journal.postgres import writer as postgres_writer
 from journal.postgres.schema import channel as _channel
@@ -287,14 +296,23 @@ async def test_a_tail_survives_losing_its_listening_connection(postgres_url: str
 # -- cut connections ------------------------------------------------------------------
 
 
+_SYNC = b"S\x00\x00\x00\x04"
+"""The protocol's Sync message: the client waits for the server's reply after it."""
+
+_READY_IDLE = b"Z\x00\x00\x00\x05I"
+"""ReadyForQuery with no transaction open: the server's last word on a round trip."""
+
+
 class _CuttingProxy:
     """A loopback TCP proxy in front of the server that can cut a connection mid-append.
 
-    ``arm("before")``: the next client bytes holding a COMMIT are dropped and
-    the connection cut, so the server never commits.  ``arm("after")``: they
-    are forwarded, the server's reply is swallowed until it confirms the
-    COMMIT, then the connection is cut: committed, but the client never
-    hears it.  While ``refuse`` is set, new connections are closed at once.
+    ``arm("before")``: the next client bytes that end a round trip (a Sync
+    message: a group commit's one statement, or its checked pipeline) are
+    dropped and the connection cut, so the server never commits.
+    ``arm("after")``: they are forwarded, the server's reply is swallowed
+    until it says the round trip is over and no transaction is open (ready
+    for a query, idle), then the connection is cut: committed, but the client
+    never hears it.  While ``refuse`` is set, new connections are closed at once.
     """
 
     def __init__(self, port: int) -> None:
@@ -320,7 +338,7 @@ class _CuttingProxy:
             async def up() -> None:
                 nonlocal swallow
                 async for data in client:
-                    if self.armed and b"COMMIT" in data:
+                    if self.armed and data.endswith(_SYNC):
                         mode, self.armed = self.armed, None
                         self.cuts += 1
                         if mode == "before":
@@ -334,7 +352,7 @@ class _CuttingProxy:
                 async for data in server:
                     if swallow:
                         replies += data
-                        if b"COMMIT" in replies:
+                        if replies.endswith(_READY_IDLE):
                             break
                         continue
                     await client.send_all(data)
@@ -692,6 +710,279 @@ async def test_an_error_between_two_statements_leaves_no_transaction_behind(
         assert [r.id async for r in journal.read("bad")] == ["bad-1", "bad-2"]
     for session in ("hold", "good", "bad", "later"):
         assert await _stored_ids(postgres_url, session) == [f"{session}-1", f"{session}-2"]
+
+
+# -- the fast path with inbox entries ---------------------------------------------------
+
+
+class _Wire:
+    """What the writer's connections say, read from libpq's own trace of the protocol.
+
+    Since the last ``clear``: ``statements`` counts the Execute messages sent;
+    ``round_trips`` the times the client sent and then read the server's
+    reply (each turn from messages sent, ``F`` lines, to messages received,
+    ``B``), which also counts a wait in the middle of a pipeline.
+    """
+
+    def __init__(self) -> None:
+        self._trace = tempfile.TemporaryFile()
+        self._start = 0
+        self._traced: list[psycopg.Connection[Any]] = []
+
+    def connect(self, url: str) -> psycopg.Connection[Any]:
+        conn = _traced_connection(url)
+        self._follow(conn)
+        close = conn.close
+
+        def untrace_and_close() -> None:
+            # libpq writes its trace through a buffered stream: flushed here,
+            # it can never write to this file's descriptor once it is reused.
+            if not conn.closed:
+                conn.pgconn.untrace()
+            close()
+
+        conn.close = untrace_and_close  # type: ignore[method-assign]
+        self._traced.append(conn)
+        return conn
+
+    def _follow(self, conn: psycopg.Connection[Any]) -> None:
+        conn.pgconn.trace(self._trace.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+
+    def _flush(self) -> None:
+        """Flush the trace of every open connection (call while the writer is idle)."""
+        for conn in self._traced:
+            if not conn.closed:
+                conn.pgconn.untrace()
+                self._follow(conn)
+
+    def _messages(self) -> list[tuple[str, str]]:
+        """``(direction, message)`` of every message, in order."""
+        self._flush()
+        self._trace.seek(self._start)
+        lines = self._trace.read().decode(errors="replace").splitlines()
+        return [(f[0], f[2]) for f in (line.split("\t") for line in lines) if len(f) > 2]
+
+    @property
+    def statements(self) -> int:
+        return sum(1 for way, message in self._messages() if (way, message) == ("F", "Execute"))
+
+    @property
+    def round_trips(self) -> int:
+        ways = [way for way, _ in self._messages()]
+        return sum(1 for sent, got in itertools.pairwise(ways) if (sent, got) == ("F", "B"))
+
+    def clear(self) -> None:
+        self._flush()
+        self._trace.seek(0, os.SEEK_END)
+        self._start = self._trace.tell()
+
+    def close(self) -> None:
+        for conn in self._traced:
+            conn.close()
+        self._trace.close()
+
+
+_traced_connection = postgres_writer._writer_connection
+
+
+@pytest.fixture
+def wire(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Wire]:
+    """The writer's connections, traced from their first byte."""
+    traced = _Wire()
+    monkeypatch.setattr(postgres_writer, "_writer_connection", traced.connect)
+    yield traced
+    traced.close()
+
+
+async def _consuming_group(
+    journal: PostgresJournal,
+    url: str,
+    hold: SessionLease,
+    appends: dict[SessionLease, tuple[list[Draft], int, InboxOutcome]],
+) -> dict[str, list[Record] | BaseException]:
+    """``appends`` (drafts, the entry each applies, its outcome; every session at
+    seq 1) as one group commit, behind an append to ``hold``."""
+    results: dict[str, list[Record] | BaseException] = {}
+
+    async def append(lease: SessionLease, drafts: list[Draft], consumes: list[Consumed]) -> None:
+        try:
+            results[lease.session] = await journal.append(
+                lease, drafts, expected_seq=1, consumes=consumes
+            )
+        except Exception as exc:
+            results[lease.session] = exc
+
+    async with trio.open_nursery() as nursery:
+        async with _row_locked(url, hold.session) as blocker:
+            nursery.start_soon(append, hold, [_draft(f"{hold.session}-2")], [])
+            await _wait_blocked_by(url, blocker)
+            for lease, (drafts, entry, outcome) in appends.items():
+                consumes = [Consumed(entry=entry, outcome=outcome)]
+                nursery.start_soon(append, lease, drafts, consumes)
+            await trio.testing.wait_all_tasks_blocked()
+    return results
+
+
+async def _inbox_sessions(journal: PostgresJournal, names: list[str]) -> dict[str, SessionLease]:
+    """Sessions with two inbox entries each, held, the first entry applied by a
+    first append (so the writer knows every session's state)."""
+    leases = {}
+    for name in names:
+        await journal.put(name, "k1", _submit("one"), definition="agent")
+        await journal.put(name, "k2", _submit("two"))
+        leases[name] = lease = await journal.acquire(name, "host-a", ttl=3600)
+        done = [Consumed(entry=1, outcome=InboxOutcome(record=f"{name}-1"))]
+        await journal.append(lease, [_draft(f"{name}-1")], expected_seq=0, consumes=done)
+    return leases
+
+
+def _submit(text: str) -> Submit:
+    return Submit(message=Message(role="user", blocks=(Text(text=text),)))
+
+
+async def test_a_consuming_group_commit_is_one_statement_in_one_round_trip(
+    postgres_url: str, wire: _Wire, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked: list[str] = []
+    commit_checked = _Writer._commit_checked
+
+    def spy(
+        writer: _Writer, conn: psycopg.Connection[Any], batch: list[Any]
+    ) -> list[list[Record] | BaseException]:
+        checked.extend(item.lease.session for item in batch)
+        return commit_checked(writer, conn, batch)
+
+    monkeypatch.setattr(_Writer, "_commit_checked", spy)
+    async with open_journal(postgres_url) as journal:
+        assert isinstance(journal, PostgresJournal)
+        leases = await _inbox_sessions(journal, ["hold", "a", "b"])
+        checked.clear()
+        wire.clear()
+        done = {s: InboxOutcome(record=f"{s}-2", value=s) for s in ("a", "b")}
+        results = await _consuming_group(
+            journal,
+            postgres_url,
+            leases["hold"],
+            {
+                leases["a"]: ([_draft("a-2"), _checkpoint("a-cp", 1)], 2, done["a"]),
+                leases["b"]: ([_draft("b-2")], 2, done["b"]),
+            },
+        )
+        # Two group commits (the hold's, then a's and b's together), each one
+        # statement, sent and answered in one round trip; none went the checked way.
+        assert (wire.statements, wire.round_trips) == (2, 2)
+        assert checked == []
+        assert [r.id for r in results["a"]] == ["a-2", "a-cp"]  # type: ignore[union-attr]
+        assert [r.id for r in results["b"]] == ["b-2"]  # type: ignore[union-attr]
+        for s in ("a", "b"):
+            entry = await journal.entry(s, "k2")
+            assert entry is not None and entry.consumed and entry.outcome == done[s]
+            assert await journal.inbox(s) == []
+        assert [r.seq for r in await journal.checkpoints("a")] == [3]
+
+
+async def test_a_consuming_append_the_writer_cannot_guess_is_checked_in_two_round_trips(
+    postgres_url: str, wire: _Wire
+) -> None:
+    async with open_journal(postgres_url) as journal:
+        await journal.put("new", "k1", _submit("one"), definition="agent")
+        lease = await journal.acquire("new", "host-a", ttl=3600)
+        wire.clear()
+        # The writer has not committed for this session yet: the checked path,
+        # whose lookups of the ids and of the entries share one round trip.
+        done = InboxOutcome(record="new-1")
+        records = await journal.append(
+            lease, [_draft("new-1")], expected_seq=0, consumes=[Consumed(entry=1, outcome=done)]
+        )
+        assert [r.id for r in records] == ["new-1"]
+        assert wire.round_trips == 2
+        entry = await journal.entry("new", "k1")
+        assert entry is not None and entry.consumed and entry.outcome == done
+
+
+async def test_a_fenced_hosts_consuming_append_is_refused_and_consumes_nothing(
+    postgres_url: str, wire: _Wire
+) -> None:
+    async with open_journal(postgres_url) as journal:
+        assert isinstance(journal, PostgresJournal)
+        leases = await _inbox_sessions(journal, ["hold", "ok", "fenced"])
+        # Another host takes the session: the first host's lease is now stale,
+        # while its writer still knows the session at the head it left.
+        await journal.release(leases["fenced"])
+        newer = await journal.acquire("fenced", "host-b", ttl=3600)
+        assert newer.incarnation > leases["fenced"].incarnation
+        wire.clear()
+        results = await _consuming_group(
+            journal,
+            postgres_url,
+            leases["hold"],
+            {
+                leases["ok"]: ([_draft("ok-2")], 2, InboxOutcome(record="ok-2")),
+                leases["fenced"]: ([_draft("fenced-2")], 2, InboxOutcome(record="fenced-2")),
+            },
+        )
+        fenced = results["fenced"]
+        assert isinstance(fenced, FencedError)
+        assert (fenced.session, fenced.current) == ("fenced", newer.incarnation)
+        # The one statement of that group was refused whole and the group
+        # decided again on the checked path: the other append went through.
+        assert [r.id for r in results["ok"]] == ["ok-2"]  # type: ignore[union-attr]
+        assert wire.statements > 2
+        entry = await journal.entry("fenced", "k2")
+        assert entry is not None and not entry.consumed and entry.outcome is None
+        assert [e.number for e in await journal.inbox("fenced")] == [2]
+        assert await _stored_ids(postgres_url, "fenced") == ["fenced-1"]
+
+
+async def test_an_entry_applied_twice_is_refused_on_the_fast_path(postgres_url: str) -> None:
+    async with open_journal(postgres_url) as journal:
+        assert isinstance(journal, PostgresJournal)
+        lease = (await _inbox_sessions(journal, ["twice"]))["twice"]
+        first = InboxOutcome(record="twice-1")
+        # The writer knows the session at head 1: the next append of the same
+        # entry is tried on the fast path first, whose guard finds it applied.
+        with pytest.raises(InboxConsumedError) as caught:
+            await journal.append(
+                lease,
+                [_draft("twice-2")],
+                expected_seq=1,
+                consumes=[Consumed(entry=1, outcome=InboxOutcome(record="twice-2"))],
+            )
+        assert (caught.value.session, caught.value.number) == ("twice", 1)
+        assert await journal.head("twice") == 1
+        entry = await journal.entry("twice", "k1")
+        assert entry is not None and entry.outcome == first
+        # Applied behind the writer's back (another writer of the same
+        # incarnation, in effect): the fast path's guess is stale and refused.
+        await trio.to_thread.run_sync(
+            _sql,
+            postgres_url,
+            "UPDATE loopruntime_inbox SET consumed_at = 1, outcome = %s"
+            " WHERE session = 'twice' AND number = 2",
+            (encode_outcome(InboxOutcome(record="elsewhere")),),
+        )
+        with pytest.raises(InboxConsumedError):
+            await journal.append(
+                lease,
+                [_draft("twice-3")],
+                expected_seq=1,
+                consumes=[Consumed(entry=2, outcome=InboxOutcome(record="twice-3"))],
+            )
+        assert await _stored_ids(postgres_url, "twice") == ["twice-1"]
+        # One entry twice in one append never takes the fast path, and is refused.
+        await journal.put("twice", "k3", _submit("three"))
+        with pytest.raises(InboxError):
+            await journal.append(
+                lease,
+                [_draft("twice-4")],
+                expected_seq=1,
+                consumes=[
+                    Consumed(entry=3, outcome=InboxOutcome()),
+                    Consumed(entry=3, outcome=InboxOutcome()),
+                ],
+            )
+        assert [e.number for e in await journal.inbox("twice")] == [3]
 
 
 # -- opening --------------------------------------------------------------------------
