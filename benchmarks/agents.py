@@ -36,10 +36,16 @@ from typing import Annotated, Any, TypedDict
 import trio
 
 from journal import open_journal
-from journal.content import ToolResult
+from journal.content import (
+    BlockStarted,
+    BlockStopped,
+    InputJsonDelta,
+    TextDelta,
+    ToolResult,
+    Usage,
+)
 from loopruntime import Limits, LoopDefinition, ModelRequest, ToolContext, tool
-from loopruntime.model import InputJsonDelta, TextDelta
-from loopruntime.models import Reply, ScriptedModel, ToolCall
+from loopruntime.model import Delta, StopDelta, UsageDelta
 
 from .harness import Progress, quiet_logs, stderr_progress
 from .loops import TimedJournal
@@ -49,6 +55,7 @@ __all__ = [
     "WRITER_PHASE",
     "WARMUP",
     "SCRIPTED_TURN_SECONDS",
+    "PacedModel",
     "Shape",
     "main",
     "profile_phases",
@@ -156,56 +163,49 @@ async def outside_work(ctx: ToolContext, *, job: int) -> str:
     return f"job {job} done"
 
 
-def _agent_script(request: ModelRequest) -> Reply:
-    """Looks at the last message only: O(1), and one model serves every session."""
-    last = request.messages[-1]
-    pieces = Shape.piece_chars * Shape.final_pieces
-    if any(isinstance(block, ToolResult) for block in last.blocks):
-        return Reply(text="a" * pieces, chunk_size=Shape.piece_chars)
-    return Reply(
-        text="q" * (Shape.piece_chars * Shape.first_pieces),
-        chunk_size=Shape.piece_chars,
-        tool_calls=[ToolCall(name="outside_work", input={"job": 1})],
-    )
+class PacedModel:
+    """A model paced like a server, with no network: each piece (text, or the tool
+    call's arguments) is due ``piece_delay`` after the one before, counted from the
+    call's start, so a piece the loaded process takes late does not push the later ones
+    back.  Each text piece is the moment it was due (``_stamp``).  Its stream wakes its
+    reader once a piece, as a network read would: the scripted model (which also takes a
+    checkpoint per chunk) would add a scheduler step per piece that no real model costs.
+    The reply looks at the last message only (O(1)): after a tool's result the final
+    reply, else the first one, which asks for the tool."""
 
-
-class StampedModel:
-    """The scripted model paced like a server: each piece (text, or the tool call's
-    arguments) is due ``piece_delay`` after the one before, counted from the call's
-    start, so a piece the loaded process takes late does not push the later ones back;
-    each text piece is replaced by the moment it was due (same width)."""
-
-    def __init__(self, inner: ScriptedModel) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.context_window = inner.context_window
+    name = "paced"
+    context_window = 200_000
 
     @asynccontextmanager
-    async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[Any]]:
-        self.inner.requests.clear()  # a real model keeps no requests
-        async with self.inner.stream(request) as deltas:
-            yield self._stamped(deltas)
+    async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[Delta]]:
+        answering = any(isinstance(block, ToolResult) for block in request.messages[-1].blocks)
+        yield self._reply(answering, input_tokens=20 * len(request.messages))
 
     @staticmethod
-    async def _stamped(deltas: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async def _reply(answering: bool, *, input_tokens: int) -> AsyncIterator[Delta]:
         start, stamp = trio.current_time(), time.perf_counter()
-        sent = 0
-        async for delta in deltas:
-            if isinstance(delta, TextDelta | InputJsonDelta):
-                sent += 1
-                await trio.sleep_until(start + sent * Shape.piece_delay)
-                if isinstance(delta, TextDelta):
-                    delta = TextDelta(
-                        index=delta.index, text=_stamp(stamp + sent * Shape.piece_delay)
-                    )
-            yield delta
+        pieces = Shape.final_pieces if answering else Shape.first_pieces
+        yield UsageDelta(usage=Usage(input_tokens=input_tokens))
+        yield BlockStarted(index=0, kind="text")
+        for sent in range(1, pieces + 1):
+            await trio.sleep_until(start + sent * Shape.piece_delay)
+            yield TextDelta(index=0, text=_stamp(stamp + sent * Shape.piece_delay))
+        yield BlockStopped(index=0)
+        if not answering:
+            call_id = "toolu_" + os.urandom(8).hex()
+            yield BlockStarted(index=1, kind="tool_use", id=call_id, name="outside_work")
+            await trio.sleep_until(start + (pieces + 1) * Shape.piece_delay)
+            yield InputJsonDelta(index=1, partial_json='{"job": 1}')
+            yield BlockStopped(index=1)
+        yield UsageDelta(usage=Usage(output_tokens=Shape.piece_chars * pieces // 4))
+        yield StopDelta(stop_reason="end_turn" if answering else "tool_use")
 
 
 def agent_definition() -> LoopDefinition:
     return LoopDefinition(
         name="bench-agent",
         system="Work.",
-        model=StampedModel(ScriptedModel(_agent_script)),
+        model=PacedModel(),
         tools=[outside_work],
         limits=Limits(compact_at=None),
     )
