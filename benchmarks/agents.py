@@ -34,6 +34,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypedDict
 
 import trio
+import trio.testing
 
 from journal import open_journal
 from journal.content import (
@@ -56,6 +57,7 @@ __all__ = [
     "WARMUP",
     "SCRIPTED_TURN_SECONDS",
     "PacedModel",
+    "count_wakeups",
     "Shape",
     "main",
     "profile_phases",
@@ -458,6 +460,99 @@ def _py_spy() -> str | None:
     return here if os.path.exists(here) else shutil.which("py-spy")
 
 
+# -- wake-ups a turn, counted ----------------------------------------------------------------
+
+_TASK_ROLES = {
+    "loopruntime.actor.Loop._act": "the turn (the loop's actor runs it)",
+    "benchmarks.agents._count_run.<locals>.reader": "the subscriber (harness)",
+    "loopruntime.actor.Loop._guarded": "stream flushes (a task each)",
+    "<TrioToken.run_sync_soon task>": "hand-backs from other threads",
+    "loops' stream flushes": "the run's flush timer",
+    "session.embedded.writer.Writer.run": "the session's writer task",
+    "loops' permits kept by waits": "the permits' watcher",
+    "session writers' linger": "the run's linger timer",
+    "benchmarks.agents._count_run.<locals>.agent": "the agent (harness: submit, wait)",
+}
+
+
+class _Steps(trio.abc.Instrument):
+    """Scheduler steps by task name, and the run loop's waits for I/O (its rounds)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, int] = {}
+        self.rounds = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps[task.name] = self.steps.get(task.name, 0) + 1
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.rounds += 1
+
+
+async def _count_run(n: int, turns: int) -> dict[str, Any]:
+    from session import Session
+    from session.embedded.subscriptions import StreamDelta
+
+    definition = agent_definition()
+    steps = _Steps()
+    pieces = appends = 0
+
+    async def reader(session: Any) -> None:
+        nonlocal pieces
+        async for item in session.subscribe(None, deltas=True):
+            if isinstance(item, StreamDelta) and isinstance(item.delta, TextDelta):
+                pieces += 1
+
+    async def agent(journal: Any, index: int) -> None:
+        nonlocal appends
+        await trio.sleep(index * _CYCLE / n)
+        async with Session.create(journal, definition) as session, trio.open_nursery() as inner:
+            inner.start_soon(reader, session)
+            for _ in range(turns):
+                await session.submit(f"message {index}")
+                await session.wait_idle()
+                await trio.sleep(Shape.pause_seconds)
+            appends += session.commit_statistics().appends
+            inner.cancel_scope.cancel()
+
+    trio.lowlevel.add_instrument(steps)
+    async with open_journal("memory:") as journal, trio.open_nursery() as nursery:
+        for index in range(n):
+            nursery.start_soon(agent, journal, index)
+    trio.lowlevel.remove_instrument(steps)
+    return {"steps": steps.steps, "rounds": steps.rounds, "pieces": pieces, "appends": appends}
+
+
+def count_wakeups(n: int = 20, turns: tuple[int, int] = (2, 4)) -> dict[str, Any]:
+    """Scheduler steps a streamed turn costs, by task, with ``n`` sessions: the difference
+    of two runs of ``turns`` turns a session (so making the sessions cancels out), on the
+    memory journal under trio's ``MockClock`` jumping ahead whenever every task waits: no
+    thread and no real time, so the counts do not depend on the machine or its load (trio
+    orders each batch at random, which moves them by about 1 %).  ``floor`` is what each
+    streamed piece needs: one wake of the model's stream (its paced sleep, the stand-in for
+    a network read) and one of its subscriber."""
+    few, many = (
+        trio.run(_count_run, n, t, clock=trio.testing.MockClock(autojump_threshold=0))
+        for t in turns
+    )
+    per = n * (turns[1] - turns[0])
+    by_task = {
+        _TASK_ROLES.get(name, name): (count - few["steps"].get(name, 0)) / per
+        for name, count in many["steps"].items()
+    }
+    pieces = (many["pieces"] - few["pieces"]) / per
+    return {
+        "sessions": n,
+        "by_task": dict(sorted(by_task.items(), key=lambda kv: -kv[1])),
+        "steps": sum(by_task.values()),
+        "rounds": (many["rounds"] - few["rounds"]) / per,
+        "pieces": pieces,
+        "appends": (many["appends"] - few["appends"]) / per,
+        # The tool call's arguments are one more paced piece, not shown as text.
+        "floor": 2 * (pieces + 1),
+    }
+
+
 # -- one run in a child process -----------------------------------------------------------
 
 
@@ -645,6 +740,7 @@ def run(quick: bool = False, *, progress: Progress = stderr_progress) -> dict[st
     found = search(
         sides, start=start, seconds=seconds, max_probes=probes, votes=votes, progress=progress
     )
+    wakeups = count_wakeups()
     profile = profile_phases(found["ours"]["n"] or start, seconds)
     progress(f"agents: profile at N={found['ours']['n'] or start}")
     return {
@@ -652,6 +748,7 @@ def run(quick: bool = False, *, progress: Progress = stderr_progress) -> dict[st
         "budgets": BUDGETS,
         "ours": found["ours"],
         "langgraph": found.get("langgraph", peer),
+        "wakeups": wakeups,
         "profile": profile,
     }
 
