@@ -156,6 +156,7 @@ def test_the_agents_section_renders_both_sides_and_the_ratio() -> None:
         "budgets": agents.BUDGETS,
         "ours": ours,
         "langgraph": {"side": "langgraph", "skipped": "not installed (langgraph)"},
+        "wakeups": agents.count_wakeups(2, (1, 2)),
         "profile": profile,
     }
     lines = agents_section(section)
@@ -163,6 +164,8 @@ def test_the_agents_section_renders_both_sides_and_the_ratio() -> None:
     assert sum(line.startswith("| ours | 2 | fail") for line in lines) == 1
     assert any("LangGraph not installed" in line for line in lines)
     assert any(line.startswith("| loopruntime/turn.py | 2.000 | 100%") for line in lines)
+    assert any(line.startswith("| the turn (the loop's actor runs it) | ") for line in lines)
+    assert any(line.startswith("Scheduler steps a streamed turn") for line in lines)
 
 
 def test_a_tool_step_is_measured_beside_a_bare_sqlite_commit() -> None:
