@@ -132,12 +132,14 @@ def test_the_wakeups_of_a_streamed_turn_are_counted_by_task() -> None:
     assert counted["pieces"] == pieces and counted["floor"] == 2 * (pieces + 1)
     by_task = counted["by_task"]
     assert counted["steps"] == pytest.approx(sum(by_task.values()))
-    # The turn wakes once a paced piece and a few times more (its commits, the tool);
-    # the subscriber once a piece and once a durable append, never once a delta.
+    # The turn wakes once a paced piece and a few times more (its commits, the tool).
+    # The subscriber wakes once a paced piece (the text and the tool's arguments), once
+    # for each model call's opening deltas and at most once a durable append: never
+    # once a delta (a piece comes with up to three more: block start and stop, usage).
     turn = by_task["the turn (the loop's actor runs it)"]
     assert pieces + 1 <= turn <= pieces + 12
     subscriber = by_task["the subscriber (harness)"]
-    assert pieces <= subscriber <= pieces + counted["appends"] + 2
+    assert pieces <= subscriber <= (pieces + 1) + 2 + counted["appends"]
 
 
 def test_the_langgraph_side_measures_the_same_figures() -> None:
