@@ -11,7 +11,8 @@ scheduler's lag stays under 20 ms, and no turn takes over 1.2 x its scripted tim
 same search drives LangGraph (an async graph, the async SQLite checkpointer, the same
 replies at the same pace), the two sides taking turns, and in a full run each N is
 decided by the majority of up to three runs.  One more run of ours, at the N it reached,
-is sampled by py-spy for where a turn's CPU goes by phase.  Rules: a child process per
+is sampled by py-spy for where a turn's CPU goes by phase, and ``count_wakeups`` counts a
+turn's scheduler steps by task in virtual time.  Rules: a child process per
 run, so no run inherits another's heap; each run records the load average beside its
 figures (the machine is shared); nothing here asserts a number.
 """
@@ -78,7 +79,7 @@ class Shape:
     pause_seconds = 3.0
 
 
-# The scripted model streams the tool call's arguments as one more paced piece.
+# The model streams the tool call's arguments as one more paced piece.
 SCRIPTED_TURN_SECONDS = (
     Shape.first_pieces + 1 + Shape.final_pieces
 ) * Shape.piece_delay + Shape.tool_seconds
