@@ -11,7 +11,8 @@ scheduler's lag stays under 20 ms, and no turn takes over 1.2 x its scripted tim
 same search drives LangGraph (an async graph, the async SQLite checkpointer, the same
 replies at the same pace), the two sides taking turns, and in a full run each N is
 decided by the majority of up to three runs.  One more run of ours, at the N it reached,
-is sampled by py-spy for where a turn's CPU goes by phase.  Rules: a child process per
+is sampled by py-spy for where a turn's CPU goes by phase, and ``count_wakeups`` counts a
+turn's scheduler steps by task in virtual time.  Rules: a child process per
 run, so no run inherits another's heap; each run records the load average beside its
 figures (the machine is shared); nothing here asserts a number.
 """
@@ -34,12 +35,19 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypedDict
 
 import trio
+import trio.testing
 
 from journal import open_journal
-from journal.content import ToolResult
+from journal.content import (
+    BlockStarted,
+    BlockStopped,
+    InputJsonDelta,
+    TextDelta,
+    ToolResult,
+    Usage,
+)
 from loopruntime import Limits, LoopDefinition, ModelRequest, ToolContext, tool
-from loopruntime.model import InputJsonDelta, TextDelta
-from loopruntime.models import Reply, ScriptedModel, ToolCall
+from loopruntime.model import Delta, StopDelta, UsageDelta
 
 from .harness import Progress, quiet_logs, stderr_progress
 from .loops import TimedJournal
@@ -49,6 +57,8 @@ __all__ = [
     "WRITER_PHASE",
     "WARMUP",
     "SCRIPTED_TURN_SECONDS",
+    "PacedModel",
+    "count_wakeups",
     "Shape",
     "main",
     "profile_phases",
@@ -69,7 +79,7 @@ class Shape:
     pause_seconds = 3.0
 
 
-# The scripted model streams the tool call's arguments as one more paced piece.
+# The model streams the tool call's arguments as one more paced piece.
 SCRIPTED_TURN_SECONDS = (
     Shape.first_pieces + 1 + Shape.final_pieces
 ) * Shape.piece_delay + Shape.tool_seconds
@@ -156,56 +166,49 @@ async def outside_work(ctx: ToolContext, *, job: int) -> str:
     return f"job {job} done"
 
 
-def _agent_script(request: ModelRequest) -> Reply:
-    """Looks at the last message only: O(1), and one model serves every session."""
-    last = request.messages[-1]
-    pieces = Shape.piece_chars * Shape.final_pieces
-    if any(isinstance(block, ToolResult) for block in last.blocks):
-        return Reply(text="a" * pieces, chunk_size=Shape.piece_chars)
-    return Reply(
-        text="q" * (Shape.piece_chars * Shape.first_pieces),
-        chunk_size=Shape.piece_chars,
-        tool_calls=[ToolCall(name="outside_work", input={"job": 1})],
-    )
+class PacedModel:
+    """A model paced like a server, with no network: each piece (text, or the tool
+    call's arguments) is due ``piece_delay`` after the one before, counted from the
+    call's start, so a piece the loaded process takes late does not push the later ones
+    back.  Each text piece is the moment it was due (``_stamp``).  Its stream wakes its
+    reader once a piece, as a network read would: the scripted model (which also takes a
+    checkpoint per chunk) would add a scheduler step per piece that no real model costs.
+    The reply looks at the last message only (O(1)): after a tool's result the final
+    reply, else the first one, which asks for the tool."""
 
-
-class StampedModel:
-    """The scripted model paced like a server: each piece (text, or the tool call's
-    arguments) is due ``piece_delay`` after the one before, counted from the call's
-    start, so a piece the loaded process takes late does not push the later ones back;
-    each text piece is replaced by the moment it was due (same width)."""
-
-    def __init__(self, inner: ScriptedModel) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.context_window = inner.context_window
+    name = "paced"
+    context_window = 200_000
 
     @asynccontextmanager
-    async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[Any]]:
-        self.inner.requests.clear()  # a real model keeps no requests
-        async with self.inner.stream(request) as deltas:
-            yield self._stamped(deltas)
+    async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[Delta]]:
+        answering = any(isinstance(block, ToolResult) for block in request.messages[-1].blocks)
+        yield self._reply(answering, input_tokens=20 * len(request.messages))
 
     @staticmethod
-    async def _stamped(deltas: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async def _reply(answering: bool, *, input_tokens: int) -> AsyncIterator[Delta]:
         start, stamp = trio.current_time(), time.perf_counter()
-        sent = 0
-        async for delta in deltas:
-            if isinstance(delta, TextDelta | InputJsonDelta):
-                sent += 1
-                await trio.sleep_until(start + sent * Shape.piece_delay)
-                if isinstance(delta, TextDelta):
-                    delta = TextDelta(
-                        index=delta.index, text=_stamp(stamp + sent * Shape.piece_delay)
-                    )
-            yield delta
+        pieces = Shape.final_pieces if answering else Shape.first_pieces
+        yield UsageDelta(usage=Usage(input_tokens=input_tokens))
+        yield BlockStarted(index=0, kind="text")
+        for sent in range(1, pieces + 1):
+            await trio.sleep_until(start + sent * Shape.piece_delay)
+            yield TextDelta(index=0, text=_stamp(stamp + sent * Shape.piece_delay))
+        yield BlockStopped(index=0)
+        if not answering:
+            call_id = "toolu_" + os.urandom(8).hex()
+            yield BlockStarted(index=1, kind="tool_use", id=call_id, name="outside_work")
+            await trio.sleep_until(start + (pieces + 1) * Shape.piece_delay)
+            yield InputJsonDelta(index=1, partial_json='{"job": 1}')
+            yield BlockStopped(index=1)
+        yield UsageDelta(usage=Usage(output_tokens=Shape.piece_chars * pieces // 4))
+        yield StopDelta(stop_reason="end_turn" if answering else "tool_use")
 
 
 def agent_definition() -> LoopDefinition:
     return LoopDefinition(
         name="bench-agent",
         system="Work.",
-        model=StampedModel(ScriptedModel(_agent_script)),
+        model=PacedModel(),
         tools=[outside_work],
         limits=Limits(compact_at=None),
     )
@@ -458,6 +461,99 @@ def _py_spy() -> str | None:
     return here if os.path.exists(here) else shutil.which("py-spy")
 
 
+# -- wake-ups a turn, counted ----------------------------------------------------------------
+
+_TASK_ROLES = {
+    "loopruntime.actor.Loop._act": "the turn (the loop's actor runs it)",
+    "benchmarks.agents._count_run.<locals>.reader": "the subscriber (harness)",
+    "loopruntime.actor.Loop._guarded": "stream flushes (a task each)",
+    "<TrioToken.run_sync_soon task>": "hand-backs from other threads",
+    "loops' stream flushes": "the run's flush timer",
+    "session.embedded.writer.Writer.run": "the session's writer task",
+    "loops' permits kept by waits": "the permits' watcher",
+    "session writers' linger": "the run's linger timer",
+    "benchmarks.agents._count_run.<locals>.agent": "the agent (harness: submit, wait)",
+}
+
+
+class _Steps(trio.abc.Instrument):
+    """Scheduler steps by task name, and the run loop's waits for I/O (its rounds)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, int] = {}
+        self.rounds = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps[task.name] = self.steps.get(task.name, 0) + 1
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.rounds += 1
+
+
+async def _count_run(n: int, turns: int) -> dict[str, Any]:
+    from session import Session
+    from session.embedded.subscriptions import StreamDelta
+
+    definition = agent_definition()
+    steps = _Steps()
+    pieces = appends = 0
+
+    async def reader(session: Any) -> None:
+        nonlocal pieces
+        async for item in session.subscribe(None, deltas=True):
+            if isinstance(item, StreamDelta) and isinstance(item.delta, TextDelta):
+                pieces += 1
+
+    async def agent(journal: Any, index: int) -> None:
+        nonlocal appends
+        await trio.sleep(index * _CYCLE / n)
+        async with Session.create(journal, definition) as session, trio.open_nursery() as inner:
+            inner.start_soon(reader, session)
+            for _ in range(turns):
+                await session.submit(f"message {index}")
+                await session.wait_idle()
+                await trio.sleep(Shape.pause_seconds)
+            appends += session.commit_statistics().appends
+            inner.cancel_scope.cancel()
+
+    trio.lowlevel.add_instrument(steps)
+    async with open_journal("memory:") as journal, trio.open_nursery() as nursery:
+        for index in range(n):
+            nursery.start_soon(agent, journal, index)
+    trio.lowlevel.remove_instrument(steps)
+    return {"steps": steps.steps, "rounds": steps.rounds, "pieces": pieces, "appends": appends}
+
+
+def count_wakeups(n: int = 20, turns: tuple[int, int] = (2, 4)) -> dict[str, Any]:
+    """Scheduler steps a streamed turn costs, by task, with ``n`` sessions: the difference
+    of two runs of ``turns`` turns a session (so making the sessions cancels out), on the
+    memory journal under trio's ``MockClock`` jumping ahead whenever every task waits: no
+    thread and no real time, so the counts do not depend on the machine or its load (trio
+    orders each batch at random, which moves them by about 1 %).  ``floor`` is what each
+    streamed piece needs: one wake of the model's stream (its paced sleep, the stand-in for
+    a network read) and one of its subscriber."""
+    few, many = (
+        trio.run(_count_run, n, t, clock=trio.testing.MockClock(autojump_threshold=0))
+        for t in turns
+    )
+    per = n * (turns[1] - turns[0])
+    by_task = {
+        _TASK_ROLES.get(name, name): (count - few["steps"].get(name, 0)) / per
+        for name, count in many["steps"].items()
+    }
+    pieces = (many["pieces"] - few["pieces"]) / per
+    return {
+        "sessions": n,
+        "by_task": dict(sorted(by_task.items(), key=lambda kv: -kv[1])),
+        "steps": sum(by_task.values()),
+        "rounds": (many["rounds"] - few["rounds"]) / per,
+        "pieces": pieces,
+        "appends": (many["appends"] - few["appends"]) / per,
+        # The tool call's arguments are one more paced piece, not shown as text.
+        "floor": 2 * (pieces + 1),
+    }
+
+
 # -- one run in a child process -----------------------------------------------------------
 
 
@@ -645,6 +741,7 @@ def run(quick: bool = False, *, progress: Progress = stderr_progress) -> dict[st
     found = search(
         sides, start=start, seconds=seconds, max_probes=probes, votes=votes, progress=progress
     )
+    wakeups = count_wakeups()
     profile = profile_phases(found["ours"]["n"] or start, seconds)
     progress(f"agents: profile at N={found['ours']['n'] or start}")
     return {
@@ -652,6 +749,7 @@ def run(quick: bool = False, *, progress: Progress = stderr_progress) -> dict[st
         "budgets": BUDGETS,
         "ours": found["ours"],
         "langgraph": found.get("langgraph", peer),
+        "wakeups": wakeups,
         "profile": profile,
     }
 

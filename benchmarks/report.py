@@ -764,6 +764,7 @@ def agents_section(section: dict[str, Any]) -> list[str]:
         f"{_verdict(None if ratio is None else ratio >= 5)}.",
         "",
     ]
+    lines += _wakeup_rows(section.get("wakeups"))
     profile = section["profile"]
     if "skipped" in profile:
         return [*lines, f"Where a turn's CPU goes: skipped, {profile['skipped']}."]
@@ -775,6 +776,24 @@ def agents_section(section: dict[str, Any]) -> list[str]:
         "thread's CPU from its own clock):",
         "",
         *_phase_rows(profile),
+    ]
+
+
+def _wakeup_rows(counted: dict[str, Any] | None) -> list[str]:
+    """Scheduler steps a streamed turn costs, by task (``agents.count_wakeups``)."""
+    if not counted:
+        return []
+    rows = [[task, f"{steps:.1f}"] for task, steps in counted["by_task"].items() if steps >= 0.05]
+    return [
+        f"Scheduler steps a streamed turn, by task ({counted['sessions']} sessions, the "
+        "memory journal, trio's clock jumping ahead; trio orders each batch at random, "
+        f"so the figures move by about 1 %): {counted['steps']:.1f} a turn for "
+        f"{counted['pieces']:.0f} streamed pieces and {counted['appends']:.1f} appends; the "
+        f"floor, one wake of the model's stream and one of its subscriber a piece, is "
+        f"{counted['floor']:.0f}.",
+        "",
+        *_table(["task", "steps a turn"], rows),
+        "",
     ]
 
 

@@ -8,10 +8,16 @@ are child processes in real time (a second or two each), as the benchmark runs t
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+import trio
 
 from benchmarks import agents, floor
 from benchmarks.report import agents_section, floor_section
+from journal.content import InputJsonDelta, Message, Text, TextDelta
+from loopruntime import ModelRequest
+from tests.support.loops import TaskSteps
 
 RUN_KEYS = {
     "turns",
@@ -95,6 +101,47 @@ def test_the_profiled_run_shares_its_cpu_out_by_phase() -> None:
         assert sum(profile["phases"].values()) == pytest.approx(profile["cpu_seconds"])
 
 
+async def test_the_paced_model_wakes_its_reader_once_a_piece(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # As a network read would: one scheduler step a piece (its paced sleep), so the
+    # profile's trio share is not inflated by steps no real model costs.
+    steps = TaskSteps("reader")
+    deltas: list[Any] = []
+
+    async def reader() -> None:
+        async with agents.PacedModel().stream(_first_request()) as stream:
+            async for delta in stream:
+                deltas.append(delta)
+
+    trio.lowlevel.add_instrument(steps)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader, name="reader")
+    paced = [d for d in deltas if isinstance(d, TextDelta | InputJsonDelta)]
+    assert len(paced) == agents.Shape.first_pieces + 1
+    assert steps.steps <= len(paced) + 1
+
+
+def _first_request() -> ModelRequest:
+    return ModelRequest(system="Work.", messages=(Message(role="user", blocks=(Text(text="go"),)),))
+
+
+def test_the_wakeups_of_a_streamed_turn_are_counted_by_task() -> None:
+    counted = agents.count_wakeups(2, (1, 2))
+    pieces = agents.Shape.first_pieces + agents.Shape.final_pieces
+    assert counted["pieces"] == pieces and counted["floor"] == 2 * (pieces + 1)
+    by_task = counted["by_task"]
+    assert counted["steps"] == pytest.approx(sum(by_task.values()))
+    # The turn wakes once a paced piece and a few times more (its commits, the tool).
+    # The subscriber wakes once a paced piece (the text and the tool's arguments), once
+    # for each model call's opening deltas and at most once a durable append: never
+    # once a delta (a piece comes with up to three more: block start and stop, usage).
+    turn = by_task["the turn (the loop's actor runs it)"]
+    assert pieces + 1 <= turn <= pieces + 12
+    subscriber = by_task["the subscriber (harness)"]
+    assert pieces <= subscriber <= (pieces + 1) + 2 + counted["appends"]
+
+
 def test_the_langgraph_side_measures_the_same_figures() -> None:
     pytest.importorskip("langgraph.checkpoint.sqlite.aio")
     found = _tiny_search("langgraph")
@@ -111,6 +158,7 @@ def test_the_agents_section_renders_both_sides_and_the_ratio() -> None:
         "budgets": agents.BUDGETS,
         "ours": ours,
         "langgraph": {"side": "langgraph", "skipped": "not installed (langgraph)"},
+        "wakeups": agents.count_wakeups(2, (1, 2)),
         "profile": profile,
     }
     lines = agents_section(section)
@@ -118,6 +166,8 @@ def test_the_agents_section_renders_both_sides_and_the_ratio() -> None:
     assert sum(line.startswith("| ours | 2 | fail") for line in lines) == 1
     assert any("LangGraph not installed" in line for line in lines)
     assert any(line.startswith("| loopruntime/turn.py | 2.000 | 100%") for line in lines)
+    assert any(line.startswith("| the turn (the loop's actor runs it) | ") for line in lines)
+    assert any(line.startswith("Scheduler steps a streamed turn") for line in lines)
 
 
 def test_a_tool_step_is_measured_beside_a_bare_sqlite_commit() -> None:
