@@ -171,9 +171,6 @@ class _CompactionDone:
     """Internal: a compaction attempt finished."""
 
 
-_FLUSHES: trio.lowlevel.RunVar[RunTimer] = trio.lowlevel.RunVar("loops_flush_timer")
-"""Every loop's stream flush deadline in one trio run."""
-
 _NO_TOOLSETS = Toolsets()
 """What every loop whose definition names no MCP server shares: it connects
 nothing, lists nothing and never changes."""
@@ -276,7 +273,7 @@ class Loop:
         self._compaction_principals: dict[str, str] = {}
         """attempt id -> who asked for that compaction (this process only)."""
         self._flush: Ticket | None = None
-        """The pending flush's entry in the run's flush timer (None: none)."""
+        """The pending flush's entry in the run's timer (None: none)."""
         self._flushes: Callable[[], Awaitable[None]] | None = None
         """What that flush runs."""
         self._compaction_scope: trio.CancelScope | None = None
@@ -445,13 +442,12 @@ class Loop:
 
     def flush_at(self, deadline: float, flush: Callable[[], Awaitable[None]]) -> None:
         """Have ``flush`` run at ``deadline`` (trio time) unless cancelled first.
-        The run's flush timer watches the deadline: a task is started only
+        The run's timer watches the deadline: a task is started only
         for a flush that comes due (most are cancelled first, by the block's
         or the stream's end)."""
         if self._flush is not None:
             self._flush.cancel()
-        timer = RunTimer.of_this_run(_FLUSHES, "loops' stream flushes")
-        self._flush = timer.add(deadline, self._flush_due)
+        self._flush = RunTimer.shared().add(deadline, self._flush_due)
         self._flushes = flush
 
     def cancel_flush(self) -> None:

@@ -108,13 +108,14 @@ class Timer:
                 )
             return
         self.seconds = seconds
+        # One clock read for both: every model call resets its timer at its first piece.
+        now = self._paused_at if self._paused else trio.current_time()
         if seconds is None:
             self._left = math.inf
         else:
-            now = self._paused_at if self._paused else trio.current_time()
             self._left = max(0.0, self.opened + self._paused_for + seconds - now)
         if not self._paused:
-            scope.deadline = trio.current_time() + self._left
+            scope.deadline = now + self._left
 
     @property
     def passed(self) -> bool:

@@ -10,8 +10,9 @@ Rules:
   the caller's to contain (start a task of its own for real work).
 
 Users: the streamed pieces' flush deadlines of every loop (``actor.py``) and
-the session writers' linger (``session/embedded/linger.py``), each with a timer of its
-own per run (``of_this_run``).
+the session writers' linger (``session/embedded/linger.py``), both on the run's one
+shared timer (``shared``): a deadline added behind an earlier live one, as a step's
+flush is behind its linger, changes no trio deadline.
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ class RunTimer:
             trio.lowlevel.spawn_system_task(timer._run, name=name)
         return timer
 
+    @staticmethod
+    def shared() -> RunTimer:
+        """The run's one timer of short deadlines, every user's (see the module's rules)."""
+        return RunTimer.of_this_run(_SHARED, "run timer")
+
     def add(self, deadline: float, call: Callable[[], None]) -> Ticket:
         """Call ``call()`` once ``deadline`` (trio time) has come, unless the
         returned ticket is cancelled first."""
@@ -110,3 +116,6 @@ class RunTimer:
             self._due.clear()
             if self._sleep is not None:
                 self._sleep.deadline = math.inf
+
+
+_SHARED: trio.lowlevel.RunVar[RunTimer] = trio.lowlevel.RunVar("loopruntime_run_timer")

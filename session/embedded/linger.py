@@ -2,8 +2,8 @@
 
 A session writer appends a pipelined commit with the next commit that must be
 durable; if none comes within ``LINGER`` it flushes the commit on its own.
-Every writer of the run registers here, on the run's one linger timer
-(``loopruntime.host.RunTimer``), instead of keeping a timer of its own.
+Every writer of the run registers here, on the run's shared timer
+(``loopruntime.host.RunTimer.shared``), instead of keeping a timer of its own.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Lingering:
         try:
             return _LINGERING.get()
         except LookupError:
-            lingering = Lingering(RunTimer.of_this_run(_TIMER, "session writers' linger"))
+            lingering = Lingering(RunTimer.shared())
             _LINGERING.set(lingering)
         return lingering
 
@@ -75,5 +75,4 @@ class Lingering:
         writer.lingered(taken)
 
 
-_TIMER: trio.lowlevel.RunVar[RunTimer] = trio.lowlevel.RunVar("session_writers_linger")
 _LINGERING: trio.lowlevel.RunVar[Lingering] = trio.lowlevel.RunVar("session_writers_lingering")

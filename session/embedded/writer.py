@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
-from typing import Any, Protocol, Unpack
+from typing import Any, Protocol
 
 import msgspec
 import structlog
@@ -36,7 +36,7 @@ from journal import Draft, Journal, Record
 from journal.events import Event
 from journal.inbox import Consumed, InboxOutcome
 from loopruntime import Loop
-from loopruntime.host import NO_LIST, CommitOptions, GuardFailedError, new_id, own_list
+from loopruntime.host import NO_LIST, GuardFailedError, new_id, own_list
 
 from .checkpoints import Checkpointer
 from .commit_latency import observe_commit
@@ -234,18 +234,18 @@ class Writer:
         self,
         loop: Stream,
         events: Sequence[Event],
-        **options: Unpack[CommitOptions],
+        *,
+        cause: str | None = None,
+        causes: Sequence[str | None] | None = None,
+        ids: Sequence[str | None] | None = None,
+        guard: Callable[[], bool] | None = None,
     ) -> list[Record]:
         """Append durably, fold into ``loop`` in seq order, publish, return
-        (``CommitOptions`` says what each option does)."""
+        (``loopruntime.host.CommitOptions`` says what each option does)."""
         if not events:
             return []
         if self._failed is not None:
             raise self._failed
-        cause = options.get("cause")
-        ids = options.get("ids")
-        causes = options.get("causes")
-        guard = options.get("guard")
         if ids is None and causes is None:
             drafts = [Draft(id=new_id("ev_"), loop=loop.id, event=e, cause=cause) for e in events]
         else:

@@ -689,3 +689,35 @@ async def test_a_timer_without_a_deadline_cannot_be_given_one(autojump_clock: An
     with deadlines.timer(1.0) as timed:
         await trio.sleep(2)
     assert timed.passed and timed.cancel_called
+
+
+async def test_a_reset_deadline_counts_from_the_opening_less_the_time_paused(
+    autojump_clock: Any,
+) -> None:
+    # A model call's timer is reset at its first piece: the new deadline is
+    # counted from when the timer opened, and time paused never counts.
+    start = trio.current_time()
+    with deadlines.timer(5.0) as clock:
+        await trio.sleep(3)
+        clock.reset(10.0)
+        await trio.sleep(100)
+    assert clock.passed
+    assert trio.current_time() - start == pytest.approx(10.0)
+
+    start = trio.current_time()
+    with deadlines.timer(5.0) as clock:
+        with clock.paused():
+            await trio.sleep(4)
+            clock.reset(6.0)  # while paused: counted from the pause on
+        await trio.sleep(100)
+    assert trio.current_time() - start == pytest.approx(10.0)
+
+    start = trio.current_time()
+    with deadlines.timer(5.0) as clock:
+        with clock.paused():
+            await trio.sleep(4)
+        await trio.sleep(1)
+        clock.reset(10.0)
+        await trio.sleep(100)
+    assert clock.passed
+    assert trio.current_time() - start == pytest.approx(14.0)

@@ -31,7 +31,7 @@ async def test_model_calls_whose_streams_end_in_time_never_wake_the_flush_clock(
     # Each model call puts a flush deadline 250 ms ahead and cancels it when
     # its stream ends at once; the turn lasts 2 s.  The clock's task ran for
     # each cancelled deadline it slept until (about one a step).
-    clock = TaskSteps("loops' stream flushes")
+    clock = TaskSteps("run timer")
     async with open_journal("memory:") as journal:
         async with Session.create(journal, slow_steps(20)) as s:
             trio.lowlevel.add_instrument(clock)
@@ -68,3 +68,26 @@ async def test_a_flush_after_every_earlier_deadline_was_cancelled_still_comes(
             await s.wait_idle()
             await s.verify()
     assert mid - before >= 3
+
+
+def _task_names(task: trio.lowlevel.Task) -> list[str]:
+    names = [task.name]
+    for nursery in task.child_nurseries:
+        for child in nursery.child_tasks:
+            names += _task_names(child)
+    return names
+
+
+async def test_stream_flushes_and_the_writers_linger_share_the_runs_one_timer() -> None:
+    # A step's flush deadline comes behind its linger deadline: on one timer
+    # it changes no trio deadline (on a timer of its own it changed two).
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, stepping(3)) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            assert s.commit_statistics().pipelined >= 6
+            names = _task_names(trio.lowlevel.current_root_task())
+    timers = [
+        n for n in names if n in ("run timer", "loops' stream flushes", "session writers' linger")
+    ]
+    assert timers == ["run timer"]

@@ -248,7 +248,7 @@ async def test_pipelined_commits_taken_by_barriers_wake_no_linger_watcher(
     # Every step's pipelined commits ride with the next step's tool.started,
     # and the last ones with turn.ended: the watcher of LINGER is told each
     # time, so it never wakes to find nothing to flush (it did once a step).
-    watcher = TaskSteps("session writers' linger")
+    watcher = TaskSteps("run timer")
     async with open_journal("memory:") as journal:
         async with Session.create(journal, stepping(10)) as s:
             trio.lowlevel.add_instrument(watcher)
