@@ -468,10 +468,9 @@ _TASK_ROLES = {
     "benchmarks.agents._count_run.<locals>.reader": "the subscriber (harness)",
     "loopruntime.actor.Loop._guarded": "stream flushes (a task each)",
     "<TrioToken.run_sync_soon task>": "hand-backs from other threads",
-    "loops' stream flushes": "the run's flush timer",
+    "run timer": "the run's timer (stream flushes, writers' linger)",
     "session.embedded.writer.Writer.run": "the session's writer task",
     "loops' permits kept by waits": "the permits' watcher",
-    "session writers' linger": "the run's linger timer",
     "benchmarks.agents._count_run.<locals>.agent": "the agent (harness: submit, wait)",
 }
 
