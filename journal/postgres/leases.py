@@ -260,7 +260,8 @@ def put(
     notify: str | None = None,
 ) -> tuple[Any, ...]:
     """Blocking: ``Journal.put``; the stored entry's row.  A new entry
-    notifies channel ``notify`` with the session's id, on commit."""
+    notifies channel ``notify`` with the session's id and the owner of its
+    lease if live (``inbox.wakeup_payload``), on commit."""
     with conn.transaction():
         now = _now(conn)
         locked = _locked(conn, session)
