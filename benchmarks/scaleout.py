@@ -15,7 +15,12 @@ out.  Per turn:
   are not counted; ``pg_stat_database`` counters cannot tell the two apart;
 * **server CPU** (information): the CPU of the server backends serving that
   role, from ``/proc`` too (a backend that ended inside the window is lost;
-  hosts keep theirs open).
+  hosts keep theirs open);
+* **a bystander** (information): beside one host, a second one started once
+  the first holds every session, connected as a role of its own: its CPU
+  (every thread's, from ``/proc/PID/task/*/schedstat``), its ``claimable``
+  passes and its wake-ups (context switches) are all a second host costs for
+  sessions another host holds.
 
 Runs of one and two hosts alternate, each on a fresh schema, and the report
 gives the median of the per-pair ratios with the machine's load average.
@@ -42,10 +47,11 @@ from .hosts import _registered, _start_host, _wait, drive_turns
 from .loops import _percentile
 from .rows import target_row as _row
 
-__all__ = ["HOST_ROLE", "run_scaleout", "server"]
+__all__ = ["BYSTANDER_ROLE", "HOST_ROLE", "run_scaleout", "server"]
 
 Progress = Callable[[str], None]
 HOST_ROLE = "bench_host"
+BYSTANDER_ROLE = "bench_bystander"
 _TICK = os.sysconf("SC_CLK_TCK")
 _POLL = 1.0
 """The hosts' poll: ``Host``'s default; on PostgreSQL LISTEN/NOTIFY wakes them sooner."""
@@ -78,17 +84,18 @@ def _prepare(dsn: str) -> bool:
             counted = True
         except psycopg.Error:
             counted = False  # not in shared_preload_libraries: the statements go uncounted
-        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (HOST_ROLE,)).fetchone()
-        if exists is None:
-            # A superuser: the hosts create their tables in the schema the run made.
-            conn.execute(f"CREATE ROLE {HOST_ROLE} LOGIN SUPERUSER")
+        for role in (HOST_ROLE, BYSTANDER_ROLE):
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+            if exists is None:
+                # A superuser: the hosts create their tables in the schema the run made.
+                conn.execute(f"CREATE ROLE {role} LOGIN SUPERUSER")
     return counted
 
 
-def _as_role(url: str) -> str:
+def _as_role(url: str, role: str = HOST_ROLE) -> str:
     parts = urlsplit(url)
     host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=f"{HOST_ROLE}@{host}"))
+    return urlunsplit(parts._replace(netloc=f"{role}@{host}"))
 
 
 def _cpu(pid: int) -> float:
@@ -99,6 +106,30 @@ def _cpu(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _thread_cpu(pid: int) -> float:
+    """CPU seconds of every thread of process ``pid`` now (nanoseconds, not clock ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass  # a thread that ended: its time is lost, as for a backend
+    return total / 1e9
+
+
+def _wakeups(pid: int) -> int:
+    """Context switches of every thread of process ``pid``, voluntary or not."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                total += sum(int(line.split(":")[1]) for line in f if "ctxt_switches" in line)
+        except OSError:
+            pass
+    return total
 
 
 def _backends(dsn: str) -> list[int]:
@@ -114,16 +145,21 @@ def _reset_statements(dsn: str) -> None:
         conn.execute("SELECT pg_stat_statements_reset()")
 
 
-def _statements(dsn: str) -> dict[str, int]:
-    """Calls per statement text made by the hosts' role since the last reset."""
+def _statements(dsn: str, role: str = HOST_ROLE) -> dict[str, int]:
+    """Calls per statement text made by ``role`` since the last reset."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
             # By queryid: a statement psycopg prepared can be kept under another text.
             "SELECT min(s.query), sum(s.calls)::bigint FROM pg_stat_statements AS s"
             " JOIN pg_roles AS r ON r.oid = s.userid WHERE r.rolname = %s GROUP BY s.queryid",
-            (HOST_ROLE,),
+            (role,),
         ).fetchall()
     return {query: calls for query, calls in rows}
+
+
+def _passes(statements: dict[str, int]) -> int:
+    """The ``claimable`` passes among ``statements`` (the query's own CTE names it)."""
+    return sum(calls for query, calls in statements.items() if "candidates AS" in query)
 
 
 class Run:
@@ -133,17 +169,27 @@ class Run:
         self.hosts, self.turns = hosts, turns
         self.seconds = self.host_cpu = self.server_cpu = 0.0
         self.statements: dict[str, int] = {}
+        self.bystander_cpu = 0.0
+        self.bystander_wakeups = self.bystander_passes = 0
 
     def per_turn(self, value: float) -> float:
         return value / self.turns
 
 
 async def one_run(
-    dsn: str, url: str, hosts: int, sessions: int, turns: int, *, counted: bool = True
+    dsn: str,
+    url: str,
+    hosts: int,
+    sessions: int,
+    turns: int,
+    *,
+    counted: bool = True,
+    bystander: bool = False,
 ) -> Run:
     """``hosts`` host processes on the journal at ``url`` (a schema of the
     server at ``dsn``) serving ``sessions`` x ``turns`` turns; their
-    statements only when ``counted``."""
+    statements only when ``counted``; with ``bystander``, one more host
+    started once they hold every session."""
     run = Run(hosts, sessions * turns)
     procs = [
         await _start_host(_as_role(url), f"s{i}", "w20", _LEASE_TTL, _POLL) for i in range(hosts)
@@ -155,21 +201,34 @@ async def one_run(
             sids = [await client.create("w20", key="c") for _ in range(sessions)]
             for sid in sids:
                 await client.wait(sid, "c", timeout=120)
+            if bystander:
+                url_by = _as_role(url, BYSTANDER_ROLE)
+                procs.append(await _start_host(url_by, "by", "w20", _LEASE_TTL, _POLL))
+                await _wait(partial(_registered, journal, hosts + 1), poll=0.05)
+                await trio.sleep(2 * _POLL)  # its first passes are behind it
+            by = procs[hosts] if bystander else None
             backends = await trio.to_thread.run_sync(_backends, dsn)
             if counted:
                 await trio.to_thread.run_sync(_reset_statements, dsn)
-            host_before = sum(_cpu(p.pid) for p in procs)
+            host_before = sum(_cpu(p.pid) for p in procs[:hosts])
+            by_before = (_thread_cpu(by.pid), _wakeups(by.pid)) if by else (0.0, 0)
             server_before = {pid: _cpu(pid) for pid in backends}
             start = time.perf_counter()
             async with trio.open_nursery() as nursery:
                 for sid in sids:
                     nursery.start_soon(drive_turns, client, journal, sid, turns)
             run.seconds = time.perf_counter() - start
-            run.host_cpu = sum(_cpu(p.pid) for p in procs) - host_before
+            run.host_cpu = sum(_cpu(p.pid) for p in procs[:hosts]) - host_before
+            if by is not None:
+                run.bystander_cpu = _thread_cpu(by.pid) - by_before[0]
+                run.bystander_wakeups = _wakeups(by.pid) - by_before[1]
             after = await trio.to_thread.run_sync(_backends, dsn)
             run.server_cpu = sum(_cpu(pid) - server_before.get(pid, 0.0) for pid in after)
             if counted:
                 run.statements = await trio.to_thread.run_sync(_statements, dsn)
+                if by is not None:
+                    made = await trio.to_thread.run_sync(_statements, dsn, BYSTANDER_ROLE)
+                    run.bystander_passes = _passes(made)
     finally:
         for proc in procs:
             proc.terminate()
@@ -202,6 +261,7 @@ async def run_scaleout(
     # as full as its (with the same sessions, each host's are half as full).
     configurations = ((1, sessions), (2, sessions), (2, 2 * sessions))
     found: dict[tuple[int, int], list[Run]] = {c: [] for c in configurations}
+    beside: list[Run] = []
     loads: list[float] = []
     counted = await trio.to_thread.run_sync(_prepare, dsn)
     for n in range(rounds):
@@ -211,6 +271,11 @@ async def run_scaleout(
                 run = await one_run(dsn, url, hosts, count, turns, counted=counted)
             found[hosts, count].append(run)
             loads.append(os.getloadavg()[0])
+        progress(f"scale-out: 1 host and a bystander, {sessions} x {turns} turns, run {n + 1}")
+        with isolated_schema(dsn, prefix="scale") as url:
+            beside.append(
+                await one_run(dsn, url, 1, sessions, turns, counted=counted, bystander=True)
+            )
     load = f"load average {min(loads):.1f}-{max(loads):.1f}"
     base = (
         f"{sessions} sessions x {turns} turns (model waits 20 ms), host poll {_POLL:g} s, "
@@ -241,7 +306,26 @@ async def run_scaleout(
                 f"{_median(busy, _statements_made):.1f} per turn; ratios {ratios}",
             )
         )
+    rows.append(_bystander_row(beside, counted))
     return rows
+
+
+def _bystander_row(runs: list[Run], counted: bool) -> dict[str, Any]:
+    passes = (
+        f"{_median(runs, lambda r: r.per_turn(r.bystander_passes)):.3f} claimable passes"
+        if counted
+        else "passes not counted"
+    )
+    return _row(
+        "scale-out: a bystander host's CPU per turn (it holds no session)",
+        _median(runs, lambda r: r.per_turn(r.bystander_cpu)) * 1e3,
+        "ms",
+        "",
+        None,
+        f"beside one host holding every session; per turn {passes} and "
+        f"{_median(runs, lambda r: r.per_turn(r.bystander_wakeups)):.2f} wake-ups "
+        "(context switches); what a second host costs for sessions another holds",
+    )
 
 
 def _median(runs: list[Run], value: Callable[[Run], float]) -> float:

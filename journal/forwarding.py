@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 
-from .inbox import Claim, Consumed, InboxCommand, InboxEntry
+from .inbox import Claim, Consumed, InboxCommand, InboxEntry, Wakeup
 from .record import Draft, Record
 from .store import HostInfo, Journal, SessionInfo, SessionLease, StorageCheck, WriterSpan
 
@@ -89,7 +89,7 @@ class ForwardingJournal:
     async def hosts(self) -> list[HostInfo]:
         return await self.inner.hosts()
 
-    def inbox_wakeups(self) -> AsyncIterator[str]:
+    def inbox_wakeups(self) -> AsyncIterator[Wakeup]:
         return self.inner.inbox_wakeups()
 
     def read(

@@ -42,6 +42,7 @@ __all__ = [
     "Resume",
     "Steer",
     "Submit",
+    "Wakeup",
     "command_name",
     "decode_command",
     "decode_entry",
@@ -49,6 +50,8 @@ __all__ = [
     "encode_command",
     "encode_outcome",
     "entry_limit",
+    "wakeup_of",
+    "wakeup_payload",
 ]
 
 _opts: dict[str, Any] = {"frozen": True, "kw_only": True}
@@ -194,6 +197,40 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
     pending: int
     """Inbox entries not yet applied."""
     definition: str | None
+
+
+class Wakeup(msgspec.Struct, frozen=True, kw_only=True):
+    """A session was given an inbox entry or handed over (``Journal.inbox_wakeups``)."""
+
+    session: str
+    """``""``: the journal watches now, and wake-ups before may have been missed."""
+    holder: str | None = None
+    """The host whose lease on the session was live when the entry was put
+    (the journal's clock): that host wakes the session itself, and no other
+    host could take it then.  None: no live lease held it, or not known."""
+
+
+_wakeup_payload = msgspec.json.Encoder()
+_wakeup_decoder = msgspec.json.Decoder(tuple[str, str | None])
+
+
+def wakeup_payload(session: str, holder: str | None) -> str:
+    """The text a backend's notification carries for a wake-up (``wakeup_of``)."""
+    return _wakeup_payload.encode((session, holder)).decode()
+
+
+def wakeup_of(payload: str) -> Wakeup:
+    """The wake-up ``payload`` names; a payload not of ``wakeup_payload``'s
+    making (a bare session id, sent by a host of an earlier version) names
+    its session with no holder known."""
+    if payload.startswith("["):
+        try:
+            session, holder = _wakeup_decoder.decode(payload)
+        except msgspec.DecodeError:
+            pass
+        else:
+            return Wakeup(session=session, holder=holder)
+    return Wakeup(session=payload)
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -27,6 +27,7 @@ from .inbox import (
     Consumed,
     InboxCommand,
     InboxEntry,
+    Wakeup,
     decode_entry,
     decode_outcome,
     encode_command,
@@ -48,6 +49,7 @@ from .rules import (
     decide_release,
     decide_renew,
     lease_live,
+    live_holder,
     repeated_id,
     starts_span,
     ttl_ns,
@@ -134,7 +136,7 @@ class MemoryJournal:
         self._sessions: dict[str, _Session] = {}
         self._hosts: dict[str, tuple[str, tuple[str, ...], int]] = {}
         """Registered hosts: id -> (token, definitions, expires_at)."""
-        self._wakeups: set[trio.MemorySendChannel[str]] = set()
+        self._wakeups: set[trio.MemorySendChannel[Wakeup]] = set()
         self._closed = False
 
     # -- writing --------------------------------------------------------------
@@ -217,7 +219,7 @@ class MemoryJournal:
         if definition is not None:
             s.definition = definition
         if handoff:
-            self._wake(lease.session)
+            self._wake(Wakeup(session=lease.session))
 
     def _lease(self, session: str, s: _Session) -> SessionLease:
         return SessionLease(
@@ -257,7 +259,7 @@ class MemoryJournal:
         if number is None:
             s.entries.append(_Entry(key, body, time.time_ns()))
             number = s.keys[key] = len(s.entries)
-            self._wake(session)
+            self._wake(Wakeup(session=session, holder=live_holder(s.lease, self.clock())))
         return _entry(session, number, s.entries[number - 1])
 
     async def register_host(
@@ -284,22 +286,22 @@ class MemoryJournal:
         if stored is not None and stored[0] == token:
             del self._hosts[host]
 
-    async def inbox_wakeups(self) -> AsyncIterator[str]:
+    async def inbox_wakeups(self) -> AsyncIterator[Wakeup]:
         self._check_open()
-        send, receive = trio.open_memory_channel[str](64)
+        send, receive = trio.open_memory_channel[Wakeup](64)
         self._wakeups.add(send)
         try:
-            yield ""
+            yield Wakeup(session="")
             async with receive:
-                async for session in receive:
-                    yield session
+                async for wakeup in receive:
+                    yield wakeup
         finally:
             self._wakeups.discard(send)
 
-    def _wake(self, session: str) -> None:
+    def _wake(self, wakeup: Wakeup) -> None:
         for send in list(self._wakeups):
             try:
-                send.send_nowait(session)
+                send.send_nowait(wakeup)
             except trio.WouldBlock:
                 pass  # a wake-up is a hint: the host's poll finds the work anyway
             except trio.BrokenResourceError:

@@ -67,6 +67,7 @@ __all__ = [
     "decide_release",
     "decide_renew",
     "lease_live",
+    "live_holder",
     "ttl_ns",
     "plan_append",
     "repeated_id",
@@ -248,6 +249,11 @@ def ttl_ns(ttl: float) -> int:
 def lease_live(state: LeaseState, now: int) -> bool:
     """Whether an owner holds the lease and it has not expired."""
     return state[1] is not None and state[2] > now
+
+
+def live_holder(state: LeaseState, now: int) -> str | None:
+    """The owner of a live lease, or None (the holder an inbox wake-up names)."""
+    return state[1] if lease_live(state, now) else None
 
 
 def decide_open(session: str, state: LeaseState, now: int) -> LeaseState:

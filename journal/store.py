@@ -55,12 +55,14 @@ append decisions themselves are ``journal.rules``):
   of the id is a ``HostIdInUseError`` and changes nothing.
   ``deregister_host`` removes the token's registration (nothing when the id
   is another token's now); ``hosts`` lists every registration.
-* ``inbox_wakeups`` yields the id of each session given an inbox entry (or
-  handed over by a host's clean stop), from any process, for hosts to wake
-  on rather than wait for their next poll.  It yields ``""`` first, once it
-  watches (nothing put after that is missed), and again when some may have
-  been missed.  Best effort: a backend without a channel between processes
-  (SQLite) yields only the first ``""``, and its hosts find work by polling.
+* ``inbox_wakeups`` yields an ``inbox.Wakeup`` for each session given an
+  inbox entry (or handed over by a host's clean stop), from any process, for
+  hosts to wake on rather than wait for their next poll; a put's names the
+  host whose lease on the session was live then (the journal's clock), if
+  any.  It yields one with session ``""`` first, once it watches (nothing
+  put after that is missed), and again when some may have been missed.
+  Best effort: a backend without a channel between processes (SQLite)
+  yields only the first, and its hosts find work by polling.
 * Writers: every append is attributed to the lease that made it.
   ``writers`` lists a session's writer spans in seq order: a span starts at
   the first record appended under an incarnation other than the last span's,
@@ -82,7 +84,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
-from .inbox import Claim, Consumed, InboxCommand, InboxEntry
+from .inbox import Claim, Consumed, InboxCommand, InboxEntry, Wakeup
 from .record import Draft, Record
 
 __all__ = [
@@ -233,7 +235,7 @@ class Journal(Protocol):
 
     async def hosts(self) -> list[HostInfo]: ...
 
-    def inbox_wakeups(self) -> AsyncIterator[str]: ...
+    def inbox_wakeups(self) -> AsyncIterator[Wakeup]: ...
 
     def read(
         self, session: str, *, after: int = 0, skip_stream: str | None = None

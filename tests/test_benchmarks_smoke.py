@@ -391,8 +391,12 @@ def test_scaleout_benchmark_rows() -> None:
         "server CPU per turn, 2 hosts / 1 host",
         "projected speed-up of 2 hosts with cores to spare",
         "host CPU per turn, 2 hosts with twice the sessions / 1 host",
-    ] + (["statements per turn, 2 hosts with twice the sessions / 1 host"] if counted else [])
+    ] + (["statements per turn, 2 hosts with twice the sessions / 1 host"] if counted else []) + [
+        "a bystander host's CPU per turn (it holds no session)"
+    ]
     assert by_name["host CPU per turn, 1 host"]["value"] > 0
+    bystander = by_name["a bystander host's CPU per turn (it holds no session)"]
+    assert bystander["value"] >= 0 and "wake-ups" in bystander["note"]
     assert by_name["host CPU per turn, 2 hosts / 1 host"]["target"] == "<= 1.15 x"
     statements = by_name["statements per turn, 2 hosts / 1 host"]
     assert statements["target"] == "<= 1.10 x"

@@ -22,6 +22,13 @@ PUBLIC = {
         "InboxUnavailableError", "READ_RETRIES", "RetryPolicy", "RetryingBlocking",
         "RetryingJournal",
     },
+    "journal.inbox": {
+        "MAX_ENTRY_BYTES", "Answer", "CancelQueued", "ChangeMode", "Claim", "Compact", "Consumed",
+        "Create", "Decide", "InboxCommand", "InboxEntry", "InboxOutcome", "Interrupt", "Pause",
+        "Resolve", "Resume", "Steer", "Submit", "Wakeup", "command_name", "decode_command",
+        "decode_entry", "decode_outcome", "encode_command", "encode_outcome", "entry_limit",
+        "wakeup_of", "wakeup_payload",
+    },
     "loopruntime": {
         "LoopDefinition", "Limits", "Mode", "Delegate", "tool", "Tool", "ToolContext",
         "ask_user", "ask_user_tool", "Loop", "LoopHost", "LoopState", "LoopStatus", "fold",

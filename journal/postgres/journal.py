@@ -23,9 +23,11 @@ from ..inbox import (
     Consumed,
     InboxCommand,
     InboxEntry,
+    Wakeup,
     encode_command,
     encode_outcome,
     entry_limit,
+    wakeup_of,
 )
 from ..location import parse_location
 from ..record import Draft, Record
@@ -307,12 +309,12 @@ class PostgresJournal:
         """
         return self._reading.read(session, after=after, skip_stream=skip_stream)
 
-    def inbox_wakeups(self) -> AsyncIterator[str]:
-        """The id of each session given an inbox entry or handed over, by
-        any process, as PostgreSQL's LISTEN/NOTIFY delivers them (see
-        ``journal.store``)."""
+    async def inbox_wakeups(self) -> AsyncIterator[Wakeup]:
+        """Each session given an inbox entry or handed over, by any process,
+        as PostgreSQL's LISTEN/NOTIFY delivers them (see ``journal.store``)."""
         self._check_open()
-        return self._reading.notifications(self._inbox_channel)
+        async for payload in self._reading.notifications(self._inbox_channel):
+            yield wakeup_of(payload)
 
     def tail(self, session: str, *, after: int = 0) -> AsyncIterator[Record]:
         """``read``, then follow appends (from any process) until the journal closes.

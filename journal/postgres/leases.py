@@ -15,7 +15,7 @@ import psycopg
 
 from ..codec import GENESIS
 from ..errors import FencedError, LeaseHeldError, SessionNotFoundError
-from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
+from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome, wakeup_payload
 from ..rules import (
     UNOWNED,
     LeaseState,
@@ -25,6 +25,7 @@ from ..rules import (
     decide_register,
     decide_release,
     decide_renew,
+    live_holder,
 )
 from ..store import HostInfo, SessionLease
 
@@ -177,7 +178,7 @@ def lease_op(
             after = decide_release(session, incarnation, lease, handoff)
         _store(conn, session, lease, after, definition)
         if handoff and notify is not None:
-            conn.execute("SELECT pg_notify(%s, %s)", (notify, session))
+            conn.execute("SELECT pg_notify(%s, %s)", (notify, wakeup_payload(session, None)))
     if op == "release":
         return None
     return SessionLease(
@@ -259,15 +260,20 @@ def put(
     notify: str | None = None,
 ) -> tuple[Any, ...]:
     """Blocking: ``Journal.put``; the stored entry's row.  A new entry
-    notifies channel ``notify`` with the session's id, on commit."""
+    notifies channel ``notify`` with the session's id and the owner of its
+    lease if live (``inbox.wakeup_payload``), on commit."""
     with conn.transaction():
         now = _now(conn)
-        if _locked(conn, session) is None:
+        locked = _locked(conn, session)
+        if locked is None:
             if definition is None:
                 raise SessionNotFoundError(session)
             _create(conn, session, now)
             _locked(conn, session)
             _store(conn, session, UNOWNED, UNOWNED, definition)
+        # Its holder under the row's lock, by the server's clock: the wake-up
+        # names it, and other hosts spare a pass that could take nothing.
+        holder = live_holder(locked[0], now) if locked is not None else None
         found = conn.execute(
             f"SELECT {_ENTRY_COLUMNS} FROM loopruntime_inbox WHERE session = %s AND key = %s",
             (session, key),
@@ -283,7 +289,7 @@ def put(
         ).fetchone()
         assert row is not None
         if notify is not None:
-            conn.execute("SELECT pg_notify(%s, %s)", (notify, session))
+            conn.execute("SELECT pg_notify(%s, %s)", (notify, wakeup_payload(session, holder)))
         return tuple(row)
 
 

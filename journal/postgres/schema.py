@@ -287,7 +287,8 @@ def channel(schema: str, session: str) -> str:
 
 def inbox_channel(schema: str) -> str:
     """The NOTIFY channel of every inbox of a journal: a put or a hand-over
-    notifies it with the session's id (``Journal.inbox_wakeups``)."""
+    notifies it with the session's id and live holder
+    (``inbox.wakeup_payload``; ``Journal.inbox_wakeups``)."""
     key = hashlib.blake2b(f"{schema}\x00inbox".encode(), digest_size=12).hexdigest()
     return f"loopruntime_inbox_{key}"
 

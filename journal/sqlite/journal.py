@@ -23,6 +23,7 @@ from ..inbox import (
     Consumed,
     InboxCommand,
     InboxEntry,
+    Wakeup,
     encode_command,
     encode_outcome,
 )
@@ -256,11 +257,11 @@ class SQLiteJournal:
         self._check_open()
         return await self._reading.hosts()
 
-    async def inbox_wakeups(self) -> AsyncIterator[str]:
-        """Only the first ``""``: processes sharing a file have no channel to
-        tell each other of a put; hosts on SQLite find work by polling."""
+    async def inbox_wakeups(self) -> AsyncIterator[Wakeup]:
+        """Only the first (no session): processes sharing a file have no channel
+        to tell each other of a put; hosts on SQLite find work by polling."""
         self._check_open()
-        yield ""
+        yield Wakeup(session="")
         await trio.sleep_forever()
 
     async def append(

@@ -102,10 +102,10 @@ as this host counts it, and a takeover waits past an expiry the journal
 reported (docs/host.md, "What a lease guarantees")."""
 
 _CLAIM_GAP = 0.05
-"""Seconds a pass for work waits after the one before when woken early: the
-journal's wake-ups name the sessions other hosts hold as often as the ones
-free to take, so without a gap each of N hosts runs a pass per put anywhere
-(issue 39: twice the CPU per turn with two hosts); with it, at most 20 a second."""
+"""Seconds a pass for work waits after the one before when woken early: a
+burst of wake-ups no other host's lease answers for (puts to sessions nobody
+holds, hand-overs, wake-ups naming no holder) costs one pass, at most 20 a
+second, not one per wake-up on each of N hosts (issue 39)."""
 
 _STOP_CHECKPOINTS = 8
 """Checkpoints at rest a stopping host appends at once: enough to keep the
@@ -478,21 +478,26 @@ class Host:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Wake on the journal's inbox wake-ups (LISTEN/NOTIFY on PostgreSQL)
-        rather than wait for the next poll; the poll stays, for wake-ups
-        missed and for backends without them (SQLite).  Started once the
+        rather than wait for the next poll, except for a put to a session
+        another host held; the poll stays, for wake-ups missed, for expired
+        leases and for backends without wake-ups (SQLite).  Started once the
         journal says it is watching (its first wake-up, ``""``)."""
         started = False
         while True:
             try:
-                async for session in self.journal.inbox_wakeups():
+                async for wakeup in self.journal.inbox_wakeups():
                     if not started:
                         task_status.started()
                         started = True
-                    hosted = self.sessions.get(session)
+                    hosted = self.sessions.get(wakeup.session)
                     if hosted is not None:
                         hosted.wake.set()
-                    else:
+                    elif wakeup.holder is None or wakeup.holder == self.id:
                         self._wake.set()
+                    # Else another host's live lease held it when the entry
+                    # was put: that host wakes it, and a pass here could take
+                    # nothing; were that host dead, its lease expires and the
+                    # poll's pass finds it.
                 break  # the journal closed
             except JournalUnavailableError as exc:
                 # Listened for again once the journal is back; the poll covers the gap.

@@ -26,7 +26,7 @@ from journal.events import (
     ToolStarted,
     TurnEnded,
 )
-from journal.inbox import Claim, InboxEntry
+from journal.inbox import Claim, InboxEntry, Wakeup
 from loopruntime import InvalidAnswerError, LoopDefinition, ToolContext, tool
 from loopruntime.model import ModelRequest
 from loopruntime.models import Reply, ScriptedModel, ToolCall
@@ -516,12 +516,12 @@ class CountedInbox(ForwardingJournal):
         self.reads[session] = self.reads.get(session, 0) + 1
         return await self.inner.inbox(session, after=after)
 
-    async def inbox_wakeups(self) -> AsyncIterator[str]:
+    async def inbox_wakeups(self) -> AsyncIterator[Wakeup]:
         if self.wakeups:
-            async for session in self.inner.inbox_wakeups():
-                yield session
+            async for wakeup in self.inner.inbox_wakeups():
+                yield wakeup
         else:
-            yield ""
+            yield Wakeup(session="")
             await trio.sleep_forever()
 
 

@@ -25,7 +25,7 @@ import trio
 from structlog.testing import capture_logs
 
 from journal import ForwardingJournal, Journal, JournalUnavailableError, open_journal
-from journal.inbox import Claim, InboxEntry
+from journal.inbox import Claim, InboxEntry, Wakeup
 from session import Client, Host
 from session.hosting.host_outage import RETRY_CAP
 from tests.host.support import counting_definition, trio_clock_journal, wait_for
@@ -158,11 +158,11 @@ class Unreachable(ForwardingJournal):
         self._check()
         return await self.inner.append(*args, **kwargs)
 
-    async def inbox_wakeups(self) -> AsyncIterator[str]:  # type: ignore[override]
+    async def inbox_wakeups(self) -> AsyncIterator[Wakeup]:  # type: ignore[override]
         self._check()
-        async for session in self.inner.inbox_wakeups():
+        async for wakeup in self.inner.inbox_wakeups():
             self._check()
-            yield session
+            yield wakeup
 
 
 async def test_an_outage_longer_than_the_leases_is_ridden_out(autojump_clock: object) -> None:

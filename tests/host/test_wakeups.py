@@ -1,6 +1,7 @@
 """A host's passes for work woken by the journal's wake-ups: a put for a
-session another host holds wakes every host, and each may look for work once
-per ``_CLAIM_GAP`` at most, not once per put; such a pass leaves the sessions
+session another host's live lease holds costs other hosts no pass (the
+wake-up names the holder); other wake-ups cost a host one pass per
+``_CLAIM_GAP`` at most, not one per put, and such a pass leaves the sessions
 held here to their own wake-ups (issue 39: with a pass per put anywhere, each
 waking the host's own sessions again, two hosts spent twice the CPU of one on
 the same turns)."""
@@ -13,7 +14,7 @@ import trio
 import trio.testing
 
 from journal import ForwardingJournal, Journal
-from journal.inbox import Claim
+from journal.inbox import Claim, Wakeup
 from loopruntime import LoopDefinition
 from loopruntime.models import Reply, ScriptedModel
 from session import Client, Host
@@ -36,7 +37,7 @@ class CountedPasses(ForwardingJournal):
         return await self.inner.claimable(definitions=definitions, owner=owner, limit=limit)
 
 
-async def test_puts_for_a_session_held_elsewhere_wake_a_host_once_per_gap(
+async def test_puts_for_a_session_another_host_holds_cost_a_bystander_no_pass(
     autojump_clock: object,
 ) -> None:
     journal = trio_clock_journal()
@@ -55,11 +56,68 @@ async def test_puts_for_a_session_held_elsewhere_wake_a_host_once_per_gap(
             assert trio.current_time() == started  # ten puts within one instant
             await wait_for(lambda: _consumed(journal, sid))
             await trio.sleep(1)
-            # One pass for the ten wake-ups (two if the first came before the gap
-            # began); a pass per put would be ten, all finding nothing to take.
-            assert other.passes - before <= 2
+            # Each wake-up names the live holder: a pass could take nothing.
+            assert other.passes == before
             assert sid not in bystander.sessions
     assert holder.statistics().applied >= 11  # the create and every put, by the holder
+
+
+async def test_puts_for_sessions_nobody_holds_wake_a_host_once_per_gap(
+    autojump_clock: object,
+) -> None:
+    journal = CountedPasses(trio_clock_journal())
+    client = Client(journal)
+    async with Host.open(journal, DEFS, host_id="h", poll=60, lease_ttl=30) as host:
+        await trio.sleep(1)  # its first pass is done
+        before = journal.passes
+        started = trio.current_time()
+        sids = [await client.create("counter", key=f"c{i}") for i in range(10)]
+        assert trio.current_time() == started  # ten puts within one instant
+        await wait_for(lambda: all(sid in host.sessions for sid in sids))
+        # Claimed well before the poll, by one pass for the ten wake-ups (two
+        # if the first came before the gap began), not one pass per put.
+        assert trio.current_time() - started < 1
+        assert journal.passes - before <= 2
+
+
+async def test_a_put_for_a_session_whose_holder_died_is_claimed_at_the_poll(
+    autojump_clock: object,
+) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    counted = CountedPasses(journal)
+    sid = await client.create("counter", key="c")
+    # A host that took the session and died: its lease runs out in 10 s.
+    await journal.acquire(sid, "dead", ttl=10)
+    async with Host.open(counted, DEFS, host_id="heir", poll=20, lease_ttl=30) as heir:
+        await trio.sleep(1)  # its first pass is done, finding the lease live
+        before = counted.passes
+        started = trio.current_time()
+        await client.submit(sid, "count", key="s1")
+        await trio.testing.wait_all_tasks_blocked()
+        assert counted.passes == before  # the wake-up named a live holder
+        await wait_for(lambda: _consumed(journal, sid))
+        # The poll's pass after the lease expired took it over.
+        assert trio.current_time() - started <= 20 + 3 + 1  # the poll and the lease margin
+        assert heir.statistics().failovers == 1
+        assert heir.statistics().applied == 2  # the create and the submit
+
+
+async def test_a_put_for_a_session_nobody_holds_is_claimed_before_the_poll(
+    autojump_clock: object,
+) -> None:
+    journal = trio_clock_journal()
+    client = Client(journal)
+    async with Host.open(journal, DEFS, host_id="h", poll=60, lease_ttl=30, idle_after=5) as host:
+        sid = await client.create("counter", key="c")
+        await wait_for(lambda: _consumed(journal, sid))
+        await wait_for(lambda: host.statistics().passivations == 1)  # released at rest
+        await trio.sleep(1)  # the pass its release asked for is done
+        started = trio.current_time()
+        await client.submit(sid, "count", key="s1")
+        await wait_for(lambda: _consumed(journal, sid))
+        assert trio.current_time() - started < 1
+        assert host.statistics().claims == 2
 
 
 async def _consumed(journal: Journal, sid: str) -> bool:
@@ -73,10 +131,10 @@ class Deaf(ForwardingJournal):
         super().__init__(inner)
         self.deaf_to = ""
 
-    async def inbox_wakeups(self) -> AsyncIterator[str]:  # type: ignore[override]
-        async for session in self.inner.inbox_wakeups():
-            if session != self.deaf_to or not session:
-                yield session
+    async def inbox_wakeups(self) -> AsyncIterator[Wakeup]:  # type: ignore[override]
+        async for wakeup in self.inner.inbox_wakeups():
+            if wakeup.session != self.deaf_to or not wakeup.session:
+                yield wakeup
 
 
 async def test_a_pass_woken_for_another_hosts_session_leaves_held_ones_to_their_wake_ups(

@@ -125,6 +125,7 @@ from journal.inbox import (
     InboxOutcome,
     Steer,
     Submit,
+    Wakeup,
     encode_command,
 )
 
@@ -1297,9 +1298,41 @@ class _LeaseAndInboxContract:
         async with backend.open() as journal:
             wakeups = journal.inbox_wakeups()
             try:
-                assert await wakeups.__anext__() == ""
+                assert await wakeups.__anext__() == Wakeup(session="")
             finally:
                 await wakeups.aclose()  # type: ignore[attr-defined]
+
+    async def test_a_puts_wakeup_names_the_live_holder(self, backend: Backend) -> None:
+        if not getattr(backend, "wakeups", True):
+            pytest.skip("no wake-ups between processes: its hosts poll")
+        held, expired, free = new_session(), new_session(), new_session()
+        async with backend.open() as journal:
+            for session in (held, expired, free):
+                await journal.put(session, "c", Create(definition="agent"), definition="agent")
+            lease = await journal.acquire(held, "host-a", ttl=60)
+            await journal.acquire(expired, "host-b", ttl=60)
+            await backend.expire(journal, expired)
+            wakeups = journal.inbox_wakeups()
+            try:
+                assert await wakeups.__anext__() == Wakeup(session="")
+                for session in (held, expired, free):
+                    await journal.put(session, "s", submit("hi"))
+                await journal.release(lease, handoff=True)
+                ours = {held, expired, free}
+                seen: list[Wakeup] = []
+                while len(seen) < 4:
+                    wakeup = await wakeups.__anext__()
+                    if wakeup.session in ours:
+                        seen.append(wakeup)
+            finally:
+                await wakeups.aclose()  # type: ignore[attr-defined]
+            # Only a live lease is named (by the journal's clock); a hand-over names none.
+            assert seen == [
+                Wakeup(session=held, holder="host-a"),
+                Wakeup(session=expired),
+                Wakeup(session=free),
+                Wakeup(session=held),
+            ]
 
     async def test_a_host_id_is_held_by_one_live_registration(self, backend: Backend) -> None:
         host = new_session()

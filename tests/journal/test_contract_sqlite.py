@@ -18,6 +18,7 @@ class SQLiteBackend:
     """Every ``open()`` opens the same file."""
 
     persistent = True
+    wakeups = False
 
     def __init__(self, path: Path, synchronous: str) -> None:
         self.url = f"sqlite:///{path}?synchronous={synchronous}"
