@@ -33,6 +33,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     "request-by-request path, the private code under test",
     ("tests/journal/test_postgres.py", "_commit_checked"): "spies on the PostgreSQL "
     "writer's group path, the private code under test",
+    ("tests/journal/test_postgres.py", "_writer_connection"): "traces the PostgreSQL "
+    "writer's connections from their first byte (libpq's trace) to count its round trips",
     ("tests/console/test_views.py", "import _spans"): "a test of the views module's own "
     "marker parser",
 }
