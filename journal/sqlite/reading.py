@@ -23,12 +23,12 @@ import outcome
 import trio
 
 from ..blobs import is_split, join, references
-from ..codec import GENESIS, checkpoint_records, decode_event
+from ..codec import GENESIS, checkpoint_records, decode_event, verified_records
 from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
 from ..events import Event
 from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
 from ..record import Record
-from ..store import HostInfo, SessionInfo, StorageCheck, StorageProblem
+from ..store import Checkpointed, HostInfo, SessionInfo, StorageCheck, StorageProblem
 from .blobs import fetch as fetch_blobs
 from .leases import list_hosts
 from .schema import Access, connect, damaged, unavailable
@@ -61,6 +61,13 @@ SELECT_BATCH = (
 SELECT_SESSION = (
     "SELECT (SELECT 1 FROM sessions WHERE session = ?),"
     " (SELECT whole_from FROM chain_rule WHERE session = ?)"
+)
+
+# ``SELECT_SESSION`` and the session's head, in the snapshot a restore reads.
+_SELECT_SESSION_HEAD = (
+    "SELECT (SELECT 1 FROM sessions WHERE session = ?),"
+    " (SELECT whole_from FROM chain_rule WHERE session = ?),"
+    " (SELECT max(seq) FROM records WHERE session = ?)"
 )
 
 _READ_BATCH = 4096
@@ -395,6 +402,62 @@ class Reading:
             whole_from or 1,
             resolve=lambda seq, body: join(session, seq, body, found),
         )
+
+    async def read_checkpointed(self, session: str, tail_limit: int) -> Checkpointed:
+        return await trio.to_thread.run_sync(self._read_checkpointed, session, tail_limit)
+
+    def _read_checkpointed(self, session: str, tail_limit: int) -> Checkpointed:
+        """Worker thread: the checkpoints and the tail after the last, in one
+        read transaction (one snapshot); the tail only when the head is past
+        that checkpoint.  Verified and decoded here, like ``_checkpoints``."""
+        try:
+            with self._readers.connection() as conn:
+                if self._readers.closed:
+                    raise JournalClosedError(f"journal {self.url} was closed during a read")
+                conn.execute("BEGIN")
+                try:
+                    exists, whole_from, head = conn.execute(
+                        _SELECT_SESSION_HEAD, (session, session, session)
+                    ).fetchone()
+                    if not exists:
+                        raise SessionNotFoundError(session)
+                    rows = conn.execute(_SELECT_CHECKPOINTS, (session,)).fetchall()
+                    after = rows[-1][0] if rows else 0
+                    tail = []
+                    if (head or 0) > after:
+                        tail = conn.execute(SELECT_BATCH, (session, after, tail_limit)).fetchall()
+                    bodies = [row[6] for row in rows] + [row[6] for row in tail]
+                    wanted = [
+                        d for body in bodies if body and is_split(body) for d in references(body)
+                    ]
+                    found = fetch_blobs(conn, wanted) if wanted else {}
+                finally:
+                    conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if damaged(exc):
+                raise JournalCorruptError(
+                    session,
+                    None,
+                    f"a damaged database page holds its checkpoints or the records after them "
+                    f"({exc}); `loopruntime replay SESSION --check` names the damaged tables",
+                ) from exc
+            raise unavailable(
+                exc, self.path, f"reading the checkpoints of session {session}"
+            ) from exc
+
+        def resolve(seq: int, body: bytes) -> bytes:
+            return join(session, seq, body, found)
+
+        checkpoints = checkpoint_records(session, rows, whole_from or 1, resolve=resolve)
+        records = verified_records(
+            session,
+            tail,
+            after=after,
+            previous=checkpoints[-1].digest if checkpoints else GENESIS,
+            whole_from=whole_from or 1,
+            resolve=resolve,
+        )
+        return Checkpointed(checkpoints=checkpoints, tail=list(records), head=head or 0)
 
     async def sessions(self) -> list[SessionInfo]:
         return await trio.to_thread.run_sync(self._sessions)
