@@ -436,7 +436,9 @@ class Host:
             for claim in claims:
                 hosted = self.sessions.get(claim.session)
                 if hosted is not None:
-                    if wake_held:
+                    # Listed with nothing waiting: a lease still being taken
+                    # over (the former owner's, expired), nothing to read.
+                    if wake_held and claim.pending:
                         hosted.wake.set()
                 elif self._stopping:
                     break
