@@ -47,6 +47,8 @@ from .record import Draft as Draft
 from .record import Record as Record
 from .retry import RetryingBlocking as RetryingBlocking
 from .retry import RetryingJournal as RetryingJournal
+from .store import TAIL_LIMIT as TAIL_LIMIT
+from .store import Checkpointed as Checkpointed
 from .store import HostInfo as HostInfo
 from .store import Journal as Journal
 from .store import SessionInfo as SessionInfo
@@ -59,7 +61,9 @@ __all__ = [
     "DEFAULT_BLOB_THRESHOLD",
     "READ_RETRIES",
     "SCHEMA_VERSION",
+    "TAIL_LIMIT",
     "BlockingJournal",
+    "Checkpointed",
     "ConflictError",
     "Draft",
     "DuplicateEventError",

@@ -16,7 +16,7 @@ not an event at all are a ``JournalCorruptError`` naming the seq.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import msgspec
 
@@ -36,6 +36,7 @@ __all__ = [
     "decode_event",
     "encode_checked",
     "encode_event",
+    "verified_records",
 ]
 
 SCHEMA_VERSION = 5
@@ -178,35 +179,55 @@ def chained_records(
     damage is a ``JournalCorruptError`` naming its seq instead.  The blocking
     readers' loop; the trio readers inline the same steps for speed."""
     found: list[Record] = []
-    expected = after + 1
     try:
-        for seq, id, loop, at, cause, digest, body in rows:
-            if seq != expected:
-                raise JournalCorruptError(session, expected, "it is missing")
-            if seq >= whole_from:
-                computed = chain(previous, seq, id, session, loop, at, cause, body)
-            else:
-                computed = chain_body(previous, body)
-            if computed != digest:
-                raise JournalCorruptError(session, seq, "digest chain broken")
-            found.append(
-                Record(
-                    seq=seq,
-                    id=id,
-                    session=session,
-                    loop=loop,
-                    at=at,
-                    cause=cause,
-                    digest=digest,
-                    event=decode_event(body, session=session, seq=seq),
-                )
-            )
-            previous = digest
-            expected += 1
+        for record in verified_records(
+            session, rows, after=after, previous=previous, whole_from=whole_from
+        ):
+            found.append(record)
     except (JournalCorruptError, JournalSchemaError):
         if not found:
             raise
     return found
+
+
+def verified_records(
+    session: str,
+    rows: Iterable[RecordRow],
+    *,
+    after: int,
+    previous: bytes,
+    whole_from: int = 1,
+    resolve: Callable[[int, bytes], bytes] | None = None,
+) -> Iterator[Record]:
+    """The records of ``rows`` (the ones after seq ``after``, in order), each
+    verified against the chain from ``previous`` (the digest of the record at
+    ``after``; ``GENESIS`` for 0) and decoded; the first damage (a gap, a
+    broken digest, bytes that do not decode) raises, naming its seq.
+    ``resolve`` as for ``checkpoint_records``."""
+    expected = after + 1
+    for seq, id, loop, at, cause, digest, body in rows:
+        if seq != expected:
+            raise JournalCorruptError(session, expected, "it is missing")
+        if seq >= whole_from:
+            computed = chain(previous, seq, id, session, loop, at, cause, body)
+        else:
+            computed = chain_body(previous, body)
+        if computed != digest:
+            raise JournalCorruptError(session, seq, "digest chain broken")
+        if resolve is not None and body[:1] == b"\xc1":
+            body = resolve(seq, body)
+        yield Record(
+            seq=seq,
+            id=id,
+            session=session,
+            loop=loop,
+            at=at,
+            cause=cause,
+            digest=digest,
+            event=decode_event(body, session=session, seq=seq),
+        )
+        previous = digest
+        expected += 1
 
 
 CheckpointRow = tuple[int, str | None, str, int, str | None, bytes, bytes | None, bytes | None]

@@ -11,7 +11,16 @@ from collections.abc import AsyncIterator, Sequence
 
 from .inbox import Claim, Consumed, InboxCommand, InboxEntry, Wakeup
 from .record import Draft, Record
-from .store import HostInfo, Journal, SessionInfo, SessionLease, StorageCheck, WriterSpan
+from .store import (
+    TAIL_LIMIT,
+    Checkpointed,
+    HostInfo,
+    Journal,
+    SessionInfo,
+    SessionLease,
+    StorageCheck,
+    WriterSpan,
+)
 
 __all__ = ["ForwardingJournal"]
 
@@ -105,6 +114,11 @@ class ForwardingJournal:
 
     async def checkpoints(self, session: str) -> list[Record]:
         return await self.inner.checkpoints(session)
+
+    async def read_checkpointed(
+        self, session: str, *, tail_limit: int = TAIL_LIMIT
+    ) -> Checkpointed:
+        return await self.inner.read_checkpointed(session, tail_limit=tail_limit)
 
     async def sessions(self) -> list[SessionInfo]:
         return await self.inner.sessions()

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import trio
 
 from .blobs import DEFAULT_BLOB_THRESHOLD, check_threshold, encode_pending, is_split, join
-from .codec import GENESIS, chain, checkpoint_records, decode_event
+from .codec import GENESIS, chain, checkpoint_records, decode_event, verified_records
 from .errors import (
     DuplicateEventError,
     FencedError,
@@ -54,7 +54,16 @@ from .rules import (
     starts_span,
     ttl_ns,
 )
-from .store import HostInfo, SessionInfo, SessionLease, StorageCheck, WriterSpan
+from .store import (
+    TAIL_LIMIT,
+    Checkpointed,
+    HostInfo,
+    SessionInfo,
+    SessionLease,
+    StorageCheck,
+    WriterSpan,
+    check_tail_limit,
+)
 
 __all__ = ["MemoryJournal"]
 
@@ -496,15 +505,40 @@ class MemoryJournal:
         s = self._sessions.get(session)
         if s is None:
             raise SessionNotFoundError(session)
+        return self._checkpoints_of(session, s)
+
+    def _checkpoints_of(self, session: str, s: _Session) -> list[Record]:
         rows = s.rows
         stored = []
         for seq in s.checkpoints:
             _, _, id, loop, at, cause, digest, body = rows[seq - 1]
             previous = rows[seq - 2][6] if seq > 1 else None
             stored.append((seq, id, loop, at, cause, digest, body, previous))
-        return checkpoint_records(
-            session, stored, resolve=lambda seq, body: join(session, seq, body, self._blobs)
+        return checkpoint_records(session, stored, resolve=self._resolver(session))
+
+    def _resolver(self, session: str) -> Callable[[int, bytes], bytes]:
+        return lambda seq, body: join(session, seq, body, self._blobs)
+
+    async def read_checkpointed(
+        self, session: str, *, tail_limit: int = TAIL_LIMIT
+    ) -> Checkpointed:
+        check_tail_limit(tail_limit)
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+        s = self._sessions.get(session)
+        if s is None:
+            raise SessionNotFoundError(session)
+        checkpoints = self._checkpoints_of(session, s)
+        after = checkpoints[-1].seq if checkpoints else 0
+        previous = checkpoints[-1].digest if checkpoints else GENESIS
+        tail = verified_records(
+            session,
+            (row[1:] for row in s.rows[after : after + tail_limit]),
+            after=after,
+            previous=previous,
+            resolve=self._resolver(session),
         )
+        return Checkpointed(checkpoints=checkpoints, tail=list(tail), head=len(s.rows))
 
     async def sessions(self) -> list[SessionInfo]:
         self._check_open()

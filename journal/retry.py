@@ -28,7 +28,15 @@ from .errors import InboxUnavailableError, JournalUnavailableError
 from .forwarding import ForwardingJournal
 from .inbox import Claim, InboxCommand, InboxEntry
 from .record import Record
-from .store import HostInfo, Journal, SessionInfo, StorageCheck, WriterSpan
+from .store import (
+    TAIL_LIMIT,
+    Checkpointed,
+    HostInfo,
+    Journal,
+    SessionInfo,
+    StorageCheck,
+    WriterSpan,
+)
 
 __all__ = ["RetryingBlocking", "RetryingJournal"]
 
@@ -100,6 +108,13 @@ class RetryingJournal(ForwardingJournal):
 
     async def checkpoints(self, session: str) -> list[Record]:
         return await _retried(self.policy, lambda: self.inner.checkpoints(session))
+
+    async def read_checkpointed(
+        self, session: str, *, tail_limit: int = TAIL_LIMIT
+    ) -> Checkpointed:
+        return await _retried(
+            self.policy, lambda: self.inner.read_checkpointed(session, tail_limit=tail_limit)
+        )
 
     async def sessions(self) -> list[SessionInfo]:
         return await _retried(self.policy, self.inner.sessions)

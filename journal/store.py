@@ -27,6 +27,13 @@ append decisions themselves are ``journal.rules``):
   scanning the records); each is verified against the stored digest of the
   record before it, so a damaged checkpoint is a ``JournalCorruptError``.
   Restore starts from them and reads only what follows the last one.
+* ``read_checkpointed`` is ``checkpoints`` and the records after the last
+  one (after seq 0 without one) in one read of one snapshot: the tail is
+  verified on the chain from the last checkpoint's digest, so nothing is
+  checked twice, and is read only when the session's head is past that
+  checkpoint.  It holds at most ``tail_limit`` records; ``complete`` says
+  whether they reach the head, and ``read`` gives the rest.  A damaged
+  checkpoint or tail record is a ``JournalCorruptError`` with its seq.
 * Leases name an owner and an expiry (the journal's clock, unix ns).
   ``acquire`` takes a session for an owner when no other owner's lease is
   live (``LeaseHeldError``), with a new incarnation (so the last holder is
@@ -88,6 +95,8 @@ from .inbox import Claim, Consumed, InboxCommand, InboxEntry, Wakeup
 from .record import Draft, Record
 
 __all__ = [
+    "TAIL_LIMIT",
+    "Checkpointed",
     "HostInfo",
     "Journal",
     "SessionInfo",
@@ -95,6 +104,7 @@ __all__ = [
     "StorageCheck",
     "StorageProblem",
     "WriterSpan",
+    "check_tail_limit",
 ]
 
 
@@ -109,6 +119,43 @@ class SessionLease(msgspec.Struct, frozen=True, kw_only=True):
     """Who holds it (a host id); None for a lease taken by ``open_session``."""
     expires_at: int = 0
     """When an owner's lease expires (the journal's clock, unix ns)."""
+
+
+TAIL_LIMIT = 4096
+"""Records ``read_checkpointed`` reads after the last checkpoint by default:
+the writer checkpoints every 1,000, so a tail is nearly always whole; a
+session without checkpoints gives its first ``TAIL_LIMIT`` records, and
+``read`` the rest."""
+
+
+def check_tail_limit(tail_limit: int) -> None:
+    """Refuse a ``tail_limit`` that is not a positive int (``ValueError``)."""
+    if not isinstance(tail_limit, int) or isinstance(tail_limit, bool) or tail_limit < 1:
+        raise ValueError(f"tail_limit must be a positive number of records, not {tail_limit!r}")
+
+
+class Checkpointed(msgspec.Struct, frozen=True, kw_only=True):
+    """A session's checkpoints and the records after the last one, read
+    together (``Journal.read_checkpointed``)."""
+
+    checkpoints: list[Record]
+    """The ``session.checkpoint`` records, in seq order (as ``checkpoints``)."""
+    tail: list[Record]
+    """The records after the last checkpoint (after seq 0 without one), in
+    seq order, every one decoded; at most the ``tail_limit`` asked for."""
+    head: int
+    """The session's last seq in the snapshot read."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether ``tail`` reaches ``head`` (else ``read`` after its last seq gives the rest)."""
+        last = self.tail[-1].seq if self.tail else self.after
+        return last >= self.head
+
+    @property
+    def after(self) -> int:
+        """The seq the tail follows: the last checkpoint's, or 0."""
+        return self.checkpoints[-1].seq if self.checkpoints else 0
 
 
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -246,6 +293,10 @@ class Journal(Protocol):
     async def head(self, session: str) -> int: ...
 
     async def checkpoints(self, session: str) -> list[Record]: ...
+
+    async def read_checkpointed(
+        self, session: str, *, tail_limit: int = TAIL_LIMIT
+    ) -> Checkpointed: ...
 
     async def sessions(self) -> list[SessionInfo]: ...
 

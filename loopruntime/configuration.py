@@ -16,6 +16,7 @@ ones over (``restore_config``) until the loop lists them again
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import weakref
 from collections.abc import Collection, Mapping, Sequence
@@ -147,7 +148,7 @@ def restore_config(recorded: LoopConfig, definition: LoopDefinition) -> LoopConf
     """``describe(definition)`` as a restore can know it, before any server is
     connected: each of the definition's servers with the tools the journal
     last recorded for it (a server the definition dropped has none)."""
-    now = describe(definition)
+    now = describe_shared(definition, ())
     carried = tuple(t for t in recorded.tools if server_of(definition, t.name) is not None)
     return msgspec.structs.replace(now, tools=(*now.tools, *carried))
 
@@ -194,11 +195,18 @@ def _limits(limits: Limits) -> dict[str, Any]:
     return {f.name: getattr(limits, f.name) for f in dataclasses.fields(limits)}
 
 
+@functools.cache
+def _default_limits() -> dict[str, Any]:
+    """``Limits()`` as a configuration records it: made once (read it, never
+    change it), as every restore compares with it."""
+    return _limits(Limits())
+
+
 def _with_later_limits(config: LoopConfig) -> LoopConfig:
     """``config`` with each ``Limits`` field it predates at its default: a
     limit is added with a default that keeps what loops did before it, so a
     journal recorded before it ran as that default says (no drift)."""
-    defaults = _limits(Limits())
+    defaults = _default_limits()
 
     def filled(limits: dict[str, Any]) -> dict[str, Any]:
         return limits if defaults.keys() <= limits.keys() else {**defaults, **limits}

@@ -20,7 +20,7 @@ PUBLIC = {
         "BlockingJournal", "open_blocking",
         "HostIdInUseError", "HostInfo", "DEFAULT_BLOB_THRESHOLD", "WriterSpan",
         "InboxUnavailableError", "READ_RETRIES", "RetryPolicy", "RetryingBlocking",
-        "RetryingJournal",
+        "RetryingJournal", "Checkpointed", "TAIL_LIMIT",
     },
     "journal.inbox": {
         "MAX_ENTRY_BYTES", "Answer", "CancelQueued", "ChangeMode", "Claim", "Compact", "Consumed",

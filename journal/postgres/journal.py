@@ -32,7 +32,16 @@ from ..inbox import (
 from ..location import parse_location
 from ..record import Draft, Record
 from ..rules import ttl_ns
-from ..store import HostInfo, SessionInfo, SessionLease, StorageCheck, WriterSpan
+from ..store import (
+    TAIL_LIMIT,
+    Checkpointed,
+    HostInfo,
+    SessionInfo,
+    SessionLease,
+    StorageCheck,
+    WriterSpan,
+    check_tail_limit,
+)
 from . import leases
 from .leases import renew_all as _renew_all
 from .reading import Pool, Reading
@@ -336,6 +345,15 @@ class PostgresJournal:
         """
         self._check_open()
         return await self._reading.checkpoints(session)
+
+    async def read_checkpointed(
+        self, session: str, *, tail_limit: int = TAIL_LIMIT
+    ) -> Checkpointed:
+        """``checkpoints`` and the records after the last one, in one
+        statement (``Journal.read_checkpointed``)."""
+        check_tail_limit(tail_limit)
+        self._check_open()
+        return await self._reading.read_checkpointed(session, tail_limit)
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first."""

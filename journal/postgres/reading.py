@@ -21,12 +21,13 @@ import trio
 from psycopg import sql
 
 from ..blobs import is_split, join, references
-from ..codec import GENESIS, checkpoint_records, decode_event
+from ..codec import GENESIS, decode_event
 from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
 from ..events import Event
 from ..record import Record
-from ..store import SessionInfo, StorageCheck, StorageProblem, WriterSpan
+from ..store import Checkpointed, SessionInfo, StorageCheck, StorageProblem, WriterSpan
 from .blobs import fetch as fetch_blobs
+from .checkpoints import checkpointed, checkpoints
 from .retrying import Attempts
 from .schema import channel, connect, discard, lost, translate
 from .writers import list_writers
@@ -53,20 +54,6 @@ trip is noise, small enough that a page of large events stays modest."""
 _PAGE = """
 SELECT seq, id, loop, at, cause, digest, body FROM loopruntime_records
 WHERE session = %s AND seq > %s AND seq <= %s ORDER BY seq
-"""
-
-# One row per checkpoint of the session: its record, and the digest of the
-# record before it (NULL for seq 1, which chains from GENESIS).  Outer joins
-# all the way, so a session without checkpoints is one row of NULLs, a
-# missing session no row, and an index entry without its record is seen.
-_CHECKPOINTS = """
-SELECT c.seq, r.id, r.loop, r.at, r.cause, r.digest, r.body, p.digest, w.whole_from
-FROM loopruntime_sessions s
-LEFT JOIN loopruntime_chain_rule w ON w.session = s.session
-LEFT JOIN loopruntime_checkpoints c ON c.session = s.session
-LEFT JOIN loopruntime_records r ON r.session = c.session AND r.seq = c.seq
-LEFT JOIN loopruntime_records p ON p.session = c.session AND p.seq = c.seq - 1
-WHERE s.session = %s ORDER BY c.seq
 """
 
 # A session row must agree with its last record: the writer updates both in
@@ -374,34 +361,25 @@ class Reading:
         return got
 
     async def checkpoints(self, session: str) -> list[Record]:
-        """The session's ``session.checkpoint`` records, in seq order, from the index.
-
-        One query, whatever the session's length.  Each checkpoint is
-        verified against the stored digest of the record before it; a broken
-        one raises ``JournalCorruptError`` with its seq.  Verified and decoded
-        in the worker thread: a chain of checkpoints holds about the whole
-        message history, too much to decode between two trio checkpoints.
-        """
-
-        def work(conn: psycopg.Connection[Any]) -> list[Record] | None:
-            with conn.cursor(binary=True) as cur:
-                rows = cur.execute(_CHECKPOINTS, (session,)).fetchall()
-            if not rows:
-                return None
-            # A session without checkpoints is its one row of NULLs.
-            wanted = [d for row in rows if row[6] and is_split(row[6]) for d in references(row[6])]
-            found = fetch_blobs(conn, wanted) if wanted else {}
-            return checkpoint_records(
-                session,
-                [row[:8] for row in rows if row[0] is not None],
-                rows[0][8] or 1,
-                resolve=lambda seq, body: join(session, seq, body, found),
-            )
-
-        found = await self._pool.run(f"reading the checkpoints of session {session}", work)
+        """The session's ``session.checkpoint`` records, in seq order, from the
+        index (``checkpoints.checkpoints``)."""
+        found = await self._pool.run(
+            f"reading the checkpoints of session {session}", partial(checkpoints, session=session)
+        )
         if found is None:
             raise SessionNotFoundError(session)
         return found
+
+    async def read_checkpointed(self, session: str, tail_limit: int) -> Checkpointed:
+        """``checkpoints`` and the records after the last one, in one
+        statement (``checkpoints.checkpointed``)."""
+        got = await self._pool.run(
+            f"reading the checkpoints of session {session}",
+            partial(checkpointed, session=session, tail_limit=tail_limit),
+        )
+        if got is None:
+            raise SessionNotFoundError(session)
+        return got
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first."""

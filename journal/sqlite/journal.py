@@ -30,7 +30,16 @@ from ..inbox import (
 from ..location import JournalLocation, parse_location
 from ..record import Draft, Record, check_drafts, check_text
 from ..rules import repeated_id, ttl_ns
-from ..store import HostInfo, SessionInfo, SessionLease, StorageCheck, WriterSpan
+from ..store import (
+    TAIL_LIMIT,
+    Checkpointed,
+    HostInfo,
+    SessionInfo,
+    SessionLease,
+    StorageCheck,
+    WriterSpan,
+    check_tail_limit,
+)
 from .reading import Reading, entry_of
 from .schema import (
     Access,
@@ -384,6 +393,15 @@ class SQLiteJournal:
         """
         self._check_open()
         return await self._reading.checkpoints(session)
+
+    async def read_checkpointed(
+        self, session: str, *, tail_limit: int = TAIL_LIMIT
+    ) -> Checkpointed:
+        """``checkpoints`` and the records after the last one, in one read
+        of one snapshot (``Journal.read_checkpointed``)."""
+        check_tail_limit(tail_limit)
+        self._check_open()
+        return await self._reading.read_checkpointed(session, tail_limit)
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session, in creation order."""

@@ -16,20 +16,21 @@ import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import outcome
 import trio
 
 from ..blobs import is_split, join, references
-from ..codec import GENESIS, checkpoint_records, decode_event
+from ..codec import GENESIS, decode_event
 from ..errors import JournalClosedError, JournalCorruptError, SessionNotFoundError
 from ..events import Event
 from ..inbox import Claim, InboxEntry, decode_entry, decode_outcome
 from ..record import Record
-from ..store import HostInfo, SessionInfo, StorageCheck, StorageProblem
+from ..store import Checkpointed, HostInfo, SessionInfo, StorageCheck, StorageProblem
 from .blobs import fetch as fetch_blobs
+from .checkpoints import checkpointed, checkpoints
 from .leases import list_hosts
 from .schema import Access, connect, damaged, unavailable
 
@@ -43,15 +44,6 @@ __all__ = [
     "query_session",
 ]
 
-# The checkpoint's record and the digest of the record before it (NULL for
-# seq 1, which chains from GENESIS, or when that record is missing).
-_SELECT_CHECKPOINTS = (
-    "SELECT c.seq, r.id, r.loop, r.at, r.cause, r.digest, r.body, p.digest"
-    " FROM checkpoints AS c"
-    " LEFT JOIN records AS r ON r.session = c.session AND r.seq = c.seq"
-    " LEFT JOIN records AS p ON p.session = c.session AND p.seq = c.seq - 1"
-    " WHERE c.session = ? ORDER BY c.seq"
-)
 SELECT_BATCH = (
     "SELECT seq, id, loop, at, cause, digest, body FROM records"
     " WHERE session = ? AND seq > ? ORDER BY seq LIMIT ?"
@@ -62,6 +54,8 @@ SELECT_SESSION = (
     "SELECT (SELECT 1 FROM sessions WHERE session = ?),"
     " (SELECT whole_from FROM chain_rule WHERE session = ?)"
 )
+
+_T = TypeVar("_T")
 
 _READ_BATCH = 4096
 """Rows per reader round trip: large enough that the thread hop is noise."""
@@ -364,37 +358,20 @@ class Reading:
         return int(head or 0)
 
     async def checkpoints(self, session: str) -> list[Record]:
-        return await trio.to_thread.run_sync(self._checkpoints, session)
+        return await trio.to_thread.run_sync(self._on_reader, checkpoints, session)
 
-    def _checkpoints(self, session: str) -> list[Record]:
-        """Worker thread: one query, then verify and decode each checkpoint."""
+    async def read_checkpointed(self, session: str, tail_limit: int) -> Checkpointed:
+        return await trio.to_thread.run_sync(self._on_reader, checkpointed, session, tail_limit)
+
+    def _on_reader(self, read: Callable[..., _T], session: str, *args: Any) -> _T:
+        """Worker thread: ``read(conn, path, session, *args)`` on a reader connection."""
         try:
             with self._readers.connection() as conn:
                 if self._readers.closed:
                     raise JournalClosedError(f"journal {self.url} was closed during a read")
-                exists, whole_from = conn.execute(SELECT_SESSION, (session, session)).fetchone()
-                if not exists:
-                    raise SessionNotFoundError(session)
-                rows = conn.execute(_SELECT_CHECKPOINTS, (session,)).fetchall()
-                wanted = [
-                    d for row in rows if row[6] and is_split(row[6]) for d in references(row[6])
-                ]
-                found = fetch_blobs(conn, wanted) if wanted else {}
+                return read(conn, self.path, session, *args)
         except sqlite3.Error as exc:
-            if damaged(exc):
-                # Checkpoints are derived data: restore reads the records instead.
-                raise JournalCorruptError(
-                    session, None, f"a damaged database page holds its checkpoints ({exc})"
-                ) from exc
-            raise unavailable(
-                exc, self.path, f"reading the checkpoints of session {session}"
-            ) from exc
-        return checkpoint_records(
-            session,
-            rows,
-            whole_from or 1,
-            resolve=lambda seq, body: join(session, seq, body, found),
-        )
+            raise unavailable(exc, self.path, f"reading session {session}") from exc
 
     async def sessions(self) -> list[SessionInfo]:
         return await trio.to_thread.run_sync(self._sessions)

@@ -215,40 +215,52 @@ async def read_restored(
     checkpoint on when there is one (and ``use_checkpoints``), else from seq 1."""
     with _collector_paused():
         if use_checkpoints:
-            try:
-                # A damaged index or checkpoint record spoils only the chain:
-                # the full read below reads every record itself (and reports
-                # damage it finds there as its own error).
-                chain = await journal.checkpoints(session_id)
-            except JournalCorruptError as exc:
-                log.warning("checkpoint_unusable", session=session_id, error=str(exc))
-                chain = []
-            if chain:
-                try:
-                    states, imaged = states_from(chain)
-                except InvalidCheckpointError as exc:
-                    log.warning("checkpoint_unusable", session=session_id, error=str(exc))
-                else:
-                    after = chain[-1].seq
-                    chained = {loop_id: state.messages for loop_id, state in states.items()}
-                    head = await _fold_into(states, journal, session_id, after)
-                    # A compaction in the tail replaced a loop's context: the
-                    # chain's messages are no longer its prefix, so the next
-                    # image of that loop starts afresh.
-                    imaged = {
-                        loop_id: count
-                        for loop_id, count in imaged.items()
-                        if loop_id in states and states[loop_id].messages is chained.get(loop_id)
-                    }
-                    return Restored(
-                        states=_loops(states),
-                        checkpoint_seq=after,
-                        imaged=imaged,
-                        head=max(head, after),
-                    )
-        states = {}
+            restored = await _restored_from_checkpoints(journal, session_id)
+            if restored is not None:
+                return restored
+        states: dict[str, LoopState] = {}
         head = await _fold_into(states, journal, session_id, 0)
         return Restored(states=_loops(states), head=head)
+
+
+async def _restored_from_checkpoints(journal: Journal, session_id: str) -> Restored | None:
+    """The states from the checkpoints and the records after the last one,
+    read together (``Journal.read_checkpointed``); None when the chain cannot
+    be used (logged), and the caller folds every record instead."""
+    try:
+        # A damaged index, checkpoint or tail record spoils only this read:
+        # the full read reads every record itself (and reports damage it
+        # finds there as its own error).
+        read = await journal.read_checkpointed(session_id)
+    except JournalCorruptError as exc:
+        log.warning("checkpoint_unusable", session=session_id, error=str(exc))
+        return None
+    states: dict[str, LoopState] = {}
+    imaged: dict[str, int] = {}
+    if read.checkpoints:
+        try:
+            states, imaged = states_from(read.checkpoints)
+        except InvalidCheckpointError as exc:
+            log.warning("checkpoint_unusable", session=session_id, error=str(exc))
+            return None
+    chained = {loop_id: state.messages for loop_id, state in states.items()}
+    # Without checkpoints the tail is the history from seq 1, a fork's marker
+    # and base first when the session is one: the folder knows them.
+    folder = SessionFolder(states)
+    for record in read.tail:
+        folder.feed(record)
+    head = max(folder.head, read.after)
+    if not read.complete:
+        head = max(head, await _fold_into(states, journal, session_id, head))
+    # A compaction in the tail replaced a loop's context: the chain's
+    # messages are no longer its prefix, so the next image of that loop
+    # starts afresh.
+    imaged = {
+        loop_id: count
+        for loop_id, count in imaged.items()
+        if loop_id in states and states[loop_id].messages is chained.get(loop_id)
+    }
+    return Restored(states=_loops(states), checkpoint_seq=read.after, imaged=imaged, head=head)
 
 
 async def _fold_into(

@@ -436,7 +436,9 @@ class Host:
             for claim in claims:
                 hosted = self.sessions.get(claim.session)
                 if hosted is not None:
-                    if wake_held:
+                    # Listed with nothing waiting: a lease still being taken
+                    # over (the former owner's, expired), nothing to read.
+                    if wake_held and claim.pending:
                         hosted.wake.set()
                 elif self._stopping:
                     break
@@ -725,7 +727,7 @@ class Host:
             return
         async with opened as session:
             hosted.session = session
-            await self._serve(hosted, session)
+            await self._serve(hosted, session, waiting=claim.pending > 0)
             if hosted.stopping and not hosted.busy:
                 await self._checkpoint_at_stop(hosted, session)
 
@@ -770,25 +772,33 @@ class Host:
             return None
         return Session.create(self.journal, definition, lease=lease, principal=start.principal)
 
-    async def _serve(self, hosted: _Hosted, session: Session) -> None:
+    async def _serve(self, hosted: _Hosted, session: Session, *, waiting: bool = True) -> None:
         try:
-            await self._serving(hosted, session)
+            await self._serving(hosted, session, waiting)
         finally:
             # Seen before the session shuts down (which settles a running turn).
             hosted.busy = not all(loop.quiescent for loop in session.loops.values())
 
-    async def _serving(self, hosted: _Hosted, session: Session) -> None:
+    async def _serving(self, hosted: _Hosted, session: Session, waiting: bool) -> None:
+        """Apply the session's entries as they come.  Without ``waiting`` (the
+        claim found none: a takeover of a session at rest) the first read
+        waits for a wake-up, as after a read that found none: a put since
+        the claim set the wake-up this host held the session under, and the
+        claimer's pass finds what no wake-up told of."""
         last = 0
         quiet_since = trio.current_time()
         while not hosted.stopping:
-            hosted.wake = trio.Event()
-            try:
-                entries = await self.journal.inbox(hosted.id, after=last)
-            except JournalUnavailableError as exc:
-                # Kept loaded: read again once the journal is back (its lease permitting).
-                self._outage.failed(f"reading the inbox of session {hosted.id}", exc)
-                await self._outage.wait_over()
-                continue
+            entries: list[ib.InboxEntry] = []
+            if waiting:
+                hosted.wake = trio.Event()
+                try:
+                    entries = await self.journal.inbox(hosted.id, after=last)
+                except JournalUnavailableError as exc:
+                    # Kept loaded: read again once the journal is back (its lease permitting).
+                    self._outage.failed(f"reading the inbox of session {hosted.id}", exc)
+                    await self._outage.wait_over()
+                    continue
+            waiting = True
             for entry in entries:
                 if hosted.stopping:
                     return

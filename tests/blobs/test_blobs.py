@@ -257,3 +257,32 @@ def test_the_cli_takes_the_threshold_from_its_journal_url(tmp_path: Path) -> Non
         conn.close()
     # The demo's units are a few hundred bytes: only a 64-byte threshold splits them.
     assert stored > 0
+
+
+async def test_a_restore_read_joins_the_blobs_of_its_checkpoints_and_tail(
+    backend: Backend,
+) -> None:
+    """``read_checkpointed`` gives the events whole, whether the checkpoint or
+    a record after it is stored by reference."""
+
+    def queued(n: int) -> InputQueued:
+        text = Text(text=BIG + str(n))
+        return InputQueued(input_id=f"i{n}", messages=(Message(role="user", blocks=(text,)),))
+
+    first = queued(1)
+    checkpoint = SessionCheckpoint(
+        loops=(LoopImage(loop="main", state=b"", messages=first.messages),)
+    )
+    async with backend.open() as journal:
+        lease = await journal.open_session("s")
+        await journal.append(lease, [Draft(id="e1", loop="main", event=first)], expected_seq=0)
+        cp = await journal.append(
+            lease, [Draft(id="cp", loop="~checkpoint", event=checkpoint)], expected_seq=1
+        )
+        tail = await journal.append(
+            lease, [Draft(id="e2", loop="main", event=queued(2))], expected_seq=2
+        )
+        assert is_split(await backend.stored_body("s", 2))
+        assert is_split(await backend.stored_body("s", 3))
+        got = await journal.read_checkpointed("s")
+        assert (got.checkpoints, got.tail, got.head) == (cp, tail, 3)

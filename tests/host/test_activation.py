@@ -4,7 +4,7 @@ keeps beside its lease names what to restore it with; a session without one
 
 from __future__ import annotations
 
-from journal import ForwardingJournal, Journal, Record
+from journal import TAIL_LIMIT, Checkpointed, ForwardingJournal, Journal
 from journal.events import TurnEnded
 from session import Client, Host, Session
 from session.replay import check
@@ -21,9 +21,11 @@ class CountedReads(ForwardingJournal):
         super().__init__(inner)
         self.folds = 0
 
-    async def checkpoints(self, session: str) -> list[Record]:
+    async def read_checkpointed(
+        self, session: str, *, tail_limit: int = TAIL_LIMIT
+    ) -> Checkpointed:
         self.folds += 1
-        return await self.inner.checkpoints(session)
+        return await self.inner.read_checkpointed(session, tail_limit=tail_limit)
 
 
 async def turns(journal: Journal, session_id: str) -> int:

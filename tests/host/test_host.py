@@ -556,3 +556,37 @@ async def test_a_quiet_session_is_woken_by_the_claimers_pass(autojump_clock: obj
         with trio.fail_after(2):
             await client.submit(sid, "count again", key="s2")
             await client.wait(sid, "s2")
+
+
+@pytest.mark.parametrize("wakeups", [True, False])
+async def test_a_session_taken_over_at_rest_reads_its_inbox_once_there_is_work(
+    autojump_clock: object, wakeups: bool
+) -> None:
+    # The claim found nothing waiting: the heir reads no inbox for it until a
+    # put wakes it, or, with no wake-ups from the journal (SQLite between
+    # processes), until the claimer's pass finds the entry.  The passes
+    # during the lease margin list it too (the expired lease is not taken
+    # yet): they wake no session with nothing waiting.
+    journal = trio_clock_journal()
+    client = Client(journal)
+    paused = PausedRenewals(journal)
+    async with Host.open(paused, DEFS, host_id="a", poll=0.5, lease_ttl=3) as a:
+        sid = await client.create("counter", key="c1")
+        await client.wait(sid, "c1", timeout=30)
+        paused.paused = True
+        counted = CountedInbox(journal, wakeups=wakeups)
+        async with Host.open(
+            counted, DEFS, host_id="b", poll=0.1, lease_ttl=3, idle_after=600
+        ) as b:
+            await wait_for(lambda: sid in b.sessions and b.sessions[sid].session is not None)
+            assert b.statistics().failovers == 1
+            assert counted.reads.get(sid, 0) == 0
+            with trio.fail_after(1.5):  # a wake-up at once, else the next pass
+                await client.submit(sid, "count", key="s1")
+                await client.wait(sid, "s1")
+            assert counted.reads[sid] >= 1
+            paused.resumed.set()
+            await wait_for(lambda: sid not in a.sessions)
+    await wait_for(lambda: ended_turns(journal, sid, 1))
+    report = await check(journal, sid)
+    assert report.ok, report

@@ -16,6 +16,8 @@ import trio
 from structlog.testing import capture_logs
 
 from journal import (
+    TAIL_LIMIT,
+    Checkpointed,
     Draft,
     ForwardingJournal,
     Journal,
@@ -50,9 +52,13 @@ class CountedTail(ForwardingJournal):
         self.folds = 0
         self.tail = 0
 
-    async def checkpoints(self, session: str) -> list[Record]:
+    async def read_checkpointed(
+        self, session: str, *, tail_limit: int = TAIL_LIMIT
+    ) -> Checkpointed:
         self.folds += 1
-        return await self.inner.checkpoints(session)
+        read = await self.inner.read_checkpointed(session, tail_limit=tail_limit)
+        self.tail += len(read.tail)
+        return read
 
     def read(
         self, session: str, *, after: int = 0, skip_stream: str | None = None

@@ -87,6 +87,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journal import (
+    Checkpointed,
     ConflictError,
     Draft,
     DuplicateEventError,
@@ -840,6 +841,115 @@ class _RecordContract:
         async with backend.open() as journal:
             with pytest.raises(SessionNotFoundError):
                 await journal.checkpoints(new_session())
+
+    # -- a restore's read: the checkpoints and the tail together --------------------------
+
+    async def test_read_checkpointed_gives_the_chain_and_the_records_after_it(
+        self, backend: Backend
+    ) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(lease, [*drafts("x", 2), checkpoint(0)], expected_seq=0)
+            await journal.append(lease, [*drafts("y", 2), checkpoint(1, 3)], expected_seq=3)
+            await journal.append(lease, drafts("z", 3), expected_seq=6)
+            records = await read_all(journal, session)
+            got = await journal.read_checkpointed(session)
+            assert got.checkpoints == await journal.checkpoints(session)
+            assert [r.seq for r in got.checkpoints] == [3, 6]
+            assert got.tail == records[6:]
+            assert (got.head, got.after, got.complete) == (9, 6, True)
+
+    async def test_read_checkpointed_without_checkpoints_reads_from_seq_1(
+        self, backend: Backend
+    ) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            assert await journal.read_checkpointed(session) == Checkpointed(
+                checkpoints=[], tail=[], head=0
+            )
+            written = await journal.append(lease, drafts("x", 3), expected_seq=0)
+            got = await journal.read_checkpointed(session)
+            assert (got.checkpoints, got.tail, got.head, got.complete) == ([], written, 3, True)
+
+    async def test_read_checkpointed_at_its_last_checkpoint_has_no_tail(
+        self, backend: Backend
+    ) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            written = await journal.append(lease, [*drafts("x", 2), checkpoint(0)], expected_seq=0)
+            got = await journal.read_checkpointed(session)
+            assert (got.checkpoints, got.tail, got.head, got.complete) == (
+                written[2:],
+                [],
+                3,
+                True,
+            )
+
+    async def test_read_checkpointed_holds_at_most_tail_limit_records(
+        self, backend: Backend
+    ) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(lease, [checkpoint(0), *drafts("x", 5)], expected_seq=0)
+            records = await read_all(journal, session)
+            got = await journal.read_checkpointed(session, tail_limit=2)
+            assert got.tail == records[1:3]
+            assert (got.head, got.complete) == (6, False)
+            # The rest follows with ``read``, on the same chain.
+            assert await read_all(journal, session, after=got.tail[-1].seq) == records[3:]
+            assert (await journal.read_checkpointed(session, tail_limit=5)).complete
+
+    @pytest.mark.parametrize("limit", [0, -1, True, 2.0, "3"])
+    async def test_read_checkpointed_refuses_a_tail_limit_that_is_no_count(
+        self, backend: Backend, limit: Any
+    ) -> None:
+        async with backend.open() as journal:
+            with pytest.raises(ValueError, match="tail_limit must be a positive number"):
+                await journal.read_checkpointed(new_session(), tail_limit=limit)
+
+    async def test_read_checkpointed_reports_a_damaged_tail_record_with_its_seq(
+        self, backend: Backend
+    ) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(lease, [checkpoint(0), *drafts("x", 3)], expected_seq=0)
+            await backend.corrupt(journal, session, 3, encode_event(notice(99)))
+            with pytest.raises(JournalCorruptError) as caught:
+                await journal.read_checkpointed(session)
+            assert (caught.value.session, caught.value.seq) == (session, 3)
+
+    async def test_read_checkpointed_refuses_a_checkpoint_off_the_chain(
+        self, backend: Backend
+    ) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.open_session(session)
+            await journal.append(
+                lease, [*drafts("x", 2), checkpoint(0), *drafts("y", 1)], expected_seq=0
+            )
+            forged = SessionCheckpoint(previous=0, loops=())
+            await backend.corrupt(journal, session, 3, encode_event(forged))
+            with pytest.raises(JournalCorruptError) as caught:
+                await journal.read_checkpointed(session)
+            assert (caught.value.session, caught.value.seq) == (session, 3)
+
+    async def test_read_checkpointed_of_a_missing_or_closed_journal_session(
+        self, backend: Backend
+    ) -> None:
+        async with backend.open() as journal:
+            with pytest.raises(SessionNotFoundError):
+                await journal.read_checkpointed(new_session())
+            session = new_session()
+            lease = await journal.open_session(session)
+            await journal.append(lease, drafts("x", 1), expected_seq=0)
+            await journal.aclose()
+            with pytest.raises(JournalClosedError):
+                await journal.read_checkpointed(session)
 
     # -- following -----------------------------------------------------------------------
 

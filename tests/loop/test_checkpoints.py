@@ -11,7 +11,16 @@ import msgspec
 import pytest
 import structlog
 
-from journal import Draft, Journal, Record, open_journal
+from journal import (
+    TAIL_LIMIT,
+    Checkpointed,
+    Draft,
+    Journal,
+    JournalCorruptError,
+    Record,
+    open_journal,
+)
+from journal.codec import encode_event
 from journal.content import Text, ToolResult
 from journal.events import (
     CHECKPOINT_STREAM,
@@ -452,3 +461,65 @@ async def test_a_full_fold_does_not_decode_the_checkpoints(journal_url: str) -> 
     assert counting_reads.yielded == [r for r in every if r.loop != CHECKPOINT_STREAM]
     assert full.head == every[-1].seq
     assert full.states["main"].messages == live.messages
+
+
+class _ShortTails(_CountingReads):
+    """Restore's one read of the checkpoints and tail, with tails of at most
+    ``limit`` records (the rest then comes by ``read``), counted."""
+
+    def __init__(self, inner: Journal, limit: int) -> None:
+        super().__init__(inner)
+        self.limit = limit
+        self.calls = 0
+
+    async def read_checkpointed(
+        self, session: str, *, tail_limit: int = TAIL_LIMIT
+    ) -> Checkpointed:
+        self.calls += 1
+        return await self.inner.read_checkpointed(session, tail_limit=self.limit)
+
+
+@pytest.mark.parametrize("limit", [1, 3, TAIL_LIMIT])
+async def test_restore_folds_every_record_after_the_last_checkpoint(
+    journal_url: str, limit: int
+) -> None:
+    async with open_journal(journal_url) as journal:
+        async with Session.create(journal, definition(), checkpoint_every=EVERY) as s:
+            await turns(s, 6)
+            live = await s.snapshot()
+        last = (await journal.checkpoints(s.id))[-1].seq
+        every = await records(journal, s.id)
+        tail = every[last:]
+        assert len(tail) > 3  # records after the last checkpoint: its tail
+        reads = _ShortTails(journal, limit)
+        fast = await read_restored(reads, s.id)
+        full = await read_restored(journal, s.id, use_checkpoints=False)
+    assert reads.calls == 1
+    assert (fast.checkpoint_seq, fast.head) == (last, every[-1].seq)
+    assert fast.states == full.states
+    assert fast.states["main"].messages == live.messages
+    # What the one read held, and only the rest read after it.
+    assert reads.yielded == tail[limit:]
+
+
+async def test_a_checkpoint_off_the_chain_is_never_restored_from(tmp_path: Path) -> None:
+    # Its bytes changed under its digest: restore refuses it and reads every
+    # record, which finds the same damage and reports it: nothing is folded
+    # from a checkpoint the chain does not vouch for.
+    path = tmp_path / "journal.db"
+    async with open_journal(f"sqlite:///{path}") as journal:
+        async with Session.create(journal, definition(), checkpoint_every=EVERY) as s:
+            await turns(s, 3)
+        seq = (await journal.checkpoints(s.id))[-1].seq
+    forged = encode_event(SessionCheckpoint(previous=0, loops=()))
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE records SET body = ? WHERE session = ? AND seq = ?", (forged, s.id, seq)
+        )
+    conn.close()
+    async with open_journal(f"sqlite:///{path}") as journal:
+        with structlog.testing.capture_logs() as logs:
+            with pytest.raises(JournalCorruptError) as caught:
+                await read_restored(journal, s.id)
+    assert (caught.value.session, caught.value.seq) == (s.id, seq)
+    assert [entry["event"] for entry in logs] == ["checkpoint_unusable"]

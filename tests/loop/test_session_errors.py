@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 import trio
 
-from journal import FencedError, ForwardingJournal, Record, SessionLease, open_journal
+from journal import (
+    TAIL_LIMIT,
+    Checkpointed,
+    FencedError,
+    ForwardingJournal,
+    Record,
+    SessionLease,
+    open_journal,
+)
 from journal.content import Text, ToolResult
 from loopruntime import (
     InvalidAnswerError,
@@ -230,7 +238,8 @@ async def test_a_restore_that_does_not_fit_never_fences_the_live_host(
 
 
 class RacingJournal(ForwardingJournal):
-    """Counts reads, and runs ``before_lease`` just before a lease is taken."""
+    """Counts reads (a restore's is one ``read_checkpointed``, and a ``read``
+    for a tail it left), and runs ``before_lease`` just before a lease is taken."""
 
     reads = 0
     before_lease: Callable[[], Awaitable[None]] | None = None
@@ -240,6 +249,12 @@ class RacingJournal(ForwardingJournal):
     ) -> AsyncIterator[Record]:
         self.reads += 1
         return super().read(session, after=after, skip_stream=skip_stream)
+
+    async def read_checkpointed(
+        self, session: str, *, tail_limit: int = TAIL_LIMIT
+    ) -> Checkpointed:
+        self.reads += 1
+        return await super().read_checkpointed(session, tail_limit=tail_limit)
 
     async def open_session(self, session: str, *, create: bool = True) -> SessionLease:
         if self.before_lease is not None:
