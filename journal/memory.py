@@ -4,6 +4,8 @@ It stores the same encoded bytes and rows as the durable backends (so the
 codec, the digest chain and ``journal.rules`` are exercised), but nothing
 survives the process.  Every append is decided in full by
 ``rules.decide_append``: this is the plainest reading of the contract.
+It is one piece: one class holds every method of the ``Journal`` protocol
+beside the state they share, so the contract reads in one place.
 """
 
 from __future__ import annotations
