@@ -190,6 +190,29 @@ def chained_records(
     return found
 
 
+def _checked_body(
+    session: str,
+    previous: bytes,
+    row: RecordRow,
+    whole_from: int,
+    resolve: Callable[[int, bytes], bytes] | None,
+) -> bytes:
+    """The event bytes of ``row``, once its digest is proven to follow
+    ``previous`` (the whole-record rule from seq ``whole_from`` on, the
+    body-only rule before it); a body stored with references to blobs is
+    joined by ``resolve``."""
+    seq, id, loop, at, cause, digest, body = row
+    if seq >= whole_from:
+        computed = chain(previous, seq, id, session, loop, at, cause, body)
+    else:
+        computed = chain_body(previous, body)
+    if computed != digest:
+        raise JournalCorruptError(session, seq, "digest chain broken")
+    if resolve is not None and body[:1] == b"\xc1":
+        body = resolve(seq, body)
+    return body
+
+
 def verified_records(
     session: str,
     rows: Iterable[RecordRow],
@@ -208,14 +231,9 @@ def verified_records(
     for seq, id, loop, at, cause, digest, body in rows:
         if seq != expected:
             raise JournalCorruptError(session, expected, "it is missing")
-        if seq >= whole_from:
-            computed = chain(previous, seq, id, session, loop, at, cause, body)
-        else:
-            computed = chain_body(previous, body)
-        if computed != digest:
-            raise JournalCorruptError(session, seq, "digest chain broken")
-        if resolve is not None and body[:1] == b"\xc1":
-            body = resolve(seq, body)
+        body = _checked_body(
+            session, previous, (seq, id, loop, at, cause, digest, body), whole_from, resolve
+        )
         yield Record(
             seq=seq,
             id=id,
@@ -256,14 +274,9 @@ def checkpoint_records(
             if seq != 1:
                 raise JournalCorruptError(session, seq - 1, "it is missing")
             previous = GENESIS
-        if seq >= whole_from:
-            expected = chain(previous, seq, id, session, loop, at, cause, body)
-        else:
-            expected = chain_body(previous, body)
-        if expected != digest:
-            raise JournalCorruptError(session, seq, "digest chain broken")
-        if resolve is not None and body[:1] == b"\xc1":
-            body = resolve(seq, body)
+        body = _checked_body(
+            session, previous, (seq, id, loop, at, cause, digest, body), whole_from, resolve
+        )
         event = decode_event(body, session=session, seq=seq)
         if not isinstance(event, SessionCheckpoint):
             raise JournalCorruptError(
