@@ -20,6 +20,7 @@ from .errors import (
     FencedError,
     JournalClosedError,
     JournalCorruptError,
+    LeaseHeldError,
     SessionNotFoundError,
 )
 from .inbox import (
@@ -185,6 +186,29 @@ class MemoryJournal:
         if definition is not None:
             s.definition = definition
         return self._lease(session, s)
+
+    async def acquire_all(
+        self, sessions: Sequence[str], owner: str, *, ttl: float
+    ) -> list[SessionLease | LeaseHeldError | SessionNotFoundError]:
+        self._check_open()
+        for session in sessions:
+            check_text("session id", session)
+        check_text("owner", owner)
+        span = ttl_ns(ttl)
+        await trio.lowlevel.checkpoint()
+        now = self.clock()
+        taken: list[SessionLease | LeaseHeldError | SessionNotFoundError] = []
+        for session in sessions:
+            s = self._sessions.get(session)
+            try:
+                if s is None:
+                    raise SessionNotFoundError(session)
+                s.lease = decide_acquire(session, owner, s.lease, now, span)
+            except (LeaseHeldError, SessionNotFoundError) as exc:
+                taken.append(exc)
+                continue
+            taken.append(self._lease(session, s))
+        return taken
 
     async def renew(self, lease: SessionLease, *, ttl: float) -> SessionLease:
         self._check_open()
