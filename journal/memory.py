@@ -4,6 +4,10 @@ It stores the same encoded bytes and rows as the durable backends (so the
 codec, the digest chain and ``journal.rules`` are exercised), but nothing
 survives the process.  Every append is decided in full by
 ``rules.decide_append``: this is the plainest reading of the contract.
+
+The module is one piece: it is the whole ``Journal`` protocol over one table
+of sessions, each method a few lines of rules applied to it; split, every
+part would reach into the same private rows.
 """
 
 from __future__ import annotations
