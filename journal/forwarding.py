@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 
+from .errors import LeaseHeldError, SessionNotFoundError
 from .inbox import Claim, Consumed, InboxCommand, InboxEntry, Wakeup
 from .record import Draft, Record
 from .store import (
@@ -57,6 +58,11 @@ class ForwardingJournal:
         return await self.inner.acquire(
             session, owner, ttl=ttl, create=create, definition=definition
         )
+
+    async def acquire_all(
+        self, sessions: Sequence[str], owner: str, *, ttl: float
+    ) -> list[SessionLease | LeaseHeldError | SessionNotFoundError]:
+        return await self.inner.acquire_all(sessions, owner, ttl=ttl)
 
     async def renew(self, lease: SessionLease, *, ttl: float) -> SessionLease:
         return await self.inner.renew(lease, ttl=ttl)

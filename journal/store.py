@@ -37,7 +37,11 @@ append decisions themselves are ``journal.rules``):
 * Leases name an owner and an expiry (the journal's clock, unix ns).
   ``acquire`` takes a session for an owner when no other owner's lease is
   live (``LeaseHeldError``), with a new incarnation (so the last holder is
-  fenced); ``renew`` moves the expiry of a lease still current
+  fenced); ``acquire_all`` takes many for one owner in one transaction, each
+  as ``acquire`` would (in order, no ``create``), giving each session's own
+  outcome in its place: its lease, or the ``LeaseHeldError`` or
+  ``SessionNotFoundError`` that refused it, without failing the others;
+  ``renew`` moves the expiry of a lease still current
   (``FencedError`` otherwise); ``renew_all`` renews many in one transaction,
   each as ``renew`` would, giving None in its place for one that is lost
   (fenced, or its session gone) without failing the others; ``release`` ends
@@ -91,6 +95,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
+from .errors import LeaseHeldError, SessionNotFoundError
 from .inbox import Claim, Consumed, InboxCommand, InboxEntry, Wakeup
 from .record import Draft, Record
 
@@ -251,6 +256,10 @@ class Journal(Protocol):
         create: bool = False,
         definition: str | None = None,
     ) -> SessionLease: ...
+
+    async def acquire_all(
+        self, sessions: Sequence[str], owner: str, *, ttl: float
+    ) -> list[SessionLease | LeaseHeldError | SessionNotFoundError]: ...
 
     async def renew(self, lease: SessionLease, *, ttl: float) -> SessionLease: ...
 

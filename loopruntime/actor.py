@@ -563,14 +563,16 @@ class Loop:
         await self._act(task_status)
 
     async def start_parked(self, home: trio.Nursery) -> None:
-        """What ``await home.start(loop.run)`` does for a new loop, without a
-        task when it can: commit what the loop runs under from the caller's
-        task, then park it as data, ``home`` the nursery its actor starts in
-        when its mailbox takes an item (at once, if one came meanwhile).  A new
-        loop has nothing queued to resume.  A loop with MCP servers, or with
-        records already, starts with ``run``.  A failed start stops the loop
-        and raises to the caller."""
-        if self.definition.toolsets or self.state.loop:
+        """What ``await home.start(loop.run)`` does, without a task when it
+        can: commit what a new loop runs under from the caller's task, then
+        park it as data, ``home`` the nursery its actor starts in when its
+        mailbox takes an item (at once, if one came meanwhile).  A new loop has
+        nothing to resume; a restored one parks only when it has nothing
+        either (``_nothing_to_resume``), so a host taking over idle sessions
+        spends no task on each until its first command.  A loop with MCP
+        servers, or restored with something to resume, starts with ``run``.
+        A failed start stops the loop and raises to the caller."""
+        if self.definition.toolsets or (self.state.loop and not self._nothing_to_resume()):
             await home.start(self.run)
             return
         self._home = self._tasks = home
@@ -631,6 +633,11 @@ class Loop:
         await self._open(nursery)
         task_status.started(self)
         self._home = trio.lowlevel.current_task().parent_nursery
+
+    def _nothing_to_resume(self) -> bool:
+        """What ``_resume_started`` would do is nothing: no turn open, no
+        compaction asked for and not started, no input that starts a turn."""
+        return not (self.state.turn_open or self._pending_compactions or self._may_start_turn())
 
     async def _resume_started(self) -> None:
         """After the start: what a restore found open resumes."""

@@ -17,7 +17,7 @@ from functools import partial
 import trio
 
 from ..blobs import DEFAULT_BLOB_THRESHOLD, check_threshold, choose_threshold, encode_pending
-from ..errors import JournalClosedError, SessionNotFoundError
+from ..errors import JournalClosedError, LeaseHeldError, SessionNotFoundError
 from ..inbox import (
     Claim,
     Consumed,
@@ -149,6 +149,23 @@ class PostgresJournal:
         got = await self._pool.run(f"taking the lease of session {session}", work, retry=False)
         assert got is not None
         return got
+
+    async def acquire_all(
+        self, sessions: Sequence[str], owner: str, *, ttl: float
+    ) -> list[SessionLease | LeaseHeldError | SessionNotFoundError]:
+        """Take ``sessions`` for ``owner`` in one transaction (see ``journal.store``)."""
+        self._check_open()
+        for session in sessions:
+            check_pg_text("session id", session)
+        check_pg_text("owner", owner)
+        span = ttl_ns(ttl)
+        if not sessions:
+            return []
+        work = partial(leases.acquire_all, sessions=list(sessions), owner=owner, ttl=span)
+        # Not retried, as ``acquire``: a lost answer may hide takes that committed.
+        return await self._pool.run(
+            f"taking the leases of {len(sessions)} sessions", work, retry=False
+        )
 
     async def renew(self, lease: SessionLease, *, ttl: float) -> SessionLease:
         self._check_open()

@@ -30,6 +30,7 @@ from ..rules import (
 from ..store import HostInfo, SessionLease
 
 __all__ = [
+    "acquire_all",
     "claimable",
     "deregister_host",
     "hosts",
@@ -183,6 +184,93 @@ def lease_op(
         return None
     return SessionLease(
         session=session, incarnation=after[0], head=head, owner=after[1], expires_at=after[2]
+    )
+
+
+def acquire_all(
+    conn: Conn, sessions: list[str], owner: str, ttl: int
+) -> list[SessionLease | LeaseHeldError | SessionNotFoundError]:
+    """Blocking: ``Journal.acquire_all``, in one transaction: the rows locked
+    in session order, skipping those another transaction holds (as ``acquire``
+    does: refused, never waited for), the leases read after the locks, each
+    decided by ``rules.decide_acquire`` in order, the takes written by two
+    statements however many they are."""
+    with conn.transaction():
+        locked = dict(
+            conn.execute(
+                "SELECT session, incarnation FROM loopruntime_sessions"
+                " WHERE session = ANY(%s::text[]) ORDER BY session FOR UPDATE SKIP LOCKED",
+                (sessions,),
+            ).fetchall()
+        )
+        # Read after the locks, by a statement of its own (see ``_locked``);
+        # a row skipped as locked is still named here, with its owner.
+        leased = conn.execute(
+            "SELECT s.session, s.head, l.owner, coalesce(l.expires_at, 0)"
+            " FROM loopruntime_sessions s LEFT JOIN loopruntime_leases l ON l.session = s.session"
+            " WHERE s.session = ANY(%s::text[])",
+            (sessions,),
+        ).fetchall()
+        rows = {
+            session: (int(head), owner, int(expires)) for session, head, owner, expires in leased
+        }
+        now = _now(conn)
+        taken: list[SessionLease | LeaseHeldError | SessionNotFoundError] = []
+        incarnations: dict[str, int] = {}
+        for session in sessions:
+            row = rows.get(session)
+            if row is None:
+                taken.append(SessionNotFoundError(session))
+                continue
+            head, held_by, expires_at = row
+            if session not in locked:
+                taken.append(
+                    LeaseHeldError(session, held_by or "another host taking it now", expires_at)
+                )
+                continue
+            try:
+                after = decide_acquire(
+                    session, owner, (int(locked[session]), held_by, expires_at), now, ttl
+                )
+            except LeaseHeldError as exc:
+                taken.append(exc)
+                continue
+            locked[session] = after[0]
+            rows[session] = (head, owner, after[2])  # a session named twice sees its take
+            incarnations[session] = after[0]
+            taken.append(
+                SessionLease(
+                    session=session,
+                    incarnation=after[0],
+                    head=head,
+                    owner=owner,
+                    expires_at=after[2],
+                )
+            )
+        if incarnations:
+            _store_takes(conn, owner, incarnations, rows)
+    return taken
+
+
+def _store_takes(
+    conn: Conn, owner: str, incarnations: dict[str, int], rows: dict[str, tuple[int, Any, int]]
+) -> None:
+    """Write the takes of ``acquire_all``: each session's new incarnation, and
+    its lease for ``owner`` until its expiry in ``rows``."""
+    names = list(incarnations)
+    conn.execute(
+        "UPDATE loopruntime_sessions s SET incarnation = w.incarnation"
+        " FROM unnest(%s::text[], %s::bigint[]) AS w(session, incarnation)"
+        " WHERE s.session = w.session",
+        (names, list(incarnations.values())),
+    )
+    conn.execute(
+        "INSERT INTO loopruntime_leases (session, owner, expires_at)"
+        " SELECT w.session, %s, w.expires_at FROM unnest(%s::text[], %s::bigint[])"
+        " AS w(session, expires_at)"
+        " ON CONFLICT (session) DO UPDATE SET owner = excluded.owner,"
+        " expires_at = excluded.expires_at",
+        (owner, names, [rows[name][2] for name in names]),
     )
 
 

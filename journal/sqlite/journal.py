@@ -16,7 +16,13 @@ from typing import Any
 import trio
 
 from ..blobs import DEFAULT_BLOB_THRESHOLD, check_threshold, choose_threshold, encode_pending
-from ..errors import DuplicateEventError, JournalClosedError, JournalReadOnlyError
+from ..errors import (
+    DuplicateEventError,
+    JournalClosedError,
+    JournalReadOnlyError,
+    LeaseHeldError,
+    SessionNotFoundError,
+)
 from ..inbox import (
     MAX_ENTRY_BYTES,
     Claim,
@@ -59,6 +65,7 @@ from .writer import (
     RenewalsRequest,
     Request,
     SQLiteStatistics,
+    TakesRequest,
     Writer,
 )
 from .writers import SELECT_WRITERS, spans_of
@@ -172,6 +179,23 @@ class SQLiteJournal:
             session, "acquire", owner=owner, ttl=ttl_ns(ttl), create=create, definition=definition
         )
         result: SessionLease = await self._submit(request)
+        return result
+
+    async def acquire_all(
+        self, sessions: Sequence[str], owner: str, *, ttl: float
+    ) -> list[SessionLease | LeaseHeldError | SessionNotFoundError]:
+        """Take ``sessions`` for ``owner`` in one transaction (see ``journal.store``);
+        durable on return."""
+        self._check_open()
+        for session in sessions:
+            check_text("session id", session)
+        check_text("owner", owner)
+        span = ttl_ns(ttl)
+        if not sessions:
+            return []
+        result: list[SessionLease | LeaseHeldError | SessionNotFoundError] = await self._submit(
+            TakesRequest(list(sessions), owner, span)
+        )
         return result
 
     async def renew(self, lease: SessionLease, *, ttl: float) -> SessionLease:

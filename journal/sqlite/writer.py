@@ -33,6 +33,7 @@ from ..errors import (
     FencedError,
     JournalCorruptError,
     JournalError,
+    LeaseHeldError,
     SessionNotFoundError,
 )
 from ..record import Record
@@ -77,6 +78,7 @@ __all__ = [
     "RenewalsRequest",
     "Request",
     "SQLiteStatistics",
+    "TakesRequest",
     "Writer",
 ]
 
@@ -165,6 +167,16 @@ class RenewalsRequest(Request):
     def __init__(self, leases: list[tuple[str, int, str | None]], ttl: int) -> None:
         super().__init__("")
         self.leases, self.ttl = leases, ttl
+
+
+class TakesRequest(Request):
+    """``acquire_all``: ``sessions`` for ``owner``; no one session's."""
+
+    __slots__ = ("owner", "sessions", "ttl")
+
+    def __init__(self, sessions: list[str], owner: str, ttl: int) -> None:
+        super().__init__("")
+        self.sessions, self.owner, self.ttl = sessions, owner, ttl
 
 
 class PutRequest(Request):
@@ -562,6 +574,8 @@ class Writer:
             return self._lease_op(request, work, now)
         if isinstance(request, RenewalsRequest):
             return self._renew_all(request, work, now)
+        if isinstance(request, TakesRequest):
+            return self._acquire_all(request, work, now)
         if isinstance(request, HostRequest):
             return host_op(
                 self.conn, request.host, request.token, request.definitions, now, request.ttl
@@ -660,6 +674,37 @@ class Writer:
             )
         extend_leases(self.conn, expiries)
         return renewed
+
+    def _acquire_all(
+        self, request: TakesRequest, work: dict[str, _State], now: int
+    ) -> list[SessionLease | LeaseHeldError | SessionNotFoundError]:
+        """Every session of ``request`` decided by ``rules.decide_acquire`` in
+        order, a refused one's error in its place; the owners read at once."""
+        held = held_leases(self.conn, request.sessions)
+        taken: list[SessionLease | LeaseHeldError | SessionNotFoundError] = []
+        for session in request.sessions:
+            state = self._state(session, work)
+            if state is None:
+                taken.append(SessionNotFoundError(session))
+                continue
+            current: LeaseState = (state.incarnation, *held.get(session, (None, 0)))
+            try:
+                after = decide_acquire(session, request.owner, current, now, request.ttl)
+            except LeaseHeldError as exc:
+                taken.append(exc)
+                continue
+            self._set_lease(session, state, after, None)
+            held[session] = (request.owner, after[2])  # a session named twice sees its take
+            taken.append(
+                SessionLease(
+                    session=session,
+                    incarnation=after[0],
+                    head=state.head,
+                    owner=after[1],
+                    expires_at=after[2],
+                )
+            )
+        return taken
 
     def _put(self, request: PutRequest, work: dict[str, _State], now: int) -> EntryRow:
         session = request.session

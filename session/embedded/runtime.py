@@ -371,12 +371,9 @@ class Session:
             loop = self.loops.get(loop_id) or self._make_loop(loop_id, state)
             if state.stopped:
                 continue
-            if restoring:
-                await nursery.start(loop.run)
-            else:
-                # A new session's loop has nothing to do until a command
-                # comes: it starts parked, without a task of its own.
-                await loop.start_parked(nursery)
+            # A loop with nothing to do until a command comes (a new one, or
+            # a restored one at rest) starts parked, without a task of its own.
+            await loop.start_parked(nursery)
         for loop in list(self.loops.values()):
             for child in loop.state.children.values():
                 # A background child whose result the parent never got.

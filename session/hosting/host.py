@@ -69,7 +69,6 @@ from journal import (
     Journal,
     JournalError,
     JournalUnavailableError,
-    LeaseHeldError,
     SessionLease,
 )
 from journal import inbox as ib
@@ -137,6 +136,11 @@ class HostStatistics(msgspec.Struct, frozen=True, kw_only=True):
     name of the error in their outcome (``UnknownPrincipalError``,
     ``InboxEntryDamaged``, ``UnknownSessionError``, or the error the command
     raised, such as ``GateMismatchError``)."""
+
+
+def _expired(claim: ib.Claim) -> bool:
+    """An owner's lease that expired, not one handed over or never held."""
+    return claim.owner is not None and claim.expires_at > 0
 
 
 class _Hosted:
@@ -433,6 +437,7 @@ class Host:
                 self._outage.failed("finding sessions with work", exc)
                 continue
             waiting = 0
+            starting: list[ib.Claim] = []
             for claim in claims:
                 hosted = self.sessions.get(claim.session)
                 if hosted is not None:
@@ -442,10 +447,11 @@ class Host:
                         hosted.wake.set()
                 elif self._stopping:
                     break
-                elif len(self.sessions) < self.max_sessions:
-                    self._start(claim)
+                elif len(self.sessions) + len(starting) < self.max_sessions:
+                    starting.append(claim)
                 else:
                     waiting += 1
+            self._start(starting)
             if waiting and not self._make_room(waiting):
                 if not full:
                     self.log.warning(
@@ -514,11 +520,58 @@ class Host:
         if not started:
             task_status.started()
 
-    def _start(self, claim: ib.Claim) -> None:
-        hosted = _Hosted(claim.session, self.id)
-        self.sessions[claim.session] = hosted
+    def _start(self, claims: list[ib.Claim]) -> None:
+        """Hold a place for each of a pass's ``claims`` and take their leases,
+        one ``acquire_all`` for those free now and one, a margin later, for
+        those whose owner's lease expired (see ``_take``)."""
         assert self._nursery is not None
-        self._nursery.start_soon(self._host, hosted, claim)
+        expired = [c for c in claims if _expired(c)]
+        free = [c for c in claims if not _expired(c)]
+        for group in (free, expired):
+            if group:
+                places: list[tuple[_Hosted, ib.Claim]] = []
+                for claim in group:
+                    hosted = self.sessions[claim.session] = _Hosted(claim.session, self.id)
+                    places.append((hosted, claim))
+                self._nursery.start_soon(self._take, places, group is expired)
+
+    async def _take(self, places: list[tuple[_Hosted, ib.Claim]], expired: bool) -> None:
+        """Take the leases of ``places`` in one transaction and run each session
+        taken; a place whose take was refused (another host was quicker, the
+        session is gone, the journal out of reach) is given up."""
+        if expired:
+            # Expired leases, not ones handed over: a holder may be a host
+            # paused past its lease, whose work stopped a margin before the
+            # expiry by its own clock; a margin more covers the clocks' disagreement.
+            await trio.sleep(self.lease_margin)
+        wanted = [(h, c) for h, c in places if not h.stopping]  # else taken by the next host
+        outcomes: list[object] = [None] * len(wanted)
+        sent = trio.current_time()
+        try:
+            if wanted:
+                names = [hosted.id for hosted, _ in wanted]
+                outcomes = [*await self.journal.acquire_all(names, self.id, ttl=self.lease_ttl)]
+        except JournalUnavailableError as exc:
+            self._outage.failed(f"taking the leases of {len(wanted)} sessions", exc)
+        except Exception as exc:
+            # Their leases are left as they were: the next pass lists them again.
+            self.log.error("lease_take_failed", sessions=len(wanted), error=repr(exc))
+        assert self._nursery is not None
+        for (hosted, claim), outcome in zip(wanted, outcomes, strict=True):
+            if isinstance(outcome, SessionLease):
+                hosted.lease = outcome
+                hosted.owned_until(sent, self.lease_ttl, self.lease_margin)
+                self._deadlines.note(hosted.owned_to)
+                self._nursery.start_soon(self._host, hosted, claim)
+        for hosted, _ in places:
+            if hosted.lease is None:
+                self._give_up(hosted)
+
+    def _give_up(self, hosted: _Hosted) -> None:
+        """Forget a place held for a session this host did not take."""
+        del self.sessions[hosted.id]
+        hosted.done.set()
+        self._wake.set()
 
     async def _register(self) -> None:
         await self.journal.register_host(
@@ -701,21 +754,9 @@ class Host:
         return True
 
     async def _claim_and_run(self, hosted: _Hosted, claim: ib.Claim) -> None:
-        if claim.owner is not None and claim.expires_at > 0:
-            # An expired lease, not one handed over: its holder may be a host
-            # paused past it, whose work stopped a margin before the expiry by
-            # its own clock; a margin more covers the clocks' disagreement.
-            await trio.sleep(self.lease_margin)
-            if hosted.stopping:
-                return  # the host began to stop meanwhile: taken by the next one
-        sent = trio.current_time()
-        try:
-            lease = await self.journal.acquire(hosted.id, self.id, ttl=self.lease_ttl)
-        except LeaseHeldError:
-            return  # another host was quicker
-        hosted.lease = lease
-        hosted.owned_until(sent, self.lease_ttl, self.lease_margin)
-        self._deadlines.note(hosted.owned_to)
+        """Run a session whose lease ``_take`` took."""
+        lease = hosted.lease
+        assert lease is not None
         self._claims += 1
         if claim.owner is not None and claim.owner != self.id:
             self._failovers += 1

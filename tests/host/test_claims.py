@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Sequence
 
 import psycopg
 import trio
 
-from journal import ForwardingJournal, Journal, LeaseHeldError, SessionLease, open_journal
+from journal import (
+    ForwardingJournal,
+    Journal,
+    LeaseHeldError,
+    SessionLease,
+    SessionNotFoundError,
+    open_journal,
+)
 from journal.inbox import Create
 from journal.location import parse_location
 from session import Client, Host
@@ -30,25 +38,17 @@ class CountedTakes(ForwardingJournal):
         self.mine: set[str] = set()
         self.refused = 0
 
-    async def acquire(
-        self,
-        session: str,
-        owner: str,
-        *,
-        ttl: float,
-        create: bool = False,
-        definition: str | None = None,
-    ) -> SessionLease:
-        try:
-            lease = await self.inner.acquire(
-                session, owner, ttl=ttl, create=create, definition=definition
-            )
-        except LeaseHeldError:
-            self.refused += 1
-            raise
-        self.taken[session] += 1
-        self.mine.add(session)
-        return lease
+    async def acquire_all(
+        self, sessions: Sequence[str], owner: str, *, ttl: float
+    ) -> list[SessionLease | LeaseHeldError | SessionNotFoundError]:
+        taken = await self.inner.acquire_all(sessions, owner, ttl=ttl)
+        for outcome in taken:
+            if isinstance(outcome, SessionLease):
+                self.taken[outcome.session] += 1
+                self.mine.add(outcome.session)
+            elif isinstance(outcome, LeaseHeldError):
+                self.refused += 1
+        return taken
 
 
 async def test_two_hosts_never_both_take_one_session(postgres_url: str) -> None:

@@ -15,7 +15,15 @@ import pytest
 import trio
 from structlog.testing import capture_logs
 
-from journal import ForwardingJournal, Journal, JournalError, SessionLease, open_journal
+from journal import (
+    ForwardingJournal,
+    Journal,
+    JournalError,
+    LeaseHeldError,
+    SessionLease,
+    SessionNotFoundError,
+    open_journal,
+)
 from journal.events import ToolCompleted, ToolStarted
 from loopruntime import LeaseLostError, LoopDefinition, ToolContext, tool
 from loopruntime.model import ModelRequest
@@ -46,11 +54,11 @@ class Renewals(ForwardingJournal):
         self.renewed += 1
         return renewed
 
-    async def acquire(
-        self, session: str, owner: str, *, ttl: float, create: bool = False
-    ) -> SessionLease:
-        self.takes.append(trio.current_time())
-        return await self.inner.acquire(session, owner, ttl=ttl, create=create)
+    async def acquire_all(
+        self, sessions: Sequence[str], owner: str, *, ttl: float
+    ) -> list[SessionLease | LeaseHeldError | SessionNotFoundError]:
+        self.takes.extend(trio.current_time() for _ in sessions)
+        return await self.inner.acquire_all(sessions, owner, ttl=ttl)
 
 
 class Effects:

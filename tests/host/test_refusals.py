@@ -19,7 +19,9 @@ from journal import (
     InvalidEventError,
     Journal,
     JournalUnavailableError,
+    LeaseHeldError,
     SessionLease,
+    SessionNotFoundError,
     open_journal,
 )
 from journal import inbox as ib
@@ -44,19 +46,13 @@ class CountingClaims(ForwardingJournal):
         self.acquires = 0
         self.passes = 0
 
-    async def acquire(
-        self,
-        session: str,
-        owner: str,
-        *,
-        ttl: float,
-        create: bool = False,
-        definition: str | None = None,
-    ) -> SessionLease:
-        self.acquires += 1
+    async def acquire_all(
+        self, sessions: Sequence[str], owner: str, *, ttl: float
+    ) -> list[SessionLease | LeaseHeldError | SessionNotFoundError]:
+        self.acquires += len(sessions)
         if self.acquires > 3:
             await trio.sleep(1)
-        return await super().acquire(session, owner, ttl=ttl, create=create, definition=definition)
+        return await super().acquire_all(sessions, owner, ttl=ttl)
 
     async def claimable(
         self, *, definitions: Sequence[str], owner: str | None = None, limit: int = 100

@@ -1404,6 +1404,63 @@ class _LeaseAndInboxContract:
             with pytest.raises(ValueError, match="ttl"):
                 await journal.renew_all([a], ttl=0)
 
+    async def test_acquire_all_takes_each_and_names_each_refusal(self, backend: Backend) -> None:
+        free, expired, held, missing = (new_session() for _ in range(4))
+        async with backend.open() as journal:
+            f = await journal.acquire(free, "host-b", ttl=60, create=True)
+            await journal.append(f, drafts("f", 2), expected_seq=0)
+            await journal.release(f)
+            e = await journal.acquire(expired, "host-b", ttl=60, create=True)
+            await backend.expire(journal, expired)
+            h = await journal.acquire(held, "host-b", ttl=60, create=True)
+            taken = await journal.acquire_all([free, expired, held, missing], "host-a", ttl=60)
+            first, second, refused, absent = taken
+            assert isinstance(first, SessionLease) and isinstance(second, SessionLease)
+            assert (first.session, first.owner, first.head) == (free, "host-a", 2)
+            assert (second.session, second.owner) == (expired, "host-a")
+            assert second.incarnation == e.incarnation + 1
+            assert isinstance(refused, LeaseHeldError)
+            assert (refused.session, refused.owner) == (held, "host-b")
+            assert isinstance(absent, SessionNotFoundError) and absent.session == missing
+            # Each take fences its former holder; the refused one's holder still writes.
+            with pytest.raises(FencedError):
+                await journal.append(e, drafts("e", 1), expected_seq=0)
+            await journal.append(second, drafts("e", 1), expected_seq=0)
+            await journal.append(first, drafts("g", 1), expected_seq=2)
+            await journal.append(h, drafts("h", 1), expected_seq=0)
+            info = {i.session: i for i in await journal.sessions()}
+            assert (info[free].owner, info[free].expires_at) == ("host-a", first.expires_at)
+            assert info[held].owner == "host-b" and missing not in info
+            # Taken leases are held against other owners and renewed like any other.
+            with pytest.raises(LeaseHeldError):
+                await journal.acquire(expired, "host-b", ttl=60)
+            assert None not in await journal.renew_all([first, second], ttl=60)
+
+    async def test_acquire_all_checks_its_arguments_first(self, backend: Backend) -> None:
+        session = new_session()
+        async with backend.open() as journal:
+            lease = await journal.acquire(session, "host-b", ttl=60, create=True)
+            await backend.expire(journal, session)
+            assert await journal.acquire_all([], "host-a", ttl=60) == []
+            with pytest.raises(ValueError, match="ttl"):
+                await journal.acquire_all([session], "host-a", ttl=0)
+            with pytest.raises(ValueError, match="session id"):
+                await journal.acquire_all([session, "bad\udc80"], "host-a", ttl=60)
+            # Nothing was taken: the expired holder renews its lease still.
+            assert (await journal.renew(lease, ttl=60)).incarnation == lease.incarnation
+            # A session named twice is taken twice, in order: the later take fences the first.
+            await backend.expire(journal, session)
+            again = await journal.acquire(session, "host-a", ttl=60)
+            one, two = await journal.acquire_all([session, session], "host-a", ttl=60)
+            assert isinstance(one, SessionLease) and isinstance(two, SessionLease)
+            assert (one.incarnation, two.incarnation) == (
+                again.incarnation + 1,
+                again.incarnation + 2,
+            )
+            with pytest.raises(FencedError):
+                await journal.append(one, drafts("x", 1), expected_seq=0)
+            await journal.append(two, drafts("x", 1), expected_seq=0)
+
     async def test_inbox_wakeups_say_first_that_they_watch(self, backend: Backend) -> None:
         async with backend.open() as journal:
             wakeups = journal.inbox_wakeups()

@@ -170,6 +170,28 @@ async def test_a_new_session_starts_its_loop_parked_without_a_task() -> None:
             trio.lowlevel.remove_instrument(spawned)
 
 
+async def test_a_restored_session_at_rest_starts_its_loop_parked_without_a_task() -> None:
+    spawned = SpawnedTasks()
+    async with open_journal("memory:") as journal:
+        async with Session.create(journal, one_step()) as s:
+            await s.submit("go")
+            await s.wait_idle()
+            sid = s.id
+        trio.lowlevel.add_instrument(spawned)
+        try:
+            async with Session.restore(journal, sid, one_step()) as again:
+                # Nothing to resume: the loop has no task until a command comes.
+                assert not [n for n in spawned.names if "Loop." in n], spawned.names
+                assert again.loops["main"].parked
+                await again.submit("go again")
+                await again.wait_idle()
+                assert [n for n in spawned.names if "Loop." in n]
+                assert (await again.snapshot()).turn_index == 2
+                await again.verify()
+        finally:
+            trio.lowlevel.remove_instrument(spawned)
+
+
 class FailingAppends(ForwardingJournal):
     async def append(self, *args: Any, **kwargs: Any) -> Any:
         raise JournalUnavailableError("the journal's disk went away")
