@@ -362,7 +362,8 @@ def _rows(one: list[Run], two: list[Run], base: str, counted: bool) -> list[dict
     # With a core per host and the server's cores to spare, each host runs
     # as fast as its CPU per turn allows: two hosts do 2 / (their CPU per
     # turn relative to one host's) times the turns, until the server's cores fill.
-    speedup = 2 / cpu_ratio
+    # A run too short for one clock tick on either side has no ratio to divide by.
+    speedup = 2 / cpu_ratio if cpu_ratio else math.inf
     server_ceiling = f"{1 / s2:,.0f}" if s2 > 0 else "(not measured)"
     rows = [
         _row("scale-out: host CPU per turn, 1 host", c1 * 1e3, "ms", "", None, base),

@@ -394,7 +394,9 @@ def test_scaleout_benchmark_rows() -> None:
     ] + (["statements per turn, 2 hosts with twice the sessions / 1 host"] if counted else []) + [
         "a bystander host's CPU per turn (it holds no session)"
     ]
-    assert by_name["host CPU per turn, 1 host"]["value"] > 0
+    # Host CPU is read in clock ticks (10 ms): four turns may take less than one.
+    assert by_name["host CPU per turn, 1 host"]["value"] >= 0
+    assert by_name["host CPU per turn, 1 host"]["unit"] == "ms"
     bystander = by_name["a bystander host's CPU per turn (it holds no session)"]
     assert bystander["value"] >= 0 and "wake-ups" in bystander["note"]
     assert by_name["host CPU per turn, 2 hosts / 1 host"]["target"] == "<= 1.15 x"
