@@ -486,7 +486,11 @@ async def test_restore_folds_every_record_after_the_last_checkpoint(
     async with open_journal(journal_url) as journal:
         async with Session.create(journal, definition(), checkpoint_every=EVERY) as s:
             await turns(s, 6)
-            live = await s.snapshot()
+        # A turn more with no checkpoint: a tail after the last one, however the
+        # writer's groups fell against the checkpoints above.
+        async with Session.restore(journal, s.id, definition(), checkpoint_every=None) as again:
+            await turns(again, 1)
+            live = await again.snapshot()
         last = (await journal.checkpoints(s.id))[-1].seq
         every = await records(journal, s.id)
         tail = every[last:]
