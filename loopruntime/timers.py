@@ -59,20 +59,16 @@ class RunTimer:
         """Entries neither cancelled nor due yet."""
 
     @staticmethod
-    def of_this_run(var: trio.lowlevel.RunVar[RunTimer], name: str) -> RunTimer:
-        """The run's timer kept in ``var``, made (its task named ``name``) on first use."""
+    def shared() -> RunTimer:
+        """The run's one timer of short deadlines, every user's (see the
+        module's rules), made with its task on first use."""
         try:
-            return var.get()
+            return _SHARED.get()
         except LookupError:
             timer = RunTimer()
-            var.set(timer)
-            trio.lowlevel.spawn_system_task(timer._run, name=name)
+            _SHARED.set(timer)
+            trio.lowlevel.spawn_system_task(timer._run, name="run timer")
         return timer
-
-    @staticmethod
-    def shared() -> RunTimer:
-        """The run's one timer of short deadlines, every user's (see the module's rules)."""
-        return RunTimer.of_this_run(_SHARED, "run timer")
 
     def add(self, deadline: float, call: Callable[[], None]) -> Ticket:
         """Call ``call()`` once ``deadline`` (trio time) has come, unless the
