@@ -104,7 +104,7 @@ _CLAIM_GAP = 0.05
 """Seconds a pass for work waits after the one before when woken early: a
 burst of wake-ups no other host's lease answers for (puts to sessions nobody
 holds, hand-overs, wake-ups naming no holder) costs one pass, at most 20 a
-second, not one per wake-up on each of N hosts (issue 39)."""
+second, not one per wake-up on each of N hosts."""
 
 _STOP_CHECKPOINTS = 8
 """Checkpoints at rest a stopping host appends at once: enough to keep the
