@@ -271,6 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--synchronous", default="NORMAL", choices=["FULL", "NORMAL"])
     args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error(f"--steps must be a positive number of tool steps, not {args.steps}")
     quiet_logs()
     _print(profile(args.synchronous, args.steps))
     return 0
